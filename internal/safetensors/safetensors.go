@@ -1,0 +1,287 @@
+// Package safetensors reads and writes the safetensors checkpoint format.
+//
+// Files are mapped read-only so that a 35 GB checkpoint costs no Go heap: a tensor's
+// bytes are a slice of the mapping and can be uploaded to a device without a copy.
+// The header is validated strictly before any tensor is handed out, because a
+// corrupt or hostile header otherwise turns into out-of-range slices deep inside
+// model loading, far from the file that caused it.
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// MaxHeaderBytes bounds the JSON header: real checkpoints stay far below it, and
+// reading an attacker-chosen length would otherwise allocate without limit.
+const MaxHeaderBytes = 100 << 20
+
+// DType is a safetensors dtype name such as "F32" or "BF16".
+type DType string
+
+const (
+	F64     DType = "F64"
+	F32     DType = "F32"
+	F16     DType = "F16"
+	BF16    DType = "BF16"
+	I64     DType = "I64"
+	I32     DType = "I32"
+	I16     DType = "I16"
+	I8      DType = "I8"
+	U8      DType = "U8"
+	U16     DType = "U16"
+	U32     DType = "U32"
+	U64     DType = "U64"
+	Bool    DType = "BOOL"
+	F8E4M3  DType = "F8_E4M3"
+	F8E5M2  DType = "F8_E5M2"
+	unknown DType = ""
+)
+
+var dtypeSizes = map[DType]int{
+	F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, U16: 2, U32: 4, U64: 8,
+	Bool: 1, F8E4M3: 1, F8E5M2: 1,
+}
+
+// Size is the number of bytes of one element, or 0 for an unknown dtype.
+func (d DType) Size() int { return dtypeSizes[d] }
+
+// IsFloat reports whether values convert to float32 (F8 types are excluded: they
+// are handed out as raw bytes for a quantization-aware consumer).
+func (d DType) IsFloat() bool { return d == F64 || d == F32 || d == F16 || d == BF16 }
+
+// Info describes one tensor. Data aliases the file mapping: it is valid until the
+// File is closed and must not be written.
+type Info struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// NumElements is the product of the shape (1 for a scalar).
+func (i Info) NumElements() int {
+	n := 1
+	for _, d := range i.Shape {
+		n *= d
+	}
+	return n
+}
+
+// File is an open safetensors file.
+type File struct {
+	Path     string
+	Metadata map[string]string
+	tensors  map[string]Info
+	names    []string
+	mapping  []byte
+	unmap    func() error
+}
+
+// Open maps path and validates its header.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	data, unmap, err := mapFile(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: mapping %s: %w", path, err)
+	}
+	file, err := parse(data)
+	if err != nil {
+		_ = unmap()
+		return nil, fmt.Errorf("safetensors: %s: %w", path, err)
+	}
+	file.Path, file.unmap = path, unmap
+	return file, nil
+}
+
+// FromBytes parses an in-memory safetensors image (the bytes are aliased, not copied).
+func FromBytes(data []byte) (*File, error) {
+	file, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	return file, nil
+}
+
+// ParseHeader validates a safetensors image and returns its tensor descriptions
+// in file order, without needing a mapping. It is the unit the fuzzer drives.
+func ParseHeader(data []byte) ([]Info, map[string]string, error) {
+	f, err := parse(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]Info, 0, len(f.names))
+	for _, n := range f.names {
+		out = append(out, f.tensors[n])
+	}
+	return out, f.Metadata, nil
+}
+
+type rawEntry struct {
+	DType       string  `json:"dtype"`
+	Shape       []int64 `json:"shape"`
+	DataOffsets []int64 `json:"data_offsets"`
+}
+
+func parse(data []byte) (*File, error) {
+	if len(data) < 8 {
+		return nil, fmt.Errorf("file is %d bytes, shorter than the 8-byte header length: truncated or not a safetensors file", len(data))
+	}
+	hlen := binary.LittleEndian.Uint64(data[:8])
+	if hlen > MaxHeaderBytes {
+		return nil, fmt.Errorf("header length %d exceeds the %d-byte limit: corrupt file", hlen, MaxHeaderBytes)
+	}
+	if hlen > uint64(len(data)-8) {
+		return nil, fmt.Errorf("header length %d runs past the end of the %d-byte file: truncated", hlen, len(data))
+	}
+	header := data[8 : 8+hlen]
+	body := data[8+hlen:]
+
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(strings.NewReader(string(header)))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("header is not a JSON object: %v", err)
+	}
+	if err := checkUniqueKeys(header); err != nil {
+		return nil, err
+	}
+
+	f := &File{tensors: make(map[string]Info, len(raw))}
+	type span struct {
+		name       string
+		start, end int64
+	}
+	var spans []span
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
+				return nil, fmt.Errorf("__metadata__ must map strings to strings: %v", err)
+			}
+			continue
+		}
+		var e rawEntry
+		if err := json.Unmarshal(msg, &e); err != nil {
+			return nil, fmt.Errorf("tensor %q: malformed entry: %v", name, err)
+		}
+		dt := DType(e.DType)
+		size := dt.Size()
+		if size == 0 {
+			return nil, fmt.Errorf("tensor %q: unknown dtype %q", name, e.DType)
+		}
+		if len(e.DataOffsets) != 2 {
+			return nil, fmt.Errorf("tensor %q: data_offsets must hold 2 values, got %d", name, len(e.DataOffsets))
+		}
+		start, end := e.DataOffsets[0], e.DataOffsets[1]
+		if start < 0 || end < start {
+			return nil, fmt.Errorf("tensor %q: invalid data_offsets [%d, %d]", name, start, end)
+		}
+		if end > int64(len(body)) {
+			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] run past the %d-byte data section: truncated file", name, start, end, len(body))
+		}
+		elems := int64(1)
+		shape := make([]int, len(e.Shape))
+		for i, d := range e.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("tensor %q: negative dimension in shape %v", name, e.Shape)
+			}
+			// Guard the product against overflow before it is compared with the byte range.
+			if d != 0 && elems > (1<<62)/d {
+				return nil, fmt.Errorf("tensor %q: shape %v is too large", name, e.Shape)
+			}
+			elems *= d
+			shape[i] = int(d)
+		}
+		if want := elems * int64(size); want != end-start {
+			return nil, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] hold %d", name, e.Shape, dt, want, start, end, end-start)
+		}
+		f.tensors[name] = Info{Name: name, DType: dt, Shape: shape, Data: body[start:end:end]}
+		spans = append(spans, span{name, start, end})
+	}
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].start != spans[j].start {
+			return spans[i].start < spans[j].start
+		}
+		return spans[i].name < spans[j].name
+	})
+	// A running maximum end catches every overlap, including one hidden behind an
+	// empty tensor between the two ranges.
+	var last span
+	for _, cur := range spans {
+		if cur.end == cur.start {
+			continue
+		}
+		if cur.start < last.end {
+			return nil, fmt.Errorf("tensors %q [%d, %d] and %q [%d, %d] overlap", last.name, last.start, last.end, cur.name, cur.start, cur.end)
+		}
+		if cur.end > last.end {
+			last = cur
+		}
+	}
+	f.names = make([]string, len(spans))
+	for i, s := range spans {
+		f.names[i] = s.name
+	}
+	f.mapping = data
+	return f, nil
+}
+
+// checkUniqueKeys rejects duplicate top-level names, which encoding/json would
+// otherwise resolve silently in favour of the last one.
+func checkUniqueKeys(header []byte) error {
+	dec := json.NewDecoder(strings.NewReader(string(header)))
+	if _, err := dec.Token(); err != nil { // '{'
+		return fmt.Errorf("header is not a JSON object: %v", err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("header is not valid JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("tensor name %q appears twice in the header", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("header is not valid JSON: %v", err)
+		}
+	}
+	if _, err := dec.Token(); err != nil && err != io.EOF {
+		return fmt.Errorf("header is not valid JSON: %v", err)
+	}
+	return nil
+}
+
+// Names lists the tensors in data-offset order.
+func (f *File) Names() []string { return append([]string(nil), f.names...) }
+
+// Tensor returns one tensor's description and bytes.
+func (f *File) Tensor(name string) (Info, bool) {
+	i, ok := f.tensors[name]
+	return i, ok
+}
+
+// Close unmaps the file; Data slices handed out before become invalid.
+func (f *File) Close() error {
+	if f == nil || f.unmap == nil {
+		return nil
+	}
+	err := f.unmap()
+	f.unmap, f.mapping, f.tensors = nil, nil, nil
+	return err
+}

@@ -1,0 +1,111 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Tensor is one entry to write.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// Encode builds a safetensors image. Tensors are laid out in name order so that
+// the same input always gives the same bytes.
+func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	sorted := append([]Tensor(nil), tensors...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	header := map[string]any{}
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	var offset int64
+	for i, t := range sorted {
+		if i > 0 && sorted[i-1].Name == t.Name {
+			return nil, fmt.Errorf("safetensors: tensor %q given twice", t.Name)
+		}
+		if t.Name == "__metadata__" {
+			return nil, fmt.Errorf("safetensors: %q is reserved", t.Name)
+		}
+		size := t.DType.Size()
+		if size == 0 {
+			return nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", t.Name, t.DType)
+		}
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if n*size != len(t.Data) {
+			return nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, got %d", t.Name, t.Shape, t.DType, n*size, len(t.Data))
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		header[t.Name] = map[string]any{"dtype": t.DType, "shape": shape, "data_offsets": []int64{offset, offset + int64(len(t.Data))}}
+		offset += int64(len(t.Data))
+	}
+	hj, err := json.Marshal(header)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	// Pad the header with spaces to 8 bytes so the data section stays aligned for
+	// readers that map tensors in place.
+	for len(hj)%8 != 0 {
+		hj = append(hj, ' ')
+	}
+	out := make([]byte, 8, 8+len(hj)+int(offset))
+	binary.LittleEndian.PutUint64(out, uint64(len(hj)))
+	out = append(out, hj...)
+	for _, t := range sorted {
+		out = append(out, t.Data...)
+	}
+	return out, nil
+}
+
+// WriteFile writes tensors to path atomically: a temp file in the same folder,
+// synced, then renamed, so a failed write never leaves a partial checkpoint.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	data, err := Encode(tensors, metadata)
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(path, data)
+}
+
+// WriteAtomic writes data to path through a temp file and a rename.
+func WriteAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	name := tmp.Name()
+	_, werr := tmp.Write(data)
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if werr != nil || serr != nil || cerr != nil {
+		os.Remove(name)
+		return fmt.Errorf("safetensors: writing %s: %v", path, firstErr(werr, serr, cerr))
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package weights
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/safetensors"
+)
+
+func source(t *testing.T, ts ...safetensors.Tensor) *safetensors.File {
+	t.Helper()
+	img, err := safetensors.Encode(ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.FromBytes(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func f32(name string, shape []int, v ...float32) safetensors.Tensor {
+	return safetensors.Tensor{Name: name, DType: safetensors.F32, Shape: shape, Data: safetensors.F32Bytes(v)}
+}
+
+func TestBindConvertsAndKeepsBoundaryF32(t *testing.T) {
+	src := source(t,
+		f32("blocks.0.w", []int{2}, 1.0, 1.00390625),
+		f32("proj.w", []int{2}, 1.0, 1.00390625),
+		safetensors.Tensor{Name: "q", DType: safetensors.U32, Shape: []int{1}, Data: []byte{1, 0, 0, 0}},
+	)
+	s := NewSet("")
+	w := s.Sub("blocks.0").Add("w", 2)
+	proj := s.AddF32("proj.w", 2)
+	q := s.AddTyped("q", dtypes.Uint32, 1)
+	opt := s.AddOptional("absent", 3)
+	if err := Bind(src, s, Options{DType: dtypes.BFloat16}); err != nil {
+		t.Fatal(err)
+	}
+	if w.T.DType() != dtypes.BFloat16 || proj.T.DType() != dtypes.Float32 || q.T.DType() != dtypes.Uint32 || opt.Bound() {
+		t.Fatalf("dtypes %s %s %s, optional bound %v", w.T.DType(), proj.T.DType(), q.T.DType(), opt.Bound())
+	}
+	// 1+2^-8 is a bf16 tie: round to even gives 1.0.
+	if v := tensors.MustCopyFlatData[bfloat16.BFloat16](w.T); v[1].Float32() != 1.0 {
+		t.Fatalf("bf16 rounding: %v", v[1].Float32())
+	}
+	if v := tensors.MustCopyFlatData[float32](proj.T); v[1] != 1.00390625 {
+		t.Fatalf("fp32 boundary value changed: %v", v[1])
+	}
+	s.Release()
+	if w.Bound() {
+		t.Fatal("Release kept a tensor")
+	}
+}
+
+func TestBindListsEveryProblem(t *testing.T) {
+	src := source(t,
+		f32("a", []int{2}, 1, 2),
+		f32("b", []int{3}, 1, 2, 3),
+		f32("stray", []int{1}, 0),
+		f32("buffer.filter", []int{1}, 0),
+		safetensors.Tensor{Name: "ints", DType: safetensors.I32, Shape: []int{1}, Data: make([]byte, 4)},
+	)
+	s := NewSet("")
+	s.Add("a", 2)
+	b := s.Add("b", 4)
+	s.Add("gone", 5)
+	s.Add("ints", 1)
+	s.Ignore("buffer.")
+	err := Bind(src, s, Options{})
+	be, ok := err.(*BindError)
+	if !ok {
+		t.Fatalf("want *BindError, got %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"missing: gone [5]", "unexpected: stray", "b: checkpoint shape [3], model expects [4]", "ints: checkpoint dtype I32 cannot be stored as Float32"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "buffer.filter") || len(be.Missing) != 1 || len(be.Unexpected) != 1 || len(be.Mismatched) != 2 {
+		t.Errorf("wrong classification: %+v", be)
+	}
+	if b.Bound() {
+		t.Error("a failed bind left tensors bound")
+	}
+}
+
+func TestSubsetBindByPrefix(t *testing.T) {
+	src := source(t, f32("layers.0.w", []int{1}, 1), f32("layers.1.w", []int{1}, 2), f32("embed", []int{1}, 3))
+	s := NewSet("layers.1.")
+	w := s.Add("w", 1)
+	if err := Bind(src, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if v := tensors.MustCopyFlatData[float32](w.T); v[0] != 2 {
+		t.Fatalf("bound the wrong layer: %v", v)
+	}
+}
