@@ -1,0 +1,21 @@
+// Package media writes the SDK's output files: H.264 (yuv420p) video, optionally muxed with
+// AAC audio, in an MP4 container, and probes such files for tests.
+//
+// Encoding is delegated to an external ffmpeg process fed through its stdin pipe rather than
+// to linked codec libraries. That keeps the module free of cgo (the SDK builds with plain
+// `go build` and cross-compiles), keeps GPL/patent-encumbered encoders (libx264) out of our
+// binary, and reuses the exact encoders the upstream FastVideo and MLX runtimes invoke
+// (libx264 preset medium CRF 18 yuv420p, AAC 192 kb/s), so outputs are comparable. The cost is
+// a runtime dependency, which is why FindFFmpeg/CheckFFmpeg validate it before any model work
+// starts and name the fix (apt-get install ffmpeg, or FASTVIDEO_FFMPEG=/path/to/ffmpeg).
+//
+// Frames are streamed as raw rgb24 as they are decoded, so a long clip never has to be held in
+// memory. The audio track only exists once the last frame is written (the audio VAE runs after
+// the video VAE), so muxing is a second, cheap ffmpeg pass that copies the H.264 stream and
+// encodes the audio; MP4Writer.Close explains why this beats a second pipe.
+//
+// Outputs are written to hidden temporary files next to the target and renamed into place
+// only after ffmpeg succeeded, so a crash, an error or a cancelled context never leaves a
+// partial file at the target path; on failure the temporaries are removed, ffmpeg is killed
+// and the error carries the tail of ffmpeg's stderr.
+package media

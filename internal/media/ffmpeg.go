@@ -1,0 +1,224 @@
+package media
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Environment variables that point at the ffmpeg and ffprobe executables, overriding PATH.
+const (
+	EnvFFmpeg  = "FASTVIDEO_FFMPEG"
+	EnvFFprobe = "FASTVIDEO_FFPROBE"
+)
+
+// ErrNotFound is wrapped by FindFFmpeg/FindFFprobe errors when the executable does not exist
+// (neither on PATH nor at the path named by the environment variable).
+var ErrNotFound = errors.New("executable not found")
+
+// requiredEncoders are the ffmpeg encoders every output of the SDK needs.
+var requiredEncoders = []struct{ name, what string }{
+	{"libx264", "H.264 video"},
+	{"aac", "AAC audio"},
+}
+
+const installHint = "install ffmpeg with libx264 (Debian/Ubuntu: apt-get install ffmpeg; macOS: brew install ffmpeg) " +
+	"or set " + EnvFFmpeg + " to the path of such an ffmpeg executable"
+
+// encoderCheck caches successful encoder checks per resolved executable path: running
+// `ffmpeg -encoders` costs ~50 ms and the pipeline validates before every generation.
+// Failures are not cached, so installing ffmpeg fixes a long-running process without a restart.
+var encoderCheck struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+// FindFFmpeg returns the absolute path of the ffmpeg executable to use, after checking that it
+// runs and provides the libx264 and aac encoders. The executable is $FASTVIDEO_FFMPEG when
+// set (a path, or a bare name looked up on PATH), otherwise "ffmpeg" on PATH.
+func FindFFmpeg() (string, error) {
+	path, err := resolveFFmpeg()
+	if err != nil {
+		return "", err
+	}
+	if err := checkEncoders(path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// CheckFFmpeg reports whether a usable ffmpeg is available (see FindFFmpeg). Call it before
+// expensive work so a missing encoder fails in milliseconds, not after the denoising loop.
+func CheckFFmpeg() error {
+	_, err := FindFFmpeg()
+	return err
+}
+
+// FindFFprobe returns the absolute path of ffprobe: $FASTVIDEO_FFPROBE when set, else the
+// ffprobe next to the resolved ffmpeg (a custom ffmpeg build ships its own ffprobe), else
+// "ffprobe" on PATH.
+func FindFFprobe() (string, error) {
+	if v := os.Getenv(EnvFFprobe); v != "" {
+		return lookExecutable(v, EnvFFprobe)
+	}
+	if ff, err := resolveFFmpeg(); err == nil {
+		sibling := filepath.Join(filepath.Dir(ff), "ffprobe"+filepath.Ext(ff))
+		if p, err := lookExecutable(sibling, ""); err == nil {
+			return p, nil
+		}
+	}
+	p, err := lookExecutable("ffprobe", "")
+	if err != nil {
+		return "", fmt.Errorf("%w; install ffmpeg (it ships ffprobe; Debian/Ubuntu: apt-get install ffmpeg) or set %s", err, EnvFFprobe)
+	}
+	return p, nil
+}
+
+func resolveFFmpeg() (string, error) {
+	if v := os.Getenv(EnvFFmpeg); v != "" {
+		return lookExecutable(v, EnvFFmpeg)
+	}
+	p, err := lookExecutable("ffmpeg", "")
+	if err != nil {
+		return "", fmt.Errorf("%w; %s", err, installHint)
+	}
+	return p, nil
+}
+
+// lookExecutable resolves name (a path or a bare name for PATH lookup) to an absolute path.
+// env names the variable the value came from, so the error tells the user what to change.
+func lookExecutable(name, env string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		abs, aerr := filepath.Abs(p)
+		if aerr != nil {
+			return "", fmt.Errorf("media: resolving %q: %w", p, aerr)
+		}
+		return abs, nil
+	}
+	var what string
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		what = "does not exist"
+		err = fmt.Errorf("%w: %w", ErrNotFound, err)
+	default:
+		// Exists but is a directory or lacks the execute bit.
+		what = "is not an executable file"
+	}
+	if env != "" {
+		return "", fmt.Errorf("media: %s=%q %s (%w); point %s at an executable or unset it to use the one on PATH",
+			env, name, what, err, env)
+	}
+	return "", fmt.Errorf("media: %q %s on PATH (%w)", name, what, err)
+}
+
+func checkEncoders(path string) error {
+	encoderCheck.mu.Lock()
+	defer encoderCheck.mu.Unlock()
+	if encoderCheck.ok[path] {
+		return nil
+	}
+	// Generous timeout: a cold start on a loaded CI machine can take seconds, and a hung
+	// ffmpeg must not hang the caller.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "-hide_banner", "-nostdin", "-encoders")
+	var stdout bytes.Buffer
+	stderr := newTailBuffer()
+	cmd.Stdout = &stdout
+	cmd.Stderr = stderr
+	if err := cmd.Run(); err != nil {
+		return &FFmpegError{Op: "running `ffmpeg -encoders`", Path: path, Err: fmt.Errorf("%w; %s", err, installHint), Stderr: stderr.Tail()}
+	}
+	have := map[string]bool{}
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		// Lines look like " V....D libx264   libx264 H.264 / AVC ...": flags, name, description.
+		if f := strings.Fields(sc.Text()); len(f) >= 2 {
+			have[f[1]] = true
+		}
+	}
+	var missing []string
+	for _, e := range requiredEncoders {
+		if !have[e.name] {
+			missing = append(missing, fmt.Sprintf("%s (%s)", e.name, e.what))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("media: ffmpeg at %q lacks encoder(s) %s; %s", path, strings.Join(missing, ", "), installHint)
+	}
+	if encoderCheck.ok == nil {
+		encoderCheck.ok = map[string]bool{}
+	}
+	encoderCheck.ok[path] = true
+	return nil
+}
+
+// FFmpegError reports a failed ffmpeg or ffprobe run. Err is the cause (an exit status, a
+// broken pipe, or the context's error, usable with errors.Is); Stderr holds the last lines
+// ffmpeg printed, which is where the actual reason is.
+type FFmpegError struct {
+	Op     string // what was being done, e.g. "encoding video"
+	Path   string // the output (or probed) file, or the executable for environment checks
+	Err    error
+	Stderr string
+}
+
+func (e *FFmpegError) Error() string {
+	s := fmt.Sprintf("media: %s for %q: %v", e.Op, e.Path, e.Err)
+	if e.Stderr != "" {
+		s += "\nffmpeg stderr (last lines):\n" + e.Stderr
+	}
+	return s
+}
+
+func (e *FFmpegError) Unwrap() error { return e.Err }
+
+// tailBuffer keeps the last bytes written to it, so a chatty ffmpeg cannot grow memory while
+// an error can still quote its final lines.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const (
+	tailKeepBytes = 16 << 10
+	tailLines     = 20
+)
+
+func newTailBuffer() *tailBuffer { return &tailBuffer{} }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*tailKeepBytes {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailKeepBytes:]...)
+	}
+	return len(p), nil
+}
+
+// Tail returns the last tailLines non-empty lines.
+func (t *tailBuffer) Tail() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.ReplaceAll(string(t.buf), "\r", "\n"), "\n")
+	var kept []string
+	for i := len(lines) - 1; i >= 0 && len(kept) < tailLines; i-- {
+		if l := strings.TrimRight(lines[i], " \t"); l != "" {
+			kept = append(kept, l)
+		}
+	}
+	for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
+		kept[i], kept[j] = kept[j], kept[i]
+	}
+	return strings.Join(kept, "\n")
+}

@@ -1,0 +1,557 @@
+package media
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	testW, testH = 64, 48
+	testFrames   = 24
+	testFPS      = 24.0
+	testRate     = 32000
+	aacFrameSecs = 1024.0 / testRate
+	// 8-bit levels: CRF 18 quantization plus limited-range YCbCr rounding on flat regions
+	// (measured 1.72); a BT.601/BT.709 matrix mix-up shows up as ~17.
+	maxMeanErrRGB = 2.5
+)
+
+// requireFFmpeg skips when ffmpeg is simply not installed on a developer machine; in CI
+// (CI=true) ffmpeg is installed, so its absence is a failure, as is a broken ffmpeg anywhere.
+func requireFFmpeg(t *testing.T) string {
+	t.Helper()
+	ff, err := FindFFmpeg()
+	if err == nil {
+		return ff
+	}
+	if errors.Is(err, ErrNotFound) && os.Getenv(EnvFFmpeg) == "" && os.Getenv("CI") != "true" {
+		t.Skipf("ffmpeg not installed, skipping (apt-get install ffmpeg to run; with CI=true this fails): %v", err)
+	}
+	t.Fatalf("ffmpeg unusable: %v", err)
+	return ""
+}
+
+// quadrantColors gives each frame four distinct flat quadrants (TL, TR, BL, BR) that change
+// per frame, so a decode round trip catches channel order, orientation and frame order.
+func quadrantColors(frame int) [4][3]byte {
+	var q [4][3]byte
+	for k := range q {
+		for c := range 3 {
+			q[k][c] = byte(30 + (frame*7+k*53+c*89)%190)
+		}
+	}
+	return q
+}
+
+func makeFrame(frame int) []byte {
+	q := quadrantColors(frame)
+	rgb := make([]byte, testW*testH*3)
+	for y := range testH {
+		for x := range testW {
+			k := 0
+			if x >= testW/2 {
+				k++
+			}
+			if y >= testH/2 {
+				k += 2
+			}
+			copy(rgb[(y*testW+x)*3:], q[k][:])
+		}
+	}
+	return rgb
+}
+
+func sineAudio(seconds float64) [][]float32 {
+	n := int(seconds * testRate)
+	l, r := make([]float32, n), make([]float32, n)
+	for i := range n {
+		tt := float64(i) / testRate
+		l[i] = float32(0.5 * math.Sin(2*math.Pi*440*tt))
+		r[i] = float32(0.5 * math.Sin(2*math.Pi*660*tt))
+	}
+	return [][]float32{l, r}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func assertDir(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	got := dirNames(t, dir)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("directory %s holds %q, want exactly %q", dir, got, want)
+	}
+}
+
+func writeClip(t *testing.T, opts MP4Options, audio [][]float32) {
+	t.Helper()
+	w, err := NewMP4Writer(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	for i := range testFrames {
+		if err := w.WriteFrame(makeFrame(i)); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	if err := w.Close(audio); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPixels decodes the file back to rgb24 and compares the mean of each quadrant's
+// interior (away from edges, where chroma subsampling and DCT ringing blend colors).
+func checkPixels(t *testing.T, ff, path string) {
+	t.Helper()
+	// Accurate swscale flags: ffmpeg's default YUV->RGB path alone is off by ~3 levels.
+	cmd := exec.Command(ff, "-hide_banner", "-nostdin", "-v", "error", "-i", "file:"+path,
+		"-vf", "scale=flags=accurate_rnd+full_chroma_int", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("decoding %s: %v\n%s", path, err, stderr.String())
+	}
+	size := testW * testH * 3
+	if out.Len() != testFrames*size {
+		t.Fatalf("decoded %d bytes, want %d frames of %d", out.Len(), testFrames, size)
+	}
+	worst, worstAt := 0.0, ""
+	for f := range testFrames {
+		rgb := out.Bytes()[f*size : (f+1)*size]
+		want := quadrantColors(f)
+		for k := range 4 {
+			x0, y0 := (k%2)*testW/2, (k/2)*testH/2
+			var sum [3]float64
+			n := 0
+			for y := y0 + 4; y < y0+testH/2-4; y++ {
+				for x := x0 + 4; x < x0+testW/2-4; x++ {
+					for c := range 3 {
+						sum[c] += float64(rgb[(y*testW+x)*3+c])
+					}
+					n++
+				}
+			}
+			for c := range 3 {
+				d := math.Abs(sum[c]/float64(n) - float64(want[k][c]))
+				if d > worst {
+					worst, worstAt = d, fmt.Sprintf("frame %d quadrant %d channel %d", f, k, c)
+				}
+			}
+		}
+	}
+	t.Logf("decoded quadrant means: max abs error %.3f levels at %s", worst, worstAt)
+	if worst > maxMeanErrRGB {
+		t.Errorf("decoded colors off by %.3f levels at %s, tolerance %v", worst, worstAt, maxMeanErrRGB)
+	}
+}
+
+func TestWriteMP4WithAudio(t *testing.T) {
+	ff := requireFFmpeg(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.mp4")
+	writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate, AudioChannels: 2}, sineAudio(1))
+	assertDir(t, dir, "out.mp4")
+
+	info, err := Probe(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, a := info.Video, info.Audio
+	if v == nil || a == nil {
+		t.Fatalf("probe: video %+v audio %+v, want both", v, a)
+	}
+	t.Logf("video %+v", *v)
+	t.Logf("audio %+v", *a)
+	if v.Codec != "h264" || v.PixelFormat != "yuv420p" || v.Width != testW || v.Height != testH ||
+		v.Frames != testFrames || v.FPS != testFPS || v.ColorSpace != "bt709" || v.ColorRange != "tv" {
+		t.Errorf("video stream %+v, want h264 yuv420p %dx%d, %d frames at %v fps, bt709 tv", *v, testW, testH, testFrames, testFPS)
+	}
+	if a.Codec != "aac" || a.Channels != 2 || a.SampleRate != testRate {
+		t.Errorf("audio stream %+v, want aac, 2 channels, %d Hz", *a, testRate)
+	}
+	if d := math.Abs(a.Duration - v.Duration); d > aacFrameSecs {
+		t.Errorf("audio lasts %.4f s, video %.4f s: differ by %.4f s, more than one AAC frame (%.4f s)", a.Duration, v.Duration, d, aacFrameSecs)
+	}
+	checkPixels(t, ff, path)
+}
+
+// TestAudioLengthMismatch: audio shorter or longer than the video is fitted to it, so no
+// frame is dropped and the audio track ends with the video.
+func TestAudioLengthMismatch(t *testing.T) {
+	requireFFmpeg(t)
+	for _, secs := range []float64{0.5, 1.7} {
+		t.Run(fmt.Sprintf("%gs", secs), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.mp4")
+			writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}, sineAudio(secs))
+			info, err := Probe(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Video == nil || info.Audio == nil || info.Video.Frames != testFrames {
+				t.Fatalf("probe %+v / %+v, want %d frames and audio", info.Video, info.Audio, testFrames)
+			}
+			if d := math.Abs(info.Audio.Duration - info.Video.Duration); d > aacFrameSecs {
+				t.Errorf("%g s of audio: muxed audio lasts %.4f s, video %.4f s (differ by more than one AAC frame)", secs, info.Audio.Duration, info.Video.Duration)
+			}
+		})
+	}
+}
+
+func TestWriteMP4VideoOnly(t *testing.T) {
+	ff := requireFFmpeg(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "wan.mp4")
+	// An NTSC rate checks that a float FPS reaches the container as the exact rational.
+	writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: 24000.0 / 1001}, nil)
+	assertDir(t, dir, "wan.mp4")
+	info, err := Probe(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Audio != nil {
+		t.Errorf("video-only file has an audio stream %+v", *info.Audio)
+	}
+	v := info.Video
+	if v == nil || v.Codec != "h264" || v.PixelFormat != "yuv420p" || v.Width != testW || v.Height != testH ||
+		v.Frames != testFrames || v.FrameRate != "24000/1001" {
+		t.Fatalf("video stream %+v, want h264 yuv420p %dx%d, %d frames at 24000/1001", v, testW, testH, testFrames)
+	}
+	checkPixels(t, ff, path)
+}
+
+func TestCancel(t *testing.T) {
+	requireFFmpeg(t)
+	opts := func(dir string) MP4Options {
+		return MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
+	}
+	start := func(t *testing.T, ctx context.Context, o MP4Options) *MP4Writer {
+		w, err := NewMP4Writer(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range testFrames / 2 {
+			if err := w.WriteFrame(makeFrame(i)); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+		return w
+	}
+	t.Run("WriteFrame", func(t *testing.T) {
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := start(t, ctx, opts(dir))
+		cancel()
+		err := w.WriteFrame(makeFrame(0))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("WriteFrame after cancel: %v, want context.Canceled", err)
+		}
+		if err2 := w.Close(sineAudio(1)); !errors.Is(err2, context.Canceled) {
+			t.Errorf("Close after cancel: %v, want context.Canceled", err2)
+		}
+		assertDir(t, dir)
+	})
+	t.Run("Close", func(t *testing.T) {
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := start(t, ctx, opts(dir))
+		cancel()
+		if err := w.Close(sineAudio(1)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Close after cancel: %v, want context.Canceled", err)
+		}
+		assertDir(t, dir)
+	})
+	t.Run("NoFurtherCall", func(t *testing.T) {
+		// Cancellation alone must clean up; Abort only waits for that cleanup here.
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		w := start(t, ctx, opts(dir))
+		cause := errors.New("user pressed stop")
+		cancel(cause)
+		w.Abort()
+		err := w.Close(nil)
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrAborted) {
+			t.Errorf("Close after cancel: %v, want context.Canceled or ErrAborted", err)
+		}
+		assertDir(t, dir)
+	})
+}
+
+func TestFFmpegFailure(t *testing.T) {
+	requireFFmpeg(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.mp4")
+	// A previous result at the target must survive a failed encode untouched.
+	if err := os.WriteFile(path, []byte("previous"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
+	o.extraVideoArgs = []string{"-preset", "fastvideo_no_such_preset"}
+	w, err := NewMP4Writer(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ffmpeg opens the encoder on the first frame, so the failure surfaces at some WriteFrame
+	// (broken pipe) or at Close (exit status), depending on timing; both must report it.
+	for i := range testFrames {
+		if err = w.WriteFrame(makeFrame(i)); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = w.Close(sineAudio(1))
+	}
+	if err == nil {
+		t.Fatal("encode with an invalid libx264 preset succeeded")
+	}
+	t.Logf("error: %v", err)
+	var fe *FFmpegError
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %T is not *FFmpegError", err)
+	}
+	if !strings.Contains(err.Error(), "fastvideo_no_such_preset") || !strings.Contains(fe.Stderr, "invalid preset") {
+		t.Errorf("error does not carry ffmpeg's stderr tail naming the bad preset: %v", err)
+	}
+	assertDir(t, dir, "out.mp4")
+	if b, _ := os.ReadFile(path); string(b) != "previous" {
+		t.Errorf("target overwritten by a failed encode: %q", b)
+	}
+}
+
+func TestFFmpegEnv(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-ffmpeg")
+	t.Setenv(EnvFFmpeg, missing)
+	_, err := FindFFmpeg()
+	if err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFmpeg) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("FindFFmpeg with %s=%s: %v, want ErrNotFound naming the variable and path", EnvFFmpeg, missing, err)
+	}
+	if CheckFFmpeg() == nil {
+		t.Error("CheckFFmpeg succeeded with a missing ffmpeg")
+	}
+	out := filepath.Join(dir, "out.mp4")
+	if _, err := NewMP4Writer(context.Background(), MP4Options{Path: out, Width: testW, Height: testH, FPS: testFPS}); err == nil || !strings.Contains(err.Error(), EnvFFmpeg) {
+		t.Errorf("NewMP4Writer with a missing ffmpeg: %v, want an error naming %s", err, EnvFFmpeg)
+	}
+	assertDir(t, dir)
+
+	t.Setenv(EnvFFmpeg, dir)
+	if _, err := FindFFmpeg(); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("FindFFmpeg with %s pointing at a directory: %v, want 'not an executable'", EnvFFmpeg, err)
+	}
+
+	t.Setenv(EnvFFprobe, missing)
+	if _, err := FindFFprobe(); err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFprobe) {
+		t.Errorf("FindFFprobe with %s=%s: %v, want ErrNotFound naming the variable", EnvFFprobe, missing, err)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	dir := t.TempDir()
+	good := MP4Options{Path: filepath.Join(dir, "a.mp4"), Width: testW, Height: testH, FPS: testFPS}
+	cases := []struct {
+		name string
+		edit func(*MP4Options)
+		want string
+	}{
+		{"OddWidth", func(o *MP4Options) { o.Width = 63 }, "MP4Options.Width=63 is odd"},
+		{"OddHeight", func(o *MP4Options) { o.Height = 47 }, "MP4Options.Height=47 is odd"},
+		{"ZeroWidth", func(o *MP4Options) { o.Width = 0 }, "MP4Options.Width=0 must be positive"},
+		{"NoPath", func(o *MP4Options) { o.Path = "" }, "MP4Options.Path is empty"},
+		{"PathIsDir", func(o *MP4Options) { o.Path = dir }, "is a directory"},
+		{"MissingDir", func(o *MP4Options) { o.Path = filepath.Join(dir, "nope", "a.mp4") }, "does not exist"},
+		{"ZeroFPS", func(o *MP4Options) { o.FPS = 0 }, "MP4Options.FPS=0"},
+		{"NaNFPS", func(o *MP4Options) { o.FPS = math.NaN() }, "MP4Options.FPS=NaN"},
+		{"BadRate", func(o *MP4Options) { o.AudioSampleRate = 32001 }, "MP4Options.AudioSampleRate=32001"},
+		{"ChannelsWithoutRate", func(o *MP4Options) { o.AudioChannels = 2 }, "MP4Options.AudioChannels=2 needs AudioSampleRate"},
+		{"SixChannels", func(o *MP4Options) { o.AudioSampleRate, o.AudioChannels = testRate, 6 }, "MP4Options.AudioChannels=6"},
+		{"CRF", func(o *MP4Options) { o.CRF = 60 }, "MP4Options.CRF=60"},
+		{"Preset", func(o *MP4Options) { o.Preset = "turbo" }, `MP4Options.Preset="turbo"`},
+		{"Bitrate", func(o *MP4Options) { o.AudioSampleRate, o.AudioBitrate = testRate, 100 }, "MP4Options.AudioBitrate=100"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := good
+			c.edit(&o)
+			w, err := NewMP4Writer(context.Background(), o)
+			if err == nil {
+				w.Abort()
+				t.Fatalf("accepted %+v", o)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+	assertDir(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := NewMP4Writer(ctx, good); !errors.Is(err, context.Canceled) {
+		t.Errorf("NewMP4Writer with a cancelled context: %v", err)
+	}
+}
+
+func TestWriterMisuse(t *testing.T) {
+	requireFFmpeg(t)
+	open := func(t *testing.T, rate int) (*MP4Writer, string) {
+		dir := t.TempDir()
+		w, err := NewMP4Writer(context.Background(), MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: rate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w, dir
+	}
+	cases := []struct {
+		name  string
+		rate  int
+		run   func(w *MP4Writer) error
+		want  string
+		wantE error
+	}{
+		{"FrameSize", 0, func(w *MP4Writer) error { return w.WriteFrame(make([]byte, 10)) }, "has 10 bytes, want Width*Height*3", nil},
+		{"NoFrames", 0, func(w *MP4Writer) error { return w.Close(nil) }, "no frames were written", nil},
+		{"MonoForStereo", testRate, func(w *MP4Writer) error {
+			w.WriteFrame(makeFrame(0))
+			return w.Close(sineAudio(1)[:1])
+		}, "audio has 1 channels, want MP4Options.AudioChannels=2", nil},
+		{"UnequalChannels", testRate, func(w *MP4Writer) error {
+			w.WriteFrame(makeFrame(0))
+			a := sineAudio(1)
+			a[1] = a[1][:100]
+			return w.Close(a)
+		}, "channel 1 has 100 samples", nil},
+		{"NaNAudio", testRate, func(w *MP4Writer) error {
+			w.WriteFrame(makeFrame(0))
+			a := sineAudio(1)
+			a[0][7] = float32(math.NaN())
+			return w.Close(a)
+		}, "channel 0 sample 7 is NaN", nil},
+		{"AudioForVideoOnly", 0, func(w *MP4Writer) error {
+			w.WriteFrame(makeFrame(0))
+			return w.Close(sineAudio(1))
+		}, "AudioSampleRate is 0 (video-only)", nil},
+		{"Abort", 0, func(w *MP4Writer) error {
+			w.WriteFrame(makeFrame(0))
+			w.Abort()
+			return w.WriteFrame(makeFrame(1))
+		}, "", ErrAborted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w, dir := open(t, c.rate)
+			err := c.run(w)
+			if err == nil || !strings.Contains(err.Error(), c.want) || (c.wantE != nil && !errors.Is(err, c.wantE)) {
+				t.Errorf("got %v, want an error containing %q (is %v)", err, c.want, c.wantE)
+			}
+			if err2 := w.Close(nil); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("Close after failure: %v, want the same error", err2)
+			}
+			assertDir(t, dir)
+		})
+	}
+}
+
+func TestAudioFit(t *testing.T) {
+	for _, c := range []struct {
+		frames int
+		fps    float64
+		rate   int
+		want   int
+	}{{124, 24, 32000, 165334}, {24, 24, 32000, 32000}, {24, 24000.0 / 1001, 32000, 32032}, {1, 30, 44100, 1470}} {
+		if got := AudioSamplesFor(c.frames, c.fps, c.rate); got != c.want {
+			t.Errorf("AudioSamplesFor(%d, %v, %d) = %d, want %d", c.frames, c.fps, c.rate, got, c.want)
+		}
+	}
+	a := [][]float32{{1, 2, 3}, {4, 5, 6}}
+	if got := FitAudio(a, 2); !slices.Equal(got[0], []float32{1, 2}) || !slices.Equal(got[1], []float32{4, 5}) {
+		t.Errorf("FitAudio trim = %v", got)
+	}
+	if got := FitAudio(a, 5); !slices.Equal(got[0], []float32{1, 2, 3, 0, 0}) || !slices.Equal(got[1], []float32{4, 5, 6, 0, 0}) {
+		t.Errorf("FitAudio pad = %v", got)
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := newTailBuffer()
+	for i := range 3000 {
+		fmt.Fprintf(tb, "line %d\n", i)
+	}
+	lines := strings.Split(tb.Tail(), "\n")
+	if len(lines) != tailLines || lines[0] != "line 2980" || lines[len(lines)-1] != "line 2999" {
+		t.Errorf("tail = %d lines %q .. %q, want line 2980 .. line 2999", len(lines), lines[0], lines[len(lines)-1])
+	}
+}
+
+// fakeFFmpeg writes a shell script standing in for ffmpeg: it lists the given encoders and
+// otherwise never reads its input, like an ffmpeg hung on a dead disk.
+func fakeFFmpeg(t *testing.T, encoders ...string) string {
+	t.Helper()
+	if runtime.GOOS == "windows" {
+		t.Skip("fake ffmpeg is a shell script")
+	}
+	var list strings.Builder
+	for _, e := range encoders {
+		fmt.Fprintf(&list, " V....D %s fake\\n", e)
+	}
+	path := filepath.Join(t.TempDir(), "ffmpeg")
+	script := "#!/bin/sh\ncase \"$*\" in *-encoders*) printf '" + list.String() + "'; exit 0;; esac\nexec sleep 600\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestMissingEncoder(t *testing.T) {
+	t.Setenv(EnvFFmpeg, fakeFFmpeg(t, "aac"))
+	err := CheckFFmpeg()
+	if err == nil || !strings.Contains(err.Error(), "lacks encoder(s) libx264") || !strings.Contains(err.Error(), "apt-get install ffmpeg") {
+		t.Errorf("CheckFFmpeg with an ffmpeg lacking libx264: %v", err)
+	}
+}
+
+// TestDeadlineWhileBlocked: a write blocked on an ffmpeg that stopped reading is released by
+// the context's deadline, which kills ffmpeg.
+func TestDeadlineWhileBlocked(t *testing.T) {
+	t.Setenv(EnvFFmpeg, fakeFFmpeg(t, "libx264", "aac"))
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	w, err := NewMP4Writer(ctx, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := makeFrame(0)
+	// The pipe holds a few frames; a write then blocks until the deadline kills the reader.
+	for i := 0; err == nil; i++ {
+		if i > 1000 {
+			t.Fatal("1000 frames written into a process that never reads")
+		}
+		err = w.WriteFrame(frame)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("blocked WriteFrame returned %v, want context.DeadlineExceeded", err)
+	}
+	assertDir(t, dir)
+}

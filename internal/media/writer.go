@@ -1,0 +1,546 @@
+package media
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Defaults match the MLX H3 runtime's mux (libx264 preset medium, CRF 18, AAC 192 kb/s).
+const (
+	DefaultCRF          = 18
+	DefaultPreset       = "medium"
+	DefaultAudioBitrate = 192_000
+	DefaultChannels     = 2
+)
+
+// ErrAborted is the error of a writer ended with Abort.
+var ErrAborted = errors.New("media: writer aborted")
+
+var x264Presets = []string{"ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo"}
+
+// Sample rates the AAC encoder accepts (MPEG-4 sampling frequency table).
+var aacRates = []int{96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350}
+
+// MP4Options configures an MP4Writer. The zero value of every optional field selects the
+// default noted beside it.
+type MP4Options struct {
+	// Path is the output file. Its directory must exist. An existing file is replaced, and
+	// only when the whole encode succeeded.
+	Path string
+	// Width and Height of every frame in pixels; both must be even (yuv420p halves chroma).
+	Width, Height int
+	// FPS is the frame rate; non-integer rates are passed through ffmpeg's rational
+	// approximation, so 24000.0/1001 becomes exactly 24000/1001.
+	FPS float64
+	// AudioSampleRate in Hz; 0 writes a video-only file (Wan). H3 uses 32000.
+	AudioSampleRate int
+	// AudioChannels: 1 or 2; 0 means 2 when AudioSampleRate is set.
+	AudioChannels int
+	// CRF is libx264's constant rate factor, 1..51 (lower is better); 0 means DefaultCRF.
+	CRF int
+	// Preset is the libx264 speed preset; "" means DefaultPreset.
+	Preset string
+	// AudioBitrate in bits/s; 0 means DefaultAudioBitrate.
+	AudioBitrate int
+
+	// extraVideoArgs are appended to the first pass's output options; tests use it to force
+	// an ffmpeg failure without a broken ffmpeg install.
+	extraVideoArgs []string
+}
+
+// withDefaults validates o and returns it with defaults applied and Path made absolute.
+func (o MP4Options) withDefaults() (MP4Options, error) {
+	if o.Path == "" {
+		return o, errors.New("media: MP4Options.Path is empty; set it to the output .mp4 file")
+	}
+	abs, err := filepath.Abs(o.Path)
+	if err != nil {
+		return o, fmt.Errorf("media: MP4Options.Path=%q: %w", o.Path, err)
+	}
+	o.Path = abs
+	if st, err := os.Stat(o.Path); err == nil && st.IsDir() {
+		return o, fmt.Errorf("media: MP4Options.Path=%q is a directory; give a file path such as %q", o.Path, filepath.Join(o.Path, "video.mp4"))
+	}
+	dir := filepath.Dir(o.Path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return o, fmt.Errorf("media: MP4Options.Path=%q: directory %q does not exist; create it first", o.Path, dir)
+	}
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"Width", o.Width}, {"Height", o.Height}} {
+		if d.v <= 0 {
+			return o, fmt.Errorf("media: MP4Options.%s=%d must be positive", d.name, d.v)
+		}
+		if d.v%2 != 0 {
+			return o, fmt.Errorf("media: MP4Options.%s=%d is odd; H.264 yuv420p needs even width and height: crop or pad frames to %d or %d",
+				d.name, d.v, d.v-1, d.v+1)
+		}
+	}
+	if !(o.FPS > 0) || math.IsInf(o.FPS, 0) {
+		return o, fmt.Errorf("media: MP4Options.FPS=%v must be a positive finite frame rate (e.g. 24)", o.FPS)
+	}
+	switch {
+	case o.AudioSampleRate == 0 && o.AudioChannels != 0:
+		return o, fmt.Errorf("media: MP4Options.AudioChannels=%d needs AudioSampleRate (e.g. 32000); leave both 0 for video-only", o.AudioChannels)
+	case o.AudioSampleRate != 0:
+		if !slices.Contains(aacRates, o.AudioSampleRate) {
+			return o, fmt.Errorf("media: MP4Options.AudioSampleRate=%d is not an AAC sample rate; use one of %v (resample first)", o.AudioSampleRate, aacRates)
+		}
+		if o.AudioChannels == 0 {
+			o.AudioChannels = DefaultChannels
+		}
+		if o.AudioChannels != 1 && o.AudioChannels != 2 {
+			return o, fmt.Errorf("media: MP4Options.AudioChannels=%d: only mono (1) and stereo (2) are supported", o.AudioChannels)
+		}
+		if o.AudioBitrate == 0 {
+			o.AudioBitrate = DefaultAudioBitrate
+		}
+		if o.AudioBitrate < 8000 || o.AudioBitrate > 512_000 {
+			return o, fmt.Errorf("media: MP4Options.AudioBitrate=%d bit/s is outside 8000..512000 (default %d)", o.AudioBitrate, DefaultAudioBitrate)
+		}
+	}
+	if o.CRF == 0 {
+		o.CRF = DefaultCRF
+	}
+	if o.CRF < 1 || o.CRF > 51 {
+		return o, fmt.Errorf("media: MP4Options.CRF=%d is outside libx264's 1..51 (0 selects %d)", o.CRF, DefaultCRF)
+	}
+	if o.Preset == "" {
+		o.Preset = DefaultPreset
+	}
+	if !slices.Contains(x264Presets, o.Preset) {
+		return o, fmt.Errorf("media: MP4Options.Preset=%q is not a libx264 preset; use one of %v", o.Preset, x264Presets)
+	}
+	return o, nil
+}
+
+type writerState int
+
+const (
+	stateOpen writerState = iota
+	stateClosed
+	stateFailed
+)
+
+// MP4Writer streams rgb24 frames into an H.264 MP4 through ffmpeg. Use it from one goroutine
+// at a time (calls are serialized); the context's cancellation may arrive from anywhere.
+// After any error the writer is finished: ffmpeg is gone, no file is left behind, and every
+// later call returns the same error.
+type MP4Writer struct {
+	ctx       context.Context
+	opts      MP4Options
+	ffmpeg    string
+	frameSize int
+	stopWatch func() bool // context.AfterFunc's stop
+
+	// cur is the running ffmpeg, read without mu by the cancellation callback so it can kill
+	// ffmpeg while a WriteFrame or Close holding mu is blocked on it.
+	cur atomic.Pointer[proc]
+
+	mu       sync.Mutex
+	state    writerState
+	err      error
+	proc     *proc    // first pass: frames -> H.264
+	stdin    *os.File // write end of the first pass's stdin
+	frames   int
+	tmpFinal string   // what is renamed to opts.Path
+	tmpVideo string   // first-pass output when audio follows (else == tmpFinal)
+	temps    []string // everything to delete on failure
+}
+
+// NewMP4Writer validates opts and ffmpeg and starts the encoder. Cancelling ctx at any time
+// before Close returns kills ffmpeg and removes the temporary files, even if no further call
+// is made on the writer.
+func NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("media: not starting %q: %w", opts.Path, err)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ff, err := FindFFmpeg()
+	if err != nil {
+		return nil, err
+	}
+	w := &MP4Writer{ctx: ctx, opts: opts, ffmpeg: ff, frameSize: opts.Width * opts.Height * 3}
+
+	var token [6]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, fmt.Errorf("media: temp name: %w", err)
+	}
+	// Hidden names in the target's directory: the final rename is then atomic (same file
+	// system) and a reader globbing *.mp4 never sees a half-written file.
+	stem := filepath.Join(filepath.Dir(opts.Path), "."+filepath.Base(opts.Path)+"."+hex.EncodeToString(token[:]))
+	w.tmpFinal = stem + ".part"
+	w.tmpVideo = w.tmpFinal
+	if opts.AudioSampleRate > 0 {
+		w.tmpVideo = stem + ".video.part"
+	}
+	w.temps = []string{w.tmpFinal}
+	if w.tmpVideo != w.tmpFinal {
+		w.temps = append(w.temps, w.tmpVideo)
+	}
+
+	args := []string{
+		"-hide_banner", "-nostats", "-loglevel", "level+warning",
+		"-f", "rawvideo", "-pix_fmt", "rgb24",
+		"-video_size", fmt.Sprintf("%dx%d", opts.Width, opts.Height),
+		"-framerate", strconv.FormatFloat(opts.FPS, 'g', -1, 64),
+		"-i", "pipe:0",
+		"-an",
+		// swscale converts RGB with BT.601 coefficients unless told otherwise, while players
+		// assume BT.709 for untagged HD video; convert with BT.709 and tag it, so colors
+		// survive at every resolution. swscale's default fast path is off by up to ~1.5
+		// levels on flat colors; accurate rounding halves that at negligible cost next to x264.
+		"-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
+		"-c:v", "libx264", "-preset", opts.Preset, "-crf", strconv.Itoa(opts.CRF),
+		"-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+	}
+	args = append(args, opts.extraVideoArgs...)
+	if w.tmpVideo == w.tmpFinal {
+		args = append(args, "-movflags", "+faststart")
+	}
+	// -n (never overwrite): the random name is ours alone; an existing file means a bug.
+	args = append(args, "-f", "mp4", "-n", "file:"+w.tmpVideo)
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("media: stdin pipe for ffmpeg: %w", err)
+	}
+	p, err := startProc(ff, args, pr)
+	pr.Close() // ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg dies.
+	if err != nil {
+		pw.Close()
+		return nil, &FFmpegError{Op: "starting ffmpeg", Path: opts.Path, Err: err}
+	}
+	w.proc, w.stdin = p, pw
+	w.cur.Store(p)
+	w.stopWatch = context.AfterFunc(ctx, w.onCancel)
+	return w, nil
+}
+
+// Frames returns the number of frames written so far.
+func (w *MP4Writer) Frames() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.frames
+}
+
+// WriteFrame appends one frame: Width*Height*3 bytes of packed RGB, row-major, top row first.
+// rgb may be reused once WriteFrame returns.
+func (w *MP4Writer) WriteFrame(rgb []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateOpen {
+		return w.finishedErr()
+	}
+	if err := w.ctx.Err(); err != nil {
+		return w.failLocked("encoding video", w.ctxErr())
+	}
+	if len(rgb) != w.frameSize {
+		return w.failLocked("encoding video", fmt.Errorf("frame %d has %d bytes, want Width*Height*3 = %d*%d*3 = %d (packed rgb24)",
+			w.frames, len(rgb), w.opts.Width, w.opts.Height, w.frameSize))
+	}
+	if _, err := w.stdin.Write(rgb); err != nil {
+		if w.ctx.Err() != nil {
+			return w.failLocked("encoding video", w.ctxErr())
+		}
+		// ffmpeg stopped reading: it exited, and its exit status and stderr say why.
+		w.stdin.Close()
+		w.stdin = nil
+		werr := w.proc.wait()
+		if werr == nil {
+			werr = err
+		}
+		return w.failLocked("encoding video", fmt.Errorf("ffmpeg stopped reading after %d frames: %w", w.frames, werr))
+	}
+	w.frames++
+	return nil
+}
+
+// Close finishes the file and renames it to Path. audio is planar: one slice per channel, all
+// the same length, float32 samples nominally in [-1, 1] at AudioSampleRate; pass nil for a
+// video-only writer. Audio is cut or zero-padded to AudioSamplesFor(frames, FPS, rate) samples
+// first, as the MLX H3 runtime does: ffmpeg's -shortest would otherwise drop the video frames
+// that outlast a short audio track. Close always ends the writer: on error nothing is left at
+// Path and the temporary files are removed.
+//
+// The audio goes to ffmpeg through a temporary f32le file in a second pass that copies the
+// already-encoded H.264 stream (a remux of a few MB, ~0.3 s for a 5 s clip). A second pipe
+// into the first ffmpeg cannot work: audio exists only now, after the last frame, while
+// ffmpeg opens and probes every input at startup and interleaves them by timestamp, so an
+// audio pipe that stays empty until the end stalls the video or overflows ffmpeg's muxing
+// queue, depending on ffmpeg's version. A file also lets ffmpeg's exit status be the single
+// success signal, with no writer goroutine racing -shortest for a broken pipe.
+func (w *MP4Writer) Close(audio [][]float32) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateOpen {
+		return w.finishedErr()
+	}
+	if err := w.checkAudio(audio); err != nil {
+		return w.failLocked("closing", err)
+	}
+	if w.frames == 0 {
+		return w.failLocked("closing", errors.New("no frames were written; call WriteFrame at least once"))
+	}
+	if w.ctx.Err() != nil {
+		return w.failLocked("encoding video", w.ctxErr())
+	}
+	w.stdin.Close() // EOF makes ffmpeg flush the encoder and finish the file.
+	w.stdin = nil
+	if err := w.proc.wait(); err != nil {
+		if w.ctx.Err() != nil {
+			return w.failLocked("encoding video", w.ctxErr())
+		}
+		return w.failLocked("encoding video", err)
+	}
+	if w.opts.AudioSampleRate > 0 {
+		audio = FitAudio(audio, AudioSamplesFor(w.frames, w.opts.FPS, w.opts.AudioSampleRate))
+		if err := w.muxAudioLocked(audio); err != nil {
+			return err
+		}
+	}
+	if w.ctx.Err() != nil {
+		return w.failLocked("finishing", w.ctxErr())
+	}
+	if err := os.Rename(w.tmpFinal, w.opts.Path); err != nil {
+		return w.failLocked("renaming the finished file", err)
+	}
+	w.temps = slices.DeleteFunc(w.temps, func(t string) bool { return t == w.tmpFinal })
+	w.removeTemps() // the first-pass video and the audio file, when there was audio
+	w.state = stateClosed
+	w.stopWatch()
+	return nil
+}
+
+// Abort stops ffmpeg and removes every temporary file; nothing is written to Path. It is a
+// no-op after Close or a failure, so `defer w.Abort()` is the idiomatic guard.
+func (w *MP4Writer) Abort() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == stateOpen {
+		w.failLocked("encoding video", ErrAborted)
+	}
+}
+
+func (w *MP4Writer) checkAudio(audio [][]float32) error {
+	if w.opts.AudioSampleRate == 0 {
+		if len(audio) != 0 {
+			return fmt.Errorf("got %d audio channels but MP4Options.AudioSampleRate is 0 (video-only); set AudioSampleRate and AudioChannels", len(audio))
+		}
+		return nil
+	}
+	if len(audio) != w.opts.AudioChannels {
+		return fmt.Errorf("audio has %d channels, want MP4Options.AudioChannels=%d (planar: one slice per channel)", len(audio), w.opts.AudioChannels)
+	}
+	for c, ch := range audio {
+		if len(ch) == 0 {
+			return fmt.Errorf("audio channel %d is empty", c)
+		}
+		if len(ch) != len(audio[0]) {
+			return fmt.Errorf("audio channel %d has %d samples but channel 0 has %d; channels must have equal length", c, len(ch), len(audio[0]))
+		}
+		for i, v := range ch {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("audio channel %d sample %d is %v; the AAC encoder needs finite samples", c, i, v)
+			}
+		}
+	}
+	return nil
+}
+
+func (w *MP4Writer) muxAudioLocked(audio [][]float32) error {
+	f, err := os.CreateTemp(filepath.Dir(w.opts.Path), "."+filepath.Base(w.opts.Path)+".*.f32le")
+	if err != nil {
+		return w.failLocked("writing audio", err)
+	}
+	w.temps = append(w.temps, f.Name())
+	err = writeF32LE(f, audio)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return w.failLocked("writing audio", err)
+	}
+	args := []string{
+		"-hide_banner", "-nostdin", "-nostats", "-loglevel", "level+warning",
+		"-i", "file:" + w.tmpVideo,
+		"-f", "f32le", "-ar", strconv.Itoa(w.opts.AudioSampleRate), "-ac", strconv.Itoa(w.opts.AudioChannels),
+		"-i", "file:" + f.Name(),
+		"-map", "0:v:0", "-map", "1:a:0",
+		"-c:v", "copy",
+		"-c:a", "aac", "-b:a", strconv.Itoa(w.opts.AudioBitrate),
+		"-shortest", "-movflags", "+faststart",
+		"-f", "mp4", "-n", "file:" + w.tmpFinal,
+	}
+	p, err := startProc(w.ffmpeg, args, nil)
+	if err != nil {
+		return w.failLocked("muxing audio", err)
+	}
+	w.proc = p
+	w.cur.Store(p)
+	// onCancel may have loaded the previous (finished) process just before the Store; this
+	// check after it guarantees one of the two sides kills the new one.
+	if w.ctx.Err() != nil {
+		return w.failLocked("muxing audio", w.ctxErr())
+	}
+	if err := p.wait(); err != nil {
+		if w.ctx.Err() != nil {
+			return w.failLocked("muxing audio", w.ctxErr())
+		}
+		return w.failLocked("muxing audio", err)
+	}
+	return nil
+}
+
+// writeF32LE writes planar channels as interleaved little-endian float32, ffmpeg's f32le.
+func writeF32LE(f *os.File, audio [][]float32) error {
+	bw := bufio.NewWriterSize(f, 1<<16)
+	var b [4]byte
+	for i := range audio[0] {
+		for _, ch := range audio {
+			binary.LittleEndian.PutUint32(b[:], math.Float32bits(ch[i]))
+			if _, err := bw.Write(b[:]); err != nil {
+				return err
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+func (w *MP4Writer) onCancel() {
+	if p := w.cur.Load(); p != nil {
+		p.kill()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == stateOpen {
+		w.failLocked("encoding video", w.ctxErr())
+	}
+}
+
+func (w *MP4Writer) ctxErr() error {
+	err, cause := w.ctx.Err(), context.Cause(w.ctx)
+	if cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+func (w *MP4Writer) finishedErr() error {
+	if w.state == stateClosed {
+		return fmt.Errorf("media: writer for %q is already closed", w.opts.Path)
+	}
+	return w.err
+}
+
+// failLocked ends the writer: kills ffmpeg, waits for it (so the stderr tail is complete and
+// it no longer holds the files), removes every temporary file and records the error.
+func (w *MP4Writer) failLocked(op string, cause error) error {
+	if w.state != stateOpen {
+		return w.err
+	}
+	w.state = stateFailed
+	if w.stdin != nil {
+		w.stdin.Close()
+		w.stdin = nil
+	}
+	var tail string
+	if w.proc != nil {
+		w.proc.kill()
+		w.proc.wait()
+		tail = w.proc.stderr.Tail()
+	}
+	w.removeTemps()
+	if w.stopWatch != nil {
+		w.stopWatch()
+	}
+	w.err = &FFmpegError{Op: op, Path: w.opts.Path, Err: cause, Stderr: tail}
+	return w.err
+}
+
+func (w *MP4Writer) removeTemps() {
+	for _, t := range w.temps {
+		os.Remove(t)
+	}
+	w.temps = nil
+}
+
+// proc is one ffmpeg run; wait may be called any number of times.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	done   chan struct{}
+	err    error
+}
+
+func startProc(path string, args []string, stdin *os.File) (*proc, error) {
+	cmd := exec.Command(path, args...)
+	p := &proc{cmd: cmd, stderr: newTailBuffer(), done: make(chan struct{})}
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) wait() error {
+	<-p.done
+	return p.err
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill() // an error means it already exited, which is what we want
+	}
+}
+
+// AudioSamplesFor returns how many samples per channel cover frames video frames at fps:
+// ceil(frames/fps * sampleRate), the length the MLX H3 runtime trims or pads audio to before
+// muxing (124 frames at 24 fps, 32 kHz: 165,334).
+func AudioSamplesFor(frames int, fps float64, sampleRate int) int {
+	x := float64(frames) * float64(sampleRate) / fps
+	// The tolerance absorbs rounding in rates like 24000/1001 held as a float64, which would
+	// otherwise turn an exact sample count into one more.
+	return int(math.Ceil(x - 1e-6))
+}
+
+// FitAudio returns the planar channels cut or zero-padded to n samples each. Cut channels
+// share memory with the input; padded ones are copies.
+func FitAudio(audio [][]float32, n int) [][]float32 {
+	out := make([][]float32, len(audio))
+	for c, ch := range audio {
+		if len(ch) >= n {
+			out[c] = ch[:n:n]
+			continue
+		}
+		out[c] = make([]float32, n)
+		copy(out[c], ch)
+	}
+	return out
+}
