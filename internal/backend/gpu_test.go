@@ -1,0 +1,101 @@
+package backend
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// TestCUDADiscovery runs New("xla:cuda")'s steps with no manual environment setup on a GPU machine:
+//
+//	go test -c -o .gpu/backend.test ./internal/backend
+//	FASTVIDEO_GPU_TEST=1 ./.gpu/backend.test -test.run TestCUDADiscovery -test.v
+func TestCUDADiscovery(t *testing.T) {
+	if os.Getenv("FASTVIDEO_GPU_TEST") != "1" {
+		t.Skip("set FASTVIDEO_GPU_TEST=1 on a machine with an NVIDIA GPU")
+	}
+	start := time.Now()
+	p, err := Resolve("xla:cuda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := time.Since(start)
+	b, err := p.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Finalize()
+	t.Logf("resolve %v, open %v", resolved.Round(time.Millisecond), (time.Since(start) - resolved).Round(time.Millisecond))
+	t.Logf("plan: %s", p)
+	t.Logf("backend: %s", b.Description())
+	t.Logf("plugin: %s (found by %s), loaded as %s", p.Plugin, p.FoundBy, p.LoadPath)
+	t.Logf("libraries: mode %q, dirs %v", p.LibMode, p.LibDirs)
+	t.Logf("preloaded %d, failed %d", len(p.Preloaded), len(p.PreloadFailed))
+	for _, f := range p.PreloadFailed {
+		t.Logf("  preload failed: %s", f)
+	}
+	t.Logf("XLA_FLAGS=%q", os.Getenv("XLA_FLAGS"))
+
+	if got, want := runMatmul(t, b), []float32{19, 22, 43, 50}; !slices.Equal(got, want) {
+		t.Fatalf("2x2 matmul = %v, want %v", got, want)
+	}
+	// Big enough for cuBLAS; small integers are exact under TF32, so the result must be exact.
+	const n = 512
+	x, y := make([][]float32, n), make([][]float32, n)
+	for i := range n {
+		x[i], y[i] = make([]float32, n), make([]float32, n)
+		for k := range n {
+			x[i][k] = float32((i+k)%7 - 3)
+			y[i][k] = float32((i*k)%5 - 2)
+		}
+	}
+	exec, err := graph.NewExec(b, func(a, c *graph.Node) *graph.Node { return graph.MatMul(a, c) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Call1(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tensors.CopyFlatData[float32](out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range n {
+		for j := range n {
+			var want float32
+			for k := range n {
+				want += x[i][k] * y[k][j]
+			}
+			if got[i*n+j] != want {
+				bad++
+			}
+		}
+	}
+	if bad != 0 {
+		t.Fatalf("512x512 matmul: %d of %d values differ from the Go reference", bad, n*n)
+	}
+	t.Logf("512x512 f32 matmul exact")
+
+	// Where the NVIDIA libraries actually came from.
+	if maps, err := os.ReadFile("/proc/self/maps"); err == nil {
+		var libs []string
+		for _, l := range strings.Split(string(maps), "\n") {
+			if i := strings.Index(l, "/"); i >= 0 {
+				path := l[i:]
+				base := path[strings.LastIndex(path, "/")+1:]
+				if (strings.HasPrefix(base, "libcu") || strings.HasPrefix(base, "libnccl") || strings.HasPrefix(base, "libnvJit") ||
+					strings.HasPrefix(base, "libnvrtc") || strings.Contains(base, "plugin")) && !slices.Contains(libs, path) {
+					libs = append(libs, path)
+				}
+			}
+		}
+		t.Logf("mapped NVIDIA/plugin libraries:\n  %s", strings.Join(libs, "\n  "))
+	}
+}

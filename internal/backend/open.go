@@ -1,0 +1,208 @@
+package backend
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/compute"
+	_ "github.com/gomlx/gomlx/backends/default" // registers "go" and, unless -tags noxla, "xla"
+)
+
+// New resolves spec (see ResolveWith for the rules) and creates the backend.
+func New(spec string) (compute.Backend, error) {
+	p, err := Resolve(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.Open()
+}
+
+// openMu serialises Open: it edits the process environment and the dynamic loader's state.
+var openMu sync.Mutex
+
+// preloadedLibs remembers what this process dlopened, so a second Open does not redo it.
+var preloadedLibs = map[string]bool{}
+
+// Open prepares the process (environment, preloaded libraries, cuda-named link) and creates
+// the backend. It records what it did in p (LoadPath, Preloaded, PreloadFailed, Config).
+func (p *Plan) Open() (b compute.Backend, err error) {
+	openMu.Lock()
+	defer openMu.Unlock()
+	if !slices.Contains(compute.List(), p.Backend) {
+		why := ""
+		if p.Backend == "xla" {
+			why = " (the binary was built with -tags noxla or CGO_ENABLED=0; rebuild with cgo, or use GOMLX_BACKEND=go)"
+		}
+		return nil, fmt.Errorf("backend %q is not compiled into this binary%s; compiled in: %q", p.Backend, why, compute.List())
+	}
+	if p.Backend == "xla" {
+		if err := p.prepareXLA(); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("creating backend %s: panic: %v", p, r)
+		}
+	}()
+	b, err = compute.NewWithConfig(p.Config)
+	if err != nil {
+		hint := ""
+		if p.Backend == "xla" && p.isCUDA() {
+			hint = "; if a CUDA library is missing, try " + EnvPreload + "=1, or set " + EnvPlugin +
+				" to another plugin, or use GOMLX_BACKEND=go"
+		}
+		return nil, fmt.Errorf("creating backend %s: %w%s", p, err, hint)
+	}
+	return b, nil
+}
+
+func (p *Plan) prepareXLA() error {
+	// go-xla read this at init already; the absolute plugin path is what really prevents a download.
+	// Setting it still covers child processes and any later GoMLX call without a spec.
+	setenvDefault("GOMLX_NO_AUTO_INSTALL", "1")
+	p.LoadPath = p.Plugin
+	if !p.isCUDA() {
+		p.Config = xlaConfig(p.LoadPath, p.Options)
+		return nil
+	}
+	if p.needsCUDAName {
+		link, err := cudaNamedLink(p.Plugin)
+		if err != nil {
+			return fmt.Errorf("plugin %s: go-xla treats a plugin as CUDA only when its path contains \"cuda\", "+
+				"and linking it as pjrt_c_api_cuda_plugin.so failed: %v; rename or symlink it yourself and set %s", p.Plugin, err, EnvPlugin)
+		}
+		p.LoadPath = link
+	}
+	p.Config = xlaConfig(p.LoadPath, p.Options)
+	if p.CUDADataDir != "" {
+		flags := os.Getenv("XLA_FLAGS")
+		if !strings.Contains(flags, "--xla_gpu_cuda_data_dir") {
+			_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(flags+" --xla_gpu_cuda_data_dir="+p.CUDADataDir))
+		}
+	}
+	if p.LibMode == LibsRPATH || p.LibMode == LibsPreload {
+		// go-xla looks for <plugin>/../../nvidia (its own install layout) and warns when the wheel layout lacks it.
+		setenvDefault("GOPJRT_CUDA_CHECKS", "0")
+	}
+	if p.LibMode == LibsPreload {
+		files := preloadCandidates(p.LibDirs)
+		var todo []string
+		for _, f := range files {
+			if !preloadedLibs[f] {
+				todo = append(todo, f)
+			}
+		}
+		loaded, failed := preloadAll(todo, dlopenGlobal)
+		for _, f := range loaded {
+			preloadedLibs[f] = true
+		}
+		p.Preloaded, p.PreloadFailed = loaded, failed
+		if len(files) > 0 && len(loaded) == 0 && len(todo) > 0 {
+			return fmt.Errorf("plugin %s: none of the %d CUDA libraries in %s could be preloaded: %s",
+				p.Plugin, len(todo), strings.Join(p.LibDirs, ", "), strings.Join(failed, "; "))
+		}
+	}
+	return nil
+}
+
+func setenvDefault(k, v string) {
+	if _, ok := os.LookupEnv(k); !ok {
+		_ = os.Setenv(k, v)
+	}
+}
+
+// cudaNamedLink makes a stable per-plugin symlink named pjrt_c_api_cuda_plugin.so in the user cache
+// folder. Stable, because go-xla caches plugins by path: a new path would load the plugin twice.
+func cudaNamedLink(real string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(real))
+	dir := filepath.Join(cache, "fastvideo", "pjrt", hex.EncodeToString(sum[:6]))
+	link := filepath.Join(dir, "pjrt_c_api_cuda_plugin.so")
+	if cur, err := os.Readlink(link); err == nil && cur == real {
+		return link, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := link + fmt.Sprintf(".%d", os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink(real, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	return link, nil
+}
+
+// reXLALibs matches the NVIDIA libraries XLA's GPU runtime dlopens by soname. Others in the same
+// folders are left alone: libnvblas and libcufftw interpose BLAS/FFTW symbols when global, the
+// profiler and nvshmem transport libraries pull in drivers we do not want.
+var reXLALibs = regexp.MustCompile(`^lib(cudart|cublas|cublasLt|cudnn(_[a-z_]+)?|cufft|cusolver|cusparse|nccl|nvrtc|nvrtc-builtins|nvJitLink|cupti)\.so(\.[0-9.]+)?$`)
+
+// preloadCandidates lists the libraries to preload from dirs, one per file name (the first folder wins).
+func preloadCandidates(dirs []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			n := e.Name()
+			if seen[n] || !reXLALibs.MatchString(n) {
+				continue
+			}
+			p := filepath.Join(d, n)
+			if !isFile(p) {
+				continue
+			}
+			seen[n] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// preloadAll opens every file, retrying the failures after each pass that loaded something:
+// a library whose dependency was not loaded yet succeeds once the dependency is in.
+func preloadAll(files []string, open func(string) error) (loaded, failed []string) {
+	pending := slices.Clone(files)
+	errs := map[string]error{}
+	for len(pending) > 0 {
+		var next []string
+		for _, f := range pending {
+			if err := open(f); err != nil {
+				errs[f] = err
+				next = append(next, f)
+				continue
+			}
+			loaded = append(loaded, f)
+		}
+		if len(next) == len(pending) {
+			break
+		}
+		pending = next
+	}
+	if len(loaded) < len(files) {
+		for _, f := range files {
+			if !slices.Contains(loaded, f) {
+				failed = append(failed, fmt.Sprintf("%s: %v", f, errs[f]))
+			}
+		}
+	}
+	return loaded, failed
+}
