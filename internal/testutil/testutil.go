@@ -20,8 +20,8 @@ import (
 	"testing"
 
 	"github.com/gomlx/compute"
-	_ "github.com/gomlx/compute/gobackend"
 
+	"fastvideo/internal/backend"
 	"fastvideo/internal/safetensors"
 )
 
@@ -316,7 +316,7 @@ func Backend(t testing.TB) compute.Backend {
 		if cfg == "" {
 			cfg = "go:ops_sequential"
 		}
-		backendVal, backendErr = compute.NewWithConfig(cfg)
+		backendVal, backendErr = backend.New(cfg)
 	})
 	if backendErr != nil {
 		t.Fatalf("test backend: %v", backendErr)
