@@ -1,0 +1,198 @@
+// Package attention is the one scaled-dot-product attention entry point of the SDK.
+//
+// Attend takes q, k, v in BSHD layout ([batch, seq, heads, headDim]) and returns the attention output in
+// the layout of q. It chooses between two implementations:
+//
+//   - the fused path: GoMLX's attention.Core, which lowers to cuDNN flash attention on xla:cuda. It is
+//     taken only when q/k/v are bf16 or f16, the head width is a multiple of 8 and the backend lists
+//     compute.OpTypeFusedScaledDotProductAttention. Outside those conditions attention.Core would
+//     silently decompose and materialize [B,H,Lq,Lk] scores in the input dtype, so we never rely on that.
+//   - the exact path: scores, softmax and the weighted sum of values in float32 (inputs converted to
+//     float32 first), output cast back to the dtype of q. This is the oracle used on CPU and in parity tests.
+//
+// The environment variable FASTVIDEO_ATTENTION=exact|fused|auto overrides the automatic choice (it is the
+// switch that turns the fast path back into the oracle when hunting a numerical difference). Forcing the
+// fused path where it cannot run is an error, reported by Resolve and raised as a panic by Attend at graph
+// build time, so that a mis-configured run fails loudly instead of falling back silently.
+package attention
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	gmattn "github.com/gomlx/gomlx/ml/layers/attention"
+)
+
+// EnvVar names the environment variable that forces an attention path.
+const EnvVar = "FASTVIDEO_ATTENTION"
+
+// Path selects an attention implementation.
+type Path int
+
+const (
+	// PathDefault defers to FASTVIDEO_ATTENTION, then to PathAuto.
+	PathDefault Path = iota
+	// PathAuto uses the fused kernel when the backend and dtype allow it, the exact path otherwise.
+	PathAuto
+	// PathExact always uses the decomposed float32 computation.
+	PathExact
+	// PathFused always uses the fused kernel; it is an error where the kernel is not available.
+	PathFused
+)
+
+// String returns the name used by FASTVIDEO_ATTENTION.
+func (p Path) String() string {
+	switch p {
+	case PathDefault:
+		return "default"
+	case PathAuto:
+		return "auto"
+	case PathExact:
+		return "exact"
+	case PathFused:
+		return "fused"
+	}
+	return fmt.Sprintf("Path(%d)", int(p))
+}
+
+// ParsePath parses "exact", "fused", "auto" (case-insensitive); the empty string gives PathDefault.
+func ParsePath(s string) (Path, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return PathDefault, nil
+	case "auto":
+		return PathAuto, nil
+	case "exact":
+		return PathExact, nil
+	case "fused":
+		return PathFused, nil
+	}
+	return PathDefault, fmt.Errorf("attention: %s=%q is not a known path; use exact, fused or auto", EnvVar, s)
+}
+
+// Options configures Attend. The zero value is the usual choice: scale 1/sqrt(headDim), path from the
+// environment or automatic.
+type Options struct {
+	// Scale multiplies q·k before the softmax; 0 means 1/sqrt(headDim).
+	Scale float64
+	// Path forces an implementation; PathDefault reads FASTVIDEO_ATTENTION (and falls back to PathAuto).
+	Path Path
+}
+
+// requestedPath resolves PathDefault through the environment.
+func requestedPath(p Path) (Path, error) {
+	if p != PathDefault {
+		return p, nil
+	}
+	env, err := ParsePath(os.Getenv(EnvVar))
+	if err != nil {
+		return PathDefault, err
+	}
+	if env == PathDefault {
+		return PathAuto, nil
+	}
+	return env, nil
+}
+
+// Resolve returns the path Attend will take for inputs of the given dtype and head width on backend, or an
+// error when the requested path cannot run there. Call it before building graphs to report configuration
+// problems as errors.
+func Resolve(backend compute.Backend, dtype dtypes.DType, headDim int, opts Options) (Path, error) {
+	want, err := requestedPath(opts.Path)
+	if err != nil {
+		return PathDefault, err
+	}
+	fusedOK, why := fusedAvailable(backend, dtype, headDim)
+	switch want {
+	case PathExact:
+		return PathExact, nil
+	case PathFused:
+		if !fusedOK {
+			return PathDefault, fmt.Errorf("attention: fused path forced (%s or Options.Path) but %s; "+
+				"use %s=exact or auto, or run on xla:cuda with bf16/f16", EnvVar, why, EnvVar)
+		}
+		return PathFused, nil
+	case PathAuto:
+		if fusedOK {
+			return PathFused, nil
+		}
+		return PathExact, nil
+	}
+	return PathDefault, fmt.Errorf("attention: unknown path %v", want)
+}
+
+func fusedAvailable(backend compute.Backend, dtype dtypes.DType, headDim int) (bool, string) {
+	if backend == nil {
+		return false, "there is no backend"
+	}
+	if !backend.Capabilities().Operations[compute.OpTypeFusedScaledDotProductAttention] {
+		return false, fmt.Sprintf("backend %q has no fused scaled-dot-product attention", backend.Name())
+	}
+	if dtype != dtypes.BFloat16 && dtype != dtypes.Float16 {
+		return false, fmt.Sprintf("dtype is %s (the fused kernel needs bfloat16 or float16)", dtype)
+	}
+	if headDim%8 != 0 {
+		return false, fmt.Sprintf("head width %d is not a multiple of 8", headDim)
+	}
+	return true, ""
+}
+
+// Attend computes softmax(scale·q·kᵀ)·v without a mask.
+//
+// q is [B, Lq, H, D]; k and v are [B, Lk, H, D] (Lk may differ from Lq). The result is [B, Lq, H, D] in
+// the dtype of q. Attend panics (graph-building convention) when the forced path cannot run; callers
+// that need an error should call Resolve first.
+func Attend(q, k, v *Node, opts Options) *Node {
+	checkShapes(q, k, v)
+	headDim := q.Shape().Dim(-1)
+	scale := opts.Scale
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(headDim))
+	}
+	path, err := Resolve(q.Graph().Backend(), q.DType(), headDim, opts)
+	if err != nil {
+		panic(err)
+	}
+	if path == PathFused {
+		out, _ := gmattn.Core(q, k, v, gmattn.LayoutBSHD, gmattn.CoreOptions{Scale: scale})
+		return out
+	}
+	return Exact(q, k, v, scale)
+}
+
+// Exact is the decomposed attention with float32 scores and softmax; q, k, v in BSHD, result in q's dtype.
+func Exact(q, k, v *Node, scale float64) *Node {
+	checkShapes(q, k, v)
+	dt := q.DType()
+	qf := ConvertDType(q, dtypes.Float32)
+	kf := ConvertDType(k, dtypes.Float32)
+	vf := ConvertDType(v, dtypes.Float32)
+	// scores [B, H, Lq, Lk]: contract D, batch over B and H.
+	s := Dot(qf, kf).General([]int{3}, []int{0, 2}, []int{3}, []int{0, 2})
+	p := Softmax(MulScalar(s, scale), -1)
+	// p [B,H,Lq,Lk] · v [B,Lk,H,D] -> [B,H,Lq,D]
+	o := Dot(p, vf).General([]int{3}, []int{0, 1}, []int{1}, []int{0, 2})
+	o = TransposeAllAxes(o, 0, 2, 1, 3)
+	return ConvertDType(o, dt)
+}
+
+func checkShapes(q, k, v *Node) {
+	qs, ks, vs := q.Shape(), k.Shape(), v.Shape()
+	if qs.Rank() != 4 || ks.Rank() != 4 || vs.Rank() != 4 {
+		panic(fmt.Errorf("attention: q, k, v must be BSHD rank 4, got %s, %s, %s", qs, ks, vs))
+	}
+	if !ks.Equal(vs) {
+		panic(fmt.Errorf("attention: k %s and v %s must have the same shape", ks, vs))
+	}
+	if qs.Dim(0) != ks.Dim(0) || qs.Dim(2) != ks.Dim(2) || qs.Dim(3) != ks.Dim(3) {
+		panic(fmt.Errorf("attention: q %s and k %s must agree on batch, heads and head width", qs, ks))
+	}
+	if q.DType() != k.DType() || q.DType() != v.DType() {
+		panic(fmt.Errorf("attention: q, k, v dtypes differ: %s, %s, %s", q.DType(), k.DType(), v.DType()))
+	}
+}

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Same-math PyTorch benchmark of the MiniMax H3 DiT forward at release size.
+
+The functions below restate FastVideo's `fastvideo/models/dits/minimax_h3.py` eager path (fusions off):
+FP32 proj_in / audio_proj_in / time_embedder / proj_out / audio_proj_out, everything else in the compute
+dtype; per-row AdaLN from (timestep, modality) tables, per-head QK RMSNorm, partial 3-axis RoPE (96 of
+128 channels, half-split rotation), joint attention through torch SDPA, value-first SwiGLU. It is the
+counterpart of
+
+    go run ./examples/bench -what h3dit -backend xla:cuda
+
+and uses the same shapes: 832x480x124 with a 93-token prompt = 14,937 packed rows (text 93, audio 414,
+video 14,430), random weights drawn on the GPU (matrices randn/sqrt(fan_in), biases 0.05 randn, norm
+weights 1 + 0.1 randn). The refined prompt is computed once and reused, as FastVideo caches it across
+steps; the AdaLN projections run in every forward unless --adaln-cache. Prints seconds per forward
+(median after warm-up), TFLOP/s of the block matmuls and attention, and the peak memory torch allocated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+# Release architecture (h3.md §1.2).
+HIDDEN = 5376
+HEADS = 56
+HEAD_DIM = 128
+FFN = 14336
+IN_CHANNELS = 24
+PATCH = (1, 2, 2)
+AUDIO_CHANNELS = 32
+TEXT_DIM = 5120
+FREQ_DIM = 256
+TIME_HIDDEN = 5376
+TIME_DIM = 2688
+ROPE_FREQ_DIM = 16
+ROPE_THETA = 10000.0
+EPS = 1e-5
+MODALITIES = 3
+
+
+def rand_param(shape, dtype, device, kind):
+    """Fixture-generator scales: matrices randn/sqrt(fan_in), biases 0.05 randn, vectors 1 + 0.1 randn."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if kind == "bias":
+        return t.normal_(0.0, 0.05)
+    if len(shape) >= 2:
+        return t.normal_(0.0, 1.0 / math.sqrt(shape[1]))
+    return t.normal_(1.0, 0.1)
+
+
+def make_weights(layers, refiner_layers, dt, dev):
+    f32 = torch.float32
+    inner = HEADS * HEAD_DIM
+    patch_dim = IN_CHANNELS * PATCH[0] * PATCH[1] * PATCH[2]
+
+    def core():
+        return {
+            "norm1": rand_param((HIDDEN,), dt, dev, "w"),
+            "q": rand_param((inner, HIDDEN), dt, dev, "w"),
+            "k": rand_param((inner, HIDDEN), dt, dev, "w"),
+            "v": rand_param((inner, HIDDEN), dt, dev, "w"),
+            "nq": rand_param((HEAD_DIM,), dt, dev, "w"),
+            "nk": rand_param((HEAD_DIM,), dt, dev, "w"),
+            "o": rand_param((HIDDEN, inner), dt, dev, "w"),
+            "norm2": rand_param((HIDDEN,), dt, dev, "w"),
+            "ffin": rand_param((2 * FFN, HIDDEN), dt, dev, "w"),
+            "ffout": rand_param((HIDDEN, FFN), dt, dev, "w"),
+        }
+
+    w = {
+        "proj_in": (rand_param((HIDDEN, patch_dim), f32, dev, "w"), rand_param((HIDDEN,), f32, dev, "bias")),
+        "audio_proj_in": (rand_param((HIDDEN, AUDIO_CHANNELS), f32, dev, "w"), rand_param((HIDDEN,), f32, dev, "bias")),
+        "context": (rand_param((HIDDEN, TEXT_DIM), dt, dev, "w"), rand_param((HIDDEN,), dt, dev, "bias")),
+        "time1": (rand_param((TIME_HIDDEN, FREQ_DIM), f32, dev, "w"), rand_param((TIME_HIDDEN,), f32, dev, "bias")),
+        "time2": (rand_param((TIME_DIM, TIME_HIDDEN), f32, dev, "w"), rand_param((TIME_DIM,), f32, dev, "bias")),
+        "refiner": [core() for _ in range(refiner_layers)],
+        "final_norm": rand_param((HIDDEN,), dt, dev, "w"),
+        "blocks": [],
+        "norm_out": rand_param((HIDDEN,), dt, dev, "w"),
+        "norm_out_lin": (rand_param((2 * HIDDEN, TIME_DIM), dt, dev, "w"), rand_param((2 * HIDDEN,), dt, dev, "bias")),
+        "proj_out": (rand_param((patch_dim, HIDDEN), f32, dev, "w"), rand_param((patch_dim,), f32, dev, "bias")),
+        "audio_proj_out": (rand_param((AUDIO_CHANNELS, HIDDEN), f32, dev, "w"), rand_param((AUDIO_CHANNELS,), f32, dev, "bias")),
+    }
+    for _ in range(layers):
+        b = core()
+        b["ada"] = (rand_param((6 * MODALITIES * HIDDEN, TIME_DIM), dt, dev, "w"),
+                    rand_param((6 * MODALITIES * HIDDEN,), dt, dev, "bias"))
+        w["blocks"].append(b)
+    return w
+
+
+# ---- geometry (h3.md §3): rows [text | audio ch0 | audio ch1 | video] -------------------------------
+
+def layout(height, width, frames, text_tokens):
+    t_lat = (frames - 5) // 17 * 5 + 2
+    n_audio = round(frames / 24 * 40)
+    hl, wl = height // 16, width // 16
+    a = math.sqrt(hl * wl)
+
+    def grid(d):
+        ratio = d / a
+        left = (1 - ratio) / 2
+        n = d // 2
+        return [32 * (i * ((left + ratio) - left) / n + left) for i in range(n)]
+
+    hg, wg = grid(hl), grid(wl)
+    tg = [0.0]
+    c = (1, 4, 4, 4, 4)
+    for j in range(1, t_lat):
+        tg.append(tg[-1] + 5 / 3 * c[(j - 1) % 5])
+    s = text_tokens
+    pos, tags = [], []
+    for i in range(s):
+        pos.append((i, 0.0, 0.0))
+        tags.append(1)
+    for ch in range(2):
+        for k in range(n_audio):
+            pos.append((s + k, 0.0, wg[0] if ch == 0 else wg[-1]))
+            tags.append(2)
+    for j in range(t_lat):
+        for hh in hg:
+            for ww in wg:
+                pos.append((s + tg[j], hh, ww))
+                tags.append(0)
+    n_video = t_lat * len(hg) * len(wg)
+    return pos, tags, s, 2 * n_audio, n_video
+
+
+def rope_tables(pos, dev, dt):
+    inv = 1.0 / (ROPE_THETA ** (torch.arange(0, 2 * ROPE_FREQ_DIM, 2, dtype=torch.float32, device=dev) / (2 * ROPE_FREQ_DIM)))
+    p = torch.tensor(pos, dtype=torch.float64, device=dev).to(torch.float32)
+    freqs = p.unsqueeze(-1) * inv.view(1, 1, -1)
+    freqs = torch.cat(freqs.unbind(dim=1), dim=-1)
+    freqs = torch.cat((freqs, freqs), dim=-1)
+    return freqs.cos().to(dt), freqs.sin().to(dt)
+
+
+def timestep_proj(t):
+    half = FREQ_DIM // 2
+    exponent = -math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half
+    emb = t[:, None].float() * torch.exp(exponent)[None, :]
+    return torch.cat([torch.cos(emb), torch.sin(emb)], dim=-1)
+
+
+# ---- the block math (FastVideo eager path) --------------------------------------------------------
+
+def apply_rope(x, cos, sin):
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    x1, x2 = xr.chunk(2, dim=-1)
+    return torch.cat((xr * c + torch.cat((-x2, x1), dim=-1) * s, xp), dim=-1)
+
+
+def attention(h, w, rope):
+    q = F.linear(h, w["q"]).unflatten(-1, (HEADS, HEAD_DIM))
+    k = F.linear(h, w["k"]).unflatten(-1, (HEADS, HEAD_DIM))
+    v = F.linear(h, w["v"]).unflatten(-1, (HEADS, HEAD_DIM))
+    q = F.rms_norm(q, (HEAD_DIM,), w["nq"], EPS)
+    k = F.rms_norm(k, (HEAD_DIM,), w["nk"], EPS)
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    return F.linear(o.transpose(1, 2).flatten(2), w["o"])
+
+
+def feed_forward(h, w):
+    value, gate = F.linear(h, w["ffin"]).chunk(2, dim=-1)
+    return F.linear(value * F.silu(gate), w["ffout"])
+
+
+def refiner_block(x, w):
+    x = x + attention(F.rms_norm(x, (HIDDEN,), w["norm1"], EPS), w, None)
+    return x + feed_forward(F.rms_norm(x, (HIDDEN,), w["norm2"], EPS), w)
+
+
+def modulation(temb_silu, w):
+    """[nT, 18D] -> six [nT*3, D] tables (rows timestep*3 + modality)."""
+    return F.linear(temb_silu, *w["ada"]).view(-1, 6 * HIDDEN).chunk(6, dim=-1)
+
+
+def joint_block(x, tables, idx, cos, sin, w):
+    shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (t.to(x.dtype) for t in tables)
+    h = F.rms_norm(x, (HIDDEN,), w["norm1"], EPS)
+    h = h * (1.0 + scale_msa.index_select(0, idx)) + shift_msa.index_select(0, idx)
+    x = x + gate_msa.index_select(0, idx) * attention(h, w, (cos, sin))
+    h = F.rms_norm(x, (HIDDEN,), w["norm2"], EPS)
+    h = h * (1.0 + scale_mlp.index_select(0, idx)) + shift_mlp.index_select(0, idx)
+    return x + gate_mlp.index_select(0, idx) * feed_forward(h, w)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=50)
+    ap.add_argument("--refiner-layers", type=int, default=2)
+    ap.add_argument("--height", type=int, default=480)
+    ap.add_argument("--width", type=int, default=832)
+    ap.add_argument("--frames", type=int, default=124)
+    ap.add_argument("--text", type=int, default=93)
+    ap.add_argument("--dtype", choices=("bf16", "f32"), default="bf16")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the joint block (FastVideo compiles per block)")
+    ap.add_argument("--adaln-cache", action="store_true", help="precompute the AdaLN tables once (step cache)")
+    ap.add_argument("--no-tf32", action="store_true")
+    args = ap.parse_args()
+    if args.iters < 3:
+        ap.error("--iters must be >= 3 for a median")
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dt = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    torch.backends.cuda.matmul.allow_tf32 = not args.no_tf32
+    torch.backends.cudnn.allow_tf32 = not args.no_tf32
+    torch.manual_seed(args.seed)
+
+    pos, tags, s, n_audio, n_video = layout(args.height, args.width, args.frames, args.text)
+    L = len(pos)
+    print(f"h3dit torch {torch.__version__} on {dev}: {args.layers} layers, {args.dtype}, "
+          f"{args.width}x{args.height}x{args.frames} + {s} text tokens -> {L} rows ({n_video} video, {n_audio} audio)")
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        w = make_weights(args.layers, args.refiner_layers, dt, dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"random weights on {dev} in {time.perf_counter() - t0:.2f} s")
+
+    # FastH3 4-step ladder, step 1: text/video rows at t_v, audio rows at t_a.
+    t_v, t_a = 0.027027010917663574, 0.10000002384185791
+    timestep = torch.tensor([t_v, t_a], dtype=torch.float32, device=dev)
+    tidx = torch.tensor([1 if tag == 2 else 0 for tag in tags], dtype=torch.long, device=dev)
+    tag_t = torch.tensor(tags, dtype=torch.long, device=dev)
+    adaln_idx = tidx * MODALITIES + tag_t
+    text_idx = torch.arange(0, s, device=dev)
+    audio_idx = torch.arange(s, s + n_audio, device=dev)
+    video_idx = torch.arange(s + n_audio, L, device=dev)
+    patch_dim = IN_CHANNELS * PATCH[0] * PATCH[1] * PATCH[2]
+    video_rows = torch.randn(1, n_video, patch_dim, device=dev)
+    audio_rows = torch.randn(1, n_audio, AUDIO_CHANNELS, device=dev)
+    text_feats = torch.randn(1, s, TEXT_DIM, device=dev, dtype=dt)
+    cos, sin = rope_tables(pos, dev, dt)
+
+    block_fn = torch.compile(joint_block) if args.compile else joint_block
+
+    with torch.inference_mode():
+        text = F.linear(text_feats, *w["context"])
+        for rb in w["refiner"]:
+            text = refiner_block(text, rb)
+        text = F.rms_norm(text, (HIDDEN,), w["final_norm"], EPS)  # cached across steps, as FastVideo does
+
+        def adaln_tables(ts):
+            temb = F.linear(F.silu(F.linear(timestep_proj(ts), *w["time1"])), *w["time2"])
+            a = F.silu(temb).to(dt)
+            return a, [modulation(a, b) for b in w["blocks"]]
+
+        cached = adaln_tables(timestep) if args.adaln_cache else None
+
+        def forward():
+            ve = F.linear(video_rows, *w["proj_in"])
+            ae = F.linear(audio_rows, *w["audio_proj_in"])
+            x = text.new_empty((1, L, HIDDEN))
+            x.index_copy_(1, text_idx, text)
+            x.index_copy_(1, video_idx, ve.to(dt))
+            x.index_copy_(1, audio_idx, ae.to(dt))
+            if cached is None:
+                a = F.silu(F.linear(F.silu(F.linear(timestep_proj(timestep), *w["time1"])), *w["time2"])).to(dt)
+                tables = None
+            else:
+                a, tables = cached
+            for i, b in enumerate(w["blocks"]):
+                tab = modulation(a, b) if tables is None else tables[i]
+                x = block_fn(x, tab, adaln_idx, cos, sin, b)
+            shift, scale = F.linear(a, *w["norm_out_lin"]).chunk(2, dim=-1)
+            y = F.rms_norm(x, (HIDDEN,), w["norm_out"], EPS)
+            y = (y * (1.0 + scale.index_select(0, tidx)) + shift.index_select(0, tidx)).float()
+            v = F.linear(y.index_select(1, video_idx), *w["proj_out"])
+            au = F.linear(y.index_select(1, audio_idx), *w["audio_proj_out"])
+            return v, au
+
+        def timed():
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            out = forward()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - t, out
+
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        first, _ = timed()
+        for _ in range(args.warmup):
+            timed()
+        times = []
+        out = None
+        for _ in range(args.iters):
+            dt_s, out = timed()
+            times.append(dt_s)
+
+    med = statistics.median(times)
+    inner = HEADS * HEAD_DIM
+    tflop = args.layers * (L * (8 * HIDDEN * inner + 6 * HIDDEN * FFN) + 4 * L * L * inner) / 1e12
+    v = out[0].float()
+    print(f"first forward {first:.2f} s (includes compile/autotune with --compile)")
+    print(f"forward min {min(times):.3f} s, median {med:.3f} s over {args.iters} runs; {tflop:.1f} TFLOP -> "
+          f"{tflop / med:.0f} TFLOP/s ({100 * tflop / med / 790:.0f}% of 790)")
+    if dev.type == "cuda":
+        print(f"peak memory allocated by torch: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    print(f"video rms {v.pow(2).mean().sqrt().item():.4f}, non-finite {(~torch.isfinite(v)).sum().item()}")
+
+
+if __name__ == "__main__":
+    main()

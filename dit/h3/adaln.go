@@ -1,0 +1,384 @@
+package h3
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// AdaLN step cache (h3.md §6). The modulation tables depend only on (timestep, modality), so for the
+// ladder a run visits they are computed once per generation (PrepareAdaLN) instead of once per step and
+// block; a converted checkpoint may carry them and drop the 13B projection weights, at the price of
+// serving only the ladder it was exported for.
+
+// AdaLNTimestepTolerance is how far a step's timestep may be from a cached one and still use its tables.
+const AdaLNTimestepTolerance = 1e-6
+
+// AdaLNCache holds, for a sorted set of timesteps, every block's modulation table [n·3, 6, D] and the
+// norm_out table [n, 2, D], on the device. Close frees them.
+type AdaLNCache struct {
+	// Timesteps are the cached timesteps, sorted ascending.
+	Timesteps []float32
+	tables    []*tensors.Tensor
+	normOut   *tensors.Tensor
+}
+
+// Close frees the device tables.
+func (c *AdaLNCache) Close() {
+	if c == nil {
+		return
+	}
+	finalize(c.tables...)
+	finalize(c.normOut)
+	c.tables, c.normOut = nil, nil
+}
+
+// positions maps each of a step's timesteps to its row in the cache.
+func (c *AdaLNCache) positions(ts []float32) ([]int, error) {
+	if c.normOut == nil {
+		return nil, fmt.Errorf("h3: the AdaLN cache was closed")
+	}
+	pos := make([]int, len(ts))
+	for i, t := range ts {
+		j := nearest(c.Timesteps, t)
+		if j < 0 || math.Abs(float64(c.Timesteps[j])-float64(t)) > AdaLNTimestepTolerance {
+			return nil, fmt.Errorf("h3: timestep %.9g is not in the AdaLN cache %v; prepare the cache for this run's ladder",
+				t, c.Timesteps)
+		}
+		pos[i] = j
+	}
+	return pos, nil
+}
+
+// nearest returns the index of the value of sorted closest to t (-1 if sorted is empty).
+func nearest(sorted []float32, t float32) int {
+	if len(sorted) == 0 {
+		return -1
+	}
+	i := sort.Search(len(sorted), func(i int) bool { return sorted[i] >= t })
+	switch {
+	case i == len(sorted):
+		return i - 1
+	case i == 0:
+		return 0
+	case float64(sorted[i])-float64(t) < float64(t)-float64(sorted[i-1]):
+		return i
+	default:
+		return i - 1
+	}
+}
+
+// CacheTimesteps is the key set of an AdaLN cache for the given ladders: the sorted unique union of all
+// timesteps plus 1.0 (the clean-condition time of FL2VA/Ref2VA rows), as the MLX converter builds it.
+func CacheTimesteps(ladders ...[]float32) []float32 {
+	set := map[float32]bool{1: true}
+	for _, l := range ladders {
+		for _, t := range l {
+			set[t] = true
+		}
+	}
+	out := make([]float32, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// PrepareAdaLN computes the modulation tables of every block for the timesteps a run visits (pass the
+// video and audio ladders; 1.0 is added). Pass the result in ForwardInputs.AdaLN for every step.
+func (m *Model) PrepareAdaLN(ladders ...[]float32) (*AdaLNCache, error) {
+	if m.p == nil {
+		return nil, fmt.Errorf("h3: model is closed")
+	}
+	if m.ckCache != nil {
+		return nil, fmt.Errorf("h3: this model keeps a fixed AdaLN cache for %v and no AdaLN projections; "+
+			"forwards use it directly (PrepareAdaLN needs the full checkpoint)", m.ckCache.Timesteps)
+	}
+	for _, l := range ladders {
+		for i, t := range l {
+			if math.IsNaN(float64(t)) || math.IsInf(float64(t), 0) {
+				return nil, fmt.Errorf("h3: PrepareAdaLN ladder value %d = %v is not finite", i, t)
+			}
+		}
+	}
+	return m.buildAdaLN(CacheTimesteps(ladders...))
+}
+
+// KeepAdaLNCache makes cache the model's fixed AdaLN tables and frees the AdaLN projection weights
+// (13.0B parameters at release size): afterwards forwards without ForwardInputs.AdaLN use cache, and
+// timesteps outside it are errors. The model takes ownership of cache (Close frees it).
+func (m *Model) KeepAdaLNCache(cache *AdaLNCache) error {
+	if m.p == nil {
+		return fmt.Errorf("h3: model is closed")
+	}
+	if cache == nil || cache.normOut == nil {
+		return fmt.Errorf("h3: KeepAdaLNCache needs a live cache from PrepareAdaLN")
+	}
+	if len(cache.tables) != len(m.p.Blocks) {
+		return fmt.Errorf("h3: the AdaLN cache has %d block tables, the model %d blocks", len(cache.tables), len(m.p.Blocks))
+	}
+	if m.ckCache != nil && m.ckCache != cache {
+		m.ckCache.Close()
+	}
+	m.ckCache = cache
+	for b := range m.p.Blocks {
+		releaseParams(m.p.Blocks[b].AdaLN.W, m.p.Blocks[b].AdaLN.B)
+	}
+	releaseParams(m.p.NormOut.W, m.p.NormOut.B, m.p.AdaLNBasis)
+	m.adalnDropped = true
+	return nil
+}
+
+func releaseParams(ps ...*weights.Param) {
+	for _, p := range ps {
+		if p != nil && p.T != nil {
+			p.T.FinalizeAll()
+			p.T = nil
+		}
+	}
+}
+
+// buildAdaLN runs the time MLP and every AdaLN projection for the timesteps ts; table rows follow the
+// order of ts.
+func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
+	defer catch(&err, "AdaLN tables")
+	ts = append([]float32(nil), ts...)
+	if m.p.Cache != nil || m.adalnDropped {
+		return nil, errors.New("h3: the AdaLN projection weights are not loaded (the model keeps a fixed AdaLN cache)")
+	}
+	ex := m.execs()
+	p := m.p
+	nT := len(ts)
+	proj := TimestepProjection(ts, m.cfg.FreqDim)
+	if m.trace != nil {
+		m.trace("time_proj", []int{nT, m.cfg.FreqDim}, proj)
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(proj, nT, m.cfg.FreqDim), p.Time1.W.T, p.Time1.B.T, p.Time2.W.T, p.Time2.B.T}
+	if p.AdaLNBasis != nil {
+		args = append(args, p.AdaLNBasis.T)
+	}
+	res, err := call(ex.time, args...)
+	if err != nil {
+		return nil, err
+	}
+	cond := res[0]
+	defer finalize(cond)
+	if m.trace != nil {
+		if err := m.emit("temb", res[1]); err != nil {
+			return nil, err
+		}
+		if p.AdaLNBasis != nil {
+			if err := m.emit("temb_adaln_basis", cond); err != nil {
+				return nil, err
+			}
+		}
+		finalize(res[1])
+	}
+	c = &AdaLNCache{Timesteps: ts}
+	for b := range p.Blocks {
+		r, err := call(ex.adaln, cond, p.Blocks[b].AdaLN.W.T, p.Blocks[b].AdaLN.B.T)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.tables = append(c.tables, r[0])
+		if b == 0 {
+			if err := m.emit("block0_adaln_tables", r[0]); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
+	}
+	r, err := call(ex.normOut, cond, p.NormOut.W.T, p.NormOut.B.T)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.normOut = r[0]
+	return c, nil
+}
+
+// AdaLNManifest describes the AdaLN cache a converted checkpoint carries (the "adaln_cache" entry of
+// its manifest, h3.md §10.3).
+type AdaLNManifest struct {
+	// Timesteps are the cached keys, sorted ascending (float32).
+	Timesteps []float32 `json:"timesteps"`
+	// NumBlocks must equal the config's num_layers; TablesPerBlock is 6.
+	NumBlocks      int `json:"num_blocks"`
+	TablesPerBlock int `json:"tables_per_block"`
+	// Steps is the number of forwards of the ladder the cache was exported for (0 when unknown).
+	Steps int `json:"steps,omitempty"`
+}
+
+func (a *AdaLNManifest) validate(cfg Config) error {
+	if len(a.Timesteps) == 0 {
+		return fmt.Errorf("h3: AdaLN cache manifest lists no timesteps")
+	}
+	if !sort.SliceIsSorted(a.Timesteps, func(i, j int) bool { return a.Timesteps[i] < a.Timesteps[j] }) {
+		return fmt.Errorf("h3: AdaLN cache manifest timesteps %v are not sorted ascending", a.Timesteps)
+	}
+	if a.NumBlocks != cfg.NumLayers {
+		return fmt.Errorf("h3: AdaLN cache manifest num_blocks = %d, the config has num_layers = %d", a.NumBlocks, cfg.NumLayers)
+	}
+	if a.TablesPerBlock != 6 {
+		return fmt.Errorf("h3: AdaLN cache manifest tables_per_block = %d, H3 has 6", a.TablesPerBlock)
+	}
+	return nil
+}
+
+// AdaLNManifestFiles are the manifest files Load looks for in a transformer folder, in order.
+var AdaLNManifestFiles = []string{"adaln_cache.json", "mlx_h3_dit.json"}
+
+// ReadAdaLNManifest returns the "adaln_cache" entry of the first manifest file of dir that has one, or
+// nil when the folder carries no cache (a released checkpoint).
+func ReadAdaLNManifest(dir string) (*AdaLNManifest, error) {
+	for _, name := range AdaLNManifestFiles {
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("h3: reading %s: %w", path, err)
+		}
+		var doc struct {
+			AdaLN *AdaLNManifest `json:"adaln_cache"`
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("h3: %s is not valid JSON: %w", path, err)
+		}
+		if doc.AdaLN != nil {
+			return doc.AdaLN, nil
+		}
+	}
+	return nil, nil
+}
+
+// CheckAdaLNLadder verifies, before anything heavy is loaded, that a run of steps forwards whose
+// timesteps are the given ladders (video, audio, ...) can be served by a checkpoint's AdaLN cache. A nil
+// manifest (full checkpoint) accepts every ladder.
+func CheckAdaLNLadder(manifest *AdaLNManifest, steps int, ladders ...[]float32) error {
+	if manifest == nil {
+		return nil
+	}
+	for _, l := range ladders {
+		for _, t := range l {
+			j := nearest(manifest.Timesteps, t)
+			if j >= 0 && math.Abs(float64(manifest.Timesteps[j])-float64(t)) <= AdaLNTimestepTolerance {
+				continue
+			}
+			if manifest.Steps > 0 {
+				return fmt.Errorf("h3: checkpoint exported with a fixed %d-step AdaLN ladder (timesteps %v); "+
+					"this run has %d steps and needs timestep %.9g: use steps=%d or re-export the checkpoint for this ladder",
+					manifest.Steps, manifest.Timesteps, steps, t, manifest.Steps)
+			}
+			return fmt.Errorf("h3: checkpoint exported with a fixed AdaLN ladder (timesteps %v); this run has %d steps "+
+				"and needs timestep %.9g: use the ladder it was exported for or re-export the checkpoint",
+				manifest.Timesteps, steps, t)
+		}
+	}
+	return nil
+}
+
+// cacheFromCheckpoint stacks the checkpoint's cache tensors into the layout the block executable takes.
+func (m *Model) cacheFromCheckpoint() (c *AdaLNCache, err error) {
+	defer catch(&err, "AdaLN cache from the checkpoint")
+	pc := m.p.Cache
+	stack := mustExec(m.backend, "stack_tables", func(in []*Node) []*Node { return []*Node{Stack(in, 1)} })
+	defer stack.Finalize()
+	c = &AdaLNCache{Timesteps: pc.TimestepsUsed}
+	for b := range pc.Tables {
+		args := make([]any, 6)
+		for k := range args {
+			args[k] = pc.Tables[b][k].T
+		}
+		r, err := call(stack, args...)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.tables = append(c.tables, r[0])
+		for k := range pc.Tables[b] {
+			pc.Tables[b][k].T.FinalizeAll()
+			pc.Tables[b][k].T = nil
+		}
+	}
+	r, err := call(stack, pc.NormOutShift.T, pc.NormOutScale.T)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.normOut = r[0]
+	return c, nil
+}
+
+// ExportAdaLNCache returns the checkpoint tensors (names CacheTableName, CacheNormOutShift/Scale, in the
+// compute dtype) and the manifest of a cache, for a converter that writes a checkpoint without the AdaLN
+// projections. steps records the ladder length for the error a mismatching run gets.
+func (m *Model) ExportAdaLNCache(c *AdaLNCache, steps int) (out []safetensors.Tensor, man AdaLNManifest, err error) {
+	defer catch(&err, "exporting the AdaLN cache")
+	if c == nil || c.normOut == nil {
+		return nil, man, fmt.Errorf("h3: no AdaLN cache to export")
+	}
+	d := m.cfg.HiddenSize
+	n := len(c.Timesteps)
+	st, err := stDType(m.dtype)
+	if err != nil {
+		return nil, man, err
+	}
+	for b, t := range c.tables {
+		v, err := hostF32(t) // [n·3, 6, D]
+		if err != nil {
+			return nil, man, err
+		}
+		for k := 0; k < 6; k++ {
+			vals := make([]float64, n*Modalities*d)
+			for r := 0; r < n*Modalities; r++ {
+				for j := 0; j < d; j++ {
+					vals[r*d+j] = float64(v[(r*6+k)*d+j])
+				}
+			}
+			out = append(out, safetensors.Tensor{Name: CacheTableName(b, k), DType: st, Shape: []int{n * Modalities, d},
+				Data: weights.EncodeFloats(vals, m.dtype)})
+		}
+	}
+	v, err := hostF32(c.normOut) // [n, 2, D]
+	if err != nil {
+		return nil, man, err
+	}
+	for k, name := range []string{CacheNormOutShift, CacheNormOutScale} {
+		vals := make([]float64, n*d)
+		for r := 0; r < n; r++ {
+			for j := 0; j < d; j++ {
+				vals[r*d+j] = float64(v[(r*2+k)*d+j])
+			}
+		}
+		out = append(out, safetensors.Tensor{Name: name, DType: st, Shape: []int{n, d}, Data: weights.EncodeFloats(vals, m.dtype)})
+	}
+	man = AdaLNManifest{Timesteps: append([]float32(nil), c.Timesteps...), NumBlocks: m.cfg.NumLayers, TablesPerBlock: 6, Steps: steps}
+	return out, man, nil
+}
+
+func stDType(dt dtypes.DType) (safetensors.DType, error) {
+	switch dt {
+	case dtypes.Float32:
+		return safetensors.F32, nil
+	case dtypes.BFloat16:
+		return safetensors.BF16, nil
+	case dtypes.Float16:
+		return safetensors.F16, nil
+	}
+	return "", fmt.Errorf("h3: no safetensors dtype for %s", dt)
+}

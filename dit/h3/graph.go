@@ -1,0 +1,212 @@
+package h3
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/attention"
+)
+
+// Graph building blocks of the H3 forward. Activations are row matrices [rows, width]; the batch of one is
+// implicit. Weights use the PyTorch layout [out, in].
+
+// linear is x·wᵀ + b for x [N, in], w [out, in], b [out] or nil; the result has w's dtype.
+func linear(x, w, b *Node) *Node {
+	if x.DType() != w.DType() {
+		x = ConvertDType(x, w.DType())
+	}
+	y := Dot(x, w).General([]int{1}, nil, []int{1}, nil)
+	if y.DType() != w.DType() {
+		y = ConvertDType(y, w.DType())
+	}
+	if b != nil {
+		y = Add(y, ExpandAxes(ConvertDType(b, y.DType()), 0))
+	}
+	return y
+}
+
+// rmsNorm normalizes over the last axis with float32 statistics, multiplies by weight (if any) and
+// returns x's dtype.
+func rmsNorm(x, weight *Node, eps float64) *Node {
+	dt := x.DType()
+	xf := ConvertDType(x, dtypes.Float32)
+	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)))
+	if weight != nil {
+		y = Mul(y, ExpandLeftToRank(ConvertDType(weight, dtypes.Float32), y.Rank()))
+	}
+	return ConvertDType(y, dt)
+}
+
+func silu(x *Node) *Node { return Mul(x, Sigmoid(x)) }
+
+// modulate is x·(1 + scale) + shift, in x's dtype.
+func modulate(x, shift, scale *Node) *Node {
+	return Add(Mul(x, OnePlus(ConvertDType(scale, x.DType()))), ConvertDType(shift, x.DType()))
+}
+
+// AllReduce is the hook a tensor-parallel block calls on its partial sums (after the attention output
+// projection and after FFN-out). nil means one device: identity.
+type AllReduce func(*Node) *Node
+
+// blockSpec carries the static sizes of one block graph. Heads and FFN are the local (per-device) head
+// count and FFN width: with tensor parallelism the Q/K/V/FFN-in weights are split by rows and to_out/
+// FFN-out by columns at load time, and AllReduce sums the partial outputs.
+type blockSpec struct {
+	Heads, HeadDim, RotaryDim, FFN int
+	NormEps, QKNormEps             float64
+	Attention                      attention.Options
+	AllReduce                      AllReduce
+}
+
+func (s blockSpec) reduce(x *Node) *Node {
+	if s.AllReduce == nil {
+		return x
+	}
+	return s.AllReduce(x)
+}
+
+// attnWeights are the graph inputs of one attention module.
+type attnWeights struct {
+	Q, K, V, NormQ, NormK, Out *Node
+}
+
+// coreWeights are the graph inputs shared by refiner and joint blocks.
+type coreWeights struct {
+	Norm1, Norm2 *Node
+	Attn         attnWeights
+	FFIn, FFOut  *Node
+}
+
+// coreWeightCount is the number of tensors in coreWeights, in the order of coreFromSlice.
+const coreWeightCount = 10
+
+func coreFromSlice(in []*Node) coreWeights {
+	return coreWeights{
+		Norm1: in[0], Norm2: in[7],
+		Attn: attnWeights{Q: in[1], K: in[2], V: in[3], NormQ: in[4], NormK: in[5], Out: in[6]},
+		FFIn: in[8], FFOut: in[9],
+	}
+}
+
+func (s blockSpec) check(w coreWeights) {
+	inner := s.Heads * s.HeadDim
+	if d := w.Attn.Q.Shape().Dim(0); d != inner {
+		panic(fmt.Errorf("h3: to_q has %d rows, the block expects %d local heads × %d = %d", d, s.Heads, s.HeadDim, inner))
+	}
+	if d := w.FFIn.Shape().Dim(0); d != 2*s.FFN {
+		panic(fmt.Errorf("h3: ff.net.0.proj has %d rows, the block expects 2 × local FFN width %d", d, s.FFN))
+	}
+}
+
+// attentionOut runs QKV projection, per-head QK RMSNorm, optional partial RoPE, joint attention and the
+// output projection (followed by the all-reduce hook). h is [L, D]; cos, sin are [L, rotary] or nil.
+func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
+	l := h.Shape().Dim(0)
+	heads := func(x *Node) *Node { return Reshape(x, 1, l, s.Heads, s.HeadDim) }
+	q := qkNormRope(heads(linear(h, w.Q, nil)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
+	k := qkNormRope(heads(linear(h, w.K, nil)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
+	v := heads(linear(h, w.V, nil))
+	o := attention.Attend(q, k, v, s.Attention)
+	o = Reshape(o, l, s.Heads*s.HeadDim)
+	return s.reduce(linear(o, w.Out, nil))
+}
+
+// qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
+// Because the rotation is linear, the statistic rsqrt(mean x²) is computed as its own reduction and
+// applied after rotating x·w: XLA then fuses norm and rotation into one pass over the projection instead
+// of materializing the normalized tensor (gomlx.md §10).
+func qkNormRope(x, w, cos, sin *Node, eps float64, rot int) *Node {
+	if cos == nil {
+		return rmsNorm(x, w, eps)
+	}
+	dt := x.DType()
+	xf := ConvertDType(x, dtypes.Float32)
+	r := Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)) // [1, L, H, 1]
+	xw := Mul(xf, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), 4))
+	return ConvertDType(Mul(applyRope(xw, cos, sin, rot), r), dt)
+}
+
+// applyRope rotates the first rot channels of every head with the half-split ("NeoX") rule:
+// out[:r/2] = x1·cos − x2·sin, out[r/2:r] = x2·cos + x1·sin; the remaining channels pass through.
+// x is [1, L, H, Dh]; cos/sin [L, rot]. The rotation is computed in float32 and cast back.
+func applyRope(x, cos, sin *Node, rot int) *Node {
+	dt := x.DType()
+	dh := x.Shape().Dim(3)
+	half := rot / 2
+	xf := ConvertDType(x, dtypes.Float32)
+	c := ExpandAxes(ConvertDType(cos, dtypes.Float32), 0, 2) // [1, L, 1, rot]
+	sn := ExpandAxes(ConvertDType(sin, dtypes.Float32), 0, 2)
+	x1 := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, half))
+	x2 := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(half, rot))
+	rotated := Concatenate([]*Node{Neg(x2), x1}, -1)
+	xr := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, rot))
+	out := Add(Mul(xr, c), Mul(rotated, sn))
+	if rot < dh {
+		out = Concatenate([]*Node{out, Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(rot, dh))}, -1)
+	}
+	return ConvertDType(out, dt)
+}
+
+// feedForward is the bias-free value-first SwiGLU: u = h·W_inᵀ, value = u[:, :F], gate = u[:, F:],
+// out = (value·SiLU(gate))·W_outᵀ, followed by the all-reduce hook.
+func (s blockSpec) feedForward(h, wIn, wOut *Node) *Node {
+	u := linear(h, wIn, nil)
+	value := Slice(u, AxisRange(), AxisRange(0, s.FFN))
+	gate := Slice(u, AxisRange(), AxisRange(s.FFN, 2*s.FFN))
+	return s.reduce(linear(Mul(value, silu(gate)), wOut, nil))
+}
+
+// refinerBlock is the text token-refiner block: pre-norm attention (no RoPE, no modulation) and FFN.
+func (s blockSpec) refinerBlock(x *Node, w coreWeights) *Node {
+	s.check(w)
+	x = Add(x, s.attentionOut(rmsNorm(x, w.Norm1, s.NormEps), w.Attn, nil, nil))
+	return Add(x, s.feedForward(rmsNorm(x, w.Norm2, s.NormEps), w.FFIn, w.FFOut))
+}
+
+// jointBlock is one modulated joint block. mod is the block's modulation table [R, 6, D] (rows
+// timestep·3 + modality; tables shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp) and
+// rowIdx [L] int32 selects each packed row's table row. It returns the block output and, for tracing,
+// the attention and FFN outputs before gating.
+func (s blockSpec) jointBlock(x, mod, rowIdx, cos, sin *Node, w coreWeights) (out, attnOut, ffOut *Node) {
+	s.check(w)
+	m := Gather(ConvertDType(mod, x.DType()), ExpandAxes(rowIdx, -1)) // [L, 6, D]
+	table := func(i int) *Node { return Squeeze(Slice(m, AxisRange(), AxisElem(i), AxisRange()), 1) }
+	h := modulate(rmsNorm(x, w.Norm1, s.NormEps), table(0), table(1))
+	attnOut = s.attentionOut(h, w.Attn, cos, sin)
+	x = Add(x, Mul(table(2), attnOut))
+	h = modulate(rmsNorm(x, w.Norm2, s.NormEps), table(3), table(4))
+	ffOut = s.feedForward(h, w.FFIn, w.FFOut)
+	return Add(x, Mul(table(5), ffOut)), attnOut, ffOut
+}
+
+// timeEmbedding maps the sinusoidal projection [nT, freq] (float32) to temb [nT, time_embed_dim] with
+// the FP32 MLP linear_1 → SiLU → linear_2.
+func timeEmbedding(proj, w1, b1, w2, b2 *Node) *Node {
+	return linear(silu(linear(proj, w1, b1)), w2, b2)
+}
+
+// adaLNInput is what every AdaLN projection consumes: SiLU(temb) for full tables, or the rank-r basis
+// adaln_basis(SiLU(temb)) (no further SiLU) for the rank-reduced variant; in dtype dt.
+func adaLNInput(temb, basis *Node, dt dtypes.DType) *Node {
+	a := silu(temb)
+	if basis != nil {
+		return linear(ConvertDType(a, basis.DType()), basis, nil)
+	}
+	return ConvertDType(a, dt)
+}
+
+// modulationTable is one block's AdaLN projection reshaped to [nT·3, 6, D]: feature f of the linear is
+// modality·6D + table·D + c.
+func modulationTable(cond, w, b *Node, hidden int) *Node {
+	y := linear(cond, w, b) // [nT, 18·D]
+	n := y.Shape().Dim(0)
+	return Reshape(y, n*Modalities, 6, hidden)
+}
+
+// normOutTable is norm_out's projection reshaped to [nT, 2, D] (shift, scale).
+func normOutTable(cond, w, b *Node, hidden int) *Node {
+	y := linear(cond, w, b)
+	return Reshape(y, y.Shape().Dim(0), 2, hidden)
+}

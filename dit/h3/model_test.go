@@ -1,0 +1,206 @@
+package h3
+
+import (
+	"math"
+	"testing"
+
+	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/testutil"
+)
+
+// fixtureConfig decodes the tiny config a fixture was generated with.
+func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
+	t.Helper()
+	var cfg Config
+	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
+	t.Helper()
+	m, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {
+	t.Helper()
+	v, _ := fx.I64(t, name)
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
+	t.Helper()
+	video, _ := fx.F32(t, "in.hidden_states")
+	audio, _ := fx.F32(t, "in.audio_hidden_states")
+	text, _ := fx.F32(t, "in.encoder_hidden_states")
+	ts, _ := fx.F32(t, "in.timestep")
+	pos, _ := fx.F64(t, "in.position_ids")
+	return ForwardInputs{
+		VideoRows: video, AudioRows: audio, Text: text, Timesteps: ts,
+		TimestepIndices: i32(t, fx, "in.timestep_indices"), TokenTags: i32(t, fx, "in.token_tags"),
+		PositionIDs:  pos,
+		VideoIndices: i32(t, fx, "in.video_indices"), AudioIndices: i32(t, fx, "in.audio_indices"),
+		TextIndices: i32(t, fx, "in.text_indices"),
+	}
+}
+
+type traced struct {
+	shape  []int
+	values []float32
+}
+
+// checkActs compares every float act.* tensor of the fixture with the intermediate the forward traced
+// under the same name (values in row-major order; the fixture's batch axis of 1 is implicit in ours).
+func checkActs(t *testing.T, fx *testutil.Fixture, acts map[string]traced) {
+	t.Helper()
+	for _, name := range fx.Names("act.") {
+		key := name[len("act."):]
+		got, ok := acts[key]
+		if !ok {
+			t.Errorf("%s: the forward traced no %q", name, key)
+			continue
+		}
+		if key == "adaln_indices" { // integers: exact
+			want, _ := fx.I64(t, name)
+			if len(got.values) != len(want) {
+				t.Errorf("%s: %d values, want %d", name, len(got.values), len(want))
+				continue
+			}
+			for i := range want {
+				if int64(got.values[i]) != want[i] {
+					t.Errorf("%s[%d] = %v, want %d", name, i, got.values[i], want[i])
+					break
+				}
+			}
+			continue
+		}
+		want, shape := fx.F32(t, name)
+		vals := got.values
+		if key == "block0_adaln_tables" {
+			// fixture [6, R, D] (table-major); ours [R, 6, D].
+			vals = transpose01(got.values, got.shape[0], got.shape[1], got.shape[2])
+		}
+		testutil.AssertClose(t, name, vals, want, shape, testutil.ParityTol(want))
+	}
+}
+
+func transpose01(v []float32, a, b, c int) []float32 {
+	out := make([]float32, len(v))
+	for i := 0; i < a; i++ {
+		for j := 0; j < b; j++ {
+			copy(out[(j*a+i)*c:(j*a+i+1)*c], v[(i*b+j)*c:(i*b+j+1)*c])
+		}
+	}
+	return out
+}
+
+// eulerStep is MiniMaxH3Scheduler.step (h3.md §5.3): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
+func eulerStep(x, v []float32, t, sigma, sigmaNext float32) []float32 {
+	out := make([]float32, len(x))
+	s := 1 - t
+	r := sigmaNext / sigma
+	for i := range x {
+		x0 := float32(x[i] + float32(s*v[i]))
+		out[i] = float32(r*x[i]) + float32((1-r)*x0)
+	}
+	return out
+}
+
+// stepIndex finds the ladder position of timestep t (1 − σ_k == t in float32).
+func stepIndex(t *testing.T, sigmas []float32, ts float32) int {
+	t.Helper()
+	for k := 0; k+1 < len(sigmas); k++ {
+		if 1-sigmas[k] == ts {
+			return k
+		}
+	}
+	t.Fatalf("timestep %v is not 1 − σ of any step of %v", ts, sigmas)
+	return -1
+}
+
+func TestForwardParity(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{})
+		acts := map[string]traced{}
+		m.trace = func(name string, shape []int, v []float32) {
+			acts[name] = traced{append([]int(nil), shape...), append([]float32(nil), v...)}
+		}
+		out, err := m.Forward(fixtureInputs(t, fx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantV, shV := fx.F32(t, "out.video")
+		wantA, shA := fx.F32(t, "out.audio")
+		testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))
+		testutil.AssertClose(t, "out.audio", out.Audio, wantA, shA, testutil.ParityTol(wantA))
+		checkActs(t, fx, acts)
+		checkNextRows(t, fx, out)
+	})
+}
+
+// checkNextRows applies the scheduler step to the target rows (condition video rows stay fixed) and
+// unpatchifies, against out.next_*.
+func checkNextRows(t *testing.T, fx *testutil.Fixture, out ForwardOutputs) {
+	t.Helper()
+	var req struct {
+		LatentFrames  int     `json:"latent_frames"`
+		LatentH       int     `json:"latent_h"`
+		LatentW       int     `json:"latent_w"`
+		AudioLatents  int     `json:"num_audio_latents"`
+		CondVideoRows int     `json:"num_condition_video_rows"`
+		TVideo        float32 `json:"video_timestep"`
+		TAudio        float32 `json:"audio_timestep"`
+	}
+	if err := fx.DecodeConfig(&req, "request"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fixtureConfig(t, fx)
+	cp := cfg.VideoPatchDim()
+	vs, _ := fx.F32(t, "in.video_sigmas")
+	as, _ := fx.F32(t, "in.audio_sigmas")
+	video, _ := fx.F32(t, "in.hidden_states")
+	audio, _ := fx.F32(t, "in.audio_hidden_states")
+	kv, ka := stepIndex(t, vs, req.TVideo), stepIndex(t, as, req.TAudio)
+	skip := req.CondVideoRows * cp
+	nextV := eulerStep(video[skip:], out.Video[skip:], req.TVideo, vs[kv], vs[kv+1])
+	nextA := eulerStep(audio, out.Audio, req.TAudio, as[ka], as[ka+1])
+	want, sh := fx.F32(t, "out.next_video_rows")
+	testutil.AssertClose(t, "out.next_video_rows", nextV, want, sh, testutil.ParityTol(want))
+	want, sh = fx.F32(t, "out.next_audio_rows")
+	testutil.AssertClose(t, "out.next_audio_rows", nextA, want, sh, testutil.ParityTol(want))
+
+	patch := [3]int{cfg.PatchSize[0], cfg.PatchSize[1], cfg.PatchSize[2]}
+	lat, err := packing.UnpatchifyVideo(nextV, cfg.InChannels, req.LatentFrames, req.LatentH, req.LatentW, patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, sh = fx.F32(t, "out.next_video_latent")
+	testutil.AssertClose(t, "out.next_video_latent", lat, want, sh, testutil.ParityTol(want))
+	alat, err := packing.UnpackAudio(nextA, cfg.AudioInChannels, req.AudioLatents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, sh = fx.F32(t, "out.next_audio_latent")
+	testutil.AssertClose(t, "out.next_audio_latent", alat, want, sh, testutil.ParityTol(want))
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return m
+}

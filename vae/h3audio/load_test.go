@@ -1,0 +1,200 @@
+package h3audio
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
+)
+
+// writeReleaseDir lays a fixture out as the release's audio_vae/ folder:
+// config.json (arch config) plus diffusion_pytorch_model.safetensors under the
+// released names.
+func writeReleaseDir(t *testing.T, fx *testutil.Fixture) string {
+	t.Helper()
+	dir := t.TempDir()
+	var arch map[string]any
+	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	arch["_class_name"] = "AutoencoderKLMiniMaxH3Audio" // as diffusers writes it; must be ignored
+	cfgJSON, _ := json.Marshal(arch)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfgJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := fx.Weights()
+	var ts []safetensors.Tensor
+	for _, name := range src.Names() {
+		info, _ := src.Tensor(name)
+		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, "diffusion_pytorch_model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestLoadReleaseFolder(t *testing.T) {
+	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
+		dir := writeReleaseDir(t, fx)
+		d, err := Load(testutil.Backend(t), dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		var derived struct {
+			HopLength int `json:"hop_length"`
+		}
+		if fx.DecodeConfig(&derived, "derived") == nil && derived.HopLength != 0 && d.Config().HopLength() != derived.HopLength {
+			t.Errorf("hop length %d, want %d", d.Config().HopLength(), derived.HopLength)
+		}
+		z, zShape := fx.F32(t, "in.latents_normalized")
+		want, wantShape := fx.F32(t, "out.decode_sample")
+		got, err := d.Decode(context.Background(), z, zShape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flat []float32
+		for _, item := range got {
+			flat = append(flat, item...)
+		}
+		testutil.AssertClose(t, "out.decode_sample", flat, want, wantShape, testutil.ParityTol(want))
+
+		// The DiT hands audio over as packed rows [2·N, C] (channel 0's N rows, then channel 1's).
+		if zShape[0] == 2 {
+			c, n := zShape[1], zShape[2]
+			rows := make([]float32, len(z))
+			for ch := range 2 {
+				for tt := range n {
+					for k := range c {
+						rows[(ch*n+tt)*c+k] = z[(ch*c+k)*n+tt]
+					}
+				}
+			}
+			stereo, err := d.DecodeRows(context.Background(), rows, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flat = flat[:0]
+			for _, item := range stereo {
+				flat = append(flat, item...)
+			}
+			testutil.AssertClose(t, "DecodeRows", flat, want, wantShape, testutil.ParityTol(want))
+		}
+	})
+}
+
+func TestErrors(t *testing.T) {
+	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
+		cfg := fixtureConfig(t, fx)
+		be := testutil.Backend(t)
+
+		// A checkpoint of another width reports every mismatched name at once.
+		wrong := cfg
+		wrong.DecoderDim *= 2
+		if _, err := FromSource(be, wrong, fx.Weights(), Options{}); err == nil ||
+			!strings.Contains(err.Error(), "mismatched: decoder.conv_pre.weight_v") ||
+			!strings.Contains(err.Error(), "mismatched: decoder.ups.0.0.bias") {
+			t.Errorf("wrong decoder_dim: got %v", err)
+		}
+
+		bad := cfg
+		bad.DecoderKernelSizes = bad.DecoderKernelSizes[:1]
+		if _, err := FromSource(be, bad, fx.Weights(), Options{}); err == nil || !strings.Contains(err.Error(), "decoder_kernel_sizes") {
+			t.Errorf("bad config: got %v", err)
+		}
+
+		d := openFixtureDecoder(t, fx, fx.Weights(), Options{})
+		ctx := context.Background()
+		if _, err := d.Decode(ctx, make([]float32, 6), []int{1, cfg.LatentChannels + 1, 2}); err == nil ||
+			!strings.Contains(err.Error(), "latent_channels") {
+			t.Errorf("wrong channels: got %v", err)
+		}
+		if _, err := d.Decode(ctx, make([]float32, 5), []int{1, cfg.LatentChannels, 2}); err == nil {
+			t.Error("short latents: no error")
+		}
+		if _, err := d.Encode(ctx, [][]float32{{0, 1}}); err == nil || !strings.Contains(err.Error(), "Encoder: true") {
+			t.Errorf("Encode without encoder: got %v", err)
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := d.Decode(cancelled, make([]float32, cfg.LatentChannels), []int{cfg.LatentChannels, 1}); err == nil {
+			t.Error("cancelled context: no error")
+		}
+		d.Close()
+		if _, err := d.Decode(ctx, make([]float32, cfg.LatentChannels), []int{cfg.LatentChannels, 1}); err == nil ||
+			!strings.Contains(err.Error(), "closed") {
+			t.Errorf("after Close: got %v", err)
+		}
+		if _, err := Load(be, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("empty folder: got %v", err)
+		}
+	})
+}
+
+func TestDefaultConfigIsRelease(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HopLength() != 800 {
+		t.Errorf("hop %d, want 800 (40 latents/s at 32 kHz)", cfg.HopLength())
+	}
+	// h3.md §8: channels 1024 -> 8 over the 7 upsamplers.
+	if cfg.DecoderDim>>len(cfg.DecoderRates) != 8 {
+		t.Errorf("last decoder width %d, want 8", cfg.DecoderDim>>len(cfg.DecoderRates))
+	}
+}
+
+func TestCheckpointShapesMatchFixture(t *testing.T) {
+	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
+		list, err := CheckpointShapes(fixtureConfig(t, fx), Options{Encoder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		declared := map[string][]int{}
+		for _, ts := range list {
+			declared[ts.Name] = ts.Shape
+		}
+		src := fx.Weights()
+		for _, name := range src.Names() {
+			info, _ := src.Tensor(name)
+			shape, ok := declared[name]
+			switch {
+			case !ok && name != "pre_block.attn.zero_k_bias":
+				t.Errorf("fixture tensor %s is not declared", name)
+			case ok && !equalInts(shape, info.Shape):
+				t.Errorf("%s: declared %v, fixture %v", name, shape, info.Shape)
+			}
+			delete(declared, name)
+		}
+		for name := range declared {
+			t.Errorf("declared %s is not in the fixture", name)
+		}
+	})
+}
+
+func TestKaiserSincFilterMatchesBuffers(t *testing.T) {
+	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
+		one := KaiserSincFilter(0.25, 0.3, filterTaps)
+		var got, want []float32
+		n := 0
+		for _, name := range fx.Names("w.") {
+			if strings.HasSuffix(name, ".filter") {
+				v, _ := fx.F32(t, name)
+				got = append(got, v...)
+				want = append(want, one...)
+				n++
+			}
+		}
+		testutil.AssertClose(t, "filter buffers", want, got, []int{n, filterTaps}, 1e-6)
+		if n == 0 {
+			t.Fatal("fixture has no filter buffers")
+		}
+	})
+}
