@@ -1,0 +1,349 @@
+package qwen3vl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/dtypes/float16"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// Options configure loading and encoding. The zero value streams float32 weights
+// from a released checkpoint and returns the config's hidden state.
+type Options struct {
+	// Prefix is the tensor-name prefix of the text decoder (DefaultPrefix if empty).
+	Prefix string
+	// DType is the compute dtype of activations and weights: Float32 (default; CPU
+	// and parity) or BFloat16 (GPU). Norm statistics, rotary angles and attention
+	// scores are float32 either way.
+	DType dtypes.DType
+	// Resident keeps every needed tensor on the device; otherwise each decoder
+	// layer is uploaded right before it runs and freed right after, and only the
+	// prompt's embedding rows are read.
+	Resident bool
+	// HiddenStateIndex, when > 0, overrides Config.OutputHiddenStateIndex (see
+	// there); MiniMax H3 uses H3HiddenStateIndex.
+	HiddenStateIndex int
+	// FinalNorm applies the final RMSNorm (model.norm) to the selected state, giving
+	// HF's last_hidden_state when the index is num_hidden_layers. H3 does not.
+	FinalNorm bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.DType == dtypes.InvalidDType {
+		o.DType = dtypes.Float32
+	}
+	return o
+}
+
+// ResolveHiddenState is the hidden-state index an encoder with these options
+// returns for cfg: the option, else the config's, else the last layer's output.
+func (o Options) ResolveHiddenState(cfg Config) (int, error) {
+	idx := o.HiddenStateIndex
+	if idx <= 0 {
+		idx = cfg.OutputHiddenStateIndex
+	}
+	if idx <= 0 {
+		idx = cfg.NumHiddenLayers
+	}
+	if idx > cfg.NumHiddenLayers {
+		return 0, fmt.Errorf("qwen3vl: hidden-state index %d exceeds num_hidden_layers = %d; pick 1..%d", idx, cfg.NumHiddenLayers, cfg.NumHiddenLayers)
+	}
+	return idx, nil
+}
+
+// Encoder runs the text decoder up to the configured hidden state. It is safe for
+// concurrent use; calls are serialized because streamed weights are not shared.
+type Encoder struct {
+	cfg       Config
+	backend   compute.Backend
+	weights   Weights
+	index     int
+	finalNorm bool
+
+	layer, norm, toF32 *Exec
+
+	mu     sync.Mutex
+	closer func() error
+}
+
+// NewEncoder builds an encoder over any Weights (a checkpoint, or random weights
+// generated on the device for benchmarks); the caller keeps ownership of w. One
+// decoder-layer executable serves every layer: it is compiled once per prompt
+// length and weight dtype. opts.HiddenStateIndex and opts.FinalNorm apply here;
+// the other options belong to LoadWeights.
+func NewEncoder(backend compute.Backend, cfg Config, w Weights, opts Options) (*Encoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	idx, err := opts.ResolveHiddenState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Encoder{cfg: cfg, backend: backend, weights: w, index: idx, finalNorm: opts.FinalNorm}
+	e.layer, err = NewExec(backend, func(in []*Node) *Node {
+		return DecoderLayer(cfg, in[0], in[1], in[2], in[3:])
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.layer.WithName("qwen3vl_decoder_layer")
+	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return RMSNorm(x, w, cfg.RMSNormEps) })
+	if err != nil {
+		return nil, err
+	}
+	e.toF32, err = NewExec(backend, func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) })
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// New loads weights from src (see LoadWeights) and returns an encoder that owns them.
+func New(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Encoder, error) {
+	w, err := LoadWeights(backend, cfg, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	e, err := NewEncoder(backend, cfg, w, opts)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	e.closer = w.Close
+	return e, nil
+}
+
+// Open opens a Qwen3-VL folder (config.json plus a single safetensors file or a
+// sharded checkpoint with its index JSON) and returns an encoder that owns it.
+func Open(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	e, err := New(backend, cfg, ck, opts)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	wClose := e.closer
+	e.closer = func() error { return errors.Join(wClose(), ck.Close()) }
+	return e, nil
+}
+
+// Config returns the decoder geometry.
+func (e *Encoder) Config() Config { return e.cfg }
+
+// HiddenStateIndex is the index of the returned hidden state.
+func (e *Encoder) HiddenStateIndex() int { return e.index }
+
+// Close frees what the encoder owns.
+func (e *Encoder) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, x := range []*Exec{e.layer, e.norm, e.toF32} {
+		if x != nil {
+			x.Finalize()
+		}
+	}
+	e.layer, e.norm, e.toF32 = nil, nil, nil
+	if e.closer != nil {
+		err := e.closer()
+		e.closer = nil
+		return err
+	}
+	return nil
+}
+
+// Encode returns the selected hidden state of the prompt ids as float32 [S, hidden].
+// Token ids go in verbatim: no template, BOS or EOS is added (MiniMax H3's
+// convention; the tokenizer decides what the ids are).
+func (e *Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, error) {
+	t, err := e.EncodeTensor(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer t.FinalizeAll()
+	out, err := e.hostF32(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, []int{len(ids), e.cfg.HiddenSize}, nil
+}
+
+// EncodeTensor is Encode leaving the result on the device, in the compute dtype.
+// The caller owns the tensor (FinalizeAll it when done).
+func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor, error) {
+	return e.forward(ctx, ids, nil)
+}
+
+// Walk runs the forward pass and hands every hidden state on the way to fn as
+// float32 [S, hidden]: index 0 is the embedding output, k the output of decoder
+// layer k-1, up to the configured index; with FinalNorm, the normalized state is
+// handed over last under the same index. It exists for parity tests and
+// debugging: every state is copied to the host.
+func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
+	t, err := e.forward(ctx, ids, func(i int, h *tensors.Tensor) error {
+		v, err := e.hostF32(h)
+		if err != nil {
+			return err
+		}
+		return fn(i, v)
+	})
+	if t != nil {
+		t.FinalizeAll()
+	}
+	return err
+}
+
+func (e *Encoder) hostF32(t *tensors.Tensor) (out []float32, err error) {
+	err = catch(func() error {
+		switch t.DType() {
+		case dtypes.Float32:
+			out, err = tensors.CopyFlatData[float32](t)
+			return err
+		case dtypes.BFloat16:
+			v, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
+			if err != nil {
+				return err
+			}
+			out = make([]float32, len(v))
+			for i, x := range v {
+				out[i] = x.Float32()
+			}
+			return nil
+		case dtypes.Float16:
+			v, err := tensors.CopyFlatData[float16.Float16](t)
+			if err != nil {
+				return err
+			}
+			out = make([]float32, len(v))
+			for i, x := range v {
+				out[i] = x.Float32()
+			}
+			return nil
+		}
+		f, err := e.toF32.Call1(t)
+		if err != nil {
+			return err
+		}
+		defer f.FinalizeAll()
+		out, err = tensors.CopyFlatData[float32](f)
+		return err
+	})
+	return out, err
+}
+
+// forward runs the embedding and layers 0..index-1 one at a time, asking the
+// Weights for each layer's tensors right before it runs and releasing them right
+// after, so a streamed checkpoint keeps a single layer on the device.
+func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tensors.Tensor) error) (x *tensors.Tensor, err error) {
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("qwen3vl: the prompt has no tokens; encode at least one token id")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.layer == nil {
+		return nil, fmt.Errorf("qwen3vl: encoder is closed")
+	}
+	defer func() {
+		if err != nil && x != nil {
+			x.FinalizeAll()
+			x = nil
+		}
+	}()
+	err = catch(func() error {
+		var err error
+		x, err = e.weights.Embed(ids)
+		if err != nil {
+			return err
+		}
+		if visit != nil {
+			if err := visit(0, x); err != nil {
+				return err
+			}
+		}
+		cos, sin, err := RopeTables(e.cfg, TextPositions(len(ids)))
+		if err != nil {
+			return err
+		}
+		cosT := tensors.FromFlatDataAndDimensions(cos, len(ids), e.cfg.HeadDim)
+		sinT := tensors.FromFlatDataAndDimensions(sin, len(ids), e.cfg.HeadDim)
+		defer cosT.FinalizeAll()
+		defer sinT.FinalizeAll()
+		for i := 0; i < e.index; i++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ws, release, err := e.weights.Layer(i)
+			if err != nil {
+				return err
+			}
+			args := make([]any, 0, 3+len(ws))
+			args = append(args, x, cosT, sinT)
+			for _, w := range ws {
+				args = append(args, w)
+			}
+			y, err := e.layer.Call1(args...)
+			release()
+			if err != nil {
+				return fmt.Errorf("qwen3vl: decoder layer %d: %w", i, err)
+			}
+			x.FinalizeAll()
+			x = y
+			if visit != nil && !(e.finalNorm && i+1 == e.index) {
+				if err := visit(i+1, x); err != nil {
+					return err
+				}
+			}
+		}
+		if e.finalNorm {
+			w, release, err := e.weights.FinalNorm()
+			if err != nil {
+				return err
+			}
+			y, err := e.norm.Call1(x, w)
+			release()
+			if err != nil {
+				return fmt.Errorf("qwen3vl: final norm: %w", err)
+			}
+			x.FinalizeAll()
+			x = y
+			if visit != nil {
+				return visit(e.index, x)
+			}
+		}
+		return nil
+	})
+	return x, err
+}
+
+// catch turns a panic of GoMLX code into an error at the API boundary.
+func catch(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("qwen3vl: %w", e)
+			} else {
+				err = fmt.Errorf("qwen3vl: %v", r)
+			}
+		}
+	}()
+	return fn()
+}
