@@ -102,3 +102,31 @@ func TestSubsetBindByPrefix(t *testing.T) {
 		t.Fatalf("bound the wrong layer: %v", v)
 	}
 }
+
+func TestSyntheticIsDeterministicPerName(t *testing.T) {
+	a := NewSynthetic(7, map[string][]int{"x.weight": {4, 8}, "x.bias": {4}, "norm.weight": {4}}, nil)
+	b := NewSynthetic(7, map[string][]int{"x.weight": {4, 8}, "other": {3}}, nil)
+	ia, _ := a.Tensor("x.weight")
+	ib, _ := b.Tensor("x.weight")
+	if string(ia.Data) != string(ib.Data) {
+		t.Fatal("a tensor changed when another name was declared")
+	}
+	c := NewSynthetic(8, map[string][]int{"x.weight": {4, 8}}, nil)
+	if ic, _ := c.Tensor("x.weight"); string(ic.Data) == string(ia.Data) {
+		t.Fatal("seed ignored")
+	}
+	norm, _ := a.Tensor("norm.weight")
+	v, _ := norm.Float32s()
+	for _, x := range v {
+		if x < 0.5 || x > 1.5 {
+			t.Fatalf("norm gain %v far from 1", x)
+		}
+	}
+	s := NewSet("")
+	s.Add("x.weight", 4, 8)
+	s.Add("x.bias", 4)
+	s.Add("norm.weight", 4)
+	if err := Bind(a, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
