@@ -1,0 +1,151 @@
+package packing
+
+import (
+	"fmt"
+	"math"
+)
+
+// FastTemporalPlan is the MLX temporal fast mode: denoise and decode a shorter
+// H3-valid clip whose RoPE times are stretched over the full timeline, then
+// interpolate frames (RIFE) up to the target. Audio keeps all latents of the
+// target.
+type FastTemporalPlan struct {
+	TargetFrames       int     `json:"target_frames"`
+	SourceFrames       int     `json:"source_frames"`
+	Factor             int     `json:"factor"`
+	TargetLatentFrames int     `json:"target_latent_frames"`
+	SourceLatentFrames int     `json:"source_latent_frames"`
+	VideoTemporalScale float64 `json:"video_temporal_scale"`
+}
+
+// PlanFastTemporal picks the smallest aligned source clip covering the target
+// timeline at the given factor (>= 2): source = align(ceil((target-1)/factor)+1),
+// which must be shorter than the aligned target. 124 frames -> 73 source
+// frames (22 latents), scale 1.7391304347826073.
+func PlanFastTemporal(targetFrames, factor int) (FastTemporalPlan, error) {
+	target, err := AlignNumFrames(targetFrames)
+	if err != nil {
+		return FastTemporalPlan{}, err
+	}
+	if factor < 2 {
+		return FastTemporalPlan{}, fmt.Errorf("fast factor must be at least 2, got %d", factor)
+	}
+	ideal := ceilDiv(target-1, factor) + 1
+	source, err := AlignNumFrames(ideal)
+	if err != nil {
+		return FastTemporalPlan{}, err
+	}
+	if source >= target {
+		return FastTemporalPlan{}, fmt.Errorf("fast factor %d does not reduce the H3-aligned target of %d frames", factor, target)
+	}
+	st, err := VideoLatentFrames(source)
+	if err != nil {
+		return FastTemporalPlan{}, err
+	}
+	tt, err := VideoLatentFrames(target)
+	if err != nil {
+		return FastTemporalPlan{}, err
+	}
+	sg, tg := TemporalGrid(st, 0, 1), TemporalGrid(tt, 0, 1)
+	return FastTemporalPlan{
+		TargetFrames: target, SourceFrames: source, Factor: factor,
+		TargetLatentFrames: tt, SourceLatentFrames: st,
+		VideoTemporalScale: tg[len(tg)-1] / sg[len(sg)-1],
+	}, nil
+}
+
+// InterpolationPositions are the fractional source-frame positions of each
+// output frame, linspace(0, source-1, target) in float64 (NumPy, inclusive).
+func (p FastTemporalPlan) InterpolationPositions() []float64 {
+	return linspaceInclusive(0, float64(p.SourceFrames-1), p.TargetFrames)
+}
+
+// FastSpatialPlan is the MLX spatial fast mode: denoise and decode on a
+// smaller canvas covering target/scale, center-crop to the stage-1 size, then
+// resample to the target in pixel space.
+type FastSpatialPlan struct {
+	TargetHeight int `json:"target_height"`
+	TargetWidth  int `json:"target_width"`
+	Stage1Height int `json:"stage1_height"`
+	Stage1Width  int `json:"stage1_width"`
+	CanvasHeight int `json:"canvas_height"`
+	CanvasWidth  int `json:"canvas_width"`
+	Scale        int `json:"scale"`
+}
+
+// PlanFastSpatial: stage1 = ceil(target/scale), canvas = stage1 rounded up to
+// 32, rejected unless it is smaller in area than the target's canvas.
+// 480x832 -> stage1 240x416 -> canvas 256x416.
+func PlanFastSpatial(height, width, scale int) (FastSpatialPlan, error) {
+	if scale < 2 {
+		return FastSpatialPlan{}, fmt.Errorf("fast-spatial scale must be at least 2, got %d", scale)
+	}
+	th, tw, err := CeilCanvas(height, width)
+	if err != nil {
+		return FastSpatialPlan{}, err
+	}
+	s1h, s1w := ceilDiv(height, scale), ceilDiv(width, scale)
+	ch, cw, err := CeilCanvas(s1h, s1w)
+	if err != nil {
+		return FastSpatialPlan{}, err
+	}
+	if ch*cw >= th*tw {
+		return FastSpatialPlan{}, fmt.Errorf("fast-spatial scale %d does not reduce the H3 canvas for %dx%d (stage-1 canvas %dx%d vs %dx%d)",
+			scale, height, width, ch, cw, th, tw)
+	}
+	return FastSpatialPlan{
+		TargetHeight: height, TargetWidth: width, Stage1Height: s1h, Stage1Width: s1w,
+		CanvasHeight: ch, CanvasWidth: cw, Scale: scale,
+	}, nil
+}
+
+// linspaceInclusive is NumPy's linspace(start, stop, num) with endpoint=True.
+func linspaceInclusive(start, stop float64, num int) []float64 {
+	out := make([]float64, num)
+	if num == 0 {
+		return out
+	}
+	if num == 1 {
+		out[0] = start
+		return out
+	}
+	div := float64(num - 1)
+	delta := stop - start
+	step := delta / div
+	for i := range out {
+		if step == 0 {
+			out[i] = float64(float64(i)/div)*delta + start
+		} else {
+			out[i] = float64(float64(i)*step) + start
+		}
+	}
+	out[num-1] = stop
+	return out
+}
+
+// FrameSource says how output frame j of a temporal fast plan is made: copy
+// source frame Left when Frac is 0, else interpolate Left and Left+1 at Frac.
+type FrameSource struct {
+	Left int
+	Frac float64
+}
+
+// FrameSources resolves InterpolationPositions the way the MLX runtime does
+// (fractions below 1e-12 copy; the last frame is always copied).
+func (p FastTemporalPlan) FrameSources() []FrameSource {
+	pos := p.InterpolationPositions()
+	out := make([]FrameSource, len(pos))
+	for j, x := range pos {
+		l := int(math.Floor(x))
+		if l >= p.SourceFrames-1 {
+			out[j] = FrameSource{Left: p.SourceFrames - 1}
+			continue
+		}
+		f := x - float64(l)
+		if f <= 1e-12 {
+			f = 0
+		}
+		out[j] = FrameSource{Left: l, Frac: f}
+	}
+	return out
+}

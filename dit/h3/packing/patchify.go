@@ -1,0 +1,85 @@
+package packing
+
+import "fmt"
+
+// PatchifyVideo turns a latent (C, T, H, W) (batch 1, row-major) into rows
+// (T/pt * H/ph * W/pw, C*pt*ph*pw) with channel-major patch features
+// (feature = ((c*pt + it)*ph + ih)*pw + iw), the checkpoint contract; the
+// common patch-major order would silently scramble every feature.
+func PatchifyVideo(latent []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
+	p := patchOrDefault(patch)
+	if len(latent) != c*t*h*w {
+		return nil, fmt.Errorf("packing: latent has %d values, want %d for (%d,%d,%d,%d)", len(latent), c*t*h*w, c, t, h, w)
+	}
+	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
+		return nil, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
+	}
+	out := make([]float32, len(latent))
+	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[dst] = latent[src] })
+	return out, nil
+}
+
+// UnpatchifyVideo is the exact inverse of PatchifyVideo.
+func UnpatchifyVideo(rows []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
+	p := patchOrDefault(patch)
+	if len(rows) != c*t*h*w {
+		return nil, fmt.Errorf("packing: rows hold %d values, want %d for (%d,%d,%d,%d)", len(rows), c*t*h*w, c, t, h, w)
+	}
+	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
+		return nil, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
+	}
+	out := make([]float32, len(rows))
+	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[src] = rows[dst] })
+	return out, nil
+}
+
+// forEachPatchElement maps each latent element (src, (C,T,H,W) order) to its
+// row-feature position (dst).
+func forEachPatchElement(c, t, h, w int, p [3]int, fn func(src, dst int)) {
+	hn, wn := h/p[1], w/p[2]
+	feat := c * p[0] * p[1] * p[2]
+	for ci := 0; ci < c; ci++ {
+		for ti := 0; ti < t; ti++ {
+			for hi := 0; hi < h; hi++ {
+				for wi := 0; wi < w; wi++ {
+					src := ((ci*t+ti)*h+hi)*w + wi
+					row := ((ti/p[0])*hn+hi/p[1])*wn + wi/p[2]
+					f := ((ci*p[0]+ti%p[0])*p[1]+hi%p[1])*p[2] + wi%p[2]
+					fn(src, row*feat+f)
+				}
+			}
+		}
+	}
+}
+
+// PackAudio turns stereo latents (2, C, N) into rows (2N, C): row ch*N + n.
+func PackAudio(latents []float32, channels, n int) ([]float32, error) {
+	if len(latents) != AudioChannels*channels*n {
+		return nil, fmt.Errorf("packing: audio latents hold %d values, want %d for (2,%d,%d)", len(latents), AudioChannels*channels*n, channels, n)
+	}
+	out := make([]float32, len(latents))
+	for ch := 0; ch < AudioChannels; ch++ {
+		for ci := 0; ci < channels; ci++ {
+			for k := 0; k < n; k++ {
+				out[(ch*n+k)*channels+ci] = latents[(ch*channels+ci)*n+k]
+			}
+		}
+	}
+	return out, nil
+}
+
+// UnpackAudio is the inverse of PackAudio: rows (2N, C) -> latents (2, C, N).
+func UnpackAudio(rows []float32, channels, n int) ([]float32, error) {
+	if len(rows) != AudioChannels*channels*n {
+		return nil, fmt.Errorf("packing: audio rows hold %d values, want %d for (%d,%d)", len(rows), AudioChannels*channels*n, AudioChannels*n, channels)
+	}
+	out := make([]float32, len(rows))
+	for ch := 0; ch < AudioChannels; ch++ {
+		for ci := 0; ci < channels; ci++ {
+			for k := 0; k < n; k++ {
+				out[(ch*channels+ci)*n+k] = rows[(ch*n+k)*channels+ci]
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,469 @@
+package fastvideo
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/safetensors"
+	"fastvideo/schedule"
+)
+
+// ModelSpec describes a model for planning and validation: the architecture
+// configs, scheduler shifts and presets. It comes from the built-in registry
+// (LookupModel) or from a model folder's configs (ReadModelFolder); nothing
+// heavy is read.
+type ModelSpec struct {
+	Name        string // registry name, or the folder path
+	Family      string // "minimax_h3"
+	Variant     string // "fasth3", "h3" or "tiny-h3"
+	Description string
+	Dir         string // model folder, when read from disk
+
+	DiT      DiTConfig
+	VAE      VideoVAEConfig
+	AudioVAE AudioVAEConfig
+
+	VideoShift, AudioShift float64
+	// DMDRungs is set when the checkpoint's fastvideo_inference.json declares
+	// scheduler shifts (h3.md §5.5): the ladder is then these trained rungs.
+	DMDRungs []int
+	// VSAGates is set for FastH3 students, whose transformer carries the 50
+	// trained attn.to_gate_compress matrices (an extra GEMM per block).
+	VSAGates bool
+	// WeightsDType is the DiT checkpoint precision: BF16 (the release: BF16
+	// with the five boundary modules in FP32) or F32.
+	WeightsDType DType
+
+	// MinAlignedFrames/MaxAlignedFrames bound the aligned clip length: the
+	// released models generate 5-15 s (124..345 frames at 24 fps).
+	MinAlignedFrames, MaxAlignedFrames int
+
+	DefaultPreset string
+	Presets       map[string]Preset
+	Notes         []string // defaults taken when a folder omits a file
+}
+
+// Preset holds a model's request defaults (FastVideo api presets).
+type Preset struct {
+	Name          string  `json:"name"`
+	Description   string  `json:"description"`
+	Height        int     `json:"height"`
+	Width         int     `json:"width"`
+	NumFrames     int     `json:"num_frames"`
+	FPS           int     `json:"fps"`
+	Steps         int     `json:"num_inference_steps"` // DiT forwards
+	GuidanceScale float64 `json:"guidance_scale"`
+	Seed          int64   `json:"seed"`
+}
+
+// DiTConfig is the released transformer/config.json of MiniMax H3 (the same
+// field names as FastVideo's MiniMaxH3ArchConfig). adaln_rank null is 0.
+type DiTConfig struct {
+	NumLayers          int     `json:"num_layers"`
+	NumRefinerLayers   int     `json:"num_refiner_layers"`
+	HiddenSize         int     `json:"hidden_size"`
+	NumAttentionHeads  int     `json:"num_attention_heads"`
+	AttentionHeadDim   int     `json:"attention_head_dim"`
+	FFNDim             int     `json:"ffn_dim"`
+	InChannels         int     `json:"in_channels"`
+	AudioInChannels    int     `json:"audio_in_channels"`
+	PatchSize          []int   `json:"patch_size"`
+	TextDim            int     `json:"text_dim"`
+	FreqDim            int     `json:"freq_dim"`
+	TimeEmbedHiddenDim int     `json:"time_embed_hidden_dim"`
+	TimeEmbedDim       int     `json:"time_embed_dim"`
+	AdaLNRank          int     `json:"adaln_rank"`
+	RopeFreqDim        int     `json:"rope_freq_dim"`
+	RopeTheta          float64 `json:"rope_theta"`
+	NormEps            float64 `json:"norm_eps"`
+	QKNormEps          float64 `json:"qk_norm_eps"`
+	FinalNormEps       float64 `json:"final_norm_eps"`
+}
+
+// VideoVAEConfig is vae/config.json (AutoencoderKLMiniMaxH3) as far as
+// planning needs it.
+type VideoVAEConfig struct {
+	LatentChannels            int   `json:"latent_channels"`
+	BlockOutChannels          []int `json:"block_out_channels"`
+	SpatialDownsampleFactors  []int `json:"spatial_downsample_factors"`
+	TemporalDownsampleFactors []int `json:"temporal_downsample_factors"`
+	DecoderNumLayers          int   `json:"decoder_num_layers"`
+	DecoderNumAttentionHeads  int   `json:"decoder_num_attention_heads"`
+	DecoderAttentionHeadDim   int   `json:"decoder_attention_head_dim"`
+	DecoderNumRegisterTokens  int   `json:"decoder_num_register_tokens"`
+	DecoderFFNMult            int   `json:"decoder_ffn_mult"`
+	ClipLength                int   `json:"clip_length"`
+	TokenDrop                 int   `json:"token_drop"`
+}
+
+// SpatialRatio is pixels per latent along each spatial axis (16 released).
+func (c VideoVAEConfig) SpatialRatio() int { return prod(c.SpatialDownsampleFactors) }
+
+// TemporalRatio is frames per latent inside a chunk (4 released).
+func (c VideoVAEConfig) TemporalRatio() int { return prod(c.TemporalDownsampleFactors) }
+
+// AudioVAEConfig is audio_vae/config.json (AutoencoderKLMiniMaxH3Audio) as
+// far as planning needs it.
+type AudioVAEConfig struct {
+	LatentChannels int   `json:"latent_channels"`
+	SamplingRate   int   `json:"sampling_rate"`
+	EncoderRates   []int `json:"encoder_rates"`
+	DecoderRates   []int `json:"decoder_rates"`
+	DecoderDim     int   `json:"decoder_dim"`
+}
+
+// Hop is waveform samples per latent (800 released: 40 latents/s at 32 kHz).
+func (c AudioVAEConfig) Hop() int { return prod(c.DecoderRates) }
+
+func prod(v []int) int {
+	p := 1
+	for _, x := range v {
+		p *= x
+	}
+	return p
+}
+
+// releaseDiT is the released 33.1B transformer (h3.md §1.2).
+func releaseDiT() DiTConfig {
+	return DiTConfig{
+		NumLayers: 50, NumRefinerLayers: 2, HiddenSize: 5376, NumAttentionHeads: 56, AttentionHeadDim: 128,
+		FFNDim: 14336, InChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 5120,
+		FreqDim: 256, TimeEmbedHiddenDim: 5376, TimeEmbedDim: 2688, RopeFreqDim: 16, RopeTheta: 10000,
+		NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5,
+	}
+}
+
+// tinyDiT is the H3 architecture at toy width: the h3_dit_tiny fixture's
+// configuration (2 heads of 64, hidden 128, 2 layers, 1 refiner layer).
+func tinyDiT() DiTConfig {
+	return DiTConfig{
+		NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 128, NumAttentionHeads: 2, AttentionHeadDim: 64,
+		FFNDim: 256, InChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 64,
+		FreqDim: 256, TimeEmbedHiddenDim: 64, TimeEmbedDim: 32, RopeFreqDim: 8, RopeTheta: 10000,
+		NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5,
+	}
+}
+
+func releaseVAE() VideoVAEConfig {
+	return VideoVAEConfig{
+		LatentChannels: 24, BlockOutChannels: []int{128, 256, 256, 512, 512, 1024},
+		SpatialDownsampleFactors: []int{2, 2, 2, 2, 1, 1}, TemporalDownsampleFactors: []int{1, 2, 2, 1, 1, 1},
+		DecoderNumLayers: 36, DecoderNumAttentionHeads: 32, DecoderAttentionHeadDim: 64,
+		DecoderNumRegisterTokens: 4, DecoderFFNMult: 4, ClipLength: 17, TokenDrop: 3,
+	}
+}
+
+func releaseAudioVAE() AudioVAEConfig {
+	return AudioVAEConfig{LatentChannels: 32, SamplingRate: 32000, EncoderRates: []int{2, 4, 4, 5, 5},
+		DecoderRates: []int{5, 5, 2, 2, 2, 2, 2}, DecoderDim: 1024}
+}
+
+// Presets. Upstream's minimax_h3_t2va preset is 768x1344x124 with 50 sigma
+// grid points (49 forwards); the FastH3 examples run 4 forwards, at 480x832
+// (MLX mlx_fasth3.py) or 768x1344 (CUDA basic_fasth3.py).
+func h3Presets() map[string]Preset {
+	return map[string]Preset{
+		"minimax_h3_t2va": {Name: "minimax_h3_t2va", Description: "MiniMax H3 text-to-video with stereo audio at 768p",
+			Height: 768, Width: 1344, NumFrames: 124, FPS: 24, Steps: schedule.H3BaseSteps, GuidanceScale: 1},
+	}
+}
+
+func fastH3Presets() map[string]Preset {
+	return map[string]Preset{
+		"fasth3_t2va": {Name: "fasth3_t2va", Description: "FastH3 4-step text-to-video with stereo audio at 480x832 (MLX example defaults)",
+			Height: 480, Width: 832, NumFrames: 124, FPS: 24, Steps: schedule.FastH3Steps, GuidanceScale: 1},
+		"fasth3_t2va_768p": {Name: "fasth3_t2va_768p", Description: "FastH3 4-step text-to-video with stereo audio at 768x1344 (CUDA example defaults)",
+			Height: 768, Width: 1344, NumFrames: 124, FPS: 24, Steps: schedule.FastH3Steps, GuidanceScale: 1},
+	}
+}
+
+// Built-in models.
+var registry = map[string]func() *ModelSpec{
+	"fasth3": func() *ModelSpec {
+		return &ModelSpec{
+			Name: "fasth3", Family: "minimax_h3", Variant: "fasth3",
+			Description: "FastH3 (FastVideo/FastVideo-Minimax-FastH3-Preview): 4-step DMD student of MiniMax H3 with VSA gates",
+			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, VSAGates: true, WeightsDType: BF16,
+			MinAlignedFrames: 124, MaxAlignedFrames: 345,
+			DefaultPreset: "fasth3_t2va", Presets: fastH3Presets(),
+		}
+	},
+	"h3": func() *ModelSpec {
+		return &ModelSpec{
+			Name: "h3", Family: "minimax_h3", Variant: "h3",
+			Description: "MiniMax H3 (MiniMaxAI/MiniMax-H3): 33.1B joint audio-video DiT, 49-step base sampler",
+			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
+			MinAlignedFrames: 124, MaxAlignedFrames: 345,
+			DefaultPreset: "minimax_h3_t2va", Presets: h3Presets(),
+		}
+	},
+	"tiny-h3": func() *ModelSpec {
+		return &ModelSpec{
+			Name: "tiny-h3", Family: "minimax_h3", Variant: "tiny-h3",
+			Description: "The H3 architecture at toy width (the h3_dit_tiny fixture sizes), for tests and smoke runs",
+			DiT:         tinyDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: F32,
+			// Short clips are the point of a toy model: any aligned length up
+			// to the released maximum.
+			MinAlignedFrames: 5, MaxAlignedFrames: 345,
+			DefaultPreset: "tiny_t2va",
+			Presets: map[string]Preset{"tiny_t2va": {Name: "tiny_t2va", Description: "64x96, 22 frames, 4 steps",
+				Height: 64, Width: 96, NumFrames: 22, FPS: 24, Steps: schedule.FastH3Steps, GuidanceScale: 1}},
+		}
+	},
+}
+
+// Models lists the built-in model names.
+func Models() []string {
+	var out []string
+	for k := range registry {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LookupModel returns a built-in model ("fasth3", "h3", "tiny-h3") or, for a
+// directory, the spec read from its configs.
+func LookupModel(name string) (*ModelSpec, error) {
+	if f, ok := registry[name]; ok {
+		return f(), nil
+	}
+	if st, err := os.Stat(name); err == nil && st.IsDir() {
+		return ReadModelFolder(name)
+	}
+	return nil, &RequestError{Field: "model", Value: name,
+		Allowed: strings.Join(Models(), ", ") + " or a MiniMax H3 model folder (with transformer/, vae/, audio_vae/, scheduler/)"}
+}
+
+func (m *ModelSpec) preset(name string) (Preset, error) {
+	if name == "" {
+		name = m.DefaultPreset
+	}
+	p, ok := m.Presets[name]
+	if !ok {
+		var names []string
+		for k := range m.Presets {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		return Preset{}, &RequestError{Field: "preset", Value: name,
+			Allowed: fmt.Sprintf("one of %s for model %s (empty: %s)", strings.Join(names, ", "), m.Name, m.DefaultPreset)}
+	}
+	return p, nil
+}
+
+// inferenceContract is fastvideo_inference.json (h3.md §5.5).
+type inferenceContract struct {
+	SchemaVersion       string   `json:"schema_version"`
+	VideoShift          *float64 `json:"video_scheduler_shift"`
+	AudioShift          *float64 `json:"audio_scheduler_shift"`
+	DMDDenoisingSteps   []int    `json:"dmd_denoising_steps"`
+	TransformerForwards int      `json:"transformer_forwards"`
+	NumInferenceSteps   int      `json:"num_inference_steps"`
+}
+
+// ReadModelFolder reads a diffusers-style H3 snapshot's configs only:
+// transformer/config.json, vae/config.json, audio_vae/config.json,
+// scheduler/scheduler_config.json and audio_scheduler/scheduler_config.json,
+// plus the transformer's weight index (to detect FastH3's VSA gates) and an
+// optional fastvideo_inference.json. Fields a config omits keep the released
+// values.
+func ReadModelFolder(dir string) (*ModelSpec, error) {
+	m := &ModelSpec{
+		Name: dir, Dir: dir, Family: "minimax_h3", Variant: "h3",
+		DiT: releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
+		MinAlignedFrames: 124, MaxAlignedFrames: 345,
+	}
+	if err := readJSON(filepath.Join(dir, "transformer", "config.json"), &m.DiT, true); err != nil {
+		return nil, err
+	}
+	if err := m.DiT.validate(); err != nil {
+		return nil, fmt.Errorf("fastvideo: %s: %w", filepath.Join(dir, "transformer", "config.json"), err)
+	}
+	if err := readJSON(filepath.Join(dir, "vae", "config.json"), &m.VAE, true); err != nil {
+		return nil, err
+	}
+	if m.VAE.SpatialRatio() != packing.VAESpatialRatio || m.VAE.LatentChannels != m.DiT.InChannels {
+		return nil, fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
+			filepath.Join(dir, "vae", "config.json"), m.VAE.SpatialRatio(), m.VAE.LatentChannels, packing.VAESpatialRatio, m.DiT.InChannels)
+	}
+	if err := readJSON(filepath.Join(dir, "audio_vae", "config.json"), &m.AudioVAE, true); err != nil {
+		return nil, err
+	}
+	if m.AudioVAE.LatentChannels != m.DiT.AudioInChannels {
+		return nil, fmt.Errorf("fastvideo: %s: %d latent channels, but the DiT takes %d audio channels",
+			filepath.Join(dir, "audio_vae", "config.json"), m.AudioVAE.LatentChannels, m.DiT.AudioInChannels)
+	}
+	var err error
+	if m.VideoShift, err = readShift(filepath.Join(dir, "scheduler", "scheduler_config.json"), true); err != nil {
+		return nil, err
+	}
+	audioPath := filepath.Join(dir, "audio_scheduler", "scheduler_config.json")
+	if shift, err := readShift(audioPath, false); err != nil {
+		return nil, err
+	} else if shift > 0 {
+		m.AudioShift = shift
+	} else {
+		m.Notes = append(m.Notes, fmt.Sprintf("%s missing: audio shift %g (released)", audioPath, m.AudioShift))
+	}
+	if m.VSAGates, err = hasGateWeights(filepath.Join(dir, "transformer")); err != nil {
+		return nil, err
+	}
+	if err := m.readContract(dir); err != nil {
+		return nil, err
+	}
+	if m.VSAGates || m.DMDRungs != nil {
+		m.Variant, m.DefaultPreset, m.Presets = "fasth3", "fasth3_t2va", fastH3Presets()
+		m.Description = "FastH3 student read from " + dir
+	} else {
+		m.DefaultPreset, m.Presets = "minimax_h3_t2va", h3Presets()
+		m.Description = "MiniMax H3 read from " + dir
+	}
+	if n := len(m.DMDRungs); n > 0 {
+		for name, p := range m.Presets {
+			p.Steps = n
+			m.Presets[name] = p
+		}
+	}
+	return m, nil
+}
+
+func readJSON(path string, v any, required bool) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if !required && errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return fmt.Errorf("fastvideo: reading %s: %w (a MiniMax H3 model folder holds transformer/, vae/, audio_vae/ and scheduler/ configs)", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("fastvideo: parsing %s: %w", path, err)
+	}
+	return nil
+}
+
+// readShift reads a MiniMaxH3Scheduler config; 0 when optional and absent.
+func readShift(path string, required bool) (float64, error) {
+	var c struct {
+		ClassName string   `json:"_class_name"`
+		Shift     *float64 `json:"shift"`
+	}
+	if err := readJSON(path, &c, required); err != nil {
+		if !required && errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	if c.ClassName != "" && c.ClassName != "MiniMaxH3Scheduler" {
+		return 0, fmt.Errorf("fastvideo: %s: scheduler %q, want MiniMaxH3Scheduler (is this a MiniMax H3 folder?)", path, c.ClassName)
+	}
+	if c.Shift == nil || !(*c.Shift > 0) {
+		return 0, fmt.Errorf("fastvideo: %s: shift must be a positive number", path)
+	}
+	return *c.Shift, nil
+}
+
+// hasGateWeights looks for attn.to_gate_compress in the transformer's weight
+// names (index JSON, or the header of a single safetensors file).
+func hasGateWeights(dir string) (bool, error) {
+	const gate = "to_gate_compress"
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	err := readJSON(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), &index, false)
+	switch {
+	case err == nil:
+		for k := range index.WeightMap {
+			if strings.Contains(k, gate) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	single := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
+	if _, err := os.Stat(single); err != nil {
+		return false, nil // configs only: nothing to inspect
+	}
+	f, err := safetensors.Open(single)
+	if err != nil {
+		return false, fmt.Errorf("fastvideo: reading the header of %s: %w", single, err)
+	}
+	defer f.Close()
+	for _, k := range f.Names() {
+		if strings.Contains(k, gate) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// readContract applies a shift-declaring fastvideo_inference.json (at the
+// folder root or in transformer/); four-step sidecars without shifts keep
+// the uniform ladder.
+func (m *ModelSpec) readContract(dir string) error {
+	for _, p := range []string{filepath.Join(dir, "fastvideo_inference.json"), filepath.Join(dir, "transformer", "fastvideo_inference.json")} {
+		var c inferenceContract
+		if err := readJSON(p, &c, false); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if c.VideoShift == nil && c.AudioShift == nil {
+			return nil
+		}
+		switch {
+		case c.SchemaVersion != "fasth3-inference-contract-v1":
+			return fmt.Errorf("fastvideo: %s: unsupported schema_version %q (want fasth3-inference-contract-v1)", p, c.SchemaVersion)
+		case c.VideoShift == nil || c.AudioShift == nil:
+			return fmt.Errorf("fastvideo: %s must declare both video_scheduler_shift and audio_scheduler_shift", p)
+		case c.TransformerForwards != len(c.DMDDenoisingSteps) || c.NumInferenceSteps != len(c.DMDDenoisingSteps)+1:
+			return fmt.Errorf("fastvideo: %s: transformer_forwards must equal the %d DMD rungs and num_inference_steps the rungs plus one",
+				p, len(c.DMDDenoisingSteps))
+		}
+		if _, err := schedule.NewH3LadderFromDMDSteps(*c.VideoShift, c.DMDDenoisingSteps); err != nil {
+			return fmt.Errorf("fastvideo: %s: %w", p, err)
+		}
+		if _, err := schedule.NewH3LadderFromDMDSteps(*c.AudioShift, c.DMDDenoisingSteps); err != nil {
+			return fmt.Errorf("fastvideo: %s: %w", p, err)
+		}
+		m.VideoShift, m.AudioShift, m.DMDRungs = *c.VideoShift, *c.AudioShift, c.DMDDenoisingSteps
+		return nil
+	}
+	return nil
+}
+
+func (c DiTConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"num_layers", c.NumLayers}, {"hidden_size", c.HiddenSize}, {"num_attention_heads", c.NumAttentionHeads},
+		{"attention_head_dim", c.AttentionHeadDim}, {"ffn_dim", c.FFNDim}, {"in_channels", c.InChannels},
+		{"audio_in_channels", c.AudioInChannels}, {"text_dim", c.TextDim}, {"freq_dim", c.FreqDim},
+		{"time_embed_hidden_dim", c.TimeEmbedHiddenDim}, {"time_embed_dim", c.TimeEmbedDim},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("%s = %d, must be positive", f.name, f.v)
+		}
+	}
+	if len(c.PatchSize) != 3 || c.PatchSize[0] <= 0 || c.PatchSize[1] <= 0 || c.PatchSize[2] <= 0 {
+		return fmt.Errorf("patch_size = %v, want three positive ints", c.PatchSize)
+	}
+	if c.AdaLNRank < 0 || c.AdaLNRank > c.TimeEmbedDim {
+		return fmt.Errorf("adaln_rank = %d, must be null or in (0, %d]", c.AdaLNRank, c.TimeEmbedDim)
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package fastvideo
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// NoiseStream names an independent Gaussian stream derived from one seed, so that
+// the video noise does not shift when the audio length changes and vice versa.
+type NoiseStream uint64
+
+const (
+	VideoNoise NoiseStream = 1
+	AudioNoise NoiseStream = 2
+)
+
+// GaussianNoise fills n standard-normal float32 values for (seed, stream).
+//
+// The generator is PCG-DXSM (math/rand/v2's NewPCG, whose output the Go
+// project specifies) seeded with (seed, stream), turned into normals by our own
+// Box-Muller transform in float64, so the values are fixed by this code and not
+// by a library's choice of normal sampler. It cannot reproduce PyTorch's
+// torch.randn stream: a Go run and a Python run with the same seed start from
+// different noise. To reproduce a Python latent exactly, inject its noise through
+// Request.VideoNoise / Request.AudioNoise.
+func GaussianNoise(seed int64, stream NoiseStream, n int) []float32 {
+	src := rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)
+	out := make([]float32, n)
+	for i := 0; i < n; i += 2 {
+		// u1 in (0, 1] keeps the logarithm finite.
+		u1 := (float64(src.Uint64()>>11) + 1) / (1 << 53)
+		u2 := float64(src.Uint64()>>11) / (1 << 53)
+		r := math.Sqrt(-2 * math.Log(u1))
+		s, c := math.Sincos(2 * math.Pi * u2)
+		out[i] = float32(r * c)
+		if i+1 < n {
+			out[i+1] = float32(r * s)
+		}
+	}
+	return out
+}

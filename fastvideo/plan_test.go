@@ -1,0 +1,332 @@
+package fastvideo
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPlanWorkedExample(t *testing.T) { // h3.md §3.7, §5.2
+	p, err := Plan("fasth3", Request{Height: 480, Width: 832, NumFrames: 124, FPS: 24, NumInferenceSteps: 4, PromptTokens: 93})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CanvasHeight != 480 || p.CanvasWidth != 832 || p.NumFrames != 124 || p.VideoLatentFrames != 37 ||
+		p.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || p.LatentChannels != 24 {
+		t.Fatalf("geometry %+v", p)
+	}
+	want := RowCounts{Text: 93, ConditionVideo: 0, Audio: 414, Video: 14430, Total: 14937}
+	if p.Rows != want {
+		t.Fatalf("rows %+v, want %+v", p.Rows, want)
+	}
+	if p.Rows.Total-p.Rows.Text != 14844 {
+		t.Errorf("non-text rows %d, want 14844", p.Rows.Total-p.Rows.Text)
+	}
+	if p.AudioSamples != 165600 || p.DurationSeconds != 124.0/24 {
+		t.Errorf("audio samples %d, duration %v", p.AudioSamples, p.DurationSeconds)
+	}
+	eq := func(label string, got []float32, want ...float32) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s = %v, want %v", label, got, want)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s = %v, want %v", label, got, want)
+			}
+		}
+	}
+	eq("video sigmas", p.VideoSigmas, 1, 0.9729729890823364, 0.9230769276618958, 0.800000011920929, 0)
+	eq("audio sigmas", p.AudioSigmas, 1, 0.8999999761581421, 0.75, 0.5, 0)
+	eq("adaln timesteps", p.AdaLNTimesteps, 0, 0.027027010917663574, 0.07692307233810425, 0.10000002384185791,
+		0.19999998807907104, 0.25, 0.5)
+	if p.Preset != "fasth3_t2va" || p.Steps != 4 || p.Seed != 0 {
+		t.Errorf("preset %q steps %d seed %d", p.Preset, p.Steps, p.Seed)
+	}
+}
+
+func TestDiTComputeFloor(t *testing.T) { // README: "compute floor at 790 TFLOP/s: 1.13 s" for 14,937 rows
+	p, err := Plan("h3", Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Rows.Total != 14937 || p.Steps != 49 {
+		t.Fatalf("rows %d steps %d", p.Rows.Total, p.Steps)
+	}
+	sec := p.DiTTFLOPsPerStep / 790
+	t.Logf("h3 forward at L=14937: %.1f TFLOP, %.4f s at 790 TFLOP/s", p.DiTTFLOPsPerStep, sec)
+	if math.Abs(sec-1.13) > 0.005 {
+		t.Errorf("compute floor %.4f s, want 1.13 s", sec)
+	}
+	// Step 0 has one distinct timestep (both ladders start at t=0), later
+	// steps two: the total is slightly below steps x the per-step maximum.
+	if p.DiTTFLOPsTotal > 49*p.DiTTFLOPsPerStep || p.DiTTFLOPsTotal < 48.9*p.DiTTFLOPsPerStep {
+		t.Errorf("total %.1f vs per step %.1f", p.DiTTFLOPsTotal, p.DiTTFLOPsPerStep)
+	}
+	// FastH3's VSA gate adds one 5376x7168 GEMM per block: 2*L*H*I*50.
+	f, _ := Plan("fasth3", Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
+	gate := 2 * 14937.0 * 5376 * 7168 * 50 / 1e12
+	if math.Abs(f.DiTTFLOPsPerStep-p.DiTTFLOPsPerStep-gate) > 1e-6 {
+		t.Errorf("fasth3 %.3f - h3 %.3f != gate %.3f TFLOP", f.DiTTFLOPsPerStep, p.DiTTFLOPsPerStep, gate)
+	}
+}
+
+func TestDiTParamsAndBytes(t *testing.T) { // h3.md §1.3
+	h3 := releaseDiT()
+	if n := h3.Params(false); n != 33122992896 {
+		t.Errorf("H3 params %d, want 33,122,992,896", n)
+	}
+	if n := h3.Params(true) - h3.Params(false); n != 1926758400 {
+		t.Errorf("VSA gates %d, want 1,926,758,400", n)
+	}
+	b, err := h3.WeightBytes(BF16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 17,222,144 FP32 boundary params; the rest BF16: 61.73 GiB (the ~62 GiB release).
+	if b != 2*33122992896+2*17222144 {
+		t.Errorf("bf16 bytes %d", b)
+	}
+	if f32, _ := h3.WeightBytes(F32, false); f32 != 4*33122992896 {
+		t.Errorf("f32 bytes %d", f32)
+	}
+	if _, err := h3.WeightBytes("int3", false); err == nil {
+		t.Error("an unknown dtype must be rejected")
+	}
+	r16 := h3
+	r16.AdaLNRank = 16
+	if n := float64(r16.Params(false)) / 1e9; math.Abs(n-20.17) > 0.01 {
+		t.Errorf("rank-16 params %.3fB, want ~20.17B", n)
+	}
+	p, _ := Plan("h3", Request{}, WithDType(F32))
+	if p.WeightsDType != "f32" || p.WeightsBytes != 4*33122992896 || p.DiTParams != 33122992896 {
+		t.Errorf("plan weights %s %d params %d", p.WeightsDType, p.WeightsBytes, p.DiTParams)
+	}
+}
+
+func TestPlanFastModes(t *testing.T) { // h3.md §3.8-3.9
+	p, err := Plan("fasth3", Request{Fast: true, PromptTokens: 93})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NumFrames != 124 || p.VideoLatentFrames != 22 || p.AudioLatentFrames != 207 || p.Rows.Video != 22*390 ||
+		p.FastTemporal == nil || p.FastTemporal.SourceFrames != 73 || p.FastTemporal.VideoTemporalScale != 1.7391304347826073 {
+		t.Fatalf("temporal fast plan %+v %+v", p, p.FastTemporal)
+	}
+	p, err = Plan("fasth3", Request{FastSpatial: true, PromptTokens: 93})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CanvasHeight != 256 || p.CanvasWidth != 416 || p.Height != 480 || p.Width != 832 || p.Rows.Video != 3848 ||
+		p.FastSpatial.Stage1Height != 240 || p.FastSpatial.Stage1Width != 416 {
+		t.Fatalf("spatial fast plan %+v %+v", p, p.FastSpatial)
+	}
+	p, err = Plan("fasth3", Request{Fast: true, FastSpatial: true, PromptTokens: 93})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Rows.Video != 22*104 || p.Rows.Total != 93+414+22*104 {
+		t.Fatalf("combined fast plan rows %+v", p.Rows)
+	}
+}
+
+func TestRequestValidation(t *testing.T) {
+	cases := []struct {
+		name   string
+		model  string
+		req    Request
+		field  string
+		inMsg  string
+		planOK bool // Plan accepts it (prompt not required)
+	}{
+		{"unknown model", "wan-9000", Request{Prompt: "x"}, "model", "fasth3, h3, tiny-h3", false},
+		{"unknown preset", "fasth3", Request{Prompt: "x", Preset: "hd"}, "preset", "fasth3_t2va", false},
+		{"height not /32", "fasth3", Request{Prompt: "x", Height: 481, Width: 832}, "height", "multiple of 32", false},
+		{"width not /32", "fasth3", Request{Prompt: "x", Height: 480, Width: 840}, "width", "832 or 864", false},
+		{"negative height", "fasth3", Request{Prompt: "x", Height: -480, Width: 832}, "height", "positive", false},
+		{"height alone", "fasth3", Request{Prompt: "x", Height: 480}, "width", "together", false},
+		{"too short", "fasth3", Request{Prompt: "x", NumFrames: 100}, "num_frames", "108 to 345", false},
+		{"too long (362 on CUDA)", "fasth3", Request{Prompt: "x", NumFrames: 360}, "num_frames", "124..345", false},
+		{"negative frames", "fasth3", Request{Prompt: "x", NumFrames: -5}, "num_frames", "124..345", false},
+		{"fps", "fasth3", Request{Prompt: "x", FPS: 30}, "fps", "24", false},
+		{"negative steps", "fasth3", Request{Prompt: "x", NumInferenceSteps: -1}, "num_inference_steps", "1 to 1000", false},
+		{"guidance", "h3", Request{Prompt: "x", GuidanceScale: 5}, "guidance_scale", "1.0", false},
+		{"negative prompt", "h3", Request{Prompt: "x", NegativePrompt: "blurry"}, "negative_prompt", "empty", false},
+		{"no prompt", "h3", Request{}, "prompt", "non-empty", true},
+		{"fast factor 1", "fasth3", Request{Prompt: "x", Fast: true, FastFactor: 1}, "fast_factor", ">= 2", false},
+		{"fast factor without fast", "fasth3", Request{Prompt: "x", FastFactor: 3}, "fast_factor", "temporal fast mode", false},
+		{"spatial scale 1", "fasth3", Request{Prompt: "x", FastSpatial: true, FastSpatialScale: 1}, "fast_spatial_scale", ">= 2", false},
+		{"spatial on 32x32", "tiny-h3", Request{Prompt: "x", Height: 32, Width: 32, FastSpatial: true}, "fast_spatial_scale", "smaller than 32x32", false},
+		{"prompt tokens", "h3", Request{Prompt: "x", PromptTokens: -3}, "prompt_tokens", "token count", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Validate(c.model, c.req)
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("Validate: %v, want a *RequestError", err)
+			}
+			if re.Field != c.field || !strings.Contains(err.Error(), c.inMsg) {
+				t.Fatalf("error %q (field %q), want field %q mentioning %q", err, re.Field, c.field, c.inMsg)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprint(re.Value)) || re.Allowed == "" {
+				t.Fatalf("error %q does not show the value and what is allowed", err)
+			}
+			_, perr := Plan(c.model, c.req)
+			if c.planOK != (perr == nil) {
+				t.Fatalf("Plan error %v, want ok=%v", perr, c.planOK)
+			}
+		})
+	}
+	// The value is part of the message.
+	err := Validate("fasth3", Request{Prompt: "x", Height: 481, Width: 832})
+	if !strings.Contains(err.Error(), "481") {
+		t.Errorf("%q does not name the value", err)
+	}
+	// Valid requests, including the aligned-up 121 frames and the short toy model.
+	for _, c := range []struct {
+		model string
+		req   Request
+	}{
+		{"fasth3", Request{Prompt: "x"}},
+		{"fasth3", Request{Prompt: "x", Height: 768, Width: 1344, NumFrames: 121, Seed: Ptr[int64](7)}},
+		{"h3", Request{Prompt: "x", NumFrames: 345, NumInferenceSteps: 4}},
+		{"tiny-h3", Request{Prompt: "x"}},
+	} {
+		if err := Validate(c.model, c.req); err != nil {
+			t.Errorf("%s %+v: %v", c.model, c.req, err)
+		}
+	}
+}
+
+func TestPlanJSONNames(t *testing.T) {
+	p, err := Plan("fasth3", Request{Prompt: "A cat plays the piano."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(p)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"canvas_height", "canvas_width", "num_frames", "video_latent_frames", "audio_latent_frames",
+		"latent_height", "latent_width", "rows", "video_sigmas", "audio_sigmas", "dit_tflops_per_step", "weights_bytes"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("plan JSON lacks %q", k)
+		}
+	}
+	rows := m["rows"].(map[string]any)
+	for _, k := range []string{"text", "condition_video", "audio", "video", "total"} {
+		if _, ok := rows[k]; !ok {
+			t.Errorf("rows lack %q", k)
+		}
+	}
+	if !p.Rows.TextEstimated || p.Rows.Text != 6 {
+		t.Errorf("estimated text rows %d (%v), want 6 estimated", p.Rows.Text, p.Rows.TextEstimated)
+	}
+	var sb strings.Builder
+	if err := p.WriteTable(&sb); err != nil || !strings.Contains(sb.String(), "14850 total") {
+		t.Errorf("table:\n%s", sb.String())
+	}
+}
+
+// The estimate against the real Qwen3 tokenizer's counts (the
+// qwen3_tokenizer fixture cases): never above, and within 20% on ASCII text.
+func TestEstimatePromptTokens(t *testing.T) {
+	data, err := os.ReadFile("testdata/qwen3_tokenizer_cases.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var c struct {
+			Text string `json:"text"`
+			IDs  []int  `json:"ids"`
+		}
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		est, real := EstimatePromptTokens(c.Text), len(c.IDs)
+		ascii := true
+		for _, r := range c.Text {
+			ascii = ascii && r < 128
+		}
+		if est > real || (ascii && float64(est) < 0.8*float64(real)) {
+			t.Errorf("EstimatePromptTokens(%q) = %d, tokenizer %d", c.Text, est, real)
+		}
+		n++
+	}
+	if n == 0 || EstimatePromptTokens("") != 0 {
+		t.Fatal("no cases")
+	}
+}
+
+func TestReadModelFolder(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := json.Marshal(tinyDiT())
+	write("transformer/config.json", string(cfg))
+	write("vae/config.json", `{"_class_name": "AutoencoderKLMiniMaxH3", "latent_channels": 24}`)
+	write("audio_vae/config.json", `{"latent_channels": 32, "sampling_rate": 32000}`)
+	write("scheduler/scheduler_config.json", `{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`)
+
+	m, err := LookupModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Variant != "h3" || m.DiT.HiddenSize != 128 || m.VideoShift != 12 || m.AudioShift != 3 || len(m.Notes) != 1 {
+		t.Fatalf("spec %+v", m)
+	}
+	if p, err := Plan(dir, Request{}); err != nil || p.Steps != 49 || p.DiTParams != tinyDiT().Params(false) {
+		t.Fatalf("plan %+v, %v", p, err)
+	}
+
+	// FastH3: gate weights in the index and a shift-declaring 8-step contract.
+	write("audio_scheduler/scheduler_config.json", `{"shift": 3.0}`)
+	write("transformer/diffusion_pytorch_model.safetensors.index.json",
+		`{"weight_map": {"transformer_blocks.0.attn.to_gate_compress.weight": "a.safetensors"}}`)
+	write("fastvideo_inference.json", `{"schema_version": "fasth3-inference-contract-v1", "video_scheduler_shift": 12.0,
+		"audio_scheduler_shift": 3.0, "dmd_denoising_steps": [1000, 937, 875, 750, 625, 500, 375, 250],
+		"transformer_forwards": 8, "num_inference_steps": 9}`)
+	m, err = ReadModelFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Variant != "fasth3" || !m.VSAGates || len(m.DMDRungs) != 8 || m.Presets[m.DefaultPreset].Steps != 8 {
+		t.Fatalf("fasth3 spec %+v", m)
+	}
+	p, err := Plan(dir, Request{})
+	if err != nil || p.Steps != 8 || len(p.VideoSigmas) != 9 {
+		t.Fatalf("contract plan %+v, %v", p, err)
+	}
+	var re *RequestError
+	if err := Validate(dir, Request{Prompt: "x", NumInferenceSteps: 4}); !errors.As(err, &re) || re.Field != "num_inference_steps" {
+		t.Errorf("a 4-step request on an 8-rung contract: %v", err)
+	}
+
+	// A missing config names the file.
+	if err := os.Remove(filepath.Join(dir, "vae", "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadModelFolder(dir); err == nil || !strings.Contains(err.Error(), filepath.Join("vae", "config.json")) {
+		t.Errorf("missing vae config: %v", err)
+	}
+	write("vae/config.json", `{"latent_channels": 16, "spatial_downsample_factors": [2, 2, 2]}`)
+	if _, err := ReadModelFolder(dir); err == nil || !strings.Contains(err.Error(), "H3 geometry") {
+		t.Errorf("a Wan-like VAE must be rejected: %v", err)
+	}
+}

@@ -1,0 +1,387 @@
+package fastvideo
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+
+	"fastvideo/dit/h3/packing"
+)
+
+// Request is one text-to-video+audio generation, mirroring FastVideo's
+// GenerationRequest / SamplingParam fields that apply to MiniMax H3.
+//
+// Unset means "the preset's value": numeric fields use 0 for unset (0 is
+// never a valid size, frame count, fps, step count or guidance scale), Seed
+// uses nil because 0 is a valid seed. This is FastVideo's behaviour for
+// requests parsed from a mapping ("only explicit fields override the
+// preset"), applied uniformly.
+type Request struct {
+	Prompt string
+	// NegativePrompt must stay empty for H3: the model is guidance-distilled
+	// and upstream rejects a negative prompt.
+	NegativePrompt string
+
+	Height, Width int // output size in pixels; both or neither; positive multiples of 32
+	// NumFrames is the requested frame count; it is aligned up to 17n+5 (the
+	// causal video VAE's chunking), and the aligned clip must last 5-15 s.
+	NumFrames int
+	FPS       int // H3 generates 24 fps only
+	// NumInferenceSteps counts DiT forwards (the MLX example's --steps):
+	// FastH3 runs 4, the base model's preset 49. FastVideo's CUDA
+	// num_inference_steps counts sigma-grid points, i.e. this value plus one.
+	NumInferenceSteps int
+	GuidanceScale     float64 // H3 accepts only 1.0 (no classifier-free guidance)
+	Seed              *int64  // nil: the preset's seed (0 for H3)
+	OutputPath        string  // .mp4 file, or a folder for a generated name
+	Preset            string  // "" selects the model's default preset
+
+	// PromptTokens is the prompt's length in tokens when already known (from
+	// the tokenizer or a prompt cache); 0 lets Plan estimate it from the text.
+	PromptTokens int
+
+	// Fast enables the temporal fast mode: denoise and decode
+	// align(ceil((frames-1)/FastFactor)+1) frames on the full timeline, then
+	// interpolate to the requested count (MLX --fast).
+	Fast       bool
+	FastFactor int // 0: 2
+	// FastSpatial enables the spatial fast mode: denoise and decode on the
+	// smallest 32-aligned canvas covering size/FastSpatialScale, then resample
+	// in pixel space (MLX --fast-spatial).
+	FastSpatial      bool
+	FastSpatialScale int // 0: 2
+}
+
+// Ptr returns a pointer to v, for optional fields such as Request.Seed.
+func Ptr[T any](v T) *T { return &v }
+
+// RequestError reports invalid input: which field, the value given and what
+// is allowed. Callers tell bad input from runtime failures with errors.As.
+type RequestError struct {
+	Field   string // snake_case name as in FastVideo requests, e.g. "num_frames"
+	Value   any    // the offending value
+	Allowed string // what would be accepted
+}
+
+func (e *RequestError) Error() string {
+	v := fmt.Sprint(e.Value)
+	if s, ok := e.Value.(string); ok {
+		v = fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("invalid %s %s: allowed %s", e.Field, v, e.Allowed)
+}
+
+// ResolvedRequest is a validated request with every preset default applied
+// and its geometry derived.
+type ResolvedRequest struct {
+	Model  *ModelSpec
+	Preset Preset
+
+	Prompt     string
+	OutputPath string
+	Seed       int64
+	FPS        int
+	Steps      int // DiT forwards
+	Guidance   float64
+
+	Height, Width   int // output size
+	RequestedFrames int
+	NumFrames       int // aligned output frames
+
+	// Denoise is the geometry the DiT and VAEs run at: the output geometry,
+	// or the reduced one of the fast modes.
+	Denoise            packing.Geometry
+	VideoTemporalScale float64 // 1, or the temporal fast mode's stretch
+
+	FastTemporal *packing.FastTemporalPlan
+	FastSpatial  *packing.FastSpatialPlan
+
+	PromptTokens          int
+	PromptTokensEstimated bool
+}
+
+// Validate checks a generation request against a model ("fasth3", "h3",
+// "tiny-h3" or a model folder) without loading anything heavy; unlike Plan it
+// also requires a prompt.
+func Validate(model string, req Request) error {
+	spec, err := LookupModel(model)
+	if err != nil {
+		return err
+	}
+	_, err = spec.Resolve(req, true)
+	return err
+}
+
+// Resolve applies the preset and validates req with the released H3 rules
+// (the same ones as FastVideo's MiniMax-H3 input preparation stage). With
+// needPrompt false the prompt may be empty (planning).
+func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, error) {
+	preset, err := m.preset(req.Preset)
+	if err != nil {
+		return nil, err
+	}
+	r := &ResolvedRequest{Model: m, Preset: preset, Prompt: req.Prompt, OutputPath: req.OutputPath}
+
+	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
+		return nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
+	}
+	if strings.TrimSpace(req.NegativePrompt) != "" {
+		return nil, &RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
+			Allowed: "an empty string (MiniMax-H3 is guidance-distilled and takes no negative prompt)"}
+	}
+
+	// Size: both or neither, positive multiples of 32.
+	switch {
+	case req.Height < 0:
+		return nil, &RequestError{Field: "height", Value: req.Height, Allowed: sizeAllowed}
+	case req.Width < 0:
+		return nil, &RequestError{Field: "width", Value: req.Width, Allowed: sizeAllowed}
+	case req.Height == 0 && req.Width != 0:
+		return nil, &RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
+	case req.Width == 0 && req.Height != 0:
+		return nil, &RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
+	}
+	r.Height, r.Width = preset.Height, preset.Width
+	if req.Height != 0 {
+		r.Height, r.Width = req.Height, req.Width
+	}
+	if r.Height%packing.CanvasMultiple != 0 {
+		return nil, &RequestError{Field: "height", Value: r.Height, Allowed: sizeAllowed + nearest32(r.Height)}
+	}
+	if r.Width%packing.CanvasMultiple != 0 {
+		return nil, &RequestError{Field: "width", Value: r.Width, Allowed: sizeAllowed + nearest32(r.Width)}
+	}
+	ratio := m.VAE.SpatialRatio()
+	if ratio <= 0 || r.Height%ratio != 0 || r.Width%ratio != 0 {
+		return nil, &RequestError{Field: "height", Value: r.Height, Allowed: fmt.Sprintf("a size divisible by the VAE ratio %d", ratio)}
+	}
+
+	// Frames: aligned to 17n+5, then the model's duration window.
+	r.RequestedFrames = preset.NumFrames
+	if req.NumFrames != 0 {
+		r.RequestedFrames = req.NumFrames
+	}
+	lo, hi := m.frameRange()
+	aligned, err := packing.AlignNumFrames(r.RequestedFrames)
+	if err != nil || aligned < m.MinAlignedFrames || aligned > m.MaxAlignedFrames {
+		return nil, &RequestError{Field: "num_frames", Value: r.RequestedFrames, Allowed: fmt.Sprintf(
+			"%d to %d (aligned up to 17n+5: %d..%d frames, %.3g-%.3g s at %d fps)", lo, hi,
+			m.MinAlignedFrames, m.MaxAlignedFrames, float64(m.MinAlignedFrames)/packing.FPS,
+			float64(m.MaxAlignedFrames)/packing.FPS, packing.FPS)}
+	}
+	r.NumFrames = aligned
+
+	r.FPS = preset.FPS
+	if req.FPS != 0 {
+		r.FPS = req.FPS
+	}
+	if r.FPS != packing.FPS {
+		return nil, &RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
+	}
+
+	r.Steps = preset.Steps
+	if req.NumInferenceSteps != 0 {
+		r.Steps = req.NumInferenceSteps
+	}
+	if r.Steps < 1 || r.Steps > MaxSteps {
+		return nil, &RequestError{Field: "num_inference_steps", Value: r.Steps,
+			Allowed: fmt.Sprintf("1 to %d DiT forwards (FastH3: %d, base preset: %d)", MaxSteps, 4, 49)}
+	}
+	if n := len(m.DMDRungs); n > 0 && r.Steps != n {
+		return nil, &RequestError{Field: "num_inference_steps", Value: r.Steps,
+			Allowed: fmt.Sprintf("%d (the checkpoint's fastvideo_inference.json trains %d forwards)", n, n)}
+	}
+
+	r.Guidance = preset.GuidanceScale
+	if req.GuidanceScale != 0 {
+		r.Guidance = req.GuidanceScale
+	}
+	if r.Guidance != 1 {
+		return nil, &RequestError{Field: "guidance_scale", Value: r.Guidance,
+			Allowed: "1.0 (MiniMax-H3 is guidance-distilled: no classifier-free guidance)"}
+	}
+
+	r.Seed = preset.Seed
+	if req.Seed != nil {
+		r.Seed = *req.Seed
+	}
+	if req.PromptTokens < 0 {
+		return nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (estimate) or the prompt's token count"}
+	}
+	r.PromptTokens = req.PromptTokens
+	if r.PromptTokens == 0 && req.Prompt != "" {
+		r.PromptTokens, r.PromptTokensEstimated = EstimatePromptTokens(req.Prompt), true
+	}
+
+	if err := r.planGeometry(req); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// MaxSteps bounds NumInferenceSteps (upstream has no bound; beyond this the
+// ladder only repeats float32 values).
+const MaxSteps = 1000
+
+const sizeAllowed = "a positive multiple of 32"
+
+func nearest32(v int) string {
+	lo := v / packing.CanvasMultiple * packing.CanvasMultiple
+	if lo <= 0 {
+		return fmt.Sprintf(" (e.g. %d)", packing.CanvasMultiple)
+	}
+	return fmt.Sprintf(" (e.g. %d or %d)", lo, lo+packing.CanvasMultiple)
+}
+
+// frameRange is the span of requested counts that align into the window.
+func (m *ModelSpec) frameRange() (lo, hi int) {
+	lo = m.MinAlignedFrames
+	for lo > 1 {
+		if a, _ := packing.AlignNumFrames(lo - 1); a != m.MinAlignedFrames {
+			break
+		}
+		lo--
+	}
+	return lo, m.MaxAlignedFrames
+}
+
+// planGeometry derives the denoise geometry, applying the fast modes.
+func (r *ResolvedRequest) planGeometry(req Request) error {
+	h, w, frames := r.Height, r.Width, r.NumFrames
+	r.VideoTemporalScale = 1
+	if req.FastFactor != 0 && !req.Fast {
+		return &RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
+	}
+	if req.FastSpatialScale != 0 && !req.FastSpatial {
+		return &RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
+	}
+	if req.FastSpatial {
+		scale := req.FastSpatialScale
+		if scale == 0 {
+			scale = 2
+		}
+		p, err := packing.PlanFastSpatial(r.Height, r.Width, scale)
+		if err != nil {
+			return &RequestError{Field: "fast_spatial_scale", Value: scale,
+				Allowed: fmt.Sprintf("an integer >= 2 whose canvas is smaller than %dx%d", r.Height, r.Width)}
+		}
+		r.FastSpatial = &p
+		h, w = p.CanvasHeight, p.CanvasWidth
+	}
+	g, err := packing.NewGeometry(h, w, frames)
+	if err != nil {
+		return fmt.Errorf("fastvideo: geometry: %w", err)
+	}
+	if req.Fast {
+		factor := req.FastFactor
+		if factor == 0 {
+			factor = 2
+		}
+		p, err := packing.PlanFastTemporal(frames, factor)
+		if err != nil {
+			return &RequestError{Field: "fast_factor", Value: factor,
+				Allowed: fmt.Sprintf("an integer >= 2 that shortens the %d-frame clip", frames)}
+		}
+		r.FastTemporal = &p
+		// Audio keeps every latent of the full clip; only video is shortened.
+		g.NumFrames, g.LatentFrames = p.SourceFrames, p.SourceLatentFrames
+		r.VideoTemporalScale = p.VideoTemporalScale
+	}
+	g.PatchSize = [3]int{patchAxis(r.Model.DiT.PatchSize, 0), patchAxis(r.Model.DiT.PatchSize, 1), patchAxis(r.Model.DiT.PatchSize, 2)}
+	r.Denoise = g
+	return nil
+}
+
+func patchAxis(p []int, i int) int {
+	if len(p) == 3 {
+		return p[i]
+	}
+	return packing.DefaultPatchSize[i]
+}
+
+// LayoutRequest is the packing request of this generation for a prompt of
+// the given token tags (nil: PromptTokens text tokens).
+func (r *ResolvedRequest) LayoutRequest(textTags []uint8) packing.Request {
+	n := r.PromptTokens
+	if textTags != nil {
+		n = len(textTags)
+	}
+	q := r.Denoise.Request(textTags, n)
+	q.VideoTemporalScale = r.VideoTemporalScale
+	return q
+}
+
+// EstimatePromptTokens approximates the Qwen3 token count of a prompt without
+// the tokenizer: it counts the pieces of the byte-level BPE pre-tokenizer
+// (the Qwen2 split pattern: contractions, letter runs with one optional
+// leading symbol, single digits, symbol runs with an optional leading space,
+// newline runs, whitespace). Common English words are one token each in
+// Qwen's 151k vocabulary, so this is close for prose and a lower bound
+// otherwise; Plan marks it as an estimate.
+func EstimatePromptTokens(prompt string) int {
+	rs := []rune(prompt)
+	isL := func(i int) bool { return i < len(rs) && unicode.IsLetter(rs[i]) }
+	isN := func(i int) bool { return i < len(rs) && unicode.IsNumber(rs[i]) }
+	isS := func(i int) bool { return i < len(rs) && unicode.IsSpace(rs[i]) }
+	isNL := func(i int) bool { return i < len(rs) && (rs[i] == '\r' || rs[i] == '\n') }
+	isSym := func(i int) bool { return i < len(rs) && !isL(i) && !isN(i) && !isS(i) }
+	n := 0
+	for i := 0; i < len(rs); n++ {
+		switch {
+		case rs[i] == '\'' && contraction(rs[i+1:]) > 0:
+			i += 1 + contraction(rs[i+1:])
+		case isL(i) || (!isNL(i) && !isN(i) && isL(i+1)): // [^\r\n\p{L}\p{N}]?\p{L}+
+			i++
+			for isL(i) {
+				i++
+			}
+		case isN(i): // \p{N}
+			i++
+		case isSym(i) || (rs[i] == ' ' && isSym(i+1)): // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+			if rs[i] == ' ' {
+				i++
+			}
+			for isSym(i) {
+				i++
+			}
+			for isNL(i) {
+				i++
+			}
+		default: // whitespace: \s*[\r\n]+, then \s+(?!\S), then \s+
+			j := i
+			for isS(j) {
+				j++
+			}
+			lastNL := -1
+			for k := i; k < j; k++ {
+				if isNL(k) {
+					lastNL = k
+				}
+			}
+			switch {
+			case lastNL >= 0:
+				i = lastNL + 1
+			case j < len(rs) && j-i > 1:
+				i = j - 1 // leave one space to prefix the next piece
+			default:
+				i = j
+			}
+		}
+	}
+	return n
+}
+
+// contraction is the length of 's, 't, 're, 've, 'm, 'll or 'd (any case)
+// after an apostrophe, or 0.
+func contraction(rs []rune) int {
+	lower := strings.ToLower(string(rs[:min(2, len(rs))]))
+	for _, c := range []string{"re", "ve", "ll"} {
+		if strings.HasPrefix(lower, c) {
+			return 2
+		}
+	}
+	if lower != "" && strings.ContainsRune("stmd", rune(lower[0])) {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,169 @@
+package schedule
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"fastvideo/internal/testutil"
+)
+
+// relTol is the spec's tolerance for float values the reference does not
+// compute in one deterministic float32 order: 1e-6 relative (to max(1,|ref|)).
+func relTol(want []float32) float64 {
+	m := 0.0
+	for _, v := range want {
+		m = math.Max(m, math.Abs(float64(v)))
+	}
+	return 1e-6 * math.Max(1, m)
+}
+
+func bitExact(t *testing.T, label string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d (%v vs %v)", label, len(got), len(want), got, want)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %v (0x%08x), want %v (0x%08x): not bit-exact", label, i, got[i],
+				math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// countDiffBits reports how many elements are not bit-identical.
+func countDiffBits(got, want []float32) int {
+	n := 0
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestH3ScheduleFixtures(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_schedule", func(t *testing.T, fx *testutil.Fixture) {
+		var cases map[string]map[string]any
+		if err := fx.DecodeConfig(&cases, "cases"); err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range cases {
+			t.Run(name, func(t *testing.T) {
+				shift := c["shift"].(float64)
+				points := int(c["num_inference_steps(grid points)"].(float64))
+				lad, err := NewH3Ladder(shift, points-1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := fx.F32(t, "out."+name+".sigmas")
+				bitExact(t, "sigmas", lad.Sigmas, want)
+				wantT, _ := fx.F32(t, "out."+name+".timesteps")
+				bitExact(t, "timesteps", lad.Timesteps, wantT)
+
+				x, shape := fx.F32(t, "in."+name+".sample0")
+				vel, _ := fx.F32(t, "in."+name+".velocities")
+				samples, _ := fx.F32(t, "out."+name+".samples")
+				n := len(x)
+				diff, worst := 0, 0.0
+				for k := 0; k < lad.Steps(); k++ {
+					next := make([]float32, n)
+					if err := lad.Step(k, vel[k*n:(k+1)*n], x, next); err != nil {
+						t.Fatal(err)
+					}
+					ref := samples[k*n : (k+1)*n]
+					d := testutil.AssertClose(t, fmt.Sprintf("step %d", k), next, ref, shape, relTol(ref))
+					worst = math.Max(worst, d.MaxAbs)
+					diff += countDiffBits(next, ref)
+					x = ref // follow the reference trajectory
+				}
+				t.Logf("%s: %d-point grid bit-exact; %d steps, max abs error %.3g, %d non-identical elements",
+					name, points, lad.Steps(), worst, diff)
+			})
+		}
+		t.Run("explicit", func(t *testing.T) {
+			if !fx.Has("out.explicit.sigmas") {
+				t.Skip("no explicit-sigmas case in this fixture")
+			}
+			// The explicit input is stored only as its float32 result, which
+			// holds the same values (1, .75, .5, .25, 0 are exact).
+			want, _ := fx.F32(t, "out.explicit.sigmas")
+			in := make([]float64, len(want))
+			for i, v := range want {
+				in[i] = float64(v)
+			}
+			lad, err := NewH3LadderFromSigmas(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bitExact(t, "sigmas", lad.Sigmas, want)
+			wantT, _ := fx.F32(t, "out.explicit.timesteps")
+			bitExact(t, "timesteps", lad.Timesteps, wantT)
+		})
+		t.Run("scale_noise", func(t *testing.T) {
+			if !fx.Has("out.scale_noise.t0.999") {
+				t.Skip("no scale_noise case in this fixture")
+			}
+			clean, _ := fx.F32(t, "in.scale_noise.clean")
+			noise, _ := fx.F32(t, "in.scale_noise.noise")
+			want, _ := fx.F32(t, "out.scale_noise.t0.999")
+			got := make([]float32, len(clean))
+			if err := ScaleNoise(clean, noise, 0.999, got); err != nil {
+				t.Fatal(err)
+			}
+			bitExact(t, "scale_noise", got, want)
+		})
+	})
+}
+
+func TestWanUniPCFixtures(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_unipc_schedule", func(t *testing.T, fx *testutil.Fixture) {
+		var cases map[string]struct {
+			Shift     float64 `json:"shift"`
+			Steps     int     `json:"num_inference_steps"`
+			Timesteps []int64 `json:"timesteps"`
+		}
+		if err := fx.DecodeConfig(&cases, "cases"); err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range cases {
+			t.Run(name, func(t *testing.T) {
+				u, err := NewUniPC(c.Shift, c.Steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := fx.F32(t, "out."+name+".sigmas")
+				bitExact(t, "sigmas", u.Sigmas, want)
+				wantT, _ := fx.I64(t, "out."+name+".timesteps")
+				for i := range wantT {
+					if u.Timesteps[i] != wantT[i] || u.Timesteps[i] != c.Timesteps[i] {
+						t.Fatalf("timesteps[%d] = %d, want %d", i, u.Timesteps[i], wantT[i])
+					}
+				}
+				x, shape := fx.F32(t, "in."+name+".sample0")
+				outs, _ := fx.F32(t, "in."+name+".model_outputs")
+				samples, _ := fx.F32(t, "out."+name+".samples")
+				n := len(x)
+				diff, worst := 0, 0.0
+				// The solver carries history, so it runs on its own
+				// trajectory: errors would accumulate, not hide.
+				for k := 0; k < u.Steps(); k++ {
+					next, err := u.Step(outs[k*n:(k+1)*n], x)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ref := samples[k*n : (k+1)*n]
+					d := testutil.AssertClose(t, fmt.Sprintf("step %d", k), next, ref, shape, relTol(ref))
+					worst = math.Max(worst, d.MaxAbs)
+					diff += countDiffBits(next, ref)
+					x = next
+				}
+				if _, err := u.Step(outs[:n], x); err == nil {
+					t.Error("a step past the end must fail")
+				}
+				t.Logf("%s: sigmas bit-exact, timesteps exact; %d steps, max abs error %.3g, %d of %d elements not bit-identical",
+					name, u.Steps(), worst, diff, len(samples))
+			})
+		}
+	})
+}

@@ -1,0 +1,500 @@
+package h3video
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
+type Frames struct {
+	Start  int // index of the first frame in the whole video
+	Count  int
+	Height int
+	Width  int
+	// Sample is the decoder output [3][Count][Height][Width] in normalized pixel space (the
+	// reference's decode().sample, before de-normalization and clamping). The callback owns it.
+	Sample []float32
+}
+
+// LatentDims checks a latent shape [1, C, T, Hl, Wl] against the config and returns C, T, Hl, Wl.
+func (c Config) LatentDims(shape []int, n int) (ch, t, h, w int, err error) {
+	if len(shape) != 5 {
+		return 0, 0, 0, 0, fmt.Errorf("h3video: latent shape %v must be [1, C, T, H, W]", shape)
+	}
+	if shape[0] != 1 {
+		return 0, 0, 0, 0, fmt.Errorf("h3video: latent batch %d is not supported: decode one video (batch 1) at a time", shape[0])
+	}
+	if shape[1] != c.LatentChannels {
+		return 0, 0, 0, 0, fmt.Errorf("h3video: latents have %d channels, the config has latent_channels=%d", shape[1], c.LatentChannels)
+	}
+	for i := 2; i < 5; i++ {
+		if shape[i] <= 0 {
+			return 0, 0, 0, 0, fmt.Errorf("h3video: latent shape %v has a non-positive dimension", shape)
+		}
+	}
+	if got := shape[1] * shape[2] * shape[3] * shape[4]; got != n {
+		return 0, 0, 0, 0, fmt.Errorf("h3video: latent shape %v holds %d values, the slice has %d", shape, got, n)
+	}
+	return shape[1], shape[2], shape[3], shape[4], nil
+}
+
+// DenormalizeLatents maps DiT-space latents [1, C, T, H, W] to VAE space: z·latents_std[c] +
+// latents_mean[c], rounded per operation in float32 like the reference.
+func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, error) {
+	ch, t, h, w, err := c.LatentDims(shape, len(latents))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(latents))
+	plane := t * h * w
+	for k := 0; k < ch; k++ {
+		std, mean := f32(c.LatentsStd[k]), f32(c.LatentsMean[k])
+		for i := k * plane; i < (k+1)*plane; i++ {
+			out[i] = float32(latents[i]*std) + mean
+		}
+	}
+	return out, nil
+}
+
+// OutputShape is the decoded video's shape [1, 3, frames, H, W] for a latent shape.
+func (c Config) OutputShape(latentShape []int) ([]int, error) {
+	n := 1
+	for _, v := range latentShape {
+		n *= v
+	}
+	_, t, h, w, err := c.LatentDims(latentShape, n)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := c.Plan(t)
+	if err != nil {
+		return nil, err
+	}
+	r := c.SpatialRatio()
+	return []int{1, c.OutChannels, plan.Frames, h * r, w * r}, nil
+}
+
+// Decode de-normalizes DiT-space latents [1, C, T, Hl, Wl] and decodes them one temporal clip at a
+// time, calling emit with each finished run of frames in order. Peak memory is one clip's worth of
+// decoder activations and pixels, whatever T is. ctx is checked between tiles; an error from emit
+// stops the decode and is returned.
+func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
+	z, err := d.cfg.DenormalizeLatents(latents, shape)
+	if err != nil {
+		return err
+	}
+	return d.DecodeDenormalized(ctx, z, shape, emit)
+}
+
+// errStopStream ends a decode when a Stream consumer stops ranging.
+var errStopStream = errors.New("h3video: stream consumer stopped")
+
+// Stream is Decode as an iterator: it yields each run of frames in order, then a final error if the
+// decode failed. Breaking out of the loop stops the decode after the current clip.
+//
+//	for f, err := range dec.Stream(ctx, latents, shape) { ... }
+func (d *Decoder) Stream(ctx context.Context, latents []float32, shape []int) iter.Seq2[Frames, error] {
+	return func(yield func(Frames, error) bool) {
+		err := d.Decode(ctx, latents, shape, func(f Frames) error {
+			if !yield(f, nil) {
+				return errStopStream
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopStream) {
+			yield(Frames{}, err)
+		}
+	}
+}
+
+// DecodeToPixels decodes DiT-space latents to the whole video [1, 3, frames, H, W] in [0, 1]
+// (the reference pipeline's decode_to_pixels output), and returns it with its shape.
+func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape []int) ([]float32, []int, error) {
+	out, err := d.cfg.OutputShape(shape)
+	if err != nil {
+		return nil, nil, err
+	}
+	nf, plane := out[2], out[3]*out[4]
+	pix := make([]float32, out[1]*nf*plane)
+	err = d.Decode(ctx, latents, shape, func(f Frames) error {
+		p := f.Pixels()
+		for c := 0; c < out[1]; c++ {
+			copy(pix[(c*nf+f.Start)*plane:(c*nf+f.Start+f.Count)*plane], p[c*f.Count*plane:(c+1)*f.Count*plane])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pix, out, nil
+}
+
+// DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents).
+func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) (err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("h3video: Decode called after Close")
+	}
+	if emit == nil {
+		return errors.New("h3video: emit callback is nil")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, t, hl, wl, err := d.cfg.LatentDims(shape, len(z))
+	if err != nil {
+		return err
+	}
+	plan, err := d.cfg.Plan(t)
+	if err != nil {
+		return err
+	}
+	lat := latentView{data: z, c: shape[1], t: t, h: hl, w: wl}
+	ratio, pt := d.cfg.SpatialRatio(), d.cfg.TemporalRatio()
+	hh, ww := hl*ratio, wl*ratio
+	chunkTokens, pre := d.cfg.TokensChunkSize(), d.cfg.FramePrePadding()
+	chunkEnd := chunkTokens * pt // first frame after a clip's kept run
+	plane := hh * ww
+	oc := d.cfg.OutChannels
+
+	clip := make([]float32, oc*d.cfg.ClipTokens()*pt*plane)
+	start := 0
+	var overlap []float32 // the previous clip's tail [oc][nOverlap][H][W]
+	nOverlap := 0
+	for k := 0; k < plan.Chunks; k++ {
+		clipFrames, err := d.decodeClip(ctx, lat, k*chunkTokens, clip)
+		if err != nil {
+			return err
+		}
+		kept := chunkEnd - pre
+		run := make([]float32, oc*kept*plane)
+		for c := 0; c < oc; c++ {
+			copy(run[c*kept*plane:(c+1)*kept*plane], clip[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
+		}
+		if overlap != nil {
+			blendFrames(overlap, nOverlap, run, kept, plane, oc, d.cfg.FrameOverlap())
+		}
+		count := min(kept, plan.Frames-start)
+		overlap, nOverlap = nil, 0
+		if d.cfg.TokenDrop > 0 {
+			nOverlap = max(clipFrames-(chunkEnd+pre), 0)
+			overlap = make([]float32, oc*nOverlap*plane)
+			for c := 0; c < oc; c++ {
+				copy(overlap[c*nOverlap*plane:(c+1)*nOverlap*plane], clip[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
+			}
+		}
+		if count > 0 {
+			if err := emit(Frames{Start: start, Count: count, Height: hh, Width: ww, Sample: trimFrames(run, kept, count, plane, oc)}); err != nil {
+				return err
+			}
+			start += count
+		}
+	}
+	if count := min(nOverlap, plan.Frames-start); overlap != nil && count > 0 {
+		if err := emit(Frames{Start: start, Count: count, Height: hh, Width: ww, Sample: trimFrames(overlap, nOverlap, count, plane, oc)}); err != nil {
+			return err
+		}
+		start += count
+	}
+	if start != plan.Frames {
+		return fmt.Errorf("h3video: internal error: decoded %d frames, the plan has %d", start, plan.Frames)
+	}
+	return nil
+}
+
+// trimFrames keeps the first count of n frames of a [oc][n][plane] buffer.
+func trimFrames(buf []float32, n, count, plane, oc int) []float32 {
+	if count == n {
+		return buf
+	}
+	out := make([]float32, oc*count*plane)
+	for c := 0; c < oc; c++ {
+		copy(out[c*count*plane:(c+1)*count*plane], buf[c*n*plane:(c*n+count)*plane])
+	}
+	return out
+}
+
+// blendFrames blends the leading frames of b [oc][nb][plane] with the trailing frames of a
+// [oc][na][plane] along time, with the reference's linear ramp.
+func blendFrames(a []float32, na int, b []float32, nb, plane, oc, extent int) {
+	e := min(na, nb, extent)
+	for i := 0; i < e; i++ {
+		wa, wb := rampWeights(i, e)
+		for c := 0; c < oc; c++ {
+			ra := a[(c*na+na-e+i)*plane : (c*na+na-e+i+1)*plane]
+			rb := b[(c*nb+i)*plane : (c*nb+i+1)*plane]
+			for j := range rb {
+				rb[j] = float32(ra[j]*wa) + float32(rb[j]*wb)
+			}
+		}
+	}
+}
+
+// rampWeights are the reference _blend weights for position i of e, in float32:
+// w_b = i/e, w_a = 1 − i/e.
+func rampWeights(i, e int) (wa, wb float32) {
+	wb = float32(i) / float32(e)
+	return 1 - wb, wb
+}
+
+// latentView reads a [C][T][H][W] latent with the last frame repeated past T (the reference pads the
+// final clip by repeating the last latent frame).
+type latentView struct {
+	data       []float32
+	c, t, h, w int
+}
+
+// tile copies latent frames [t0, t0+nt) and the spatial window [y0, y0+nh)×[x0, x0+nw) into a
+// [1, C, nt, nh, nw] tensor.
+func (l latentView) tile(t0, nt, y0, nh, x0, nw int) *tensors.Tensor {
+	out := make([]float32, l.c*nt*nh*nw)
+	i := 0
+	for c := 0; c < l.c; c++ {
+		for f := t0; f < t0+nt; f++ {
+			src := min(f, l.t-1)
+			for y := y0; y < y0+nh; y++ {
+				base := ((c*l.t+src)*l.h+y)*l.w + x0
+				copy(out[i:i+nw], l.data[base:base+nw])
+				i += nw
+			}
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(out, 1, l.c, nt, nh, nw)
+}
+
+// tile is one decoded spatial tile [oc][frames][h][w].
+type tile struct {
+	data []float32
+	h, w int
+}
+
+// decodeClip decodes latent frames [t0, t0+ClipTokens) over the whole canvas, tiling and blending
+// like the reference's _decode_clip, into canvas [oc][frames][H][W] (reused between clips; every
+// element is overwritten). It returns the clip's frame count. Each tile is stitched in the
+// background as soon as it is decoded, so host blending overlaps the next tile's device work.
+func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas []float32) (int, error) {
+	ratio := d.cfg.SpatialRatio()
+	hh, ww := lat.h*ratio, lat.w*ratio
+	nt := d.cfg.ClipTokens()
+	frames := nt * d.cfg.TemporalRatio()
+	planes := d.cfg.OutChannels * frames
+	ys, xs := Tiles{Starts: []int{0}, Sizes: []int{hh}}, Tiles{Starts: []int{0}, Sizes: []int{ww}}
+	if !d.opts.DisableTiling {
+		th, tw, oh, ow := d.tileSizes()
+		var err error
+		if ys, err = SplitTiles(hh, th, oh, ratio); err != nil {
+			return 0, err
+		}
+		if xs, err = SplitTiles(ww, tw, ow, ratio); err != nil {
+			return 0, err
+		}
+	}
+	if len(canvas) != planes*hh*ww {
+		return 0, fmt.Errorf("h3video: internal error: canvas has %d values, want %d", len(canvas), planes*hh*ww)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // never return while a stitch still writes into canvas
+	var prevRow []*tile
+	y := 0 // canvas row where the current tile row's kept part starts
+	for r := range ys.Starts {
+		row := make([]*tile, len(xs.Starts))
+		x, keptH := 0, 0
+		for c := range xs.Starts {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			ly0, lx0 := ys.Starts[r]/ratio, xs.Starts[c]/ratio
+			lh := min(ys.Sizes[r]/ratio, lat.h-ly0)
+			lw := min(xs.Sizes[c]/ratio, lat.w-lx0)
+			data, err := d.decodeTile(ctx, lat.tile(t0, nt, ly0, lh, lx0, lw), nil)
+			if err != nil {
+				return 0, err
+			}
+			cur := &tile{data: data, h: lh * ratio, w: lw * ratio}
+			row[c] = cur
+			st := stitch{cur: cur, y: y, x: x, kh: cur.h, kw: cur.w}
+			if r > 0 {
+				st.up, st.eUp = prevRow[c], min(prevRow[c].h, cur.h, ys.Overlaps[r-1])
+			}
+			if c > 0 {
+				st.left, st.eLeft = row[c-1], min(row[c-1].w, cur.w, xs.Overlaps[c-1])
+			}
+			if r < len(ys.Starts)-1 {
+				st.kh -= ys.Overlaps[r]
+			}
+			if c < len(xs.Starts)-1 {
+				st.kw -= xs.Overlaps[c]
+			}
+			st.kh, st.kw = min(st.kh, hh-y), min(st.kw, ww-x)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st.run(canvas, planes, hh, ww)
+			}()
+			x += st.kw
+			keptH = st.kh
+		}
+		y += keptH
+		prevRow = row
+	}
+	return frames, nil
+}
+
+// stitch places one decoded tile's kept part [kh×kw] at canvas (y, x), blended like FastVideo's
+// _stitch_tiles: first its top eUp rows with the bottom rows of the (unblended) tile above, then its
+// left eLeft columns with the right columns of the (unblended) tile to its left.
+type stitch struct {
+	cur, up, left *tile
+	eUp, eLeft    int
+	y, x, kh, kw  int
+}
+
+func (s stitch) run(canvas []float32, planes, hh, ww int) {
+	cur := s.cur
+	var was, wbs []float32
+	if s.left != nil {
+		was, wbs = make([]float32, s.eLeft), make([]float32, s.eLeft)
+		for i := range was {
+			was[i], wbs[i] = rampWeights(i, s.eLeft)
+		}
+	}
+	for p := 0; p < planes; p++ {
+		for j := 0; j < s.kh; j++ {
+			dst := canvas[(p*hh+s.y+j)*ww+s.x : (p*hh+s.y+j)*ww+s.x+s.kw]
+			src := cur.data[(p*cur.h+j)*cur.w : (p*cur.h+j)*cur.w+s.kw]
+			if s.up != nil && j < s.eUp {
+				wa, wb := rampWeights(j, s.eUp)
+				up := s.up
+				a := up.data[(p*up.h+up.h-s.eUp+j)*up.w : (p*up.h+up.h-s.eUp+j)*up.w+s.kw]
+				for i := range dst {
+					dst[i] = float32(a[i]*wa) + float32(src[i]*wb)
+				}
+			} else {
+				copy(dst, src)
+			}
+			if s.left != nil {
+				left := s.left
+				a := left.data[(p*left.h+j)*left.w+left.w-s.eLeft : (p*left.h+j+1)*left.w]
+				for i := 0; i < min(s.eLeft, s.kw); i++ {
+					dst[i] = float32(a[i]*was[i]) + float32(dst[i]*wbs[i])
+				}
+			}
+		}
+	}
+}
+
+// actHook receives named intermediate tensors of a tile decode (parity tests only).
+type actHook func(name string, t *tensors.Tensor)
+
+// decodeTile runs post_quant_conv and the ViT decoder on one [1, C, nt, h, w] latent tile (which it
+// consumes) and returns its pixels [oc][nt·pt][h·p][w·p] (normalized pixel space). hook, when set,
+// sees intermediate tensors and must copy what it keeps before returning.
+func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHook) (out []float32, err error) {
+	dims := z.Shape().Dimensions
+	geom := [3]int{dims[2], dims[3], dims[4]}
+	var x *tensors.Tensor
+	free := func(t *tensors.Tensor) {
+		if t != nil {
+			_ = t.FinalizeAll()
+		}
+	}
+	defer func() { free(z); free(x) }()
+	err = catch(func() {
+		rope, err := d.ropeFor(geom)
+		if err != nil {
+			panic(err)
+		}
+		res, err := d.preExec.Call(z, d.pqW.T, d.pqB.T, d.piW.T, d.piB.T, d.registers.T)
+		if err != nil {
+			panic(err)
+		}
+		x = res[0]
+		if hook != nil {
+			hook("post_quant_conv", res[1])
+			hook("proj_in", x)
+		}
+		free(res[1])
+		args := make([]any, 3+numBlockTensors)
+		args[1], args[2] = rope[0], rope[1]
+		for i, blk := range d.blocks {
+			if err := ctx.Err(); err != nil {
+				panic(err)
+			}
+			args[0] = x
+			for k, p := range blk {
+				args[3+k] = p.T
+			}
+			y, err := d.blockExec.Call1(args...)
+			if err != nil {
+				panic(err)
+			}
+			free(x)
+			x = y
+			if hook != nil && i == 0 {
+				hook("block0", x)
+			}
+		}
+		post, err := d.postFor(geom)
+		if err != nil {
+			panic(err)
+		}
+		pix, err := post.Call1(x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
+		if err != nil {
+			panic(err)
+		}
+		defer free(pix)
+		out, err = tensors.CopyFlatData[float32](pix)
+		if err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return nil, ctxErr
+		}
+		return nil, fmt.Errorf("h3video: decoding a %d×%d×%d latent tile: %w", geom[0], geom[1], geom[2], err)
+	}
+	return out, nil
+}
+
+// ropeFor returns the cached device RoPE tables of a tile geometry.
+func (d *Decoder) ropeFor(geom [3]int) ([2]*tensors.Tensor, error) {
+	if r, ok := d.ropes[geom]; ok {
+		return r, nil
+	}
+	rot := d.cfg.RotaryDim()
+	cos, sin := ropeTables(geom[0], geom[1], geom[2], d.cfg.DecoderNumRegisters+1, rot, d.cfg.DecoderRopeTheta)
+	l := len(cos) / rot
+	r := [2]*tensors.Tensor{
+		tensors.FromFlatDataAndDimensions(cos, l, rot),
+		tensors.FromFlatDataAndDimensions(sin, l, rot),
+	}
+	for _, t := range r {
+		if err := t.ToDevice(d.backend, 0); err != nil {
+			return r, err
+		}
+	}
+	d.ropes[geom] = r
+	return r, nil
+}
+
+// postFor returns the output graph of a tile geometry (the unpatchify needs t, h, w, which the token
+// count alone does not determine).
+func (d *Decoder) postFor(geom [3]int) (*Exec, error) {
+	if e, ok := d.postExecs[geom]; ok {
+		return e, nil
+	}
+	e, err := NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
+	if err != nil {
+		return nil, err
+	}
+	d.postExecs[geom] = e
+	return e, nil
+}

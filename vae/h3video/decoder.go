@@ -1,0 +1,251 @@
+package h3video
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/attention"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// Options configure a Decoder. The zero value decodes in float32 with the reference's tiling
+// (the config's 256 px tiles and 64 px minimum overlap).
+type Options struct {
+	// DType is the weight and matmul dtype: Float32 (default, the released precision), BFloat16 or
+	// Float16 (faster on GPUs; norms, RoPE, softmax and the residual stream stay float32).
+	DType dtypes.DType
+	// TileSize is the spatial tile edge in pixels (both axes); 0 takes the config's
+	// tile_sample_min_height/width. It must be a multiple of the spatial ratio (16 for the release).
+	TileSize int
+	// TileOverlap is the minimum overlap between tiles in pixels; 0 takes the config's value. It must
+	// be a multiple of the spatial ratio and smaller than TileSize.
+	TileOverlap int
+	// DisableTiling decodes each clip over the whole canvas in one pass (the reference with
+	// use_tiling=False). Attention memory then grows with the square of the canvas area.
+	DisableTiling bool
+	// Attention selects the attention implementation (default: fused on xla:cuda with bf16, exact
+	// float32 otherwise; FASTVIDEO_ATTENTION overrides).
+	Attention attention.Options
+}
+
+// Decoder decodes H3 video latents. Its methods may be called from several goroutines; decodes run
+// one at a time.
+type Decoder struct {
+	cfg     Config
+	opts    Options
+	backend compute.Backend
+	gs      *graphs
+
+	set                           *weights.Set
+	pqW, pqB, piW, piB, registers *weights.Param
+	blocks                        [][numBlockTensors]*weights.Param
+	noW, noB, poW, poB            *weights.Param
+
+	preExec, blockExec *Exec
+	postExecs          map[[3]int]*Exec
+	ropes              map[[3]int][2]*tensors.Tensor
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Load reads the released vae/ folder (config.json and the safetensors weights).
+func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("h3video: %w", err)
+	}
+	defer ckpt.Close()
+	return FromSource(backend, cfg, ckpt, opts)
+}
+
+// FromSource builds a decoder from any weight source using the released (diffusers) tensor names.
+// Encoder tensors in the source are ignored. The tensors are copied to the backend, so the source
+// may be closed afterwards.
+func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Decoder, error) {
+	d, err := newDecoder(backend, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
+		return nil, fmt.Errorf("h3video: %w", err)
+	}
+	if err := d.build(); err != nil {
+		d.set.Release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDecoder validates the config and options and declares the parameters (unbound).
+func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
+	if backend == nil {
+		return nil, errors.New("h3video: backend is nil; create one with fastvideo/internal/backend")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.DType == dtypes.InvalidDType {
+		opts.DType = dtypes.Float32
+	}
+	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
+		return nil, fmt.Errorf("h3video: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
+	}
+	if _, err := attention.Resolve(backend, opts.DType, cfg.DecoderHeadDim, opts.Attention); err != nil {
+		return nil, fmt.Errorf("h3video: %w", err)
+	}
+	d := &Decoder{cfg: cfg, opts: opts, backend: backend,
+		postExecs: map[[3]int]*Exec{}, ropes: map[[3]int][2]*tensors.Tensor{}}
+	if err := checkTiles(cfg, opts); err != nil {
+		return nil, err
+	}
+	d.declare()
+	return d, nil
+}
+
+// build creates the graph executors (compiled lazily, once per tile geometry).
+func (d *Decoder) build() error {
+	cfg := d.cfg
+	d.gs = &graphs{
+		heads: cfg.DecoderNumHeads, headDim: cfg.DecoderHeadDim, registers: cfg.DecoderNumRegisters,
+		outChannels: cfg.OutChannels, patch: cfg.SpatialRatio(), patchT: cfg.TemporalRatio(),
+		eps: cfg.DecoderNormEps, attn: d.opts.Attention,
+	}
+	if err := catch(func() {
+		d.preExec = MustNewExec(d.backend, d.gs.pre)
+		d.blockExec = MustNewExec(d.backend, d.gs.block)
+	}); err != nil {
+		return fmt.Errorf("h3video: building graphs: %w", err)
+	}
+	return nil
+}
+
+// checkTiles validates the tiling options against the config.
+func checkTiles(cfg Config, opts Options) error {
+	for _, v := range []struct {
+		name string
+		v    int
+	}{{"TileSize", opts.TileSize}, {"TileOverlap", opts.TileOverlap}} {
+		if v.v < 0 || v.v%cfg.SpatialRatio() != 0 {
+			return fmt.Errorf("h3video: Options.%s=%d must be a non-negative multiple of the spatial ratio %d",
+				v.name, v.v, cfg.SpatialRatio())
+		}
+	}
+	th, tw, oh, ow := tileGeometry(cfg, opts)
+	if oh >= th || ow >= tw {
+		return fmt.Errorf("h3video: tile overlap %d×%d px must be smaller than the tile %d×%d px; "+
+			"lower Options.TileOverlap or raise Options.TileSize", oh, ow, th, tw)
+	}
+	if r := cfg.SpatialRatio(); th%r != 0 || tw%r != 0 || oh%r != 0 || ow%r != 0 {
+		return fmt.Errorf("h3video: tile sizes %d×%d and overlaps %d×%d px must be multiples of the spatial ratio %d",
+			th, tw, oh, ow, r)
+	}
+	return nil
+}
+
+// tileSizes returns tile height, width and minimum overlaps in pixels.
+func (d *Decoder) tileSizes() (th, tw, oh, ow int) { return tileGeometry(d.cfg, d.opts) }
+
+// tileGeometry applies the tiling options over the config's values.
+func tileGeometry(cfg Config, opts Options) (th, tw, oh, ow int) {
+	th, tw = cfg.TileSampleMinHeight, cfg.TileSampleMinWidth
+	oh, ow = cfg.TileSampleMinOverlapHeight, cfg.TileSampleMinOverlapWidth
+	if opts.TileSize > 0 {
+		th, tw = opts.TileSize, opts.TileSize
+	}
+	if opts.TileOverlap > 0 {
+		oh, ow = opts.TileOverlap, opts.TileOverlap
+	}
+	return
+}
+
+// declare lists the decoder's parameters with shapes from the config. The released folder also
+// holds the encoder, which T2VA never runs: it is ignored, not loaded.
+func (d *Decoder) declare() {
+	c := d.cfg
+	lc, dim := c.LatentChannels, c.Width()
+	inner := dim * c.DecoderFFNMult
+	patchOut := c.OutChannels * c.TemporalRatio() * c.SpatialRatio() * c.SpatialRatio()
+	s := weights.NewSet("")
+	s.Ignore("encoder.", "quant_conv.")
+	d.set = s
+	d.pqW = s.Add("post_quant_conv.weight", lc, lc, 1, 1, 1)
+	d.pqB = s.Add("post_quant_conv.bias", lc)
+	dec := s.Sub("decoder")
+	d.piW = dec.Add("proj_in.weight", dim, lc)
+	d.piB = dec.Add("proj_in.bias", dim)
+	d.registers = dec.Add("register_tokens", 1, c.DecoderNumRegisters, dim)
+	shapes := [numBlockTensors][]int{
+		bNorm1: {dim}, bQW: {dim, dim}, bQB: {dim}, bKW: {dim, dim}, bKB: {dim}, bVW: {dim, dim}, bVB: {dim},
+		bOW: {dim, dim}, bOB: {dim}, bScale1: {dim}, bNorm2: {dim},
+		bFF0W: {2 * inner, dim}, bFF0B: {2 * inner}, bFF2W: {dim, inner}, bFF2B: {dim}, bScale2: {dim},
+	}
+	d.blocks = make([][numBlockTensors]*weights.Param, c.DecoderNumLayers)
+	for i := range d.blocks {
+		b := dec.Sub(fmt.Sprintf("transformer_blocks.%d", i))
+		for k := range d.blocks[i] {
+			d.blocks[i][k] = b.Add(blockTensorNames[k], shapes[k]...)
+		}
+	}
+	d.noW = dec.Add("norm_out.weight", dim)
+	d.noB = dec.Add("norm_out.bias", dim)
+	d.poW = dec.Add("proj_out.weight", patchOut, dim)
+	d.poB = dec.Add("proj_out.bias", patchOut)
+}
+
+// Config returns the decoder's configuration.
+func (d *Decoder) Config() Config { return d.cfg }
+
+// Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
+func (d *Decoder) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	if d.set != nil {
+		d.set.Release()
+	}
+	for _, r := range d.ropes {
+		r[0].FinalizeAll()
+		r[1].FinalizeAll()
+	}
+	for _, e := range d.postExecs {
+		e.Finalize()
+	}
+	if d.preExec != nil {
+		d.preExec.Finalize()
+	}
+	if d.blockExec != nil {
+		d.blockExec.Finalize()
+	}
+	return nil
+}
+
+// catch turns a panic (GoMLX's graph-building and execution convention) into an error.
+func catch(fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v\n%s", r, debug.Stack())
+			}
+		}
+	}()
+	fn()
+	return nil
+}

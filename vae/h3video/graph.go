@@ -1,0 +1,215 @@
+package h3video
+
+import (
+	"math"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/attention"
+)
+
+// Index of each tensor of one decoder block in the slice the block graph receives.
+const (
+	bNorm1 = iota
+	bQW
+	bQB
+	bKW
+	bKB
+	bVW
+	bVB
+	bOW
+	bOB
+	bScale1
+	bNorm2
+	bFF0W
+	bFF0B
+	bFF2W
+	bFF2B
+	bScale2
+	numBlockTensors
+)
+
+// blockTensorNames are the released names of a block's tensors, relative to
+// "decoder.transformer_blocks.{i}.", in the b* order above.
+var blockTensorNames = [numBlockTensors]string{
+	"norm1.weight",
+	"attn.to_q.weight", "attn.to_q.bias",
+	"attn.to_k.weight", "attn.to_k.bias",
+	"attn.to_v.weight", "attn.to_v.bias",
+	"attn.to_out.0.weight", "attn.to_out.0.bias",
+	"scale1",
+	"norm2.weight",
+	"ff.net.0.proj.weight", "ff.net.0.proj.bias",
+	"ff.net.2.weight", "ff.net.2.bias",
+	"scale2",
+}
+
+// graphs holds the decoder geometry that the graph functions need. Weights are graph inputs (in the
+// weight dtype); the residual stream, norms, RoPE and softmax stay in float32 whatever that dtype is,
+// because the released decoder is an FP32 model and bf16 is only a speed option.
+type graphs struct {
+	heads, headDim, registers  int
+	outChannels, patch, patchT int
+	eps                        float64
+	attn                       attention.Options
+}
+
+// linear is y = x·wᵀ + b with w in PyTorch layout [out, in]; x is cast to w's dtype, the result is
+// float32 (accumulated in float32 for half-precision weights).
+func linear(x, w, b *Node) *Node {
+	x = ConvertDType(x, w.DType())
+	y := Dot(x, w).WithOutputDType(dtypes.Float32).General([]int{x.Rank() - 1}, nil, []int{1}, nil)
+	if b != nil {
+		y = Add(y, ExpandLeftToRank(ConvertDType(b, dtypes.Float32), y.Rank()))
+	}
+	return y
+}
+
+// rmsNorm normalizes over the last axis in float32: x·rsqrt(mean(x²)+eps)·w (w optional).
+func rmsNorm(x, w *Node, eps float64) *Node {
+	x = ConvertDType(x, dtypes.Float32)
+	y := Mul(x, Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), eps)))
+	if w != nil {
+		y = Mul(y, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), y.Rank()))
+	}
+	return y
+}
+
+// layerNorm is an affine LayerNorm over the last axis, in float32 (biased variance, like PyTorch).
+func layerNorm(x, w, b *Node, eps float64) *Node {
+	x = ConvertDType(x, dtypes.Float32)
+	xc := Sub(x, ReduceAndKeep(x, ReduceMean, -1))
+	y := Mul(xc, Rsqrt(AddScalar(ReduceAndKeep(Square(xc), ReduceMean, -1), eps)))
+	y = Mul(y, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), y.Rank()))
+	return Add(y, ExpandLeftToRank(ConvertDType(b, dtypes.Float32), y.Rank()))
+}
+
+// rope rotates the first rot channels of each head (half-split pairs (i, i+rot/2)); x is
+// [1, L, H, Dh] float32, cos/sin are [L, rot].
+func rope(x, cos, sin *Node) *Node {
+	l, rot, dh := x.Shape().Dim(1), cos.Shape().Dim(-1), x.Shape().Dim(-1)
+	xr := Slice(x, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, rot))
+	first := Slice(xr, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, rot/2))
+	second := Slice(xr, AxisRange(), AxisRange(), AxisRange(), AxisRange(rot/2, rot))
+	rotated := Concatenate([]*Node{Neg(second), first}, -1)
+	c := Reshape(cos, 1, l, 1, rot)
+	s := Reshape(sin, 1, l, 1, rot)
+	out := Add(Mul(xr, c), Mul(rotated, s))
+	if rot == dh {
+		return out
+	}
+	pass := Slice(x, AxisRange(), AxisRange(), AxisRange(), AxisRange(rot, dh))
+	return Concatenate([]*Node{out, pass}, -1)
+}
+
+// pre builds the decoder's input tokens for one tile of one clip.
+// in: z [1, C, T, h, w] f32, post_quant_conv weight [C, C, 1, 1, 1], bias [C], proj_in weight [D, C],
+// bias [D], register tokens [1, R, D].
+// out: tokens [1, T·h·w + R + 1, D] f32 (patches, registers, one zero token) and, for parity tests,
+// the post_quant_conv output in token order [T·h·w, C].
+func (gs *graphs) pre(in []*Node) []*Node {
+	z, pqW, pqB, piW, piB, reg := in[0], in[1], in[2], in[3], in[4], in[5]
+	c, t, h, w := z.Shape().Dim(1), z.Shape().Dim(2), z.Shape().Dim(3), z.Shape().Dim(4)
+	n := t * h * w
+	d := piW.Shape().Dim(0)
+	tok := Reshape(TransposeAllAxes(z, 0, 2, 3, 4, 1), n, c)
+	pq := linear(tok, Reshape(pqW, c, c), pqB)
+	x := linear(pq, piW, piB)
+	r := ConvertDType(Reshape(reg, gs.registers, d), dtypes.Float32)
+	zero := Zeros(x.Graph(), shapes.Make(dtypes.Float32, 1, d))
+	x = Concatenate([]*Node{x, r, zero}, 0)
+	return []*Node{Reshape(x, 1, n+gs.registers+1, d), pq}
+}
+
+// block is one ViT block: x + Attn(RMSNorm(x))·scale1, then + FFN(RMSNorm(x))·scale2.
+// in: x [1, L, D] f32, cos [L, rot], sin [L, rot], then the numBlockTensors weights.
+func (gs *graphs) block(in []*Node) *Node {
+	x, cos, sin, wt := in[0], in[1], in[2], in[3:]
+	l, d := x.Shape().Dim(1), x.Shape().Dim(2)
+	dt := wt[bQW].DType()
+
+	h := rmsNorm(x, wt[bNorm1], gs.eps)
+	heads := func(y *Node) *Node { return Reshape(y, 1, l, gs.heads, gs.headDim) }
+	q := rope(rmsNorm(heads(linear(h, wt[bQW], wt[bQB])), nil, gs.eps), cos, sin)
+	k := rope(rmsNorm(heads(linear(h, wt[bKW], wt[bKB])), nil, gs.eps), cos, sin)
+	v := heads(linear(h, wt[bVW], wt[bVB]))
+	o := attention.Attend(ConvertDType(q, dt), ConvertDType(k, dt), ConvertDType(v, dt), gs.attn)
+	a := linear(Reshape(o, 1, l, d), wt[bOW], wt[bOB])
+	x = Add(x, Mul(a, ExpandLeftToRank(ConvertDType(wt[bScale1], dtypes.Float32), 3)))
+
+	h = rmsNorm(x, wt[bNorm2], gs.eps)
+	f := linear(h, wt[bFF0W], wt[bFF0B])
+	inner := f.Shape().Dim(-1) / 2
+	val := Slice(f, AxisRange(), AxisRange(), AxisRange(0, inner))
+	gate := Slice(f, AxisRange(), AxisRange(), AxisRange(inner, 2*inner))
+	f = linear(Mul(val, Mul(gate, Sigmoid(gate))), wt[bFF2W], wt[bFF2B])
+	return Add(x, Mul(f, ExpandLeftToRank(ConvertDType(wt[bScale2], dtypes.Float32), 3)))
+}
+
+// post maps the tokens of a t×h×w tile back to pixels. in: x [1, L, D], norm_out weight/bias [D],
+// proj_out weight [C·pt·p·p, D] and bias. out: [C, t·pt, h·p, w·p] f32 in normalized pixel space.
+func (gs *graphs) post(t, h, w int, in []*Node) *Node {
+	x, nw, nb, pw, pb := in[0], in[1], in[2], in[3], in[4]
+	n := t * h * w
+	y := linear(layerNorm(x, nw, nb, gs.eps), pw, pb)
+	y = Slice(y, AxisRange(), AxisRange(0, n), AxisRange())
+	c, pt, p := gs.outChannels, gs.patchT, gs.patch
+	y = Reshape(y, t, h, w, c, pt, p, p)
+	y = TransposeAllAxes(y, 3, 0, 4, 1, 5, 2, 6)
+	return Reshape(y, c, t*pt, h*p, w*p)
+}
+
+// ropeTables builds the decoder's RoPE cos/sin [L, rot] for a tile of t×h×w tokens followed by
+// `suffix` tokens at coordinate (0,0,0), reproducing the reference's float32 arithmetic:
+// coordinate 2·((i+0.5)/D)−1, angle (2π·coord)·inv_freq, inv_freq = 1/θ^(j·6/rot).
+func ropeTables(t, h, w, suffix, rot int, theta float64) (cos, sin []float32) {
+	nf := rot / 6
+	step := 6 / float64(rot)
+	inv := make([]float32, nf)
+	for j := range inv {
+		e := float32(float64(j) * step)
+		inv[j] = float32(1 / float64(float32(math.Pow(theta, float64(e)))))
+	}
+	grid := func(size int) []float32 {
+		g := make([]float32, size)
+		for i := range g {
+			g[i] = 2*(float32(float64(i)+0.5)/float32(size)) - 1
+		}
+		return g
+	}
+	gt, gh, gw := grid(t), grid(h), grid(w)
+	l := t*h*w + suffix
+	cos = make([]float32, l*rot)
+	sin = make([]float32, l*rot)
+	twoPi := float32(2 * math.Pi)
+	row := make([]float32, rot)
+	fill := func(tok int, coord [3]float32) {
+		for a := 0; a < 3; a++ {
+			base := twoPi * coord[a]
+			for j := 0; j < nf; j++ {
+				ang := base * inv[j]
+				row[a*nf+j] = ang
+				row[3*nf+a*nf+j] = ang
+			}
+		}
+		for k, ang := range row {
+			cos[tok*rot+k] = float32(math.Cos(float64(ang)))
+			sin[tok*rot+k] = float32(math.Sin(float64(ang)))
+		}
+	}
+	tok := 0
+	for i := 0; i < t; i++ {
+		for j := 0; j < h; j++ {
+			for k := 0; k < w; k++ {
+				fill(tok, [3]float32{gt[i], gh[j], gw[k]})
+				tok++
+			}
+		}
+	}
+	for ; tok < l; tok++ {
+		fill(tok, [3]float32{})
+	}
+	return cos, sin
+}
