@@ -1,4 +1,29 @@
-// Package quant will hold affine INT8/INT6/INT4 weights (MLX-compatible group-64
-// packing) and the GEMM dispatch that chooses between in-graph dequantization and
-// a dequantize-then-dense GEMM above a measured row count.
+// Package quant holds MLX-compatible affine INT8/INT6/INT4 weights (group 64
+// along the input dimension), the linear-layer dispatch that runs them in a
+// GoMLX graph, and the converted-checkpoint format (mlx_h3_dit.safetensors +
+// mlx_h3_dit.json) that examples/convert writes and MLX-converted H3 folders
+// already use, so those load unchanged.
+//
+// Host side: Quantize reproduces MLX's affine_quantize exactly (float32
+// arithmetic, round half to even, scales and biases rounded to the stored
+// dtype); Pack/Unpack use MLX's layout (each row one little-endian bit stream
+// in uint32 words: 8 and 4 bits are 4 and 8 values a word, 6 bits are 4 values
+// per 3 bytes); Affine.Dequantize is the reference scale·q + bias.
+//
+// Graph side: a quantized weight is three graph inputs (words, scales, biases;
+// a GraphWeight). UnpackCodes and Dequantize rebuild the codes and the weights
+// with shifts and masks in the graph. Linear computes x·wᵀ by one of two paths:
+//
+//   - PathQuantized never forms scale·q + bias: x [M, G, 64] is contracted with
+//     the integer codes (exact in any float dtype) into float32 per group,
+//     scaled, and the bias term (Σ_j x)·bias is added. Used for small row counts.
+//   - PathDequantGEMM dequantizes the weight to the compute dtype and runs one
+//     dense GEMM. Used from a row-count floor on (default 768, MLX's value).
+//
+// FASTVIDEO_DQ_GEMM=0 disables PathDequantGEMM and =N sets the floor; the path
+// chosen for each linear is logged with log/slog at Debug level.
+//
+// Models declare weights with Declare (dense or quantized, from the checkpoint's
+// SchemeOf) and hold a *Weight; a *Checkpoint is a weights.Source under the
+// released names.
 package quant

@@ -1,0 +1,222 @@
+package wan
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/attention"
+)
+
+// Graph building blocks of the Wan forward. Activations are row matrices [rows, width] (tokens of one
+// sample; the batch of one is implicit). Weights use the PyTorch layout [out, in].
+
+// linear is x·wᵀ (+ b) for x [N, in], w [out, in], b [out] or nil; the result has w's dtype.
+func linear(x, w, b *Node) *Node {
+	if x.DType() != w.DType() {
+		x = ConvertDType(x, w.DType())
+	}
+	y := Dot(x, w).General([]int{1}, nil, []int{1}, nil)
+	if y.DType() != w.DType() {
+		y = ConvertDType(y, w.DType())
+	}
+	return addBias(y, b)
+}
+
+// addBias adds b [out] to the rows of y, in y's dtype.
+func addBias(y, b *Node) *Node {
+	if b == nil {
+		return y
+	}
+	return Add(y, ExpandAxes(ConvertDType(b, y.DType()), 0))
+}
+
+func f32(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
+
+func silu(x *Node) *Node { return Mul(x, Sigmoid(x)) }
+
+// geluTanh is PyTorch's gelu(approximate="tanh") evaluated in float32 and returned in x's dtype.
+func geluTanh(x *Node) *Node {
+	xf := f32(x)
+	inner := MulScalar(Add(xf, MulScalar(Mul(Mul(xf, xf), xf), 0.044715)), math.Sqrt(2/math.Pi))
+	return ConvertDType(Mul(MulScalar(xf, 0.5), OnePlus(Tanh(inner))), x.DType())
+}
+
+// layerNorm is the affine-free LayerNorm over the last axis in float32 (FP32LayerNorm); returns float32.
+func layerNorm(x *Node, eps float64) *Node {
+	xf := f32(x)
+	xc := Sub(xf, ReduceAndKeep(xf, ReduceMean, -1))
+	return Mul(xc, Rsqrt(AddScalar(ReduceAndKeep(Square(xc), ReduceMean, -1), eps)))
+}
+
+// modulate is x·(1 + scale) + shift in float32 (x, shift, scale float32).
+func modulate(x, shift, scale *Node) *Node { return Add(Mul(x, OnePlus(scale)), shift) }
+
+// AllReduce is the hook a tensor-parallel block calls on its partial sums: after the attention output
+// projections, after FFN-out, and on the per-token sum of squares of the across-heads QK RMSNorm.
+// nil means one device: identity.
+type AllReduce func(*Node) *Node
+
+// blockSpec carries the static sizes of one block graph. Heads and FFN are the local (per-device) head
+// count and FFN width: with tensor parallelism Q/K/V (and their biases and QK-norm weights) and FFN-in
+// would be split by rows, to_out and FFN-out by columns, and AllReduce sums the partial results; output
+// biases are added once, after the reduction. Width is the global hidden size D, over which the QK
+// RMSNorm statistic is taken.
+type blockSpec struct {
+	Heads, HeadDim, FFN, Width int
+	Eps                        float64
+	Attention                  attention.Options
+	AllReduce                  AllReduce
+}
+
+func (s blockSpec) reduce(x *Node) *Node {
+	if s.AllReduce == nil {
+		return x
+	}
+	return s.AllReduce(x)
+}
+
+type linearWeights struct{ W, B *Node }
+
+type attnWeights struct {
+	Q, K, V, Out linearWeights
+	NormQ, NormK *Node
+}
+
+// blockWeights are the graph inputs of one block, in the order of blockParams.tensors.
+type blockWeights struct {
+	Table          *Node
+	Self, Cross    attnWeights
+	Norm2W, Norm2B *Node
+	FFIn, FFOut    linearWeights
+}
+
+// blockWeightCount is the number of tensors of blockWeights.
+const blockWeightCount = 27
+
+func blockFromSlice(in []*Node) blockWeights {
+	lin := func(i int) linearWeights { return linearWeights{W: in[i], B: in[i+1]} }
+	attn := func(i int) attnWeights {
+		return attnWeights{Q: lin(i), K: lin(i + 2), V: lin(i + 4), Out: lin(i + 6), NormQ: in[i+8], NormK: in[i+9]}
+	}
+	return blockWeights{
+		Table: in[0], Self: attn(1), Norm2W: in[11], Norm2B: in[12], Cross: attn(13),
+		FFIn: lin(23), FFOut: lin(25),
+	}
+}
+
+func (s blockSpec) check(w blockWeights) {
+	inner := s.Heads * s.HeadDim
+	if d := w.Self.Q.W.Shape().Dim(0); d != inner {
+		panic(fmt.Errorf("wan: attn1.to_q has %d rows, the block expects %d local heads × %d = %d", d, s.Heads, s.HeadDim, inner))
+	}
+	if d := w.FFIn.W.Shape().Dim(0); d != s.FFN {
+		panic(fmt.Errorf("wan: ffn.net.0.proj has %d rows, the block expects the local FFN width %d", d, s.FFN))
+	}
+}
+
+// qkNorm is the across-heads RMSNorm of a q or k projection y [L, local width], reshaped to heads
+// [1, L, H, Dh], followed by the rotation when cos != nil. The rotation is linear, so the statistic
+// rsqrt(mean y²) is applied after rotating y·w: XLA then fuses norm and rotation into one pass over the
+// projection instead of materializing the normalized tensor (gomlx.md §10). Under tensor parallelism
+// the sum of squares is all-reduced, so the statistic still spans all D channels.
+func (s blockSpec) qkNorm(y, w, cos, sin *Node) *Node {
+	dt := y.DType()
+	l := y.Shape().Dim(0)
+	yf := f32(y)
+	ss := s.reduce(ReduceAndKeep(Square(yf), ReduceSum, -1)) // [L, 1]
+	r := Rsqrt(AddScalar(DivScalar(ss, float64(s.Width)), s.Eps))
+	yw := Reshape(Mul(yf, ExpandAxes(f32(w), 0)), 1, l, s.Heads, s.HeadDim)
+	if cos != nil {
+		yw = applyRope(yw, cos, sin)
+	}
+	return ConvertDType(Mul(yw, Reshape(r, 1, l, 1, 1)), dt)
+}
+
+// applyRope rotates interleaved channel pairs (2j, 2j+1) of every head by the angle of pair j (GPT-J
+// style, FastVideo's is_neox_style=False): y[2j] = x[2j]·cos − x[2j+1]·sin, y[2j+1] = x[2j+1]·cos +
+// x[2j]·sin. x is [1, L, H, Dh] float32; cos/sin are [L, Dh/2].
+func applyRope(x, cos, sin *Node) *Node {
+	l, h, dh := x.Shape().Dim(1), x.Shape().Dim(2), x.Shape().Dim(3)
+	pairs := Reshape(x, 1, l, h, dh/2, 2)
+	re := Squeeze(Slice(pairs, AxisRange(), AxisRange(), AxisRange(), AxisRange(), AxisElem(0)), -1)
+	im := Squeeze(Slice(pairs, AxisRange(), AxisRange(), AxisRange(), AxisRange(), AxisElem(1)), -1)
+	c := Reshape(f32(cos), 1, l, 1, dh/2)
+	sn := Reshape(f32(sin), 1, l, 1, dh/2)
+	outRe := Sub(Mul(re, c), Mul(im, sn))
+	outIm := Add(Mul(im, c), Mul(re, sn))
+	return Reshape(Stack([]*Node{outRe, outIm}, -1), 1, l, h, dh)
+}
+
+// attend runs attention of q [1, Lq, H, Dh] over k/v projections and the output projection (all-reduce,
+// then bias). kv is the key/value source rows [Lk, D]; cos/sin rotate q and k (self-attention) or are nil.
+func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node) *Node {
+	l, lk := h.Shape().Dim(0), kv.Shape().Dim(0)
+	q := s.qkNorm(linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
+	k := s.qkNorm(linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
+	v := Reshape(linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
+	o := Reshape(attention.Attend(q, k, v, s.Attention), l, s.Heads*s.HeadDim)
+	return addBias(s.reduce(linear(o, w.Out.W, nil)), w.Out.B)
+}
+
+// feedForward is GELU-tanh(h·W_inᵀ + b_in)·W_outᵀ (all-reduce) + b_out.
+func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
+	return addBias(s.reduce(linear(geluTanh(linear(h, in.W, in.B)), out.W, nil)), out.B)
+}
+
+// block is one Wan transformer block (wan.md §4.2 step 5). x [L, D] and text [S, D] are in the compute
+// dtype; tproj [nT, 6, D] float32 is the time modulation, and tIdx [L] int32 (nil when nT == 1) selects
+// each token's row. The modulation, norms and gated residual adds are float32, as upstream.
+func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *Node {
+	s.check(w)
+	dt := x.DType()
+	mod := Add(f32(tproj), f32(w.Table)) // [nT, 6, D]
+	if tIdx != nil {
+		mod = Gather(mod, ExpandAxes(tIdx, -1)) // [L, 6, D]
+	}
+	part := func(i int) *Node { return Squeeze(Slice(mod, AxisRange(), AxisElem(i), AxisRange()), 1) }
+	shiftMSA, scaleMSA, gateMSA := part(0), part(1), part(2)
+	cShift, cScale, cGate := part(3), part(4), part(5)
+
+	// Self-attention with the gated residual in float32.
+	n := ConvertDType(modulate(layerNorm(x, s.Eps), shiftMSA, scaleMSA), dt)
+	attn := s.attend(n, n, w.Self, cos, sin)
+	r := Add(f32(x), Mul(f32(attn), gateMSA))
+	x = ConvertDType(r, dt)
+
+	// Cross-attention on the affine LayerNorm (norm2) of the float32 residual; ungated add.
+	n2 := Add(Mul(layerNorm(r, s.Eps), ExpandAxes(f32(w.Norm2W), 0)), ExpandAxes(f32(w.Norm2B), 0))
+	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil)
+	x = Add(x, ConvertDType(cross, dt))
+
+	// Feed-forward with the gated residual in float32.
+	n3 := ConvertDType(modulate(layerNorm(x, s.Eps), cShift, cScale), dt)
+	ff := s.feedForward(n3, w.FFIn, w.FFOut)
+	return ConvertDType(Add(f32(x), Mul(f32(ff), cGate)), dt)
+}
+
+// patchEmbed is the Conv3d with kernel = stride = patch as a matmul: latent [C, T, H, W] float32 →
+// patch rows [L, C·pt·ph·pw] (tokens t-major, features ordered c, kt, kh, kw as the conv weight)
+// → [L, D] float32.
+func patchEmbed(latent, w, b *Node, patch []int) *Node {
+	c, t, h, wd := latent.Shape().Dim(0), latent.Shape().Dim(1), latent.Shape().Dim(2), latent.Shape().Dim(3)
+	pt, ph, pw := patch[0], patch[1], patch[2]
+	nt, nh, nw := t/pt, h/ph, wd/pw
+	x := Reshape(latent, c, nt, pt, nh, ph, nw, pw)
+	x = TransposeAllAxes(x, 1, 3, 5, 0, 2, 4, 6)
+	x = Reshape(x, nt*nh*nw, c*pt*ph*pw)
+	wm := Reshape(w, w.Shape().Dim(0), c*pt*ph*pw)
+	return linear(x, wm, b)
+}
+
+// unpatchify maps proj_out rows [L, pt·ph·pw·C] (features ordered kt, kh, kw, c) on the token grid
+// nt×nh×nw back to a latent [C, T, H, W].
+func unpatchify(y *Node, nt, nh, nw int, patch []int) *Node {
+	pt, ph, pw := patch[0], patch[1], patch[2]
+	c := y.Shape().Dim(1) / (pt * ph * pw)
+	x := Reshape(y, nt, nh, nw, pt, ph, pw, c)
+	x = TransposeAllAxes(x, 6, 0, 3, 1, 4, 2, 5)
+	return Reshape(x, c, nt*pt, nh*ph, nw*pw)
+}

@@ -1,0 +1,229 @@
+package wan
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+
+	"fastvideo/internal/testutil"
+)
+
+// fixtureConfig decodes the tiny config a fixture was generated with.
+func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
+	t.Helper()
+	var cfg Config
+	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
+	t.Helper()
+	m, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and
+// in.timestep ([1] int64 or [1, L] float) as one sample.
+func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
+	t.Helper()
+	latent, sh := fx.F32(t, "in.hidden_states")
+	text, _ := fx.F32(t, "in.encoder_hidden_states")
+	var ts []float32
+	if info := fx.Info(t, "in.timestep"); info.DType.IsFloat() {
+		ts, _ = fx.F32(t, "in.timestep")
+	} else {
+		v, _ := fx.I64(t, "in.timestep")
+		for _, x := range v {
+			ts = append(ts, float32(x))
+		}
+	}
+	if sh[0] != 1 {
+		t.Fatalf("fixture batch %d: the model runs one sample per forward", sh[0])
+	}
+	return ForwardInputs{Latent: latent, Frames: sh[2], Height: sh[3], Width: sh[4], Timesteps: ts, Text: text}
+}
+
+type traced struct {
+	shape  []int
+	values []float32
+}
+
+// checkActs compares every act.* tensor of the fixture with the intermediate the forward traced under
+// the same name (row-major values; the fixture's batch axis of 1 is implicit in ours).
+func checkActs(t *testing.T, fx *testutil.Fixture, acts map[string]traced) {
+	t.Helper()
+	for _, name := range fx.Names("act.") {
+		key := name[len("act."):]
+		got, ok := acts[key]
+		if !ok {
+			t.Errorf("%s: the forward traced no %q", name, key)
+			continue
+		}
+		want, shape := fx.F32(t, name)
+		vals := got.values
+		if key == "patch_embedding" {
+			// fixture [1, D, T', H', W'] (the conv output); ours [L, D].
+			vals = transpose2(got.values, got.shape[0], got.shape[1])
+		}
+		testutil.AssertClose(t, name, vals, want, shape, testutil.ParityTol(want))
+	}
+}
+
+// transpose2 transposes a row-major [a, b] matrix.
+func transpose2(v []float32, a, b int) []float32 {
+	out := make([]float32, len(v))
+	for i := 0; i < a; i++ {
+		for j := 0; j < b; j++ {
+			out[j*a+i] = v[i*b+j]
+		}
+	}
+	return out
+}
+
+func TestForwardParity(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{})
+		acts := map[string]traced{}
+		m.trace = func(name string, shape []int, v []float32) {
+			acts[name] = traced{append([]int(nil), shape...), append([]float32(nil), v...)}
+		}
+		out, err := m.Forward(fixtureInputs(t, fx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, sh := fx.F32(t, "out.sample")
+		testutil.AssertClose(t, "out.sample", out, want, sh, testutil.ParityTol(want))
+		checkActs(t, fx, acts)
+	})
+}
+
+// TestForwardPlainMatchesTraced checks the production executables (no trace outputs) and a reused
+// TextState against the fixture output, so the parity above is not a property of the traced graphs only.
+func TestForwardPlainMatchesTraced(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{})
+		in := fixtureInputs(t, fx)
+		text, err := m.PrepareText(in.Text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer text.Close()
+		in.Text, in.TextState = nil, text
+		want, sh := fx.F32(t, "out.sample")
+		for i := 0; i < 2; i++ { // the second call reuses the cached RoPE tables and executables
+			out, err := m.Forward(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.AssertClose(t, "out.sample", out, want, sh, testutil.ParityTol(want))
+		}
+	})
+}
+
+// TestPerTokenTimesteps checks that one timestep per token, all equal, gives exactly the per-sample
+// output (they collapse to one embedded timestep), and that mixed per-token values run the gathered
+// modulation path (whose values the TI2V fixture checks against the reference).
+func TestPerTokenTimesteps(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{})
+		in := fixtureInputs(t, fx)
+		nt, nh, nw, err := m.Config().Tokens(in.Frames, in.Height, in.Width)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := nt * nh * nw
+		in.Timesteps = []float32{601}
+		one, err := m.Forward(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Timesteps = make([]float32, l)
+		for i := range in.Timesteps {
+			in.Timesteps[i] = 601
+		}
+		same, err := m.Forward(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.AssertClose(t, "per-token equal timesteps vs scalar", same, one, nil, 0)
+		// Mixed: only the first frame's tokens at 0 (TI2V); tokens of later frames see a different
+		// modulation, so the whole output changes, but the mixed path must stay finite.
+		for i := 0; i < nh*nw; i++ {
+			in.Timesteps[i] = 0
+		}
+		mixed, err := m.Forward(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxAbsDiff(mixed, one); d == 0 || math.IsNaN(d) {
+			t.Errorf("per-token timesteps [0…, 601…] vs 601: max diff %v, want a finite nonzero change", d)
+		}
+	})
+}
+
+func TestForwardInputErrors(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{})
+		good := fixtureInputs(t, fx)
+		for _, c := range []struct {
+			name string
+			edit func(*ForwardInputs)
+			want string
+		}{
+			{"short latent", func(in *ForwardInputs) { in.Latent = in.Latent[1:] }, "ForwardInputs.Latent"},
+			{"odd height", func(in *ForwardInputs) { in.Height = 3 }, "patch_size"},
+			{"timesteps", func(in *ForwardInputs) { in.Timesteps = []float32{1, 2} }, "ForwardInputs.Timesteps has 2 values"},
+			{"nan timestep", func(in *ForwardInputs) { in.Timesteps = []float32{float32(math.NaN())} }, "not finite"},
+			{"text width", func(in *ForwardInputs) { in.Text = in.Text[1:] }, "text_dim"},
+		} {
+			in := good
+			c.edit(&in)
+			_, err := m.Forward(in)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: want an error mentioning %q, got %v", c.name, c.want, err)
+			}
+		}
+	})
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return m
+}
+
+// TestBFloat16Forward builds the bf16 executables (the GPU configuration, exact attention on this
+// backend) and checks the output loosely against the f32 reference: it catches dtype mismatches in the
+// graphs before a GPU run.
+func TestBFloat16Forward(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		m := fixtureModel(t, fx, Options{DType: dtypes.BFloat16})
+		out, err := m.Forward(fixtureInputs(t, fx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := fx.F32(t, "out.sample")
+		maxRef := 0.0
+		for _, v := range want {
+			maxRef = math.Max(maxRef, math.Abs(float64(v)))
+		}
+		rel := maxAbsDiff(out, want) / maxRef
+		t.Logf("out.sample bf16: max abs error / max|ref| = %.3g", rel)
+		if rel > 2e-2 {
+			t.Errorf("out.sample bf16: relative error %.3g > 2e-2", rel)
+		}
+	})
+}

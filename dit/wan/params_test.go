@@ -1,0 +1,288 @@
+package wan
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
+)
+
+// editSource hides names of a base source and replaces or adds others.
+type editSource struct {
+	base    weights.Source
+	hide    func(name string) bool
+	replace map[string]safetensors.Info
+}
+
+func (e *editSource) Names() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range e.base.Names() {
+		if e.hide != nil && e.hide(n) {
+			continue
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	for n := range e.replace {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *editSource) Tensor(name string) (safetensors.Info, bool) {
+	if info, ok := e.replace[name]; ok {
+		return info, true
+	}
+	if e.hide != nil && e.hide(name) {
+		return safetensors.Info{}, false
+	}
+	return e.base.Tensor(name)
+}
+
+func TestBindingListsEveryProblem(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		cfg := fixtureConfig(t, fx)
+		src := fx.Weights()
+
+		// Every w.* tensor binds, and every declared parameter is in the file (biases included).
+		p := declareParams(cfg)
+		if err := weights.Bind(src, p.set, weights.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		declared := map[string]bool{}
+		for _, par := range p.set.Params() {
+			declared[par.Name] = true
+			if !par.Bound() {
+				t.Errorf("%s not bound", par.Name)
+			}
+		}
+		for _, n := range src.Names() {
+			if !declared[n] {
+				t.Errorf("fixture tensor %s is not declared", n)
+			}
+		}
+		p.set.Release()
+
+		// One name removed and one shape changed: a single error names both.
+		const gone = "blocks.1.attn2.norm_k.weight"
+		const reshaped = "blocks.0.ffn.net.2.weight"
+		info, _ := src.Tensor(reshaped)
+		info.Shape = []int{info.Shape[1], info.Shape[0]}
+		bad := &editSource{base: src, hide: func(n string) bool { return n == gone },
+			replace: map[string]safetensors.Info{reshaped: info}}
+		_, err := FromSource(testutil.Backend(t), cfg, bad, Options{})
+		if err == nil {
+			t.Fatal("binding an incomplete checkpoint must fail")
+		}
+		for _, s := range []string{"missing: " + gone, "mismatched: " + reshaped, "1 missing", "1 mismatched"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error does not list %q:\n%v", s, err)
+			}
+		}
+
+		// An unexpected tensor is reported; VSA gate projections of FastWan students are not.
+		gate, _ := src.Tensor("blocks.0.attn1.to_q.weight")
+		extra := &editSource{base: src, replace: map[string]safetensors.Info{
+			"blocks.0.to_gate_compress.weight":       gate,
+			"blocks.1.attn1.to_gate_compress.weight": gate,
+			"blocks.0.attn1.bogus":                   gate,
+		}}
+		_, err = FromSource(testutil.Backend(t), cfg, extra, Options{})
+		if err == nil || !strings.Contains(err.Error(), "unexpected: blocks.0.attn1.bogus") ||
+			strings.Contains(err.Error(), "to_gate_compress") {
+			t.Errorf("want exactly the bogus name reported as unexpected, got %v", err)
+		}
+	})
+}
+
+// TestMissingBiasesAreZero: a bias-free export binds, and equals the full checkpoint with that bias
+// zeroed.
+func TestMissingBiasesAreZero(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		cfg := fixtureConfig(t, fx)
+		in := fixtureInputs(t, fx)
+		const b = "blocks.0.attn1.to_out.0.bias"
+		info, _ := fx.Weights().Tensor(b)
+		zero := info
+		zero.Data = make([]byte, len(info.Data))
+		run := func(src weights.Source) []float32 {
+			m, err := FromSource(testutil.Backend(t), cfg, src, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			out, err := m.Forward(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		without := run(&editSource{base: fx.Weights(), hide: func(n string) bool { return n == b }})
+		zeroed := run(&editSource{base: fx.Weights(), replace: map[string]safetensors.Info{b: zero}})
+		testutil.AssertClose(t, "missing bias vs zero bias", without, zeroed, nil, 0)
+	})
+}
+
+// TestLoadFolder writes the fixture weights as a released transformer/ folder (config.json, two shards
+// and an index) and checks Load against the fixture output.
+func TestLoadFolder(t *testing.T) {
+	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
+		dir := t.TempDir()
+		var arch map[string]any
+		if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
+			t.Fatal(err)
+		}
+		arch["_class_name"] = "WanTransformer3DModel"
+		cj, err := json.Marshal(arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		src := fx.Weights()
+		shards := [2][]safetensors.Tensor{}
+		weightMap := map[string]string{}
+		files := [2]string{"diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"}
+		for i, n := range src.Names() {
+			info, _ := src.Tensor(n)
+			shards[i%2] = append(shards[i%2], safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
+			weightMap[n] = files[i%2]
+		}
+		for i, f := range files {
+			if err := safetensors.WriteFile(filepath.Join(dir, f), shards[i], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		idx, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
+		if err := os.WriteFile(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), idx, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(testutil.Backend(t), dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Forward(fixtureInputs(t, fx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, sh := fx.F32(t, "out.sample")
+		testutil.AssertClose(t, "out.sample via Load", out, want, sh, testutil.ParityTol(want))
+	})
+}
+
+func TestReleaseParameterCounts(t *testing.T) {
+	count := func(cfg Config) int {
+		n := 0
+		for _, shape := range ParamNames(cfg) {
+			k := 1
+			for _, d := range shape {
+				k *= d
+			}
+			n += k
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{ // wan.md §9.1
+		{"Wan2.1-1.3B", Wan21T2V1_3B(), 1_418_996_800},
+		{"Wan2.2-TI2V-5B", Wan22TI2V5B(), 4_999_787_712},
+		{"Wan2.1-14B", Wan21T2V14B(), 14_288_491_584},
+	} {
+		if got := count(c.cfg); got != c.want {
+			t.Errorf("%s has %d parameters, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestForwardFLOPs(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		tokens int
+		want   float64 // TFLOP, wan.md §9.2
+	}{
+		{"1.3B 480x832x81", Wan21T2V1_3B(), 32760, 283.0},
+		{"1.3B 448x832x61", Wan21T2V1_3B(), 23296, 160.7},
+		{"5B 480x832x81", Wan22TI2V5B(), 8190, 98.0},
+		{"5B 704x1280x121", Wan22TI2V5B(), 27280, 517.0},
+		{"14B 480x832x81", Wan21T2V14B(), 32760, 1678.4},
+		{"14B 720x1280x81", Wan21T2V14B(), 75600, 6523.4},
+	} {
+		got := c.cfg.ForwardFLOPs(c.tokens, 512) / 1e12
+		if math.Abs(got-c.want) > 0.06 {
+			t.Errorf("%s: %.2f TFLOP per forward, want %.1f", c.name, got, c.want)
+		}
+	}
+}
+
+func TestConfigJSON(t *testing.T) {
+	// A released diffusers config.json (Wan2.1-T2V-1.3B-Diffusers/transformer).
+	released := `{"_class_name": "WanTransformer3DModel", "_diffusers_version": "0.33.0.dev0",
+	  "added_kv_proj_dim": null, "attention_head_dim": 128, "cross_attn_norm": true, "eps": 1e-06,
+	  "ffn_dim": 8960, "freq_dim": 256, "image_dim": null, "in_channels": 16, "num_attention_heads": 12,
+	  "num_layers": 30, "out_channels": 16, "patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads",
+	  "rope_max_seq_len": 1024, "text_dim": 4096}`
+	c, err := ParseConfig([]byte(released))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Wan21T2V1_3B()
+	if c.NumLayers != want.NumLayers || c.HiddenSize() != 1536 || c.FFNDim != want.FFNDim || c.OutChannels != 16 {
+		t.Errorf("decoded %+v, want the 1.3B geometry", c)
+	}
+	if d := c.RopeDims(); d != [3]int{44, 42, 42} {
+		t.Errorf("RoPE split %v, want [44 42 42] (wan.md §4.2)", d)
+	}
+	c, err = ParseConfig([]byte(`{"in_channels": 48, "out_channels": null}`))
+	if err != nil || c.OutChannels != 48 || c.NumLayers != 40 {
+		t.Errorf("out_channels null: %+v, %v; want out = in = 48 over the 14B defaults", c, err)
+	}
+	for _, tc := range []struct{ json, want string }{
+		{`{"image_dim": 1280, "added_kv_proj_dim": 5120}`, "image-to-video"},
+		{`{"qk_norm": "rms_norm"}`, "qk_norm"},
+		{`{"patch_size": [2, 2]}`, "patch_size"},
+		{`{"attention_head_dim": 4}`, "RoPE widths"}, {`{"attention_head_dim": 31}`, "RoPE widths"},
+		{`{"r_embedder": true}`, "r_embedder"},
+	} {
+		if _, err := ParseConfig([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%s): want an error about %q, got %v", tc.json, tc.want, err)
+		}
+	}
+}
+
+// TestRopeTables checks the first rows of the tables against the formula in float64 and the pair layout.
+func TestRopeTables(t *testing.T) {
+	cfg := Wan21T2V1_3B()
+	cos, sin := RopeTables(cfg, 2, 3, 4)
+	half := cfg.AttentionHeadDim / 2
+	// Token (t=1, h=2, w=3) is row (1·3+2)·4+3 = 23; pair 0 is t, pair 22 the first h pair, 43 the first w.
+	row := 23 * half
+	for _, c := range []struct {
+		pair int
+		pos  float64
+		freq float64
+	}{{0, 1, 1}, {1, 1, math.Pow(10000, -2.0/44)}, {22, 2, 1}, {43, 3, 1}, {63, 3, math.Pow(10000, -40.0/42)}} {
+		if got, want := cos[row+c.pair], float32(math.Cos(c.pos*c.freq)); got != want {
+			t.Errorf("cos pair %d = %v, want %v", c.pair, got, want)
+		}
+		if got, want := sin[row+c.pair], float32(math.Sin(c.pos*c.freq)); got != want {
+			t.Errorf("sin pair %d = %v, want %v", c.pair, got, want)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+
+	"fastvideo/attention"
+	"fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+)
+
+var (
+	h3ditHeight = flag.Int("h3dit-height", 480, "h3dit: canvas height in pixels (multiple of 32)")
+	h3ditWidth  = flag.Int("h3dit-width", 832, "h3dit: canvas width in pixels (multiple of 32)")
+	h3ditFrames = flag.Int("h3dit-frames", 124, "h3dit: pixel frames (17n+5)")
+	h3ditText   = flag.Int("h3dit-text", 93, "h3dit: prompt tokens (93 gives the 14,937-row document at 832x480x124)")
+	h3ditLayers = flag.Int("h3dit-layers", 0, "h3dit: joint blocks (0: the release's 50; fewer only for smoke tests)")
+	h3ditDType  = flag.String("h3dit-dtype", "bf16", "h3dit: compute dtype, bf16 or f32")
+	h3ditTiny   = flag.Bool("h3dit-tiny", false, "h3dit: shrink hidden/heads/FFN/text widths (CPU smoke test of the program only)")
+	h3ditCached = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
+)
+
+func init() {
+	register("h3dit", func(b compute.Backend, c common) error {
+		cfg := h3.ReleaseConfig()
+		if *h3ditLayers > 0 {
+			cfg.NumLayers = *h3ditLayers
+		}
+		if *h3ditTiny {
+			cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim = 64, 2, 32, 128
+			cfg.TextDim, cfg.TimeEmbedHiddenDim, cfg.TimeEmbedDim, cfg.RopeFreqDim = 32, 64, 32, 4
+		}
+		var dt dtypes.DType
+		switch *h3ditDType {
+		case "bf16", "bfloat16":
+			dt = dtypes.BFloat16
+		case "f32", "float32":
+			dt = dtypes.Float32
+		default:
+			return fmt.Errorf("h3dit bench: -h3dit-dtype %q is not bf16 or f32", *h3ditDType)
+		}
+		return benchH3DiT(b, cfg, dt, *h3ditHeight, *h3ditWidth, *h3ditFrames, *h3ditText, c)
+	})
+}
+
+// h3ditTFLOP counts one forward's matmul FLOPs over the joint blocks (Q, K, V, O projections, SwiGLU,
+// QKᵀ and PV), the work that dominates; AdaLN projections, input/output heads and elementwise work are
+// left out (together < 0.1 %). The refined prompt is cached across steps, as FastVideo does.
+func h3ditTFLOP(cfg h3.Config, rows int) float64 {
+	l, d, inner, f := float64(rows), float64(cfg.HiddenSize), float64(cfg.InnerDim()), float64(cfg.FFNDim)
+	block := l*(8*d*inner+6*d*f) + 4*l*l*inner
+	return float64(cfg.NumLayers) * block / 1e12
+}
+
+func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, height, width, frames, textTokens int, c common) error {
+	if c.Iters < 3 {
+		return fmt.Errorf("h3dit bench: -iters %d; use at least 3 for a median", c.Iters)
+	}
+	geo, err := packing.NewGeometry(height, width, frames)
+	if err != nil {
+		return fmt.Errorf("h3dit bench: %w", err)
+	}
+	lay, err := packing.Build(geo.Request(nil, textTokens))
+	if err != nil {
+		return fmt.Errorf("h3dit bench: %w", err)
+	}
+	// FastH3 4-step ladder, step 1: video t = 1 − 36/37, audio t = 0.1 (h3.md §5.2).
+	video := []float32{0, 0.027027010917663574, 0.07692307233810425, 0.19999998807907104}
+	audio := []float32{0, 0.10000002384185791, 0.25, 0.5}
+	uniq, tidx := packing.RowTimesteps(lay, video[1], audio[1], packing.ConditionVideoTimestep(video[1]), 1)
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("h3dit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d + %d text tokens -> %d rows (%d video, %d audio); attention path %s\n",
+		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
+		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
+
+	baseGPU := gpuMemMiB()
+	t0 := time.Now()
+	m, err := h3.NewRandom(b, cfg, h3.Options{DType: dt}, int64(c.Seed))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
+		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
+
+	rng := rand.New(rand.NewPCG(c.Seed, 0x68336469))
+	randn := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	in := h3.ForwardInputs{
+		VideoRows: randn(len(lay.VideoIndices) * cfg.VideoPatchDim()),
+		AudioRows: randn(len(lay.AudioIndices) * cfg.AudioInChannels),
+		Timesteps: uniq, VideoIndices: lay.VideoIndices, AudioIndices: lay.AudioIndices, TextIndices: lay.TextIndices,
+	}
+	in.TimestepIndices = make([]int32, lay.SequenceLength)
+	in.TokenTags = make([]int32, lay.SequenceLength)
+	in.PositionIDs = make([]float64, 3*lay.SequenceLength)
+	for r := 0; r < lay.SequenceLength; r++ {
+		in.TimestepIndices[r], in.TokenTags[r] = int32(tidx[r]), int32(lay.TokenTags[r])
+		copy(in.PositionIDs[3*r:], lay.PositionIDs[r][:])
+	}
+
+	t0 = time.Now()
+	text, err := m.PrepareText(randn(textTokens * cfg.TextDim))
+	if err != nil {
+		return err
+	}
+	defer text.Close()
+	in.TextState = text
+	fmt.Printf("h3dit: prompt refined once (compile + run) in %.2f s\n", time.Since(t0).Seconds())
+
+	tflop := h3ditTFLOP(cfg, lay.SequenceLength)
+	measure := func(label string, in h3.ForwardInputs) error {
+		var out h3.ForwardOutputs
+		run := func() (float64, error) {
+			t := time.Now()
+			var err error
+			out, err = m.Forward(in)
+			return time.Since(t).Seconds(), err
+		}
+		hostPeakMiB(true)
+		gp := startGPUPeak()
+		first, err := run()
+		if err != nil {
+			gp.Stop()
+			return err
+		}
+		for range c.Warmup {
+			if _, err := run(); err != nil {
+				gp.Stop()
+				return err
+			}
+		}
+		times := make([]float64, c.Iters)
+		for i := range times {
+			if times[i], err = run(); err != nil {
+				gp.Stop()
+				return err
+			}
+		}
+		peakGPU := gp.Stop()
+		sorted := slices.Clone(times)
+		sort.Float64s(sorted)
+		med := sorted[len(sorted)/2]
+		var nan int
+		var ss float64
+		for _, v := range out.Video {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				nan++
+			}
+			ss += float64(v) * float64(v)
+		}
+		fmt.Printf("h3dit[%s]: first forward (compile + run) %.2f s -> compile ~%.2f s\n", label, first, first-med)
+		fmt.Printf("h3dit[%s]: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
+			label, sorted[0], med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
+		fmt.Printf("h3dit[%s]: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; video rms %.4f, non-finite %d\n",
+			label, peakGPU, hostPeakMiB(false), math.Sqrt(ss/float64(len(out.Video))), nan)
+		return nil
+	}
+	if err := measure("adaln per step", in); err != nil {
+		return err
+	}
+	if *h3ditCached {
+		cache, err := m.PrepareAdaLN(video, audio)
+		if err != nil {
+			return err
+		}
+		defer cache.Close()
+		in.AdaLN = cache
+		if err := measure("adaln cached", in); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+// Command bench times one model component at release size with random weights
+// on the chosen backend, e.g.
+//
+//	go run ./examples/bench -what h3audio -backend xla:cuda,tf32=false
+//
+// Each component lives in its own file and registers itself with register();
+// its own flags are declared there too.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/gomlx/compute"
+
+	"fastvideo/internal/backend"
+)
+
+// common are the flags every benchmark honours.
+type common struct {
+	Warmup, Iters int
+	Seed          uint64
+}
+
+var benches = map[string]func(b compute.Backend, c common) error{}
+
+// register adds a benchmark under name (called from each file's init).
+func register(name string, fn func(b compute.Backend, c common) error) {
+	if _, dup := benches[name]; dup {
+		panic("bench: " + name + " registered twice")
+	}
+	benches[name] = fn
+}
+
+func names() string {
+	var n []string
+	for k := range benches {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return strings.Join(n, ", ")
+}
+
+func main() {
+	what := flag.String("what", "", "benchmark to run (one of the registered names)")
+	spec := flag.String("backend", "", `backend spec: "" uses $GOMLX_BACKEND else go; e.g. xla:cuda or xla:cuda,tf32=false`)
+	var c common
+	flag.IntVar(&c.Warmup, "warmup", 1, "untimed runs after the first (compiling) one")
+	flag.IntVar(&c.Iters, "iters", 10, "timed runs")
+	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
+	flag.Parse()
+	fn := benches[*what]
+	if fn == nil {
+		fmt.Fprintf(os.Stderr, "bench: -what %q is unknown; registered: %s\n", *what, names())
+		os.Exit(2)
+	}
+	b, err := backend.New(*spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("backend: %s\n", b.Description())
+	if err := fn(b, c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

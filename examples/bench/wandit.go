@@ -1,0 +1,231 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+
+	"fastvideo/attention"
+	"fastvideo/dit/wan"
+	"fastvideo/schedule"
+)
+
+var (
+	wanditModel  = flag.String("wandit-model", "1.3b", "wandit: transformer geometry, 1.3b (Wan2.1/FastWan2.1), 14b (Wan2.1-14B, each A14B expert) or 5b (Wan2.2-TI2V)")
+	wanditHeight = flag.Int("wandit-height", 480, "wandit: video height in pixels")
+	wanditWidth  = flag.Int("wandit-width", 832, "wandit: video width in pixels")
+	wanditFrames = flag.Int("wandit-frames", 81, "wandit: pixel frames (4n+1)")
+	wanditText   = flag.Int("wandit-text", 512, "wandit: text rows (Wan pads the prompt to 512)")
+	wanditLayers = flag.Int("wandit-layers", 0, "wandit: blocks (0: the model's own; fewer only for smoke tests)")
+	wanditDType  = flag.String("wandit-dtype", "bf16", "wandit: compute dtype, bf16 or f32")
+	wanditTiny   = flag.Bool("wandit-tiny", false, "wandit: shrink heads/FFN/text widths (CPU smoke test of the program only)")
+	wanditSteps  = flag.String("wandit-steps", "1000,757,522", "wandit: DMD timesteps of the FastWan denoise loop (empty: skip it)")
+	wanditRuns   = flag.Int("wandit-denoise-runs", 3, "wandit: timed runs of the whole denoise loop")
+)
+
+func init() {
+	register("wandit", func(b compute.Backend, c common) error {
+		var cfg wan.Config
+		vaeStride := 8
+		switch strings.ToLower(*wanditModel) {
+		case "1.3b":
+			cfg = wan.Wan21T2V1_3B()
+		case "14b":
+			cfg = wan.Wan21T2V14B()
+		case "5b":
+			cfg, vaeStride = wan.Wan22TI2V5B(), 16
+		default:
+			return fmt.Errorf("wandit bench: -wandit-model %q is not 1.3b, 14b or 5b", *wanditModel)
+		}
+		if *wanditLayers > 0 {
+			cfg.NumLayers = *wanditLayers
+		}
+		if *wanditTiny {
+			cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, cfg.TextDim = 2, 32, 128, 32
+		}
+		var dt dtypes.DType
+		switch *wanditDType {
+		case "bf16", "bfloat16":
+			dt = dtypes.BFloat16
+		case "f32", "float32":
+			dt = dtypes.Float32
+		default:
+			return fmt.Errorf("wandit bench: -wandit-dtype %q is not bf16 or f32", *wanditDType)
+		}
+		var steps []int
+		if s := strings.TrimSpace(*wanditSteps); s != "" {
+			for _, f := range strings.Split(s, ",") {
+				v, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil {
+					return fmt.Errorf("wandit bench: -wandit-steps %q: %v", *wanditSteps, err)
+				}
+				steps = append(steps, v)
+			}
+		}
+		return benchWanDiT(b, cfg, dt, vaeStride, *wanditHeight, *wanditWidth, *wanditFrames, *wanditText, steps, *wanditRuns, c)
+	})
+}
+
+func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, height, width, frames, textRows int,
+	steps []int, runs int, c common) error {
+	if c.Iters < 3 {
+		return fmt.Errorf("wandit bench: -iters %d; use at least 3 for a median", c.Iters)
+	}
+	if (frames-1)%4 != 0 || height%vaeStride != 0 || width%vaeStride != 0 {
+		return fmt.Errorf("wandit bench: %dx%dx%d: frames must be 4n+1 and height/width multiples of the VAE stride %d", width, height, frames, vaeStride)
+	}
+	lt, lh, lw := (frames-1)/4+1, height/vaeStride, width/vaeStride
+	nt, nh, nw, err := cfg.Tokens(lt, lh, lw)
+	if err != nil {
+		return fmt.Errorf("wandit bench: %w", err)
+	}
+	tokens := nt * nh * nw
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("wandit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d -> latent %dx%dx%dx%d -> %d tokens (%dx%dx%d) + %d text rows; attention path %s\n",
+		cfg.NumLayers, cfg.HiddenSize(), cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
+		width, height, frames, cfg.InChannels, lt, lh, lw, tokens, nt, nh, nw, textRows, path)
+
+	baseGPU := gpuMemMiB()
+	t0 := time.Now()
+	m, err := wan.NewRandom(b, cfg, wan.Options{DType: dt}, int64(c.Seed))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Printf("wandit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
+		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
+
+	rng := rand.New(rand.NewPCG(c.Seed, 0x77616e64))
+	randn := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	latentSize := cfg.InChannels * lt * lh * lw
+	t0 = time.Now()
+	text, err := m.PrepareText(randn(textRows * cfg.TextDim))
+	if err != nil {
+		return err
+	}
+	defer text.Close()
+	fmt.Printf("wandit: text embedded once (compile + run) in %.2f s\n", time.Since(t0).Seconds())
+
+	in := wan.ForwardInputs{Latent: randn(latentSize), Frames: lt, Height: lh, Width: lw,
+		Timesteps: []float32{757}, TextState: text}
+	tflop := cfg.ForwardFLOPs(tokens, textRows) / 1e12
+	var out []float32
+	run := func() (float64, error) {
+		t := time.Now()
+		var err error
+		out, err = m.Forward(in)
+		return time.Since(t).Seconds(), err
+	}
+	hostPeakMiB(true)
+	gp := startGPUPeak()
+	first, err := run()
+	if err != nil {
+		gp.Stop()
+		return err
+	}
+	for range c.Warmup {
+		if _, err := run(); err != nil {
+			gp.Stop()
+			return err
+		}
+	}
+	times := make([]float64, c.Iters)
+	for i := range times {
+		if times[i], err = run(); err != nil {
+			gp.Stop()
+			return err
+		}
+	}
+	peakGPU := gp.Stop()
+	sorted := slices.Clone(times)
+	sort.Float64s(sorted)
+	med := sorted[len(sorted)/2]
+	rms, nan := rmsNonFinite(out)
+	fmt.Printf("wandit: first forward (compile + run) %.2f s -> compile ~%.2f s\n", first, first-med)
+	fmt.Printf("wandit: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
+		sorted[0], med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
+	fmt.Printf("wandit: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; output rms %.4f, non-finite %d\n",
+		peakGPU, hostPeakMiB(false), rms, nan)
+
+	if len(steps) == 0 {
+		return nil
+	}
+	return benchWanDenoise(m, in, steps, runs, tflop, randn)
+}
+
+// benchWanDenoise times FastWan's DMD loop (wan.md §6.4): one conditional forward per timestep (no CFG),
+// x0 = x − σ·v, re-noise into the next step; the prompt is embedded once beforehand, as the pipeline does.
+func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, tflop float64, randn func(int) []float32) error {
+	if runs < 1 {
+		return fmt.Errorf("wandit bench: -wandit-denoise-runs %d must be positive", runs)
+	}
+	ladder, err := schedule.NewDMDLadder(steps)
+	if err != nil {
+		return fmt.Errorf("wandit bench: %w", err)
+	}
+	n := len(in.Latent)
+	noise := make([][]float32, ladder.Steps())
+	for k := range noise {
+		noise[k] = randn(n)
+	}
+	var x0 []float32
+	totals := make([]float64, runs)
+	for r := range totals {
+		x := slices.Clone(in.Latent)
+		x0 = make([]float32, n)
+		t := time.Now()
+		for k, ts := range ladder.Timesteps {
+			in.Latent, in.Timesteps = x, []float32{float32(ts)}
+			v, err := m.Forward(in)
+			if err != nil {
+				return err
+			}
+			if err := ladder.PredictX0(k, v, x, x0); err != nil {
+				return err
+			}
+			if k+1 < ladder.Steps() {
+				if err := ladder.Renoise(k, x0, noise[k], x); err != nil {
+					return err
+				}
+			}
+		}
+		totals[r] = time.Since(t).Seconds()
+	}
+	sort.Float64s(totals)
+	med := totals[len(totals)/2]
+	total := tflop * float64(ladder.Steps())
+	rms, nan := rmsNonFinite(x0)
+	fmt.Printf("wandit: FastWan denoise %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790); x0 rms %.4f, non-finite %d\n",
+		ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/790, rms, nan)
+	return nil
+}
+
+func rmsNonFinite(v []float32) (rms float64, nonFinite int) {
+	var ss float64
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			nonFinite++
+			continue
+		}
+		ss += float64(x) * float64(x)
+	}
+	return math.Sqrt(ss / float64(max(1, len(v)))), nonFinite
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"fastvideo/dit/h3"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
+	"fastvideo/quant"
+	"fastvideo/schedule"
+)
+
+// releasedFolder writes the tiny DiT fixture as a released transformer/ folder: config.json and two
+// shards with an index.
+func releasedFolder(t *testing.T) string {
+	t.Helper()
+	fx, err := testutil.OpenFixture("../../quant/testdata/h3_dit_tiny.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fx.File.Close()
+	var arch map[string]any
+	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, _ := json.Marshal(arch)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := fx.Weights()
+	var shards [2][]safetensors.Tensor
+	index := map[string]any{"metadata": map[string]any{}, "weight_map": map[string]string{}}
+	for i, name := range src.Names() {
+		info, _ := src.Tensor(name)
+		data := append([]byte(nil), info.Data...)
+		shards[i%2] = append(shards[i%2], safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: data})
+		index["weight_map"].(map[string]string)[name] = []string{"a.safetensors", "b.safetensors"}[i%2]
+	}
+	for i, f := range []string{"a.safetensors", "b.safetensors"} {
+		if err := safetensors.WriteFile(filepath.Join(dir, f), shards[i], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx, _ := json.Marshal(index)
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestConvertWithAdaLNCache(t *testing.T) {
+	in := releasedFolder(t)
+	out := filepath.Join(t.TempDir(), "int6")
+	var log strings.Builder
+	err := run([]string{"-in", in, "-out", out, "-bits", "6", "-adaln-steps", "4", "-adaln-dtype", "f32",
+		"-backend", "go:ops_sequential"}, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(log.String())
+	ck, err := quant.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	sched, _ := schedule.NewH3Schedule(4)
+	want := sched.AdaLNCacheTimesteps()
+	if a := ck.Manifest.AdaLNCache; a == nil || !slices.Equal(a.Timesteps, want) || a.NumBlocks != 2 || a.Steps != 4 {
+		t.Fatalf("adaln_cache %+v, want timesteps %v", ck.Manifest.AdaLNCache, want)
+	}
+	// dit/h3 finds the cache in the manifest.
+	man, err := h3.ReadAdaLNManifest(out)
+	if err != nil || man == nil || !slices.Equal(man.Timesteps, want) {
+		t.Fatalf("h3.ReadAdaLNManifest: %+v, %v", man, err)
+	}
+	for _, n := range ck.Names() {
+		if strings.Contains(n, "adaln_proj") || strings.HasPrefix(n, "norm_out.linear") {
+			t.Fatalf("%s kept next to the AdaLN cache", n)
+		}
+	}
+	table, ok := ck.Tensor(h3.CacheTableName(1, 5))
+	if !ok || !slices.Equal(table.Shape, []int{len(want) * 3, 128}) {
+		t.Fatalf("cache table %v (ok %v), want [%d, 128]", table.Shape, ok, len(want)*3)
+	}
+	if len(ck.QuantizedKeys()) != 18 || ck.Manifest.Quantization.Bits != 6 {
+		t.Fatalf("%d quantized keys, bits %d", len(ck.QuantizedKeys()), ck.Manifest.Quantization.Bits)
+	}
+}
+
+func TestConvertFlagErrors(t *testing.T) {
+	in := releasedFolder(t)
+	out := t.TempDir()
+	if err := run([]string{"-in", in, "-out", out, "-bits", "5"}, io.Discard); !errors.Is(err, quant.ErrBits) {
+		t.Errorf("-bits 5: %v", err)
+	}
+	if err := run([]string{"-in", in, "-out", out, "-group", "48"}, io.Discard); !errors.Is(err, quant.ErrGroupSize) {
+		t.Errorf("-group 48: %v", err)
+	}
+	if err := run([]string{"-out", out}, io.Discard); err == nil {
+		t.Error("missing -in accepted")
+	}
+	if err := run([]string{"-in", in, "-out", out, "-scale-dtype", "int8"}, io.Discard); err == nil {
+		t.Error("-scale-dtype int8 accepted")
+	}
+	if _, err := os.Stat(filepath.Join(out, quant.ManifestFile)); err == nil {
+		t.Error("a failed conversion wrote a manifest")
+	}
+}
