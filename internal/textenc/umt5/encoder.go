@@ -1,0 +1,576 @@
+package umt5
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// Options configure loading and encoding. The zero value computes in float32 and
+// streams each block's weights to the device right before it runs.
+type Options struct {
+	// DType is the compute dtype of activations and weights: Float32 (default;
+	// CPU and parity — Wan runs its text encoder in fp32) or BFloat16 (GPU). Norm
+	// statistics, attention scores, softmax and activations are float32 either way.
+	DType dtypes.DType
+	// Resident uploads every block's weights once at load; otherwise each block is
+	// uploaded right before it runs and freed right after (UMT5-XXL is 22.7 GB in
+	// float32). The embedding table never goes to the device: only the prompt's
+	// rows are read from the (memory-mapped) checkpoint.
+	Resident bool
+	// TextLen is the row count of EncodeWan's output (DefaultTextLen if 0).
+	TextLen int
+}
+
+// Encoder runs the UMT5 encoder stack. It is safe for concurrent use; calls are
+// serialized.
+type Encoder struct {
+	cfg      Config
+	backend  compute.Backend
+	src      weights.Source
+	dtype    dtypes.DType
+	textLen  int
+	resident bool
+	embed    safetensors.Info
+
+	rel    []*weights.Set // one per block (UMT5) or one shared (T5); always resident
+	final  *weights.Set   // encoder.final_layer_norm.weight; always resident
+	blocks []*weights.Set // resident mode only
+
+	block, norm, toF32 *Exec
+
+	mu     sync.Mutex
+	closer func() error
+}
+
+// EmbeddingNames are the names the token-embedding table may have, in order of
+// preference: transformers saves the tied table once, as shared.weight.
+var EmbeddingNames = []string{"shared.weight", "encoder.embed_tokens.weight"}
+
+// ignoredPrefixes are checkpoint names an encoder never reads: the decoder and
+// LM head of a full T5 checkpoint.
+var ignoredPrefixes = []string{"decoder.", "lm_head."}
+
+// Load opens a released text_encoder/ folder (config.json plus a safetensors
+// file, or shards with their *.safetensors.index.json) and returns an encoder
+// that owns it.
+func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("umt5: %w", err)
+	}
+	e, err := FromSource(backend, cfg, ck, opts)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	e.closer = ck.Close
+	return e, nil
+}
+
+// FromSource builds an encoder over the HF-named tensors of src (a checkpoint, a
+// fixture's weights). src must stay open until Close: streamed blocks and the
+// embedding rows are read from it on every Encode. Every tensor the forward pass
+// needs is checked (name, shape, float dtype) before anything is uploaded, and
+// all problems are reported in one *weights.BindError.
+func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (e *Encoder, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if backend == nil {
+		return nil, fmt.Errorf("umt5: backend is nil; pass a compute.Backend (e.g. from internal/backend)")
+	}
+	if src == nil {
+		return nil, fmt.Errorf("umt5: weight source is nil; pass an opened checkpoint")
+	}
+	if opts.DType == dtypes.InvalidDType {
+		opts.DType = dtypes.Float32
+	}
+	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
+		return nil, fmt.Errorf("umt5: Options.DType = %s is not supported; use Float32 (CPU, parity) or BFloat16 (GPU)", opts.DType)
+	}
+	if opts.TextLen == 0 {
+		opts.TextLen = DefaultTextLen
+	}
+	if opts.TextLen < 0 {
+		return nil, fmt.Errorf("umt5: Options.TextLen = %d must be positive (Wan uses %d)", opts.TextLen, DefaultTextLen)
+	}
+	e = &Encoder{cfg: cfg, backend: backend, src: src, dtype: opts.DType, textLen: opts.TextLen, resident: opts.Resident}
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.release()
+			e = nil
+		}
+	}()
+	err = catch(func() error {
+		nRel := 1
+		if cfg.PerLayerBias() {
+			nRel = cfg.NumLayers
+		}
+		for i := 0; i < nRel; i++ {
+			s := weights.NewSet("")
+			s.Add(RelativeBiasName(i), cfg.NumBuckets, cfg.NumHeads)
+			if err := e.bind(s); err != nil {
+				return err
+			}
+			e.rel = append(e.rel, s)
+		}
+		e.final = weights.NewSet("")
+		e.final.Add("encoder.final_layer_norm.weight", cfg.DModel)
+		if err := e.bind(e.final); err != nil {
+			return err
+		}
+		if e.resident {
+			for i := 0; i < cfg.NumLayers; i++ {
+				s := e.blockSet(i)
+				if err := e.bind(s); err != nil {
+					return err
+				}
+				e.blocks = append(e.blocks, s)
+			}
+		}
+		var err error
+		e.block, err = NewExec(backend, func(in []*Node) *Node {
+			return Block(cfg, in[0], in[1], in[2], in[3], in[4:])
+		})
+		if err != nil {
+			return err
+		}
+		e.block.WithName("umt5_block")
+		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return RMSNorm(x, w, cfg.LayerNormEps) })
+		if err != nil {
+			return err
+		}
+		e.toF32, err = NewExec(backend, func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) })
+		return err
+	})
+	return e, err
+}
+
+func (e *Encoder) blockSet(i int) *weights.Set {
+	s := weights.NewSet(blockPrefix(i))
+	shapes := BlockTensorShapes(e.cfg)
+	for k, n := range BlockTensorNames(e.cfg) {
+		s.Add(n, shapes[k]...)
+	}
+	return s
+}
+
+func (e *Encoder) bind(s *weights.Set) error {
+	// Unexpected names were already reported by check, over the whole checkpoint.
+	return weights.Bind(e.src, s, weights.Options{DType: e.dtype, Backend: e.backend, AllowUnexpected: true})
+}
+
+// check validates every needed tensor from the headers alone, so that a wrong
+// checkpoint fails before any weight is uploaded, and picks the embedding name.
+func (e *Encoder) check() error {
+	cfg := e.cfg
+	type want struct {
+		name  string
+		shape []int
+	}
+	var wants []want
+	known := map[string]bool{}
+	add := func(name string, shape ...int) {
+		wants = append(wants, want{name, shape})
+		known[name] = true
+	}
+	for i := 0; i < cfg.NumLayers; i++ {
+		shapes := BlockTensorShapes(cfg)
+		for k, n := range BlockTensorNames(cfg) {
+			add(blockPrefix(i)+n, shapes[k]...)
+		}
+		if i == 0 || cfg.PerLayerBias() {
+			add(RelativeBiasName(i), cfg.NumBuckets, cfg.NumHeads)
+		}
+	}
+	add("encoder.final_layer_norm.weight", cfg.DModel)
+
+	var errs weights.BindError
+	for _, n := range EmbeddingNames {
+		known[n] = true
+	}
+	for _, n := range EmbeddingNames {
+		if info, ok := e.src.Tensor(n); ok {
+			e.embed = info
+			break
+		}
+	}
+	if e.embed.Name == "" {
+		errs.Missing = append(errs.Missing, fmt.Sprintf("%s (or %s) [%d %d]", EmbeddingNames[0], EmbeddingNames[1], cfg.VocabSize, cfg.DModel))
+	} else if len(e.embed.Shape) != 2 || e.embed.Shape[1] != cfg.DModel || e.embed.Shape[0] < cfg.VocabSize {
+		// Released UMT5 tables have exactly vocab_size rows; more rows are harmless
+		// (ids are checked against vocab_size), fewer would leave ids unembeddable.
+		errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint shape %v, config expects [%d %d] (vocab_size, d_model)", e.embed.Name, e.embed.Shape, cfg.VocabSize, cfg.DModel))
+	} else if !e.embed.DType.IsFloat() {
+		errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint dtype %s is not a float type", e.embed.Name, e.embed.DType))
+	}
+	for _, w := range wants {
+		info, ok := e.src.Tensor(w.name)
+		switch {
+		case !ok:
+			errs.Missing = append(errs.Missing, fmt.Sprintf("%s %v", w.name, w.shape))
+		case !equalInts(info.Shape, w.shape):
+			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint shape %v, config expects %v", w.name, info.Shape, w.shape))
+		case !info.DType.IsFloat():
+			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint dtype %s is not a float type", w.name, info.DType))
+		}
+	}
+	for _, n := range e.src.Names() {
+		if known[n] || hasAnyPrefix(n, ignoredPrefixes) {
+			continue
+		}
+		errs.Unexpected = append(errs.Unexpected, n)
+	}
+	if len(errs.Missing)+len(errs.Unexpected)+len(errs.Mismatched) == 0 {
+		return nil
+	}
+	sort.Strings(errs.Missing)
+	sort.Strings(errs.Unexpected)
+	sort.Strings(errs.Mismatched)
+	hint := ""
+	if !cfg.PerLayerBias() {
+		hint = " (config model_type \"t5\": only block 0 has a relative_attention_bias)"
+	} else if _, ok0 := e.src.Tensor(RelativeBiasName(0)); ok0 && cfg.NumLayers > 1 && !hasName(e.src, RelativeBiasName(1)) {
+		hint = " (only block 0 has a relative_attention_bias: this looks like a T5 checkpoint; its config.json should say model_type \"t5\")"
+	}
+	return fmt.Errorf("umt5: text encoder checkpoint does not match its config%s: %w", hint, &errs)
+}
+
+// Config returns the encoder geometry.
+func (e *Encoder) Config() Config { return e.cfg }
+
+// TextLen is the row count of EncodeWan's output.
+func (e *Encoder) TextLen() int { return e.textLen }
+
+// Close frees the device tensors and executables and closes the checkpoint if
+// the encoder opened it.
+func (e *Encoder) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.release()
+	if e.closer != nil {
+		err := e.closer()
+		e.closer = nil
+		return err
+	}
+	return nil
+}
+
+func (e *Encoder) release() {
+	for _, x := range []*Exec{e.block, e.norm, e.toF32} {
+		if x != nil {
+			x.Finalize()
+		}
+	}
+	e.block, e.norm, e.toF32 = nil, nil, nil
+	for _, s := range append(append([]*weights.Set{e.final}, e.rel...), e.blocks...) {
+		if s != nil {
+			s.Release()
+		}
+	}
+	e.final, e.rel, e.blocks = nil, nil, nil
+}
+
+// Encode runs the encoder on one sequence and returns transformers'
+// last_hidden_state, float32 row-major [S, d_model]. mask (nil: every token is
+// real) marks real tokens with 1 and padding with 0; padded keys are masked out
+// of attention, but padded rows are computed and returned as transformers
+// returns them (Wan's zeroing is a separate step: ZeroPadded, EncodeWan). No
+// special token is added: ids come from the tokenizer with EOS already appended.
+func (e *Encoder) Encode(ctx context.Context, ids, mask []int) ([]float32, []int, error) {
+	var out []float32
+	err := e.forward(ctx, ids, mask, func(i int, h *tensors.Tensor) error {
+		if i < e.cfg.NumLayers {
+			return nil
+		}
+		var err error
+		out, err = e.hostF32(h)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, []int{len(ids), e.cfg.DModel}, nil
+}
+
+// HiddenStates returns transformers' hidden_states tuple (output_hidden_states=True):
+// num_layers+1 states of shape [S, d_model]; state 0 is the embedding output,
+// state i (1 <= i < num_layers) the output of block i-1, and the last one the
+// output of the final layer norm (= last_hidden_state; the un-normalized output
+// of the last block is not part of the tuple). It exists for parity tests and
+// debugging: every state is copied to the host.
+func (e *Encoder) HiddenStates(ctx context.Context, ids, mask []int) ([][]float32, []int, error) {
+	states := make([][]float32, e.cfg.NumLayers+1)
+	err := e.forward(ctx, ids, mask, func(i int, h *tensors.Tensor) error {
+		var err error
+		states[i], err = e.hostF32(h)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return states, []int{len(ids), e.cfg.DModel}, nil
+}
+
+// EncodeWan produces Wan's prompt embeddings for one prompt's token ids (from the
+// tokenizer: EOS appended, truncated to text_len): float32 [text_len, d_model]
+// whose first len(ids) rows are the encoder output and the rest zeros. This is
+// FastVideo's torch path: TextEncodingStage tokenizes a single prompt with
+// truncation at 512 and no padding, so the encoder sees exactly the valid tokens,
+// and t5_postprocess_text (fastvideo/configs/pipelines/wan.py) keeps the first
+// mask.sum() rows of last_hidden_state and appends zero rows up to 512. The DiT's
+// cross-attention then attends over all 512 rows, zeros included. Running the
+// prompt padded to 512 with a mask (the MLX path, or PadIDs + Encode + ZeroPadded)
+// gives the same valid rows up to float rounding.
+func (e *Encoder) EncodeWan(ctx context.Context, ids []int) ([]float32, []int, error) {
+	if len(ids) > e.textLen {
+		return nil, nil, fmt.Errorf("umt5: %d token ids exceed text_len = %d; truncate with the tokenizer (keeping the final EOS) before encoding", len(ids), e.textLen)
+	}
+	h, shape, err := e.Encode(ctx, ids, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ZeroPadded(h, shape, nil, e.textLen)
+}
+
+// ZeroPadded is Wan's t5_postprocess_text for one sequence: with n the number of
+// mask entries > 0 (nil mask: all rows), it returns [textLen, D] holding the
+// FIRST n rows of hidden [S, D] followed by zero rows. Like FastVideo it takes the
+// first n rows rather than the masked ones, which is the same thing for the
+// right-padded masks tokenizers produce.
+func ZeroPadded(hidden []float32, shape []int, mask []int, textLen int) ([]float32, []int, error) {
+	if len(shape) != 2 || shape[0]*shape[1] != len(hidden) {
+		return nil, nil, fmt.Errorf("umt5: ZeroPadded wants hidden states [S, D] with S*D values; got shape %v and %d values", shape, len(hidden))
+	}
+	s, d := shape[0], shape[1]
+	n := s
+	if mask != nil {
+		if len(mask) != s {
+			return nil, nil, fmt.Errorf("umt5: ZeroPadded: mask has %d entries for %d rows; give one per row", len(mask), s)
+		}
+		n = 0
+		for _, m := range mask {
+			if m > 0 {
+				n++
+			}
+		}
+	}
+	if textLen <= 0 {
+		return nil, nil, fmt.Errorf("umt5: ZeroPadded: textLen = %d must be positive (Wan uses %d)", textLen, DefaultTextLen)
+	}
+	if n > textLen {
+		return nil, nil, fmt.Errorf("umt5: ZeroPadded: %d valid rows exceed textLen = %d; truncate the tokens to textLen first", n, textLen)
+	}
+	out := make([]float32, textLen*d)
+	copy(out, hidden[:n*d])
+	return out, []int{textLen, d}, nil
+}
+
+// PadIDs right-pads ids with padID to textLen and returns the attention mask (1
+// for the ids, 0 for padding): the fixed-length form of a prompt (the MLX path
+// and batched encoding). It refuses ids longer than textLen: truncation belongs
+// to the tokenizer, which keeps the final EOS.
+func PadIDs(ids []int, textLen, padID int) (padded, mask []int, err error) {
+	if len(ids) > textLen {
+		return nil, nil, fmt.Errorf("umt5: %d token ids exceed text_len = %d; truncate with the tokenizer (keeping the final EOS) first", len(ids), textLen)
+	}
+	padded = make([]int, textLen)
+	mask = make([]int, textLen)
+	for i := range padded {
+		if i < len(ids) {
+			padded[i], mask[i] = ids[i], 1
+		} else {
+			padded[i] = padID
+		}
+	}
+	return padded, mask, nil
+}
+
+// forward runs the stack, handing visit the states of HF's hidden_states tuple
+// (index 0..num_layers) as device tensors that it must not keep.
+func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, *tensors.Tensor) error) error {
+	if err := e.checkInputs(ids, mask); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.block == nil {
+		return fmt.Errorf("umt5: encoder is closed")
+	}
+	s := len(ids)
+	return catch(func() error {
+		x, err := e.embedRows(ids)
+		if err != nil {
+			return err
+		}
+		defer func() { x.FinalizeAll() }()
+		if err := visit(0, x); err != nil {
+			return err
+		}
+		keyMask := make([]float32, s)
+		for i := range keyMask {
+			if mask == nil || mask[i] != 0 {
+				keyMask[i] = 1
+			}
+		}
+		bucketsT := tensors.FromFlatDataAndDimensions(RelativePositionBuckets(s, e.cfg.NumBuckets, e.cfg.MaxDistance), s, s)
+		maskT := tensors.FromFlatDataAndDimensions(keyMask, s)
+		defer bucketsT.FinalizeAll()
+		defer maskT.FinalizeAll()
+		for i := 0; i < e.cfg.NumLayers; i++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var set *weights.Set
+			if e.resident {
+				set = e.blocks[i]
+			} else {
+				set = e.blockSet(i)
+				if err := e.bind(set); err != nil {
+					return err
+				}
+			}
+			rel := e.rel[0]
+			if e.cfg.PerLayerBias() {
+				rel = e.rel[i]
+			}
+			args := []any{x, bucketsT, maskT, rel.Params()[0].T}
+			for _, p := range set.Params() {
+				args = append(args, p.T)
+			}
+			y, err := e.block.Call1(args...)
+			if !e.resident {
+				set.Release()
+			}
+			if err != nil {
+				return fmt.Errorf("umt5: encoder block %d: %w", i, err)
+			}
+			x.FinalizeAll()
+			x = y
+			if i+1 < e.cfg.NumLayers {
+				if err := visit(i+1, x); err != nil {
+					return err
+				}
+			}
+		}
+		y, err := e.norm.Call1(x, e.final.Params()[0].T)
+		if err != nil {
+			return fmt.Errorf("umt5: final layer norm: %w", err)
+		}
+		x.FinalizeAll()
+		x = y
+		return visit(e.cfg.NumLayers, x)
+	})
+}
+
+func (e *Encoder) checkInputs(ids, mask []int) error {
+	if len(ids) == 0 {
+		return fmt.Errorf("umt5: no token ids; encode at least one token (the tokenizer appends EOS)")
+	}
+	for i, id := range ids {
+		if id < 0 || id >= e.cfg.VocabSize {
+			return fmt.Errorf("umt5: token id %d at position %d is outside the vocabulary [0, %d): the tokenizer does not match this checkpoint", id, i, e.cfg.VocabSize)
+		}
+	}
+	if mask == nil {
+		return nil
+	}
+	if len(mask) != len(ids) {
+		return fmt.Errorf("umt5: attention mask has %d entries for %d token ids; give one per id (or nil for all real)", len(mask), len(ids))
+	}
+	valid := 0
+	for i, m := range mask {
+		if m != 0 && m != 1 {
+			return fmt.Errorf("umt5: attention mask entry %d is %d; use 1 for a real token and 0 for padding", i, m)
+		}
+		valid += m
+	}
+	if valid == 0 {
+		return fmt.Errorf("umt5: attention mask has no real token; at least one entry must be 1")
+	}
+	return nil
+}
+
+// embedRows reads the rows of ids from the (memory-mapped) table and uploads
+// them in the compute dtype: [len(ids), d_model]. Only len(ids) rows of the
+// 256k-row table are ever touched.
+func (e *Encoder) embedRows(ids []int) (*tensors.Tensor, error) {
+	t := e.embed
+	rowBytes := t.Shape[1] * t.DType.Size()
+	raw := make([]byte, len(ids)*rowBytes)
+	for i, id := range ids {
+		copy(raw[i*rowBytes:(i+1)*rowBytes], t.Data[id*rowBytes:(id+1)*rowBytes])
+	}
+	rows := safetensors.Info{Name: t.Name, DType: t.DType, Shape: []int{len(ids), t.Shape[1]}, Data: raw}
+	return weights.Load(rows, e.dtype, e.backend)
+}
+
+func (e *Encoder) hostF32(t *tensors.Tensor) ([]float32, error) {
+	if t.DType() == dtypes.Float32 {
+		return tensors.CopyFlatData[float32](t)
+	}
+	f, err := e.toF32.Call1(t)
+	if err != nil {
+		return nil, err
+	}
+	defer f.FinalizeAll()
+	return tensors.CopyFlatData[float32](f)
+}
+
+// catch turns a panic of GoMLX code into an error at the API boundary.
+func catch(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("umt5: %w", e)
+			} else {
+				err = fmt.Errorf("umt5: %v", r)
+			}
+		}
+	}()
+	return fn()
+}
+
+func hasName(src weights.Source, name string) bool {
+	_, ok := src.Tensor(name)
+	return ok
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
