@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"fastvideo/quant"
 )
 
 // Modalities is the number of token tags of the packed sequence: video = 0, text = 1, audio = 2.
@@ -96,8 +98,21 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, c.Validate()
 }
 
-// ReadConfig reads dir/config.json.
+// ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of
+// mlx_h3_dit.json in a converted MLX folder (as Load uses it), else dir/config.json.
 func ReadConfig(dir string) (Config, error) {
+	if quant.IsCheckpoint(dir) {
+		path := filepath.Join(dir, quant.ManifestFile)
+		m, err := quant.ReadManifest(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("h3: reading the transformer config: %w", err)
+		}
+		c, err := ParseConfig(m.Config)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w (the \"config\" entry of %s)", err, path)
+		}
+		return c, nil
+	}
 	path := filepath.Join(dir, "config.json")
 	data, err := os.ReadFile(path)
 	if err != nil {

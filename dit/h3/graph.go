@@ -7,6 +7,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/attention"
+	"fastvideo/quant"
 )
 
 // Graph building blocks of the H3 forward. Activations are row matrices [rows, width]; the batch of one is
@@ -53,6 +54,14 @@ type AllReduce func(*Node) *Node
 // blockSpec carries the static sizes of one block graph. Heads and FFN are the local (per-device) head
 // count and FFN width: with tensor parallelism the Q/K/V/FFN-in weights are split by rows and to_out/
 // FFN-out by columns at load time, and AllReduce sums the partial outputs.
+//
+// Quantized weights split the same way (no tensor-parallel loader exists yet; this is its contract): a
+// row split takes the same rows of the packed words, the scales and the biases. A column split of to_out
+// or FFN-out (the input axis, along which MLX groups) must fall on group boundaries: a shard of columns
+// [c0, c1) with c0, c1 multiples of the group size (64) takes words [c0·bits/32, c1·bits/32) — whole words
+// for every width, since a 64-value group is 2·bits words, 6-bit rows included — and scales/biases
+// [c0/64, c1/64). Head-aligned splits qualify: a head is 128 columns (2 groups); so do FFN splits of
+// 14336/tp for tp dividing 224.
 type blockSpec struct {
 	Heads, HeadDim, RotaryDim, FFN int
 	NormEps, QKNormEps             float64
@@ -69,33 +78,81 @@ func (s blockSpec) reduce(x *Node) *Node {
 
 // attnWeights are the graph inputs of one attention module.
 type attnWeights struct {
-	Q, K, V, NormQ, NormK, Out *Node
+	Q, K, V, Out quant.GraphWeight
+	NormQ, NormK *Node
 }
 
 // coreWeights are the graph inputs shared by refiner and joint blocks.
 type coreWeights struct {
 	Norm1, Norm2 *Node
 	Attn         attnWeights
-	FFIn, FFOut  *Node
+	FFIn, FFOut  quant.GraphWeight
 }
 
-// coreWeightCount is the number of tensors in coreWeights, in the order of coreFromSlice.
-const coreWeightCount = 10
+// numCoreLinears is the number of linears of a block that a converted checkpoint may quantize.
+const numCoreLinears = 6
 
-func coreFromSlice(in []*Node) coreWeights {
+// coreLinearNames are the block-relative names of the core linears, in linearLayout order.
+var coreLinearNames = [numCoreLinears]string{
+	"attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight", "attn.to_out.0.weight",
+	"ff.net.0.proj.weight", "ff.net.2.weight",
+}
+
+// linearLayout is the quantization of a block's core linears (Q, K, V, Out, FFIn, FFOut; a zero Scheme
+// is dense). It fixes statically how many graph inputs each linear takes (1 dense, 3 quantized: packed
+// words, scales, biases) and how the words are unpacked, so the block executable is built for it once.
+type linearLayout [numCoreLinears]quant.Scheme
+
+// inputs is the number of weight tensors of a block with this layout: the four norm weights and the
+// linears' tensors.
+func (l linearLayout) inputs() int {
+	n := 4
+	for _, s := range l {
+		if s == (quant.Scheme{}) {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	return n
+}
+
+func describeScheme(s quant.Scheme) string {
+	if s == (quant.Scheme{}) {
+		return "dense"
+	}
+	return fmt.Sprintf("int%d (group %d)", s.Bits, s.GroupSize)
+}
+
+// coreFromSlice rebuilds the block weights from the graph inputs fed with coreParams.tensors().
+func coreFromSlice(in []*Node, lay linearLayout) coreWeights {
+	if len(in) != lay.inputs() {
+		panic(fmt.Errorf("h3: block executable got %d weight inputs, its layout takes %d", len(in), lay.inputs()))
+	}
+	var ws [numCoreLinears]quant.GraphWeight
+	i := 4
+	for k, s := range lay {
+		if s == (quant.Scheme{}) {
+			ws[k] = quant.DenseWeight(in[i])
+			i++
+			continue
+		}
+		ws[k] = quant.QuantizedWeight(in[i], in[i+1], in[i+2], s)
+		i += 3
+	}
 	return coreWeights{
-		Norm1: in[0], Norm2: in[7],
-		Attn: attnWeights{Q: in[1], K: in[2], V: in[3], NormQ: in[4], NormK: in[5], Out: in[6]},
-		FFIn: in[8], FFOut: in[9],
+		Norm1: in[0], Norm2: in[1],
+		Attn: attnWeights{Q: ws[0], K: ws[1], V: ws[2], Out: ws[3], NormQ: in[2], NormK: in[3]},
+		FFIn: ws[4], FFOut: ws[5],
 	}
 }
 
 func (s blockSpec) check(w coreWeights) {
 	inner := s.Heads * s.HeadDim
-	if d := w.Attn.Q.Shape().Dim(0); d != inner {
+	if d := w.Attn.Q.Out(); d != inner {
 		panic(fmt.Errorf("h3: to_q has %d rows, the block expects %d local heads × %d = %d", d, s.Heads, s.HeadDim, inner))
 	}
-	if d := w.FFIn.Shape().Dim(0); d != 2*s.FFN {
+	if d := w.FFIn.Out(); d != 2*s.FFN {
 		panic(fmt.Errorf("h3: ff.net.0.proj has %d rows, the block expects 2 × local FFN width %d", d, s.FFN))
 	}
 }
@@ -105,12 +162,12 @@ func (s blockSpec) check(w coreWeights) {
 func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	l := h.Shape().Dim(0)
 	heads := func(x *Node) *Node { return Reshape(x, 1, l, s.Heads, s.HeadDim) }
-	q := qkNormRope(heads(linear(h, w.Q, nil)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
-	k := qkNormRope(heads(linear(h, w.K, nil)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
-	v := heads(linear(h, w.V, nil))
+	q := qkNormRope(heads(quant.Linear(h, w.Q, nil)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
+	k := qkNormRope(heads(quant.Linear(h, w.K, nil)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
+	v := heads(quant.Linear(h, w.V, nil))
 	o := attention.Attend(q, k, v, s.Attention)
 	o = Reshape(o, l, s.Heads*s.HeadDim)
-	return s.reduce(linear(o, w.Out, nil))
+	return s.reduce(quant.Linear(o, w.Out, nil))
 }
 
 // qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
@@ -151,11 +208,11 @@ func applyRope(x, cos, sin *Node, rot int) *Node {
 
 // feedForward is the bias-free value-first SwiGLU: u = h·W_inᵀ, value = u[:, :F], gate = u[:, F:],
 // out = (value·SiLU(gate))·W_outᵀ, followed by the all-reduce hook.
-func (s blockSpec) feedForward(h, wIn, wOut *Node) *Node {
-	u := linear(h, wIn, nil)
+func (s blockSpec) feedForward(h *Node, wIn, wOut quant.GraphWeight) *Node {
+	u := quant.Linear(h, wIn, nil)
 	value := Slice(u, AxisRange(), AxisRange(0, s.FFN))
 	gate := Slice(u, AxisRange(), AxisRange(s.FFN, 2*s.FFN))
-	return s.reduce(linear(Mul(value, silu(gate)), wOut, nil))
+	return s.reduce(quant.Linear(Mul(value, silu(gate)), wOut, nil))
 }
 
 // refinerBlock is the text token-refiner block: pre-norm attention (no RoPE, no modulation) and FFN.

@@ -1,6 +1,7 @@
 package h3
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -8,7 +9,9 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/quant"
 )
 
 func randT(r *rand.Rand, scale float64, dims ...int) *tensors.Tensor {
@@ -52,8 +55,9 @@ func TestShardedBlockPartialsSum(t *testing.T) {
 	}
 	run := func(s blockSpec, args ...any) (attn, ff []float32) {
 		e := MustNewExec(backend, func(in []*Node) []*Node {
-			a := s.attentionOut(in[0], attnWeights{Q: in[1], K: in[2], V: in[3], NormQ: in[4], NormK: in[5], Out: in[6]}, in[7], in[8])
-			return []*Node{a, s.feedForward(in[0], in[9], in[10])}
+			dw := quant.DenseWeight
+			a := s.attentionOut(in[0], attnWeights{Q: dw(in[1]), K: dw(in[2]), V: dw(in[3]), NormQ: in[4], NormK: in[5], Out: dw(in[6])}, in[7], in[8])
+			return []*Node{a, s.feedForward(in[0], dw(in[9]), dw(in[10]))}
 		})
 		out, err := e.Call(args...)
 		if err != nil {
@@ -145,5 +149,191 @@ func TestNewRandomRuns(t *testing.T) {
 	}
 	if len(out.Video) != 64 || len(out.Audio) != 16 || maxAbs(out.Video) == 0 {
 		t.Errorf("random model output: %d video, %d audio values, max|video| %v", len(out.Video), len(out.Audio), maxAbs(out.Video))
+	}
+}
+
+// sliceAffine cuts rows [r0, r1) and columns [c0, c1) out of a quantized matrix the way a tensor-parallel
+// loader would (blockSpec): the same rows of words, scales and biases; columns only on group boundaries,
+// words [c0·bits/32, c1·bits/32) and scales/biases [c0/group, c1/group).
+func sliceAffine(t *testing.T, a *quant.Affine, r0, r1, c0, c1 int) *quant.Affine {
+	t.Helper()
+	if c0%a.GroupSize != 0 || c1%a.GroupSize != 0 {
+		t.Fatalf("column split [%d, %d) is not on %d-value group boundaries", c0, c1, a.GroupSize)
+	}
+	wpr, gpr := a.WordsPerRow(a.Cols), a.GroupsPerRow(a.Cols)
+	out := &quant.Affine{Scheme: a.Scheme, Rows: r1 - r0, Cols: c1 - c0, StoreDType: a.StoreDType}
+	for r := r0; r < r1; r++ {
+		out.Words = append(out.Words, a.Words[r*wpr+a.WordsPerRow(c0):r*wpr+a.WordsPerRow(c1)]...)
+		out.Scales = append(out.Scales, a.Scales[r*gpr+c0/a.GroupSize:r*gpr+c1/a.GroupSize]...)
+		out.Biases = append(out.Biases, a.Biases[r*gpr+c0/a.GroupSize:r*gpr+c1/a.GroupSize]...)
+	}
+	return out
+}
+
+func catRows(a, b *quant.Affine) *quant.Affine {
+	return &quant.Affine{Scheme: a.Scheme, Rows: a.Rows + b.Rows, Cols: a.Cols, StoreDType: a.StoreDType,
+		Words:  append(append([]uint32(nil), a.Words...), b.Words...),
+		Scales: append(append([]float32(nil), a.Scales...), b.Scales...),
+		Biases: append(append([]float32(nil), a.Biases...), b.Biases...)}
+}
+
+func affineArgs(a *quant.Affine) []any {
+	return []any{
+		tensors.FromFlatDataAndDimensions(append([]uint32(nil), a.Words...), a.Rows, a.WordsPerRow(a.Cols)),
+		tensors.FromFlatDataAndDimensions(append([]float32(nil), a.Scales...), a.Rows, a.GroupsPerRow(a.Cols)),
+		tensors.FromFlatDataAndDimensions(append([]float32(nil), a.Biases...), a.Rows, a.GroupsPerRow(a.Cols)),
+	}
+}
+
+// TestShardedQuantizedBlockPartialsSum is TestShardedBlockPartialsSum with 6-bit weights (the layout
+// whose words hold values across word boundaries) split by the quantized contract of blockSpec: the
+// per-shard partial outputs, each through quant.Linear on its slice of words/scales/biases, sum to the
+// unsplit quantized output.
+func TestShardedQuantizedBlockPartialsSum(t *testing.T) {
+	backend := testutil.Backend(t)
+	const l, d, heads, dh, f, shards, bits = 9, 64, 4, 32, 128, 2, 6
+	r := rand.New(rand.NewPCG(5, 6))
+	q := func(rows, cols int) *quant.Affine {
+		v := make([]float32, rows*cols)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() / math.Sqrt(float64(cols)))
+		}
+		a, err := quant.Quantize(v, rows, cols, bits, quant.DefaultGroupSize, safetensors.F32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	h := randT(r, 1, l, d)
+	wq, wk, wv, wo := q(heads*dh, d), q(heads*dh, d), q(heads*dh, d), q(d, heads*dh)
+	wIn, wOut := q(2*f, d), q(d, f)
+	nq, nk := randT(r, 0.1, dh), randT(r, 0.1, dh)
+	cos, sin := RopeTables(func() []float64 {
+		p := make([]float64, 3*l)
+		for i := range p {
+			p[i] = float64(i) * 0.3
+		}
+		return p
+	}(), 1, 10000)
+	cosT, sinT := tensors.FromFlatDataAndDimensions(cos, l, 6), tensors.FromFlatDataAndDimensions(sin, l, 6)
+	scheme := wq.Scheme
+
+	run := func(hs, fs int, ws [6]*quant.Affine) (attn, ff []float32) {
+		s := blockSpec{Heads: hs, HeadDim: dh, RotaryDim: 6, FFN: fs, NormEps: 1e-5, QKNormEps: 1e-5,
+			Attention: attention.Options{Path: attention.PathExact}}
+		args := []any{h, nq, nk, cosT, sinT}
+		for _, w := range ws {
+			args = append(args, affineArgs(w)...)
+		}
+		e := MustNewExec(backend, func(in []*Node) []*Node {
+			gw := func(k int) quant.GraphWeight { return quant.QuantizedWeight(in[5+3*k], in[6+3*k], in[7+3*k], scheme) }
+			a := s.attentionOut(in[0], attnWeights{Q: gw(0), K: gw(1), V: gw(2), Out: gw(3), NormQ: in[1], NormK: in[2]}, in[3], in[4])
+			return []*Node{a, s.feedForward(in[0], gw(4), gw(5))}
+		})
+		defer e.Finalize()
+		out, err := e.Call(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tensors.MustCopyFlatData[float32](out[0]), tensors.MustCopyFlatData[float32](out[1])
+	}
+	fullA, fullF := run(heads, f, [6]*quant.Affine{wq, wk, wv, wo, wIn, wOut})
+	sumA, sumF := make([]float32, l*d), make([]float32, l*d)
+	hl, fl := heads/shards, f/shards
+	for k := 0; k < shards; k++ {
+		q0, q1 := k*hl*dh, (k+1)*hl*dh
+		in := catRows(sliceAffine(t, wIn, k*fl, (k+1)*fl, 0, d), sliceAffine(t, wIn, f+k*fl, f+(k+1)*fl, 0, d))
+		a, ff := run(hl, fl, [6]*quant.Affine{
+			sliceAffine(t, wq, q0, q1, 0, d), sliceAffine(t, wk, q0, q1, 0, d), sliceAffine(t, wv, q0, q1, 0, d),
+			sliceAffine(t, wo, 0, d, q0, q1), in, sliceAffine(t, wOut, 0, d, k*fl, (k+1)*fl)})
+		for i := range a {
+			sumA[i] += a[i]
+			sumF[i] += ff[i]
+		}
+	}
+	testutil.AssertClose(t, "quantized attention partial sum", sumA, fullA, []int{l, d}, 1e-5)
+	testutil.AssertClose(t, "quantized FFN partial sum", sumF, fullF, []int{l, d}, 1e-5)
+}
+
+// TestNewRandomQuantizedRuns draws a small quantized random model: the core linears are packed on the
+// device with the requested scheme, their codes are uniform and the dequantized matrices have NewRandom's
+// statistics (mean 0, standard deviation 1/√fan_in), and the forward is finite.
+func TestNewRandomQuantizedRuns(t *testing.T) {
+	cfg := Config{NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 64, NumAttentionHeads: 2, AttentionHeadDim: 32,
+		FFNDim: 128, InChannels: 4, AudioInChannels: 8, PatchSize: []int{1, 2, 2}, TextDim: 16, FreqDim: 32,
+		TimeEmbedHiddenDim: 24, TimeEmbedDim: 12, RopeFreqDim: 2, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5}
+	scheme := quant.Scheme{Bits: 6, GroupSize: 64}
+	m, err := NewRandomQuantized(testutil.Backend(t), cfg, Options{}, scheme, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want := linearLayout{scheme, scheme, scheme, scheme, scheme, scheme}
+	if m.p.BlockLayout != want || m.p.RefinerLayout != want {
+		t.Fatalf("layouts %v / %v, want every core linear %v", m.p.BlockLayout, m.p.RefinerLayout, scheme)
+	}
+	w := m.p.Blocks[1].FFOut // [64, 128]
+	a := &quant.Affine{Scheme: scheme, Rows: w.Out, Cols: w.In, StoreDType: safetensors.F32,
+		Words:  tensors.MustCopyFlatData[uint32](w.W.T),
+		Scales: tensors.MustCopyFlatData[float32](w.Scales.T), Biases: tensors.MustCopyFlatData[float32](w.Biases.T)}
+	codes, err := a.Unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs float64
+	for _, c := range codes {
+		cs += float64(c)
+	}
+	if mean := cs / float64(len(codes)); math.Abs(mean-31.5) > 1.5 {
+		t.Errorf("mean 6-bit code %.2f, want ≈ 31.5 (uniform)", mean)
+	}
+	v, err := a.Dequantize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s, ss float64
+	for _, x := range v {
+		s += float64(x)
+		ss += float64(x) * float64(x)
+	}
+	mean, std := s/float64(len(v)), math.Sqrt(ss/float64(len(v)))
+	t.Logf("int6 random ff.net.2 [64, 128]: mean code %.2f; dequantized mean %.3g, rms %.4f (1/√128 = %.4f)",
+		cs/float64(len(codes)), mean, std, 1/math.Sqrt(128))
+	if sigma := 1 / math.Sqrt(float64(w.In)); math.Abs(mean) > 0.1*sigma || math.Abs(std/sigma-1) > 0.1 {
+		t.Errorf("dequantized ff.net.2: mean %.4g, rms %.4g; want ≈ 0 and ≈ 1/√%d = %.4g", mean, std, w.In, sigma)
+	}
+
+	in := ForwardInputs{
+		VideoRows: make([]float32, 4*16), AudioRows: make([]float32, 2*8), Text: make([]float32, 3*16),
+		Timesteps: []float32{0.25}, TimestepIndices: make([]int32, 9),
+		TokenTags:   []int32{1, 1, 1, 2, 2, 0, 0, 0, 0},
+		PositionIDs: make([]float64, 27),
+		TextIndices: []int32{0, 1, 2}, AudioIndices: []int32{3, 4}, VideoIndices: []int32{5, 6, 7, 8},
+	}
+	for i := range in.VideoRows {
+		in.VideoRows[i] = float32(i%7) - 3
+	}
+	for i := range in.Text {
+		in.Text[i] = float32(i%5) - 2
+	}
+	out, err := m.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append(append([]float32(nil), out.Video...), out.Audio...) {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatal("random quantized model output is not finite")
+		}
+	}
+	if maxAbs(out.Video) == 0 || maxAbs(out.Audio) == 0 {
+		t.Error("random quantized model output is all zero")
+	}
+	// Words (4 bytes each) plus f32 scales and biases per 64 columns, over 3 blocks' six linears.
+	var qBytes int64
+	for _, sh := range [][2]int{{64, 64}, {64, 64}, {64, 64}, {64, 64}, {256, 64}, {64, 128}} {
+		qBytes += 3 * int64(4*sh[0]*(sh[1]*6/32)+2*4*sh[0]*(sh[1]/64))
+	}
+	if wm := m.WeightMemory(); wm.QuantizedLinears != qBytes || wm.DenseCoreLinears != 0 || wm.AdaLN == 0 || wm.Total <= qBytes+wm.AdaLN {
+		t.Errorf("WeightMemory() = %+v, want %d bytes of quantized linears and no dense core linears", wm, qBytes)
 	}
 }

@@ -30,11 +30,16 @@
 //
 // A checkpoint converted with a fixed AdaLN ladder is checked with ReadAdaLNManifest(dir) and
 // CheckAdaLNLadder(manifest, steps, ladders...) before anything heavy is loaded.
+//
+// Load also opens converted MLX folders (package quant): their INT8/INT6/INT4 linears (Q, K, V, out and
+// FFN of every joint and refiner block) stay packed on the device and run through quant.Linear, which
+// dequantizes them in the graph (FASTVIDEO_DQ_GEMM selects the kernel by row count).
 package h3
 
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 
 	"github.com/gomlx/compute"
@@ -47,6 +52,7 @@ import (
 	"fastvideo/attention"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
+	"fastvideo/quant"
 )
 
 // Options configure a Model.
@@ -98,10 +104,16 @@ func catch(err *error, what string) {
 	}
 }
 
-// Load opens a released transformer/ folder (config.json plus sharded or single safetensors) and binds
-// its weights on backend. A folder that carries an AdaLN cache (adaln_cache.json or mlx_h3_dit.json with
-// an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the AdaLN projections.
+// Load opens a released transformer/ folder (config.json plus sharded or single safetensors), or a
+// converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, h3.md §10.3: the
+// config is the manifest's), and binds its weights on backend. Quantized linears stay packed on the
+// device and run through quant.Linear. A folder that carries an AdaLN cache (adaln_cache.json or
+// mlx_h3_dit.json with an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the
+// AdaLN projections.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
+	if quant.IsCheckpoint(dir) {
+		return loadConverted(backend, dir, opts)
+	}
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -128,10 +140,47 @@ func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
 	return m, nil
 }
 
-// FromSource binds the weights of src (released names) for cfg.
+// loadConverted loads a converted MLX folder: the manifest supplies the config, the checkpoint is a
+// weights.Source under the released names that also reports which linears it quantizes.
+func loadConverted(backend compute.Backend, dir string, opts Options) (*Model, error) {
+	ck, err := quant.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("h3: opening the converted checkpoint %s: %w", dir, err)
+	}
+	fail := func(err error) (*Model, error) {
+		ck.Close()
+		return nil, err
+	}
+	where := filepath.Join(dir, quant.ManifestFile)
+	cfg, err := ParseConfig(ck.Manifest.Config)
+	if err != nil {
+		return fail(fmt.Errorf("%w (the \"config\" entry of %s)", err, where))
+	}
+	if n := ck.Manifest.NumBlocks; n != 0 && n != cfg.NumLayers {
+		return fail(fmt.Errorf("h3: %s has num_blocks = %d but its config has num_layers = %d; re-convert the checkpoint",
+			where, n, cfg.NumLayers))
+	}
+	if opts.AdaLNManifest == nil {
+		am, err := ReadAdaLNManifest(dir)
+		if err != nil {
+			return fail(err)
+		}
+		opts.AdaLNManifest = am
+	}
+	m, err := FromSource(backend, cfg, ck, opts)
+	if err != nil {
+		return fail(err)
+	}
+	m.closeSrc = ck.Close // see Load: bound tensors may alias the mapping
+	return m, nil
+}
+
+// FromSource binds the weights of src (released names) for cfg. When src is a quantized checkpoint (a
+// *quant.Checkpoint, or any quant.SchemeSource) the linears it quantizes are bound packed (words, scales,
+// biases) and run through quant.Linear; the rest of the model is unchanged.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer catch(&err, "building the model")
-	m, err = newModel(backend, cfg, opts)
+	m, err = newModel(backend, cfg, opts, schemesOf(src))
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +194,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	return m, nil
 }
 
-// newModel validates the configuration and options and declares the parameter table (nothing bound).
-func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error) {
+// newModel validates the configuration and options and declares the parameter table (nothing bound);
+// schemes says which core linears are quantized (nil: none).
+func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -168,8 +218,12 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 			return nil, err
 		}
 	}
+	p, err := declareParams(cfg, dt, opts.AdaLNManifest, schemes)
+	if err != nil {
+		return nil, err
+	}
 	return &Model{
-		cfg: cfg, backend: backend, dtype: dt, p: declareParams(cfg, dt, opts.AdaLNManifest),
+		cfg: cfg, backend: backend, dtype: dt, p: p,
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, RotaryDim: cfg.RotaryDim(), FFN: cfg.FFNDim,
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
@@ -213,6 +267,56 @@ func (m *Model) Close() error {
 	return nil
 }
 
+// WeightMemory is the memory of a model's bound weights, in bytes (tensor sizes, not allocator overhead).
+type WeightMemory struct {
+	Total int64
+	// QuantizedLinears are the packed words, scales and biases of the quantized core linears;
+	// DenseCoreLinears the core linears (Q, K, V, Out, FFN in/out of every block) that are dense.
+	QuantizedLinears, DenseCoreLinears int64
+	// AdaLN are the AdaLN projections (adaln_proj, norm_out.linear, adaln_basis) while loaded.
+	AdaLN int64
+}
+
+// WeightMemory reports the memory of the weights the model holds now (after KeepAdaLNCache, without
+// the AdaLN projections). The AdaLN cache and activations are not counted.
+func (m *Model) WeightMemory() WeightMemory {
+	var wm WeightMemory
+	if m.p == nil {
+		return wm
+	}
+	size := func(ps ...*weights.Param) int64 {
+		var n int64
+		for _, p := range ps {
+			if p != nil && p.T != nil {
+				n += p.T.Shape().ByteSize()
+			}
+		}
+		return n
+	}
+	for _, p := range m.p.set.Params() {
+		wm.Total += size(p)
+	}
+	var cores []*coreParams
+	for j := range m.p.Refiner {
+		cores = append(cores, &m.p.Refiner[j])
+	}
+	for i := range m.p.Blocks {
+		cores = append(cores, &m.p.Blocks[i].coreParams)
+		wm.AdaLN += size(m.p.Blocks[i].AdaLN.W, m.p.Blocks[i].AdaLN.B)
+	}
+	wm.AdaLN += size(m.p.NormOut.W, m.p.NormOut.B, m.p.AdaLNBasis)
+	for _, c := range cores {
+		for _, w := range c.linears() {
+			if w.Quantized() {
+				wm.QuantizedLinears += size(w.W, w.Scales, w.Biases)
+			} else {
+				wm.DenseCoreLinears += size(w.W)
+			}
+		}
+	}
+	return wm
+}
+
 // stageExecs are the executables of one forward; the traced set also returns intermediates.
 type stageExecs struct {
 	time, adaln, normOut, text, refiner, finalNorm, input, block, output *Exec
@@ -237,6 +341,7 @@ func mustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *E
 func (m *Model) newStageExecs(trace bool) *stageExecs {
 	cfg, spec, dt := m.cfg, m.spec, m.dtype
 	hidden := cfg.HiddenSize
+	refinerLayout, blockLayout := m.p.RefinerLayout, m.p.BlockLayout
 	return &stageExecs{
 		// proj [nT, F] f32, w1, b1, w2, b2 [, basis] -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
 		time: mustExec(m.backend, "time", func(in []*Node) []*Node {
@@ -263,7 +368,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{linear(ConvertDType(in[0], in[1].DType()), in[1], in[2])}
 		}),
 		refiner: mustExec(m.backend, "refiner_block", func(in []*Node) []*Node {
-			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:]))}
+			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout))}
 		}),
 		finalNorm: mustExec(m.backend, "refiner_final_norm", func(in []*Node) []*Node {
 			return []*Node{rmsNorm(in[0], in[1], cfg.FinalNormEps)}
@@ -280,9 +385,9 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			}
 			return []*Node{packed}
 		}),
-		// x [L, D], mod [R, 6, D], rowIdx [L] int32, cos, sin [L, rot] f32, 10 block weights
+		// x [L, D], mod [R, 6, D], rowIdx [L] int32, cos, sin [L, rot] f32, block weights (coreParams.tensors)
 		block: mustExec(m.backend, "joint_block", func(in []*Node) []*Node {
-			out, attnOut, ffOut := spec.jointBlock(in[0], in[1], in[2], in[3], in[4], coreFromSlice(in[5:]))
+			out, attnOut, ffOut := spec.jointBlock(in[0], in[1], in[2], in[3], in[4], coreFromSlice(in[5:], blockLayout))
 			if trace {
 				return []*Node{out, attnOut, ffOut}
 			}

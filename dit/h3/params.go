@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/weights"
+	"fastvideo/quant"
 )
 
 // The parameter table of the transformer under its released (diffusers) names, h3.md §10.1. Shapes come
@@ -16,15 +17,35 @@ import (
 
 type linearParams struct{ W, B *weights.Param }
 
+// coreParams are the weights shared by refiner and joint blocks. The six core linears are *quant.Weight:
+// dense, or affine-quantized when the checkpoint quantizes them (a converted MLX checkpoint, h3.md §10.3).
 type coreParams struct {
-	Norm1, Norm2               *weights.Param
-	Q, K, V, NormQ, NormK, Out *weights.Param
-	FFIn, FFOut                *weights.Param
+	Norm1, Norm2, NormQ, NormK *weights.Param
+	Q, K, V, Out, FFIn, FFOut  *quant.Weight
 }
 
-// tensors returns the block weights in the order coreFromSlice expects.
+// linears returns the six core linears in linearLayout order.
+func (c *coreParams) linears() [numCoreLinears]*quant.Weight {
+	return [numCoreLinears]*quant.Weight{c.Q, c.K, c.V, c.Out, c.FFIn, c.FFOut}
+}
+
+// layout is the quantization of the block's linears, which fixes its executable's input layout.
+func (c *coreParams) layout() linearLayout {
+	var l linearLayout
+	for i, w := range c.linears() {
+		l[i] = w.Scheme
+	}
+	return l
+}
+
+// tensors returns the block weights in the order coreFromSlice expects: the four norm weights, then each
+// linear's tensors (1 dense, 3 quantized) in linearLayout order.
 func (c *coreParams) tensors() []*tensors.Tensor {
-	return []*tensors.Tensor{c.Norm1.T, c.Q.T, c.K.T, c.V.T, c.NormQ.T, c.NormK.T, c.Out.T, c.Norm2.T, c.FFIn.T, c.FFOut.T}
+	out := []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
+	for _, w := range c.linears() {
+		out = append(out, w.Tensors()...)
+	}
+	return out
 }
 
 type blockParams struct {
@@ -44,6 +65,8 @@ type params struct {
 	NormOut                              linearParams
 	ProjOut, AudioProjOut                linearParams
 	Cache                                *cacheParams // checkpoint-carried AdaLN cache, if any
+	// RefinerLayout and BlockLayout are the (uniform) quantization of the refiner and joint blocks.
+	RefinerLayout, BlockLayout linearLayout
 }
 
 // cacheParams are the AdaLN cache tensors of a converted checkpoint (names as the MLX converter writes
@@ -66,10 +89,21 @@ const (
 	CacheNormOutScale = "__adaln_cache.norm_out_scale"
 )
 
+// schemeFunc returns the quantization of the weight under a released name, nil when it is dense.
+type schemeFunc func(name string) *quant.Scheme
+
+// schemesOf is the schemeFunc of a checkpoint: quantized where src is a quantized checkpoint
+// (quant.SchemeSource), dense otherwise.
+func schemesOf(src weights.Source) schemeFunc {
+	return func(name string) *quant.Scheme { return quant.SchemeOf(src, name) }
+}
+
 // declareParams builds the parameter table. manifest, when not nil, declares a checkpoint-carried AdaLN
 // cache for its timesteps and drops the AdaLN projection weights (adaln_proj, norm_out.linear,
-// adaln_basis) from the table: they are then ignored if present.
-func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest) *params {
+// adaln_basis) from the table: they are then ignored if present. schemes (nil: all dense) says which of
+// the six core linears of the refiner and joint blocks are quantized; within each kind of block they must
+// all be quantized alike, since one executable serves every block of a kind.
+func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest, schemes schemeFunc) (*params, error) {
 	s := weights.NewSet("")
 	p := &params{set: s}
 	d, inner, f := cfg.HiddenSize, cfg.InnerDim(), cfg.FFNDim
@@ -90,20 +124,37 @@ func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest) *p
 	linAda := func(name string, out, in int) linearParams {
 		return linearParams{W: s.AddTyped(name+".weight", adalnDT, out, in), B: s.AddTyped(name+".bias", adalnDT, out)}
 	}
-	core := func(prefix string) coreParams {
+	core := func(prefix string) (coreParams, error) {
 		b := s.Sub(prefix)
-		return coreParams{
-			Norm1: b.Add("norm1.weight", d),
-			Q:     b.Add("attn.to_q.weight", inner, d),
-			K:     b.Add("attn.to_k.weight", inner, d),
-			V:     b.Add("attn.to_v.weight", inner, d),
-			NormQ: b.Add("attn.norm_q.weight", cfg.AttentionHeadDim),
-			NormK: b.Add("attn.norm_k.weight", cfg.AttentionHeadDim),
-			Out:   b.Add("attn.to_out.0.weight", d, inner),
-			Norm2: b.Add("norm2.weight", d),
-			FFIn:  b.Add("ff.net.0.proj.weight", 2*f, d),
-			FFOut: b.Add("ff.net.2.weight", d, f),
+		dims := [numCoreLinears][2]int{{inner, d}, {inner, d}, {inner, d}, {d, inner}, {2 * f, d}, {d, f}} // [out, in]
+		var ws [numCoreLinears]*quant.Weight
+		var err error
+		linear := func(k int) {
+			if err != nil {
+				return
+			}
+			var sc *quant.Scheme
+			if schemes != nil {
+				sc = schemes(prefix + "." + coreLinearNames[k])
+			}
+			if ws[k], err = quant.Declare(b, coreLinearNames[k], dims[k][0], dims[k][1], sc); err != nil {
+				err = fmt.Errorf("h3: %w", err)
+			}
 		}
+		// The checkpoint's order (NewRandom draws in declaration order, so it fixes the random weights).
+		var c coreParams
+		c.Norm1 = b.Add("norm1.weight", d)
+		linear(0)
+		linear(1)
+		linear(2)
+		c.NormQ = b.Add("attn.norm_q.weight", cfg.AttentionHeadDim)
+		c.NormK = b.Add("attn.norm_k.weight", cfg.AttentionHeadDim)
+		linear(3)
+		c.Norm2 = b.Add("norm2.weight", d)
+		linear(4)
+		linear(5)
+		c.Q, c.K, c.V, c.Out, c.FFIn, c.FFOut = ws[0], ws[1], ws[2], ws[3], ws[4], ws[5]
+		return c, err
 	}
 
 	p.ProjIn = lin32("proj_in", d, cfg.VideoPatchDim())
@@ -112,19 +163,28 @@ func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest) *p
 	p.Time1 = lin32("time_embedder.linear_1", cfg.TimeEmbedHiddenDim, cfg.FreqDim)
 	p.Time2 = lin32("time_embedder.linear_2", cfg.TimeEmbedDim, cfg.TimeEmbedHiddenDim)
 	for j := 0; j < cfg.NumRefinerLayers; j++ {
-		p.Refiner = append(p.Refiner, core(fmt.Sprintf("token_refiner.refiner_blocks.%d", j)))
+		c, err := core(fmt.Sprintf("token_refiner.refiner_blocks.%d", j))
+		if err != nil {
+			return nil, err
+		}
+		p.Refiner = append(p.Refiner, c)
 	}
 	p.RefinerFinalNorm = s.Add("token_refiner.final_norm.weight", d)
 	for i := 0; i < cfg.NumLayers; i++ {
 		name := fmt.Sprintf("transformer_blocks.%d", i)
-		bp := blockParams{coreParams: core(name)}
+		c, err := core(name)
+		if err != nil {
+			return nil, err
+		}
+		bp := blockParams{coreParams: c}
 		if manifest == nil {
 			bp.AdaLN = linAda(name+".adaln_proj.linear", cfg.ModulationWidth(), cfg.AdaLNInDim())
 		} else {
 			s.Ignore(name + ".adaln_proj.")
 		}
-		// FastH3 students carry VSA gate matrices; the dense forward does not use them.
-		s.Ignore(name + ".attn.to_gate_compress.weight")
+		// FastH3 students carry VSA gate matrices (quantized, with .scales/.biases, in a checkpoint
+		// converted with -include-vsa); the dense-attention forward does not use them.
+		s.Ignore(name + ".attn.to_gate_compress.")
 		p.Blocks = append(p.Blocks, bp)
 	}
 	p.NormOutNorm = s.Add("norm_out.norm.weight", d)
@@ -150,15 +210,55 @@ func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest) *p
 	}
 	p.ProjOut = lin32("proj_out", cfg.VideoPatchDim(), d)
 	p.AudioProjOut = lin32("audio_proj_out", cfg.AudioInChannels, d)
-	return p
+
+	refiners := make([]*coreParams, len(p.Refiner))
+	for j := range p.Refiner {
+		refiners[j] = &p.Refiner[j]
+	}
+	blocks := make([]*coreParams, len(p.Blocks))
+	for i := range p.Blocks {
+		blocks[i] = &p.Blocks[i].coreParams
+	}
+	var err error
+	if p.RefinerLayout, err = uniformLayout("token_refiner.refiner_blocks", refiners); err != nil {
+		return nil, err
+	}
+	if p.BlockLayout, err = uniformLayout("transformer_blocks", blocks); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// uniformLayout returns the layout the blocks share, or an error naming the first block and linear that
+// is quantized differently from block 0.
+func uniformLayout(kind string, blocks []*coreParams) (linearLayout, error) {
+	if len(blocks) == 0 {
+		return linearLayout{}, nil
+	}
+	first := blocks[0].layout()
+	for i, b := range blocks[1:] {
+		l := b.layout()
+		for k := range l {
+			if l[k] != first[k] {
+				return first, fmt.Errorf("h3: %s.%d.%s is %s but %s.0 has it %s; every block of one kind must be "+
+					"quantized alike (one block executable serves them all): re-convert the checkpoint with one scheme",
+					kind, i+1, coreLinearNames[k], describeScheme(l[k]), kind, describeScheme(first[k]))
+			}
+		}
+	}
+	return first, nil
 }
 
 // ParamNames lists the checkpoint names and shapes the model binds for cfg (full AdaLN projections), in
 // declaration order. It is what a converter or a checkpoint check compares against.
 func ParamNames(cfg Config) map[string][]int {
 	out := map[string][]int{}
-	for _, p := range declareParams(cfg, dtypes.Float32, nil).set.Params() {
-		out[p.Name] = p.Shape
+	p, err := declareParams(cfg, dtypes.Float32, nil, nil)
+	if err != nil { // a dense table never fails to declare
+		return out
+	}
+	for _, par := range p.set.Params() {
+		out[par.Name] = par.Shape
 	}
 	return out
 }

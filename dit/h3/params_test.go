@@ -18,7 +18,10 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		src := fx.Weights()
 
 		// Every w.* tensor binds, and every declared parameter is in the file.
-		p := declareParams(cfg, dtypes.Float32, nil)
+		p, err := declareParams(cfg, dtypes.Float32, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := weights.Bind(src, p.set, weights.Options{}); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +46,7 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		info.Shape = []int{info.Shape[0] / 2, info.Shape[1] * 2}
 		bad := &editSource{base: src, hide: func(n string) bool { return n == gone },
 			replace: map[string]safetensors.Info{reshaped: info}}
-		_, err := FromSource(testutil.Backend(t), cfg, bad, Options{})
+		_, err = FromSource(testutil.Backend(t), cfg, bad, Options{})
 		if err == nil {
 			t.Fatal("binding an incomplete checkpoint must fail")
 		}

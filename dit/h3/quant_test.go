@@ -1,36 +1,102 @@
 package h3_test
 
-// Quantized H3 forwards (owned by the quant helper). Until the model runs its linears through
-// quant.Linear, a quantized checkpoint reaches the dense model through quant.Checkpoint.Dequantized()
-// (host dequantization, scale·q + bias in float32). In f32 that forward equals the in-graph
-// PathDequantGEMM route bit for bit: quant's tests show the graph dequantization equals the host one
-// exactly and that PathDequantGEMM is the dense GEMM on those values.
+// Quantized H3 forwards: converted checkpoints bound directly (packed words, scales and biases on the
+// device) and run through quant.Linear.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/dit/h3"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
 	"fastvideo/quant"
 )
 
-type qMemSource map[string]safetensors.Info
+// qMemSource is an in-memory checkpoint under the released names; schemes marks its quantized keys
+// (a quant.SchemeSource, like *quant.Checkpoint).
+type qMemSource struct {
+	t       map[string]safetensors.Info
+	schemes map[string]quant.Scheme
+}
 
-func (m qMemSource) Names() []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
+func (m *qMemSource) Names() []string {
+	out := make([]string, 0, len(m.t))
+	for k := range m.t {
 		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out
 }
 
-func (m qMemSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m[name]; return i, ok }
+func (m *qMemSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m.t[name]; return i, ok }
+
+func (m *qMemSource) Scheme(key string) (quant.Scheme, bool) { s, ok := m.schemes[key]; return s, ok }
+
+// quantizeInMemory quantizes the six core linears of every block of src on the host (group 64, BF16
+// scales and biases, as MLX checkpoints store them), keeping the released names.
+func quantizeInMemory(t *testing.T, src weights.Source, bits int) *qMemSource {
+	t.Helper()
+	mem := &qMemSource{t: map[string]safetensors.Info{}, schemes: map[string]quant.Scheme{}}
+	for _, name := range src.Names() {
+		info, _ := src.Tensor(name)
+		if !qIsQuantized(name) {
+			mem.t[name] = info
+			continue
+		}
+		w, err := info.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := quant.Quantize(w, info.Shape[0], info.Shape[1], bits, quant.DefaultGroupSize, safetensors.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ts := range a.Tensors(name) {
+			mem.t[ts.Name] = safetensors.Info{Name: ts.Name, DType: ts.DType, Shape: ts.Shape, Data: ts.Data}
+		}
+		mem.schemes[name] = a.Scheme
+	}
+	return mem
+}
+
+// convertTo writes the fixture's weights converted with bits to a new folder (no config.json: the
+// config travels in the manifest).
+func convertTo(t *testing.T, fx *testutil.Fixture, bits int, opts quant.ConvertOptions) string {
+	t.Helper()
+	var arch map[string]any
+	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	config, err := json.Marshal(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
+	opts.ScaleDType = safetensors.BF16
+	ts, man, err := quant.Convert(fx.Weights(), config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 func quantInputs(t *testing.T, fx *testutil.Fixture) h3.ForwardInputs {
 	t.Helper()
@@ -54,21 +120,41 @@ func quantInputs(t *testing.T, fx *testutil.Fixture) h3.ForwardInputs {
 	}
 }
 
-func quantForward(t *testing.T, cfg h3.Config, src interface {
-	Names() []string
-	Tensor(string) (safetensors.Info, bool)
-}, in h3.ForwardInputs) h3.ForwardOutputs {
+func qFixtureConfig(t *testing.T, fx *testutil.Fixture) h3.Config {
 	t.Helper()
-	m, err := h3.FromSource(testutil.Backend(t), cfg, src, h3.Options{})
-	if err != nil {
+	var cfg h3.Config
+	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+func run(t *testing.T, m *h3.Model, in h3.ForwardInputs) h3.ForwardOutputs {
+	t.Helper()
 	defer m.Close()
 	out, err := m.Forward(in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+func fromSource(t *testing.T, cfg h3.Config, src weights.Source) *h3.Model {
+	t.Helper()
+	m, err := h3.FromSource(testutil.Backend(t), cfg, src, h3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func load(t *testing.T, dir string) *h3.Model {
+	t.Helper()
+	m, err := h3.Load(testutil.Backend(t), dir, h3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func qSNRdB(got, ref []float32) float64 {
@@ -81,103 +167,333 @@ func qSNRdB(got, ref []float32) float64 {
 	return 10 * math.Log10(s/n)
 }
 
-func qSameFloats(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
+// sameOutputs fails unless both forwards agree bit for bit.
+func sameOutputs(t *testing.T, label string, got, want h3.ForwardOutputs) {
+	t.Helper()
+	for _, c := range []struct {
+		name      string
+		got, want []float32
+	}{{"video", got.Video, want.Video}, {"audio", got.Audio, want.Audio}} {
+		if len(c.got) != len(c.want) {
+			t.Fatalf("%s: %s has %d values, want %d", label, c.name, len(c.got), len(c.want))
+		}
+		for i := range c.got {
+			if math.Float32bits(c.got[i]) != math.Float32bits(c.want[i]) {
+				t.Fatalf("%s: %s[%d] = %v, want %v bit for bit", label, c.name, i, c.got[i], c.want[i])
+			}
 		}
 	}
-	return true
 }
 
 // TestQuantizedForward: for 8, 6 and 4 bits (group 64, BF16 scales and biases as in MLX checkpoints),
-// convert the tiny DiT, save it, load it, and run the forward; it must equal the forward of the
-// in-memory quantized model bit for bit, and its SNR against the f32 forward must reach 40/30/18 dB.
+// convert the tiny DiT, save it, h3.Load the folder, and run the forward with the packed weights on the
+// device (quant.Linear); it must equal the forward of the in-memory quantized model (quantized on the
+// host, bound through h3.FromSource) bit for bit, and its SNR against the dense f32 forward must reach
+// 40/30/18 dB, in f32 and in bf16.
 func TestQuantizedForward(t *testing.T) {
 	minSNR := map[int]float64{8: 40, 6: 30, 4: 18}
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		var cfg h3.Config
-		if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
-			t.Fatal(err)
-		}
-		var arch map[string]any
-		if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-			t.Fatal(err)
-		}
-		config, _ := json.Marshal(arch)
+		cfg := qFixtureConfig(t, fx)
 		in := quantInputs(t, fx)
-		src := fx.Weights()
-		ref := quantForward(t, cfg, src, in)
+		ref := run(t, fromSource(t, cfg, fx.Weights()), in)
 		for _, bits := range []int{8, 6, 4} {
 			t.Run(fmt.Sprintf("int%d", bits), func(t *testing.T) {
-				// In memory: every quantized linear replaced by its dequantization.
-				mem := qMemSource{}
-				nq := 0
-				for _, name := range src.Names() {
-					info, _ := src.Tensor(name)
-					mem[name] = info
-					if !qIsQuantized(name) {
-						continue
-					}
-					w, err := info.Float32s()
-					if err != nil {
-						t.Fatal(err)
-					}
-					a, err := quant.Quantize(w, info.Shape[0], info.Shape[1], bits, 64, safetensors.BF16)
-					if err != nil {
-						t.Fatal(err)
-					}
-					deq, err := a.Dequantize()
-					if err != nil {
-						t.Fatal(err)
-					}
-					mem[name] = safetensors.Info{Name: name, DType: safetensors.F32, Shape: info.Shape, Data: safetensors.F32Bytes(deq)}
-					nq++
+				mem := quantizeInMemory(t, fx.Weights(), bits)
+				if n, want := len(mem.schemes), 6*(cfg.NumLayers+cfg.NumRefinerLayers); n != want {
+					t.Fatalf("%d quantized linears, want %d", n, want)
 				}
-				if nq != 6*(cfg.NumLayers+cfg.NumRefinerLayers) {
-					t.Fatalf("%d quantized linears, want %d", nq, 6*(cfg.NumLayers+cfg.NumRefinerLayers))
+				// FastH3 VSA gates, quantized: the dense-attention forward ignores them and their
+				// scales/biases.
+				const gate, q = "transformer_blocks.0.attn.to_gate_compress.weight", "transformer_blocks.0.attn.to_q.weight"
+				for _, suffix := range []string{"", quant.ScalesSuffix, quant.BiasesSuffix} {
+					mem.t[gate+suffix] = mem.t[q+suffix]
 				}
-				inMemory := quantForward(t, cfg, mem, in)
+				mem.schemes[gate] = mem.schemes[q]
+				inMemory := run(t, fromSource(t, cfg, mem), in)
 
-				// Save -> load.
-				ts, man, err := quant.Convert(src, config, quant.ConvertOptions{
-					Scheme: quant.Scheme{Bits: bits, GroupSize: 64}, ScaleDType: safetensors.BF16})
-				if err != nil {
-					t.Fatal(err)
+				dir := convertTo(t, fx, bits, quant.ConvertOptions{})
+				if got, err := h3.ReadConfig(dir); err != nil || !reflect.DeepEqual(got, cfg) {
+					t.Fatalf("ReadConfig on the converted folder: %+v, %v; want the manifest's config %+v", got, err, cfg)
 				}
-				dir := t.TempDir()
-				if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
-					t.Fatal(err)
-				}
-				ck, err := quant.Open(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ck.Close()
-				var loadedCfg h3.Config
-				if err := json.Unmarshal(ck.Manifest.Config, &loadedCfg); err != nil {
-					t.Fatal(err)
-				}
-				loaded := quantForward(t, loadedCfg, ck.Dequantized(), in)
-				if !qSameFloats(loaded.Video, inMemory.Video) || !qSameFloats(loaded.Audio, inMemory.Audio) {
-					t.Fatal("save -> load -> forward differs from the in-memory quantized forward")
-				}
+				loaded := run(t, load(t, dir), in)
+				sameOutputs(t, "save -> h3.Load -> forward vs the in-memory quantized forward", loaded, inMemory)
 				sv, sa := qSNRdB(loaded.Video, ref.Video), qSNRdB(loaded.Audio, ref.Audio)
-				t.Logf("int%d: saved = in-memory bit for bit; SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
+				t.Logf("int%d: loaded = in-memory bit for bit; SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
 				if min(sv, sa) < minSNR[bits] {
 					t.Fatalf("int%d: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])
+				}
+				// The same folder in bf16 (the GPU dtype): scales and biases stay bf16, activations bf16.
+				m, err := h3.Load(testutil.Backend(t), dir, h3.Options{DType: dtypes.BFloat16})
+				if err != nil {
+					t.Fatal(err)
+				}
+				half := run(t, m, in)
+				sv, sa = qSNRdB(half.Video, ref.Video), qSNRdB(half.Audio, ref.Audio)
+				t.Logf("int%d bf16: SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
+				if min(sv, sa) < minSNR[bits] {
+					t.Fatalf("int%d bf16: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])
 				}
 			})
 		}
 	})
 }
 
+// TestQuantizedAdaLNCacheCheckpoint: an INT8 conversion that embeds an AdaLN cache (and so drops the
+// AdaLN projections) loads with h3.Load, which reads the cache entry of mlx_h3_dit.json, and its forward
+// equals the forward of the conversion that keeps the projections bit for bit.
+func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		cfg := qFixtureConfig(t, fx)
+		in := quantInputs(t, fx)
+		dense := fromSource(t, cfg, fx.Weights())
+		defer dense.Close()
+		cache, err := dense.PrepareAdaLN(in.Timesteps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Close()
+		tables, man, err := dense.ExportAdaLNCache(cache, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := convertTo(t, fx, 8, quant.ConvertOptions{AdaLNTensors: tables, AdaLN: &quant.AdaLNCache{
+			Timesteps: man.Timesteps, NumBlocks: man.NumBlocks, TablesPerBlock: man.TablesPerBlock, Steps: man.Steps}})
+		ck, err := quant.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ck.Names() {
+			if strings.Contains(n, ".adaln_proj.") || strings.HasPrefix(n, "norm_out.linear.") {
+				t.Fatalf("the cached conversion still holds %s", n)
+			}
+		}
+		ck.Close()
+		sameOutputs(t, "quantized checkpoint with an AdaLN cache vs with the AdaLN projections",
+			run(t, load(t, dir), in), run(t, load(t, convertTo(t, fx, 8, quant.ConvertOptions{})), in))
+	})
+}
+
+// TestQuantizedLoadErrors: a checkpoint that quantizes one block differently from the others is
+// refused with an error naming the block and linear (one block executable serves every block), and so
+// is a converted folder whose manifest config disagrees with its block count.
+func TestQuantizedLoadErrors(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		cfg := qFixtureConfig(t, fx)
+		dir := convertTo(t, fx, 4, quant.ConvertOptions{})
+		path := filepath.Join(dir, quant.ManifestFile)
+		man, err := quant.ReadManifest(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var arch map[string]any
+		if err := json.Unmarshal(man.Config, &arch); err != nil {
+			t.Fatal(err)
+		}
+		arch["num_layers"] = cfg.NumLayers + 1
+		if man.Config, err = json.Marshal(arch); err != nil {
+			t.Fatal(err)
+		}
+		if err := quant.WriteManifest(path, man); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("num_blocks = %d but its config has num_layers = %d", cfg.NumLayers, cfg.NumLayers+1)
+		if _, err := h3.Load(testutil.Backend(t), dir, h3.Options{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("manifest config with the wrong num_layers: want an error containing %q, got %v", want, err)
+		}
+
+		mem := quantizeInMemory(t, fx.Weights(), 4)
+		const key = "transformer_blocks.1.attn.to_k.weight"
+		delete(mem.schemes, key)
+		delete(mem.t, key+quant.ScalesSuffix)
+		delete(mem.t, key+quant.BiasesSuffix)
+		dense, _ := fx.Weights().Tensor(key)
+		mem.t[key] = dense
+		_, err = h3.FromSource(testutil.Backend(t), cfg, mem, h3.Options{})
+		if err == nil || !strings.Contains(err.Error(), "transformer_blocks.1.attn.to_k.weight is dense") ||
+			!strings.Contains(err.Error(), "int4 (group 64)") {
+			t.Fatalf("mixed quantization across blocks: want an error naming %s, got %v", key, err)
+		}
+	})
+}
+
+// pathLog records the paths quant.Linear logs (at Debug level) while graphs are built.
+type pathLog struct {
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (p *pathLog) Enabled(context.Context, slog.Level) bool { return true }
+func (p *pathLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "quant.Linear" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "path" {
+			p.mu.Lock()
+			p.paths[a.Value.String()]++
+			p.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+func (p *pathLog) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p *pathLog) WithGroup(string) slog.Handler      { return p }
+
+// take returns the counts logged since the last call, e.g. "dequant-gemm:6 quantized:6".
+func (p *pathLog) take() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var parts []string
+	for k, n := range p.paths {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, n))
+	}
+	sort.Strings(parts)
+	p.paths = map[string]int{}
+	return strings.Join(parts, " ")
+}
+
+// bigDocument is a packed document for the fixture's config: 8 text, 40 audio and `video` video rows,
+// two timesteps, random latents.
+func bigDocument(cfg h3.Config, video int) h3.ForwardInputs {
+	r := rand.New(rand.NewPCG(21, 22))
+	randn := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	const text, audio = 8, 40
+	l := text + audio + video
+	in := h3.ForwardInputs{
+		VideoRows: randn(video * cfg.VideoPatchDim()), AudioRows: randn(audio * cfg.AudioInChannels),
+		Text: randn(text * cfg.TextDim), Timesteps: []float32{0.35, 0.8},
+		TimestepIndices: make([]int32, l), TokenTags: make([]int32, l), PositionIDs: make([]float64, 3*l),
+	}
+	// Rows interleaved as [video | text | audio | video] to exercise the index lists.
+	half := video / 2
+	for i := 0; i < l; i++ {
+		switch {
+		case i < half || i >= half+text+audio:
+			j := i
+			if i >= half {
+				j = i - text - audio
+			}
+			in.VideoIndices = append(in.VideoIndices, int32(i))
+			in.TokenTags[i] = h3.TagVideo
+			in.PositionIDs[3*i], in.PositionIDs[3*i+1], in.PositionIDs[3*i+2] = float64(j/64), float64(j/8%8), float64(j%8)
+		case i < half+text:
+			in.TextIndices = append(in.TextIndices, int32(i))
+			in.TokenTags[i] = h3.TagText
+		default:
+			in.AudioIndices = append(in.AudioIndices, int32(i))
+			in.TokenTags[i], in.TimestepIndices[i] = h3.TagAudio, 1
+			in.PositionIDs[3*i] = float64(i - half - text)
+		}
+	}
+	return in
+}
+
+// TestQuantizedDispatch mirrors quant's TestDisabledDispatch at the model level, on an INT4 checkpoint
+// loaded with h3.Load. Attention mixes rows, so a forward cannot be compared row by row with a shorter
+// one; instead every route is compared whole, on the same document, with a fresh model (the variable is
+// read when a graph is built). On the first fixture (the checks exercise only the linears):
+//
+//   - FASTVIDEO_DQ_GEMM=0 on a 768-row document (at the default floor: by default its joint-block
+//     linears take dequant-GEMM) is evaluated, every quantized linear logs the quantized path, and the
+//     forward equals bit for bit the one whose floor is above the row count (the quantized kernel chosen
+//     by row count): disabling the dispatch is exactly the small-M kernel;
+//   - by default the joint blocks' linears (768 rows) take dequant-GEMM and the refiner's (8 text rows)
+//     the quantized path; that forward agrees with the disabled one to float32 rounding (parity
+//     tolerance);
+//   - FASTVIDEO_DQ_GEMM=1 sends every linear through dequant-GEMM; that forward equals bit for bit the
+//     dense model bound to the host-dequantized checkpoint (quant.Checkpoint.Dequantized);
+//
+// and on every fixture's own document (130 rows, below the floor) the default forward takes the
+// quantized path everywhere and equals the disabled forward bit for bit.
+func TestQuantizedDispatch(t *testing.T) {
+	log := &pathLog{paths: map[string]int{}}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(log))
+	defer slog.SetDefault(prev)
+
+	bigDone := false
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		cfg := qFixtureConfig(t, fx)
+		dir := convertTo(t, fx, 4, quant.ConvertOptions{})
+		// paths is what the joint-block and refiner executables log: each is built once and logs its six
+		// core linears (a config without refiner layers builds no refiner graph).
+		paths := func(block, refiner string) string {
+			n := map[string]int{block: 6}
+			if cfg.NumRefinerLayers > 0 {
+				n[refiner] += 6
+			}
+			var parts []string
+			for k, v := range n {
+				parts = append(parts, fmt.Sprintf("%s:%d", k, v))
+			}
+			sort.Strings(parts)
+			return strings.Join(parts, " ")
+		}
+		forward := func(env string, in h3.ForwardInputs, wantPaths string) h3.ForwardOutputs {
+			t.Helper()
+			t.Setenv(quant.DQGEMMEnv, env)
+			log.take()
+			out := run(t, load(t, dir), in)
+			if got := log.take(); got != wantPaths {
+				t.Fatalf("%s=%q: logged paths %q, want %q", quant.DQGEMMEnv, env, got, wantPaths)
+			}
+			return out
+		}
+
+		small := quantInputs(t, fx)
+		if n := len(small.TokenTags); n >= quant.DefaultDQGEMMFloor {
+			t.Fatalf("the fixture document has %d rows; this test expects fewer than the floor %d", n, quant.DefaultDQGEMMFloor)
+		}
+		sameOutputs(t, "fixture document: default vs FASTVIDEO_DQ_GEMM=0",
+			forward("", small, paths("quantized", "quantized")), forward("0", small, paths("quantized", "quantized")))
+
+		// The 768-row document costs ~3 s of CPU per fixture and exercises only the linears, which every
+		// fixture builds alike: run it once.
+		if bigDone {
+			return
+		}
+		bigDone = true
+		big := bigDocument(cfg, quant.DefaultDQGEMMFloor-48)
+		if n := len(big.TokenTags); n < quant.DefaultDQGEMMFloor {
+			t.Fatalf("document has %d rows, below the floor %d", n, quant.DefaultDQGEMMFloor)
+		}
+		disabled := forward("0", big, paths("quantized", "quantized"))
+		sameOutputs(t, "FASTVIDEO_DQ_GEMM=0 vs floor above the row count",
+			forward("100000", big, paths("quantized", "quantized")), disabled)
+
+		dflt := forward("", big, paths("dequant-gemm", "quantized"))
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"video", dflt.Video, disabled.Video}, {"audio", dflt.Audio, disabled.Audio}} {
+			testutil.AssertClose(t, "default dispatch vs FASTVIDEO_DQ_GEMM=0: "+c.name, c.got, c.want, []int{len(c.want)}, testutil.ParityTol(c.want))
+		}
+
+		allDQ := forward("1", big, paths("dequant-gemm", "dequant-gemm"))
+		ck, err := quant.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		log.take()
+		sameOutputs(t, "FASTVIDEO_DQ_GEMM=1 vs the dense model on the host-dequantized checkpoint",
+			allDQ, run(t, fromSource(t, cfg, ck.Dequantized()), big))
+		if got, want := log.take(), paths("dense", "dense"); got != want {
+			t.Fatalf("dense model logged %q, want %q", got, want)
+		}
+	})
+}
+
 func qIsQuantized(name string) bool {
 	for _, s := range quant.QuantizedSuffixes {
-		if len(name) > len(s) && name[len(name)-len(s)-1:] == "."+s {
+		if strings.HasSuffix(name, "."+s) {
 			return true
 		}
 	}

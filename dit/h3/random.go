@@ -9,6 +9,9 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+
+	"fastvideo/internal/weights"
+	"fastvideo/quant"
 )
 
 // NewRandom builds a model of the given configuration whose weights are drawn on the backend by GoMLX's
@@ -17,11 +20,34 @@ import (
 // realistic range: matrices randn/√fan_in, biases 0.05·randn, norm weights and other vectors 1+0.1·randn.
 // opts.AdaLNManifest must be nil (a random model has its projections).
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m *Model, err error) {
+	return newRandom(backend, cfg, opts, nil, seed)
+}
+
+// NewRandomQuantized is NewRandom with the six core linears of every joint and refiner block
+// affine-quantized with scheme, as a converted checkpoint stores them (packed uint32 words, scales and
+// biases in the compute dtype), drawn on the device: uniformly random words (every code equally likely)
+// and per-group scales and biases that make each dequantized matrix uniform with the standard deviation
+// 1/√fan_in of NewRandom's matrices. Nothing is quantized on the host, so a release-size model is cheap.
+func NewRandomQuantized(backend compute.Backend, cfg Config, opts Options, scheme quant.Scheme, seed int64) (*Model, error) {
+	if err := scheme.Validate(); err != nil {
+		return nil, fmt.Errorf("h3: NewRandomQuantized: %w", err)
+	}
+	return newRandom(backend, cfg, opts, func(name string) *quant.Scheme {
+		for _, s := range coreLinearNames {
+			if strings.HasSuffix(name, "."+s) {
+				return &scheme
+			}
+		}
+		return nil
+	}, seed)
+}
+
+func newRandom(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc, seed int64) (m *Model, err error) {
 	defer catch(&err, "random weights")
 	if opts.AdaLNManifest != nil {
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
-	m, err = newModel(backend, cfg, opts)
+	m, err = newModel(backend, cfg, opts, schemes)
 	if err != nil {
 		return nil, err
 	}
@@ -36,6 +62,12 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m
 	return m, nil
 }
 
+// quantRole records, for the scales and biases of a quantized weight, the matrix they belong to.
+type quantRole struct {
+	w      *quant.Weight
+	scales bool
+}
+
 func (m *Model) fillRandom(seed int64) error {
 	state, err := RNGStateFromSeed(seed)
 	if err != nil {
@@ -48,25 +80,51 @@ func (m *Model) fillRandom(seed int64) error {
 			e.Finalize()
 		}
 	}()
+	roles := map[*weights.Param]quantRole{}
+	var cores []*coreParams
+	for j := range m.p.Refiner {
+		cores = append(cores, &m.p.Refiner[j])
+	}
+	for i := range m.p.Blocks {
+		cores = append(cores, &m.p.Blocks[i].coreParams)
+	}
+	for _, c := range cores {
+		for _, w := range c.linears() {
+			if w.Quantized() {
+				roles[w.Scales] = quantRole{w, true}
+				roles[w.Biases] = quantRole{w, false}
+			}
+		}
+	}
 	for _, p := range m.p.set.Params() {
 		dt := p.Storage
 		if dt == dtypes.InvalidDType {
 			dt = m.dtype
 		}
-		shape := shapes.Make(dtypes.Float32, p.Shape...)
 		key := fmt.Sprint(dt, p.Shape)
 		e := execs[key]
 		if e == nil {
-			e, err = NewExec(m.backend, func(st, scale, offset *Node) (*Node, *Node) {
-				next, v := RandomNormal(st, shape)
-				return next, ConvertDType(Add(Mul(v, scale), offset), dt)
-			})
+			if dt == dtypes.Uint32 { // packed words: every bit uniform, so every code is too (6-bit rows included)
+				shape := shapes.Make(dtypes.Uint32, p.Shape...)
+				e, err = NewExec(m.backend, func(st, _, _ *Node) (*Node, *Node) {
+					return RandomIntN(st, uint64(1)<<32, shape)
+				})
+			} else {
+				shape := shapes.Make(dtypes.Float32, p.Shape...)
+				e, err = NewExec(m.backend, func(st, scale, offset *Node) (*Node, *Node) {
+					next, v := RandomNormal(st, shape)
+					return next, ConvertDType(Add(Mul(v, scale), offset), dt)
+				})
+			}
 			if err != nil {
 				return err
 			}
 			execs[key] = e
 		}
 		scale, offset := randomScale(p.Name, p.Shape)
+		if r, ok := roles[p]; ok {
+			scale, offset = randomAffine(r)
+		}
 		out, err := e.Call(state, scale, offset)
 		if err != nil {
 			return fmt.Errorf("h3: drawing %s: %w", p.Name, err)
@@ -87,4 +145,18 @@ func randomScale(name string, shape []int) (float32, float32) {
 	default:
 		return 0.1, 1
 	}
+}
+
+// randomAffine returns (scale, offset) of the normal draw of a quantized matrix's scales or biases. With
+// codes uniform on [0, n], n = 2^bits − 1, a group's values s·q + b are uniform on [b, b + n·s]; s = 2√3σ/n
+// and b = −√3σ make them uniform on [−√3σ, √3σ], of standard deviation σ = 1/√fan_in like NewRandom's
+// matrices. Each group's s and b vary by 5 % around that.
+func randomAffine(r quantRole) (float32, float32) {
+	sigma := 1 / math.Sqrt(float64(r.w.In))
+	half := math.Sqrt(3) * sigma
+	if r.scales {
+		s := 2 * half / float64(int(1)<<r.w.Scheme.Bits-1)
+		return float32(0.05 * s), float32(s)
+	}
+	return float32(0.05 * half), float32(-half)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"fastvideo/attention"
 	"fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/quant"
 )
 
 var (
@@ -26,6 +28,7 @@ var (
 	h3ditDType  = flag.String("h3dit-dtype", "bf16", "h3dit: compute dtype, bf16 or f32")
 	h3ditTiny   = flag.Bool("h3dit-tiny", false, "h3dit: shrink hidden/heads/FFN/text widths (CPU smoke test of the program only)")
 	h3ditCached = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
+	h3ditQBits  = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
 )
 
 func init() {
@@ -47,7 +50,15 @@ func init() {
 		default:
 			return fmt.Errorf("h3dit bench: -h3dit-dtype %q is not bf16 or f32", *h3ditDType)
 		}
-		return benchH3DiT(b, cfg, dt, *h3ditHeight, *h3ditWidth, *h3ditFrames, *h3ditText, c)
+		var scheme *quant.Scheme
+		switch *h3ditQBits {
+		case 0:
+		case 4, 6, 8:
+			scheme = &quant.Scheme{Bits: *h3ditQBits, GroupSize: quant.DefaultGroupSize}
+		default:
+			return fmt.Errorf("h3dit bench: -h3dit-quant-bits %d; use 8, 6, 4 or 0 (dense)", *h3ditQBits)
+		}
+		return benchH3DiT(b, cfg, dt, scheme, *h3ditHeight, *h3ditWidth, *h3ditFrames, *h3ditText, c)
 	})
 }
 
@@ -60,7 +71,7 @@ func h3ditTFLOP(cfg h3.Config, rows int) float64 {
 	return float64(cfg.NumLayers) * block / 1e12
 }
 
-func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, height, width, frames, textTokens int, c common) error {
+func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, height, width, frames, textTokens int, c common) error {
 	if c.Iters < 3 {
 		return fmt.Errorf("h3dit bench: -iters %d; use at least 3 for a median", c.Iters)
 	}
@@ -84,15 +95,36 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, height, width
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
 
+	weightsLabel := "dense " + dt.String()
+	if scheme != nil {
+		d, err := quant.DispatchFromEnv()
+		if err != nil {
+			return err
+		}
+		weightsLabel = fmt.Sprintf("int%d", scheme.Bits)
+		fmt.Printf("h3dit: core linears int%d group %d (%s = %q: dequant-GEMM from %d rows, 0 = never)\n",
+			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, os.Getenv(quant.DQGEMMEnv), d.Floor)
+	}
+
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
-	m, err := h3.NewRandom(b, cfg, h3.Options{DType: dt}, int64(c.Seed))
+	var m *h3.Model
+	if scheme != nil {
+		m, err = h3.NewRandomQuantized(b, cfg, h3.Options{DType: dt}, *scheme, int64(c.Seed))
+	} else {
+		m, err = h3.NewRandom(b, cfg, h3.Options{DType: dt}, int64(c.Seed))
+	}
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
 		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
+	wm := m.WeightMemory()
+	gib := func(n int64) float64 { return float64(n) / (1 << 30) }
+	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
+		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
+		gib(wm.Total-wm.QuantizedLinears-wm.DenseCoreLinears-wm.AdaLN), gib(wm.Total-wm.AdaLN))
 
 	rng := rand.New(rand.NewPCG(c.Seed, 0x68336469))
 	randn := func(n int) []float32 {
@@ -170,6 +202,8 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, height, width
 			label, sorted[0], med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
 		fmt.Printf("h3dit[%s]: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; video rms %.4f, non-finite %d\n",
 			label, peakGPU, hostPeakMiB(false), math.Sqrt(ss/float64(len(out.Video))), nan)
+		fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
+			weightsLabel, label, med, gib(wm.Total), peakGPU)
 		return nil
 	}
 	if err := measure("adaln per step", in); err != nil {
