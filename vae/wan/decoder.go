@@ -1,0 +1,300 @@
+package wan
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// Reference tiling defaults (FastVideo's VAEConfig): 256 px tiles every 192 px, so neighbouring
+// tiles overlap, and are blended over, 64 px.
+const (
+	DefaultTileSize   = 256
+	DefaultTileStride = 192
+)
+
+// Options configure a Decoder. The zero value decodes the whole canvas at once in float32, which is
+// what FastVideo's Wan pipelines run (vae_tiling off).
+type Options struct {
+	// DType is the weight and convolution dtype: Float32 (default; the released weights) or
+	// BFloat16 (FastVideo's Wan decode precision on GPUs). Norms, softmax and the output stay
+	// float32.
+	DType dtypes.DType
+	// Tiling decodes overlapping spatial tiles and blends them like FastVideo's spatial tiled decode
+	// when the latent canvas is larger than one tile. Each tile keeps its own feature cache and is
+	// decoded chunk by chunk, so frames still stream and memory stays flat in the frame count; the
+	// caches of all tiles stay on the device (about (TileSize/TileStride)² times the whole-canvas
+	// cache), while the per-chunk activations shrink to one tile's.
+	Tiling bool
+	// TileSize and TileStride are the tile edge and the distance between tile origins in pixels
+	// (0: DefaultTileSize, DefaultTileStride); both must be multiples of the spatial ratio, and
+	// TileStride ≤ TileSize. Neighbouring tiles are blended over TileSize−TileStride pixels.
+	TileSize, TileStride int
+	// Encoder also binds the encoder (encoder.*, quant_conv.*) so that Encode works; Wan2.2
+	// image-to-video conditioning needs it. Without it those tensors are skipped and never leave
+	// the file.
+	Encoder bool
+}
+
+// Decoder decodes Wan latents (and, built with Options.Encoder, encodes videos). Calls run one at
+// a time (a second call waits).
+type Decoder struct {
+	cfg     Config
+	opts    Options
+	backend compute.Backend
+
+	set       *weights.Set
+	params    []*weights.Param // decoder graph inputs after the latent chunk, in declaration order
+	encParams []*weights.Param // encoder graph inputs after the pixel chunk (Options.Encoder)
+
+	mu     sync.Mutex
+	closed bool
+	execs  map[execKey]*Exec
+}
+
+// execKey picks one of the chunk graphs: decoder or encoder, the first chunk or a later one, with
+// or without the intermediate outputs the parity tests read.
+type execKey struct{ first, taps, enc bool }
+
+// Load reads the released vae/ folder (config.json and the safetensors weights, single file or
+// sharded). Encoder tensors are skipped unless Options.Encoder is set.
+func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wan: opening the VAE weights: %w", err)
+	}
+	// Bind copies every tensor out of the mapping, so the files can close now.
+	defer ckpt.Close()
+	return FromSource(backend, cfg, ckpt, opts)
+}
+
+// FromSource binds the decoder of cfg from src under the released (diffusers) names:
+// post_quant_conv.*, decoder.conv_in.*, decoder.mid_block.*, decoder.up_blocks.*, decoder.norm_out.*,
+// decoder.conv_out.*; with Options.Encoder also encoder.* and quant_conv.*, which are otherwise
+// ignored.
+func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Decoder, error) {
+	if src == nil {
+		return nil, errors.New("wan: FromSource needs a weight source")
+	}
+	d, err := newDecoder(backend, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
+		return nil, fmt.Errorf("wan: %w", err)
+	}
+	return d, nil
+}
+
+// newDecoder validates the config and options and declares the parameters (unbound).
+func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
+	if backend == nil {
+		return nil, errors.New("wan: backend is nil; create one with fastvideo/internal/backend")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.DType == dtypes.InvalidDType {
+		opts.DType = dtypes.Float32
+	}
+	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
+		return nil, fmt.Errorf("wan: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
+	}
+	if opts.TileSize == 0 {
+		opts.TileSize = DefaultTileSize
+	}
+	if opts.TileStride == 0 {
+		opts.TileStride = DefaultTileStride
+	}
+	r := cfg.SpatialRatio()
+	if opts.TileSize < 0 || opts.TileStride < 0 || opts.TileSize%r != 0 || opts.TileStride%r != 0 {
+		return nil, fmt.Errorf("wan: Options.TileSize=%d and TileStride=%d must be positive multiples of the spatial ratio %d",
+			opts.TileSize, opts.TileStride, r)
+	}
+	if opts.TileStride > opts.TileSize {
+		return nil, fmt.Errorf("wan: Options.TileStride=%d is larger than TileSize=%d, which would leave gaps; lower the stride",
+			opts.TileStride, opts.TileSize)
+	}
+	d := &Decoder{cfg: cfg, opts: opts, backend: backend, execs: map[execKey]*Exec{}}
+	d.set, d.params = declare(cfg)
+	if opts.Encoder {
+		d.encParams = declareEncoder(cfg, d.set)
+	} else {
+		d.set.Ignore("encoder.", "quant_conv.")
+	}
+	return d, nil
+}
+
+// TensorShape is one checkpoint tensor the decoder binds.
+type TensorShape struct {
+	Name  string
+	Shape []int
+}
+
+// CheckpointShapes lists the released tensor names and shapes the decoder (and with encoder, the
+// encoder and quant_conv) binds for cfg, in graph input order. Benchmarks use it to build random
+// checkpoints, converters to check one.
+func CheckpointShapes(cfg Config, encoder bool) ([]TensorShape, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s, ps := declare(cfg)
+	if encoder {
+		ps = append(ps, declareEncoder(cfg, s)...)
+	}
+	out := make([]TensorShape, len(ps))
+	for i, p := range ps {
+		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
+	}
+	return out, nil
+}
+
+// declare lists the decoder's parameters with shapes from the config. Norm gains stay float32;
+// convolution weights and biases take the compute dtype.
+func declare(cfg Config) (*weights.Set, []*weights.Param) {
+	s := weights.NewSet("")
+	var ps []*weights.Param
+	add := func(p *weights.Param) { ps = append(ps, p) }
+	conv := func(name string, cout, cin int, k ...int) {
+		add(s.Add(name+".weight", append([]int{cout, cin}, k...)...))
+		add(s.Add(name+".bias", cout))
+	}
+	res := func(prefix string, in, out int) {
+		add(s.AddF32(prefix+".norm1.gamma", in, 1, 1, 1))
+		conv(prefix+".conv1", out, in, 3, 3, 3)
+		add(s.AddF32(prefix+".norm2.gamma", out, 1, 1, 1))
+		conv(prefix+".conv2", out, out, 3, 3, 3)
+		if in != out {
+			conv(prefix+".conv_shortcut", out, in, 1, 1, 1)
+		}
+	}
+	z := cfg.ZDim
+	conv("post_quant_conv", z, z, 1, 1, 1)
+	dims := cfg.dims()
+	c0 := dims[0]
+	conv("decoder.conv_in", c0, z, 3, 3, 3)
+	res("decoder.mid_block.resnets.0", c0, c0)
+	add(s.AddF32("decoder.mid_block.attentions.0.norm.gamma", c0, 1, 1))
+	conv("decoder.mid_block.attentions.0.to_qkv", 3*c0, c0, 1, 1)
+	conv("decoder.mid_block.attentions.0.proj", c0, c0, 1, 1)
+	res("decoder.mid_block.resnets.1", c0, c0)
+	last := c0
+	for i, b := range cfg.upBlocks() {
+		prefix := fmt.Sprintf("decoder.up_blocks.%d", i)
+		in := b.in
+		for j := 0; j <= cfg.NumResBlocks; j++ {
+			res(fmt.Sprintf("%s.resnets.%d", prefix, j), in, b.out)
+			in = b.out
+		}
+		if b.mode != upNone {
+			up := upsamplerPrefix(cfg, prefix)
+			conv(up+".resample.1", b.upOut, b.out, 3, 3)
+			if b.mode == up3D {
+				conv(up+".time_conv", 2*b.out, b.out, 3, 1, 1)
+			}
+		}
+		last = b.out
+	}
+	add(s.AddF32("decoder.norm_out.gamma", last, 1, 1, 1))
+	conv("decoder.conv_out", cfg.OutChannels, last, 3, 3, 3)
+	return s, ps
+}
+
+// Config returns the decoder's configuration.
+func (d *Decoder) Config() Config { return d.cfg }
+
+// Options returns the options in effect (defaults filled in).
+func (d *Decoder) Options() Options { return d.opts }
+
+// Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
+func (d *Decoder) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	for _, e := range d.execs {
+		e.Finalize()
+	}
+	d.execs = nil
+	d.set.Release()
+	return nil
+}
+
+// tapNames are the intermediate outputs of a taps graph, after the pixels and the caches.
+var tapNames = []string{"post_quant_conv", "decoder"}
+
+// exec returns (building once) the chunk graph for key. Decoder inputs: the latent frame
+// [1, z, 1, h, w] float32, the parameters, then (later chunks) the caches; outputs: pixels
+// [1, 3, frames, H, W] float32, the caches, then (taps) tapNames. The encoder graph takes a pixel
+// chunk and returns the posterior parameters [1, 2z, 1, h, w] and its caches. Each graph compiles
+// once per input geometry.
+func (d *Decoder) exec(key execKey) (*Exec, error) {
+	if e := d.execs[key]; e != nil {
+		return e, nil
+	}
+	ps := d.params
+	if key.enc {
+		ps = d.encParams
+	}
+	e, err := NewExec(d.backend, func(in []*Node) []*Node {
+		p := make(params, len(ps))
+		for i, prm := range ps {
+			p[prm.Name] = in[1+i]
+		}
+		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, first: key.first, p: p}
+		if !key.first {
+			g.cache = in[1+len(ps):]
+		}
+		if key.taps {
+			g.taps = map[string]*Node{}
+		}
+		var out []*Node
+		if key.enc {
+			out = append([]*Node{g.encode(in[0])}, g.next...)
+		} else {
+			out = append([]*Node{g.decode(in[0])}, g.next...)
+		}
+		for _, name := range tapNames {
+			if key.taps {
+				out = append(out, ConvertDType(g.taps[name], dtypes.Float32))
+			}
+		}
+		return out
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wan: building the decoder graph: %w", err)
+	}
+	// Tiles of up to four geometries (interior, right, bottom, corner) per graph.
+	e.SetMaxCache(16)
+	d.execs[key] = e
+	return e, nil
+}
+
+// catch turns a panic (GoMLX's graph-building and execution convention) into an error.
+func catch(fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v\n%s", r, debug.Stack())
+			}
+		}
+	}()
+	fn()
+	return nil
+}
