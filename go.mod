@@ -7,6 +7,7 @@ require (
 	github.com/gomlx/compute v0.1.2
 	github.com/gomlx/gomlx v0.28.2
 	github.com/x448/float16 v0.8.4
+	golang.org/x/term v0.40.0
 	golang.org/x/text v0.44.0
 )
 
@@ -19,7 +20,6 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/sys v0.43.0 // indirect
-	golang.org/x/term v0.40.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 )

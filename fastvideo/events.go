@@ -21,7 +21,8 @@ type EventKind int
 const (
 	// PhaseStart: Phase is about to run.
 	PhaseStart EventKind = iota
-	// PhaseEnd: Phase finished after Elapsed.
+	// PhaseEnd: Phase ended after Elapsed (also when it failed; Generate's
+	// error says why).
 	PhaseEnd
 	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the
 	// denoise phase began.

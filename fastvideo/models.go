@@ -139,17 +139,6 @@ func releaseDiT() DiTConfig {
 	}
 }
 
-// tinyDiT is the H3 architecture at toy width: the h3_dit_tiny fixture's
-// configuration (2 heads of 64, hidden 128, 2 layers, 1 refiner layer).
-func tinyDiT() DiTConfig {
-	return DiTConfig{
-		NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 128, NumAttentionHeads: 2, AttentionHeadDim: 64,
-		FFNDim: 256, InChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 64,
-		FreqDim: 256, TimeEmbedHiddenDim: 64, TimeEmbedDim: 32, RopeFreqDim: 8, RopeTheta: 10000,
-		NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5,
-	}
-}
-
 func releaseVAE() VideoVAEConfig {
 	return VideoVAEConfig{
 		LatentChannels: 24, BlockOutChannels: []int{128, 256, 256, 512, 512, 1024},
@@ -208,8 +197,8 @@ var registry = map[string]func() *ModelSpec{
 	"tiny-h3": func() *ModelSpec {
 		return &ModelSpec{
 			Name: "tiny-h3", Family: "minimax_h3", Variant: "tiny-h3",
-			Description: "The H3 architecture at toy width (the h3_dit_tiny fixture sizes), for tests and smoke runs",
-			DiT:         tinyDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			Description: "The H3 architecture at toy width with seeded random weights made in memory (no files; its output is noise), for tests and smoke runs",
+			DiT:         tinyDiT(), VAE: videoSpec(tinyVideoVAE()), AudioVAE: audioSpec(tinyAudioVAE()),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: F32,
 			// Short clips are the point of a toy model: any aligned length up
 			// to the released maximum.

@@ -29,7 +29,8 @@ const (
 	AllResident MemoryPolicy = "all_resident"
 )
 
-// Options configure a VideoGenerator. The zero value is usable.
+// Options configure a VideoGenerator. The zero value is usable. The ffmpeg executable is found on
+// PATH, or named by $FASTVIDEO_FFMPEG.
 type Options struct {
 	// Backend is a GOMLX_BACKEND-style spec ("go", "xla:cuda", "xla:metal");
 	// empty means GOMLX_BACKEND, then the pure-Go backend.
@@ -38,8 +39,6 @@ type Options struct {
 	Memory  MemoryPolicy
 	// PromptCacheDir stores encoded prompts; empty disables the cache.
 	PromptCacheDir string
-	// FFmpeg overrides the ffmpeg binary (default: FASTVIDEO_FFMPEG, then PATH).
-	FFmpeg string
 }
 
 // Option edits Options.

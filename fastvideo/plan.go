@@ -33,7 +33,9 @@ type GenerationPlan struct {
 	LatentHeight      int `json:"latent_height"`
 	LatentWidth       int `json:"latent_width"`
 	LatentChannels    int `json:"latent_channels"`
-	AudioSamples      int `json:"audio_samples"` // decoded samples per channel
+	// AudioLatentChannels is the audio latent width (32 released).
+	AudioLatentChannels int `json:"audio_latent_channels"`
+	AudioSamples        int `json:"audio_samples"` // decoded samples per channel
 
 	Rows RowCounts `json:"rows"`
 
@@ -55,6 +57,16 @@ type GenerationPlan struct {
 
 	FastTemporal *packing.FastTemporalPlan `json:"fast_temporal,omitempty"`
 	FastSpatial  *packing.FastSpatialPlan  `json:"fast_spatial,omitempty"`
+}
+
+// VideoNoiseLen is the length of Request.VideoNoise: C·T·Hl·Wl.
+func (p *GenerationPlan) VideoNoiseLen() int {
+	return p.LatentChannels * p.VideoLatentFrames * p.LatentHeight * p.LatentWidth
+}
+
+// AudioNoiseLen is the length of Request.AudioNoise: 2·C·N (stereo).
+func (p *GenerationPlan) AudioNoiseLen() int {
+	return packing.AudioChannels * p.AudioLatentChannels * p.AudioLatentFrames
 }
 
 // RowCounts is the packed sequence of one DiT forward, by kind.
@@ -111,7 +123,8 @@ func (r *ResolvedRequest) Plan(dtype DType) (*GenerationPlan, error) {
 		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
 		VideoLatentFrames: g.LatentFrames, AudioLatentFrames: g.AudioLatents,
 		LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth, LatentChannels: m.VAE.LatentChannels,
-		AudioSamples: g.AudioLatents * m.AudioVAE.Hop(),
+		AudioLatentChannels: m.DiT.AudioInChannels,
+		AudioSamples:        g.AudioLatents * m.AudioVAE.Hop(),
 		Rows: RowCounts{
 			Text: l.NumTextRows, TextEstimated: r.PromptTokensEstimated, ConditionVideo: l.NumConditionVideoRows,
 			Audio: l.NumAudioRows, Video: l.NumVideoRows, Total: l.SequenceLength,

@@ -2,6 +2,7 @@ package fastvideo
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
 
@@ -17,14 +18,20 @@ import (
 // requests parsed from a mapping ("only explicit fields override the
 // preset"), applied uniformly.
 type Request struct {
+	// Prompt is tokenized verbatim after trimming surrounding white space (no
+	// chat template); H3 speech markup such as
+	// "(S1) A presenter says <d>[English] Hello.</d>" is plain text.
 	Prompt string
 	// NegativePrompt must stay empty for H3: the model is guidance-distilled
-	// and upstream rejects a negative prompt.
+	// and upstream rejects a negative prompt. (Classifier-free guidance would
+	// need GuidanceScale > 1 and a model that allows it; no H3 checkpoint does,
+	// so every step runs exactly one DiT forward.)
 	NegativePrompt string
 
 	Height, Width int // output size in pixels; both or neither; positive multiples of 32
 	// NumFrames is the requested frame count; it is aligned up to 17n+5 (the
-	// causal video VAE's chunking), and the aligned clip must last 5-15 s.
+	// causal video VAE's chunking), and the aligned clip must fit the model's
+	// window: 5-15 s for the released models, up to 345 frames for tiny-h3.
 	NumFrames int
 	FPS       int // H3 generates 24 fps only
 	// NumInferenceSteps counts DiT forwards (the MLX example's --steps):
@@ -33,8 +40,13 @@ type Request struct {
 	NumInferenceSteps int
 	GuidanceScale     float64 // H3 accepts only 1.0 (no classifier-free guidance)
 	Seed              *int64  // nil: the preset's seed (0 for H3)
-	OutputPath        string  // .mp4 file, or a folder for a generated name
-	Preset            string  // "" selects the model's default preset
+	// OutputPath is the .mp4 file to write, or a folder in which the file is
+	// named after the prompt (FastVideo's rule: its first 100 characters
+	// without \ / : * ? " < > |). Empty means DefaultOutputPath ("outputs/").
+	// Folders are created; an existing file is never replaced: the name gets
+	// _1, _2, ... instead.
+	OutputPath string
+	Preset     string // "" selects the model's default preset
 
 	// PromptTokens is the prompt's length in tokens when already known (from
 	// the tokenizer or a prompt cache); 0 lets Plan estimate it from the text.
@@ -42,14 +54,36 @@ type Request struct {
 
 	// Fast enables the temporal fast mode: denoise and decode
 	// align(ceil((frames-1)/FastFactor)+1) frames on the full timeline, then
-	// interpolate to the requested count (MLX --fast).
+	// interpolate to the requested count (MLX --fast). Plan only for now:
+	// Generate rejects it (the RIFE interpolator is not in the SDK).
 	Fast       bool
 	FastFactor int // 0: 2
 	// FastSpatial enables the spatial fast mode: denoise and decode on the
 	// smallest 32-aligned canvas covering size/FastSpatialScale, then resample
-	// in pixel space (MLX --fast-spatial).
+	// in pixel space (MLX --fast-spatial). Plan only for now, like Fast.
 	FastSpatial      bool
 	FastSpatialScale int // 0: 2
+
+	// SkipSave generates without writing a file (FastVideo's save_video=false); set at least one of
+	// the Return fields then. A decoder whose output nothing uses is not run: a latents-only request
+	// stops after the denoising loop.
+	SkipSave bool
+	// ReturnFrames puts the decoded frames in Result.Frames (RGB24), ReturnAudio the decoded
+	// waveform in Result.Audio, ReturnLatents the final denoised latents in Result.Latents.
+	ReturnFrames, ReturnAudio, ReturnLatents bool
+
+	// VideoNoise replaces the initial video noise drawn from Seed: C·T·Hl·Wl float32 values in the
+	// latent layout [C][T][Hl][Wl] (batch 1, the layout of PyTorch's randn(1, C, T, Hl, Wl)).
+	// GenerationPlan.VideoNoiseLen gives the length. Inject the reference's noise to reproduce a
+	// PyTorch run: GaussianNoise cannot reproduce torch.randn.
+	VideoNoise []float32
+	// AudioNoise replaces the initial audio noise: 2·C·N values in the stereo latent layout [2][C][N]
+	// (GenerationPlan.AudioNoiseLen values).
+	AudioNoise []float32
+
+	// Progress, when set, receives phase, step and decode events on the generating goroutine, while
+	// the generator is held: it must return quickly and must not call the generator.
+	Progress ProgressFunc
 }
 
 // Ptr returns a pointer to v, for optional fields such as Request.Seed.
@@ -216,7 +250,33 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 	if err := r.planGeometry(req); err != nil {
 		return nil, err
 	}
+	g := r.Denoise
+	if err := checkNoise("video_noise", req.VideoNoise, m.DiT.InChannels*g.LatentFrames*g.LatentHeight*g.LatentWidth,
+		fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", m.DiT.InChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)); err != nil {
+		return nil, err
+	}
+	if err := checkNoise("audio_noise", req.AudioNoise, packing.AudioChannels*m.DiT.AudioInChannels*g.AudioLatents,
+		fmt.Sprintf("[%d][%d][%d] (stereo, C, N)", packing.AudioChannels, m.DiT.AudioInChannels, g.AudioLatents)); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// checkNoise validates injected initial noise: nil (draw from the seed) or exactly n finite values.
+func checkNoise(field string, v []float32, n int, layout string) error {
+	if v == nil {
+		return nil
+	}
+	if len(v) != n {
+		return &RequestError{Field: field, Value: fmt.Sprintf("%d values", len(v)),
+			Allowed: fmt.Sprintf("nil (noise from the seed) or %d float32 values in the layout %s", n, layout)}
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return &RequestError{Field: field, Value: fmt.Sprintf("%v at index %d", x, i), Allowed: "finite values"}
+		}
+	}
+	return nil
 }
 
 // MaxSteps bounds NumInferenceSteps (upstream has no bound; beyond this the

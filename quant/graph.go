@@ -177,9 +177,11 @@ func (p Path) String() string {
 const DQGEMMEnv = "FASTVIDEO_DQ_GEMM"
 
 // DefaultDQGEMMFloor is the row count from which a quantized linear
-// dequantizes and runs a dense GEMM. 768 is MLX's floor on Apple GPUs; the H200
-// crossover is measured with `examples/bench -what quantlinear`.
-const DefaultDQGEMMFloor = 768
+// dequantizes and runs a dense GEMM. On the H200 the dequantize+GEMM path beat
+// the grouped quantized path at every row count measured (M = 64 ... 4096,
+// K = 5376, N = 5376 and 14336, INT4, bf16; BENCHMARKS.md), so the floor is the
+// smallest measured M. MLX uses 768 on Apple GPUs; FASTVIDEO_DQ_GEMM overrides.
+const DefaultDQGEMMFloor = 64
 
 // Dispatch decides between PathQuantized and PathDequantGEMM by row count.
 type Dispatch struct {

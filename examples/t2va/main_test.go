@@ -2,16 +2,25 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"fastvideo/internal/media"
 )
 
-func TestPlanJSON(t *testing.T) {
+func runArgs(args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
-	code := run(strings.Fields("-plan -json -model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4"), &out, &errb)
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestPlanJSON(t *testing.T) {
+	code, out, errs := runArgs(strings.Fields("-plan -json -model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4")...)
 	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var p struct {
 		CanvasHeight      int       `json:"canvas_height"`
@@ -29,8 +38,8 @@ func TestPlanJSON(t *testing.T) {
 			Text, Audio, Video, Total int
 		} `json:"rows"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &p); err != nil {
-		t.Fatalf("%v in:\n%s", err, out.String())
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("%v in:\n%s", err, out)
 	}
 	if p.CanvasHeight != 480 || p.CanvasWidth != 832 || p.NumFrames != 124 || p.VideoLatentFrames != 37 ||
 		p.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || p.Rows.Audio != 414 ||
@@ -41,14 +50,18 @@ func TestPlanJSON(t *testing.T) {
 }
 
 func TestPlanTable(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"-plan", "-model", "h3", "-prompt", "A cat plays the piano."}, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	code, out, errs := runArgs("-plan", "-model", "h3", "-prompt", "A cat plays the piano.")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, s := range []string{"768x1344", "minimax_h3_t2va", "video sigmas", "TFLOP per step"} {
-		if !strings.Contains(out.String(), s) {
-			t.Errorf("table lacks %q:\n%s", s, out.String())
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
 		}
+	}
+	// The default model is tiny-h3.
+	if code, out, errs := runArgs("-plan"); code != 0 || !strings.Contains(out, "tiny-h3 (preset tiny_t2va)") {
+		t.Errorf("default -plan: exit %d\n%s%s", code, out, errs)
 	}
 }
 
@@ -65,17 +78,54 @@ func TestExitCodes(t *testing.T) {
 		{"-plan -steps -2", 2, "num_inference_steps"},
 		{"-plan -negative-prompt blurry", 2, "negative_prompt"},
 		{"-plan -model fasth3 -preset nope", 2, "preset"},
+		{"-plan -dtype f8", 2, "invalid dtype"},
 		{"-no-such-flag", 2, "not defined"},
 		{"-plan extra", 2, "unexpected argument"},
 		{"-prompt hi -height 481 -width 832", 2, "invalid height"},
 		{"-model fasth3", 2, "invalid prompt"},
-		{"-prompt hi", 1, "generation is not implemented yet; use -plan"},
-		{"-json -prompt hi", 2, "-json only applies to -plan"},
+		{"-prompt hi -model fasth3", 2, "snapshot folder"},
+		{"-prompt hi -backend tpu", 2, "invalid backend"},
+		{"-prompt hi -memory lots", 2, "invalid memory"},
+		{"-prompt hi -fast -frames 39", 2, "invalid fast"},
 	} {
-		var out, errb bytes.Buffer
-		code := run(strings.Fields(c.args), &out, &errb)
-		if code != c.code || !strings.Contains(errb.String(), c.msg) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errb.String(), c.code, c.msg)
+		code, _, errs := runArgs(strings.Fields(c.args)...)
+		if code != c.code || !strings.Contains(errs, c.msg) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.msg)
 		}
+	}
+}
+
+// TestGenerate is the README's command on the default model: a real MP4 with audio.
+func TestGenerate(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "clip.mp4")
+	code, stdout, errs := runArgs("-prompt", "a red fox", "-out", out, "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res struct {
+		OutputPath string `json:"output_path"`
+		NumFrames  int    `json:"num_frames"`
+		Timings    struct {
+			Total float64 `json:"total"`
+		} `json:"timings"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v in:\n%s", err, stdout)
+	}
+	if res.OutputPath != out || res.NumFrames != 22 || res.Timings.Total <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	info, err := media.Probe(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, a := info.Video, info.Audio; v == nil || a == nil || v.Width != 96 || v.Height != 64 || v.Frames != 22 ||
+		a.Channels != 2 || a.SampleRate != 32000 {
+		t.Fatalf("probe %+v %+v", info.Video, info.Audio)
+	}
+	// Running it again never overwrites: the new file gets a suffix.
+	code, stdout, errs = runArgs("-prompt", "a red fox", "-out", out, "-steps", "1")
+	if code != 0 || !strings.Contains(errs, "clip_1.mp4") {
+		t.Fatalf("second run: exit %d\n%s%s", code, stdout, errs)
 	}
 }

@@ -1,0 +1,489 @@
+package fastvideo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"fastvideo/internal/media"
+	"fastvideo/internal/testutil"
+)
+
+// One tiny-h3 generator serves most tests (its synthetic weights are made once).
+var shared struct {
+	once sync.Once
+	g    *VideoGenerator
+	err  error
+}
+
+// testBackend is the backend the tests run on: the pure-Go one unless FASTVIDEO_TEST_BACKEND says
+// otherwise (as for the parity tests).
+func testBackend() string {
+	if v := os.Getenv(testutil.TestBackendEnv); v != "" {
+		return v
+	}
+	return "go:ops_sequential"
+}
+
+// newTiny opens tiny-h3 on the test backend.
+func newTiny(opts ...Option) (*VideoGenerator, error) {
+	return New(context.Background(), "tiny-h3", append([]Option{WithBackend(testBackend())}, opts...)...)
+}
+
+func tinyGenerator(t *testing.T) *VideoGenerator {
+	t.Helper()
+	shared.once.Do(func() { shared.g, shared.err = newTiny() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.g
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.g != nil {
+		if err := shared.g.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "closing the shared generator:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestGenerateMP4 runs the whole tiny-h3 pipeline to a file and checks the container with ffprobe:
+// H.264 at the requested size, frame count and rate, stereo 32 kHz AAC of the video's duration.
+func TestGenerateMP4(t *testing.T) {
+	g := tinyGenerator(t)
+	dir := t.TempDir()
+	var events []Event
+	res, err := g.Generate(context.Background(), Request{
+		Prompt: "  a red fox  ", OutputPath: dir, ReturnFrames: true, ReturnAudio: true, ReturnLatents: true,
+		Progress: func(e Event) { events = append(events, e) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A folder output is named after the (trimmed) prompt.
+	if want := filepath.Join(dir, "a red fox.mp4"); res.OutputPath != want {
+		t.Fatalf("output %q, want %q", res.OutputPath, want)
+	}
+	info, err := media.Probe(res.OutputPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, a := info.Video, info.Audio
+	if v == nil || v.Codec != "h264" || v.Width != 96 || v.Height != 64 || v.Frames != 22 || v.FPS != 24 {
+		t.Fatalf("video stream %+v, want h264 96x64, 22 frames at 24 fps", v)
+	}
+	dur := 22.0 / 24
+	if a == nil || a.Codec != "aac" || a.Channels != 2 || a.SampleRate != 32000 || math.Abs(a.Duration-dur) > 1024.0/32000 {
+		t.Fatalf("audio stream %+v, want aac stereo 32 kHz lasting %.4f s (within one AAC frame)", a, dur)
+	}
+	t.Logf("video %+v", *v)
+	t.Logf("audio %+v", *a)
+
+	if len(res.Frames) != 22 || len(res.Frames[0]) != 96*64*3 || res.Width != 96 || res.Height != 64 || res.FPS != 24 {
+		t.Errorf("frames %d of %d bytes, %dx%d at %d fps", len(res.Frames), len(res.Frames[0]), res.Width, res.Height, res.FPS)
+	}
+	if len(res.Audio) != 2 || len(res.Audio[0]) != 37*800 || len(res.Audio[1]) != 37*800 || res.SampleRate != 32000 {
+		t.Errorf("audio %d channels of %d samples at %d Hz, want 2 x %d at 32000", len(res.Audio), len(res.Audio[0]), res.SampleRate, 37*800)
+	}
+	if l := res.Latents; l == nil || fmt.Sprint(l.VideoShape) != "[24 7 4 6]" || fmt.Sprint(l.AudioShape) != "[2 32 37]" ||
+		len(l.Video) != 24*7*4*6 || len(l.Audio) != 2*32*37 {
+		t.Errorf("latents %+v", res.Latents)
+	}
+	if res.PromptTokens != 3 || res.PromptCached || res.Plan.Rows.Text != 3 || res.Plan.Rows.TextEstimated ||
+		res.Plan.Rows.Total != 3+74+42 || res.Seed != 0 || res.Prompt != "a red fox" {
+		t.Errorf("prompt %d tokens (cached %v), plan rows %+v, seed %d, prompt %q", res.PromptTokens, res.PromptCached,
+			res.Plan.Rows, res.Seed, res.Prompt)
+	}
+	tm := res.Timings
+	for name, d := range map[string]float64{"condition": tm.Condition.Seconds(), "load_dit": tm.LoadDiT.Seconds(),
+		"denoise": tm.Denoise.Seconds(), "audio": tm.AudioDecode.Seconds(), "video": tm.VideoDecode.Seconds(),
+		"mux": tm.Mux.Seconds(), "total": tm.Total.Seconds()} {
+		if !(d > 0) {
+			t.Errorf("timing %s = %v", name, d)
+		}
+	}
+	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testBackend() {
+		t.Errorf("memory %d / %d (%s), backend %s %s", res.PeakHostBytes, res.PeakDeviceBytes, res.DeviceMemory, res.Backend, res.DType)
+	}
+	var sb strings.Builder
+	if err := res.WriteSummary(&sb); err != nil || !strings.Contains(sb.String(), "a red fox.mp4") {
+		t.Errorf("summary: %v\n%s", err, sb.String())
+	}
+	t.Logf("timings %+v, peak host %.0f MiB\n%s", tm, float64(res.PeakHostBytes)/(1<<20), sb.String())
+
+	// Events: phases in order, every step once, decode progress up to the last frame.
+	var phases []string
+	step, decoded := 0, 0
+	for _, e := range events {
+		switch e.Kind {
+		case PhaseStart:
+			phases = append(phases, string(e.Phase))
+		case DenoiseStep:
+			if e.Step != step+1 || e.Steps != 4 || e.Elapsed <= 0 {
+				t.Errorf("denoise event %+v after step %d", e, step)
+			}
+			step = e.Step
+		case DecodeProgress:
+			if e.Done <= decoded || e.Total != 22 {
+				t.Errorf("decode event %+v after %d frames", e, decoded)
+			}
+			decoded = e.Done
+		}
+	}
+	if got := strings.Join(phases, " "); got != "validate condition load_dit denoise audio_decode video_decode mux" || step != 4 || decoded != 22 {
+		t.Errorf("phases %q, %d steps, %d frames decoded", got, step, decoded)
+	}
+	// Nothing else is left in the folder.
+	if names := dirNames(t, dir); len(names) != 1 {
+		t.Errorf("output folder holds %v", names)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestBadRequestsLoadNothing: every invalid request fails with a *RequestError naming the field,
+// before any component (tokenizer included) is loaded.
+func TestBadRequestsLoadNothing(t *testing.T) {
+	g, err := newTiny()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.loadHook = func(c string) { t.Errorf("%s loaded during a bad request", c) }
+	dir := t.TempDir()
+	notVideo := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notVideo, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok := Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "out.mp4")}
+	with := func(edit func(*Request)) Request { r := ok; edit(&r); return r }
+	cases := []struct {
+		name  string
+		req   Request
+		field string
+	}{
+		{"empty prompt", with(func(r *Request) { r.Prompt = "  " }), "prompt"},
+		{"negative prompt", with(func(r *Request) { r.NegativePrompt = "blurry" }), "negative_prompt"},
+		{"height not /32", with(func(r *Request) { r.Height, r.Width = 65, 96 }), "height"},
+		{"width alone", with(func(r *Request) { r.Width = 96 }), "height"},
+		{"too many frames", with(func(r *Request) { r.NumFrames = 400 }), "num_frames"},
+		{"fps", with(func(r *Request) { r.FPS = 30 }), "fps"},
+		{"steps", with(func(r *Request) { r.NumInferenceSteps = -1 }), "num_inference_steps"},
+		{"guidance", with(func(r *Request) { r.GuidanceScale = 3 }), "guidance_scale"},
+		{"preset", with(func(r *Request) { r.Preset = "hd" }), "preset"},
+		{"prompt tokens", with(func(r *Request) { r.PromptTokens = -1 }), "prompt_tokens"},
+		{"video noise length", with(func(r *Request) { r.VideoNoise = make([]float32, 10) }), "video_noise"},
+		{"audio noise NaN", with(func(r *Request) {
+			r.AudioNoise = make([]float32, 2*32*37)
+			r.AudioNoise[5] = float32(math.NaN())
+		}), "audio_noise"},
+		{"temporal fast mode", with(func(r *Request) { r.Fast, r.NumFrames = true, 39 }), "fast"},
+		{"spatial fast mode", with(func(r *Request) { r.FastSpatial, r.Height, r.Width = true, 128, 192 }), "fast_spatial"},
+		{"fast factor alone", with(func(r *Request) { r.FastFactor = 3 }), "fast_factor"},
+		{"nothing to produce", with(func(r *Request) { r.SkipSave = true }), "skip_save"},
+		{"output is another file", with(func(r *Request) { r.OutputPath = notVideo }), "output_path"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := g.Generate(context.Background(), c.req)
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("error %v, want a *RequestError", err)
+			}
+			if re.Field != c.field || re.Allowed == "" {
+				t.Fatalf("error %q names field %q, want %q", err, re.Field, c.field)
+			}
+		})
+	}
+	if n := g.loads.Load(); n != 0 {
+		t.Errorf("%d component loads during bad requests", n)
+	}
+	if names := dirNames(t, dir); len(names) != 1 {
+		t.Errorf("the output folder holds %v after bad requests", names)
+	}
+}
+
+// TestNewErrors: what New rejects before loading anything.
+func TestNewErrors(t *testing.T) {
+	ctx := context.Background()
+	var re *RequestError
+	if _, err := New(ctx, "fasth3"); !errors.As(err, &re) || re.Field != "model" || !strings.Contains(err.Error(), "folder") {
+		t.Errorf("New(fasth3): %v, want a model RequestError asking for the folder", err)
+	}
+	if _, err := New(ctx, "wan-9000"); !errors.As(err, &re) || re.Field != "model" {
+		t.Errorf("New(wan-9000): %v", err)
+	}
+	if _, err := New(ctx, "tiny-h3", WithBackend("tpu")); !errors.As(err, &re) || re.Field != "backend" {
+		t.Errorf("New with backend tpu: %v", err)
+	}
+	if _, err := New(ctx, "tiny-h3", WithDType("f8")); !errors.As(err, &re) || re.Field != "dtype" {
+		t.Errorf("New with dtype f8: %v", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := New(cancelled, "tiny-h3"); !errors.Is(err, context.Canceled) {
+		t.Errorf("New with a cancelled context: %v", err)
+	}
+	g, err := newTiny()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := g.Generate(ctx, Request{Prompt: "x"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Generate after Close: %v", err)
+	}
+}
+
+// TestCancelMidDenoise cancels from the progress callback after step 2: Generate returns ctx's
+// error, later steps never run and neither the output nor a temporary file exists.
+func TestCancelMidDenoise(t *testing.T) {
+	g := tinyGenerator(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "cancelled.mp4")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	last := 0
+	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: out, Progress: func(e Event) {
+		if e.Kind == DenoiseStep {
+			last = e.Step
+			if e.Step == 2 {
+				cancel()
+			}
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if last != 2 {
+		t.Errorf("the last step reported is %d, want 2", last)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("output %s exists after cancellation (%v)", out, err)
+	}
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Errorf("files left after cancellation: %v", names)
+	}
+}
+
+// TestCancelDuringVideoDecode cancels once ffmpeg holds temporary files: they are removed too.
+func TestCancelDuringVideoDecode(t *testing.T) {
+	g := tinyGenerator(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sawTemps []string
+	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "x.mp4"), Progress: func(e Event) {
+		if e.Kind == DecodeProgress {
+			sawTemps = dirNames(t, dir)
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if len(sawTemps) == 0 {
+		t.Error("no temporary file existed while encoding (the test would prove nothing)")
+	}
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Errorf("files left after cancellation: %v (while encoding: %v)", names, sawTemps)
+	}
+}
+
+// latentsOnly generates without decoding and returns the final latents.
+func latentsOnly(t *testing.T, g *VideoGenerator, req Request) *Result {
+	t.Helper()
+	req.SkipSave, req.ReturnLatents = true, true
+	res, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OutputPath != "" || res.Frames != nil || res.Audio != nil || res.Latents == nil {
+		t.Fatalf("a latents-only run returned output %q, %d frames, %d audio channels", res.OutputPath, len(res.Frames), len(res.Audio))
+	}
+	if res.Timings.VideoDecode != 0 || res.Timings.AudioDecode != 0 || res.Timings.Mux != 0 {
+		t.Errorf("a latents-only run decoded: %+v", res.Timings)
+	}
+	return res
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// reference latents of seed 7, shared by the determinism and folder tests.
+var seed7 struct {
+	once sync.Once
+	res  *Result
+}
+
+func seed7Latents(t *testing.T) *Latents {
+	t.Helper()
+	seed7.once.Do(func() {
+		seed7.res = latentsOnly(t, tinyGenerator(t), Request{Prompt: "a red fox", Seed: Ptr[int64](7)})
+	})
+	if seed7.res == nil {
+		t.Fatal("the seed-7 reference run failed")
+	}
+	return seed7.res.Latents
+}
+
+// TestDeterminism: the same seed gives the same latents bit for bit (also from two concurrent
+// calls), injected noise is honoured, and injecting the seed's own noise changes nothing.
+func TestDeterminism(t *testing.T) {
+	g := tinyGenerator(t)
+	ref := seed7Latents(t)
+	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
+
+	var wg sync.WaitGroup
+	var again [2]*Result
+	for i := range again {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := req
+			r.SkipSave, r.ReturnLatents = true, true
+			res, err := g.Generate(context.Background(), r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			again[i] = res
+		}()
+	}
+	wg.Wait()
+	for i, r := range again {
+		if r == nil || !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
+			t.Fatalf("concurrent run %d: latents differ from the first run with the same seed", i)
+		}
+	}
+
+	plan, err := g.Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.VideoNoiseLen() != len(ref.Video) || plan.AudioNoiseLen() != len(ref.Audio) {
+		t.Fatalf("noise lengths %d, %d; latents %d, %d", plan.VideoNoiseLen(), plan.AudioNoiseLen(), len(ref.Video), len(ref.Audio))
+	}
+	inj := req
+	inj.VideoNoise = GaussianNoise(7, VideoNoise, plan.VideoNoiseLen())
+	inj.AudioNoise = GaussianNoise(7, AudioNoise, plan.AudioNoiseLen())
+	same := latentsOnly(t, g, inj).Latents
+	if !sameBits(same.Video, ref.Video) || !sameBits(same.Audio, ref.Audio) {
+		t.Fatal("injecting the seed's own noise changed the latents")
+	}
+
+	inj.VideoNoise = GaussianNoise(8, VideoNoise, plan.VideoNoiseLen())
+	other := latentsOnly(t, g, inj).Latents
+	if sameBits(other.Video, ref.Video) {
+		t.Fatal("different injected video noise gave the same video latents")
+	}
+	if sameBits(other.Audio, ref.Audio) {
+		t.Fatal("different injected video noise left the audio latents bit-identical (the modalities attend to each other)")
+	}
+}
+
+// TestAllResidentAndPromptCache: AllResident loads each component once across generations and
+// matches the default policy bit for bit; the prompt cache skips the text encoder on a repeat.
+func TestAllResidentAndPromptCache(t *testing.T) {
+	ref := seed7Latents(t)
+	g, err := newTiny(WithMemoryPolicy(AllResident), WithPromptCache(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var loaded []string
+	g.loadHook = func(c string) { loaded = append(loaded, c) }
+	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
+	first := latentsOnly(t, g, req)
+	second := latentsOnly(t, g, req)
+	if got := strings.Join(loaded, " "); got != "tokenizer text_encoder dit" {
+		t.Errorf("loads over two generations: %q", got)
+	}
+	if first.PromptCached || !second.PromptCached {
+		t.Errorf("prompt cache hits: first %v, second %v", first.PromptCached, second.PromptCached)
+	}
+	for i, r := range []*Result{first, second} {
+		if !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
+			t.Errorf("run %d: AllResident latents differ from the OneResident ones", i)
+		}
+	}
+}
+
+func TestOutputNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"a red fox":                  "a red fox",
+		"  What? A <cat>: \"meow\" ": "What A cat meow",
+		"tabs\tand\n\nnewlines":      "tabs and newlines",
+		"...dots...":                 "dots",
+		"/\\:*?\"<>|":                "output",
+		strings.Repeat("é", 120):     strings.Repeat("é", 100),
+	} {
+		if got := fileNameFromPrompt(in); got != want {
+			t.Errorf("fileNameFromPrompt(%q) = %q, want %q", in, got, want)
+		}
+	}
+	dir := t.TempDir()
+	// A file path is used as is; an existing file is never overwritten.
+	p, err := outputTarget(filepath.Join(dir, "sub", "clip.MP4"), "x")
+	if err != nil || p != filepath.Join(dir, "sub", "clip.MP4") {
+		t.Fatalf("outputTarget file: %q, %v", p, err)
+	}
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p2, _ := outputTarget(p, "x"); p2 != filepath.Join(dir, "sub", "clip_1.MP4") {
+		t.Errorf("next free name %q", p2)
+	}
+	// A folder gets a name from the prompt; placeFile never replaces an existing file.
+	p3, err := outputTarget(dir, "a red fox")
+	if err != nil || p3 != filepath.Join(dir, "a red fox.mp4") {
+		t.Fatalf("outputTarget folder: %q, %v", p3, err)
+	}
+	src := filepath.Join(dir, ".staged.mp4")
+	if err := os.WriteFile(src, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	final, err := placeFile(src, p) // p exists ("old")
+	if err != nil || final != filepath.Join(dir, "sub", "clip_1.MP4") {
+		t.Fatalf("placeFile: %q, %v", final, err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Error("placeFile replaced an existing file")
+	}
+	if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+		t.Error("placeFile left the staged file")
+	}
+}

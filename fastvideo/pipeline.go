@@ -1,0 +1,486 @@
+package fastvideo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/media"
+	"fastvideo/internal/textenc"
+	"fastvideo/schedule"
+	"fastvideo/vae/h3video"
+)
+
+// run is one generation (g.mu held). The phases, in order:
+//
+//	validate      request, output path, ffmpeg, model files: nothing loaded yet
+//	condition     tokenizer -> Qwen3-VL (streamed) -> prompt cache; encoder released
+//	load_dit      DiT weights, refined prompt, AdaLN tables of the visited timesteps
+//	denoise       one DiT forward per step, video and audio updated by their own ladders; DiT released
+//	audio_decode  audio VAE on the stereo rows (small); released
+//	video_decode  video VAE clip by clip, each clip's frames piped to the H.264 encoder; released
+//	mux           finish the H.264 stream, mux the AAC track, move the file to its final name
+type pipelineRun struct {
+	g        *VideoGenerator
+	ctx      context.Context
+	req      Request
+	progress ProgressFunc
+	mem      *memSampler
+	phase    Phase
+	start    time.Time
+
+	r     *ResolvedRequest
+	sched *schedule.H3Schedule
+	res   *Result
+
+	hidden       textenc.Result // the conditioned prompt
+	dit          *h3.Model
+	text         *h3.TextState
+	adaln        *h3.AdaLNCache // nil for a checkpoint with a fixed AdaLN cache
+	videoLatents []float32      // final latents [1, C, T, Hl, Wl]
+	videoShape   []int
+	audioRows    []float32 // final audio rows [2N, C]
+	audioLatents int       // N
+	audio        [][]float32
+
+	target  string // final output path
+	staging string // the writer's finished file before placeFile
+	writer  *media.MP4Writer
+	closers []func() error // non-resident components to release, last first
+}
+
+func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
+	p := &pipelineRun{g: g, ctx: ctx, req: req, progress: req.Progress, mem: newMemSampler(), start: time.Now(),
+		res: &Result{PeakDeviceBytes: -1}}
+	defer func() {
+		p.mem.finish()
+		if rec := recover(); rec != nil {
+			err = fmt.Errorf("fastvideo: internal error during %s: %v\n%s", p.phase, rec, debug.Stack())
+		}
+		if cerr := p.cleanup(err != nil); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			res = nil
+			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				// A component may report the cancellation in its own words; make it matchable.
+				err = fmt.Errorf("fastvideo: generation cancelled during %s: %w (%v)", p.phase, cerr, err)
+			}
+		}
+	}()
+	steps := []func() error{p.validate, p.condition, p.loadDiT, p.denoise, p.decodeAudio, p.decodeVideo, p.mux}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	p.res.Timings.Total = time.Since(p.start)
+	p.res.PeakHostBytes = p.mem.finish()
+	return p.res, nil
+}
+
+// emit samples memory and forwards an event to the request's callback.
+func (p *pipelineRun) emit(e Event) {
+	p.mem.take()
+	if p.progress != nil {
+		p.progress(e)
+	}
+}
+
+// begin starts a phase and returns the function that ends it, recording its duration in *into.
+func (p *pipelineRun) begin(ph Phase, into *time.Duration) func() {
+	p.phase = ph
+	t0 := time.Now()
+	p.emit(Event{Kind: PhaseStart, Phase: ph})
+	return func() {
+		d := time.Since(t0)
+		if into != nil {
+			*into += d
+		}
+		p.emit(Event{Kind: PhaseEnd, Phase: ph, Elapsed: d})
+	}
+}
+
+// checkCtx returns ctx's error, wrapped with the phase.
+func (p *pipelineRun) checkCtx() error {
+	if err := p.ctx.Err(); err != nil {
+		return fmt.Errorf("fastvideo: generation cancelled during %s: %w", p.phase, err)
+	}
+	return nil
+}
+
+// releaseAll closes the non-resident components loaded so far.
+func (p *pipelineRun) releaseAll() error {
+	var errs []error
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		errs = append(errs, p.closers[i]())
+	}
+	p.closers = nil
+	return errors.Join(errs...)
+}
+
+// cleanup releases what this run loaded (unless resident) and, after a failure, every partial
+// output. It returns the release errors.
+func (p *pipelineRun) cleanup(failed bool) error {
+	err := p.releaseAll()
+	if failed {
+		if p.writer != nil {
+			p.writer.Abort() // synchronous: ffmpeg is gone and its temporaries removed on return
+		}
+		if p.staging != "" {
+			os.Remove(p.staging)
+		}
+	}
+	return err
+}
+
+func (p *pipelineRun) validate() error {
+	g, req := p.g, p.req
+	defer p.begin(PhaseValidate, &p.res.Timings.Validate)()
+	r, err := g.spec.Resolve(req, true)
+	if err != nil {
+		return err
+	}
+	if req.Fast {
+		return &RequestError{Field: "fast", Value: true, Allowed: "false: the temporal fast mode needs the RIFE frame " +
+			"interpolator, which this SDK does not ship yet (Plan shows its geometry)"}
+	}
+	if req.FastSpatial {
+		return &RequestError{Field: "fast_spatial", Value: true, Allowed: "false: the spatial fast mode's pixel-space " +
+			"upsampler is not in this SDK yet (Plan shows its geometry)"}
+	}
+	if req.SkipSave && !req.ReturnFrames && !req.ReturnAudio && !req.ReturnLatents {
+		return &RequestError{Field: "skip_save", Value: true,
+			Allowed: "false, or true together with ReturnFrames, ReturnAudio or ReturnLatents (else nothing is produced)"}
+	}
+	if p.sched, err = r.Schedule(); err != nil {
+		return err
+	}
+	if err := h3.CheckAdaLNLadder(g.comp.adalnManifest(), r.Steps, p.sched.Video.Timesteps, p.sched.Audio.Timesteps); err != nil {
+		return &RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
+	}
+	r.Prompt = strings.TrimSpace(r.Prompt)
+	if !req.SkipSave {
+		if p.target, err = outputTarget(req.OutputPath, r.Prompt); err != nil {
+			return err
+		}
+		if err := media.CheckFFmpeg(); err != nil {
+			return fmt.Errorf("fastvideo: %w", err)
+		}
+	}
+	if err := g.comp.check(); err != nil {
+		return err
+	}
+	p.r = r
+	res := p.res
+	res.Prompt, res.Seed, res.Width, res.Height, res.NumFrames, res.FPS = r.Prompt, r.Seed, r.Width, r.Height, r.NumFrames, r.FPS
+	res.SampleRate = g.spec.AudioVAE.SamplingRate
+	res.Backend, res.DType = g.Backend()
+	if g.backendKind == "go" {
+		p.res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
+	} else {
+		p.res.DeviceMemory = fmt.Sprintf("not reported by the %s backend (GoMLX exposes no device memory statistics)", g.backendKind)
+	}
+	return p.checkCtx()
+}
+
+// condition encodes the prompt (or reads it from the prompt cache).
+func (p *pipelineRun) condition() error {
+	g := p.g
+	defer p.begin(PhaseCondition, &p.res.Timings.Condition)()
+	cond := g.cond
+	if cond == nil {
+		c, err := newConditioner(g.comp, g.backend, g.dtype, g.opts.PromptCacheDir, g.resident(), g.noteLoad)
+		if err != nil {
+			return err
+		}
+		if g.resident() {
+			g.cond = c
+		} else {
+			defer c.Close() // the encoder goes before the DiT comes
+		}
+		cond = c
+	}
+	out, err := cond.Condition(p.ctx, p.r.Prompt)
+	if err != nil {
+		return err
+	}
+	if len(out.Shape) != 2 || out.Shape[1] != g.spec.DiT.TextDim || out.Shape[0] < 1 {
+		return fmt.Errorf("fastvideo: the text encoder returned shape %v, the DiT takes [S, %d]", out.Shape, g.spec.DiT.TextDim)
+	}
+	p.res.PromptTokens, p.res.PromptCached = out.Shape[0], out.Cached
+	p.r.PromptTokens, p.r.PromptTokensEstimated = out.Shape[0], false
+	if p.res.Plan, err = p.r.Plan(dtypeName(g.dtype)); err != nil {
+		return err
+	}
+	p.hidden = out
+	return p.checkCtx()
+}
+
+// loadDiT loads the DiT (unless resident), refines the prompt and computes the AdaLN tables.
+func (p *pipelineRun) loadDiT() error {
+	g := p.g
+	defer p.begin(PhaseLoadDiT, &p.res.Timings.LoadDiT)()
+	dit := g.dit
+	if dit == nil {
+		g.noteLoad("dit")
+		m, err := g.comp.loadDiT(g.backend, g.dtype)
+		if err != nil {
+			return err
+		}
+		if g.resident() {
+			g.dit = m
+		} else {
+			p.closers = append(p.closers, m.Close)
+		}
+		dit = m
+	}
+	p.dit = dit
+	text, err := dit.PrepareText(p.hidden.Hidden)
+	if err != nil {
+		return err
+	}
+	p.text = text
+	p.closers = append(p.closers, func() error { text.Close(); return nil })
+	p.hidden = textenc.Result{} // the host copy is no longer needed
+	if g.comp.adalnManifest() == nil {
+		// Every (timestep, modality) modulation of the run, once, instead of once per step and block.
+		adaln, err := dit.PrepareAdaLN(p.sched.Video.Timesteps, p.sched.Audio.Timesteps)
+		if err != nil {
+			return err
+		}
+		p.adaln = adaln
+		p.closers = append(p.closers, func() error { adaln.Close(); return nil })
+	}
+	return p.checkCtx()
+}
+
+// denoise runs the sampling loop, then releases the DiT.
+func (p *pipelineRun) denoise() error {
+	g, r, dit, text, adaln := p.g, p.r, p.dit, p.text, p.adaln
+	defer p.begin(PhaseDenoise, &p.res.Timings.Denoise)()
+	t0 := time.Now()
+	lay, err := packing.Build(r.LayoutRequest(nil))
+	if err != nil {
+		return fmt.Errorf("fastvideo: packing: %w", err)
+	}
+	geo, cfg := r.Denoise, g.spec.DiT
+	c, t, hl, wl := cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth
+	ca, n := cfg.AudioInChannels, geo.AudioLatents
+
+	// Initial noise: injected, or drawn from the seed in the same layouts.
+	vn := p.req.VideoNoise
+	if vn == nil {
+		vn = GaussianNoise(r.Seed, VideoNoise, c*t*hl*wl)
+	}
+	an := p.req.AudioNoise
+	if an == nil {
+		an = GaussianNoise(r.Seed, AudioNoise, packing.AudioChannels*ca*n)
+	}
+	xv, err := packing.PatchifyVideo(vn, c, t, hl, wl, geo.PatchSize)
+	if err != nil {
+		return err
+	}
+	xa, err := packing.PackAudio(an, ca, n)
+	if err != nil {
+		return err
+	}
+
+	tags := make([]int32, lay.SequenceLength)
+	for i, v := range lay.TokenTags {
+		tags[i] = int32(v)
+	}
+	pos := make([]float64, 0, 3*lay.SequenceLength)
+	for _, q := range lay.PositionIDs {
+		pos = append(pos, q[0], q[1], q[2])
+	}
+	idx := make([]int32, lay.SequenceLength)
+	steps := p.sched.Steps()
+	for k := 0; k < steps; k++ {
+		if err := p.checkCtx(); err != nil {
+			return err
+		}
+		tv, ta := p.sched.Video.Timesteps[k], p.sched.Audio.Timesteps[k]
+		// T2VA has no condition rows: text and video rows take the video time, audio rows the audio time.
+		uniq, rowIdx := packing.RowTimesteps(lay, tv, ta, tv, ta)
+		for i, v := range rowIdx {
+			idx[i] = int32(v)
+		}
+		out, err := dit.Forward(h3.ForwardInputs{
+			VideoRows: xv, AudioRows: xa, TextState: text, AdaLN: adaln,
+			Timesteps: uniq, TimestepIndices: idx, TokenTags: tags, PositionIDs: pos,
+			VideoIndices: lay.VideoIndices, AudioIndices: lay.AudioIndices, TextIndices: lay.TextIndices,
+		})
+		if err != nil {
+			return fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, steps, err)
+		}
+		if err := p.sched.Video.Step(k, out.Video, xv, xv); err != nil {
+			return err
+		}
+		if err := p.sched.Audio.Step(k, out.Audio, xa, xa); err != nil {
+			return err
+		}
+		p.emit(Event{Kind: DenoiseStep, Phase: PhaseDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+	}
+	p.dit, p.text, p.adaln = nil, nil, nil
+	if err := p.releaseAll(); err != nil { // the DiT goes before the VAEs come
+		return err
+	}
+
+	if p.videoLatents, err = packing.UnpatchifyVideo(xv, c, t, hl, wl, geo.PatchSize); err != nil {
+		return err
+	}
+	p.videoShape = []int{1, c, t, hl, wl}
+	p.audioRows, p.audioLatents = xa, n
+	if p.req.ReturnLatents {
+		al, err := packing.UnpackAudio(xa, ca, n)
+		if err != nil {
+			return err
+		}
+		p.res.Latents = &Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
+			Audio: al, AudioShape: []int{packing.AudioChannels, ca, n}}
+	}
+	return p.checkCtx()
+}
+
+// decodeAudio runs the audio VAE when the file or the caller needs the waveform.
+func (p *pipelineRun) decodeAudio() error {
+	if p.req.SkipSave && !p.req.ReturnAudio {
+		return nil
+	}
+	g := p.g
+	defer p.begin(PhaseAudioDecode, &p.res.Timings.AudioDecode)()
+	dec := g.audio
+	if dec == nil {
+		g.noteLoad("audio_vae")
+		d, err := g.comp.loadAudioVAE(g.backend)
+		if err != nil {
+			return err
+		}
+		if g.resident() {
+			g.audio = d
+		} else {
+			p.closers = append(p.closers, d.Close)
+		}
+		dec = d
+	}
+	wave, err := dec.DecodeRows(p.ctx, p.audioRows, p.audioLatents)
+	if err != nil {
+		return fmt.Errorf("fastvideo: audio decode: %w", err)
+	}
+	p.audio = wave
+	if p.req.ReturnAudio {
+		p.res.Audio = wave
+	}
+	if err := p.releaseAll(); err != nil {
+		return err
+	}
+	return p.checkCtx()
+}
+
+// decodeVideo runs the video VAE clip by clip, piping each clip's frames into the H.264 encoder as
+// soon as they exist, so a long clip is never held whole (unless the caller asked for the frames).
+func (p *pipelineRun) decodeVideo() error {
+	if p.req.SkipSave && !p.req.ReturnFrames {
+		return nil
+	}
+	g, r := p.g, p.r
+	defer p.begin(PhaseVideoDecode, &p.res.Timings.VideoDecode)()
+	if !p.req.SkipSave {
+		var err error
+		if p.staging, err = stagingPath(p.target); err != nil {
+			return err
+		}
+		p.writer, err = media.NewMP4Writer(p.ctx, media.MP4Options{
+			Path: p.staging, Width: r.Width, Height: r.Height, FPS: float64(r.FPS),
+			AudioSampleRate: g.spec.AudioVAE.SamplingRate, AudioChannels: packing.AudioChannels,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	dec := g.video
+	if dec == nil {
+		g.noteLoad("video_vae")
+		d, err := g.comp.loadVideoVAE(g.backend, g.dtype)
+		if err != nil {
+			return err
+		}
+		if g.resident() {
+			g.video = d
+		} else {
+			p.closers = append(p.closers, d.Close)
+		}
+		dec = d
+	}
+	frameBytes := r.Width * r.Height * 3
+	done := 0
+	err := dec.Decode(p.ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
+		if err := p.checkCtx(); err != nil {
+			return err
+		}
+		if f.Height != r.Height || f.Width != r.Width {
+			return fmt.Errorf("fastvideo: the video VAE decoded %dx%d frames, the request is %dx%d", f.Width, f.Height, r.Width, r.Height)
+		}
+		rgb := f.RGB24(nil)
+		for i := 0; i < f.Count; i++ {
+			frame := rgb[i*frameBytes : (i+1)*frameBytes : (i+1)*frameBytes]
+			if p.writer != nil {
+				if err := p.writer.WriteFrame(frame); err != nil {
+					return err
+				}
+			}
+			if p.req.ReturnFrames {
+				p.res.Frames = append(p.res.Frames, frame)
+			}
+		}
+		done += f.Count
+		p.emit(Event{Kind: DecodeProgress, Phase: PhaseVideoDecode, Done: done, Total: r.NumFrames})
+		return nil
+	})
+	if err != nil {
+		if cerr := p.checkCtx(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("fastvideo: video decode: %w", err)
+	}
+	if done != r.NumFrames {
+		return fmt.Errorf("fastvideo: the video VAE decoded %d frames, the plan has %d", done, r.NumFrames)
+	}
+	p.videoLatents = nil
+	if err := p.releaseAll(); err != nil {
+		return err
+	}
+	return p.checkCtx()
+}
+
+// mux finishes the MP4 (H.264 flush, AAC track) and gives it its final name, never replacing an
+// existing file.
+func (p *pipelineRun) mux() error {
+	if p.req.SkipSave {
+		return nil
+	}
+	defer p.begin(PhaseMux, &p.res.Timings.Mux)()
+	if err := p.writer.Close(p.audio); err != nil {
+		if cerr := p.checkCtx(); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	if err := p.checkCtx(); err != nil {
+		return err
+	}
+	final, err := placeFile(p.staging, p.target)
+	if err != nil {
+		return err
+	}
+	p.staging = ""
+	p.res.OutputPath = final
+	return nil
+}
