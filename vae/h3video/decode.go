@@ -7,6 +7,7 @@ import (
 	"iter"
 	"sync"
 
+	"github.com/gomlx/compute"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 )
@@ -81,9 +82,10 @@ func (c Config) OutputShape(latentShape []int) ([]int, error) {
 }
 
 // Decode de-normalizes DiT-space latents [1, C, T, Hl, Wl] and decodes them one temporal clip at a
-// time, calling emit with each finished run of frames in order. Peak memory is one clip's worth of
-// decoder activations and pixels, whatever T is. ctx is checked between tiles; an error from emit
-// stops the decode and is returned.
+// time, calling emit with each finished run of frames in order (from the caller's goroutine, while
+// the device already decodes the next clip). Peak memory is one clip's worth of decoder activations
+// and pixels, whatever T is. ctx is checked between decoder layers; an error from emit stops the
+// decode and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
 	z, err := d.cfg.DenormalizeLatents(latents, shape)
 	if err != nil {
@@ -136,6 +138,11 @@ func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape [
 }
 
 // DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents).
+//
+// The device work runs in a goroutine of its own, up to two batches of tiles ahead of the host work
+// (copying tiles back, stitching, temporal blending and emit), which runs in the caller's goroutine:
+// each device execution blocks its caller until the device is done, so this is what keeps the
+// accelerator busy while the host stitches and the consumer handles the previous frames.
 func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -157,26 +164,88 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 		return err
 	}
 	lat := latentView{data: z, c: shape[1], t: t, h: hl, w: wl}
-	ratio, pt := d.cfg.SpatialRatio(), d.cfg.TemporalRatio()
-	hh, ww := hl*ratio, wl*ratio
+	cp, err := d.planClip(lat)
+	if err != nil {
+		return err
+	}
+	pt := d.cfg.TemporalRatio()
+	hh, ww := cp.hh, cp.ww
 	chunkTokens, pre := d.cfg.TokensChunkSize(), d.cfg.FramePrePadding()
 	chunkEnd := chunkTokens * pt // first frame after a clip's kept run
 	plane := hh * ww
 	oc := d.cfg.OutChannels
+	clipFrames := cp.frames
 
-	clip := make([]float32, oc*d.cfg.ClipTokens()*pt*plane)
+	// Device side: every batch of every clip, in order, handed over as device tensors.
+	type batchOut struct {
+		pix *tensors.Tensor
+		err error
+	}
+	devCtx, cancel := context.WithCancel(ctx)
+	results := make(chan batchOut, 1)
+	var producer sync.WaitGroup
+	producer.Add(1)
+	go func() {
+		defer producer.Done()
+		defer close(results)
+		for k := 0; k < plan.Chunks; k++ {
+			for _, b := range cp.batches {
+				pix, err := d.runBatch(devCtx, lat, k*chunkTokens, cp, b)
+				select {
+				case results <- batchOut{pix, err}:
+				case <-devCtx.Done():
+					freeTensor(pix)
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for r := range results {
+			freeTensor(r.pix)
+		}
+		producer.Wait()
+	}()
+
+	canvas := make([]float32, oc*clipFrames*plane)
+	st := newClipStitcher(d.backend, cp, canvas)
 	start := 0
 	var overlap []float32 // the previous clip's tail [oc][nOverlap][H][W]
 	nOverlap := 0
 	for k := 0; k < plan.Chunks; k++ {
-		clipFrames, err := d.decodeClip(ctx, lat, k*chunkTokens, clip)
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
+		st.reset()
+		for bi := range cp.batches {
+			r, ok := <-results
+			if !ok {
+				st.wait()
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return errors.New("h3video: internal error: device goroutine stopped early")
+			}
+			if r.err != nil {
+				st.wait()
+				return r.err
+			}
+			err := st.add(bi, r.pix)
+			freeTensor(r.pix)
+			if err != nil {
+				st.wait()
+				return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
+			}
+		}
+		st.wait()
 		kept := chunkEnd - pre
 		run := make([]float32, oc*kept*plane)
 		for c := 0; c < oc; c++ {
-			copy(run[c*kept*plane:(c+1)*kept*plane], clip[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
+			copy(run[c*kept*plane:(c+1)*kept*plane], canvas[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
 		}
 		if overlap != nil {
 			blendFrames(overlap, nOverlap, run, kept, plane, oc, d.cfg.FrameOverlap())
@@ -187,7 +256,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 			nOverlap = max(clipFrames-(chunkEnd+pre), 0)
 			overlap = make([]float32, oc*nOverlap*plane)
 			for c := 0; c < oc; c++ {
-				copy(overlap[c*nOverlap*plane:(c+1)*nOverlap*plane], clip[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
+				copy(overlap[c*nOverlap*plane:(c+1)*nOverlap*plane], canvas[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
 			}
 		}
 		if count > 0 {
@@ -255,6 +324,12 @@ type latentView struct {
 // [1, C, nt, nh, nw] tensor.
 func (l latentView) tile(t0, nt, y0, nh, x0, nw int) *tensors.Tensor {
 	out := make([]float32, l.c*nt*nh*nw)
+	l.window(out, t0, nt, y0, nh, x0, nw)
+	return tensors.FromFlatDataAndDimensions(out, 1, l.c, nt, nh, nw)
+}
+
+// window writes latent frames [t0, t0+nt) of the window [y0, y0+nh)×[x0, x0+nw) to out [C][nt][nh][nw].
+func (l latentView) window(out []float32, t0, nt, y0, nh, x0, nw int) {
 	i := 0
 	for c := 0; c < l.c; c++ {
 		for f := t0; f < t0+nt; f++ {
@@ -266,65 +341,66 @@ func (l latentView) tile(t0, nt, y0, nh, x0, nw int) *tensors.Tensor {
 			}
 		}
 	}
-	return tensors.FromFlatDataAndDimensions(out, 1, l.c, nt, nh, nw)
 }
 
-// tile is one decoded spatial tile [oc][frames][h][w].
-type tile struct {
-	data []float32
-	h, w int
+// tilePlan is one spatial tile of a clip: its latent window and where its kept part goes.
+type tilePlan struct {
+	ly0, lx0, lh, lw int // latent window
+	stitch           stitch
+	up, left         int // indices of the tiles above and to the left in clipPlan.tiles, or -1
 }
 
-// decodeClip decodes latent frames [t0, t0+ClipTokens) over the whole canvas, tiling and blending
-// like the reference's _decode_clip, into canvas [oc][frames][H][W] (reused between clips; every
-// element is overwritten). It returns the clip's frame count. Each tile is stitched in the
-// background as soon as it is decoded, so host blending overlaps the next tile's device work.
-func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas []float32) (int, error) {
+// clipPlan is the spatial tiling shared by every clip of a decode, and the grouping of its tiles
+// into device calls: a batch holds tiles of one size, in raster order.
+type clipPlan struct {
+	tiles          []tilePlan
+	batches        [][]int
+	nt, frames     int // latent frames and decoded frames of a clip
+	hh, ww, planes int // canvas size in pixels; planes = oc × frames
+	ratio          int // pixels per latent
+}
+
+// maxBatchElements bounds the residual stream of one device call (tokens × width) when
+// Options.TileBatch is 0: 24,576 tokens of the release's width 2048, which holds the 12 tiles of a
+// 480×832 clip (1,797 tokens each) in one call. The transient activations of a block are about 12×
+// this in bytes (the FFN's input projection dominates), a little over 2 GiB for the release.
+const maxBatchElements = 24576 * 2048
+
+// planClip lays out the spatial tiles of a clip like the reference's _decode_clip and groups them
+// into batches.
+func (d *Decoder) planClip(lat latentView) (*clipPlan, error) {
 	ratio := d.cfg.SpatialRatio()
 	hh, ww := lat.h*ratio, lat.w*ratio
 	nt := d.cfg.ClipTokens()
 	frames := nt * d.cfg.TemporalRatio()
-	planes := d.cfg.OutChannels * frames
+	cp := &clipPlan{nt: nt, frames: frames, hh: hh, ww: ww, planes: d.cfg.OutChannels * frames, ratio: ratio}
 	ys, xs := Tiles{Starts: []int{0}, Sizes: []int{hh}}, Tiles{Starts: []int{0}, Sizes: []int{ww}}
 	if !d.opts.DisableTiling {
 		th, tw, oh, ow := d.tileSizes()
 		var err error
 		if ys, err = SplitTiles(hh, th, oh, ratio); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if xs, err = SplitTiles(ww, tw, ow, ratio); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	if len(canvas) != planes*hh*ww {
-		return 0, fmt.Errorf("h3video: internal error: canvas has %d values, want %d", len(canvas), planes*hh*ww)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait() // never return while a stitch still writes into canvas
-	var prevRow []*tile
 	y := 0 // canvas row where the current tile row's kept part starts
 	for r := range ys.Starts {
-		row := make([]*tile, len(xs.Starts))
 		x, keptH := 0, 0
 		for c := range xs.Starts {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
 			ly0, lx0 := ys.Starts[r]/ratio, xs.Starts[c]/ratio
-			lh := min(ys.Sizes[r]/ratio, lat.h-ly0)
-			lw := min(xs.Sizes[c]/ratio, lat.w-lx0)
-			data, err := d.decodeTile(ctx, lat.tile(t0, nt, ly0, lh, lx0, lw), nil)
-			if err != nil {
-				return 0, err
-			}
-			cur := &tile{data: data, h: lh * ratio, w: lw * ratio}
-			row[c] = cur
-			st := stitch{cur: cur, y: y, x: x, kh: cur.h, kw: cur.w}
+			tp := tilePlan{ly0: ly0, lx0: lx0, lh: min(ys.Sizes[r]/ratio, lat.h-ly0), lw: min(xs.Sizes[c]/ratio, lat.w-lx0),
+				up: -1, left: -1}
+			th, tw := tp.lh*ratio, tp.lw*ratio
+			st := stitch{y: y, x: x, kh: th, kw: tw}
 			if r > 0 {
-				st.up, st.eUp = prevRow[c], min(prevRow[c].h, cur.h, ys.Overlaps[r-1])
+				tp.up = len(cp.tiles) - len(xs.Starts)
+				st.eUp = min(cp.tiles[tp.up].lh*ratio, th, ys.Overlaps[r-1])
 			}
 			if c > 0 {
-				st.left, st.eLeft = row[c-1], min(row[c-1].w, cur.w, xs.Overlaps[c-1])
+				tp.left = len(cp.tiles) - 1
+				st.eLeft = min(cp.tiles[tp.left].lw*ratio, tw, xs.Overlaps[c-1])
 			}
 			if r < len(ys.Starts)-1 {
 				st.kh -= ys.Overlaps[r]
@@ -333,18 +409,175 @@ func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas
 				st.kw -= xs.Overlaps[c]
 			}
 			st.kh, st.kw = min(st.kh, hh-y), min(st.kw, ww-x)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				st.run(canvas, planes, hh, ww)
-			}()
+			tp.stitch = st
+			cp.tiles = append(cp.tiles, tp)
 			x += st.kw
 			keptH = st.kh
 		}
 		y += keptH
-		prevRow = row
 	}
-	return frames, nil
+	cp.batches = batchTiles(cp.tiles, func(tp tilePlan) int {
+		switch {
+		case d.opts.TileBatch > 0:
+			return d.opts.TileBatch
+		case d.backend.Name() != "xla":
+			// The pure-Go backend gains nothing from batching (one tile's matmuls already fill the
+			// CPU), and its matmul kernel sums a row differently depending on where the row falls
+			// in the flattened batch, so tile by tile keeps results independent of the batching.
+			return 1
+		}
+		tokens := nt*tp.lh*tp.lw + d.cfg.DecoderNumRegisters + 1
+		return max(1, maxBatchElements/(tokens*d.cfg.Width()))
+	})
+	return cp, nil
+}
+
+// batchTiles groups tile indices by latent window size (in first-appearance order, raster order
+// within a group) and splits each group into the fewest batches of at most limit tiles, of sizes
+// that differ by at most one (so that at most two batch shapes are compiled per tile size).
+func batchTiles(tiles []tilePlan, limit func(tilePlan) int) [][]int {
+	var order [][2]int
+	groups := map[[2]int][]int{}
+	for i, tp := range tiles {
+		g := [2]int{tp.lh, tp.lw}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var batches [][]int
+	for _, g := range order {
+		idx := groups[g]
+		maxB := limit(tiles[idx[0]])
+		total := len(idx)
+		n := (total + maxB - 1) / maxB
+		for b := 0; b < n; b++ {
+			size := total / n
+			if b < total%n {
+				size++
+			}
+			batches = append(batches, idx[:size])
+			idx = idx[size:]
+		}
+	}
+	return batches
+}
+
+// runBatch decodes the tiles idx of the clip starting at latent frame t0 and returns their pixels
+// on the device, [B, oc, frames, h·p, w·p].
+func (d *Decoder) runBatch(ctx context.Context, lat latentView, t0 int, cp *clipPlan, idx []int) (*tensors.Tensor, error) {
+	tp := cp.tiles[idx[0]]
+	n := lat.c * cp.nt * tp.lh * tp.lw
+	z := make([]float32, len(idx)*n)
+	for b, i := range idx {
+		w := cp.tiles[i]
+		lat.window(z[b*n:(b+1)*n], t0, cp.nt, w.ly0, w.lh, w.lx0, w.lw)
+	}
+	return d.decodeTiles(ctx, tensors.FromFlatDataAndDimensions(z, len(idx), lat.c, cp.nt, tp.lh, tp.lw), nil)
+}
+
+// clipStitcher assembles one clip's canvas from batches of decoded tiles. Tiles are stitched in
+// background goroutines as soon as they and their upper and left neighbours are on the host, so the
+// host blending of one batch overlaps the copy of the next.
+type clipStitcher struct {
+	backend compute.Backend
+	cp      *clipPlan
+	canvas  []float32
+	bufs    [][]float32 // host copy of each batch, reused between clips
+	tiles   []*tile     // each decoded tile [oc·frames][h·p][w·p] (a view into a buffer), nil until copied
+	started []bool
+	wg      sync.WaitGroup
+}
+
+func newClipStitcher(backend compute.Backend, cp *clipPlan, canvas []float32) *clipStitcher {
+	return &clipStitcher{backend: backend, cp: cp, canvas: canvas, bufs: make([][]float32, len(cp.batches)),
+		tiles: make([]*tile, len(cp.tiles)), started: make([]bool, len(cp.tiles))}
+}
+
+// reset starts a new clip; the previous one must have been waited for.
+func (s *clipStitcher) reset() {
+	clear(s.tiles)
+	clear(s.started)
+}
+
+// wait blocks until every started stitch has finished.
+func (s *clipStitcher) wait() { s.wg.Wait() }
+
+// add copies batch bi of the clip (pix [B, oc, frames, h·p, w·p] on the device) to the host and
+// starts the stitches that have become possible.
+func (s *clipStitcher) add(bi int, pix *tensors.Tensor) error {
+	idx := s.cp.batches[bi]
+	n := pix.Shape().Size()
+	if len(s.bufs[bi]) != n {
+		s.bufs[bi] = make([]float32, n)
+	}
+	buf := s.bufs[bi]
+	b, err := pix.Buffer(s.backend, 0)
+	if err != nil {
+		return err
+	}
+	if err := b.ToFlatData(buf); err != nil {
+		return err
+	}
+	per := n / len(idx)
+	for j, i := range idx {
+		tp := s.cp.tiles[i]
+		s.tiles[i] = &tile{data: buf[j*per : (j+1)*per], h: tp.lh * s.cp.ratio, w: tp.lw * s.cp.ratio}
+	}
+	for i, tp := range s.cp.tiles {
+		if s.started[i] || s.tiles[i] == nil || (tp.up >= 0 && s.tiles[tp.up] == nil) || (tp.left >= 0 && s.tiles[tp.left] == nil) {
+			continue
+		}
+		s.started[i] = true
+		st := tp.stitch
+		st.cur = s.tiles[i]
+		if tp.up >= 0 {
+			st.up = s.tiles[tp.up]
+		}
+		if tp.left >= 0 {
+			st.left = s.tiles[tp.left]
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			st.run(s.canvas, s.cp.planes, s.cp.hh, s.cp.ww)
+		}()
+	}
+	return nil
+}
+
+// decodeClip decodes latent frames [t0, t0+ClipTokens) over the whole canvas, tiling and blending
+// like the reference's _decode_clip, into canvas [oc][frames][H][W] (every element is overwritten).
+// It returns the clip's frame count. DecodeDenormalized does the same with the device work of the
+// next batches overlapping the host work.
+func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas []float32) (int, error) {
+	cp, err := d.planClip(lat)
+	if err != nil {
+		return 0, err
+	}
+	if len(canvas) != cp.planes*cp.hh*cp.ww {
+		return 0, fmt.Errorf("h3video: internal error: canvas has %d values, want %d", len(canvas), cp.planes*cp.hh*cp.ww)
+	}
+	st := newClipStitcher(d.backend, cp, canvas)
+	defer st.wait() // never return while a stitch still writes into canvas
+	for bi, idx := range cp.batches {
+		pix, err := d.runBatch(ctx, lat, t0, cp, idx)
+		if err != nil {
+			return 0, err
+		}
+		err = st.add(bi, pix)
+		freeTensor(pix)
+		if err != nil {
+			return 0, err
+		}
+	}
+	return cp.frames, nil
+}
+
+// tile is one decoded spatial tile [oc][frames][h][w].
+type tile struct {
+	data []float32
+	h, w int
 }
 
 // stitch places one decoded tile's kept part [kh×kw] at canvas (y, x), blended like FastVideo's
@@ -396,16 +629,45 @@ type actHook func(name string, t *tensors.Tensor)
 // decodeTile runs post_quant_conv and the ViT decoder on one [1, C, nt, h, w] latent tile (which it
 // consumes) and returns its pixels [oc][nt·pt][h·p][w·p] (normalized pixel space). hook, when set,
 // sees intermediate tensors and must copy what it keeps before returning.
-func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHook) (out []float32, err error) {
+func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHook) ([]float32, error) {
+	pix, err := d.decodeTiles(ctx, z, hook)
+	if err != nil {
+		return nil, err
+	}
+	defer freeTensor(pix)
+	out := make([]float32, pix.Shape().Size())
+	err = catch(func() {
+		b, err := pix.Buffer(d.backend, 0)
+		if err != nil {
+			panic(err)
+		}
+		if err := b.ToFlatData(out); err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("h3video: copying a decoded tile from the device: %w", err)
+	}
+	return out, nil
+}
+
+// freeTensor releases a tensor's memory now (device buffers are otherwise freed only by the GC,
+// which does not see device memory).
+func freeTensor(t *tensors.Tensor) {
+	if t != nil {
+		_ = t.FinalizeAll()
+	}
+}
+
+// decodeTiles runs post_quant_conv and the ViT decoder on a batch of equally sized latent tiles
+// z [B, C, nt, h, w] (which it consumes) in one device call per graph, and returns their pixels
+// [B, oc, nt·pt, h·p, w·p] (normalized pixel space) on the device; the caller frees them. hook, when
+// set, sees intermediate tensors and must copy what it keeps before returning.
+func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHook) (pix *tensors.Tensor, err error) {
 	dims := z.Shape().Dimensions
 	geom := [3]int{dims[2], dims[3], dims[4]}
 	var x *tensors.Tensor
-	free := func(t *tensors.Tensor) {
-		if t != nil {
-			_ = t.FinalizeAll()
-		}
-	}
-	defer func() { free(z); free(x) }()
+	defer func() { freeTensor(z); freeTensor(x) }()
 	err = catch(func() {
 		rope, err := d.ropeFor(geom)
 		if err != nil {
@@ -420,7 +682,7 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 			hook("post_quant_conv", res[1])
 			hook("proj_in", x)
 		}
-		free(res[1])
+		freeTensor(res[1])
 		args := make([]any, 3+numBlockTensors)
 		args[1], args[2] = rope[0], rope[1]
 		for i, blk := range d.blocks {
@@ -435,7 +697,7 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 			if err != nil {
 				panic(err)
 			}
-			free(x)
+			freeTensor(x)
 			x = y
 			if hook != nil && i == 0 {
 				hook("block0", x)
@@ -445,23 +707,19 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 		if err != nil {
 			panic(err)
 		}
-		pix, err := post.Call1(x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
-		if err != nil {
-			panic(err)
-		}
-		defer free(pix)
-		out, err = tensors.CopyFlatData[float32](pix)
+		pix, err = post.Call1(x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
 		if err != nil {
 			panic(err)
 		}
 	})
 	if err != nil {
+		freeTensor(pix)
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return nil, ctxErr
 		}
-		return nil, fmt.Errorf("h3video: decoding a %d×%d×%d latent tile: %w", geom[0], geom[1], geom[2], err)
+		return nil, fmt.Errorf("h3video: decoding %d latent tile(s) of %d×%d×%d: %w", dims[0], geom[0], geom[1], geom[2], err)
 	}
-	return out, nil
+	return pix, nil
 }
 
 // ropeFor returns the cached device RoPE tables of a tile geometry.

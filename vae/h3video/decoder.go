@@ -20,7 +20,9 @@ import (
 // (the config's 256 px tiles and 64 px minimum overlap).
 type Options struct {
 	// DType is the weight and matmul dtype: Float32 (default, the released precision), BFloat16 or
-	// Float16 (faster on GPUs; norms, RoPE, softmax and the residual stream stay float32).
+	// Float16 (faster on GPUs). With half precision, matmul products are rounded to that dtype as
+	// PyTorch's half-precision linears do; biases, norms, RoPE, softmax and the residual stream stay
+	// float32.
 	DType dtypes.DType
 	// TileSize is the spatial tile edge in pixels (both axes); 0 takes the config's
 	// tile_sample_min_height/width. It must be a multiple of the spatial ratio (16 for the release).
@@ -28,6 +30,13 @@ type Options struct {
 	// TileOverlap is the minimum overlap between tiles in pixels; 0 takes the config's value. It must
 	// be a multiple of the spatial ratio and smaller than TileSize.
 	TileOverlap int
+	// TileBatch is the most spatial tiles decoded together in one device call (tiles of equal size
+	// are stacked on a batch axis, which keeps a GPU's matrix units far busier than one tile at a
+	// time). 0 chooses automatically: as many as keep a call's residual stream within 24,576 tokens
+	// of width 2048 (all 12 tiles of a 480×832 release clip), about 2 GiB of transient activations
+	// on top of the weights. 1 decodes tile by tile (least memory). Results do not depend on it
+	// beyond floating-point reassociation in the backend's matmuls.
+	TileBatch int
 	// DisableTiling decodes each clip over the whole canvas in one pass (the reference with
 	// use_tiling=False). Attention memory then grows with the square of the canvas area.
 	DisableTiling bool
@@ -99,6 +108,9 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 	}
 	if opts.DType == dtypes.InvalidDType {
 		opts.DType = dtypes.Float32
+	}
+	if opts.TileBatch < 0 {
+		return nil, fmt.Errorf("h3video: Options.TileBatch=%d must not be negative (0 chooses automatically)", opts.TileBatch)
 	}
 	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
 		return nil, fmt.Errorf("h3video: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
