@@ -20,12 +20,18 @@ import (
 	"fastvideo/vae/h3video"
 )
 
-// components loads the heavyweight parts of a model. Each load* call builds a fresh instance that
-// the caller owns (and closes); nothing is cached here except what stands in for files.
-type components interface {
+// modelFiles is what every family's components share.
+type modelFiles interface {
 	describe() string
 	// check re-validates, cheaply, that the files a run needs are still there.
 	check() error
+}
+
+// components loads the heavyweight parts of a MiniMax H3 model (wanComponents: a Wan model). Each
+// load* call builds a fresh instance that the caller owns (and closes); nothing is cached here except
+// what stands in for files.
+type components interface {
+	modelFiles
 	adalnManifest() *h3.AdaLNManifest
 	loadTokenizer() (*tokenizer.Tokenizer, error)
 	// textEncoder returns the text stack's config, a weight source opener and the prompt-cache

@@ -12,29 +12,35 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/dit/h3"
+	wandit "fastvideo/dit/wan"
 	"fastvideo/internal/backend"
 	"fastvideo/internal/media"
 	"fastvideo/internal/textenc"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
+	wanvae "fastvideo/vae/wan"
 )
 
 // ErrClosed is returned by Generate after Close.
 var ErrClosed = errors.New("fastvideo: the VideoGenerator is closed")
 
-// VideoGenerator generates videos with synchronized stereo audio from text prompts with one model
-// (FastVideo's VideoGenerator). Create it with New, call Generate any number of times, then Close.
+// VideoGenerator generates videos from text prompts with one model (FastVideo's VideoGenerator):
+// with synchronized stereo audio for MiniMax H3, video only for Wan. Create it with New, call
+// Generate any number of times, then Close.
 //
 // It is safe for concurrent use: Generate calls run one at a time (a generation already uses the
 // whole device), in the order they acquire the generator, and Close waits for the running one.
 //
-// Memory: with the default OneResident policy the text encoder, the DiT and the two VAEs are loaded
+// Memory: with the default OneResident policy the text encoder, the DiT and the VAEs are loaded
 // one after the other within each Generate and released before the next is loaded, so peak memory
 // is the largest component; WithMemoryPolicy(AllResident) keeps them loaded between calls.
 type VideoGenerator struct {
-	spec    *ModelSpec
-	opts    Options
-	comp    components
+	spec  *ModelSpec
+	opts  Options
+	files modelFiles    // the model's components, either family
+	comp  components    // MiniMax H3 (nil for Wan)
+	wcomp wanComponents // Wan (nil for MiniMax H3)
+
 	backend compute.Backend
 	// backendKind is "go" or "xla"; backendSpec the resolved spec, e.g. "go:ops_sequential".
 	backendKind, backendSpec string
@@ -43,10 +49,12 @@ type VideoGenerator struct {
 	mu     sync.Mutex
 	closed bool
 	// Resident components (AllResident only).
-	cond  *textenc.Conditioner
-	dit   *h3.Model
-	video *h3video.Decoder
-	audio *h3audio.Decoder
+	cond   *textenc.Conditioner // either family's text conditioner
+	dit    *h3.Model
+	video  *h3video.Decoder
+	audio  *h3audio.Decoder
+	wanDiT *wandit.Model
+	wanVAE *wanvae.Decoder
 
 	// loads counts heavyweight loads (tokenizer, text encoder, DiT, VAEs); loadHook, when set,
 	// sees each one. Tests use them to prove that bad requests fail before anything loads.
@@ -54,15 +62,18 @@ type VideoGenerator struct {
 	loadHook func(component string)
 }
 
-// New opens a model for generation: "tiny-h3" (built in, random weights, no files) or a MiniMax H3 /
-// FastH3 snapshot folder holding transformer/, vae/, audio_vae/, text_encoder/, tokenizer/ and
-// scheduler/ (the diffusers layout of MiniMaxAI/MiniMax-H3 and the FastH3 students).
+// New opens a model for generation: "tiny-h3" or "tiny-wan" (built in, random weights, no files), a
+// MiniMax H3 / FastH3 snapshot folder holding transformer/, vae/, audio_vae/, text_encoder/,
+// tokenizer/ and scheduler/ (the diffusers layout of MiniMaxAI/MiniMax-H3 and the FastH3 students),
+// or a Wan snapshot folder holding model_index.json, transformer/, vae/, text_encoder/ and tokenizer/
+// (the diffusers layout of Wan-AI/Wan2.1-T2V-1.3B-Diffusers, FastVideo/FastWan2.1-T2V-1.3B-Diffusers,
+// Wan-AI/Wan2.2-TI2V-5B-Diffusers, ...).
 //
 // New checks everything that can fail before any weight is read: the folder's configs parse and
 // agree with each other, every component's weight files exist and their headers are valid, the
-// compute backend starts, and an ffmpeg with libx264 and AAC is available. It loads no weights.
-// "fasth3" and "h3" name specifications without weights: they work with Plan, and New asks for the
-// snapshot folder instead. Invalid input is a *RequestError.
+// compute backend starts, and an ffmpeg with libx264 (and AAC, which H3 needs) is available. It
+// loads no weights. "fasth3", "h3", "wan2.1-t2v-1.3b", ... name specifications without weights: they
+// work with Plan, and New asks for the snapshot folder instead. Invalid input is a *RequestError.
 func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, error) {
 	var o Options
 	for _, opt := range opts {
@@ -77,19 +88,40 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err != nil {
 		return nil, err
 	}
-	var comp components
+	g := &VideoGenerator{spec: spec, opts: o}
 	switch {
 	case spec.Variant == "tiny-h3" && spec.Dir == "":
-		comp = newTinyComponents(spec)
-	case spec.Dir != "":
-		if comp, err = openFolder(spec); err != nil {
+		g.comp = newTinyComponents(spec)
+	case spec.Variant == tinyWanName && spec.Dir == "":
+		g.wcomp = newTinyWanComponents(spec)
+	case spec.Dir != "" && spec.Family == FamilyWan:
+		c, err := openWanFolder(spec)
+		if err != nil {
 			return nil, err
 		}
+		g.wcomp = c
+	case spec.Dir != "":
+		c, err := openFolder(spec)
+		if err != nil {
+			return nil, err
+		}
+		g.comp = c
+	case spec.Family == FamilyWan:
+		return nil, &RequestError{Field: "model", Value: model, Allowed: fmt.Sprintf(
+			"tiny-wan or a Wan snapshot folder (with %s, %s/, %s/, %s/, %s/): %q is a built-in specification "+
+				"without weights, usable with Plan; download the checkpoint (%s) and pass its folder",
+			wanModelIndex, dirTransformer, dirVAE, dirTextEncoder, dirTokenizer, model,
+			strings.Join(spec.Presets[spec.DefaultPreset].ModelIDs, " or "))}
 	default:
 		return nil, &RequestError{Field: "model", Value: model, Allowed: fmt.Sprintf(
 			"tiny-h3 or a MiniMax H3 snapshot folder (with %s/, %s/, %s/, %s/, %s/): %q is a built-in specification "+
 				"without weights, usable with Plan; download the checkpoint and pass its folder",
 			dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder, dirTokenizer, model)}
+	}
+	if g.comp != nil {
+		g.files = g.comp
+	} else {
+		g.files = g.wcomp
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -105,7 +137,7 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
-	g := &VideoGenerator{spec: spec, opts: o, comp: comp, backend: b, backendKind: bp.Backend, backendSpec: bp.Spec}
+	g.backend, g.backendKind, g.backendSpec = b, bp.Backend, bp.Spec
 	switch o.DType {
 	case F32:
 		g.dtype = dtypes.Float32
@@ -188,6 +220,14 @@ func (g *VideoGenerator) releaseResident() error {
 		errs = append(errs, g.audio.Close())
 		g.audio = nil
 	}
+	if g.wanDiT != nil {
+		errs = append(errs, g.wanDiT.Close())
+		g.wanDiT = nil
+	}
+	if g.wanVAE != nil {
+		errs = append(errs, g.wanVAE.Close())
+		g.wanVAE = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -210,6 +250,6 @@ func dtypeName(dt dtypes.DType) DType {
 // String describes the generator.
 func (g *VideoGenerator) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "VideoGenerator(%s on %s, %s, %s)", g.comp.describe(), g.backendSpec, dtypeName(g.dtype), g.opts.Memory)
+	fmt.Fprintf(&b, "VideoGenerator(%s on %s, %s, %s)", g.files.describe(), g.backendSpec, dtypeName(g.dtype), g.opts.Memory)
 	return b.String()
 }

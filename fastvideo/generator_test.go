@@ -47,10 +47,12 @@ func tinyGenerator(t *testing.T) *VideoGenerator {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.g != nil {
-		if err := shared.g.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "closing the shared generator:", err)
-			code = 1
+	for _, g := range []*VideoGenerator{shared.g, wanShared.g} {
+		if g != nil {
+			if err := g.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "closing a shared generator:", err)
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)

@@ -20,10 +20,13 @@ import (
 // heavy is read.
 type ModelSpec struct {
 	Name        string // registry name, or the folder path
-	Family      string // "minimax_h3"
-	Variant     string // "fasth3", "h3" or "tiny-h3"
+	Family      string // FamilyH3 or FamilyWan
+	Variant     string // "fasth3", "h3", "tiny-h3", "wan2.1-t2v-1.3b", "tiny-wan", ...
 	Description string
 	Dir         string // model folder, when read from disk
+
+	// Wan holds the Wan family's configs (nil for MiniMax H3, whose configs are the fields below).
+	Wan *WanSpec
 
 	DiT      DiTConfig
 	VAE      VideoVAEConfig
@@ -49,6 +52,12 @@ type ModelSpec struct {
 	Notes         []string // defaults taken when a folder omits a file
 }
 
+// Model families.
+const (
+	FamilyH3  = "minimax_h3" // MiniMax H3 and FastH3: joint audio-video DiT
+	FamilyWan = "wan"        // Wan2.1 / Wan2.2 TI2V and the FastWan students: video only
+)
+
 // Preset holds a model's request defaults (FastVideo api presets).
 type Preset struct {
 	Name          string  `json:"name"`
@@ -57,9 +66,19 @@ type Preset struct {
 	Width         int     `json:"width"`
 	NumFrames     int     `json:"num_frames"`
 	FPS           int     `json:"fps"`
-	Steps         int     `json:"num_inference_steps"` // DiT forwards
+	Steps         int     `json:"num_inference_steps"` // DiT forwards (Wan DMD presets: see Sampler)
 	GuidanceScale float64 `json:"guidance_scale"`
 	Seed          int64   `json:"seed"`
+
+	// Wan presets only.
+	//
+	// Sampler is SamplerUniPC (the base pipelines: UniPC with classifier-free guidance when
+	// GuidanceScale > 1) or SamplerDMD (the FastWan students: DMDSteps, one forward each, no
+	// guidance; Steps and GuidanceScale are upstream's preset values, which the DMD loop ignores).
+	Sampler        Sampler  `json:"sampler,omitempty"`
+	DMDSteps       []int    `json:"dmd_denoising_steps,omitempty"`
+	NegativePrompt string   `json:"negative_prompt,omitempty"`
+	ModelIDs       []string `json:"model_ids,omitempty"` // Hugging Face ids upstream maps to the preset
 }
 
 // DiTConfig is the released transformer/config.json of MiniMax H3 (the same
@@ -176,7 +195,7 @@ func fastH3Presets() map[string]Preset {
 var registry = map[string]func() *ModelSpec{
 	"fasth3": func() *ModelSpec {
 		return &ModelSpec{
-			Name: "fasth3", Family: "minimax_h3", Variant: "fasth3",
+			Name: "fasth3", Family: FamilyH3, Variant: "fasth3",
 			Description: "FastH3 (FastVideo/FastVideo-Minimax-FastH3-Preview): 4-step DMD student of MiniMax H3 with VSA gates",
 			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, VSAGates: true, WeightsDType: BF16,
@@ -186,7 +205,7 @@ var registry = map[string]func() *ModelSpec{
 	},
 	"h3": func() *ModelSpec {
 		return &ModelSpec{
-			Name: "h3", Family: "minimax_h3", Variant: "h3",
+			Name: "h3", Family: FamilyH3, Variant: "h3",
 			Description: "MiniMax H3 (MiniMaxAI/MiniMax-H3): 33.1B joint audio-video DiT, 49-step base sampler",
 			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
@@ -196,7 +215,7 @@ var registry = map[string]func() *ModelSpec{
 	},
 	"tiny-h3": func() *ModelSpec {
 		return &ModelSpec{
-			Name: "tiny-h3", Family: "minimax_h3", Variant: "tiny-h3",
+			Name: "tiny-h3", Family: FamilyH3, Variant: "tiny-h3",
 			Description: "The H3 architecture at toy width with seeded random weights made in memory (no files; its output is noise), for tests and smoke runs",
 			DiT:         tinyDiT(), VAE: videoSpec(tinyVideoVAE()), AudioVAE: audioSpec(tinyAudioVAE()),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: F32,
@@ -220,8 +239,19 @@ func Models() []string {
 	return out
 }
 
-// LookupModel returns a built-in model ("fasth3", "h3", "tiny-h3") or, for a
-// directory, the spec read from its configs.
+// modelsByFamily lists the built-in names family by family, for error messages.
+func modelsByFamily() string {
+	byFamily := map[string][]string{}
+	for _, name := range Models() {
+		f := registry[name]().Family
+		byFamily[f] = append(byFamily[f], name)
+	}
+	return fmt.Sprintf("%s (MiniMax H3); %s (Wan)", strings.Join(byFamily[FamilyH3], ", "), strings.Join(byFamily[FamilyWan], ", "))
+}
+
+// LookupModel returns a built-in model ("fasth3", "h3", "tiny-h3", "tiny-wan", "wan2.1-t2v-1.3b",
+// ...; Wan models also under their Hugging Face ids) or, for a directory, the spec read from its
+// configs (a MiniMax H3 or a Wan snapshot).
 func LookupModel(name string) (*ModelSpec, error) {
 	if f, ok := registry[name]; ok {
 		return f(), nil
@@ -229,8 +259,12 @@ func LookupModel(name string) (*ModelSpec, error) {
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
 		return ReadModelFolder(name)
 	}
+	if f, ok := registry[wanModelAliases()[strings.ToLower(name)]]; ok {
+		return f(), nil
+	}
 	return nil, &RequestError{Field: "model", Value: name,
-		Allowed: strings.Join(Models(), ", ") + " or a MiniMax H3 model folder (with transformer/, vae/, audio_vae/, scheduler/)"}
+		Allowed: modelsByFamily() + ", or a model folder: MiniMax H3 (transformer/, vae/, audio_vae/, scheduler/) " +
+			"or Wan (model_index.json, transformer/, vae/, text_encoder/, tokenizer/)"}
 }
 
 func (m *ModelSpec) preset(name string) (Preset, error) {
@@ -266,9 +300,17 @@ type inferenceContract struct {
 // plus the transformer's weight index (to detect FastH3's VSA gates) and an
 // optional fastvideo_inference.json. Fields a config omits keep the released
 // values.
+//
+// A Wan snapshot (model_index.json naming a Wan pipeline, or a WanTransformer3DModel transformer) is
+// read by readWanFolder instead.
 func ReadModelFolder(dir string) (*ModelSpec, error) {
+	if isWan, err := isWanFolder(dir); err != nil {
+		return nil, err
+	} else if isWan {
+		return readWanFolder(dir)
+	}
 	m := &ModelSpec{
-		Name: dir, Dir: dir, Family: "minimax_h3", Variant: "h3",
+		Name: dir, Dir: dir, Family: FamilyH3, Variant: "h3",
 		DiT: releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
 		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
 		MinAlignedFrames: 124, MaxAlignedFrames: 345,

@@ -23,19 +23,45 @@ const (
 // torch.randn stream: a Go run and a Python run with the same seed start from
 // different noise. To reproduce a Python latent exactly, inject its noise through
 // Request.VideoNoise / Request.AudioNoise.
+//
+// The first n values of a longer draw are the n values of a shorter one: a Wan DMD
+// run takes its initial noise and then its re-noise draws from one VideoNoise
+// stream, so its initial noise equals GaussianNoise(seed, VideoNoise, n).
 func GaussianNoise(seed int64, stream NoiseStream, n int) []float32 {
-	src := rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)
 	out := make([]float32, n)
-	for i := 0; i < n; i += 2 {
+	newGaussianStream(seed, stream).fill(out)
+	return out
+}
+
+// gaussianStream continues one (seed, stream) sequence across calls, exactly as a
+// single GaussianNoise call of the total length would produce it.
+type gaussianStream struct {
+	src      *rand.PCG
+	spare    float32
+	hasSpare bool
+}
+
+func newGaussianStream(seed int64, stream NoiseStream) *gaussianStream {
+	return &gaussianStream{src: rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)}
+}
+
+func (g *gaussianStream) fill(out []float32) {
+	i := 0
+	if g.hasSpare && len(out) > 0 {
+		out[0], g.hasSpare = g.spare, false
+		i = 1
+	}
+	for ; i < len(out); i += 2 {
 		// u1 in (0, 1] keeps the logarithm finite.
-		u1 := (float64(src.Uint64()>>11) + 1) / (1 << 53)
-		u2 := float64(src.Uint64()>>11) / (1 << 53)
+		u1 := (float64(g.src.Uint64()>>11) + 1) / (1 << 53)
+		u2 := float64(g.src.Uint64()>>11) / (1 << 53)
 		r := math.Sqrt(-2 * math.Log(u1))
 		s, c := math.Sincos(2 * math.Pi * u2)
 		out[i] = float32(r * c)
-		if i+1 < n {
+		if i+1 < len(out) {
 			out[i+1] = float32(r * s)
+		} else {
+			g.spare, g.hasSpare = float32(r*s), true
 		}
 	}
-	return out
 }

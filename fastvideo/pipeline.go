@@ -17,7 +17,7 @@ import (
 	"fastvideo/vae/h3video"
 )
 
-// run is one generation (g.mu held). The phases, in order:
+// run is one generation (g.mu held). The MiniMax H3 phases, in order (Wan's: wan_pipeline.go):
 //
 //	validate      request, output path, ffmpeg, model files: nothing loaded yet
 //	condition     tokenizer -> Qwen3-VL (streamed) -> prompt cache; encoder released
@@ -49,9 +49,12 @@ type pipelineRun struct {
 	audioLatents int       // N
 	audio        [][]float32
 
+	wan *wanRunState // Wan runs only
+
 	target  string // final output path
 	staging string // the writer's finished file before placeFile
 	writer  *media.MP4Writer
+	decoded int            // frames decoded so far
 	closers []func() error // non-resident components to release, last first
 }
 
@@ -75,6 +78,10 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 		}
 	}()
 	steps := []func() error{p.validate, p.condition, p.loadDiT, p.denoise, p.decodeAudio, p.decodeVideo, p.mux}
+	if g.spec.Family == FamilyWan {
+		p.wan = &wanRunState{}
+		steps = []func() error{p.validate, p.wanCondition, p.wanLoadDiT, p.wanDenoise, p.wanDecodeVideo, p.mux}
+	}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
@@ -140,6 +147,8 @@ func (p *pipelineRun) cleanup(failed bool) error {
 	return err
 }
 
+// validate resolves the request and checks everything a run needs, for either family, before
+// anything is loaded.
 func (p *pipelineRun) validate() error {
 	g, req := p.g, p.req
 	defer p.begin(PhaseValidate, &p.res.Timings.Validate)()
@@ -147,6 +156,44 @@ func (p *pipelineRun) validate() error {
 	if err != nil {
 		return err
 	}
+	if g.spec.Family == FamilyWan {
+		err = p.validateWan(r)
+	} else {
+		err = p.validateH3(r)
+	}
+	if err != nil {
+		return err
+	}
+	r.Prompt = strings.TrimSpace(r.Prompt)
+	if !req.SkipSave {
+		if p.target, err = outputTarget(req.OutputPath, r.Prompt); err != nil {
+			return err
+		}
+		if err := media.CheckFFmpeg(); err != nil {
+			return fmt.Errorf("fastvideo: %w", err)
+		}
+	}
+	if err := g.files.check(); err != nil {
+		return err
+	}
+	p.r = r
+	res := p.res
+	res.Prompt, res.Seed, res.Width, res.Height, res.NumFrames, res.FPS = r.Prompt, r.Seed, r.Width, r.Height, r.NumFrames, r.FPS
+	if g.spec.Family == FamilyH3 {
+		res.SampleRate = g.spec.AudioVAE.SamplingRate
+	}
+	res.Backend, res.DType = g.Backend()
+	if g.backendKind == "go" {
+		p.res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
+	} else {
+		p.res.DeviceMemory = fmt.Sprintf("not reported by the %s backend (GoMLX exposes no device memory statistics)", g.backendKind)
+	}
+	return p.checkCtx()
+}
+
+// validateH3 is validate's MiniMax H3 part: the run-level flags and the AdaLN-cache contract.
+func (p *pipelineRun) validateH3(r *ResolvedRequest) error {
+	req := p.req
 	if req.Fast {
 		return &RequestError{Field: "fast", Value: true, Allowed: "false: the temporal fast mode needs the RIFE frame " +
 			"interpolator, which this SDK does not ship yet (Plan shows its geometry)"}
@@ -159,35 +206,14 @@ func (p *pipelineRun) validate() error {
 		return &RequestError{Field: "skip_save", Value: true,
 			Allowed: "false, or true together with ReturnFrames, ReturnAudio or ReturnLatents (else nothing is produced)"}
 	}
+	var err error
 	if p.sched, err = r.Schedule(); err != nil {
 		return err
 	}
-	if err := h3.CheckAdaLNLadder(g.comp.adalnManifest(), r.Steps, p.sched.Video.Timesteps, p.sched.Audio.Timesteps); err != nil {
+	if err := h3.CheckAdaLNLadder(p.g.comp.adalnManifest(), r.Steps, p.sched.Video.Timesteps, p.sched.Audio.Timesteps); err != nil {
 		return &RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
-	r.Prompt = strings.TrimSpace(r.Prompt)
-	if !req.SkipSave {
-		if p.target, err = outputTarget(req.OutputPath, r.Prompt); err != nil {
-			return err
-		}
-		if err := media.CheckFFmpeg(); err != nil {
-			return fmt.Errorf("fastvideo: %w", err)
-		}
-	}
-	if err := g.comp.check(); err != nil {
-		return err
-	}
-	p.r = r
-	res := p.res
-	res.Prompt, res.Seed, res.Width, res.Height, res.NumFrames, res.FPS = r.Prompt, r.Seed, r.Width, r.Height, r.NumFrames, r.FPS
-	res.SampleRate = g.spec.AudioVAE.SamplingRate
-	res.Backend, res.DType = g.Backend()
-	if g.backendKind == "go" {
-		p.res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
-	} else {
-		p.res.DeviceMemory = fmt.Sprintf("not reported by the %s backend (GoMLX exposes no device memory statistics)", g.backendKind)
-	}
-	return p.checkCtx()
+	return nil
 }
 
 // condition encodes the prompt (or reads it from the prompt cache).
@@ -390,20 +416,10 @@ func (p *pipelineRun) decodeVideo() error {
 	if p.req.SkipSave && !p.req.ReturnFrames {
 		return nil
 	}
-	g, r := p.g, p.r
+	g := p.g
 	defer p.begin(PhaseVideoDecode, &p.res.Timings.VideoDecode)()
-	if !p.req.SkipSave {
-		var err error
-		if p.staging, err = stagingPath(p.target); err != nil {
-			return err
-		}
-		p.writer, err = media.NewMP4Writer(p.ctx, media.MP4Options{
-			Path: p.staging, Width: r.Width, Height: r.Height, FPS: float64(r.FPS),
-			AudioSampleRate: g.spec.AudioVAE.SamplingRate, AudioChannels: packing.AudioChannels,
-		})
-		if err != nil {
-			return err
-		}
+	if err := p.openWriter(g.spec.AudioVAE.SamplingRate, packing.AudioChannels); err != nil {
+		return err
 	}
 	dec := g.video
 	if dec == nil {
@@ -419,39 +435,14 @@ func (p *pipelineRun) decodeVideo() error {
 		}
 		dec = d
 	}
-	frameBytes := r.Width * r.Height * 3
-	done := 0
 	err := dec.Decode(p.ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
 		if err := p.checkCtx(); err != nil {
 			return err
 		}
-		if f.Height != r.Height || f.Width != r.Width {
-			return fmt.Errorf("fastvideo: the video VAE decoded %dx%d frames, the request is %dx%d", f.Width, f.Height, r.Width, r.Height)
-		}
-		rgb := f.RGB24(nil)
-		for i := 0; i < f.Count; i++ {
-			frame := rgb[i*frameBytes : (i+1)*frameBytes : (i+1)*frameBytes]
-			if p.writer != nil {
-				if err := p.writer.WriteFrame(frame); err != nil {
-					return err
-				}
-			}
-			if p.req.ReturnFrames {
-				p.res.Frames = append(p.res.Frames, frame)
-			}
-		}
-		done += f.Count
-		p.emit(Event{Kind: DecodeProgress, Phase: PhaseVideoDecode, Done: done, Total: r.NumFrames})
-		return nil
+		return p.sinkFrames(f.RGB24, f.Count, f.Height, f.Width)
 	})
-	if err != nil {
-		if cerr := p.checkCtx(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("fastvideo: video decode: %w", err)
-	}
-	if done != r.NumFrames {
-		return fmt.Errorf("fastvideo: the video VAE decoded %d frames, the plan has %d", done, r.NumFrames)
+	if err := p.endVideoDecode(err); err != nil {
+		return err
 	}
 	p.videoLatents = nil
 	if err := p.releaseAll(); err != nil {
@@ -460,8 +451,66 @@ func (p *pipelineRun) decodeVideo() error {
 	return p.checkCtx()
 }
 
-// mux finishes the MP4 (H.264 flush, AAC track) and gives it its final name, never replacing an
-// existing file.
+// openWriter starts the H.264 encoder on a staging file in the output folder (unless the request
+// skips saving); audioRate 0 writes a video-only file.
+func (p *pipelineRun) openWriter(audioRate, audioChannels int) error {
+	if p.req.SkipSave {
+		return nil
+	}
+	r := p.r
+	var err error
+	if p.staging, err = stagingPath(p.target); err != nil {
+		return err
+	}
+	p.writer, err = media.NewMP4Writer(p.ctx, media.MP4Options{
+		Path: p.staging, Width: r.Width, Height: r.Height, FPS: float64(r.FPS),
+		AudioSampleRate: audioRate, AudioChannels: audioChannels,
+	})
+	return err
+}
+
+// sinkFrames takes count decoded frames of height x width (rgb24 appends them as packed RGB):
+// each goes to the encoder as soon as it exists and, when the request asks, to Result.Frames.
+func (p *pipelineRun) sinkFrames(rgb24 func([]byte) []byte, count, height, width int) error {
+	r := p.r
+	if height != r.Height || width != r.Width {
+		return fmt.Errorf("fastvideo: the video VAE decoded %dx%d frames, the request is %dx%d", width, height, r.Width, r.Height)
+	}
+	frameBytes := r.Width * r.Height * 3
+	rgb := rgb24(nil)
+	for i := 0; i < count; i++ {
+		frame := rgb[i*frameBytes : (i+1)*frameBytes : (i+1)*frameBytes]
+		if p.writer != nil {
+			if err := p.writer.WriteFrame(frame); err != nil {
+				return err
+			}
+		}
+		if p.req.ReturnFrames {
+			p.res.Frames = append(p.res.Frames, frame)
+		}
+	}
+	p.decoded += count
+	p.emit(Event{Kind: DecodeProgress, Phase: PhaseVideoDecode, Done: p.decoded, Total: r.NumFrames})
+	return nil
+}
+
+// endVideoDecode turns the decoder's error into the run's (cancellation first) and checks that the
+// plan's frame count came out.
+func (p *pipelineRun) endVideoDecode(err error) error {
+	if err != nil {
+		if cerr := p.checkCtx(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("fastvideo: video decode: %w", err)
+	}
+	if p.decoded != p.r.NumFrames {
+		return fmt.Errorf("fastvideo: the video VAE decoded %d frames, the plan has %d", p.decoded, p.r.NumFrames)
+	}
+	return nil
+}
+
+// mux finishes the MP4 (H.264 flush; MiniMax H3: the AAC track) and gives it its final name, never
+// replacing an existing file.
 func (p *pipelineRun) mux() error {
 	if p.req.SkipSave {
 		return nil

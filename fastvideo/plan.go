@@ -13,9 +13,14 @@ import (
 // GenerationPlan is what a request will run, derived without loading any
 // weights: geometry, packed rows, both sigma ladders and the cost of a DiT
 // forward. Its JSON names are stable (snake_case).
+//
+// The two families share the geometry, ladder and cost fields. MiniMax H3 plans also fill the audio
+// and packed-row fields; Wan plans (video only) fill the token grid, the sampler and guidance
+// fields instead and leave the audio ones out of the JSON.
 type GenerationPlan struct {
 	Model  string `json:"model"`
 	Preset string `json:"preset"`
+	Family string `json:"family"`
 
 	Height          int     `json:"height"` // output size
 	Width           int     `json:"width"`
@@ -29,24 +34,49 @@ type GenerationPlan struct {
 	Seed            int64   `json:"seed"`
 
 	VideoLatentFrames int `json:"video_latent_frames"`
-	AudioLatentFrames int `json:"audio_latent_frames"` // per stereo channel
+	AudioLatentFrames int `json:"audio_latent_frames,omitempty"` // per stereo channel
 	LatentHeight      int `json:"latent_height"`
 	LatentWidth       int `json:"latent_width"`
 	LatentChannels    int `json:"latent_channels"`
+	// LatentShape is the video latent [C, T, H, W].
+	LatentShape []int `json:"latent_shape"`
 	// AudioLatentChannels is the audio latent width (32 released).
-	AudioLatentChannels int `json:"audio_latent_channels"`
-	AudioSamples        int `json:"audio_samples"` // decoded samples per channel
+	AudioLatentChannels int `json:"audio_latent_channels,omitempty"`
+	AudioSamples        int `json:"audio_samples,omitempty"` // decoded samples per channel
 
-	Rows RowCounts `json:"rows"`
+	Rows RowCounts `json:"rows,omitzero"`
 
+	// Wan: the DiT's token grid (T', H', W') after the (1, 2, 2) patch, its product Tokens (the
+	// self-attention length) and TextTokens, the zero-padded prompt rows of the cross-attention.
+	TokenGrid  []int `json:"token_grid,omitempty"`
+	Tokens     int   `json:"tokens,omitempty"`
+	TextTokens int   `json:"text_tokens,omitempty"`
+
+	// Sampler is the Wan denoising loop (unipc or dmd); empty for MiniMax H3, whose two ladders
+	// follow.
+	Sampler       Sampler `json:"sampler,omitempty"`
+	FlowShift     float64 `json:"flow_shift,omitempty"`
+	GuidanceScale float64 `json:"guidance_scale"`
+	// CFG is classifier-free guidance: ForwardsPerStep is then 2 (prompt and negative prompt).
+	CFG             bool   `json:"cfg"`
+	ForwardsPerStep int    `json:"forwards_per_step"`
+	NegativePrompt  string `json:"negative_prompt,omitempty"`
+	// DMDSteps are the raw rungs of a DMD sampler; WarpDenoisingSteps says whether the DiT is fed
+	// them warped (VideoTimesteps are what it is fed either way).
+	DMDSteps           []int `json:"dmd_denoising_steps,omitempty"`
+	WarpDenoisingSteps bool  `json:"warp_denoising_steps,omitempty"`
+
+	// VideoSigmas and VideoTimesteps are the video ladder: the sigma and the timestep fed to the DiT
+	// at each step (UniPC appends the final sigma 0; a DMD ladder lists its rungs' sigmas).
 	VideoSigmas    []float32 `json:"video_sigmas"`
-	AudioSigmas    []float32 `json:"audio_sigmas"`
+	AudioSigmas    []float32 `json:"audio_sigmas,omitempty"`
 	VideoTimesteps []float32 `json:"video_timesteps"`
-	AudioTimesteps []float32 `json:"audio_timesteps"`
+	AudioTimesteps []float32 `json:"audio_timesteps,omitempty"`
 	// AdaLNTimesteps is every distinct timestep the DiT sees: the keys of an
 	// AdaLN step cache.
-	AdaLNTimesteps []float32 `json:"adaln_timesteps"`
+	AdaLNTimesteps []float32 `json:"adaln_timesteps,omitempty"`
 
+	// DiTTFLOPsPerStep counts every forward of a step (both with CFG).
 	DiTTFLOPsPerStep float64 `json:"dit_tflops_per_step"`
 	DiTTFLOPsTotal   float64 `json:"dit_tflops_total"`
 	DiTParams        int64   `json:"dit_params"`
@@ -64,9 +94,18 @@ func (p *GenerationPlan) VideoNoiseLen() int {
 	return p.LatentChannels * p.VideoLatentFrames * p.LatentHeight * p.LatentWidth
 }
 
-// AudioNoiseLen is the length of Request.AudioNoise: 2·C·N (stereo).
+// AudioNoiseLen is the length of Request.AudioNoise: 2·C·N (stereo); 0 for Wan.
 func (p *GenerationPlan) AudioNoiseLen() int {
 	return packing.AudioChannels * p.AudioLatentChannels * p.AudioLatentFrames
+}
+
+// RenoiseNoiseLen is the length of Request.RenoiseNoise: (steps-1)·C·T·Hl·Wl for a DMD sampler,
+// else 0.
+func (p *GenerationPlan) RenoiseNoiseLen() int {
+	if p.Sampler != SamplerDMD {
+		return 0
+	}
+	return (p.Steps - 1) * p.VideoNoiseLen()
 }
 
 // RowCounts is the packed sequence of one DiT forward, by kind.
@@ -107,6 +146,9 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 // Plan computes the plan of a resolved request; dtype DTypeAuto sizes the
 // weights at the checkpoint's precision.
 func (r *ResolvedRequest) Plan(dtype DType) (*GenerationPlan, error) {
+	if r.Model.Family == FamilyWan {
+		return r.wanPlan(dtype)
+	}
 	m, g := r.Model, r.Denoise
 	sched, err := r.Schedule()
 	if err != nil {
@@ -117,7 +159,9 @@ func (r *ResolvedRequest) Plan(dtype DType) (*GenerationPlan, error) {
 		return nil, fmt.Errorf("fastvideo: packing: %w", err)
 	}
 	p := &GenerationPlan{
-		Model: m.Name, Preset: r.Preset.Name,
+		Model: m.Name, Preset: r.Preset.Name, Family: m.Family,
+		LatentShape:   []int{m.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
+		GuidanceScale: r.Guidance, ForwardsPerStep: 1,
 		Height: r.Height, Width: r.Width, CanvasHeight: g.Height, CanvasWidth: g.Width,
 		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
 		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
@@ -283,6 +327,9 @@ func (c DiTConfig) WeightBytes(dtype DType, vsaGates bool) (int64, error) {
 
 // WriteTable prints the plan as a readable table.
 func (p *GenerationPlan) WriteTable(w io.Writer) error {
+	if p.Family == FamilyWan {
+		return p.writeWanTable(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
 	row("model", "%s (preset %s)", p.Model, p.Preset)

@@ -7,6 +7,7 @@ import (
 	"unicode"
 
 	"fastvideo/dit/h3/packing"
+	"fastvideo/dit/wan/geometry"
 )
 
 // Request is one text-to-video+audio generation, mirroring FastVideo's
@@ -26,20 +27,37 @@ type Request struct {
 	// and upstream rejects a negative prompt. (Classifier-free guidance would
 	// need GuidanceScale > 1 and a model that allows it; no H3 checkpoint does,
 	// so every step runs exactly one DiT forward.)
+	//
+	// Wan: the text of the unconditional forward of classifier-free guidance
+	// (trimmed); empty means the preset's (Wan2.1: the English, Wan2.2: the
+	// Chinese standard negative prompt). It is rejected where it would have no
+	// effect: with a DMD student or a guidance scale of at most 1.
 	NegativePrompt string
 
-	Height, Width int // output size in pixels; both or neither; positive multiples of 32
-	// NumFrames is the requested frame count; it is aligned up to 17n+5 (the
-	// causal video VAE's chunking), and the aligned clip must fit the model's
-	// window: 5-15 s for the released models, up to 345 frames for tiny-h3.
+	// Height, Width are the output size in pixels; both or neither. H3:
+	// positive multiples of 32. Wan: multiples of the VAE ratio times the
+	// DiT patch, 16 (Wan2.1 VAE) or 32 (Wan2.2 VAE).
+	Height, Width int
+	// NumFrames is the requested frame count. H3: it is aligned up to 17n+5
+	// (the causal video VAE's chunking), and the aligned clip must fit the
+	// model's window: 5-15 s for the released models, up to 345 frames for
+	// tiny-h3. Wan: it must be 4n+1 (the VAE decodes 4n+1 frames from n+1
+	// latent frames; upstream would silently return fewer).
 	NumFrames int
-	FPS       int // H3 generates 24 fps only
+	// FPS is the output rate: H3 generates 24 fps only; for Wan it is the
+	// container rate (16 or 24 in the presets), 1 to 120.
+	FPS int
 	// NumInferenceSteps counts DiT forwards (the MLX example's --steps):
 	// FastH3 runs 4, the base model's preset 49. FastVideo's CUDA
 	// num_inference_steps counts sigma-grid points, i.e. this value plus one.
+	// Wan: UniPC steps (each one or, with guidance, two forwards); a FastWan
+	// DMD student runs its trained rungs, so only that count (3) is accepted.
 	NumInferenceSteps int
-	GuidanceScale     float64 // H3 accepts only 1.0 (no classifier-free guidance)
-	Seed              *int64  // nil: the preset's seed (0 for H3)
+	// GuidanceScale: H3 accepts only 1.0 (no classifier-free guidance). Wan
+	// base models: a positive scale, with classifier-free guidance when above
+	// 1 (preset 3.0 or 5.0); FastWan DMD students: 1.0 only.
+	GuidanceScale float64
+	Seed          *int64 // nil: the preset's seed (0 for H3, 1024 for Wan)
 	// OutputPath is the .mp4 file to write, or a folder in which the file is
 	// named after the prompt (FastVideo's rule: its first 100 characters
 	// without \ / : * ? " < > |). Empty means DefaultOutputPath ("outputs/").
@@ -80,6 +98,18 @@ type Request struct {
 	// AudioNoise replaces the initial audio noise: 2·C·N values in the stereo latent layout [2][C][N]
 	// (GenerationPlan.AudioNoiseLen values).
 	AudioNoise []float32
+	// RenoiseNoise (Wan DMD samplers only) replaces the fresh noise drawn before every DMD step after
+	// the first: (steps-1)·C·T·Hl·Wl float32 values, one [C][T][Hl][Wl] block per step, in order
+	// (GenerationPlan.RenoiseNoiseLen). nil continues the seed's video noise stream after the
+	// initial noise, as FastVideo draws both from one generator.
+	RenoiseNoise []float32
+	// WarpDenoisingSteps (Wan DMD samplers only) feeds the DMD rungs warped onto the model's
+	// flow-shift training grid, t' = grid[1000 - t] (1000, 757, 522 -> 1000, 939.67, 845.21 at shift
+	// 5), instead of the raw integers. FastVideo's torch DMD stage and the published FastWan
+	// distillation recipes do not warp; its Apple MLX runtime warps for Wan2.2-5B (FastMetal-5B), and
+	// upstream calls the better choice for 5B unresolved (wan.md §6.4), so both are offered. nil:
+	// the model's default (false for every FastWan checkpoint).
+	WarpDenoisingSteps *bool
 
 	// Progress, when set, receives phase, step and decode events on the generating goroutine, while
 	// the generator is held: it must return quickly and must not call the generator.
@@ -110,6 +140,7 @@ func (e *RequestError) Error() string {
 type ResolvedRequest struct {
 	Model  *ModelSpec
 	Preset Preset
+	Family string // the model's family
 
 	Prompt     string
 	OutputPath string
@@ -122,8 +153,8 @@ type ResolvedRequest struct {
 	RequestedFrames int
 	NumFrames       int // aligned output frames
 
-	// Denoise is the geometry the DiT and VAEs run at: the output geometry,
-	// or the reduced one of the fast modes.
+	// Denoise is the geometry the DiT and VAEs run at (MiniMax H3): the
+	// output geometry, or the reduced one of the fast modes.
 	Denoise            packing.Geometry
 	VideoTemporalScale float64 // 1, or the temporal fast mode's stretch
 
@@ -132,6 +163,19 @@ type ResolvedRequest struct {
 
 	PromptTokens          int
 	PromptTokensEstimated bool
+
+	// Wan only (see WanSpec):
+	//
+	// NegativePrompt is the unconditional text when CFG is on, else "".
+	NegativePrompt string
+	// CFG is classifier-free guidance: two DiT forwards per step, v = v_u + g·(v_c − v_u).
+	CFG                bool
+	Sampler            Sampler
+	DMDSteps           []int // the raw DMD rungs (SamplerDMD)
+	WarpDenoisingSteps bool
+	FlowShift          float64
+	// WanGeometry is the latent and token grid of the clip.
+	WanGeometry *geometry.Geometry
 }
 
 // Validate checks a generation request against a model ("fasth3", "h3",
@@ -150,34 +194,29 @@ func Validate(model string, req Request) error {
 // (the same ones as FastVideo's MiniMax-H3 input preparation stage). With
 // needPrompt false the prompt may be empty (planning).
 func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, error) {
-	preset, err := m.preset(req.Preset)
+	if m.Family == FamilyWan {
+		return m.resolveWan(req, needPrompt)
+	}
+	preset, r, err := m.resolveCommon(req, needPrompt)
 	if err != nil {
 		return nil, err
-	}
-	r := &ResolvedRequest{Model: m, Preset: preset, Prompt: req.Prompt, OutputPath: req.OutputPath}
-
-	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
-		return nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
 	}
 	if strings.TrimSpace(req.NegativePrompt) != "" {
 		return nil, &RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
 			Allowed: "an empty string (MiniMax-H3 is guidance-distilled and takes no negative prompt)"}
 	}
+	if req.RenoiseNoise != nil {
+		return nil, &RequestError{Field: "renoise_noise", Value: fmt.Sprintf("%d values", len(req.RenoiseNoise)),
+			Allowed: "nil (MiniMax H3 draws no noise after the initial one)"}
+	}
+	if req.WarpDenoisingSteps != nil {
+		return nil, &RequestError{Field: "warp_denoising_steps", Value: *req.WarpDenoisingSteps,
+			Allowed: "unset (a Wan DMD option; MiniMax H3 has its own ladders)"}
+	}
 
 	// Size: both or neither, positive multiples of 32.
-	switch {
-	case req.Height < 0:
-		return nil, &RequestError{Field: "height", Value: req.Height, Allowed: sizeAllowed}
-	case req.Width < 0:
-		return nil, &RequestError{Field: "width", Value: req.Width, Allowed: sizeAllowed}
-	case req.Height == 0 && req.Width != 0:
-		return nil, &RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
-	case req.Width == 0 && req.Height != 0:
-		return nil, &RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
-	}
-	r.Height, r.Width = preset.Height, preset.Width
-	if req.Height != 0 {
-		r.Height, r.Width = req.Height, req.Width
+	if r.Height, r.Width, err = requestSize(req, preset, sizeAllowed); err != nil {
+		return nil, err
 	}
 	if r.Height%packing.CanvasMultiple != 0 {
 		return nil, &RequestError{Field: "height", Value: r.Height, Allowed: sizeAllowed + nearest32(r.Height)}
@@ -262,6 +301,39 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 	return r, nil
 }
 
+// resolveCommon starts a resolution for either family: the preset, the prompt requirement and the
+// fields copied as they are.
+func (m *ModelSpec) resolveCommon(req Request, needPrompt bool) (Preset, *ResolvedRequest, error) {
+	preset, err := m.preset(req.Preset)
+	if err != nil {
+		return Preset{}, nil, err
+	}
+	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
+		return Preset{}, nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
+	}
+	r := &ResolvedRequest{Model: m, Preset: preset, Family: m.Family, Prompt: req.Prompt, OutputPath: req.OutputPath}
+	return preset, r, nil
+}
+
+// requestSize applies "both or neither" to the requested size and falls back to the preset's;
+// the family checks the multiples. allowed describes a valid size.
+func requestSize(req Request, preset Preset, allowed string) (h, w int, err error) {
+	switch {
+	case req.Height < 0:
+		return 0, 0, &RequestError{Field: "height", Value: req.Height, Allowed: allowed}
+	case req.Width < 0:
+		return 0, 0, &RequestError{Field: "width", Value: req.Width, Allowed: allowed}
+	case req.Height == 0 && req.Width != 0:
+		return 0, 0, &RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
+	case req.Width == 0 && req.Height != 0:
+		return 0, 0, &RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
+	}
+	if req.Height != 0 {
+		return req.Height, req.Width, nil
+	}
+	return preset.Height, preset.Width, nil
+}
+
 // checkNoise validates injected initial noise: nil (draw from the seed) or exactly n finite values.
 func checkNoise(field string, v []float32, n int, layout string) error {
 	if v == nil {
@@ -285,12 +357,15 @@ const MaxSteps = 1000
 
 const sizeAllowed = "a positive multiple of 32"
 
-func nearest32(v int) string {
-	lo := v / packing.CanvasMultiple * packing.CanvasMultiple
+func nearest32(v int) string { return nearestMultiple(v, packing.CanvasMultiple) }
+
+// nearestMultiple suggests the multiples of m around v.
+func nearestMultiple(v, m int) string {
+	lo := v / m * m
 	if lo <= 0 {
-		return fmt.Sprintf(" (e.g. %d)", packing.CanvasMultiple)
+		return fmt.Sprintf(" (e.g. %d)", m)
 	}
-	return fmt.Sprintf(" (e.g. %d or %d)", lo, lo+packing.CanvasMultiple)
+	return fmt.Sprintf(" (e.g. %d or %d)", lo, lo+m)
 }
 
 // frameRange is the span of requested counts that align into the window.

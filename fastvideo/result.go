@@ -19,8 +19,9 @@ type Result struct {
 	// Seed is the seed the initial noise was drawn from (the request's, else the preset's), also
 	// reported when Request.VideoNoise/AudioNoise replaced the draw.
 	Seed int64 `json:"seed"`
-	// PromptTokens is the prompt's exact token count; PromptCached reports a prompt-cache hit (no
-	// tokenizer or text encoder ran).
+	// PromptTokens is the prompt's exact token count (Wan: with the </s> the encoder sees; the DiT
+	// attends to it zero-padded to 512 rows); PromptCached reports a prompt-cache hit (no tokenizer
+	// or text encoder ran; Wan with guidance: for the negative prompt too).
 	PromptTokens int  `json:"prompt_tokens"`
 	PromptCached bool `json:"prompt_cached"`
 
@@ -34,8 +35,10 @@ type Result struct {
 	// Audio is the stereo waveform the audio VAE decoded (planar: Audio[0] left, Audio[1] right,
 	// 800 samples per audio latent, in [-1, 1]) when Request.ReturnAudio was set. The MP4 carries it
 	// cut to the video's duration, ceil(NumFrames/FPS·SampleRate) samples.
-	Audio      [][]float32 `json:"-"`
-	SampleRate int         `json:"sample_rate"`
+	Audio [][]float32 `json:"-"`
+	// SampleRate is the audio track's rate (32000 for MiniMax H3); 0 for Wan, which generates video
+	// only.
+	SampleRate int `json:"sample_rate"`
 	// Latents are the final denoised latents when Request.ReturnLatents was set.
 	Latents *Latents `json:"-"`
 
@@ -60,8 +63,8 @@ type Result struct {
 type Latents struct {
 	Video      []float32 `json:"-"` // [C][T][Hl][Wl]
 	VideoShape []int     `json:"video_shape"`
-	Audio      []float32 `json:"-"` // [2][C][N], stereo
-	AudioShape []int     `json:"audio_shape"`
+	Audio      []float32 `json:"-"` // [2][C][N], stereo (MiniMax H3)
+	AudioShape []int     `json:"audio_shape,omitempty"`
 }
 
 // Timings are the wall times of a generation's phases. VideoDecode includes encoding the frames
@@ -96,15 +99,23 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	if r.OutputPath != "" {
 		row("output", "%s", r.OutputPath)
 	}
-	row("video", "%dx%d (WxH), %d frames at %d fps, audio %d Hz stereo", r.Width, r.Height, r.NumFrames, r.FPS, r.SampleRate)
+	if r.SampleRate > 0 {
+		row("video", "%dx%d (WxH), %d frames at %d fps, audio %d Hz stereo", r.Width, r.Height, r.NumFrames, r.FPS, r.SampleRate)
+	} else {
+		row("video", "%dx%d (WxH), %d frames at %d fps, no audio", r.Width, r.Height, r.NumFrames, r.FPS)
+	}
 	cached := ""
 	if r.PromptCached {
 		cached = " (prompt cache hit)"
 	}
 	row("prompt", "%d tokens%s, seed %d", r.PromptTokens, cached, r.Seed)
 	t := r.Timings
-	row("timings", "condition %s, load dit %s, denoise %s, audio decode %s, video decode %s, mux %s; total %s",
-		secs(t.Condition), secs(t.LoadDiT), secs(t.Denoise), secs(t.AudioDecode), secs(t.VideoDecode), secs(t.Mux), secs(t.Total))
+	audio := ""
+	if r.SampleRate > 0 {
+		audio = ", audio decode " + secs(t.AudioDecode)
+	}
+	row("timings", "condition %s, load dit %s, denoise %s%s, video decode %s, mux %s; total %s",
+		secs(t.Condition), secs(t.LoadDiT), secs(t.Denoise), audio, secs(t.VideoDecode), secs(t.Mux), secs(t.Total))
 	dev := r.DeviceMemory
 	if r.PeakDeviceBytes >= 0 {
 		dev = fmt.Sprintf("%.2f GiB", float64(r.PeakDeviceBytes)/(1<<30))
