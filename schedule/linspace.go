@@ -44,31 +44,6 @@ func fmaF32(a, b, c float32) float32 {
 	return float32(math.FMA(float64(a), float64(b), float64(c)))
 }
 
-// numpyLinspace is np.linspace(start, stop, num) (endpoint=True) in float64:
-// step = (stop-start)/(num-1), value = i*step + start, last value = stop.
-func numpyLinspace(start, stop float64, num int) []float64 {
-	out := make([]float64, num)
-	if num == 0 {
-		return out
-	}
-	if num == 1 {
-		out[0] = start
-		return out
-	}
-	div := float64(num - 1)
-	delta := stop - start
-	step := delta / div
-	for i := range out {
-		if step == 0 {
-			out[i] = float64(float64(i)/div)*delta + start
-		} else {
-			out[i] = float64(float64(i)*step) + start
-		}
-	}
-	out[num-1] = stop
-	return out
-}
-
 // shiftF32 is the flow shift s*x/(1+(s-1)*x) evaluated in float32 as torch
 // does on a float32 tensor with a Python-float shift: shift and shift-1 are
 // Python (float64) values, each rounded to float32 as a scalar operand.

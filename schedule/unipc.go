@@ -3,6 +3,8 @@ package schedule
 import (
 	"fmt"
 	"math"
+
+	"fastvideo/internal/hostmath"
 )
 
 // UniPC is FlowUniPCMultistepScheduler as FastVideo runs it for every base
@@ -44,7 +46,7 @@ func NewUniPC(shift float64, steps int) (*UniPC, error) {
 	alphaMin := 1.0 / WanTrainTimesteps // linspace's endpoint is exactly stop
 	sigmaMax := float64(shiftF32(shift, float32(1-alphaMin)))
 	sigmaMin := float64(shiftF32(shift, 0))
-	base := numpyLinspace(sigmaMax, sigmaMin, steps+1)[:steps]
+	base := hostmath.Linspace(sigmaMax, sigmaMin, steps+1)[:steps]
 	u := &UniPC{Shift: shift, Sigmas: make([]float32, steps+1), Timesteps: make([]int64, steps)}
 	for k, b := range base {
 		s := shiftF64(shift, b)

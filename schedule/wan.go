@@ -3,6 +3,8 @@ package schedule
 import (
 	"fmt"
 	"math"
+
+	"fastvideo/internal/hostmath"
 )
 
 // Flow shifts of FastVideo's Wan pipeline configs (wan.md §1.2), for
@@ -79,7 +81,7 @@ func NewFlowMatchEuler(shift float64, steps int) (*FlowMatchEuler, error) {
 	train, _ := flowMatchTrainGrid(shift)
 	tMax := float64(train[0]) * WanTrainTimesteps
 	tMin := float64(train[len(train)-1]) * WanTrainTimesteps
-	ts := numpyLinspace(tMax, tMin, steps)
+	ts := hostmath.Linspace(tMax, tMin, steps)
 	f := &FlowMatchEuler{Shift: shift, Sigmas: make([]float32, steps+1), Timesteps: make([]float32, steps)}
 	for i, t := range ts {
 		s := float32(shiftF64(shift, t/WanTrainTimesteps))

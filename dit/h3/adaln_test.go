@@ -1,50 +1,12 @@
 package h3
 
 import (
-	"sort"
 	"strings"
 	"testing"
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
-	"fastvideo/internal/weights"
 )
-
-// editSource is a weights.Source over a base source with names hidden, replaced or added.
-type editSource struct {
-	base    weights.Source
-	hide    func(name string) bool
-	replace map[string]safetensors.Info
-}
-
-func (e *editSource) Names() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, n := range e.base.Names() {
-		if e.hide != nil && e.hide(n) {
-			continue
-		}
-		seen[n] = true
-		out = append(out, n)
-	}
-	for n := range e.replace {
-		if !seen[n] {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (e *editSource) Tensor(name string) (safetensors.Info, bool) {
-	if info, ok := e.replace[name]; ok {
-		return info, true
-	}
-	if e.hide != nil && e.hide(name) {
-		return safetensors.Info{}, false
-	}
-	return e.base.Tensor(name)
-}
 
 // fixtureLadders are the timesteps the fixture's run visits: the video and audio ladders of its sigma
 // grids and the condition-row timestep max(t_v, 0.999) of its FL2VA layout.
@@ -92,8 +54,8 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testutil.AssertClose(t, "cached video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*float64(maxAbs(ref.Video)+1))
-			testutil.AssertClose(t, "cached audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*float64(maxAbs(ref.Audio)+1))
+			testutil.AssertClose(t, "cached video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
+			testutil.AssertClose(t, "cached audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*(testutil.MaxAbs(ref.Audio)+1))
 		}
 
 		// A timestep outside the cache is an error, not a silent wrong table.
@@ -113,7 +75,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		for _, ten := range tensors {
 			repl[ten.Name] = safetensors.Info{Name: ten.Name, DType: ten.DType, Shape: ten.Shape, Data: ten.Data}
 		}
-		src := &editSource{base: fx.Weights(), replace: repl, hide: func(n string) bool {
+		src := &testutil.EditSource{Base: fx.Weights(), Replace: repl, Hide: func(n string) bool {
 			return strings.Contains(n, ".adaln_proj.") || strings.HasPrefix(n, "norm_out.linear.") || strings.HasPrefix(n, "adaln_basis.")
 		}}
 		cm, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), src, Options{AdaLNManifest: &man})
@@ -126,8 +88,8 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testutil.AssertClose(t, "checkpoint-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*float64(maxAbs(ref.Video)+1))
-		testutil.AssertClose(t, "checkpoint-cache audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*float64(maxAbs(ref.Audio)+1))
+		testutil.AssertClose(t, "checkpoint-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
+		testutil.AssertClose(t, "checkpoint-cache audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*(testutil.MaxAbs(ref.Audio)+1))
 		if _, err := cm.PrepareAdaLN(in.Timesteps); err == nil {
 			t.Errorf("PrepareAdaLN on a cache-only checkpoint must fail (no projections)")
 		}
@@ -143,22 +105,11 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testutil.AssertClose(t, "kept-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*float64(maxAbs(ref.Video)+1))
+		testutil.AssertClose(t, "kept-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
 		if _, err := m.Forward(bad); err == nil {
 			t.Errorf("after KeepAdaLNCache an uncached timestep must fail")
 		}
 	})
-}
-
-func maxAbs(v []float32) float32 {
-	var m float32
-	for _, x := range v {
-		if x < 0 {
-			x = -x
-		}
-		m = max(m, x)
-	}
-	return m
 }
 
 func TestCheckAdaLNLadder(t *testing.T) {

@@ -3,9 +3,9 @@ package h3
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
+	"fastvideo/internal/modelcfg"
 	"fastvideo/quant"
 )
 
@@ -113,16 +113,7 @@ func ReadConfig(dir string) (Config, error) {
 		}
 		return c, nil
 	}
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("h3: reading the transformer config: %w (is %s a released transformer/ folder?)", err, dir)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return c, nil
+	return modelcfg.Read(dir, ParseConfig, "h3: reading the transformer config", fmt.Sprintf("is %s a released transformer/ folder?", dir))
 }
 
 // Validate checks the fields the forward depends on.

@@ -3,15 +3,12 @@ package h3
 import (
 	"encoding/json"
 	"fmt"
-	"math"
-	"os"
 	"testing"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
-	"fastvideo/internal/backend"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
@@ -23,14 +20,7 @@ import (
 //	go test -c -o .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
-	if os.Getenv("FASTVIDEO_GPU_TEST") != "1" {
-		t.Skip("set FASTVIDEO_GPU_TEST=1 on a machine with an NVIDIA GPU")
-	}
-	b, err := backend.New("xla:cuda,tf32=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
+	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
 			path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
@@ -55,11 +45,7 @@ func TestFixturesOnGPU(t *testing.T) {
 					testutil.AssertClose(t, c.name+" f32/"+path.String(), c.got, want, sh, testutil.ParityTol(want))
 					continue
 				}
-				rel := maxAbsDiff(c.got, want) / float64(maxAbs(want))
-				t.Logf("%s bf16/%s: max abs error / max|ref| = %.3g", c.name, path, rel)
-				if rel > 2e-2 {
-					t.Errorf("%s bf16/%s: relative error %.3g > 2e-2", c.name, path, rel)
-				}
+				testutil.AssertRelClose(t, c.name+" bf16/"+path.String(), c.got, want, 2e-2)
 			}
 		}
 	})
@@ -74,14 +60,7 @@ func TestFixturesOnGPU(t *testing.T) {
 //	go test -c -o .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestQuantizedOnGPU -test.v
 func TestQuantizedOnGPU(t *testing.T) {
-	if os.Getenv("FASTVIDEO_GPU_TEST") != "1" {
-		t.Skip("set FASTVIDEO_GPU_TEST=1 on a machine with an NVIDIA GPU")
-	}
-	b, err := backend.New("xla:cuda,tf32=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
+	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
 	minSNR := map[int]float64{8: 40, 4: 18}
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		in := fixtureInputs(t, fx)
@@ -110,7 +89,7 @@ func TestQuantizedOnGPU(t *testing.T) {
 		}
 		snr := func(label string, bits int, out ForwardOutputs) {
 			t.Helper()
-			sv, sa := snrDB(out.Video, refV), snrDB(out.Audio, refA)
+			sv, sa := testutil.SNRdB(out.Video, refV), testutil.SNRdB(out.Audio, refA)
 			t.Logf("%s: SNR vs the dense reference: video %.1f dB, audio %.1f dB", label, sv, sa)
 			if min(sv, sa) < minSNR[bits] {
 				t.Errorf("%s: SNR %.1f dB below %.0f dB", label, min(sv, sa), minSNR[bits])
@@ -139,14 +118,4 @@ func TestQuantizedOnGPU(t *testing.T) {
 			snr(fmt.Sprintf("int%d bf16", bits), bits, forward(b, dir, dtypes.BFloat16))
 		}
 	})
-}
-
-func snrDB(got, ref []float32) float64 {
-	var s, n float64
-	for i := range ref {
-		d := float64(got[i]) - float64(ref[i])
-		s += float64(ref[i]) * float64(ref[i])
-		n += d * d
-	}
-	return 10 * math.Log10(s/n)
 }

@@ -4,7 +4,7 @@ import (
 	"math"
 )
 
-// Host-side tables. They are small (L×96 and nT×256) and their exact bits matter more than their speed, so
+// Host-side tables. They are small (L×96) and their exact bits matter more than their speed, so
 // they are computed in Go following the reference's float32 rounding at each step (with the elementary
 // functions evaluated in float64 and rounded once) rather than in the graph.
 
@@ -43,26 +43,4 @@ func RopeTables(positions []float64, freqDim int, theta float64) (cos, sin []flo
 		}
 	}
 	return cos, sin
-}
-
-// TimestepProjection is the sinusoidal embedding [nT, freqDim] of unscaled timesteps t ∈ [0, 1]:
-// freq_i = exp(−ln(10000)·i/half), e = [cos(t·freq), sin(t·freq)] (cosine half first), as the reference's
-// Timesteps(flip_sin_to_cos=True, downscale_freq_shift=0) computes it in float32.
-func TimestepProjection(timesteps []float32, freqDim int) []float32 {
-	half := freqDim / 2
-	freqs := make([]float32, half)
-	negLog := float32(-math.Log(10000))
-	for i := range freqs {
-		e := float32(negLog*float32(i)) / float32(half)
-		freqs[i] = float32(math.Exp(float64(e)))
-	}
-	out := make([]float32, len(timesteps)*freqDim)
-	for r, t := range timesteps {
-		for i, f := range freqs {
-			a := float64(float32(t * f))
-			out[r*freqDim+i] = float32(math.Cos(a))
-			out[r*freqDim+half+i] = float32(math.Sin(a))
-		}
-	}
-	return out
 }

@@ -44,12 +44,11 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/compute/dtypes/float16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/internal/gx"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
@@ -92,17 +91,6 @@ func (m *Model) Config() Config { return m.cfg }
 
 // DType returns the compute dtype.
 func (m *Model) DType() dtypes.DType { return m.dtype }
-
-// catch turns a panic of graph code into an error.
-func catch(err *error, what string) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("h3: %s: %w", what, e)
-		} else {
-			*err = fmt.Errorf("h3: %s: %v", what, r)
-		}
-	}
-}
 
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors), or a
 // converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, h3.md §10.3: the
@@ -179,7 +167,7 @@ func loadConverted(backend compute.Backend, dir string, opts Options) (*Model, e
 // *quant.Checkpoint, or any quant.SchemeSource) the linears it quantizes are bound packed (words, scales,
 // biases) and run through quant.Linear; the rest of the model is unchanged.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
-	defer catch(&err, "building the model")
+	defer gx.Recover(&err, "h3: building the model")
 	m, err = newModel(backend, cfg, opts, schemesOf(src))
 	if err != nil {
 		return nil, err
@@ -323,19 +311,7 @@ type stageExecs struct {
 }
 
 func (s *stageExecs) finalize() {
-	for _, e := range []*Exec{s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output} {
-		if e != nil {
-			e.Finalize()
-		}
-	}
-}
-
-func mustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *Exec {
-	e, err := NewExec(backend, fn)
-	if err != nil {
-		panic(err)
-	}
-	return e.WithName("h3." + name)
+	gx.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output)
 }
 
 func (m *Model) newStageExecs(trace bool) *stageExecs {
@@ -344,7 +320,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	refinerLayout, blockLayout := m.p.RefinerLayout, m.p.BlockLayout
 	return &stageExecs{
 		// proj [nT, F] f32, w1, b1, w2, b2 [, basis] -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
-		time: mustExec(m.backend, "time", func(in []*Node) []*Node {
+		time: gx.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
 			temb := timeEmbedding(in[0], in[1], in[2], in[3], in[4])
 			var basis *Node
 			if len(in) > 5 {
@@ -357,26 +333,26 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{cond}
 		}),
 		// cond, w, b -> [nT·3, 6, D] in the compute dtype
-		adaln: mustExec(m.backend, "adaln", func(in []*Node) []*Node {
+		adaln: gx.MustExec(m.backend, "h3.adaln", func(in []*Node) []*Node {
 			return []*Node{ConvertDType(modulationTable(in[0], in[1], in[2], hidden), dt)}
 		}),
-		normOut: mustExec(m.backend, "norm_out_table", func(in []*Node) []*Node {
+		normOut: gx.MustExec(m.backend, "h3.norm_out_table", func(in []*Node) []*Node {
 			return []*Node{ConvertDType(normOutTable(in[0], in[1], in[2], hidden), dt)}
 		}),
 		// text [S, text_dim] f32, w, b -> [S, D]
-		text: mustExec(m.backend, "context_embedder", func(in []*Node) []*Node {
-			return []*Node{linear(ConvertDType(in[0], in[1].DType()), in[1], in[2])}
+		text: gx.MustExec(m.backend, "h3.context_embedder", func(in []*Node) []*Node {
+			return []*Node{gx.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2])}
 		}),
-		refiner: mustExec(m.backend, "refiner_block", func(in []*Node) []*Node {
+		refiner: gx.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
 			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout))}
 		}),
-		finalNorm: mustExec(m.backend, "refiner_final_norm", func(in []*Node) []*Node {
-			return []*Node{rmsNorm(in[0], in[1], cfg.FinalNormEps)}
+		finalNorm: gx.MustExec(m.backend, "h3.refiner_final_norm", func(in []*Node) []*Node {
+			return []*Node{gx.RMSNorm(in[0], in[1], cfg.FinalNormEps)}
 		}),
 		// video [Nv, Cp] f32, audio [Na, Ca] f32, text [S, D], perm [L] int32, proj_in w/b, audio_proj_in w/b
-		input: mustExec(m.backend, "input", func(in []*Node) []*Node {
-			ve := linear(in[0], in[4], in[5])
-			ae := linear(in[1], in[6], in[7])
+		input: gx.MustExec(m.backend, "h3.input", func(in []*Node) []*Node {
+			ve := gx.Linear(in[0], in[4], in[5])
+			ae := gx.Linear(in[1], in[6], in[7])
 			text := in[2]
 			all := Concatenate([]*Node{text, ConvertDType(ve, text.DType()), ConvertDType(ae, text.DType())}, 0)
 			packed := Gather(all, ExpandAxes(in[3], -1))
@@ -386,7 +362,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{packed}
 		}),
 		// x [L, D], mod [R, 6, D], rowIdx [L] int32, cos, sin [L, rot] f32, block weights (coreParams.tensors)
-		block: mustExec(m.backend, "joint_block", func(in []*Node) []*Node {
+		block: gx.MustExec(m.backend, "h3.joint_block", func(in []*Node) []*Node {
 			out, attnOut, ffOut := spec.jointBlock(in[0], in[1], in[2], in[3], in[4], coreFromSlice(in[5:], blockLayout))
 			if trace {
 				return []*Node{out, attnOut, ffOut}
@@ -394,13 +370,13 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{out}
 		}),
 		// x [L, D], normOut [R, 2, D], tIdx [L] int32, norm weight, video idx, audio idx, proj_out w/b, audio w/b
-		output: mustExec(m.backend, "output", func(in []*Node) []*Node {
+		output: gx.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
 			x, tab := in[0], Gather(ConvertDType(in[1], in[0].DType()), ExpandAxes(in[2], -1))
 			shift := Squeeze(Slice(tab, AxisRange(), AxisElem(0), AxisRange()), 1)
 			scale := Squeeze(Slice(tab, AxisRange(), AxisElem(1), AxisRange()), 1)
-			y := ConvertDType(modulate(rmsNorm(x, in[3], cfg.FinalNormEps), shift, scale), dtypes.Float32)
-			video := linear(Gather(y, ExpandAxes(in[4], -1)), in[6], in[7])
-			audio := linear(Gather(y, ExpandAxes(in[5], -1)), in[8], in[9])
+			y := ConvertDType(gx.Modulate(gx.RMSNorm(x, in[3], cfg.FinalNormEps), shift, scale), dtypes.Float32)
+			video := gx.Linear(Gather(y, ExpandAxes(in[4], -1)), in[6], in[7])
+			audio := gx.Linear(Gather(y, ExpandAxes(in[5], -1)), in[8], in[9])
 			if trace {
 				return []*Node{video, audio, y}
 			}
@@ -419,72 +395,17 @@ func (m *Model) execs() *stageExecs {
 	return m.traced
 }
 
-// call runs an executable and returns its outputs.
-func call(e *Exec, args ...any) ([]*tensors.Tensor, error) {
-	out, err := e.Call(args...)
-	if err != nil {
-		return nil, fmt.Errorf("h3: %s: %w", e.Name(), err)
-	}
-	return out, nil
-}
-
-func finalize(ts ...*tensors.Tensor) {
-	for _, t := range ts {
-		if t != nil {
-			t.FinalizeAll()
-		}
-	}
-}
-
 // emit hands an intermediate to the trace hook as float32.
 func (m *Model) emit(name string, t *tensors.Tensor) error {
 	if m.trace == nil {
 		return nil
 	}
-	v, err := hostF32(t)
+	v, err := gx.HostF32(t)
 	if err != nil {
 		return fmt.Errorf("h3: trace %s: %w", name, err)
 	}
 	m.trace(name, t.Shape().Dimensions, v)
 	return nil
-}
-
-// hostF32 copies a float tensor to the host as float32.
-func hostF32(t *tensors.Tensor) ([]float32, error) {
-	switch t.DType() {
-	case dtypes.Float32:
-		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		v, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(v))
-		for i := range v {
-			out[i] = v[i].Float32()
-		}
-		return out, nil
-	case dtypes.Float16:
-		v, err := tensors.CopyFlatData[float16.Float16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(v))
-		for i := range v {
-			out[i] = v[i].Float32()
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("tensor of dtype %s is not a float tensor", t.DType())
-}
-
-// onDevice makes a host tensor from flat data and moves it to the backend once, so the executables of a
-// forward reuse one device copy.
-func (m *Model) onDevice(t *tensors.Tensor) (*tensors.Tensor, error) {
-	if err := t.ToDevice(m.backend, 0); err != nil {
-		return nil, fmt.Errorf("h3: uploading %s: %w", t.Shape(), err)
-	}
-	return t, nil
 }
 
 // ropeCache keeps the device RoPE tables of the last layout: the positions are the same for every step
@@ -501,12 +422,9 @@ func (m *Model) ropeFor(pos []float64) (cos, sin *tensors.Tensor, err error) {
 	m.dropRope()
 	l, rot := len(pos)/3, m.cfg.RotaryDim()
 	cosH, sinH := RopeTables(pos, m.cfg.RopeFreqDim, m.cfg.RopeTheta)
-	if cos, err = m.onDevice(tensors.FromFlatDataAndDimensions(cosH, l, rot)); err != nil {
-		return nil, nil, err
-	}
-	if sin, err = m.onDevice(tensors.FromFlatDataAndDimensions(sinH, l, rot)); err != nil {
-		cos.FinalizeAll()
-		return nil, nil, err
+	cos, sin = tensors.FromFlatDataAndDimensions(cosH, l, rot), tensors.FromFlatDataAndDimensions(sinH, l, rot)
+	if err := gx.Upload(m.backend, cos, sin); err != nil {
+		return nil, nil, fmt.Errorf("h3: RoPE tables: %w", err)
 	}
 	m.rope = &ropeCache{pos: slices.Clone(pos), cos: cos, sin: sin}
 	return cos, sin, nil
@@ -514,7 +432,7 @@ func (m *Model) ropeFor(pos []float64) (cos, sin *tensors.Tensor, err error) {
 
 func (m *Model) dropRope() {
 	if m.rope != nil {
-		finalize(m.rope.cos, m.rope.sin)
+		gx.Finalize(m.rope.cos, m.rope.sin)
 		m.rope = nil
 	}
 }
@@ -539,7 +457,7 @@ func (t *TextState) Close() {
 
 // PrepareText runs context_embedder and the token refiner on text features [S, text_dim] (row-major).
 func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
-	defer catch(&err, "text refiner")
+	defer gx.Recover(&err, "h3: text refiner")
 	if m.p == nil {
 		return nil, fmt.Errorf("h3: model is closed")
 	}
@@ -549,7 +467,7 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 	}
 	s := len(text) / td
 	ex := m.execs()
-	out, err := call(ex.text, tensors.FromFlatDataAndDimensions(text, s, td), m.p.ContextEmbedder.W.T, m.p.ContextEmbedder.B.T)
+	out, err := gx.Call(ex.text, tensors.FromFlatDataAndDimensions(text, s, td), m.p.ContextEmbedder.W.T, m.p.ContextEmbedder.B.T)
 	if err != nil {
 		return nil, err
 	}
@@ -558,9 +476,9 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 		return nil, err
 	}
 	for j := range m.p.Refiner {
-		args := append([]any{x}, anyTensors(m.p.Refiner[j].tensors())...)
-		out, err := call(ex.refiner, args...)
-		finalize(x)
+		args := gx.Args([]any{x}, m.p.Refiner[j].tensors()...)
+		out, err := gx.Call(ex.refiner, args...)
+		gx.Finalize(x)
 		if err != nil {
 			return nil, err
 		}
@@ -571,8 +489,8 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 			}
 		}
 	}
-	out, err = call(ex.finalNorm, x, m.p.RefinerFinalNorm.T)
-	finalize(x)
+	out, err = gx.Call(ex.finalNorm, x, m.p.RefinerFinalNorm.T)
+	gx.Finalize(x)
 	if err != nil {
 		return nil, err
 	}
@@ -580,14 +498,6 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 		return nil, err
 	}
 	return &TextState{rows: s, x: out[0]}, nil
-}
-
-func anyTensors(ts []*tensors.Tensor) []any {
-	out := make([]any, len(ts))
-	for i, t := range ts {
-		out[i] = t
-	}
-	return out
 }
 
 // ForwardInputs is one packed document (batch 1), as host slices in row-major order.
@@ -702,7 +612,7 @@ func (m *Model) checkInputs(in *ForwardInputs) (*layout, error) {
 
 // Forward runs the transformer on one packed document.
 func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
-	defer catch(&err, "forward")
+	defer gx.Recover(&err, "h3: forward")
 	if m.p == nil {
 		return out, fmt.Errorf("h3: model is closed")
 	}
@@ -754,19 +664,12 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 		return out, err
 	}
 	rot := m.cfg.RotaryDim()
-	var devs []*tensors.Tensor
-	defer func() { finalize(devs...) }()
-	up := func(t *tensors.Tensor) (*tensors.Tensor, error) {
-		d, err := m.onDevice(t)
-		if err == nil {
-			devs = append(devs, d)
-		}
-		return d, err
+	// One device copy of the row indices serves every block.
+	rowIdxT := tensors.FromFlatDataAndDimensions(rowIdx, lay.l)
+	if err := gx.Upload(m.backend, rowIdxT); err != nil {
+		return out, fmt.Errorf("h3: row indices: %w", err)
 	}
-	rowIdxT, err := up(tensors.FromFlatDataAndDimensions(rowIdx, lay.l))
-	if err != nil {
-		return out, err
-	}
+	defer gx.Finalize(rowIdxT)
 	if m.trace != nil {
 		idx := make([]float32, lay.l)
 		for r := range idx {
@@ -779,7 +682,7 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	}
 
 	p := m.p
-	res, err := call(ex.input,
+	res, err := gx.Call(ex.input,
 		tensors.FromFlatDataAndDimensions(in.VideoRows, lay.nv, m.cfg.VideoPatchDim()),
 		tensors.FromFlatDataAndDimensions(in.AudioRows, lay.na, m.cfg.AudioInChannels),
 		text.x, tensors.FromFlatDataAndDimensions(lay.perm, lay.l),
@@ -794,13 +697,13 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 				return out, err
 			}
 		}
-		finalize(res[1:]...)
+		gx.Finalize(res[1:]...)
 	}
 
 	for b := range p.Blocks {
-		args := append([]any{x, cache.tables[b], rowIdxT, cos, sin}, anyTensors(p.Blocks[b].tensors())...)
-		res, err := call(ex.block, args...)
-		finalize(x)
+		args := gx.Args([]any{x, cache.tables[b], rowIdxT, cos, sin}, p.Blocks[b].tensors()...)
+		res, err := gx.Call(ex.block, args...)
+		gx.Finalize(x)
 		if err != nil {
 			return out, err
 		}
@@ -818,28 +721,28 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 					return out, err
 				}
 			}
-			finalize(res[1:]...)
+			gx.Finalize(res[1:]...)
 		}
 	}
 
 	vIdx := tensors.FromFlatDataAndDimensions(in.VideoIndices, lay.nv)
 	aIdx := tensors.FromFlatDataAndDimensions(in.AudioIndices, lay.na)
-	res, err = call(ex.output, x, cache.normOut, tensors.FromFlatDataAndDimensions(tIdx, lay.l), p.NormOutNorm.T,
+	res, err = gx.Call(ex.output, x, cache.normOut, tensors.FromFlatDataAndDimensions(tIdx, lay.l), p.NormOutNorm.T,
 		vIdx, aIdx, p.ProjOut.W.T, p.ProjOut.B.T, p.AudioProjOut.W.T, p.AudioProjOut.B.T)
-	finalize(x)
+	gx.Finalize(x)
 	if err != nil {
 		return out, err
 	}
-	defer finalize(res...)
+	defer gx.Finalize(res...)
 	if m.trace != nil {
 		if err := m.emit("norm_out", res[2]); err != nil {
 			return out, err
 		}
 	}
-	if out.Video, err = hostF32(res[0]); err != nil {
+	if out.Video, err = gx.HostF32(res[0]); err != nil {
 		return out, err
 	}
-	if out.Audio, err = hostF32(res[1]); err != nil {
+	if out.Audio, err = gx.HostF32(res[1]); err != nil {
 		return out, err
 	}
 	return out, nil

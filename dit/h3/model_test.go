@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"math"
 	"testing"
 
 	"fastvideo/dit/h3/packing"
@@ -10,15 +9,7 @@ import (
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	var cfg Config
-	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
 }
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
@@ -57,54 +48,31 @@ func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 	}
 }
 
-type traced struct {
-	shape  []int
-	values []float32
-}
-
 // checkActs compares every float act.* tensor of the fixture with the intermediate the forward traced
 // under the same name (values in row-major order; the fixture's batch axis of 1 is implicit in ours).
-func checkActs(t *testing.T, fx *testutil.Fixture, acts map[string]traced) {
+func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 	t.Helper()
-	for _, name := range fx.Names("act.") {
-		key := name[len("act."):]
-		got, ok := acts[key]
-		if !ok {
-			t.Errorf("%s: the forward traced no %q", name, key)
-			continue
-		}
-		if key == "adaln_indices" { // integers: exact
+	acts.CheckActs(t, fx, func(key string, got testutil.Traced) []float32 {
+		switch key {
+		case "adaln_indices": // integers: exact
+			name := "act." + key
 			want, _ := fx.I64(t, name)
-			if len(got.values) != len(want) {
-				t.Errorf("%s: %d values, want %d", name, len(got.values), len(want))
-				continue
+			if len(got.Values) != len(want) {
+				t.Errorf("%s: %d values, want %d", name, len(got.Values), len(want))
+				return nil
 			}
 			for i := range want {
-				if int64(got.values[i]) != want[i] {
-					t.Errorf("%s[%d] = %v, want %d", name, i, got.values[i], want[i])
+				if int64(got.Values[i]) != want[i] {
+					t.Errorf("%s[%d] = %v, want %d", name, i, got.Values[i], want[i])
 					break
 				}
 			}
-			continue
+			return nil
+		case "block0_adaln_tables": // fixture [6, R, D] (table-major); ours [R, 6, D].
+			return testutil.Transpose01(got.Values, got.Shape[0], got.Shape[1], got.Shape[2])
 		}
-		want, shape := fx.F32(t, name)
-		vals := got.values
-		if key == "block0_adaln_tables" {
-			// fixture [6, R, D] (table-major); ours [R, 6, D].
-			vals = transpose01(got.values, got.shape[0], got.shape[1], got.shape[2])
-		}
-		testutil.AssertClose(t, name, vals, want, shape, testutil.ParityTol(want))
-	}
-}
-
-func transpose01(v []float32, a, b, c int) []float32 {
-	out := make([]float32, len(v))
-	for i := 0; i < a; i++ {
-		for j := 0; j < b; j++ {
-			copy(out[(j*a+i)*c:(j*a+i+1)*c], v[(i*b+j)*c:(i*b+j+1)*c])
-		}
-	}
-	return out
+		return got.Values
+	})
 }
 
 // eulerStep is MiniMaxH3Scheduler.step (h3.md §5.3): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
@@ -134,10 +102,8 @@ func stepIndex(t *testing.T, sigmas []float32, ts float32) int {
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := map[string]traced{}
-		m.trace = func(name string, shape []int, v []float32) {
-			acts[name] = traced{append([]int(nil), shape...), append([]float32(nil), v...)}
-		}
+		acts := testutil.Trace{}
+		m.trace = acts.Record
 		out, err := m.Forward(fixtureInputs(t, fx))
 		if err != nil {
 			t.Fatal(err)
@@ -195,12 +161,4 @@ func checkNextRows(t *testing.T, fx *testutil.Fixture, out ForwardOutputs) {
 	}
 	want, sh = fx.F32(t, "out.next_audio_latent")
 	testutil.AssertClose(t, "out.next_audio_latent", alat, want, sh, testutil.ParityTol(want))
-}
-
-func maxAbsDiff(a, b []float32) float64 {
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return m
 }

@@ -9,7 +9,6 @@ import (
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
-	"fastvideo/internal/weights"
 )
 
 func TestBindingListsEveryProblem(t *testing.T) {
@@ -22,42 +21,20 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := weights.Bind(src, p.set, weights.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		declared := map[string]bool{}
-		for _, par := range p.set.Params() {
-			declared[par.Name] = true
-			if !par.Bound() {
-				t.Errorf("%s not bound", par.Name)
-			}
-		}
-		for _, n := range src.Names() {
-			if !declared[n] {
-				t.Errorf("fixture tensor %s is not declared", n)
-			}
-		}
-		p.set.Release()
+		testutil.AssertBindsExactly(t, src, p.set)
 
 		// One name removed and one shape changed: a single error names both.
 		const gone = "transformer_blocks.1.attn.norm_k.weight"
 		const reshaped = "audio_proj_out.weight"
 		info, _ := src.Tensor(reshaped)
 		info.Shape = []int{info.Shape[0] / 2, info.Shape[1] * 2}
-		bad := &editSource{base: src, hide: func(n string) bool { return n == gone },
-			replace: map[string]safetensors.Info{reshaped: info}}
+		bad := &testutil.EditSource{Base: src, Hide: func(n string) bool { return n == gone },
+			Replace: map[string]safetensors.Info{reshaped: info}}
 		_, err = FromSource(testutil.Backend(t), cfg, bad, Options{})
-		if err == nil {
-			t.Fatal("binding an incomplete checkpoint must fail")
-		}
-		for _, s := range []string{"missing: " + gone, "mismatched: " + reshaped, "1 missing", "1 mismatched"} {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("error does not list %q:\n%v", s, err)
-			}
-		}
+		testutil.AssertErrorLists(t, err, "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
 
 		// An unexpected tensor is reported too; VSA gate matrices of FastH3 students are ignored.
-		extra := &editSource{base: src, replace: map[string]safetensors.Info{
+		extra := &testutil.EditSource{Base: src, Replace: map[string]safetensors.Info{
 			"transformer_blocks.0.attn.to_gate_compress.weight": info,
 			"transformer_blocks.0.attn.bogus":                   info,
 		}}
@@ -145,43 +122,9 @@ func TestForwardInputErrors(t *testing.T) {
 	})
 }
 
-// writeTransformerFolder writes a fixture's weights as a released-style transformer/ folder: config.json
-// and two shards with a diffusers index.
-func writeTransformerFolder(t *testing.T, fx *testutil.Fixture, cfg Config) string {
-	t.Helper()
-	dir := t.TempDir()
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.WriteAtomic(dir+"/config.json", b); err != nil {
-		t.Fatal(err)
-	}
-	src := fx.Weights()
-	shards := [2][]safetensors.Tensor{}
-	weightMap := map[string]string{}
-	for i, n := range src.Names() {
-		info, _ := src.Tensor(n)
-		k := i % 2
-		shards[k] = append(shards[k], safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
-		weightMap[n] = []string{"diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"}[k]
-	}
-	for k, ts := range shards {
-		name := []string{"diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"}[k]
-		if err := safetensors.WriteFile(dir+"/"+name, ts, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	idx, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
-	if err := safetensors.WriteAtomic(dir+"/diffusion_pytorch_model.safetensors.index.json", idx); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestLoadShardedFolder(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		dir := writeTransformerFolder(t, fx, fixtureConfig(t, fx))
+		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"}, Shards: 2})
 		m, err := Load(testutil.Backend(t), dir, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -213,11 +156,7 @@ func TestBFloat16Forward(t *testing.T) {
 			got  []float32
 		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
 			want, _ := fx.F32(t, c.name)
-			rel := maxAbsDiff(c.got, want) / float64(maxAbs(want))
-			t.Logf("%s bf16: max abs error / max|ref| = %.3g", c.name, rel)
-			if rel > 2e-2 {
-				t.Errorf("%s bf16: relative error %.3g > 2e-2", c.name, rel)
-			}
+			testutil.AssertRelClose(t, c.name+" bf16", c.got, want, 2e-2)
 		}
 	})
 }

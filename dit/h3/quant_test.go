@@ -158,16 +158,6 @@ func load(t *testing.T, dir string) *h3.Model {
 	return m
 }
 
-func qSNRdB(got, ref []float32) float64 {
-	var s, n float64
-	for i := range ref {
-		d := float64(got[i]) - float64(ref[i])
-		s += float64(ref[i]) * float64(ref[i])
-		n += d * d
-	}
-	return 10 * math.Log10(s/n)
-}
-
 // sameOutputs fails unless both forwards agree bit for bit.
 func sameOutputs(t *testing.T, label string, got, want h3.ForwardOutputs) {
 	t.Helper()
@@ -218,7 +208,7 @@ func TestQuantizedForward(t *testing.T) {
 				}
 				loaded := run(t, load(t, dir), in)
 				sameOutputs(t, "save -> h3.Load -> forward vs the in-memory quantized forward", loaded, inMemory)
-				sv, sa := qSNRdB(loaded.Video, ref.Video), qSNRdB(loaded.Audio, ref.Audio)
+				sv, sa := testutil.SNRdB(loaded.Video, ref.Video), testutil.SNRdB(loaded.Audio, ref.Audio)
 				t.Logf("int%d: loaded = in-memory bit for bit; SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
 				if min(sv, sa) < minSNR[bits] {
 					t.Fatalf("int%d: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])
@@ -229,7 +219,7 @@ func TestQuantizedForward(t *testing.T) {
 					t.Fatal(err)
 				}
 				half := run(t, m, in)
-				sv, sa = qSNRdB(half.Video, ref.Video), qSNRdB(half.Audio, ref.Audio)
+				sv, sa = testutil.SNRdB(half.Video, ref.Video), testutil.SNRdB(half.Audio, ref.Audio)
 				t.Logf("int%d bf16: SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
 				if min(sv, sa) < minSNR[bits] {
 					t.Fatalf("int%d bf16: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])

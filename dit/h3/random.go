@@ -6,10 +6,8 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/shapes"
-	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
 )
@@ -43,7 +41,7 @@ func NewRandomQuantized(backend compute.Backend, cfg Config, opts Options, schem
 }
 
 func newRandom(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc, seed int64) (m *Model, err error) {
-	defer catch(&err, "random weights")
+	defer gx.Recover(&err, "h3: random weights")
 	if opts.AdaLNManifest != nil {
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
@@ -69,17 +67,6 @@ type quantRole struct {
 }
 
 func (m *Model) fillRandom(seed int64) error {
-	state, err := RNGStateFromSeed(seed)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = state.FinalizeAll() }()
-	execs := map[string]*Exec{}
-	defer func() {
-		for _, e := range execs {
-			e.Finalize()
-		}
-	}()
 	roles := map[*weights.Param]quantRole{}
 	var cores []*coreParams
 	for j := range m.p.Refiner {
@@ -96,41 +83,14 @@ func (m *Model) fillRandom(seed int64) error {
 			}
 		}
 	}
-	for _, p := range m.p.set.Params() {
-		dt := p.Storage
-		if dt == dtypes.InvalidDType {
-			dt = m.dtype
-		}
-		key := fmt.Sprint(dt, p.Shape)
-		e := execs[key]
-		if e == nil {
-			if dt == dtypes.Uint32 { // packed words: every bit uniform, so every code is too (6-bit rows included)
-				shape := shapes.Make(dtypes.Uint32, p.Shape...)
-				e, err = NewExec(m.backend, func(st, _, _ *Node) (*Node, *Node) {
-					return RandomIntN(st, uint64(1)<<32, shape)
-				})
-			} else {
-				shape := shapes.Make(dtypes.Float32, p.Shape...)
-				e, err = NewExec(m.backend, func(st, scale, offset *Node) (*Node, *Node) {
-					next, v := RandomNormal(st, shape)
-					return next, ConvertDType(Add(Mul(v, scale), offset), dt)
-				})
-			}
-			if err != nil {
-				return err
-			}
-			execs[key] = e
-		}
-		scale, offset := randomScale(p.Name, p.Shape)
+	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
 		if r, ok := roles[p]; ok {
-			scale, offset = randomAffine(r)
+			return randomAffine(r)
 		}
-		out, err := e.Call(state, scale, offset)
-		if err != nil {
-			return fmt.Errorf("h3: drawing %s: %w", p.Name, err)
-		}
-		_ = state.FinalizeAll()
-		state, p.T = out[0], out[1]
+		return randomScale(p.Name, p.Shape)
+	})
+	if err != nil {
+		return fmt.Errorf("h3: %w", err)
 	}
 	return nil
 }

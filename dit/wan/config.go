@@ -3,8 +3,8 @@ package wan
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // Config is the released transformer/config.json of a Wan DiT (diffusers WanTransformer3DModel keys; the
@@ -87,16 +87,7 @@ func ParseConfig(data []byte) (Config, error) {
 
 // ReadConfig reads dir/config.json.
 func ReadConfig(dir string) (Config, error) {
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("wan: reading the transformer config: %w (is %s a released transformer/ folder?)", err, dir)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return c, nil
+	return modelcfg.Read(dir, ParseConfig, "wan: reading the transformer config", fmt.Sprintf("is %s a released transformer/ folder?", dir))
 }
 
 // Validate checks the fields the forward depends on.

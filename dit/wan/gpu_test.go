@@ -1,14 +1,11 @@
 package wan
 
 import (
-	"math"
-	"os"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
-	"fastvideo/internal/backend"
 	"fastvideo/internal/testutil"
 )
 
@@ -18,14 +15,7 @@ import (
 //	go test -c -o .gpu/wan.test ./dit/wan
 //	cd dit/wan && FASTVIDEO_GPU_TEST=1 ../../.gpu/wan.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
-	if os.Getenv("FASTVIDEO_GPU_TEST") != "1" {
-		t.Skip("set FASTVIDEO_GPU_TEST=1 on a machine with an NVIDIA GPU")
-	}
-	b, err := backend.New("xla:cuda,tf32=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
+	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
 			path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
@@ -46,15 +36,7 @@ func TestFixturesOnGPU(t *testing.T) {
 				testutil.AssertClose(t, "out.sample f32/"+path.String(), out, want, sh, testutil.ParityTol(want))
 				continue
 			}
-			maxRef := 0.0
-			for _, v := range want {
-				maxRef = math.Max(maxRef, math.Abs(float64(v)))
-			}
-			rel := maxAbsDiff(out, want) / maxRef
-			t.Logf("out.sample bf16/%s: max abs error / max|ref| = %.3g", path, rel)
-			if rel > 2e-2 {
-				t.Errorf("out.sample bf16/%s: relative error %.3g > 2e-2", path, rel)
-			}
+			testutil.AssertRelClose(t, "out.sample bf16/"+path.String(), out, want, 2e-2)
 		}
 	})
 }

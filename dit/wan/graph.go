@@ -2,57 +2,16 @@ package wan
 
 import (
 	"fmt"
-	"math"
 
-	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/attention"
+	"fastvideo/internal/gx"
 )
 
 // Graph building blocks of the Wan forward. Activations are row matrices [rows, width] (tokens of one
-// sample; the batch of one is implicit). Weights use the PyTorch layout [out, in].
-
-// linear is x·wᵀ (+ b) for x [N, in], w [out, in], b [out] or nil; the result has w's dtype.
-func linear(x, w, b *Node) *Node {
-	if x.DType() != w.DType() {
-		x = ConvertDType(x, w.DType())
-	}
-	y := Dot(x, w).General([]int{1}, nil, []int{1}, nil)
-	if y.DType() != w.DType() {
-		y = ConvertDType(y, w.DType())
-	}
-	return addBias(y, b)
-}
-
-// addBias adds b [out] to the rows of y, in y's dtype.
-func addBias(y, b *Node) *Node {
-	if b == nil {
-		return y
-	}
-	return Add(y, ExpandAxes(ConvertDType(b, y.DType()), 0))
-}
-
-func f32(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
-
-func silu(x *Node) *Node { return Mul(x, Sigmoid(x)) }
-
-// geluTanh is PyTorch's gelu(approximate="tanh") evaluated in float32 and returned in x's dtype.
-func geluTanh(x *Node) *Node {
-	xf := f32(x)
-	inner := MulScalar(Add(xf, MulScalar(Mul(Mul(xf, xf), xf), 0.044715)), math.Sqrt(2/math.Pi))
-	return ConvertDType(Mul(MulScalar(xf, 0.5), OnePlus(Tanh(inner))), x.DType())
-}
-
-// layerNorm is the affine-free LayerNorm over the last axis in float32 (FP32LayerNorm); returns float32.
-func layerNorm(x *Node, eps float64) *Node {
-	xf := f32(x)
-	xc := Sub(xf, ReduceAndKeep(xf, ReduceMean, -1))
-	return Mul(xc, Rsqrt(AddScalar(ReduceAndKeep(Square(xc), ReduceMean, -1), eps)))
-}
-
-// modulate is x·(1 + scale) + shift in float32 (x, shift, scale float32).
-func modulate(x, shift, scale *Node) *Node { return Add(Mul(x, OnePlus(scale)), shift) }
+// sample; the batch of one is implicit). Weights use the PyTorch layout [out, in]. The shared operations
+// (linear, norms, GELU, modulation) are package gx's.
 
 // AllReduce is the hook a tensor-parallel block calls on its partial sums: after the attention output
 // projections, after FFN-out, and on the per-token sum of squares of the across-heads QK RMSNorm.
@@ -125,10 +84,10 @@ func (s blockSpec) check(w blockWeights) {
 func (s blockSpec) qkNorm(y, w, cos, sin *Node) *Node {
 	dt := y.DType()
 	l := y.Shape().Dim(0)
-	yf := f32(y)
+	yf := gx.F32(y)
 	ss := s.reduce(ReduceAndKeep(Square(yf), ReduceSum, -1)) // [L, 1]
 	r := Rsqrt(AddScalar(DivScalar(ss, float64(s.Width)), s.Eps))
-	yw := Reshape(Mul(yf, ExpandAxes(f32(w), 0)), 1, l, s.Heads, s.HeadDim)
+	yw := Reshape(Mul(yf, ExpandAxes(gx.F32(w), 0)), 1, l, s.Heads, s.HeadDim)
 	if cos != nil {
 		yw = applyRope(yw, cos, sin)
 	}
@@ -143,8 +102,8 @@ func applyRope(x, cos, sin *Node) *Node {
 	pairs := Reshape(x, 1, l, h, dh/2, 2)
 	re := Squeeze(Slice(pairs, AxisRange(), AxisRange(), AxisRange(), AxisRange(), AxisElem(0)), -1)
 	im := Squeeze(Slice(pairs, AxisRange(), AxisRange(), AxisRange(), AxisRange(), AxisElem(1)), -1)
-	c := Reshape(f32(cos), 1, l, 1, dh/2)
-	sn := Reshape(f32(sin), 1, l, 1, dh/2)
+	c := Reshape(gx.F32(cos), 1, l, 1, dh/2)
+	sn := Reshape(gx.F32(sin), 1, l, 1, dh/2)
 	outRe := Sub(Mul(re, c), Mul(im, sn))
 	outIm := Add(Mul(im, c), Mul(re, sn))
 	return Reshape(Stack([]*Node{outRe, outIm}, -1), 1, l, h, dh)
@@ -154,16 +113,16 @@ func applyRope(x, cos, sin *Node) *Node {
 // then bias). kv is the key/value source rows [Lk, D]; cos/sin rotate q and k (self-attention) or are nil.
 func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node) *Node {
 	l, lk := h.Shape().Dim(0), kv.Shape().Dim(0)
-	q := s.qkNorm(linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
-	k := s.qkNorm(linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
-	v := Reshape(linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
+	q := s.qkNorm(gx.Linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
+	k := s.qkNorm(gx.Linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
+	v := Reshape(gx.Linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
 	o := Reshape(attention.Attend(q, k, v, s.Attention), l, s.Heads*s.HeadDim)
-	return addBias(s.reduce(linear(o, w.Out.W, nil)), w.Out.B)
+	return gx.AddBias(s.reduce(gx.Linear(o, w.Out.W, nil)), w.Out.B)
 }
 
 // feedForward is GELU-tanh(h·W_inᵀ + b_in)·W_outᵀ (all-reduce) + b_out.
 func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
-	return addBias(s.reduce(linear(geluTanh(linear(h, in.W, in.B)), out.W, nil)), out.B)
+	return gx.AddBias(s.reduce(gx.Linear(gx.GeluTanh(gx.Linear(h, in.W, in.B)), out.W, nil)), out.B)
 }
 
 // block is one Wan transformer block (wan.md §4.2 step 5). x [L, D] and text [S, D] are in the compute
@@ -172,7 +131,7 @@ func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
 func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *Node {
 	s.check(w)
 	dt := x.DType()
-	mod := Add(f32(tproj), f32(w.Table)) // [nT, 6, D]
+	mod := Add(gx.F32(tproj), gx.F32(w.Table)) // [nT, 6, D]
 	if tIdx != nil {
 		mod = Gather(mod, ExpandAxes(tIdx, -1)) // [L, 6, D]
 	}
@@ -181,20 +140,20 @@ func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *
 	cShift, cScale, cGate := part(3), part(4), part(5)
 
 	// Self-attention with the gated residual in float32.
-	n := ConvertDType(modulate(layerNorm(x, s.Eps), shiftMSA, scaleMSA), dt)
+	n := ConvertDType(gx.Modulate(gx.LayerNorm(x, nil, nil, s.Eps), shiftMSA, scaleMSA), dt)
 	attn := s.attend(n, n, w.Self, cos, sin)
-	r := Add(f32(x), Mul(f32(attn), gateMSA))
+	r := Add(gx.F32(x), Mul(gx.F32(attn), gateMSA))
 	x = ConvertDType(r, dt)
 
 	// Cross-attention on the affine LayerNorm (norm2) of the float32 residual; ungated add.
-	n2 := Add(Mul(layerNorm(r, s.Eps), ExpandAxes(f32(w.Norm2W), 0)), ExpandAxes(f32(w.Norm2B), 0))
+	n2 := Add(Mul(gx.LayerNorm(r, nil, nil, s.Eps), ExpandAxes(gx.F32(w.Norm2W), 0)), ExpandAxes(gx.F32(w.Norm2B), 0))
 	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil)
 	x = Add(x, ConvertDType(cross, dt))
 
 	// Feed-forward with the gated residual in float32.
-	n3 := ConvertDType(modulate(layerNorm(x, s.Eps), cShift, cScale), dt)
+	n3 := ConvertDType(gx.Modulate(gx.LayerNorm(x, nil, nil, s.Eps), cShift, cScale), dt)
 	ff := s.feedForward(n3, w.FFIn, w.FFOut)
-	return ConvertDType(Add(f32(x), Mul(f32(ff), cGate)), dt)
+	return ConvertDType(Add(gx.F32(x), Mul(gx.F32(ff), cGate)), dt)
 }
 
 // patchEmbed is the Conv3d with kernel = stride = patch as a matmul: latent [C, T, H, W] float32 →
@@ -208,7 +167,7 @@ func patchEmbed(latent, w, b *Node, patch []int) *Node {
 	x = TransposeAllAxes(x, 1, 3, 5, 0, 2, 4, 6)
 	x = Reshape(x, nt*nh*nw, c*pt*ph*pw)
 	wm := Reshape(w, w.Shape().Dim(0), c*pt*ph*pw)
-	return linear(x, wm, b)
+	return gx.Linear(x, wm, b)
 }
 
 // unpatchify maps proj_out rows [L, pt·ph·pw·C] (features ordered kt, kh, kw, c) on the token grid

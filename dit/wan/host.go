@@ -2,7 +2,7 @@ package wan
 
 import "math"
 
-// Host-side tables. They are small (L×Dh/2 and nT×freq_dim) and their exact bits matter more than their
+// Host-side tables. They are small (L×Dh/2) and their exact bits matter more than their
 // speed, so they are computed in Go following the reference's rounding rather than in the graph.
 
 // RopeTables returns cos and sin [L, Dh/2] for the token grid t×h×w (tokens t-major, w fastest), one
@@ -40,27 +40,4 @@ func RopeTables(cfg Config, t, h, w int) (cos, sin []float32) {
 		}
 	}
 	return cos, sin
-}
-
-// TimestepProjection is the sinusoidal embedding [nT, freqDim] of raw timesteps (e.g. 1000, 757, 0):
-// freq_i = exp(−ln(10000)·i/half) and e = [cos(t·freq), sin(t·freq)] (cosine half first), evaluated as
-// the reference's timestep_embedding does in float32 (each product rounded to float32; the elementary
-// functions evaluated in float64 and rounded once).
-func TimestepProjection(timesteps []float32, freqDim int) []float32 {
-	half := freqDim / 2
-	freqs := make([]float32, half)
-	negLog := float32(-math.Log(10000))
-	for i := range freqs {
-		e := float32(negLog*float32(i)) / float32(half)
-		freqs[i] = float32(math.Exp(float64(e)))
-	}
-	out := make([]float32, len(timesteps)*freqDim)
-	for r, t := range timesteps {
-		for i, f := range freqs {
-			a := float64(t * f)
-			out[r*freqDim+i] = float32(math.Cos(a))
-			out[r*freqDim+half+i] = float32(math.Sin(a))
-		}
-	}
-	return out
 }

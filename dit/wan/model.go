@@ -33,13 +33,13 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/compute/dtypes/float16"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/internal/gx"
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -76,17 +76,6 @@ func (m *Model) Config() Config { return m.cfg }
 // DType returns the compute dtype.
 func (m *Model) DType() dtypes.DType { return m.dtype }
 
-// catch turns a panic of graph code into an error.
-func catch(err *error, what string) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("wan: %s: %w", what, e)
-		} else {
-			*err = fmt.Errorf("wan: %s: %v", what, r)
-		}
-	}
-}
-
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors, any float
 // storage dtype) and binds its weights on backend.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
@@ -111,7 +100,7 @@ func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
 
 // FromSource binds the weights of src (released diffusers names) for cfg.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
-	defer catch(&err, "building the model")
+	defer gx.Recover(&err, "wan: building the model")
 	m, err = newModel(backend, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -204,22 +193,10 @@ type stageExecs struct {
 }
 
 func (s *stageExecs) finalize() {
-	for _, e := range []*Exec{s.time, s.text, s.input, s.block} {
-		if e != nil {
-			e.Finalize()
-		}
-	}
+	gx.FinalizeExecs(s.time, s.text, s.input, s.block)
 	for _, e := range s.output {
 		e.Finalize()
 	}
-}
-
-func mustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *Exec {
-	e, err := NewExec(backend, fn)
-	if err != nil {
-		panic(err)
-	}
-	return e.WithName("wan." + name)
 }
 
 func (m *Model) newStageExecs(trace bool) *stageExecs {
@@ -230,18 +207,18 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 		output: map[[3]int]*Exec{},
 		// proj [nT, freq] f32, time_embedder w1, b1, w2, b2 (f32), time_proj w, b
 		// -> temb [nT, D] f32, tproj [nT, 6, D] f32
-		time: mustExec(m.backend, "time", func(in []*Node) []*Node {
-			temb := linear(silu(linear(in[0], in[1], in[2])), in[3], in[4])
-			tproj := f32(linear(ConvertDType(silu(temb), in[5].DType()), in[5], in[6]))
+		time: gx.MustExec(m.backend, "wan.time", func(in []*Node) []*Node {
+			temb := gx.Linear(gx.SiLU(gx.Linear(in[0], in[1], in[2])), in[3], in[4])
+			tproj := gx.F32(gx.Linear(ConvertDType(gx.SiLU(temb), in[5].DType()), in[5], in[6]))
 			return []*Node{temb, Reshape(tproj, tproj.Shape().Dim(0), 6, d)}
 		}),
 		// text [S, text_dim] f32, linear_1 w/b, linear_2 w/b -> [S, D] compute dtype
-		text: mustExec(m.backend, "text_embedder", func(in []*Node) []*Node {
-			h := geluTanh(linear(ConvertDType(in[0], in[1].DType()), in[1], in[2]))
-			return []*Node{ConvertDType(linear(h, in[3], in[4]), dt)}
+		text: gx.MustExec(m.backend, "wan.text_embedder", func(in []*Node) []*Node {
+			h := gx.GeluTanh(gx.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2]))
+			return []*Node{ConvertDType(gx.Linear(h, in[3], in[4]), dt)}
 		}),
 		// latent [C, T, H, W] f32, patch w, b (f32) -> x [L, D] compute dtype (+ f32 rows when traced)
-		input: mustExec(m.backend, "patch_embedding", func(in []*Node) []*Node {
+		input: gx.MustExec(m.backend, "wan.patch_embedding", func(in []*Node) []*Node {
 			e := patchEmbed(in[0], in[1], in[2], cfg.PatchSize)
 			if trace {
 				return []*Node{ConvertDType(e, dt), e}
@@ -249,7 +226,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{ConvertDType(e, dt)}
 		}),
 		// x [L, D], text [S, D], tproj [nT, 6, D] f32, [tIdx [L] int32,] cos, sin [L, Dh/2] f32, block weights
-		block: mustExec(m.backend, "block", func(in []*Node) []*Node {
+		block: gx.MustExec(m.backend, "wan.block", func(in []*Node) []*Node {
 			var tIdx *Node
 			rest := in[3:]
 			if len(in) == 6+blockWeightCount {
@@ -268,16 +245,16 @@ func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) *Exec {
 		return e
 	}
 	cfg, trace := m.cfg, s.trace
-	e := mustExec(m.backend, "output", func(in []*Node) []*Node {
+	e := gx.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
 		x, temb, table := in[0], in[1], in[2]
-		head := Add(f32(table), ExpandAxes(temb, 1)) // [nT, 2, D]
+		head := Add(gx.F32(table), ExpandAxes(temb, 1)) // [nT, 2, D]
 		if len(in) > 5 {
 			head = Gather(head, ExpandAxes(in[5], -1))
 		}
 		shift := Squeeze(Slice(head, AxisRange(), AxisElem(0), AxisRange()), 1)
 		scale := Squeeze(Slice(head, AxisRange(), AxisElem(1), AxisRange()), 1)
-		y := modulate(layerNorm(x, cfg.Eps), shift, scale)
-		out := unpatchify(linear(y, in[3], in[4]), nt, nh, nw, cfg.PatchSize)
+		y := gx.Modulate(gx.LayerNorm(x, nil, nil, cfg.Eps), shift, scale)
+		out := unpatchify(gx.Linear(y, in[3], in[4]), nt, nh, nw, cfg.PatchSize)
 		if trace {
 			return []*Node{out, y}
 		}
@@ -297,79 +274,17 @@ func (m *Model) execs() *stageExecs {
 	return m.traced
 }
 
-// call runs an executable and returns its outputs.
-func call(e *Exec, args ...any) ([]*tensors.Tensor, error) {
-	out, err := e.Call(args...)
-	if err != nil {
-		return nil, fmt.Errorf("wan: %s: %w", e.Name(), err)
-	}
-	return out, nil
-}
-
-func finalize(ts ...*tensors.Tensor) {
-	for _, t := range ts {
-		if t != nil {
-			t.FinalizeAll()
-		}
-	}
-}
-
-func anyTensors(ts []*tensors.Tensor) []any {
-	out := make([]any, len(ts))
-	for i, t := range ts {
-		out[i] = t
-	}
-	return out
-}
-
 // emit hands an intermediate to the trace hook as float32.
 func (m *Model) emit(name string, t *tensors.Tensor) error {
 	if m.trace == nil {
 		return nil
 	}
-	v, err := hostF32(t)
+	v, err := gx.HostF32(t)
 	if err != nil {
 		return fmt.Errorf("wan: trace %s: %w", name, err)
 	}
 	m.trace(name, t.Shape().Dimensions, v)
 	return nil
-}
-
-// hostF32 copies a float tensor to the host as float32.
-func hostF32(t *tensors.Tensor) ([]float32, error) {
-	switch t.DType() {
-	case dtypes.Float32:
-		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		v, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(v))
-		for i := range v {
-			out[i] = v[i].Float32()
-		}
-		return out, nil
-	case dtypes.Float16:
-		v, err := tensors.CopyFlatData[float16.Float16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(v))
-		for i := range v {
-			out[i] = v[i].Float32()
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("tensor of dtype %s is not a float tensor", t.DType())
-}
-
-// onDevice moves a host tensor to the backend once, so the executables of a forward reuse one copy.
-func (m *Model) onDevice(t *tensors.Tensor) (*tensors.Tensor, error) {
-	if err := t.ToDevice(m.backend, 0); err != nil {
-		return nil, fmt.Errorf("wan: uploading %s: %w", t.Shape(), err)
-	}
-	return t, nil
 }
 
 // ropeCache keeps the device RoPE tables of the last token grid: every step of a generation uses the
@@ -387,12 +302,9 @@ func (m *Model) ropeFor(t, h, w int) (cos, sin *tensors.Tensor, err error) {
 	m.dropRope()
 	l, half := t*h*w, m.cfg.AttentionHeadDim/2
 	cosH, sinH := RopeTables(m.cfg, t, h, w)
-	if cos, err = m.onDevice(tensors.FromFlatDataAndDimensions(cosH, l, half)); err != nil {
-		return nil, nil, err
-	}
-	if sin, err = m.onDevice(tensors.FromFlatDataAndDimensions(sinH, l, half)); err != nil {
-		cos.FinalizeAll()
-		return nil, nil, err
+	cos, sin = tensors.FromFlatDataAndDimensions(cosH, l, half), tensors.FromFlatDataAndDimensions(sinH, l, half)
+	if err := gx.Upload(m.backend, cos, sin); err != nil {
+		return nil, nil, fmt.Errorf("wan: RoPE tables: %w", err)
 	}
 	m.rope = &ropeCache{grid: grid, cos: cos, sin: sin}
 	return cos, sin, nil
@@ -400,7 +312,7 @@ func (m *Model) ropeFor(t, h, w int) (cos, sin *tensors.Tensor, err error) {
 
 func (m *Model) dropRope() {
 	if m.rope != nil {
-		finalize(m.rope.cos, m.rope.sin)
+		gx.Finalize(m.rope.cos, m.rope.sin)
 		m.rope = nil
 	}
 }
@@ -426,7 +338,7 @@ func (t *TextState) Close() {
 // PrepareText runs the text embedder on prompt embeddings [S, text_dim] (row-major; Wan pipelines pass
 // the UMT5 output zero-padded to 512 rows, and no attention mask is used).
 func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
-	defer catch(&err, "text embedder")
+	defer gx.Recover(&err, "wan: text embedder")
 	if m.p == nil {
 		return nil, fmt.Errorf("wan: model is closed")
 	}
@@ -436,13 +348,13 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 	}
 	s := len(text) / td
 	p := m.p
-	out, err := call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
+	out, err := gx.Call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
 		p.Text1.W.T, p.Text1.B.T, p.Text2.W.T, p.Text2.B.T)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.emit("text_embedded", out[0]); err != nil {
-		finalize(out...)
+		gx.Finalize(out...)
 		return nil, err
 	}
 	return &TextState{rows: s, x: out[0]}, nil
@@ -467,7 +379,7 @@ type ForwardInputs struct {
 // Forward runs the transformer and returns the predicted velocity [out_channels, Frames, Height, Width]
 // in float32.
 func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
-	defer catch(&err, "forward")
+	defer gx.Recover(&err, "wan: forward")
 	if m.p == nil {
 		return nil, fmt.Errorf("wan: model is closed")
 	}
@@ -500,16 +412,17 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	// token select its row.
 	uniq, idx := uniqueTimesteps(in.Timesteps)
 	var devs []*tensors.Tensor
-	defer func() { finalize(devs...) }()
+	defer func() { gx.Finalize(devs...) }()
 	var tIdx *tensors.Tensor
 	if len(uniq) > 1 {
-		if tIdx, err = m.onDevice(tensors.FromFlatDataAndDimensions(idx, l)); err != nil {
-			return nil, err
+		tIdx = tensors.FromFlatDataAndDimensions(idx, l)
+		if err := gx.Upload(m.backend, tIdx); err != nil {
+			return nil, fmt.Errorf("wan: per-token timestep indices: %w", err)
 		}
 		devs = append(devs, tIdx)
 	}
 
-	res, err := call(ex.time, tensors.FromFlatDataAndDimensions(TimestepProjection(uniq, cfg.FreqDim), len(uniq), cfg.FreqDim),
+	res, err := gx.Call(ex.time, tensors.FromFlatDataAndDimensions(hostmath.TimestepSinusoid(uniq, cfg.FreqDim), len(uniq), cfg.FreqDim),
 		p.Time1.W.T, p.Time1.B.T, p.Time2.W.T, p.Time2.B.T, p.TimeProj.W.T, p.TimeProj.B.T)
 	if err != nil {
 		return nil, err
@@ -540,7 +453,7 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 		return nil, err
 	}
 
-	res, err = call(ex.input, tensors.FromFlatDataAndDimensions(in.Latent, cfg.InChannels, in.Frames, in.Height, in.Width),
+	res, err = gx.Call(ex.input, tensors.FromFlatDataAndDimensions(in.Latent, cfg.InChannels, in.Frames, in.Height, in.Width),
 		p.PatchW.T, p.PatchB.T)
 	if err != nil {
 		return nil, err
@@ -548,9 +461,9 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	x := res[0]
 	if m.trace != nil {
 		err := m.emit("patch_embedding", res[1])
-		finalize(res[1])
+		gx.Finalize(res[1])
 		if err != nil {
-			finalize(x)
+			gx.Finalize(x)
 			return nil, err
 		}
 	}
@@ -561,22 +474,22 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 			args = append(args, tIdx)
 		}
 		args = append(args, cos, sin)
-		args = append(args, anyTensors(p.Blocks[b].tensors())...)
-		res, err := call(ex.block, args...)
-		finalize(x)
+		args = gx.Args(args, p.Blocks[b].tensors()...)
+		res, err := gx.Call(ex.block, args...)
+		gx.Finalize(x)
 		if err != nil {
 			return nil, err
 		}
 		x = res[0]
 		if b == 0 {
 			if err := m.emit("block0_out", x); err != nil {
-				finalize(x)
+				gx.Finalize(x)
 				return nil, err
 			}
 		}
 		if b == len(p.Blocks)-1 {
 			if err := m.emit("block_last_out", x); err != nil {
-				finalize(x)
+				gx.Finalize(x)
 				return nil, err
 			}
 		}
@@ -586,18 +499,18 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	if tIdx != nil {
 		args = append(args, tIdx)
 	}
-	res, err = call(m.outputExec(ex, nt, nh, nw), args...)
-	finalize(x)
+	res, err = gx.Call(m.outputExec(ex, nt, nh, nw), args...)
+	gx.Finalize(x)
 	if err != nil {
 		return nil, err
 	}
-	defer finalize(res...)
+	defer gx.Finalize(res...)
 	if m.trace != nil {
 		if err := m.emit("norm_out", res[1]); err != nil {
 			return nil, err
 		}
 	}
-	return hostF32(res[0])
+	return gx.HostF32(res[0])
 }
 
 // uniqueTimesteps returns the distinct timesteps in first-seen order and each input's index into them.
@@ -622,7 +535,7 @@ func (m *Model) emitRows(name string, t *tensors.Tensor, idx []int32, n int) err
 	if m.trace == nil {
 		return nil
 	}
-	v, err := hostF32(t)
+	v, err := gx.HostF32(t)
 	if err != nil {
 		return fmt.Errorf("wan: trace %s: %w", name, err)
 	}

@@ -12,15 +12,7 @@ import (
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	var cfg Config
-	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
 }
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
@@ -54,50 +46,23 @@ func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 	return ForwardInputs{Latent: latent, Frames: sh[2], Height: sh[3], Width: sh[4], Timesteps: ts, Text: text}
 }
 
-type traced struct {
-	shape  []int
-	values []float32
-}
-
 // checkActs compares every act.* tensor of the fixture with the intermediate the forward traced under
 // the same name (row-major values; the fixture's batch axis of 1 is implicit in ours).
-func checkActs(t *testing.T, fx *testutil.Fixture, acts map[string]traced) {
+func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 	t.Helper()
-	for _, name := range fx.Names("act.") {
-		key := name[len("act."):]
-		got, ok := acts[key]
-		if !ok {
-			t.Errorf("%s: the forward traced no %q", name, key)
-			continue
+	acts.CheckActs(t, fx, func(key string, got testutil.Traced) []float32 {
+		if key == "patch_embedding" { // fixture [1, D, T', H', W'] (the conv output); ours [L, D].
+			return testutil.Transpose01(got.Values, got.Shape[0], got.Shape[1], 1)
 		}
-		want, shape := fx.F32(t, name)
-		vals := got.values
-		if key == "patch_embedding" {
-			// fixture [1, D, T', H', W'] (the conv output); ours [L, D].
-			vals = transpose2(got.values, got.shape[0], got.shape[1])
-		}
-		testutil.AssertClose(t, name, vals, want, shape, testutil.ParityTol(want))
-	}
-}
-
-// transpose2 transposes a row-major [a, b] matrix.
-func transpose2(v []float32, a, b int) []float32 {
-	out := make([]float32, len(v))
-	for i := 0; i < a; i++ {
-		for j := 0; j < b; j++ {
-			out[j*a+i] = v[i*b+j]
-		}
-	}
-	return out
+		return got.Values
+	})
 }
 
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := map[string]traced{}
-		m.trace = func(name string, shape []int, v []float32) {
-			acts[name] = traced{append([]int(nil), shape...), append([]float32(nil), v...)}
-		}
+		acts := testutil.Trace{}
+		m.trace = acts.Record
 		out, err := m.Forward(fixtureInputs(t, fx))
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +131,7 @@ func TestPerTokenTimesteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := maxAbsDiff(mixed, one); d == 0 || math.IsNaN(d) {
+		if d := testutil.MaxAbsDiff(mixed, one); d == 0 || math.IsNaN(d) {
 			t.Errorf("per-token timesteps [0…, 601…] vs 601: max diff %v, want a finite nonzero change", d)
 		}
 	})
@@ -197,14 +162,6 @@ func TestForwardInputErrors(t *testing.T) {
 	})
 }
 
-func maxAbsDiff(a, b []float32) float64 {
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return m
-}
-
 // TestBFloat16Forward builds the bf16 executables (the GPU configuration, exact attention on this
 // backend) and checks the output loosely against the f32 reference: it catches dtype mismatches in the
 // graphs before a GPU run.
@@ -216,14 +173,6 @@ func TestBFloat16Forward(t *testing.T) {
 			t.Fatal(err)
 		}
 		want, _ := fx.F32(t, "out.sample")
-		maxRef := 0.0
-		for _, v := range want {
-			maxRef = math.Max(maxRef, math.Abs(float64(v)))
-		}
-		rel := maxAbsDiff(out, want) / maxRef
-		t.Logf("out.sample bf16: max abs error / max|ref| = %.3g", rel)
-		if rel > 2e-2 {
-			t.Errorf("out.sample bf16: relative error %.3g > 2e-2", rel)
-		}
+		testutil.AssertRelClose(t, "out.sample bf16", out, want, 2e-2)
 	})
 }

@@ -1,11 +1,7 @@
 package wan
 
 import (
-	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -14,86 +10,27 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// editSource hides names of a base source and replaces or adds others.
-type editSource struct {
-	base    weights.Source
-	hide    func(name string) bool
-	replace map[string]safetensors.Info
-}
-
-func (e *editSource) Names() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, n := range e.base.Names() {
-		if e.hide != nil && e.hide(n) {
-			continue
-		}
-		seen[n] = true
-		out = append(out, n)
-	}
-	for n := range e.replace {
-		if !seen[n] {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (e *editSource) Tensor(name string) (safetensors.Info, bool) {
-	if info, ok := e.replace[name]; ok {
-		return info, true
-	}
-	if e.hide != nil && e.hide(name) {
-		return safetensors.Info{}, false
-	}
-	return e.base.Tensor(name)
-}
-
 func TestBindingListsEveryProblem(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
 		src := fx.Weights()
 
 		// Every w.* tensor binds, and every declared parameter is in the file (biases included).
-		p := declareParams(cfg)
-		if err := weights.Bind(src, p.set, weights.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		declared := map[string]bool{}
-		for _, par := range p.set.Params() {
-			declared[par.Name] = true
-			if !par.Bound() {
-				t.Errorf("%s not bound", par.Name)
-			}
-		}
-		for _, n := range src.Names() {
-			if !declared[n] {
-				t.Errorf("fixture tensor %s is not declared", n)
-			}
-		}
-		p.set.Release()
+		testutil.AssertBindsExactly(t, src, declareParams(cfg).set)
 
 		// One name removed and one shape changed: a single error names both.
 		const gone = "blocks.1.attn2.norm_k.weight"
 		const reshaped = "blocks.0.ffn.net.2.weight"
 		info, _ := src.Tensor(reshaped)
 		info.Shape = []int{info.Shape[1], info.Shape[0]}
-		bad := &editSource{base: src, hide: func(n string) bool { return n == gone },
-			replace: map[string]safetensors.Info{reshaped: info}}
+		bad := &testutil.EditSource{Base: src, Hide: func(n string) bool { return n == gone },
+			Replace: map[string]safetensors.Info{reshaped: info}}
 		_, err := FromSource(testutil.Backend(t), cfg, bad, Options{})
-		if err == nil {
-			t.Fatal("binding an incomplete checkpoint must fail")
-		}
-		for _, s := range []string{"missing: " + gone, "mismatched: " + reshaped, "1 missing", "1 mismatched"} {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("error does not list %q:\n%v", s, err)
-			}
-		}
+		testutil.AssertErrorLists(t, err, "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
 
 		// An unexpected tensor is reported; VSA gate projections of FastWan students are not.
 		gate, _ := src.Tensor("blocks.0.attn1.to_q.weight")
-		extra := &editSource{base: src, replace: map[string]safetensors.Info{
+		extra := &testutil.EditSource{Base: src, Replace: map[string]safetensors.Info{
 			"blocks.0.to_gate_compress.weight":       gate,
 			"blocks.1.attn1.to_gate_compress.weight": gate,
 			"blocks.0.attn1.bogus":                   gate,
@@ -128,8 +65,8 @@ func TestMissingBiasesAreZero(t *testing.T) {
 			}
 			return out
 		}
-		without := run(&editSource{base: fx.Weights(), hide: func(n string) bool { return n == b }})
-		zeroed := run(&editSource{base: fx.Weights(), replace: map[string]safetensors.Info{b: zero}})
+		without := run(&testutil.EditSource{Base: fx.Weights(), Hide: func(n string) bool { return n == b }})
+		zeroed := run(&testutil.EditSource{Base: fx.Weights(), Replace: map[string]safetensors.Info{b: zero}})
 		testutil.AssertClose(t, "missing bias vs zero bias", without, zeroed, nil, 0)
 	})
 }
@@ -138,37 +75,8 @@ func TestMissingBiasesAreZero(t *testing.T) {
 // and an index) and checks Load against the fixture output.
 func TestLoadFolder(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
-		dir := t.TempDir()
-		var arch map[string]any
-		if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-			t.Fatal(err)
-		}
-		arch["_class_name"] = "WanTransformer3DModel"
-		cj, err := json.Marshal(arch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		src := fx.Weights()
-		shards := [2][]safetensors.Tensor{}
-		weightMap := map[string]string{}
-		files := [2]string{"diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"}
-		for i, n := range src.Names() {
-			info, _ := src.Tensor(n)
-			shards[i%2] = append(shards[i%2], safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
-			weightMap[n] = files[i%2]
-		}
-		for i, f := range files {
-			if err := safetensors.WriteFile(filepath.Join(dir, f), shards[i], nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		idx, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
-		if err := os.WriteFile(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), idx, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"},
+			Extra: map[string]any{"_class_name": "WanTransformer3DModel"}, Shards: 2})
 		m, err := Load(testutil.Backend(t), dir, Options{})
 		if err != nil {
 			t.Fatal(err)

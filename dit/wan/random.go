@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/shapes"
-	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+
+	"fastvideo/internal/gx"
+	"fastvideo/internal/weights"
 )
 
 // NewRandom builds a model of the given configuration whose weights are drawn on the backend by GoMLX's
@@ -17,7 +17,7 @@ import (
 // embedding's fan-in is Cin·pt·ph·pw), biases 0.05·randn, scale_shift_tables randn/√D (their upstream
 // initialization), norm weights 1+0.1·randn.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m *Model, err error) {
-	defer catch(&err, "random weights")
+	defer gx.Recover(&err, "wan: random weights")
 	m, err = newModel(backend, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -31,42 +31,11 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m
 }
 
 func (m *Model) fillRandom(seed int64) error {
-	state, err := RNGStateFromSeed(seed)
+	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
+		return randomScale(p.Name, p.Shape)
+	})
 	if err != nil {
-		return err
-	}
-	defer func() { _ = state.FinalizeAll() }()
-	execs := map[string]*Exec{}
-	defer func() {
-		for _, e := range execs {
-			e.Finalize()
-		}
-	}()
-	for _, p := range m.p.set.Params() {
-		dt := p.Storage
-		if dt == dtypes.InvalidDType {
-			dt = m.dtype
-		}
-		shape := shapes.Make(dtypes.Float32, p.Shape...)
-		key := fmt.Sprint(dt, p.Shape)
-		e := execs[key]
-		if e == nil {
-			e, err = NewExec(m.backend, func(st, scale, offset *Node) (*Node, *Node) {
-				next, v := RandomNormal(st, shape)
-				return next, ConvertDType(Add(Mul(v, scale), offset), dt)
-			})
-			if err != nil {
-				return err
-			}
-			execs[key] = e
-		}
-		scale, offset := randomScale(p.Name, p.Shape)
-		out, err := e.Call(state, scale, offset)
-		if err != nil {
-			return fmt.Errorf("wan: drawing %s: %w", p.Name, err)
-		}
-		_ = state.FinalizeAll()
-		state, p.T = out[0], out[1]
+		return fmt.Errorf("wan: %w", err)
 	}
 	return nil
 }
@@ -79,11 +48,7 @@ func randomScale(name string, shape []int) (float32, float32) {
 	case strings.HasSuffix(name, "scale_shift_table"):
 		return float32(1 / math.Sqrt(float64(shape[len(shape)-1]))), 0
 	case len(shape) >= 2:
-		fanIn := 1
-		for _, d := range shape[1:] {
-			fanIn *= d
-		}
-		return float32(1 / math.Sqrt(float64(fanIn))), 0
+		return float32(1 / math.Sqrt(float64(gx.FanIn(shape)))), 0
 	default:
 		return 0.1, 1
 	}

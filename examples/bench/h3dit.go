@@ -3,11 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -41,14 +37,9 @@ func init() {
 			cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim = 64, 2, 32, 128
 			cfg.TextDim, cfg.TimeEmbedHiddenDim, cfg.TimeEmbedDim, cfg.RopeFreqDim = 32, 64, 32, 4
 		}
-		var dt dtypes.DType
-		switch *h3ditDType {
-		case "bf16", "bfloat16":
-			dt = dtypes.BFloat16
-		case "f32", "float32":
-			dt = dtypes.Float32
-		default:
-			return fmt.Errorf("h3dit bench: -h3dit-dtype %q is not bf16 or f32", *h3ditDType)
+		dt, err := parseDType("h3dit-dtype", *h3ditDType)
+		if err != nil {
+			return fmt.Errorf("h3dit bench: %w", err)
 		}
 		var scheme *quant.Scheme
 		switch *h3ditQBits {
@@ -126,14 +117,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
 		gib(wm.Total-wm.QuantizedLinears-wm.DenseCoreLinears-wm.AdaLN), gib(wm.Total-wm.AdaLN))
 
-	rng := rand.New(rand.NewPCG(c.Seed, 0x68336469))
-	randn := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	randn := randnSource(c.Seed, 0x68336469)
 	in := h3.ForwardInputs{
 		VideoRows: randn(len(lay.VideoIndices) * cfg.VideoPatchDim()),
 		AudioRows: randn(len(lay.AudioIndices) * cfg.AudioInChannels),
@@ -159,51 +143,23 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	tflop := h3ditTFLOP(cfg, lay.SequenceLength)
 	measure := func(label string, in h3.ForwardInputs) error {
 		var out h3.ForwardOutputs
-		run := func() (float64, error) {
-			t := time.Now()
+		tm, err := timeRuns(c.Warmup, c.Iters, func() error {
 			var err error
 			out, err = m.Forward(in)
-			return time.Since(t).Seconds(), err
-		}
-		hostPeakMiB(true)
-		gp := startGPUPeak()
-		first, err := run()
+			return err
+		})
 		if err != nil {
-			gp.Stop()
 			return err
 		}
-		for range c.Warmup {
-			if _, err := run(); err != nil {
-				gp.Stop()
-				return err
-			}
-		}
-		times := make([]float64, c.Iters)
-		for i := range times {
-			if times[i], err = run(); err != nil {
-				gp.Stop()
-				return err
-			}
-		}
-		peakGPU := gp.Stop()
-		sorted := slices.Clone(times)
-		sort.Float64s(sorted)
-		med := sorted[len(sorted)/2]
-		var nan int
-		var ss float64
-		for _, v := range out.Video {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				nan++
-			}
-			ss += float64(v) * float64(v)
-		}
-		fmt.Printf("h3dit[%s]: first forward (compile + run) %.2f s -> compile ~%.2f s\n", label, first, first-med)
+		med := tm.Median()
+		rms, nan := rmsNonFinite(out.Video)
+		fmt.Printf("h3dit[%s]: first forward (compile + run) %.2f s -> compile ~%.2f s\n", label, tm.First, tm.First-med)
 		fmt.Printf("h3dit[%s]: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
-			label, sorted[0], med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
+			label, tm.Min(), med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
 		fmt.Printf("h3dit[%s]: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; video rms %.4f, non-finite %d\n",
-			label, peakGPU, hostPeakMiB(false), math.Sqrt(ss/float64(len(out.Video))), nan)
+			label, tm.PeakGPU, tm.PeakHost, rms, nan)
 		fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
-			weightsLabel, label, med, gib(wm.Total), peakGPU)
+			weightsLabel, label, med, gib(wm.Total), tm.PeakGPU)
 		return nil
 	}
 	if err := measure("adaln per step", in); err != nil {

@@ -38,13 +38,9 @@ func init() {
 		if err != nil {
 			return err
 		}
-		dt := dtypes.BFloat16
-		switch *quantDT {
-		case "bf16", "bfloat16":
-		case "f32", "float32":
-			dt = dtypes.Float32
-		default:
-			return fmt.Errorf("quantlinear bench: -quant-dtype %q is not bf16 or f32", *quantDT)
+		dt, err := parseDType("quant-dtype", *quantDT)
+		if err != nil {
+			return fmt.Errorf("quantlinear bench: %w", err)
 		}
 		return benchQuantLinear(b, *quantBits, *quantK, ns, ms, dt, c)
 	})

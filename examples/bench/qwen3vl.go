@@ -44,13 +44,9 @@ func init() {
 				return err
 			}
 		}
-		dt := dtypes.BFloat16
-		switch *qwenDType {
-		case "bf16":
-		case "f32":
-			dt = dtypes.Float32
-		default:
-			return fmt.Errorf("qwen3vl bench: -qwen-dtype %q: use bf16 or f32", *qwenDType)
+		dt, err := parseDType("qwen-dtype", *qwenDType)
+		if err != nil {
+			return fmt.Errorf("qwen3vl bench: %w", err)
 		}
 		return benchQwen3VL(b, cfg, *qwenTokens, *qwenIndex, *qwenWeights, dt, c.Warmup, c.Iters, c.Seed)
 	})
@@ -374,21 +370,13 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	med := sorted[len(sorted)/2]
 	sort.Float64s(loads)
 
-	var sq float64
-	nonFinite := 0
-	for _, v := range h {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			nonFinite++
-			continue
-		}
-		sq += float64(v) * float64(v)
-	}
+	rms, nonFinite := rmsNonFinite(h)
 	// FLOPs: projections 2·S·(params per layer) + attention 4·S²·H·D per layer.
 	flop := float64(index) * (float64(tokens)*float64(layerBytes) + 4*float64(tokens*tokens)*float64(cfg.NumHeads*cfg.HeadDim))
 	fmt.Printf("qwen3vl: encode min %.3f s, median %.3f s over %d runs (%.1f ms/layer); weight %s %.3f s median of that\n",
 		sorted[0], med, iters, med/float64(index)*1e3, map[bool]string{true: "upload", false: "generation"}[source == "host"], loads[len(loads)/2])
 	fmt.Printf("qwen3vl: %.1f GFLOP per encode (%.2f TFLOP/s); layers resident at once: max %d\n", flop/1e9, flop/med/1e12, w.maxLive)
-	fmt.Printf("qwen3vl: output [%d, %d] rms %.4f, non-finite %d\n", tokens, cfg.HiddenSize, math.Sqrt(sq/float64(len(h))), nonFinite)
+	fmt.Printf("qwen3vl: output [%d, %d] rms %.4f, non-finite %d\n", tokens, cfg.HiddenSize, rms, nonFinite)
 	if samples > 0 {
 		fmt.Printf("qwen3vl: device memory (nvidia-smi, GPU 0, %d samples at 10 ms): baseline %d MiB, peak over timed runs %d MiB (+%d MiB), now %d MiB\n",
 			samples, base, peak, peak-base, last)

@@ -3,8 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -52,14 +50,9 @@ func init() {
 		if *wanditTiny {
 			cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, cfg.TextDim = 2, 32, 128, 32
 		}
-		var dt dtypes.DType
-		switch *wanditDType {
-		case "bf16", "bfloat16":
-			dt = dtypes.BFloat16
-		case "f32", "float32":
-			dt = dtypes.Float32
-		default:
-			return fmt.Errorf("wandit bench: -wandit-dtype %q is not bf16 or f32", *wanditDType)
+		dt, err := parseDType("wandit-dtype", *wanditDType)
+		if err != nil {
+			return fmt.Errorf("wandit bench: %w", err)
 		}
 		var steps []int
 		if s := strings.TrimSpace(*wanditSteps); s != "" {
@@ -107,14 +100,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	fmt.Printf("wandit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
 		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
 
-	rng := rand.New(rand.NewPCG(c.Seed, 0x77616e64))
-	randn := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	randn := randnSource(c.Seed, 0x77616e64)
 	latentSize := cfg.InChannels * lt * lh * lw
 	t0 = time.Now()
 	text, err := m.PrepareText(randn(textRows * cfg.TextDim))
@@ -128,42 +114,21 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 		Timesteps: []float32{757}, TextState: text}
 	tflop := cfg.ForwardFLOPs(tokens, textRows) / 1e12
 	var out []float32
-	run := func() (float64, error) {
-		t := time.Now()
+	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
 		var err error
 		out, err = m.Forward(in)
-		return time.Since(t).Seconds(), err
-	}
-	hostPeakMiB(true)
-	gp := startGPUPeak()
-	first, err := run()
+		return err
+	})
 	if err != nil {
-		gp.Stop()
 		return err
 	}
-	for range c.Warmup {
-		if _, err := run(); err != nil {
-			gp.Stop()
-			return err
-		}
-	}
-	times := make([]float64, c.Iters)
-	for i := range times {
-		if times[i], err = run(); err != nil {
-			gp.Stop()
-			return err
-		}
-	}
-	peakGPU := gp.Stop()
-	sorted := slices.Clone(times)
-	sort.Float64s(sorted)
-	med := sorted[len(sorted)/2]
+	med := tm.Median()
 	rms, nan := rmsNonFinite(out)
-	fmt.Printf("wandit: first forward (compile + run) %.2f s -> compile ~%.2f s\n", first, first-med)
+	fmt.Printf("wandit: first forward (compile + run) %.2f s -> compile ~%.2f s\n", tm.First, tm.First-med)
 	fmt.Printf("wandit: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
-		sorted[0], med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
+		tm.Min(), med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
 	fmt.Printf("wandit: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; output rms %.4f, non-finite %d\n",
-		peakGPU, hostPeakMiB(false), rms, nan)
+		tm.PeakGPU, tm.PeakHost, rms, nan)
 
 	if len(steps) == 0 {
 		return nil
@@ -216,16 +181,4 @@ func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, 
 	fmt.Printf("wandit: FastWan denoise %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790); x0 rms %.4f, non-finite %d\n",
 		ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/790, rms, nan)
 	return nil
-}
-
-func rmsNonFinite(v []float32) (rms float64, nonFinite int) {
-	var ss float64
-	for _, x := range v {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			nonFinite++
-			continue
-		}
-		ss += float64(x) * float64(x)
-	}
-	return math.Sqrt(ss / float64(max(1, len(v)))), nonFinite
 }

@@ -5,9 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -30,14 +27,11 @@ func init() {
 	register("wanvae", func(b compute.Backend, c common) error {
 		var dts []dtypes.DType
 		for _, s := range strings.Split(*wanvaeDTypes, ",") {
-			switch strings.TrimSpace(strings.ToLower(s)) {
-			case "f32", "float32":
-				dts = append(dts, dtypes.Float32)
-			case "bf16", "bfloat16":
-				dts = append(dts, dtypes.BFloat16)
-			default:
-				return fmt.Errorf("wanvae bench: -wanvae-dtypes %q: %q is not f32 or bf16", *wanvaeDTypes, s)
+			dt, err := parseDType("wanvae-dtypes", s)
+			if err != nil {
+				return fmt.Errorf("wanvae bench: %w", err)
 			}
+			dts = append(dts, dt)
 		}
 		var cfg wan.Config
 		switch *wanvaeVariant {
@@ -69,11 +63,7 @@ func benchWanVAE(b compute.Backend, cfg wan.Config, dts []dtypes.DType, warmup, 
 	}
 	nl := (frames-1)/tr + 1
 	shape := []int{1, cfg.ZDim, nl, height / r, width / r}
-	rng := rand.New(rand.NewPCG(seed, 0x77616e76))
-	z := make([]float32, cfg.ZDim*nl*shape[3]*shape[4])
-	for i := range z {
-		z[i] = float32(rng.NormFloat64())
-	}
+	z := randnSource(seed, 0x77616e76)(cfg.ZDim * nl * shape[3] * shape[4])
 	gflop := cfg.DecodeGFLOP(nl, shape[3], shape[4])
 	fmt.Printf("wanvae: %s decoder (z=%d, base %d, ratio %dx%dx%d), %d frames = %d latents %dx%d -> %dx%d, tiling %v; %.0f GFLOP per decode; device memory before weights %d MiB\n",
 		*wanvaeVariant, cfg.ZDim, cfg.BaseDim, tr, r, r, frames, nl, shape[3], shape[4], height, width, *wanvaeTiling, gflop, gpuMemMiB())
@@ -102,40 +92,21 @@ func benchWanVAE(b compute.Backend, cfg wan.Config, dts []dtypes.DType, warmup, 
 		}
 		ctx := context.Background()
 		var ttff float64
-		run := func() (float64, error) {
+		tm, err := timeRuns(warmup, iters, func() error {
 			got, nonFinite, sum = 0, 0, 0
 			t := time.Now()
 			err := dec.Decode(ctx, z, shape, emit)
 			ttff = firstChunk.Sub(t).Seconds()
-			return time.Since(t).Seconds(), err
-		}
-		hostPeakMiB(true)
-		gp := startGPUPeak()
-		first, err := run()
-		fail := func(err error) error { gp.Stop(); dec.Close(); return err }
-		if err != nil {
-			return fail(err)
-		}
-		for range warmup {
-			if _, err := run(); err != nil {
-				return fail(err)
-			}
-		}
-		times := make([]float64, iters)
-		for i := range times {
-			if times[i], err = run(); err != nil {
-				return fail(err)
-			}
-		}
-		peakGPU := gp.Stop()
-		peakHost := hostPeakMiB(false)
+			return err
+		})
 		dec.Close()
-		sorted := slices.Clone(times)
-		sort.Float64s(sorted)
-		med := sorted[len(sorted)/2]
+		if err != nil {
+			return err
+		}
+		first, med, peakGPU, peakHost := tm.First, tm.Median(), tm.PeakGPU, tm.PeakHost
 		fmt.Printf("wanvae[%s]: %d latents -> %d frames %dx%d; first run (compile+run) %.2f s\n", dt, nl, got, height, width, first)
 		fmt.Printf("wanvae[%s]:   decode min %.3f s, median %.3f s over %d runs (first chunk out after %.3f s); %.1f TFLOP/s at the median\n",
-			dt, sorted[0], med, iters, ttff, gflop/med/1e3)
+			dt, tm.Min(), med, iters, ttff, gflop/med/1e3)
 		fmt.Printf("wanvae[%s]:   peak device memory %d MiB (nvidia-smi, this process, incl. CUDA context and weights), peak host RSS %d MiB; mean sample %.4f, NaN %d\n",
 			dt, peakGPU, peakHost, sum/float64(3*got*height*width), nonFinite)
 	}

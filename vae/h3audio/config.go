@@ -21,8 +21,8 @@ package h3audio
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // Config is the audio VAE architecture, as stored in the release's
@@ -79,16 +79,7 @@ func ParseConfig(data []byte) (Config, error) {
 
 // ReadConfig reads dir/config.json.
 func ReadConfig(dir string) (Config, error) {
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("h3audio: reading the audio VAE config: %w (pass the release's audio_vae/ folder)", err)
-	}
-	cfg, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return cfg, nil
+	return modelcfg.Read(dir, ParseConfig, "h3audio: reading the audio VAE config", "pass the release's audio_vae/ folder")
 }
 
 // HopLength is the number of waveform samples per latent frame (800 in the release).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -13,6 +12,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -70,7 +70,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	defer recoverTo(&err, "binding the audio VAE")
+	defer gx.Recover(&err, "h3audio: binding the audio VAE")
 	set := weights.NewSet("")
 	dec := declareDecoder(cfg, set, src)
 	var enc []*weights.Param
@@ -97,11 +97,7 @@ func (d *Decoder) Close() error {
 	}
 	d.closed = true
 	d.execMu.Lock()
-	for _, e := range []*Exec{d.decExec, d.encExec} {
-		if e != nil {
-			e.Finalize()
-		}
-	}
+	gx.FinalizeExecs(d.decExec, d.encExec)
 	d.decExec, d.encExec = nil, nil
 	d.execMu.Unlock()
 	d.set.Release()
@@ -185,7 +181,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if d.closed {
 		return nil, errors.New("h3audio: Decode on a closed Decoder")
 	}
-	defer recoverTo(&err, "decoding audio latents")
+	defer gx.Recover(&err, "h3audio: decoding audio latents")
 	var exec *Exec
 	if tapNames == nil {
 		d.execMu.Lock()
@@ -216,7 +212,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(callArgs(z, d.dec)...)
+	return exec.Call(gx.ParamArgs([]any{z}, d.dec...)...)
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {
@@ -225,15 +221,6 @@ func bindNodes(ps []*weights.Param, in []*Node) params {
 		p[prm.Name] = in[i]
 	}
 	return p
-}
-
-func callArgs(x *tensors.Tensor, ps []*weights.Param) []any {
-	args := make([]any, 0, len(ps)+1)
-	args = append(args, x)
-	for _, p := range ps {
-		args = append(args, p.T)
-	}
-	return args
 }
 
 // splitItems copies a [B, 1, L] result into one slice per item.
@@ -249,19 +236,6 @@ func splitItems(t *tensors.Tensor, b int) ([][]float32, error) {
 		out[i] = flat[i*l : (i+1)*l : (i+1)*l]
 	}
 	return out, nil
-}
-
-// recoverTo turns a GoMLX panic into an error; programming errors keep their stack.
-func recoverTo(err *error, what string) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	if e, ok := r.(error); ok {
-		*err = fmt.Errorf("h3audio: %s: %w", what, e)
-		return
-	}
-	*err = fmt.Errorf("h3audio: %s: %v\n%s", what, r, debug.Stack())
 }
 
 // declareWN declares a weight-normed conv: a folded `weight` when the source

@@ -10,6 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/weights"
 )
 
@@ -74,28 +75,6 @@ func declareEncoder(cfg Config, set *weights.Set, src weights.Source) []*weights
 	return ps
 }
 
-// layerNorm is torch's LayerNorm over the last axis (eps 1e-5, affine).
-func layerNorm(x, w, b *Node) *Node {
-	xc := Sub(x, ReduceAndKeep(x, ReduceMean, -1))
-	y := Mul(xc, Rsqrt(AddScalar(ReduceAndKeep(Square(xc), ReduceMean, -1), 1e-5)))
-	return Add(Mul(y, ExpandLeftToRank(w, y.Rank())), ExpandLeftToRank(b, y.Rank()))
-}
-
-// linear is y = x·Wᵀ + b with W [out, in].
-func linear(x, w, b *Node) *Node {
-	y := Dot(x, w).General([]int{x.Rank() - 1}, nil, []int{1}, nil)
-	if b != nil {
-		y = Add(y, ExpandLeftToRank(b, y.Rank()))
-	}
-	return y
-}
-
-// geluTanh is GELU with the tanh approximation (torch approximate="tanh").
-func geluTanh(x *Node) *Node {
-	inner := MulScalar(Add(x, MulScalar(Mul(x, Square(x)), 0.044715)), math.Sqrt(2/math.Pi))
-	return Mul(MulScalar(x, 0.5), AddScalar(Tanh(inner), 1))
-}
-
 // adaptiveAvgPoolMatrix is torch's adaptive_avg_pool1d from n to m bins as an
 // [n, m] averaging matrix: bin i averages [floor(i·n/m), ceil((i+1)·n/m)).
 func adaptiveAvgPoolMatrix(n, m int) []float32 {
@@ -118,7 +97,7 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	h := cfg.NumAttentionHeads
 	dh := d / h
 	bias := Concatenate([]*Node{p.get("pre_block.attn.q_bias"), ZerosLike(p.get("pre_block.attn.q_bias")), p.get("pre_block.attn.v_bias")}, 0)
-	qkv := Reshape(linear(x, p.get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
+	qkv := Reshape(gx.Linear(x, p.get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
 	q := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(0)), 2)
 	k := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(1)), 2)
 	v := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(2)), 2)
@@ -131,7 +110,7 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	out = ReduceMean(out, 2) // [b, t, dh]
 	pool := Const(g, adaptiveAvgPoolMatrix(dh, cfg.LatentChannels))
 	out = Einsum("btd,dc->btc", out, Reshape(pool, dh, cfg.LatentChannels))
-	return linear(out, p.get("pre_block.attn.proj.weight"), p.get("pre_block.attn.proj.bias"))
+	return gx.Linear(out, p.get("pre_block.attn.proj.weight"), p.get("pre_block.attn.proj.bias"))
 }
 
 // encodeGraph maps waveforms [B, 1, T] (T a multiple of the hop) to the
@@ -158,15 +137,16 @@ func encodeGraph(cfg Config, p params, x *Node, t taps) (mean, logs *Node) {
 	t.put("encoder_out", x)
 
 	h := Transpose(x, 1, 2) // [B, T', latent_dim]
+	// torch's LayerNorm: eps 1e-5, affine.
 	ln := func(name string, y *Node) *Node {
-		return layerNorm(y, p.get(name+".weight"), p.get(name+".bias"))
+		return gx.LayerNorm(y, p.get(name+".weight"), p.get(name+".bias"), 1e-5)
 	}
-	h = Add(linear(ln("pre_block.norm3", h), p.get("pre_block.proj.weight"), p.get("pre_block.proj.bias")),
+	h = Add(gx.Linear(ln("pre_block.norm3", h), p.get("pre_block.proj.weight"), p.get("pre_block.proj.bias")),
 		causalAttention(cfg, p, ln("pre_block.norm1", h)))
 	m := ln("pre_block.mlp.norm", ln("pre_block.norm2", h))
-	m = Mul(geluTanh(linear(m, p.get("pre_block.mlp.w0.weight"), p.get("pre_block.mlp.w0.bias"))),
-		linear(m, p.get("pre_block.mlp.w1.weight"), p.get("pre_block.mlp.w1.bias")))
-	h = Add(h, linear(m, p.get("pre_block.mlp.w2.weight"), p.get("pre_block.mlp.w2.bias")))
+	m = Mul(gx.GeluTanh(gx.Linear(m, p.get("pre_block.mlp.w0.weight"), p.get("pre_block.mlp.w0.bias"))),
+		gx.Linear(m, p.get("pre_block.mlp.w1.weight"), p.get("pre_block.mlp.w1.bias")))
+	h = Add(h, gx.Linear(m, p.get("pre_block.mlp.w2.weight"), p.get("pre_block.mlp.w2.bias")))
 	t.put("pre_block_out", h)
 	h = Transpose(h, 1, 2)
 	mean = conv1d(h, p.get("mean_proj.weight"), p.get("mean_proj.bias"), 1, 0, 1)
@@ -247,7 +227,7 @@ func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tenso
 	if x.DType() != dtypes.Float32 {
 		return nil, fmt.Errorf("h3audio: Encode input is %s, want float32", x.DType())
 	}
-	defer recoverTo(&err, "encoding audio")
+	defer gx.Recover(&err, "h3audio: encoding audio")
 	cached := tapNames == nil
 	if cached {
 		tapNames = []string{"mean", "logs"}
@@ -283,5 +263,5 @@ func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(callArgs(x, d.enc)...)
+	return exec.Call(gx.ParamArgs([]any{x}, d.enc...)...)
 }

@@ -2,7 +2,6 @@ package h3audio
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -17,17 +16,7 @@ import (
 const kind = "h3_audio_vae"
 
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	var raw map[string]any
-	if err := fx.DecodeConfig(&raw, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(raw)
-	cfg, err := ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
 }
 
 func openFixtureDecoder(t *testing.T, fx *testutil.Fixture, src weights.Source, opts Options) *Decoder {

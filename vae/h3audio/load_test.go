@@ -2,46 +2,17 @@ package h3audio
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 )
 
-// writeReleaseDir lays a fixture out as the release's audio_vae/ folder:
-// config.json (arch config) plus diffusion_pytorch_model.safetensors under the
-// released names.
-func writeReleaseDir(t *testing.T, fx *testutil.Fixture) string {
-	t.Helper()
-	dir := t.TempDir()
-	var arch map[string]any
-	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	arch["_class_name"] = "AutoencoderKLMiniMaxH3Audio" // as diffusers writes it; must be ignored
-	cfgJSON, _ := json.Marshal(arch)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfgJSON, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	src := fx.Weights()
-	var ts []safetensors.Tensor
-	for _, name := range src.Names() {
-		info, _ := src.Tensor(name)
-		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: info.Data})
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, "diffusion_pytorch_model.safetensors"), ts, nil); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestLoadReleaseFolder(t *testing.T) {
 	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
-		dir := writeReleaseDir(t, fx)
+		// The release's audio_vae/ folder; diffusers' _class_name must be ignored.
+		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"},
+			Extra: map[string]any{"_class_name": "AutoencoderKLMiniMaxH3Audio"}})
 		d, err := Load(testutil.Backend(t), dir, Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -18,8 +18,8 @@ package wan
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // Config is the released vae/config.json of a Wan model (diffusers AutoencoderKLWan field names;
@@ -111,16 +111,7 @@ func ParseConfig(data []byte) (Config, error) {
 
 // LoadConfig reads dir/config.json (dir is the released vae/ folder).
 func LoadConfig(dir string) (Config, error) {
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("wan: %w (pass the released vae/ folder, which holds config.json)", err)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return c, nil
+	return modelcfg.Read(dir, ParseConfig, "wan", "pass the released vae/ folder, which holds config.json")
 }
 
 // Validate checks the fields the decoder depends on; errors name the field and the fix.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/gx"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -123,7 +125,7 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 	caches := make([][]*tensors.Tensor, len(ys)*len(xs))
 	defer func() {
 		for _, cs := range caches {
-			freeAll(cs)
+			gx.Finalize(cs...)
 		}
 	}()
 	start := 0
@@ -143,35 +145,21 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 				}
 				slot := i*len(xs) + j
 				zt := latentTile(z, d.cfg.ZDim, t, h, w, k, ysp, xsp)
-				args := make([]any, 0, 1+len(d.params)+len(caches[slot]))
-				args = append(args, zt)
-				for _, p := range d.params {
-					args = append(args, p.T)
-				}
-				for _, c := range caches[slot] {
-					args = append(args, c)
-				}
-				var outs []*tensors.Tensor
-				err := catch(func() {
-					var err error
-					outs, err = exec.Call(args...)
-					if err != nil {
-						panic(err)
-					}
-				})
+				args := gx.ParamArgs([]any{zt}, d.params...)
+				outs, err := gx.Call(exec, gx.Args(args, caches[slot]...)...)
 				zt.FinalizeAll()
 				if err != nil {
 					return fmt.Errorf("wan: decoding latent frame %d (tile at %d,%d of %d×%d latents): %w", k, ysp.start, xsp.start, ysp.size, xsp.size, err)
 				}
 				nSlots := d.cfg.numCacheSlots()
-				freeAll(caches[slot])
+				gx.Finalize(caches[slot]...)
 				caches[slot] = outs[1 : 1+nSlots]
 				pix := outs[0]
 				frames = pix.Shape().Dim(2)
 				data, err := tensors.CopyFlatData[float32](pix)
 				pix.FinalizeAll()
 				if err != nil {
-					freeAll(outs[1+nSlots:])
+					gx.Finalize(outs[1+nSlots:]...)
 					return fmt.Errorf("wan: reading decoded pixels: %w", err)
 				}
 				for n, name := range tapNames {
@@ -205,14 +193,6 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 		return fmt.Errorf("wan: internal error: decoded %d frames, want %d", start, d.cfg.NumFrames(t))
 	}
 	return nil
-}
-
-func freeAll(ts []*tensors.Tensor) {
-	for _, t := range ts {
-		if t != nil {
-			t.FinalizeAll()
-		}
-	}
 }
 
 // latentTile copies latent frame k over the spatial window ys × xs into a [1, z, 1, nh, nw] tensor.

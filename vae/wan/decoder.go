@@ -3,7 +3,6 @@ package wan
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -164,31 +163,16 @@ func CheckpointShapes(cfg Config, encoder bool) ([]TensorShape, error) {
 // declare lists the decoder's parameters with shapes from the config. Norm gains stay float32;
 // convolution weights and biases take the compute dtype.
 func declare(cfg Config) (*weights.Set, []*weights.Param) {
-	s := weights.NewSet("")
-	var ps []*weights.Param
-	add := func(p *weights.Param) { ps = append(ps, p) }
-	conv := func(name string, cout, cin int, k ...int) {
-		add(s.Add(name+".weight", append([]int{cout, cin}, k...)...))
-		add(s.Add(name+".bias", cout))
-	}
-	res := func(prefix string, in, out int) {
-		add(s.AddF32(prefix+".norm1.gamma", in, 1, 1, 1))
-		conv(prefix+".conv1", out, in, 3, 3, 3)
-		add(s.AddF32(prefix+".norm2.gamma", out, 1, 1, 1))
-		conv(prefix+".conv2", out, out, 3, 3, 3)
-		if in != out {
-			conv(prefix+".conv_shortcut", out, in, 1, 1, 1)
-		}
-	}
+	d := &declarer{s: weights.NewSet("")}
+	add, conv, res := d.add, d.conv, d.res
+	s := d.s
 	z := cfg.ZDim
 	conv("post_quant_conv", z, z, 1, 1, 1)
 	dims := cfg.dims()
 	c0 := dims[0]
 	conv("decoder.conv_in", c0, z, 3, 3, 3)
 	res("decoder.mid_block.resnets.0", c0, c0)
-	add(s.AddF32("decoder.mid_block.attentions.0.norm.gamma", c0, 1, 1))
-	conv("decoder.mid_block.attentions.0.to_qkv", 3*c0, c0, 1, 1)
-	conv("decoder.mid_block.attentions.0.proj", c0, c0, 1, 1)
+	d.attn("decoder.mid_block.attentions.0", c0)
 	res("decoder.mid_block.resnets.1", c0, c0)
 	last := c0
 	for i, b := range cfg.upBlocks() {
@@ -209,7 +193,39 @@ func declare(cfg Config) (*weights.Set, []*weights.Param) {
 	}
 	add(s.AddF32("decoder.norm_out.gamma", last, 1, 1, 1))
 	conv("decoder.conv_out", cfg.OutChannels, last, 3, 3, 3)
-	return s, ps
+	return s, d.ps
+}
+
+// declarer declares the parameters of the VAE's building blocks and lists them in graph input order.
+// Norm gains stay float32; convolution weights and biases take the compute dtype.
+type declarer struct {
+	s  *weights.Set
+	ps []*weights.Param
+}
+
+func (d *declarer) add(p *weights.Param) { d.ps = append(d.ps, p) }
+
+func (d *declarer) conv(name string, cout, cin int, k ...int) {
+	d.add(d.s.Add(name+".weight", append([]int{cout, cin}, k...)...))
+	d.add(d.s.Add(name+".bias", cout))
+}
+
+// res is a WanResidualBlock from in to out channels.
+func (d *declarer) res(prefix string, in, out int) {
+	d.add(d.s.AddF32(prefix+".norm1.gamma", in, 1, 1, 1))
+	d.conv(prefix+".conv1", out, in, 3, 3, 3)
+	d.add(d.s.AddF32(prefix+".norm2.gamma", out, 1, 1, 1))
+	d.conv(prefix+".conv2", out, out, 3, 3, 3)
+	if in != out {
+		d.conv(prefix+".conv_shortcut", out, in, 1, 1, 1)
+	}
+}
+
+// attn is a WanAttentionBlock of c channels.
+func (d *declarer) attn(prefix string, c int) {
+	d.add(d.s.AddF32(prefix+".norm.gamma", c, 1, 1))
+	d.conv(prefix+".to_qkv", 3*c, c, 1, 1)
+	d.conv(prefix+".proj", c, c, 1, 1)
 }
 
 // Config returns the decoder's configuration.
@@ -278,23 +294,9 @@ func (d *Decoder) exec(key execKey) (*Exec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wan: building the decoder graph: %w", err)
 	}
+	e.WithName(fmt.Sprintf("wan.vae_chunk(encoder=%v, first=%v, taps=%v)", key.enc, key.first, key.taps))
 	// Tiles of up to four geometries (interior, right, bottom, corner) per graph.
 	e.SetMaxCache(16)
 	d.execs[key] = e
 	return e, nil
-}
-
-// catch turns a panic (GoMLX's graph-building and execution convention) into an error.
-func catch(fn func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = e
-			} else {
-				err = fmt.Errorf("%v\n%s", r, debug.Stack())
-			}
-		}
-	}()
-	fn()
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/weights"
 )
 
@@ -101,26 +102,8 @@ func (c Config) encBlocks() []encBlock {
 
 // declareEncoder adds the encoder's and quant_conv's parameters to s, in graph input order.
 func declareEncoder(cfg Config, s *weights.Set) []*weights.Param {
-	var ps []*weights.Param
-	add := func(p *weights.Param) { ps = append(ps, p) }
-	conv := func(name string, cout, cin int, k ...int) {
-		add(s.Add(name+".weight", append([]int{cout, cin}, k...)...))
-		add(s.Add(name+".bias", cout))
-	}
-	res := func(prefix string, in, out int) {
-		add(s.AddF32(prefix+".norm1.gamma", in, 1, 1, 1))
-		conv(prefix+".conv1", out, in, 3, 3, 3)
-		add(s.AddF32(prefix+".norm2.gamma", out, 1, 1, 1))
-		conv(prefix+".conv2", out, out, 3, 3, 3)
-		if in != out {
-			conv(prefix+".conv_shortcut", out, in, 1, 1, 1)
-		}
-	}
-	attn := func(prefix string, c int) {
-		add(s.AddF32(prefix+".norm.gamma", c, 1, 1))
-		conv(prefix+".to_qkv", 3*c, c, 1, 1)
-		conv(prefix+".proj", c, c, 1, 1)
-	}
+	d := &declarer{s: s}
+	add, conv, res, attn := d.add, d.conv, d.res, d.attn
 	down := func(prefix string, c, mode int) {
 		conv(prefix+".resample.1", c, c, 3, 3)
 		if mode == down3D {
@@ -160,7 +143,7 @@ func declareEncoder(cfg Config, s *weights.Set) []*weights.Param {
 	add(s.AddF32("encoder.norm_out.gamma", last, 1, 1, 1))
 	conv("encoder.conv_out", 2*cfg.ZDim, last, 3, 3, 3)
 	conv("quant_conv", 2*cfg.ZDim, 2*cfg.ZDim, 1, 1, 1)
-	return ps
+	return d.ps
 }
 
 // numEncCacheSlots counts the encoder's cached convolutions (3-tap causal convs and time convs).
@@ -324,7 +307,7 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 	mean = make([]float32, z*nl*plane)
 	logvar = make([]float32, z*nl*plane)
 	var caches []*tensors.Tensor
-	defer func() { freeAll(caches) }()
+	defer func() { gx.Finalize(caches...) }()
 	for k := 0; k < nl; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, nil, err
@@ -342,26 +325,13 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 			copy(chunk[c*fn*hh*ww:(c+1)*fn*hh*ww], video[(c*nf+f0)*hh*ww:(c*nf+f0+fn)*hh*ww])
 		}
 		xt := tensors.FromFlatDataAndDimensions(chunk, 1, pc, fn, hh, ww)
-		args := make([]any, 0, 1+len(d.encParams)+len(caches))
-		args = append(args, xt)
-		for _, p := range d.encParams {
-			args = append(args, p.T)
-		}
-		for _, c := range caches {
-			args = append(args, c)
-		}
-		var outs []*tensors.Tensor
-		err = catch(func() {
-			var err error
-			if outs, err = exec.Call(args...); err != nil {
-				panic(err)
-			}
-		})
+		args := gx.ParamArgs([]any{xt}, d.encParams...)
+		outs, err := gx.Call(exec, gx.Args(args, caches...)...)
 		xt.FinalizeAll()
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("wan: encoding frames %d..%d: %w", f0, f0+fn-1, err)
 		}
-		freeAll(caches)
+		gx.Finalize(caches...)
 		caches = outs[1:]
 		post, err := tensors.CopyFlatData[float32](outs[0])
 		outs[0].FinalizeAll()

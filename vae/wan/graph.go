@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors/images"
 
 	"fastvideo/attention"
+	"fastvideo/internal/gx"
 )
 
 // params resolves released tensor names to graph inputs inside one graph build.
@@ -109,11 +110,9 @@ func rmsNorm(x, gamma *Node) *Node {
 	return Mul(y, Reshape(ConvertDType(gamma, dtypes.Float32), dims...))
 }
 
-func silu(x *Node) *Node { return Mul(x, Sigmoid(x)) }
-
 // normAct is RMS norm then SiLU, computed in float32 and handed on in the compute dtype.
 func (g *chunkGraph) normAct(x *Node, gammaName string) *Node {
-	return ConvertDType(silu(rmsNorm(x, g.p.get(gammaName))), g.dt)
+	return ConvertDType(gx.SiLU(rmsNorm(x, g.p.get(gammaName))), g.dt)
 }
 
 // resBlock is WanResidualBlock: conv2(act(norm2(conv1(act(norm1(x)))))) + shortcut(x).
@@ -127,26 +126,19 @@ func (g *chunkGraph) resBlock(x *Node, prefix string, in, out int) *Node {
 	return Add(y, h)
 }
 
-// linear is y = x·wᵀ + b over the last axis of x, w [out, in]; float32 result.
-func linear(x, w, b *Node) *Node {
-	x = ConvertDType(x, w.DType())
-	y := Dot(x, w).WithOutputDType(dtypes.Float32).General([]int{x.Rank() - 1}, nil, []int{1}, nil)
-	return Add(y, ExpandLeftToRank(ConvertDType(b, dtypes.Float32), y.Rank()))
-}
-
 // attentionBlock is WanAttentionBlock: per frame, single-head self-attention over the H·W
 // positions (scale 1/√C) of the RMS-normed input, then a 1×1 projection and the residual.
 func (g *chunkGraph) attentionBlock(x *Node, prefix string) *Node {
 	c, t, h, w := x.Shape().Dim(1), x.Shape().Dim(2), x.Shape().Dim(3), x.Shape().Dim(4)
 	xn := ConvertDType(rmsNorm(x, g.p.get(prefix+".norm.gamma")), g.dt)
 	tok := Reshape(TransposeAllAxes(xn, 0, 2, 3, 4, 1), t, h*w, c) // frames are the batch
-	qkv := linear(tok, Reshape(g.p.get(prefix+".to_qkv.weight"), 3*c, c), g.p.get(prefix+".to_qkv.bias"))
+	qkv := gx.LinearF32(tok, Reshape(g.p.get(prefix+".to_qkv.weight"), 3*c, c), g.p.get(prefix+".to_qkv.bias"))
 	part := func(i int) *Node {
 		return Reshape(Slice(qkv, AxisRange(), AxisRange(), AxisRange(i*c, (i+1)*c)), t, h*w, 1, c)
 	}
 	// The exact path: the fused kernel takes head widths up to 256, these heads are C wide (384, 1024).
 	o := attention.Exact(part(0), part(1), part(2), 1/math.Sqrt(float64(c)))
-	o = linear(Reshape(o, t, h*w, c), Reshape(g.p.get(prefix+".proj.weight"), c, c), g.p.get(prefix+".proj.bias"))
+	o = gx.LinearF32(Reshape(o, t, h*w, c), Reshape(g.p.get(prefix+".proj.weight"), c, c), g.p.get(prefix+".proj.bias"))
 	o = TransposeAllAxes(Reshape(o, 1, t, h, w, c), 0, 4, 1, 2, 3)
 	return Add(x, ConvertDType(o, x.DType()))
 }

@@ -2,34 +2,21 @@ package wan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
 
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 )
 
 const kind = "wan_vae"
 
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	raw, err := json.Marshal(fx.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig)
 }
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
@@ -362,36 +349,12 @@ func TestTiling(t *testing.T) {
 	})
 }
 
-// writeReleaseDir lays a fixture out as a released vae/ folder: config.json (arch config, diffusers
-// extras included) and diffusion_pytorch_model.safetensors with every w. tensor, encoder included.
-func writeReleaseDir(t *testing.T, fx *testutil.Fixture) string {
-	t.Helper()
-	dir := t.TempDir()
-	var arch map[string]any
-	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	arch["_class_name"] = "AutoencoderKLWan"
-	arch["_diffusers_version"] = "0.33.0"
-	b, _ := json.Marshal(arch)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	src := fx.Weights()
-	var ts []safetensors.Tensor
-	for _, name := range src.Names() {
-		info, _ := src.Tensor(name)
-		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: info.Data})
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, "diffusion_pytorch_model.safetensors"), ts, nil); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestLoadReleaseFolder(t *testing.T) {
 	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
-		d, err := Load(testutil.Backend(t), writeReleaseDir(t, fx), Options{Encoder: fx.Has("out.encode_mean")})
+		// The released vae/ folder (diffusers' extra keys included), encoder weights too.
+		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"},
+			Extra: map[string]any{"_class_name": "AutoencoderKLWan", "_diffusers_version": "0.33.0"}})
+		d, err := Load(testutil.Backend(t), dir, Options{Encoder: fx.Has("out.encode_mean")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package packing
 import (
 	"fmt"
 	"math"
+
+	"fastvideo/internal/hostmath"
 )
 
 // FastTemporalPlan is the MLX temporal fast mode: denoise and decode a shorter
@@ -57,7 +59,7 @@ func PlanFastTemporal(targetFrames, factor int) (FastTemporalPlan, error) {
 // InterpolationPositions are the fractional source-frame positions of each
 // output frame, linspace(0, source-1, target) in float64 (NumPy, inclusive).
 func (p FastTemporalPlan) InterpolationPositions() []float64 {
-	return linspaceInclusive(0, float64(p.SourceFrames-1), p.TargetFrames)
+	return hostmath.Linspace(0, float64(p.SourceFrames-1), p.TargetFrames)
 }
 
 // FastSpatialPlan is the MLX spatial fast mode: denoise and decode on a
@@ -97,30 +99,6 @@ func PlanFastSpatial(height, width, scale int) (FastSpatialPlan, error) {
 		TargetHeight: height, TargetWidth: width, Stage1Height: s1h, Stage1Width: s1w,
 		CanvasHeight: ch, CanvasWidth: cw, Scale: scale,
 	}, nil
-}
-
-// linspaceInclusive is NumPy's linspace(start, stop, num) with endpoint=True.
-func linspaceInclusive(start, stop float64, num int) []float64 {
-	out := make([]float64, num)
-	if num == 0 {
-		return out
-	}
-	if num == 1 {
-		out[0] = start
-		return out
-	}
-	div := float64(num - 1)
-	delta := stop - start
-	step := delta / div
-	for i := range out {
-		if step == 0 {
-			out[i] = float64(float64(i)/div)*delta + start
-		} else {
-			out[i] = float64(float64(i)*step) + start
-		}
-	}
-	out[num-1] = stop
-	return out
 }
 
 // FrameSource says how output frame j of a temporal fast plan is made: copy

@@ -9,9 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // H3HiddenStateIndex is the hidden state MiniMax H3 conditions on: hidden_states[50]
@@ -137,28 +136,13 @@ func ParseConfig(raw []byte) (Config, error) {
 
 // LoadConfig reads dir/config.json (dir may also be the file itself).
 func LoadConfig(path string) (Config, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "config.json")
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("qwen3vl: %w", err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return cfg, nil
+	return modelcfg.Read(path, ParseConfig, "qwen3vl", "")
 }
 
 // Validate checks the geometry, naming every bad field.
 func (c Config) Validate() error {
-	var bad []string
-	pos := func(name string, v int) {
-		if v <= 0 {
-			bad = append(bad, fmt.Sprintf("%s = %d must be positive", name, v))
-		}
-	}
+	var bad modelcfg.Problems
+	pos := bad.Positive
 	pos("vocab_size", c.VocabSize)
 	pos("hidden_size", c.HiddenSize)
 	pos("intermediate_size", c.IntermediateSize)
@@ -167,32 +151,29 @@ func (c Config) Validate() error {
 	pos("num_key_value_heads", c.NumKVHeads)
 	pos("head_dim", c.HeadDim)
 	if c.NumHeads > 0 && c.NumKVHeads > 0 && c.NumHeads%c.NumKVHeads != 0 {
-		bad = append(bad, fmt.Sprintf("num_attention_heads = %d must be a multiple of num_key_value_heads = %d (GQA groups)", c.NumHeads, c.NumKVHeads))
+		bad.Add("num_attention_heads = %d must be a multiple of num_key_value_heads = %d (GQA groups)", c.NumHeads, c.NumKVHeads)
 	}
 	if c.HeadDim%2 != 0 {
-		bad = append(bad, fmt.Sprintf("head_dim = %d must be even for the half-split rotary embedding", c.HeadDim))
+		bad.Add("head_dim = %d must be even for the half-split rotary embedding", c.HeadDim)
 	}
 	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
-		bad = append(bad, fmt.Sprintf("rms_norm_eps = %g must be a positive number", c.RMSNormEps))
+		bad.Add("rms_norm_eps = %g must be a positive number", c.RMSNormEps)
 	}
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
-		bad = append(bad, fmt.Sprintf("rope_theta = %g must be a finite number > 1", c.RopeTheta))
+		bad.Add("rope_theta = %g must be a finite number > 1", c.RopeTheta)
 	}
 	if s := c.MRoPESection; s != [3]int{} {
 		if s[0] < 0 || s[1] < 0 || s[2] < 0 || 2*(s[0]+s[1]+s[2]) != c.HeadDim {
-			bad = append(bad, fmt.Sprintf("mrope_section %v must be non-negative and sum to head_dim/2 = %d", s, c.HeadDim/2))
+			bad.Add("mrope_section %v must be non-negative and sum to head_dim/2 = %d", s, c.HeadDim/2)
 		}
 	}
 	if c.AttentionBias {
-		bad = append(bad, "attention_bias = true is not supported: Qwen3-VL text layers have no projection biases")
+		bad.Add("attention_bias = true is not supported: Qwen3-VL text layers have no projection biases")
 	}
 	if c.OutputHiddenStateIndex < 0 || c.OutputHiddenStateIndex > c.NumHiddenLayers {
-		bad = append(bad, fmt.Sprintf("output_hidden_state_index = %d must be in [0, num_hidden_layers = %d]", c.OutputHiddenStateIndex, c.NumHiddenLayers))
+		bad.Add("output_hidden_state_index = %d must be in [0, num_hidden_layers = %d]", c.OutputHiddenStateIndex, c.NumHiddenLayers)
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("qwen3vl: invalid config: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return bad.Err("qwen3vl")
 }
 
 // Q32B is the text geometry of the Qwen3-VL-32B-class encoder shipped with MiniMax

@@ -8,11 +8,10 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/compute/dtypes/float16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -73,7 +72,7 @@ type Encoder struct {
 	index     int
 	finalNorm bool
 
-	layer, norm, toF32 *Exec
+	layer, norm *Exec
 
 	mu     sync.Mutex
 	closer func() error
@@ -100,11 +99,7 @@ func NewEncoder(backend compute.Backend, cfg Config, w Weights, opts Options) (*
 		return nil, err
 	}
 	e.layer.WithName("qwen3vl_decoder_layer")
-	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return RMSNorm(x, w, cfg.RMSNormEps) })
-	if err != nil {
-		return nil, err
-	}
-	e.toF32, err = NewExec(backend, func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) })
+	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
 	if err != nil {
 		return nil, err
 	}
@@ -157,12 +152,8 @@ func (e *Encoder) HiddenStateIndex() int { return e.index }
 func (e *Encoder) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, x := range []*Exec{e.layer, e.norm, e.toF32} {
-		if x != nil {
-			x.Finalize()
-		}
-	}
-	e.layer, e.norm, e.toF32 = nil, nil, nil
+	gx.FinalizeExecs(e.layer, e.norm)
+	e.layer, e.norm = nil, nil
 	if e.closer != nil {
 		err := e.closer()
 		e.closer = nil
@@ -180,7 +171,7 @@ func (e *Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, erro
 		return nil, nil, err
 	}
 	defer t.FinalizeAll()
-	out, err := e.hostF32(t)
+	out, err := gx.HostF32(t)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +191,7 @@ func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor,
 // debugging: every state is copied to the host.
 func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
 	t, err := e.forward(ctx, ids, func(i int, h *tensors.Tensor) error {
-		v, err := e.hostF32(h)
+		v, err := gx.HostF32(h)
 		if err != nil {
 			return err
 		}
@@ -210,44 +201,6 @@ func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden
 		t.FinalizeAll()
 	}
 	return err
-}
-
-func (e *Encoder) hostF32(t *tensors.Tensor) (out []float32, err error) {
-	err = catch(func() error {
-		switch t.DType() {
-		case dtypes.Float32:
-			out, err = tensors.CopyFlatData[float32](t)
-			return err
-		case dtypes.BFloat16:
-			v, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-			if err != nil {
-				return err
-			}
-			out = make([]float32, len(v))
-			for i, x := range v {
-				out[i] = x.Float32()
-			}
-			return nil
-		case dtypes.Float16:
-			v, err := tensors.CopyFlatData[float16.Float16](t)
-			if err != nil {
-				return err
-			}
-			out = make([]float32, len(v))
-			for i, x := range v {
-				out[i] = x.Float32()
-			}
-			return nil
-		}
-		f, err := e.toF32.Call1(t)
-		if err != nil {
-			return err
-		}
-		defer f.FinalizeAll()
-		out, err = tensors.CopyFlatData[float32](f)
-		return err
-	})
-	return out, err
 }
 
 // forward runs the embedding and layers 0..index-1 one at a time, asking the
@@ -268,7 +221,7 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 			x = nil
 		}
 	}()
-	err = catch(func() error {
+	err = gx.Catch("qwen3vl", func() error {
 		var err error
 		x, err = e.weights.Embed(ids)
 		if err != nil {
@@ -332,18 +285,4 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 		return nil
 	})
 	return x, err
-}
-
-// catch turns a panic of GoMLX code into an error at the API boundary.
-func catch(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("qwen3vl: %w", e)
-			} else {
-				err = fmt.Errorf("qwen3vl: %v", r)
-			}
-		}
-	}()
-	return fn()
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/gx"
 )
 
 // LayerTensorNames are the per-layer checkpoint names (after
@@ -44,23 +46,6 @@ func LayerTensorShapes(cfg Config) [][]int {
 	d, f, hd := cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim
 	q, kv := cfg.NumHeads*hd, cfg.NumKVHeads*hd
 	return [][]int{{d}, {q, d}, {kv, d}, {kv, d}, {hd}, {hd}, {d, q}, {d}, {f, d}, {f, d}, {d, f}}
-}
-
-// RMSNorm normalizes over the last axis with float32 statistics and scales by
-// weight, returning x's dtype (the reference upcasts, normalizes, casts back, then
-// multiplies by the weight in the weight's dtype; in float32 the two orders agree).
-func RMSNorm(x, weight *Node, eps float64) *Node {
-	dt := x.DType()
-	xf := ConvertDType(x, dtypes.Float32)
-	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)))
-	y = ConvertDType(y, dt)
-	return Mul(y, ExpandLeftToRank(ConvertDType(weight, dt), y.Rank()))
-}
-
-// linear is x·Wᵀ with W in PyTorch layout [out, in], computed in x's dtype.
-func linear(x, w *Node) *Node {
-	w = ConvertDType(w, x.DType())
-	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
 }
 
 // applyRope rotates x [S, heads, head_dim] by cos/sin [S, head_dim] (float32):
@@ -108,17 +93,17 @@ func DecoderLayer(cfg Config, x, cos, sin *Node, w []*Node) *Node {
 	eps := cfg.RMSNormEps
 	hd := cfg.HeadDim
 
-	h := RMSNorm(x, w[wInputNorm], eps)
-	q := Reshape(linear(h, w[wQ]), s, cfg.NumHeads, hd)
-	k := Reshape(linear(h, w[wK]), s, cfg.NumKVHeads, hd)
-	v := Reshape(linear(h, w[wV]), s, cfg.NumKVHeads, hd)
-	q = applyRope(RMSNorm(q, w[wQNorm], eps), cos, sin)
-	k = applyRope(RMSNorm(k, w[wKNorm], eps), cos, sin)
-	x = Add(x, linear(causalGQA(q, k, v), w[wO]))
+	h := gx.RMSNormCastFirst(x, w[wInputNorm], eps)
+	q := Reshape(gx.Project(h, w[wQ]), s, cfg.NumHeads, hd)
+	k := Reshape(gx.Project(h, w[wK]), s, cfg.NumKVHeads, hd)
+	v := Reshape(gx.Project(h, w[wV]), s, cfg.NumKVHeads, hd)
+	q = applyRope(gx.RMSNormCastFirst(q, w[wQNorm], eps), cos, sin)
+	k = applyRope(gx.RMSNormCastFirst(k, w[wKNorm], eps), cos, sin)
+	x = Add(x, gx.Project(causalGQA(q, k, v), w[wO]))
 
-	h = RMSNorm(x, w[wPostNorm], eps)
-	gate := linear(h, w[wGate])
-	up := linear(h, w[wUp])
+	h = gx.RMSNormCastFirst(x, w[wPostNorm], eps)
+	gate := gx.Project(h, w[wGate])
+	up := gx.Project(h, w[wUp])
 	act := Mul(Mul(gate, Sigmoid(gate)), up)
-	return Add(x, linear(act, w[wDown]))
+	return Add(x, gx.Project(act, w[wDown]))
 }

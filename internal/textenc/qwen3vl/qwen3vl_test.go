@@ -2,7 +2,6 @@ package qwen3vl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,16 +18,7 @@ import (
 // fixtureConfig parses the fixture's HF text config exactly as a checkpoint's
 // config.json would be parsed.
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	raw, err := json.Marshal(fx.Config["config"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatalf("fixture config: %v", err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig, "config")
 }
 
 func fixtureIDs(t *testing.T, fx *testutil.Fixture) []int {

@@ -2,6 +2,7 @@ package qwen3vl
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -10,7 +11,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/safetensors"
+	"fastvideo/internal/gx"
 	"fastvideo/internal/weights"
 )
 
@@ -113,7 +114,7 @@ func (w *CheckpointWeights) check() error {
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("missing: %s %v", x.name, x.shape))
-		case !equalInts(info.Shape, x.shape):
+		case !slices.Equal(info.Shape, x.shape):
 			problems = append(problems, fmt.Sprintf("mismatched: %s: checkpoint shape %v, config expects %v", x.name, info.Shape, x.shape))
 		case !info.DType.IsFloat():
 			problems = append(problems, fmt.Sprintf("mismatched: %s: checkpoint dtype %s is not a float type", x.name, info.DType))
@@ -192,12 +193,11 @@ func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("qwen3vl: checkpoint has no %q", w.embedName())
 	}
-	raw, err := GatherRows(table, ids)
+	t, err := gx.LoadRows(table, ids, w.dtype, w.backend)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("qwen3vl: %w", err)
 	}
-	rows := safetensors.Info{Name: table.Name, DType: table.DType, Shape: []int{len(ids), w.cfg.HiddenSize}, Data: raw}
-	return weights.Load(rows, w.dtype, w.backend)
+	return t, nil
 }
 
 // Layer implements Weights.
@@ -278,16 +278,4 @@ func (w *CheckpointWeights) ResidentBytes() int64 {
 	add(w.table)
 	add(w.norm)
 	return n
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -25,9 +25,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // DefaultTextLen is Wan's text_len: FastVideo's T5ArchConfig.text_len, the
@@ -106,30 +106,15 @@ func ParseConfig(raw []byte) (Config, error) {
 
 // LoadConfig reads dir/config.json (dir may also be the file itself).
 func LoadConfig(path string) (Config, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "config.json")
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("umt5: %w", err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return cfg, nil
+	return modelcfg.Read(path, ParseConfig, "umt5", "")
 }
 
 var supportedActs = map[string]bool{"gelu_new": true, "gelu": true, "gelu_pytorch_tanh": true, "relu": true, "silu": true, "swish": true}
 
 // Validate checks the geometry, naming every bad field.
 func (c Config) Validate() error {
-	var bad []string
-	pos := func(name string, v int) {
-		if v <= 0 {
-			bad = append(bad, fmt.Sprintf("%s = %d must be positive", name, v))
-		}
-	}
+	var bad modelcfg.Problems
+	pos := bad.Positive
 	pos("vocab_size", c.VocabSize)
 	pos("d_model", c.DModel)
 	pos("d_kv", c.DKV)
@@ -137,24 +122,21 @@ func (c Config) Validate() error {
 	pos("num_layers", c.NumLayers)
 	pos("num_heads", c.NumHeads)
 	if c.NumBuckets < 4 || c.NumBuckets%2 != 0 {
-		bad = append(bad, fmt.Sprintf("relative_attention_num_buckets = %d must be an even number >= 4 (half per direction, half of those exact)", c.NumBuckets))
+		bad.Add("relative_attention_num_buckets = %d must be an even number >= 4 (half per direction, half of those exact)", c.NumBuckets)
 	}
 	if c.NumBuckets >= 4 && c.MaxDistance <= c.NumBuckets/4 {
-		bad = append(bad, fmt.Sprintf("relative_attention_max_distance = %d must exceed the exact range num_buckets/4 = %d", c.MaxDistance, c.NumBuckets/4))
+		bad.Add("relative_attention_max_distance = %d must exceed the exact range num_buckets/4 = %d", c.MaxDistance, c.NumBuckets/4)
 	}
 	if !(c.LayerNormEps > 0) || math.IsInf(c.LayerNormEps, 0) {
-		bad = append(bad, fmt.Sprintf("layer_norm_epsilon = %g must be a positive number", c.LayerNormEps))
+		bad.Add("layer_norm_epsilon = %g must be a positive number", c.LayerNormEps)
 	}
 	if !supportedActs[c.Act] {
-		bad = append(bad, fmt.Sprintf("feed_forward_proj = %q gives activation %q; supported: gelu_new, gelu, gelu_pytorch_tanh, relu, silu", c.FeedForwardProj, c.Act))
+		bad.Add("feed_forward_proj = %q gives activation %q; supported: gelu_new, gelu, gelu_pytorch_tanh, relu, silu", c.FeedForwardProj, c.Act)
 	}
 	if c.ModelType != "" && c.ModelType != "umt5" && c.ModelType != "t5" && c.ModelType != "mt5" {
-		bad = append(bad, fmt.Sprintf("model_type = %q is not a T5-family encoder (umt5, t5 or mt5)", c.ModelType))
+		bad.Add("model_type = %q is not a T5-family encoder (umt5, t5 or mt5)", c.ModelType)
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("umt5: invalid config: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return bad.Err("umt5")
 }
 
 // RelativePositionBuckets returns the bidirectional relative-position bucket of

@@ -3,6 +3,7 @@ package umt5
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/gx"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -47,7 +49,7 @@ type Encoder struct {
 	final  *weights.Set   // encoder.final_layer_norm.weight; always resident
 	blocks []*weights.Set // resident mode only
 
-	block, norm, toF32 *Exec
+	block, norm *Exec
 
 	mu     sync.Mutex
 	closer func() error
@@ -119,7 +121,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			e = nil
 		}
 	}()
-	err = catch(func() error {
+	err = gx.Catch("umt5", func() error {
 		nRel := 1
 		if cfg.PerLayerBias() {
 			nRel = cfg.NumLayers
@@ -154,11 +156,10 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			return err
 		}
 		e.block.WithName("umt5_block")
-		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return RMSNorm(x, w, cfg.LayerNormEps) })
+		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
 		if err != nil {
 			return err
 		}
-		e.toF32, err = NewExec(backend, func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) })
 		return err
 	})
 	return e, err
@@ -227,7 +228,7 @@ func (e *Encoder) check() error {
 		switch {
 		case !ok:
 			errs.Missing = append(errs.Missing, fmt.Sprintf("%s %v", w.name, w.shape))
-		case !equalInts(info.Shape, w.shape):
+		case !slices.Equal(info.Shape, w.shape):
 			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint shape %v, config expects %v", w.name, info.Shape, w.shape))
 		case !info.DType.IsFloat():
 			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint dtype %s is not a float type", w.name, info.DType))
@@ -275,12 +276,8 @@ func (e *Encoder) Close() error {
 }
 
 func (e *Encoder) release() {
-	for _, x := range []*Exec{e.block, e.norm, e.toF32} {
-		if x != nil {
-			x.Finalize()
-		}
-	}
-	e.block, e.norm, e.toF32 = nil, nil, nil
+	gx.FinalizeExecs(e.block, e.norm)
+	e.block, e.norm = nil, nil
 	for _, s := range append(append([]*weights.Set{e.final}, e.rel...), e.blocks...) {
 		if s != nil {
 			s.Release()
@@ -302,7 +299,7 @@ func (e *Encoder) Encode(ctx context.Context, ids, mask []int) ([]float32, []int
 			return nil
 		}
 		var err error
-		out, err = e.hostF32(h)
+		out, err = gx.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -321,7 +318,7 @@ func (e *Encoder) HiddenStates(ctx context.Context, ids, mask []int) ([][]float3
 	states := make([][]float32, e.cfg.NumLayers+1)
 	err := e.forward(ctx, ids, mask, func(i int, h *tensors.Tensor) error {
 		var err error
-		states[i], err = e.hostF32(h)
+		states[i], err = gx.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -416,8 +413,8 @@ func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, 
 		return fmt.Errorf("umt5: encoder is closed")
 	}
 	s := len(ids)
-	return catch(func() error {
-		x, err := e.embedRows(ids)
+	return gx.Catch("umt5", func() error {
+		x, err := gx.LoadRows(e.embed, ids, e.dtype, e.backend)
 		if err != nil {
 			return err
 		}
@@ -509,46 +506,6 @@ func (e *Encoder) checkInputs(ids, mask []int) error {
 	return nil
 }
 
-// embedRows reads the rows of ids from the (memory-mapped) table and uploads
-// them in the compute dtype: [len(ids), d_model]. Only len(ids) rows of the
-// 256k-row table are ever touched.
-func (e *Encoder) embedRows(ids []int) (*tensors.Tensor, error) {
-	t := e.embed
-	rowBytes := t.Shape[1] * t.DType.Size()
-	raw := make([]byte, len(ids)*rowBytes)
-	for i, id := range ids {
-		copy(raw[i*rowBytes:(i+1)*rowBytes], t.Data[id*rowBytes:(id+1)*rowBytes])
-	}
-	rows := safetensors.Info{Name: t.Name, DType: t.DType, Shape: []int{len(ids), t.Shape[1]}, Data: raw}
-	return weights.Load(rows, e.dtype, e.backend)
-}
-
-func (e *Encoder) hostF32(t *tensors.Tensor) ([]float32, error) {
-	if t.DType() == dtypes.Float32 {
-		return tensors.CopyFlatData[float32](t)
-	}
-	f, err := e.toF32.Call1(t)
-	if err != nil {
-		return nil, err
-	}
-	defer f.FinalizeAll()
-	return tensors.CopyFlatData[float32](f)
-}
-
-// catch turns a panic of GoMLX code into an error at the API boundary.
-func catch(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("umt5: %w", e)
-			} else {
-				err = fmt.Errorf("umt5: %v", r)
-			}
-		}
-	}()
-	return fn()
-}
-
 func hasName(src weights.Source, name string) bool {
 	_, ok := src.Tensor(name)
 	return ok
@@ -561,16 +518,4 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/gx"
 )
 
 // BlockTensorNames are the per-block checkpoint names (after
@@ -55,38 +57,20 @@ const (
 	wFF // wi_0, wi_1, wo (gated) or wi, wo
 )
 
-// RMSNorm is T5's layer norm: x·rsqrt(mean(x²)+eps)·w, no mean subtraction and
-// no bias, the statistics in float32; the result is cast back to x's dtype before
-// the weight multiplies it (T5LayerNorm's order for half-precision weights).
-func RMSNorm(x, weight *Node, eps float64) *Node {
-	dt := x.DType()
-	xf := ConvertDType(x, dtypes.Float32)
-	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)))
-	y = ConvertDType(y, dt)
-	return Mul(y, ExpandLeftToRank(ConvertDType(weight, dt), y.Rank()))
-}
-
-// linear is x·Wᵀ with W in PyTorch layout [out, in], in x's dtype.
-func linear(x, w *Node) *Node {
-	w = ConvertDType(w, x.DType())
-	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
-}
-
 // activation applies an HF ACT2FN activation in float32.
 func activation(name string, x *Node) *Node {
 	dt := x.DType()
 	xf := ConvertDType(x, dtypes.Float32)
 	var y *Node
 	switch name {
-	case "gelu_new", "gelu_pytorch_tanh": // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-		inner := MulScalar(Add(xf, MulScalar(Mul(xf, Square(xf)), 0.044715)), math.Sqrt(2/math.Pi))
-		y = Mul(MulScalar(xf, 0.5), OnePlus(Tanh(inner)))
+	case "gelu_new", "gelu_pytorch_tanh":
+		y = gx.GeluTanh(xf)
 	case "gelu": // exact erf form
 		y = Mul(MulScalar(xf, 0.5), OnePlus(Erf(MulScalar(xf, 1/math.Sqrt2))))
 	case "relu":
 		y = Max(xf, ZerosLike(xf))
 	case "silu", "swish":
-		y = Mul(xf, Sigmoid(xf))
+		y = gx.SiLU(xf)
 	default:
 		panic(fmt.Sprintf("umt5: activation %q is not implemented", name)) // Config.Validate rejects it first
 	}
@@ -110,10 +94,10 @@ func Block(cfg Config, x, buckets, keyMask, relBias *Node, w []*Node) *Node {
 	dt := x.DType()
 	h, dk := cfg.NumHeads, cfg.DKV
 
-	n := RMSNorm(x, w[wNorm0], cfg.LayerNormEps)
-	q := ConvertDType(Reshape(linear(n, w[wQ]), s, h, dk), dtypes.Float32)
-	k := ConvertDType(Reshape(linear(n, w[wK]), s, h, dk), dtypes.Float32)
-	v := ConvertDType(Reshape(linear(n, w[wV]), s, h, dk), dtypes.Float32)
+	n := gx.RMSNormCastFirst(x, w[wNorm0], cfg.LayerNormEps)
+	q := ConvertDType(Reshape(gx.Project(n, w[wQ]), s, h, dk), dtypes.Float32)
+	k := ConvertDType(Reshape(gx.Project(n, w[wK]), s, h, dk), dtypes.Float32)
+	v := ConvertDType(Reshape(gx.Project(n, w[wV]), s, h, dk), dtypes.Float32)
 	scores := Einsum("qhd,khd->hqk", q, k)
 
 	// bias[h, i, j] = table[bucket(i, j), h]
@@ -123,14 +107,14 @@ func Block(cfg Config, x, buckets, keyMask, relBias *Node, w []*Node) *Node {
 	scores = Where(valid, scores, Scalar(x.Graph(), dtypes.Float32, -math.MaxFloat32))
 	p := Softmax(scores, -1)
 	o := ConvertDType(Reshape(Einsum("hqk,khd->qhd", p, v), s, h*dk), dt)
-	x = Add(x, linear(o, w[wO]))
+	x = Add(x, gx.Project(o, w[wO]))
 
-	n = RMSNorm(x, w[wNorm1], cfg.LayerNormEps)
+	n = gx.RMSNormCastFirst(x, w[wNorm1], cfg.LayerNormEps)
 	var ff *Node
 	if cfg.Gated {
-		ff = linear(Mul(activation(cfg.Act, linear(n, w[wFF])), linear(n, w[wFF+1])), w[wFF+2])
+		ff = gx.Project(Mul(activation(cfg.Act, gx.Project(n, w[wFF])), gx.Project(n, w[wFF+1])), w[wFF+2])
 	} else {
-		ff = linear(activation(cfg.Act, linear(n, w[wFF])), w[wFF+1])
+		ff = gx.Project(activation(cfg.Act, gx.Project(n, w[wFF])), w[wFF+1])
 	}
 	return Add(x, ff)
 }

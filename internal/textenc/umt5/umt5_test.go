@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,16 +21,7 @@ import (
 // fixtureConfig parses the fixture's config exactly as a checkpoint's
 // config.json would be parsed.
 func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	raw, err := json.Marshal(fx.Config["config"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatalf("fixture config: %v", err)
-	}
-	return cfg
+	return testutil.ParseConfig(t, fx, ParseConfig, "config")
 }
 
 // fixtureInputs returns the batch-1 ids and attention mask.
@@ -88,7 +80,7 @@ func TestFixtureParity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !equalInts(gshape, shape) || !equalInts(gshape, []int{len(ids), cfg.DModel}) {
+				if !slices.Equal(gshape, shape) || !slices.Equal(gshape, []int{len(ids), cfg.DModel}) {
 					t.Fatalf("Encode shape %v, HiddenStates shape %v; want [%d %d]", gshape, shape, len(ids), cfg.DModel)
 				}
 				for i := range got {
@@ -136,7 +128,7 @@ func TestWanZeroPadding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !equalInts(zshape, []int{textLen, d}) {
+		if !slices.Equal(zshape, []int{textLen, d}) {
 			t.Fatalf("ZeroPadded shape %v, want [%d %d]", zshape, textLen, d)
 		}
 		testutil.AssertClose(t, "ZeroPadded(padded run)", z, wantPadded, zshape, tol)
@@ -156,7 +148,7 @@ func TestWanZeroPadding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !equalInts(fshape, []int{DefaultTextLen, d}) || len(full) != DefaultTextLen*d {
+		if !slices.Equal(fshape, []int{DefaultTextLen, d}) || len(full) != DefaultTextLen*d {
 			t.Fatalf("ZeroPadded to %d: shape %v, %d values", DefaultTextLen, fshape, len(full))
 		}
 

@@ -1,0 +1,152 @@
+// Package gx is the GoMLX plumbing the model packages share, so that each of them does these things
+// one way: turning GoMLX panics into errors at a public boundary, building named executables and
+// running them, moving tensors to and from the device, freeing them, drawing random weights on the
+// device (random.go), and the few graph operations several models compute identically (ops.go).
+//
+// GoMLX reports graph-building and execution failures by panicking. Model code builds graphs freely
+// and recovers once, where a public method returns: `defer gx.Recover(&err, "h3: forward")`.
+package gx
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/dtypes/float16"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/weights"
+)
+
+// Recover turns a panic into an error stored in *err, prefixed with context (e.g. "h3: forward").
+// It must be deferred directly: `defer gx.Recover(&err, "wan: forward")`. A panic with a non-error
+// value (a programming error, not a GoMLX report) keeps its stack in the message.
+func Recover(err *error, context string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	*err = recovered(r, context)
+}
+
+// Catch runs fn and returns its error, or the panic it raised as an error prefixed with context
+// (no prefix when context is empty).
+func Catch(context string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = recovered(r, context)
+		}
+	}()
+	return fn()
+}
+
+func recovered(r any, context string) error {
+	e, ok := r.(error)
+	switch {
+	case ok && context == "":
+		return e
+	case ok:
+		return fmt.Errorf("%s: %w", context, e)
+	case context == "":
+		return fmt.Errorf("%v\n%s", r, debug.Stack())
+	}
+	return fmt.Errorf("%s: %v\n%s", context, r, debug.Stack())
+}
+
+// MustExec creates the executable of fn named name (the name errors and profiles show) and panics
+// when GoMLX refuses it; call it under Recover. The graph is built and compiled at the first call
+// with each set of input shapes.
+func MustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *Exec {
+	e, err := NewExec(backend, fn)
+	if err != nil {
+		panic(err)
+	}
+	return e.WithName(name)
+}
+
+// Call runs e and returns its outputs; a failure, panic included, is an error that names e.
+func Call(e *Exec, args ...any) (out []*tensors.Tensor, err error) {
+	defer Recover(&err, e.Name())
+	out, err = e.Call(args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name(), err)
+	}
+	return out, nil
+}
+
+// Finalize frees tensors (on the device and on the host); nil entries are skipped.
+func Finalize(ts ...*tensors.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.FinalizeAll()
+		}
+	}
+}
+
+// FinalizeExecs frees executables; nil entries are skipped.
+func FinalizeExecs(es ...*Exec) {
+	for _, e := range es {
+		if e != nil {
+			e.Finalize()
+		}
+	}
+}
+
+// Args appends tensors to args as Exec.Call arguments.
+func Args(args []any, ts ...*tensors.Tensor) []any {
+	for _, t := range ts {
+		args = append(args, t)
+	}
+	return args
+}
+
+// Upload moves host tensors to the backend's device 0 once, so the executables that take them reuse
+// one device copy. On failure the tensors already moved, and the rest, are freed.
+func Upload(backend compute.Backend, ts ...*tensors.Tensor) error {
+	for i, t := range ts {
+		if err := t.ToDevice(backend, 0); err != nil {
+			Finalize(ts...)
+			return fmt.Errorf("uploading tensor %d of %d (%s): %w", i+1, len(ts), t.Shape(), err)
+		}
+	}
+	return nil
+}
+
+// HostF32 copies a float tensor to the host as float32 (exact for Float32, BFloat16 and Float16).
+func HostF32(t *tensors.Tensor) ([]float32, error) {
+	switch t.DType() {
+	case dtypes.Float32:
+		return tensors.CopyFlatData[float32](t)
+	case dtypes.BFloat16:
+		return widen[bfloat16.BFloat16](t)
+	case dtypes.Float16:
+		return widen[float16.Float16](t)
+	}
+	return nil, fmt.Errorf("a %s tensor %s cannot be read as float32; convert it to a float dtype first", t.DType(), t.Shape())
+}
+
+func widen[T interface {
+	bfloat16.BFloat16 | float16.Float16
+	Float32() float32
+}](t *tensors.Tensor) ([]float32, error) {
+	v, err := tensors.CopyFlatData[T](t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(v))
+	for i := range v {
+		out[i] = v[i].Float32()
+	}
+	return out, nil
+}
+
+// ParamArgs appends the bound tensors of ps to args as Exec.Call arguments.
+func ParamArgs(args []any, ps ...*weights.Param) []any {
+	for _, p := range ps {
+		args = append(args, p.T)
+	}
+	return args
+}

@@ -1,0 +1,56 @@
+// Package modelcfg reads the config.json of a model component folder (transformer/, vae/,
+// text_encoder/, …) the one way every model package does: the file, parsed by the package's own
+// ParseConfig, with errors that name the file and say what folder was expected.
+package modelcfg
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Read parses path/config.json (or path itself when it is a file or names a .json file) with parse. A read failure is
+// reported as "<context>: <error> (<hint>)" (without the parenthesis when hint is empty), a parse
+// failure as "<parse error> (in <file>)".
+func Read[C any](path string, parse func([]byte) (C, error), context, hint string) (C, error) {
+	if st, err := os.Stat(path); (err == nil && st.IsDir()) || (err != nil && filepath.Ext(path) != ".json") {
+		path = filepath.Join(path, "config.json") // a missing folder is reported by its config.json
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var zero C
+		if hint != "" {
+			return zero, fmt.Errorf("%s: %w (%s)", context, err, hint)
+		}
+		return zero, fmt.Errorf("%s: %w", context, err)
+	}
+	c, err := parse(data)
+	if err != nil {
+		var zero C
+		return zero, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return c, nil
+}
+
+// Problems collects what is wrong with a config, so that Validate names every bad field at once
+// instead of one per run.
+type Problems []string
+
+// Add records one problem.
+func (p *Problems) Add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+// Positive records field name unless v > 0.
+func (p *Problems) Positive(name string, v int) {
+	if v <= 0 {
+		p.Add("%s = %d must be positive", name, v)
+	}
+}
+
+// Err is nil without problems, else "<context>: invalid config: <problem>; <problem>…".
+func (p Problems) Err(context string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: invalid config: %s", context, strings.Join(p, "; "))
+}

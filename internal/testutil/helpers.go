@@ -1,0 +1,284 @@
+package testutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute"
+
+	"fastvideo/internal/backend"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// ParseConfig hands the fixture's JSON (with a key path, one of its fields, e.g. "arch_config") to a
+// model package's ParseConfig, so a fixture's config is read exactly as a checkpoint's config.json
+// would be. An error fails the test.
+func ParseConfig[C any](t testing.TB, fx *Fixture, parse func([]byte) (C, error), path ...string) C {
+	t.Helper()
+	var raw json.RawMessage
+	if err := fx.DecodeConfig(&raw, path...); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parse(raw)
+	if err != nil {
+		t.Fatalf("fixture %s config: %v", fx.Name, err)
+	}
+	return cfg
+}
+
+// EditSource is a weights.Source over Base with names hidden (Hide returns true) and tensors replaced
+// or added (Replace): a checkpoint with a missing, misshapen or unexpected tensor, for binding tests.
+type EditSource struct {
+	Base    weights.Source
+	Hide    func(name string) bool
+	Replace map[string]safetensors.Info
+}
+
+// Names lists the visible names, sorted.
+func (e *EditSource) Names() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range e.Base.Names() {
+		if e.Hide != nil && e.Hide(n) {
+			continue
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	for n := range e.Replace {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Tensor returns the replacement of name, else Base's tensor unless hidden.
+func (e *EditSource) Tensor(name string) (safetensors.Info, bool) {
+	if info, ok := e.Replace[name]; ok {
+		return info, true
+	}
+	if e.Hide != nil && e.Hide(name) {
+		return safetensors.Info{}, false
+	}
+	return e.Base.Tensor(name)
+}
+
+// MaxAbs is max|v| (0 for no values).
+func MaxAbs(v []float32) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, math.Abs(float64(x)))
+	}
+	return m
+}
+
+// MaxAbsDiff is max|a[i] − b[i]| over the values of a (b at least as long); a NaN makes it NaN.
+func MaxAbsDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return m
+}
+
+// AssertRelClose checks a reduced-precision result loosely against a float32 reference: it fails the
+// test when max|got − want| / max|want| exceeds rel, and logs the ratio either way.
+func AssertRelClose(t testing.TB, label string, got, want []float32, rel float64) float64 {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: got %d values, want %d", label, len(got), len(want))
+		return math.Inf(1)
+	}
+	r := MaxAbsDiff(got, want) / MaxAbs(want)
+	t.Logf("%s: max abs error / max|ref| = %.3g", label, r)
+	if !(r <= rel) {
+		t.Errorf("%s: relative error %.3g > %.3g", label, r, rel)
+	}
+	return r
+}
+
+// GPUTestEnv must be 1 for the GPU tests to run (on a machine with an NVIDIA GPU).
+const GPUTestEnv = "FASTVIDEO_GPU_TEST"
+
+// GPUBackend skips the test unless $FASTVIDEO_GPU_TEST is 1, then creates the backend of spec (e.g.
+// "xla:cuda,tf32=false"), which is finalized when the test ends.
+func GPUBackend(t testing.TB, spec string) compute.Backend {
+	t.Helper()
+	if os.Getenv(GPUTestEnv) != "1" {
+		t.Skipf("set %s=1 on a machine with an NVIDIA GPU", GPUTestEnv)
+	}
+	b, err := backend.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Finalize)
+	return b
+}
+
+// Traced is one intermediate a model handed to its test trace hook.
+type Traced struct {
+	Shape  []int
+	Values []float32
+}
+
+// Trace collects the named float32 intermediates of a forward (a model's trace hook appends to it).
+type Trace map[string]Traced
+
+// Record is a trace hook: it keeps copies of the shape and values under name.
+func (tr Trace) Record(name string, shape []int, values []float32) {
+	tr[name] = Traced{append([]int(nil), shape...), append([]float32(nil), values...)}
+}
+
+// CheckActs compares every act.* tensor of the fixture with the intermediate traced under the same
+// name without the prefix (row-major values; the fixture's batch axis of 1 is implicit), at the parity
+// tolerance. layout, when set, returns a traced value in the fixture's layout, or nil when it checked
+// that name itself.
+func (tr Trace) CheckActs(t *testing.T, fx *Fixture, layout func(name string, got Traced) []float32) {
+	t.Helper()
+	for _, name := range fx.Names("act.") {
+		key := name[len("act."):]
+		got, ok := tr[key]
+		if !ok {
+			t.Errorf("%s: the forward traced no %q", name, key)
+			continue
+		}
+		vals := got.Values
+		if layout != nil {
+			if vals = layout(key, got); vals == nil {
+				continue
+			}
+		}
+		want, shape := fx.F32(t, name)
+		AssertClose(t, name, vals, want, shape, ParityTol(want))
+	}
+}
+
+// Transpose01 swaps the first two axes of a row-major [a, b, c] array (c = 1 for a matrix).
+func Transpose01(v []float32, a, b, c int) []float32 {
+	out := make([]float32, len(v))
+	for i := 0; i < a; i++ {
+		for j := 0; j < b; j++ {
+			copy(out[(j*a+i)*c:(j*a+i+1)*c], v[(i*b+j)*c:(i*b+j+1)*c])
+		}
+	}
+	return out
+}
+
+// ReleaseFolder says how WriteReleaseFolder lays a fixture out.
+type ReleaseFolder struct {
+	// ConfigPath is the key path of the component's config in the fixture JSON (e.g. "arch_config");
+	// empty: the whole JSON.
+	ConfigPath []string
+	// Extra keys are added to config.json, e.g. the "_class_name" diffusers writes, which loaders must
+	// ignore.
+	Extra map[string]any
+	// Shards > 1 splits the weights round-robin over that many diffusers shards with their index;
+	// otherwise they go to one diffusion_pytorch_model.safetensors.
+	Shards int
+}
+
+// WriteReleaseFolder writes the fixture as a released component folder (transformer/, vae/, …) in a
+// temporary directory and returns it: config.json and the w.* tensors under their released names.
+func WriteReleaseFolder(t testing.TB, fx *Fixture, opts ReleaseFolder) string {
+	t.Helper()
+	dir := t.TempDir()
+	var cfg map[string]any
+	if err := fx.DecodeConfig(&cfg, opts.ConfigPath...); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range opts.Extra {
+		cfg[k] = v
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteAtomic(filepath.Join(dir, "config.json"), b); err != nil {
+		t.Fatal(err)
+	}
+	n := max(opts.Shards, 1)
+	files := make([]string, n)
+	for k := range files {
+		files[k] = fmt.Sprintf("diffusion_pytorch_model-%05d-of-%05d.safetensors", k+1, n)
+	}
+	if n == 1 {
+		files[0] = "diffusion_pytorch_model.safetensors"
+	}
+	src := fx.Weights()
+	shards := make([][]safetensors.Tensor, n)
+	weightMap := map[string]string{}
+	for i, name := range src.Names() {
+		info, _ := src.Tensor(name)
+		shards[i%n] = append(shards[i%n], safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: info.Data})
+		weightMap[name] = files[i%n]
+	}
+	for k, f := range files {
+		if err := safetensors.WriteFile(filepath.Join(dir, f), shards[k], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n > 1 {
+		idx, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
+		if err := safetensors.WriteAtomic(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// AssertBindsExactly binds src into set (float32 on the pure-Go test backend's host) and fails the
+// test unless every declared parameter is bound and every tensor of src is declared: the parameter
+// table and the checkpoint names agree. The set is released afterwards.
+func AssertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
+	t.Helper()
+	if err := weights.Bind(src, set, weights.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer set.Release()
+	declared := map[string]bool{}
+	for _, p := range set.Params() {
+		declared[p.Name] = true
+		if !p.Bound() {
+			t.Errorf("%s not bound", p.Name)
+		}
+	}
+	for _, n := range src.Names() {
+		if !declared[n] {
+			t.Errorf("fixture tensor %s is not declared", n)
+		}
+	}
+}
+
+// AssertErrorLists fails the test unless err is an error whose message contains every one of want.
+func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s must fail", what)
+	}
+	for _, s := range want {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: the error does not list %q:\n%v", what, s, err)
+		}
+	}
+}
+
+// SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
+// 10·log10(Σ ref² / Σ (got − ref)²) (+Inf when they are equal).
+func SNRdB(got, ref []float32) float64 {
+	var s, n float64
+	for i := range ref {
+		d := float64(got[i]) - float64(ref[i])
+		s += float64(ref[i]) * float64(ref[i])
+		n += d * d
+	}
+	return 10 * math.Log10(s/n)
+}

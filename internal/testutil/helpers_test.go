@@ -1,0 +1,93 @@
+package testutil
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"fastvideo/internal/safetensors"
+)
+
+// memSource is a tiny weights.Source.
+type memSource map[string]safetensors.Info
+
+func (m memSource) Names() []string {
+	var out []string
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (m memSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m[name]; return i, ok }
+
+func TestEditSource(t *testing.T) {
+	base := memSource{"a": {Name: "a", Shape: []int{1}}, "b": {Name: "b", Shape: []int{2}}}
+	e := &EditSource{Base: base, Hide: func(n string) bool { return n == "a" },
+		Replace: map[string]safetensors.Info{"b": {Name: "b", Shape: []int{3}}, "c": {Name: "c"}}}
+	if got := e.Names(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("Names() = %v, want [b c]", got)
+	}
+	if _, ok := e.Tensor("a"); ok {
+		t.Error("a hidden name is visible")
+	}
+	if info, ok := e.Tensor("b"); !ok || info.Shape[0] != 3 {
+		t.Errorf("b = %v, %v; want the replacement", info, ok)
+	}
+}
+
+func TestParseConfigAndReleaseFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.safetensors")
+	var ts []safetensors.Tensor
+	for _, n := range []string{"w.a", "w.b", "w.c", "in.x"} {
+		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{1}, Data: safetensors.F32Bytes([]float32{1})})
+	}
+	meta := map[string]string{"refgen": `{"kind": "tiny", "arch_config": {"width": 4}}`}
+	if err := safetensors.WriteFile(path, ts, meta); err != nil {
+		t.Fatal(err)
+	}
+	fx, err := OpenFixture(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fx.File.Close()
+	type cfg struct{ Width int }
+	c := ParseConfig(t, fx, func(b []byte) (c cfg, err error) { return c, json.Unmarshal(b, &c) }, "arch_config")
+	if c.Width != 4 {
+		t.Errorf("ParseConfig(arch_config) = %+v, want width 4", c)
+	}
+	for _, shards := range []int{1, 2} {
+		dir := WriteReleaseFolder(t, fx, ReleaseFolder{ConfigPath: []string{"arch_config"}, Extra: map[string]any{"_class_name": "X"}, Shards: shards})
+		ck, err := safetensors.OpenCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ck.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Errorf("%d shards: names %v, want [a b c]", shards, got)
+		}
+		ck.Close()
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err != nil || string(b) != `{"_class_name":"X","width":4}` {
+			t.Errorf("config.json = %s, %v", b, err)
+		}
+	}
+}
+
+func TestRelativeHelpers(t *testing.T) {
+	if MaxAbs([]float32{1, -3, 2}) != 3 || MaxAbsDiff([]float32{1, 2}, []float32{1.5, 0}) != 2 {
+		t.Error("MaxAbs or MaxAbsDiff")
+	}
+	if !math.IsNaN(MaxAbsDiff([]float32{float32(math.NaN())}, []float32{0})) {
+		t.Error("MaxAbsDiff must propagate NaN")
+	}
+	if r := AssertRelClose(t, "rel", []float32{1, 2.01}, []float32{1, 2}, 1e-2); math.Abs(r-0.005) > 1e-6 {
+		t.Errorf("relative error %v, want 0.005", r)
+	}
+	if got := Transpose01([]float32{1, 2, 3, 4, 5, 6}, 2, 3, 1); !slices.Equal(got, []float32{1, 4, 2, 5, 3, 6}) {
+		t.Errorf("Transpose01 = %v", got)
+	}
+}
