@@ -51,10 +51,60 @@ const (
 	dirTokenizer   = "tokenizer"
 )
 
+// snapshot is a diffusers-style model folder, what either family's folder components share.
+type snapshot struct {
+	dir  string
+	spec *ModelSpec
+}
+
+func (c *snapshot) path(parts ...string) string {
+	return filepath.Join(append([]string{c.dir}, parts...)...)
+}
+
+func (c *snapshot) describe() string { return c.dir }
+
+// checkWeights opens the checkpoint headers of each component folder.
+func (c *snapshot) checkWeights(dirs ...string) error {
+	for _, d := range dirs {
+		ck, err := safetensors.OpenCheckpoint(c.path(d))
+		if err != nil {
+			return fmt.Errorf("fastvideo: model folder %s: %s/ weights: %w", c.dir, d, err)
+		}
+		ck.Close()
+	}
+	return nil
+}
+
+// hasTokenizer reports whether the tokenizer/ folder holds one of the files names.
+func (c *snapshot) hasTokenizer(names ...string) bool {
+	for _, name := range names {
+		if _, err := os.Stat(c.path(dirTokenizer, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// checkpointSource returns an opener of the checkpoint in the component folder dir and its
+// prompt-cache identity, kind:hash-of-the-folder.
+func (c *snapshot) checkpointSource(dir, kind string) (func() (weights.Source, func() error, error), string, error) {
+	id, err := promptcache.FolderIdentity(c.path(dir))
+	if err != nil {
+		return nil, "", err
+	}
+	open := func() (weights.Source, func() error, error) {
+		ck, err := safetensors.OpenCheckpoint(c.path(dir))
+		if err != nil {
+			return nil, nil, err
+		}
+		return ck, ck.Close, nil
+	}
+	return open, kind + ":" + id, nil
+}
+
 // folderComponents reads a model snapshot folder.
 type folderComponents struct {
-	dir      string
-	spec     *ModelSpec
+	snapshot
 	manifest *h3.AdaLNManifest
 	textCfg  qwen3vl.Config
 }
@@ -62,7 +112,7 @@ type folderComponents struct {
 // openFolder validates a snapshot without loading weights: every component's config parses and
 // agrees with the DiT, every weight checkpoint's headers open, and the tokenizer file exists.
 func openFolder(spec *ModelSpec) (*folderComponents, error) {
-	c := &folderComponents{dir: spec.Dir, spec: spec}
+	c := &folderComponents{snapshot: snapshot{dir: spec.Dir, spec: spec}}
 	dit, err := h3.ReadConfig(c.path(dirTransformer))
 	if err != nil {
 		return nil, err
@@ -92,25 +142,12 @@ func openFolder(spec *ModelSpec) (*folderComponents, error) {
 	return c, nil
 }
 
-func (c *folderComponents) path(parts ...string) string {
-	return filepath.Join(append([]string{c.dir}, parts...)...)
-}
-
-func (c *folderComponents) describe() string { return c.dir }
-
 func (c *folderComponents) check() error {
-	for _, d := range []string{dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder} {
-		ck, err := safetensors.OpenCheckpoint(c.path(d))
-		if err != nil {
-			return fmt.Errorf("fastvideo: model folder %s: %s/ weights: %w", c.dir, d, err)
-		}
-		ck.Close()
+	if err := c.checkWeights(dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder); err != nil {
+		return err
 	}
-	tok := c.path(dirTokenizer)
-	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz"} {
-		if _, err := os.Stat(filepath.Join(tok, name)); err == nil {
-			return nil
-		}
+	if c.hasTokenizer("tokenizer.json", "tokenizer.json.gz") {
+		return nil
 	}
 	return fmt.Errorf("fastvideo: model folder %s has no %s (the Qwen3 tokenizer of the snapshot's tokenizer/ folder)",
 		c.dir, filepath.Join(dirTokenizer, "tokenizer.json"))
@@ -123,18 +160,11 @@ func (c *folderComponents) loadTokenizer() (*tokenizer.Tokenizer, error) {
 }
 
 func (c *folderComponents) textEncoder() (qwen3vl.Config, func() (weights.Source, func() error, error), string, error) {
-	id, err := promptcache.FolderIdentity(c.path(dirTextEncoder))
+	open, identity, err := c.checkpointSource(dirTextEncoder, "qwen3vl")
 	if err != nil {
 		return qwen3vl.Config{}, nil, "", err
 	}
-	open := func() (weights.Source, func() error, error) {
-		ck, err := safetensors.OpenCheckpoint(c.path(dirTextEncoder))
-		if err != nil {
-			return nil, nil, err
-		}
-		return ck, ck.Close, nil
-	}
-	return c.textCfg, open, "qwen3vl:" + id, nil
+	return c.textCfg, open, identity, nil
 }
 
 func (c *folderComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*h3.Model, error) {

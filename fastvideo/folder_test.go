@@ -19,49 +19,87 @@ func writeTinyFolder(t *testing.T, dir string) {
 	t.Helper()
 	tc := newTinyComponents(registry["tiny-h3"]())
 	tc.sources()
-	write := func(rel string, data []byte) {
-		t.Helper()
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	w := folderWriter{t, dir}
+	w.config("transformer/config.json", "", h3Config(tinyDiT()))
+	w.weights("transformer/diffusion_pytorch_model.safetensors", tc.dit)
+	w.config("vae/config.json", "", tinyVideoVAE())
+	w.weights("vae/diffusion_pytorch_model.safetensors", tc.video)
+	w.config("audio_vae/config.json", "", tinyAudioVAE())
+	w.weights("audio_vae/diffusion_pytorch_model.safetensors", tc.audio)
+	w.config("text_encoder/config.json", "", tinyTextEncoder())
+	w.weights("text_encoder/model.safetensors", tc.te)
+	w.file("tokenizer/tokenizer.json.gz", qwen3data.Gzip())
+	w.file("scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`))
+	w.file("audio_scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 3.0}`))
+}
+
+// folderWriter writes the files of a test snapshot folder, either family's.
+type folderWriter struct {
+	t   *testing.T
+	dir string
+}
+
+func (w folderWriter) file(rel string, data []byte) {
+	w.t.Helper()
+	p := filepath.Join(w.dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// config writes v as a JSON config; a non-empty class is added as its diffusers "_class_name".
+func (w folderWriter) config(rel, class string, v any) {
+	w.t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if class != "" {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			w.t.Fatal(err)
+		}
+		m["_class_name"] = class
+		data, _ = json.Marshal(m)
+	}
+	w.file(rel, data)
+}
+
+func (w folderWriter) weights(rel string, src *weights.Synthetic) {
+	w.t.Helper()
+	var ts []safetensors.Tensor
+	for _, n := range src.Names() {
+		info, _ := src.Tensor(n)
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	p := filepath.Join(w.dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(p, ts, nil); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// checkNewNamesMissing moves each file of a snapshot away in turn and checks that New fails
+// with an error naming it, before loading anything.
+func checkNewNamesMissing(t *testing.T, dir string, cases []struct{ remove, want string }) {
+	t.Helper()
+	for _, c := range cases {
+		p := filepath.Join(dir, c.remove)
+		if err := os.Rename(p, p+".away"); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
+		if _, err := New(context.Background(), dir); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("without %s: New error %v, want one naming %q", c.remove, err, c.want)
+		}
+		if err := os.Rename(p+".away", p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	writeJSON := func(rel string, v any) {
-		t.Helper()
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(rel, data)
-	}
-	writeWeights := func(rel string, src *weights.Synthetic) {
-		t.Helper()
-		var ts []safetensors.Tensor
-		for _, n := range src.Names() {
-			info, _ := src.Tensor(n)
-			ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := safetensors.WriteFile(filepath.Join(dir, rel), ts, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeJSON("transformer/config.json", h3Config(tinyDiT()))
-	writeWeights("transformer/diffusion_pytorch_model.safetensors", tc.dit)
-	writeJSON("vae/config.json", tinyVideoVAE())
-	writeWeights("vae/diffusion_pytorch_model.safetensors", tc.video)
-	writeJSON("audio_vae/config.json", tinyAudioVAE())
-	writeWeights("audio_vae/diffusion_pytorch_model.safetensors", tc.audio)
-	writeJSON("text_encoder/config.json", tinyTextEncoder())
-	writeWeights("text_encoder/model.safetensors", tc.te)
-	write("tokenizer/tokenizer.json.gz", qwen3data.Gzip())
-	write("scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`))
-	write("audio_scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 3.0}`))
 }
 
 // TestModelFolder loads tiny-h3 written as a snapshot folder through the real-checkpoint path
@@ -89,21 +127,9 @@ func TestModelFolder(t *testing.T) {
 		t.Fatal("the folder model's latents differ from tiny-h3's")
 	}
 
-	// New names what is missing before loading anything.
-	for _, c := range []struct{ remove, want string }{
+	checkNewNamesMissing(t, dir, []struct{ remove, want string }{
 		{"audio_vae/diffusion_pytorch_model.safetensors", "audio_vae"},
 		{"tokenizer/tokenizer.json.gz", "tokenizer"},
 		{"vae/config.json", filepath.Join("vae", "config.json")},
-	} {
-		p := filepath.Join(dir, c.remove)
-		if err := os.Rename(p, p+".away"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := New(ctx, dir); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("without %s: New error %v, want one naming %q", c.remove, err, c.want)
-		}
-		if err := os.Rename(p+".away", p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }

@@ -203,38 +203,25 @@ func (g *VideoGenerator) Close() error {
 
 // releaseResident closes every resident component.
 func (g *VideoGenerator) releaseResident() error {
-	var errs []error
-	if g.cond != nil {
-		errs = append(errs, g.cond.Close())
-		g.cond = nil
-	}
-	if g.dit != nil {
-		errs = append(errs, g.dit.Close())
-		g.dit = nil
-	}
-	if g.video != nil {
-		errs = append(errs, g.video.Close())
-		g.video = nil
-	}
-	if g.audio != nil {
-		errs = append(errs, g.audio.Close())
-		g.audio = nil
-	}
-	if g.wanDiT != nil {
-		errs = append(errs, g.wanDiT.Close())
-		g.wanDiT = nil
-	}
-	if g.wanVAE != nil {
-		errs = append(errs, g.wanVAE.Close())
-		g.wanVAE = nil
-	}
-	return errors.Join(errs...)
+	return errors.Join(release(&g.cond), release(&g.dit), release(&g.video), release(&g.audio),
+		release(&g.wanDiT), release(&g.wanVAE))
 }
 
-func (g *VideoGenerator) noteLoad(component string) {
+// release closes the component in *slot, if any, and empties the slot.
+func release[T component](slot *T) error {
+	var zero T
+	if *slot == zero {
+		return nil
+	}
+	err := (*slot).Close()
+	*slot = zero
+	return err
+}
+
+func (g *VideoGenerator) noteLoad(name string) {
 	g.loads.Add(1)
 	if g.loadHook != nil {
-		g.loadHook(component)
+		g.loadHook(name)
 	}
 }
 

@@ -15,11 +15,23 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// One tiny-h3 generator serves most tests (its synthetic weights are made once).
-var shared struct {
+// One tiny-h3 generator serves most tests (its synthetic weights are made once); TestMain closes it.
+var shared sharedGenerator
+
+// sharedGenerator is a generator opened once for many tests of one family.
+type sharedGenerator struct {
 	once sync.Once
 	g    *VideoGenerator
 	err  error
+}
+
+func (s *sharedGenerator) get(t *testing.T, open func(...Option) (*VideoGenerator, error)) *VideoGenerator {
+	t.Helper()
+	s.once.Do(func() { s.g, s.err = open() })
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.g
 }
 
 // testBackend is the backend the tests run on: the pure-Go one unless FASTVIDEO_TEST_BACKEND says
@@ -38,11 +50,7 @@ func newTiny(opts ...Option) (*VideoGenerator, error) {
 
 func tinyGenerator(t *testing.T) *VideoGenerator {
 	t.Helper()
-	shared.once.Do(func() { shared.g, shared.err = newTiny() })
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.g
+	return shared.get(t, newTiny)
 }
 
 func TestMain(m *testing.M) {
@@ -61,20 +69,7 @@ func TestMain(m *testing.M) {
 // TestGenerateMP4 runs the whole tiny-h3 pipeline to a file and checks the container with ffprobe:
 // H.264 at the requested size, frame count and rate, stereo 32 kHz AAC of the video's duration.
 func TestGenerateMP4(t *testing.T) {
-	g := tinyGenerator(t)
-	dir := t.TempDir()
-	var events []Event
-	res, err := g.Generate(context.Background(), Request{
-		Prompt: "  a red fox  ", OutputPath: dir, ReturnFrames: true, ReturnAudio: true, ReturnLatents: true,
-		Progress: func(e Event) { events = append(events, e) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A folder output is named after the (trimmed) prompt.
-	if want := filepath.Join(dir, "a red fox.mp4"); res.OutputPath != want {
-		t.Fatalf("output %q, want %q", res.OutputPath, want)
-	}
+	res, events, dir := generateToFolder(t, tinyGenerator(t), Request{ReturnFrames: true, ReturnAudio: true, ReturnLatents: true})
 	info, err := media.Probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
@@ -105,48 +100,84 @@ func TestGenerateMP4(t *testing.T) {
 		t.Errorf("prompt %d tokens (cached %v), plan rows %+v, seed %d, prompt %q", res.PromptTokens, res.PromptCached,
 			res.Plan.Rows, res.Seed, res.Prompt)
 	}
-	tm := res.Timings
+	checkTimings(t, res.Timings, true)
+	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testBackend() {
+		t.Errorf("memory %d / %d (%s), backend %s %s", res.PeakHostBytes, res.PeakDeviceBytes, res.DeviceMemory, res.Backend, res.DType)
+	}
+	checkSummary(t, res, "a red fox.mp4")
+	checkRunEvents(t, events, "validate condition load_dit denoise audio_decode video_decode mux", 4, 22,
+		func(prev, done int) bool { return done > prev })
+	// Nothing else is left in the folder.
+	if names := dirNames(t, dir); len(names) != 1 {
+		t.Errorf("output folder holds %v", names)
+	}
+}
+
+// generateToFolder runs req with the prompt "  a red fox  " into a fresh folder, recording its
+// events, and checks that the output is named after the trimmed prompt.
+func generateToFolder(t *testing.T, g *VideoGenerator, req Request) (res *Result, events []Event, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	req.Prompt, req.OutputPath = "  a red fox  ", dir
+	req.Progress = func(e Event) { events = append(events, e) }
+	res, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "a red fox.mp4"); res.OutputPath != want {
+		t.Fatalf("output %q, want %q", res.OutputPath, want)
+	}
+	return res, events, dir
+}
+
+// checkTimings checks that every phase of a run took time, and the audio decode only with audio.
+func checkTimings(t *testing.T, tm Timings, audio bool) {
+	t.Helper()
 	for name, d := range map[string]float64{"condition": tm.Condition.Seconds(), "load_dit": tm.LoadDiT.Seconds(),
-		"denoise": tm.Denoise.Seconds(), "audio": tm.AudioDecode.Seconds(), "video": tm.VideoDecode.Seconds(),
-		"mux": tm.Mux.Seconds(), "total": tm.Total.Seconds()} {
+		"denoise": tm.Denoise.Seconds(), "video": tm.VideoDecode.Seconds(), "mux": tm.Mux.Seconds(), "total": tm.Total.Seconds()} {
 		if !(d > 0) {
 			t.Errorf("timing %s = %v", name, d)
 		}
 	}
-	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testBackend() {
-		t.Errorf("memory %d / %d (%s), backend %s %s", res.PeakHostBytes, res.PeakDeviceBytes, res.DeviceMemory, res.Backend, res.DType)
+	if (tm.AudioDecode > 0) != audio {
+		t.Errorf("audio decode ran for %v (audio %v)", tm.AudioDecode, audio)
 	}
+}
+
+// checkSummary checks that the result's summary writes and holds want, and logs it.
+func checkSummary(t *testing.T, res *Result, want string) {
+	t.Helper()
 	var sb strings.Builder
-	if err := res.WriteSummary(&sb); err != nil || !strings.Contains(sb.String(), "a red fox.mp4") {
+	if err := res.WriteSummary(&sb); err != nil || !strings.Contains(sb.String(), want) {
 		t.Errorf("summary: %v\n%s", err, sb.String())
 	}
-	t.Logf("timings %+v, peak host %.0f MiB\n%s", tm, float64(res.PeakHostBytes)/(1<<20), sb.String())
+	t.Logf("timings %+v, peak host %.0f MiB\n%s", res.Timings, float64(res.PeakHostBytes)/(1<<20), sb.String())
+}
 
-	// Events: phases in order, every step once, decode progress up to the last frame.
-	var phases []string
+// checkRunEvents checks a run's events: the phases in order, each of the steps denoising steps once
+// and in order, and decode progress up to frames, each report accepted by nextDecode.
+func checkRunEvents(t *testing.T, events []Event, phases string, steps, frames int, nextDecode func(prev, done int) bool) {
+	t.Helper()
+	var got []string
 	step, decoded := 0, 0
 	for _, e := range events {
 		switch e.Kind {
 		case PhaseStart:
-			phases = append(phases, string(e.Phase))
+			got = append(got, string(e.Phase))
 		case DenoiseStep:
-			if e.Step != step+1 || e.Steps != 4 || e.Elapsed <= 0 {
+			if e.Step != step+1 || e.Steps != steps || e.Elapsed <= 0 {
 				t.Errorf("denoise event %+v after step %d", e, step)
 			}
 			step = e.Step
 		case DecodeProgress:
-			if e.Done <= decoded || e.Total != 22 {
+			if !nextDecode(decoded, e.Done) || e.Total != frames {
 				t.Errorf("decode event %+v after %d frames", e, decoded)
 			}
 			decoded = e.Done
 		}
 	}
-	if got := strings.Join(phases, " "); got != "validate condition load_dit denoise audio_decode video_decode mux" || step != 4 || decoded != 22 {
-		t.Errorf("phases %q, %d steps, %d frames decoded", got, step, decoded)
-	}
-	// Nothing else is left in the folder.
-	if names := dirNames(t, dir); len(names) != 1 {
-		t.Errorf("output folder holds %v", names)
+	if g := strings.Join(got, " "); g != phases || step != steps || decoded != frames {
+		t.Errorf("phases %q, %d steps, %d frames decoded", g, step, decoded)
 	}
 }
 
@@ -166,24 +197,9 @@ func dirNames(t *testing.T, dir string) []string {
 // TestBadRequestsLoadNothing: every invalid request fails with a *RequestError naming the field,
 // before any component (tokenizer included) is loaded.
 func TestBadRequestsLoadNothing(t *testing.T) {
-	g, err := newTiny()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	g.loadHook = func(c string) { t.Errorf("%s loaded during a bad request", c) }
-	dir := t.TempDir()
-	notVideo := filepath.Join(dir, "notes.txt")
-	if err := os.WriteFile(notVideo, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ok := Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "out.mp4")}
-	with := func(edit func(*Request)) Request { r := ok; edit(&r); return r }
-	cases := []struct {
-		name  string
-		req   Request
-		field string
-	}{
+	b := newBadRequests(t, newTiny)
+	notVideo, with := b.notVideo, b.with
+	b.check([]badRequest{
 		{"empty prompt", with(func(r *Request) { r.Prompt = "  " }), "prompt"},
 		{"negative prompt", with(func(r *Request) { r.NegativePrompt = "blurry" }), "negative_prompt"},
 		{"height not /32", with(func(r *Request) { r.Height, r.Width = 65, 96 }), "height"},
@@ -204,10 +220,50 @@ func TestBadRequestsLoadNothing(t *testing.T) {
 		{"fast factor alone", with(func(r *Request) { r.FastFactor = 3 }), "fast_factor"},
 		{"nothing to produce", with(func(r *Request) { r.SkipSave = true }), "skip_save"},
 		{"output is another file", with(func(r *Request) { r.OutputPath = notVideo }), "output_path"},
+	})
+}
+
+// badRequests runs requests that must fail validation on a fresh generator whose load hook fails
+// the test: each must be a *RequestError naming its field, and nothing may load or be written.
+type badRequests struct {
+	t        *testing.T
+	g        *VideoGenerator
+	dir      string
+	notVideo string  // a file in dir that is not a video
+	ok       Request // a valid request writing into dir
+}
+
+// badRequest is one request and the field its error must name.
+type badRequest struct {
+	name  string
+	req   Request
+	field string
+}
+
+func newBadRequests(t *testing.T, open func(...Option) (*VideoGenerator, error)) *badRequests {
+	g, err := open()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { g.Close() })
+	g.loadHook = func(c string) { t.Errorf("%s loaded during a bad request", c) }
+	dir := t.TempDir()
+	notVideo := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notVideo, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &badRequests{t: t, g: g, dir: dir, notVideo: notVideo,
+		ok: Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "out.mp4")}}
+}
+
+// with is the valid request edited by edit.
+func (b *badRequests) with(edit func(*Request)) Request { r := b.ok; edit(&r); return r }
+
+func (b *badRequests) check(cases []badRequest) {
+	t := b.t
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := g.Generate(context.Background(), c.req)
+			_, err := b.g.Generate(context.Background(), c.req)
 			var re *RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("error %v, want a *RequestError", err)
@@ -217,10 +273,10 @@ func TestBadRequestsLoadNothing(t *testing.T) {
 			}
 		})
 	}
-	if n := g.loads.Load(); n != 0 {
+	if n := b.g.loads.Load(); n != 0 {
 		t.Errorf("%d component loads during bad requests", n)
 	}
-	if names := dirNames(t, dir); len(names) != 1 {
+	if names := dirNames(t, b.dir); len(names) != 1 {
 		t.Errorf("the output folder holds %v after bad requests", names)
 	}
 }
@@ -267,17 +323,13 @@ func TestCancelMidDenoise(t *testing.T) {
 	g := tinyGenerator(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "cancelled.mp4")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	last := 0
-	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: out, Progress: func(e Event) {
+	err := generateCancelled(g, out, func(e Event) bool {
 		if e.Kind == DenoiseStep {
 			last = e.Step
-			if e.Step == 2 {
-				cancel()
-			}
 		}
-	}})
+		return e.Kind == DenoiseStep && e.Step == 2
+	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
@@ -296,15 +348,33 @@ func TestCancelMidDenoise(t *testing.T) {
 func TestCancelDuringVideoDecode(t *testing.T) {
 	g := tinyGenerator(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var sawTemps []string
-	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "x.mp4"), Progress: func(e Event) {
+	err := generateCancelled(g, filepath.Join(dir, "x.mp4"), func(e Event) bool {
 		if e.Kind == DecodeProgress {
 			sawTemps = dirNames(t, dir)
+		}
+		return e.Kind == DecodeProgress
+	})
+	checkCancelledDecode(t, err, dir, sawTemps)
+}
+
+// generateCancelled runs "a red fox" into out and cancels the run at the first event for which
+// cancelAt is true; it returns Generate's error.
+func generateCancelled(g *VideoGenerator, out string, cancelAt func(Event) bool) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: out, Progress: func(e Event) {
+		if cancelAt(e) {
 			cancel()
 		}
 	}})
+	return err
+}
+
+// checkCancelledDecode checks a run cancelled while encoding: it failed with ctx's error, and the
+// temporary files seen while encoding (sawTemps) are gone from dir.
+func checkCancelledDecode(t *testing.T, err error, dir string, sawTemps []string) {
+	t.Helper()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
@@ -345,30 +415,33 @@ func sameBits(a, b []float32) bool {
 	return true
 }
 
-// reference latents of seed 7, shared by the determinism and folder tests.
-var seed7 struct {
+// sharedResult is a reference run made once for several tests.
+type sharedResult struct {
 	once sync.Once
 	res  *Result
 }
 
-func seed7Latents(t *testing.T) *Latents {
+func (s *sharedResult) get(t *testing.T, label string, run func() *Result) *Result {
 	t.Helper()
-	seed7.once.Do(func() {
-		seed7.res = latentsOnly(t, tinyGenerator(t), Request{Prompt: "a red fox", Seed: Ptr[int64](7)})
-	})
-	if seed7.res == nil {
-		t.Fatal("the seed-7 reference run failed")
+	s.once.Do(func() { s.res = run() })
+	if s.res == nil {
+		t.Fatalf("the %s reference run failed", label)
 	}
-	return seed7.res.Latents
+	return s.res
 }
 
-// TestDeterminism: the same seed gives the same latents bit for bit (also from two concurrent
-// calls), injected noise is honoured, and injecting the seed's own noise changes nothing.
-func TestDeterminism(t *testing.T) {
-	g := tinyGenerator(t)
-	ref := seed7Latents(t)
-	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
+// reference latents of seed 7, shared by the determinism and folder tests.
+var seed7 sharedResult
 
+func seed7Latents(t *testing.T) *Latents {
+	t.Helper()
+	return seed7.get(t, "seed-7", func() *Result {
+		return latentsOnly(t, tinyGenerator(t), Request{Prompt: "a red fox", Seed: Ptr[int64](7)})
+	}).Latents
+}
+
+// concurrentRuns runs req latents-only twice at once on g; a failed run is nil.
+func concurrentRuns(t *testing.T, g *VideoGenerator, req Request) [2]*Result {
 	var wg sync.WaitGroup
 	var again [2]*Result
 	for i := range again {
@@ -386,7 +459,16 @@ func TestDeterminism(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for i, r := range again {
+	return again
+}
+
+// TestDeterminism: the same seed gives the same latents bit for bit (also from two concurrent
+// calls), injected noise is honoured, and injecting the seed's own noise changes nothing.
+func TestDeterminism(t *testing.T) {
+	g := tinyGenerator(t)
+	ref := seed7Latents(t)
+	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
+	for i, r := range concurrentRuns(t, g, req) {
 		if r == nil || !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
 			t.Fatalf("concurrent run %d: latents differ from the first run with the same seed", i)
 		}

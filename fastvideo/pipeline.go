@@ -14,6 +14,7 @@ import (
 	"fastvideo/internal/media"
 	"fastvideo/internal/textenc"
 	"fastvideo/schedule"
+	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
 )
 
@@ -132,6 +133,108 @@ func (p *pipelineRun) releaseAll() error {
 	return errors.Join(errs...)
 }
 
+// onRelease registers free to run when the run releases its non-resident components.
+func (p *pipelineRun) onRelease(free func()) {
+	p.closers = append(p.closers, func() error { free(); return nil })
+}
+
+// component is a loaded model part that the generator may keep resident.
+type component interface {
+	comparable
+	Close() error
+}
+
+// acquire returns the resident component in *slot or loads one (reporting name to the load hook):
+// kept in *slot when the generator keeps components resident, else released with the run.
+func acquire[T component](p *pipelineRun, slot *T, name string, load func() (T, error)) (T, error) {
+	var zero T
+	if *slot != zero {
+		return *slot, nil
+	}
+	p.g.noteLoad(name)
+	c, err := load()
+	if err != nil {
+		return zero, err
+	}
+	if p.g.resident() {
+		*slot = c
+	} else {
+		p.closers = append(p.closers, c.Close)
+	}
+	return c, nil
+}
+
+// conditioner returns the resident text conditioner or builds one with build; release closes a
+// non-resident one, which the caller defers so the encoder goes before the DiT comes.
+func (p *pipelineRun) conditioner(build func() (*textenc.Conditioner, error)) (cond *textenc.Conditioner, release func(), err error) {
+	g := p.g
+	if g.cond != nil {
+		return g.cond, func() {}, nil
+	}
+	c, err := build()
+	if err != nil {
+		return nil, nil, err
+	}
+	if g.resident() {
+		g.cond = c
+		return c, func() {}, nil
+	}
+	return c, func() { c.Close() }, nil
+}
+
+// denoiseLoop runs the sampling steps of the denoise phase (started at t0), each after a
+// cancellation check, and reports each finished step as a DenoiseStep event.
+func (p *pipelineRun) denoiseLoop(t0 time.Time, steps int, step func(k int) error) error {
+	for k := 0; k < steps; k++ {
+		if err := p.checkCtx(); err != nil {
+			return err
+		}
+		if err := step(k); err != nil {
+			return err
+		}
+		p.emit(Event{Kind: DenoiseStep, Phase: PhaseDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+	}
+	return nil
+}
+
+// endPhase releases the run's non-resident components (the model of a phase goes before the next
+// phase's comes) and checks for cancellation.
+func (p *pipelineRun) endPhase() error {
+	if err := p.releaseAll(); err != nil {
+		return err
+	}
+	return p.checkCtx()
+}
+
+// frameSink takes count decoded frames of height x width (rgb24 appends them as packed RGB).
+type frameSink func(rgb24 func([]byte) []byte, count, height, width int) error
+
+// decodeVideoPhase is the video_decode phase of either family: unless nothing needs frames, it opens
+// the H.264 writer (audioRate 0: video only), loads the decoder with load, and runs decode, whose
+// frames go to the writer and Result.Frames as soon as they exist, so a long clip is never held whole.
+func (p *pipelineRun) decodeVideoPhase(audioRate, audioChannels int, load func() error, decode func(sink frameSink) error) error {
+	if p.req.SkipSave && !p.req.ReturnFrames {
+		return nil
+	}
+	defer p.begin(PhaseVideoDecode, &p.res.Timings.VideoDecode)()
+	if err := p.openWriter(audioRate, audioChannels); err != nil {
+		return err
+	}
+	if err := load(); err != nil {
+		return err
+	}
+	err := decode(func(rgb24 func([]byte) []byte, count, height, width int) error {
+		if err := p.checkCtx(); err != nil {
+			return err
+		}
+		return p.sinkFrames(rgb24, count, height, width)
+	})
+	if err := p.endVideoDecode(err); err != nil {
+		return err
+	}
+	return p.endPhase()
+}
+
 // cleanup releases what this run loaded (unless resident) and, after a failure, every partial
 // output. It returns the release errors.
 func (p *pipelineRun) cleanup(failed bool) error {
@@ -220,19 +323,13 @@ func (p *pipelineRun) validateH3(r *ResolvedRequest) error {
 func (p *pipelineRun) condition() error {
 	g := p.g
 	defer p.begin(PhaseCondition, &p.res.Timings.Condition)()
-	cond := g.cond
-	if cond == nil {
-		c, err := newConditioner(g.comp, g.backend, g.dtype, g.opts.PromptCacheDir, g.resident(), g.noteLoad)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.cond = c
-		} else {
-			defer c.Close() // the encoder goes before the DiT comes
-		}
-		cond = c
+	cond, release, err := p.conditioner(func() (*textenc.Conditioner, error) {
+		return newConditioner(g.comp, g.backend, g.dtype, g.opts.PromptCacheDir, g.resident(), g.noteLoad)
+	})
+	if err != nil {
+		return err
 	}
+	defer release()
 	out, err := cond.Condition(p.ctx, p.r.Prompt)
 	if err != nil {
 		return err
@@ -253,19 +350,9 @@ func (p *pipelineRun) condition() error {
 func (p *pipelineRun) loadDiT() error {
 	g := p.g
 	defer p.begin(PhaseLoadDiT, &p.res.Timings.LoadDiT)()
-	dit := g.dit
-	if dit == nil {
-		g.noteLoad("dit")
-		m, err := g.comp.loadDiT(g.backend, g.dtype)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.dit = m
-		} else {
-			p.closers = append(p.closers, m.Close)
-		}
-		dit = m
+	dit, err := acquire(p, &g.dit, "dit", func() (*h3.Model, error) { return g.comp.loadDiT(g.backend, g.dtype) })
+	if err != nil {
+		return err
 	}
 	p.dit = dit
 	text, err := dit.PrepareText(p.hidden.Hidden)
@@ -273,7 +360,7 @@ func (p *pipelineRun) loadDiT() error {
 		return err
 	}
 	p.text = text
-	p.closers = append(p.closers, func() error { text.Close(); return nil })
+	p.onRelease(text.Close)
 	p.hidden = textenc.Result{} // the host copy is no longer needed
 	if g.comp.adalnManifest() == nil {
 		// Every (timestep, modality) modulation of the run, once, instead of once per step and block.
@@ -282,7 +369,7 @@ func (p *pipelineRun) loadDiT() error {
 			return err
 		}
 		p.adaln = adaln
-		p.closers = append(p.closers, func() error { adaln.Close(); return nil })
+		p.onRelease(adaln.Close)
 	}
 	return p.checkCtx()
 }
@@ -328,10 +415,7 @@ func (p *pipelineRun) denoise() error {
 	}
 	idx := make([]int32, lay.SequenceLength)
 	steps := p.sched.Steps()
-	for k := 0; k < steps; k++ {
-		if err := p.checkCtx(); err != nil {
-			return err
-		}
+	err = p.denoiseLoop(t0, steps, func(k int) error {
 		tv, ta := p.sched.Video.Timesteps[k], p.sched.Audio.Timesteps[k]
 		// T2VA has no condition rows: text and video rows take the video time, audio rows the audio time.
 		uniq, rowIdx := packing.RowTimesteps(lay, tv, ta, tv, ta)
@@ -349,10 +433,10 @@ func (p *pipelineRun) denoise() error {
 		if err := p.sched.Video.Step(k, out.Video, xv, xv); err != nil {
 			return err
 		}
-		if err := p.sched.Audio.Step(k, out.Audio, xa, xa); err != nil {
-			return err
-		}
-		p.emit(Event{Kind: DenoiseStep, Phase: PhaseDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+		return p.sched.Audio.Step(k, out.Audio, xa, xa)
+	})
+	if err != nil {
+		return err
 	}
 	p.dit, p.text, p.adaln = nil, nil, nil
 	if err := p.releaseAll(); err != nil { // the DiT goes before the VAEs come
@@ -382,19 +466,9 @@ func (p *pipelineRun) decodeAudio() error {
 	}
 	g := p.g
 	defer p.begin(PhaseAudioDecode, &p.res.Timings.AudioDecode)()
-	dec := g.audio
-	if dec == nil {
-		g.noteLoad("audio_vae")
-		d, err := g.comp.loadAudioVAE(g.backend)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.audio = d
-		} else {
-			p.closers = append(p.closers, d.Close)
-		}
-		dec = d
+	dec, err := acquire(p, &g.audio, "audio_vae", func() (*h3audio.Decoder, error) { return g.comp.loadAudioVAE(g.backend) })
+	if err != nil {
+		return err
 	}
 	wave, err := dec.DecodeRows(p.ctx, p.audioRows, p.audioLatents)
 	if err != nil {
@@ -404,51 +478,23 @@ func (p *pipelineRun) decodeAudio() error {
 	if p.req.ReturnAudio {
 		p.res.Audio = wave
 	}
-	if err := p.releaseAll(); err != nil {
-		return err
-	}
-	return p.checkCtx()
+	return p.endPhase()
 }
 
-// decodeVideo runs the video VAE clip by clip, piping each clip's frames into the H.264 encoder as
-// soon as they exist, so a long clip is never held whole (unless the caller asked for the frames).
+// decodeVideo runs the video VAE clip by clip, piping each clip's frames into the H.264 encoder.
 func (p *pipelineRun) decodeVideo() error {
-	if p.req.SkipSave && !p.req.ReturnFrames {
-		return nil
-	}
 	g := p.g
-	defer p.begin(PhaseVideoDecode, &p.res.Timings.VideoDecode)()
-	if err := p.openWriter(g.spec.AudioVAE.SamplingRate, packing.AudioChannels); err != nil {
+	var dec *h3video.Decoder
+	load := func() (err error) {
+		dec, err = acquire(p, &g.video, "video_vae", func() (*h3video.Decoder, error) { return g.comp.loadVideoVAE(g.backend, g.dtype) })
 		return err
 	}
-	dec := g.video
-	if dec == nil {
-		g.noteLoad("video_vae")
-		d, err := g.comp.loadVideoVAE(g.backend, g.dtype)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.video = d
-		} else {
-			p.closers = append(p.closers, d.Close)
-		}
-		dec = d
-	}
-	err := dec.Decode(p.ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
-		if err := p.checkCtx(); err != nil {
-			return err
-		}
-		return p.sinkFrames(f.RGB24, f.Count, f.Height, f.Width)
+	return p.decodeVideoPhase(g.spec.AudioVAE.SamplingRate, packing.AudioChannels, load, func(sink frameSink) error {
+		defer func() { p.videoLatents = nil }()
+		return dec.Decode(p.ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
+			return sink(f.RGB24, f.Count, f.Height, f.Width)
+		})
 	})
-	if err := p.endVideoDecode(err); err != nil {
-		return err
-	}
-	p.videoLatents = nil
-	if err := p.releaseAll(); err != nil {
-		return err
-	}
-	return p.checkCtx()
 }
 
 // openWriter starts the H.264 encoder on a staging file in the output folder (unless the request
@@ -469,8 +515,7 @@ func (p *pipelineRun) openWriter(audioRate, audioChannels int) error {
 	return err
 }
 
-// sinkFrames takes count decoded frames of height x width (rgb24 appends them as packed RGB):
-// each goes to the encoder as soon as it exists and, when the request asks, to Result.Frames.
+// sinkFrames is the frameSink of a run: each frame goes to the encoder as soon as it exists and, when the request asks, to Result.Frames.
 func (p *pipelineRun) sinkFrames(rgb24 func([]byte) []byte, count, height, width int) error {
 	r := p.r
 	if height != r.Height || width != r.Width {

@@ -143,8 +143,7 @@ func (c *tinyComponents) loadTokenizer() (*tokenizer.Tokenizer, error) { return 
 
 func (c *tinyComponents) textEncoder() (qwen3vl.Config, func() (weights.Source, func() error, error), string, error) {
 	c.sources()
-	open := func() (weights.Source, func() error, error) { return c.te, func() error { return nil }, nil }
-	return tinyTextEncoder(), open, fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
+	return tinyTextEncoder(), inMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
 func (c *tinyComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*h3.Model, error) {
@@ -199,24 +198,48 @@ func videoDecoderShapes(c h3video.Config) map[string][]int {
 // audioDecoderShapes is h3audio's declared decoder table.
 func audioDecoderShapes(c h3audio.Config) map[string][]int {
 	list, err := h3audio.CheckpointShapes(c, h3audio.Options{})
+	return shapeTable(list, err, "audio VAE")
+}
+
+// shapeTable turns a decoder's declared tensor list into the name -> shape table of a synthetic
+// source; err is the declaring function's, which for tiny's constant configs tests rule out.
+func shapeTable[T ~struct {
+	Name  string
+	Shape []int
+}](list []T, err error, what string) map[string][]int {
 	if err != nil {
-		panic(fmt.Sprintf("fastvideo: tiny audio VAE config: %v", err)) // a constant config; tests cover it
+		panic(fmt.Sprintf("fastvideo: tiny %s config: %v", what, err))
 	}
 	out := map[string][]int{}
 	for _, t := range list {
-		out[t.Name] = t.Shape
+		ts := struct {
+			Name  string
+			Shape []int
+		}(t)
+		out[ts.Name] = ts.Shape
 	}
 	return out
+}
+
+// inMemory is the weight-source opener of a synthetic source, which needs no closing.
+func inMemory(src weights.Source) func() (weights.Source, func() error, error) {
+	return func() (weights.Source, func() error, error) { return src, func() error { return nil }, nil }
+}
+
+// numel is the number of elements of a tensor of the given shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // initAudioVAE keeps a random BigVGAN's waveform finite and mostly unclipped: the real
 // anti-aliasing filters, weight-norm gains near 1 and SnakeBeta log-scales near 0 (the audio
 // benchmark's choices); other tensors take the default scales.
 func initAudioVAE(name string, shape []int, rng *rand.Rand) []float32 {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
+	n := numel(shape)
 	v := make([]float32, n)
 	switch {
 	case strings.HasSuffix(name, ".filter"):

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 
 	wandit "fastvideo/dit/wan"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
 	"fastvideo/internal/textenc/umt5"
@@ -33,39 +31,24 @@ type wanComponents interface {
 }
 
 // wanFolder reads a diffusers-style Wan snapshot (wan.md §10).
-type wanFolder struct {
-	dir  string
-	spec *ModelSpec
-}
+type wanFolder struct{ snapshot }
 
 // openWanFolder validates a snapshot without loading weights: the configs were read and checked by
 // readWanFolder; here every weight checkpoint's headers open and the tokenizer file exists.
 func openWanFolder(spec *ModelSpec) (*wanFolder, error) {
-	c := &wanFolder{dir: spec.Dir, spec: spec}
+	c := &wanFolder{snapshot{dir: spec.Dir, spec: spec}}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *wanFolder) path(parts ...string) string {
-	return filepath.Join(append([]string{c.dir}, parts...)...)
-}
-
-func (c *wanFolder) describe() string { return c.dir }
-
 func (c *wanFolder) check() error {
-	for _, d := range []string{dirTransformer, dirVAE, dirTextEncoder} {
-		ck, err := safetensors.OpenCheckpoint(c.path(d))
-		if err != nil {
-			return fmt.Errorf("fastvideo: model folder %s: %s/ weights: %w", c.dir, d, err)
-		}
-		ck.Close()
+	if err := c.checkWeights(dirTransformer, dirVAE, dirTextEncoder); err != nil {
+		return err
 	}
-	for _, name := range []string{"tokenizer.json", "spiece.model"} {
-		if _, err := os.Stat(c.path(dirTokenizer, name)); err == nil {
-			return nil
-		}
+	if c.hasTokenizer("tokenizer.json", "spiece.model") {
+		return nil
 	}
 	return fmt.Errorf("fastvideo: model folder %s has neither %s nor %s (the UMT5 tokenizer of the snapshot's tokenizer/ folder)",
 		c.dir, filepath.Join(dirTokenizer, "tokenizer.json"), filepath.Join(dirTokenizer, "spiece.model"))
@@ -76,18 +59,7 @@ func (c *wanFolder) loadTokenizer() (*unigram.Tokenizer, error) {
 }
 
 func (c *wanFolder) textEncoder() (func() (weights.Source, func() error, error), string, error) {
-	id, err := promptcache.FolderIdentity(c.path(dirTextEncoder))
-	if err != nil {
-		return nil, "", err
-	}
-	open := func() (weights.Source, func() error, error) {
-		ck, err := safetensors.OpenCheckpoint(c.path(dirTextEncoder))
-		if err != nil {
-			return nil, nil, err
-		}
-		return ck, ck.Close, nil
-	}
-	return open, "umt5:" + id, nil
+	return c.checkpointSource(dirTextEncoder, "umt5")
 }
 
 func (c *wanFolder) loadDiT(b compute.Backend, dt dtypes.DType) (*wandit.Model, error) {

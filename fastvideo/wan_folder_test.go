@@ -2,14 +2,10 @@ package fastvideo
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"fastvideo/internal/safetensors"
-	"fastvideo/internal/weights"
 )
 
 // writeTinyWanFolder writes tiny-wan as a diffusers-style Wan snapshot (model_index.json naming
@@ -20,53 +16,16 @@ func writeTinyWanFolder(t *testing.T, dir, pipelineClass string) {
 	tc := newTinyWanComponents(tinyWanSpec())
 	tc.sources()
 	ws := tc.spec.Wan
-	write := func(rel string, data []byte) {
-		t.Helper()
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeJSON := func(rel, class string, v any) {
-		t.Helper()
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
-			t.Fatal(err)
-		}
-		m["_class_name"] = class
-		data, _ = json.Marshal(m)
-		write(rel, data)
-	}
-	writeWeights := func(rel string, src *weights.Synthetic) {
-		t.Helper()
-		var ts []safetensors.Tensor
-		for _, n := range src.Names() {
-			info, _ := src.Tensor(n)
-			ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := safetensors.WriteFile(filepath.Join(dir, rel), ts, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("model_index.json", []byte(`{"_class_name": "`+pipelineClass+`", "_diffusers_version": "0.33.0"}`))
-	writeJSON("transformer/config.json", "WanTransformer3DModel", ws.DiT)
-	writeWeights("transformer/diffusion_pytorch_model.safetensors", tc.dit)
-	writeJSON("vae/config.json", "AutoencoderKLWan", ws.VAE)
-	writeWeights("vae/diffusion_pytorch_model.safetensors", tc.vae)
-	writeJSON("text_encoder/config.json", "UMT5EncoderModel", ws.TextEncoder)
-	writeWeights("text_encoder/model.safetensors", tc.te)
-	write("tokenizer/tokenizer.json", tc.tokenizerJSON)
-	write("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
+	w := folderWriter{t, dir}
+	w.file("model_index.json", []byte(`{"_class_name": "`+pipelineClass+`", "_diffusers_version": "0.33.0"}`))
+	w.config("transformer/config.json", "WanTransformer3DModel", ws.DiT)
+	w.weights("transformer/diffusion_pytorch_model.safetensors", tc.dit)
+	w.config("vae/config.json", "AutoencoderKLWan", ws.VAE)
+	w.weights("vae/diffusion_pytorch_model.safetensors", tc.vae)
+	w.config("text_encoder/config.json", "UMT5EncoderModel", ws.TextEncoder)
+	w.weights("text_encoder/model.safetensors", tc.te)
+	w.file("tokenizer/tokenizer.json", tc.tokenizerJSON)
+	w.file("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
 }
 
 // TestWanModelFolder loads tiny-wan written as a Wan snapshot through the real-checkpoint path
@@ -111,22 +70,11 @@ func TestWanModelFolder(t *testing.T) {
 	// New names what is missing or inconsistent before loading anything.
 	dir := t.TempDir()
 	writeTinyWanFolder(t, dir, "WanPipeline")
-	for _, c := range []struct{ remove, want string }{
+	checkNewNamesMissing(t, dir, []struct{ remove, want string }{
 		{"text_encoder/model.safetensors", "text_encoder"},
 		{"tokenizer/tokenizer.json", "tokenizer"},
 		{"vae/config.json", filepath.Join("vae", "config.json")},
-	} {
-		p := filepath.Join(dir, c.remove)
-		if err := os.Rename(p, p+".away"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := New(ctx, dir); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("without %s: New error %v, want one naming %q", c.remove, err, c.want)
-		}
-		if err := os.Rename(p+".away", p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	te := filepath.Join(dir, "text_encoder", "config.json")
 	orig, _ := os.ReadFile(te)
 	if err := os.WriteFile(te, []byte(strings.Replace(string(orig), `"d_model":32`, `"d_model":48`, 1)), 0o644); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/umt5"
 	wanvae "fastvideo/vae/wan"
 )
@@ -47,19 +48,13 @@ func (p *pipelineRun) validateWan(r *ResolvedRequest) error {
 func (p *pipelineRun) wanCondition() error {
 	g, r, ws := p.g, p.r, p.g.spec.Wan
 	defer p.begin(PhaseCondition, &p.res.Timings.Condition)()
-	cond := g.cond
-	if cond == nil {
-		c, err := newWanConditioner(g.wcomp, ws, g.backend, g.dtype, g.opts.PromptCacheDir, g.resident(), g.noteLoad)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.cond = c
-		} else {
-			defer c.Close() // the encoder goes before the DiT comes
-		}
-		cond = c
+	cond, release, err := p.conditioner(func() (*textenc.Conditioner, error) {
+		return newWanConditioner(g.wcomp, ws, g.backend, g.dtype, g.opts.PromptCacheDir, g.resident(), g.noteLoad)
+	})
+	if err != nil {
+		return err
 	}
+	defer release()
 	encode := func(text string) ([]float32, int, bool, error) {
 		out, err := cond.Condition(p.ctx, text)
 		if err != nil {
@@ -72,7 +67,6 @@ func (p *pipelineRun) wanCondition() error {
 		padded, _, err := umt5.ZeroPadded(out.Hidden, out.Shape, nil, ws.TextLen)
 		return padded, out.Shape[0], out.Cached, err
 	}
-	var err error
 	var cached bool
 	if p.wan.cond, p.res.PromptTokens, cached, err = encode(r.Prompt); err != nil {
 		return err
@@ -98,19 +92,9 @@ func (p *pipelineRun) wanCondition() error {
 func (p *pipelineRun) wanLoadDiT() error {
 	g, w := p.g, p.wan
 	defer p.begin(PhaseLoadDiT, &p.res.Timings.LoadDiT)()
-	dit := g.wanDiT
-	if dit == nil {
-		g.noteLoad("dit")
-		m, err := g.wcomp.loadDiT(g.backend, g.dtype)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.wanDiT = m
-		} else {
-			p.closers = append(p.closers, m.Close)
-		}
-		dit = m
+	dit, err := acquire(p, &g.wanDiT, "dit", func() (*wandit.Model, error) { return g.wcomp.loadDiT(g.backend, g.dtype) })
+	if err != nil {
+		return err
 	}
 	w.dit = dit
 	for _, t := range []struct {
@@ -125,7 +109,7 @@ func (p *pipelineRun) wanLoadDiT() error {
 			return err
 		}
 		*t.dst = ts
-		p.closers = append(p.closers, func() error { ts.Close(); return nil })
+		p.onRelease(ts.Close)
 	}
 	w.cond, w.uncond = nil, nil // the host copies are no longer needed
 	return p.checkCtx()
@@ -165,7 +149,7 @@ func (p *pipelineRun) wanDenoise() error {
 		}
 		return v, nil
 	}
-	for k := 0; k < r.Steps; k++ {
+	err = p.denoiseLoop(t0, r.Steps, func(k int) error {
 		t := ladder.timesteps[k]
 		v, err := forward(k, x, t, w.text)
 		if err != nil {
@@ -199,7 +183,10 @@ func (p *pipelineRun) wanDenoise() error {
 				}
 			}
 		}
-		p.emit(Event{Kind: DenoiseStep, Phase: PhaseDenoise, Step: k + 1, Steps: r.Steps, Elapsed: time.Since(t0)})
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	w.dit, w.text, w.negText = nil, nil, nil
 	if err := p.releaseAll(); err != nil { // the DiT goes before the VAE comes
@@ -223,41 +210,17 @@ func guide(vc, vu []float32, g float32) {
 // wanDecodeVideo runs the Wan VAE one latent frame at a time (1 frame, then 4 per latent frame),
 // piping each chunk's frames into the H.264 encoder as soon as they exist.
 func (p *pipelineRun) wanDecodeVideo() error {
-	if p.req.SkipSave && !p.req.ReturnFrames {
-		return nil
-	}
 	g, geo := p.g, p.r.WanGeometry
-	defer p.begin(PhaseVideoDecode, &p.res.Timings.VideoDecode)()
-	if err := p.openWriter(0, 0); err != nil {
+	var dec *wanvae.Decoder
+	load := func() (err error) {
+		dec, err = acquire(p, &g.wanVAE, "video_vae", func() (*wanvae.Decoder, error) { return g.wcomp.loadVAE(g.backend, g.dtype) })
 		return err
 	}
-	dec := g.wanVAE
-	if dec == nil {
-		g.noteLoad("video_vae")
-		d, err := g.wcomp.loadVAE(g.backend, g.dtype)
-		if err != nil {
-			return err
-		}
-		if g.resident() {
-			g.wanVAE = d
-		} else {
-			p.closers = append(p.closers, d.Close)
-		}
-		dec = d
-	}
-	shape := []int{1, geo.VAE.LatentChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth}
-	err := dec.Decode(p.ctx, p.wan.latents, shape, func(f wanvae.Frames) error {
-		if err := p.checkCtx(); err != nil {
-			return err
-		}
-		return p.sinkFrames(f.RGB24, f.Count, f.Height, f.Width)
+	return p.decodeVideoPhase(0, 0, load, func(sink frameSink) error {
+		defer func() { p.wan.latents = nil }()
+		shape := []int{1, geo.VAE.LatentChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth}
+		return dec.Decode(p.ctx, p.wan.latents, shape, func(f wanvae.Frames) error {
+			return sink(f.RGB24, f.Count, f.Height, f.Width)
+		})
 	})
-	if err := p.endVideoDecode(err); err != nil {
-		return err
-	}
-	p.wan.latents = nil
-	if err := p.releaseAll(); err != nil {
-		return err
-	}
-	return p.checkCtx()
 }

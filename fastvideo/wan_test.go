@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -21,11 +19,7 @@ import (
 
 // One tiny-wan generator serves most Wan tests (its synthetic weights are made once); TestMain
 // closes it.
-var wanShared struct {
-	once sync.Once
-	g    *VideoGenerator
-	err  error
-}
+var wanShared sharedGenerator
 
 func newTinyWan(opts ...Option) (*VideoGenerator, error) {
 	return New(context.Background(), tinyWanName, append([]Option{WithBackend(testBackend())}, opts...)...)
@@ -33,29 +27,13 @@ func newTinyWan(opts ...Option) (*VideoGenerator, error) {
 
 func tinyWanGenerator(t *testing.T) *VideoGenerator {
 	t.Helper()
-	wanShared.once.Do(func() { wanShared.g, wanShared.err = newTinyWan() })
-	if wanShared.err != nil {
-		t.Fatal(wanShared.err)
-	}
-	return wanShared.g
+	return wanShared.get(t, newTinyWan)
 }
 
 // TestWanGenerateMP4 runs tiny-wan's default (DMD) preset to a file and checks the container with
 // ffprobe: H.264 at the planned size, frame count and rate, and no audio stream.
 func TestWanGenerateMP4(t *testing.T) {
-	g := tinyWanGenerator(t)
-	dir := t.TempDir()
-	var events []Event
-	res, err := g.Generate(context.Background(), Request{
-		Prompt: "  a red fox  ", OutputPath: dir, ReturnFrames: true, ReturnLatents: true,
-		Progress: func(e Event) { events = append(events, e) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := filepath.Join(dir, "a red fox.mp4"); res.OutputPath != want {
-		t.Fatalf("output %q, want %q", res.OutputPath, want)
-	}
+	res, events, dir := generateToFolder(t, tinyWanGenerator(t), Request{ReturnFrames: true, ReturnLatents: true})
 	plan := res.Plan
 	if plan.Height != 48 || plan.Width != 64 || plan.NumFrames != 9 || plan.FPS != 16 || plan.Sampler != SamplerDMD ||
 		plan.Tokens != 36 || plan.TextTokens != 512 || plan.CFG || plan.ForwardsPerStep != 1 || plan.Steps != 3 {
@@ -92,44 +70,11 @@ func TestWanGenerateMP4(t *testing.T) {
 	if res.PromptTokens != 4 || res.PromptCached || res.Seed != 1024 || res.Prompt != "a red fox" {
 		t.Errorf("prompt %d tokens (cached %v), seed %d, prompt %q", res.PromptTokens, res.PromptCached, res.Seed, res.Prompt)
 	}
-	tm := res.Timings
-	for name, d := range map[string]float64{"condition": tm.Condition.Seconds(), "load_dit": tm.LoadDiT.Seconds(),
-		"denoise": tm.Denoise.Seconds(), "video": tm.VideoDecode.Seconds(), "mux": tm.Mux.Seconds(), "total": tm.Total.Seconds()} {
-		if !(d > 0) {
-			t.Errorf("timing %s = %v", name, d)
-		}
-	}
-	if tm.AudioDecode != 0 {
-		t.Errorf("audio decode ran for %v", tm.AudioDecode)
-	}
-	var sb strings.Builder
-	if err := res.WriteSummary(&sb); err != nil || !strings.Contains(sb.String(), "no audio") {
-		t.Errorf("summary: %v\n%s", err, sb.String())
-	}
-	t.Logf("timings %+v, peak host %.0f MiB\n%s", tm, float64(res.PeakHostBytes)/(1<<20), sb.String())
-
-	var phases []string
-	step, decoded := 0, 0
-	for _, e := range events {
-		switch e.Kind {
-		case PhaseStart:
-			phases = append(phases, string(e.Phase))
-		case DenoiseStep:
-			if e.Step != step+1 || e.Steps != 3 || e.Elapsed <= 0 {
-				t.Errorf("denoise event %+v after step %d", e, step)
-			}
-			step = e.Step
-		case DecodeProgress:
-			// The causal VAE emits 1 frame for the first latent frame, then 4 per latent frame.
-			if e.Done != decoded+map[bool]int{true: 1, false: 4}[decoded == 0] || e.Total != 9 {
-				t.Errorf("decode event %+v after %d frames", e, decoded)
-			}
-			decoded = e.Done
-		}
-	}
-	if got := strings.Join(phases, " "); got != "validate condition load_dit denoise video_decode mux" || step != 3 || decoded != 9 {
-		t.Errorf("phases %q, %d steps, %d frames decoded", got, step, decoded)
-	}
+	checkTimings(t, res.Timings, false)
+	checkSummary(t, res, "no audio")
+	// The causal VAE emits 1 frame for the first latent frame, then 4 per latent frame.
+	checkRunEvents(t, events, "validate condition load_dit denoise video_decode mux", 3, 9,
+		func(prev, done int) bool { return done == prev+map[bool]int{true: 1, false: 4}[prev == 0] })
 	if names := dirNames(t, dir); len(names) != 1 {
 		t.Errorf("output folder holds %v", names)
 	}
@@ -296,19 +241,12 @@ func TestWanDMD(t *testing.T) {
 	}
 }
 
-var wanSeed1024 struct {
-	once sync.Once
-	res  *Result
-}
+var wanSeed1024 sharedResult
 
 // seed1024WanLatents is the default tiny-wan request's latents-only result, shared by tests.
 func seed1024WanLatents(t *testing.T) *Result {
 	t.Helper()
-	wanSeed1024.once.Do(func() { wanSeed1024.res = latentsOnly(t, tinyWanGenerator(t), Request{Prompt: "a red fox"}) })
-	if wanSeed1024.res == nil {
-		t.Fatal("the reference run failed")
-	}
-	return wanSeed1024.res
+	return wanSeed1024.get(t, "seed-1024", func() *Result { return latentsOnly(t, tinyWanGenerator(t), Request{Prompt: "a red fox"}) })
 }
 
 // TestWanDeterminism: the same seed gives the same latents (also from concurrent calls), injected
@@ -317,24 +255,7 @@ func TestWanDeterminism(t *testing.T) {
 	g := tinyWanGenerator(t)
 	ref := seed1024WanLatents(t)
 	req := Request{Prompt: "a red fox"}
-	var wg sync.WaitGroup
-	var again [2]*Result
-	for i := range again {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := req
-			r.SkipSave, r.ReturnLatents = true, true
-			res, err := g.Generate(context.Background(), r)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			again[i] = res
-		}()
-	}
-	wg.Wait()
-	for i, r := range again {
+	for i, r := range concurrentRuns(t, g, req) {
 		if r == nil || !sameBits(r.Latents.Video, ref.Latents.Video) {
 			t.Fatalf("concurrent run %d differs from the first run with the same seed", i)
 		}
@@ -358,27 +279,12 @@ func TestWanDeterminism(t *testing.T) {
 // TestWanBadRequestsLoadNothing: every invalid Wan request fails with a *RequestError naming the
 // field, before any component is loaded.
 func TestWanBadRequestsLoadNothing(t *testing.T) {
-	g, err := newTinyWan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	g.loadHook = func(c string) { t.Errorf("%s loaded during a bad request", c) }
-	dir := t.TempDir()
-	notVideo := filepath.Join(dir, "notes.txt")
-	if err := os.WriteFile(notVideo, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ok := Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "out.mp4")}
-	with := func(edit func(*Request)) Request { r := ok; edit(&r); return r }
+	b := newBadRequests(t, newTinyWan)
+	notVideo, with := b.notVideo, b.with
 	base := func(edit func(*Request)) Request {
 		return with(func(r *Request) { r.Preset = "tiny_wan_t2v"; edit(r) })
 	}
-	cases := []struct {
-		name  string
-		req   Request
-		field string
-	}{
+	b.check([]badRequest{
 		{"empty prompt", with(func(r *Request) { r.Prompt = " " }), "prompt"},
 		{"height not /16", with(func(r *Request) { r.Height, r.Width = 40, 64 }), "height"},
 		{"width not /16", with(func(r *Request) { r.Height, r.Width = 48, 72 }), "width"},
@@ -405,25 +311,7 @@ func TestWanBadRequestsLoadNothing(t *testing.T) {
 		{"negative prompt without CFG", base(func(r *Request) { r.GuidanceScale, r.NegativePrompt = 1, "blurry" }), "negative_prompt"},
 		{"warp on unipc", base(func(r *Request) { r.WarpDenoisingSteps = Ptr(true) }), "warp_denoising_steps"},
 		{"renoise on unipc", base(func(r *Request) { r.RenoiseNoise = []float32{1} }), "renoise_noise"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := g.Generate(context.Background(), c.req)
-			var re *RequestError
-			if !errors.As(err, &re) {
-				t.Fatalf("error %v, want a *RequestError", err)
-			}
-			if re.Field != c.field || re.Allowed == "" {
-				t.Fatalf("error %q names field %q, want %q", err, re.Field, c.field)
-			}
-		})
-	}
-	if n := g.loads.Load(); n != 0 {
-		t.Errorf("%d component loads during bad requests", n)
-	}
-	if names := dirNames(t, dir); len(names) != 1 {
-		t.Errorf("the output folder holds %v after bad requests", names)
-	}
+	})
 }
 
 // TestWanCancel cancels during the denoising loop (after step 2 of 3) and during the streamed decode
@@ -432,40 +320,27 @@ func TestWanBadRequestsLoadNothing(t *testing.T) {
 func TestWanCancel(t *testing.T) {
 	g := tinyWanGenerator(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
 	last := 0
-	_, err := g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "a.mp4"), Progress: func(e Event) {
+	err := generateCancelled(g, filepath.Join(dir, "a.mp4"), func(e Event) bool {
 		if e.Kind == DenoiseStep {
 			last = e.Step
-			if e.Step == 2 {
-				cancel()
-			}
 		}
-	}})
-	cancel()
+		return e.Kind == DenoiseStep && e.Step == 2
+	})
 	if !errors.Is(err, context.Canceled) || last != 2 {
 		t.Fatalf("error %v after step %d, want context.Canceled after step 2", err, last)
 	}
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
 	var sawTemps []string
-	_, err = g.Generate(ctx, Request{Prompt: "a red fox", OutputPath: filepath.Join(dir, "b.mp4"), Progress: func(e Event) {
+	err = generateCancelled(g, filepath.Join(dir, "b.mp4"), func(e Event) bool {
 		// After the second chunk (5 of 9 frames): ffmpeg has had the time of a chunk's decode to
 		// create its output, which it does only once frames arrive.
 		if e.Kind == DecodeProgress && e.Done == 5 {
 			sawTemps = dirNames(t, dir)
-			cancel()
+			return true
 		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("error %v, want context.Canceled", err)
-	}
-	if len(sawTemps) == 0 {
-		t.Error("no temporary file existed while encoding (the test would prove nothing)")
-	}
-	if names := dirNames(t, dir); len(names) != 0 {
-		t.Errorf("files left after cancellation: %v (while encoding: %v)", names, sawTemps)
-	}
+		return false
+	})
+	checkCancelledDecode(t, err, dir, sawTemps)
 }
 
 // TestWanAllResidentAndPromptCache: AllResident loads each component once; the prompt cache serves

@@ -212,8 +212,7 @@ func (c *tinyWanComponents) loadTokenizer() (*unigram.Tokenizer, error) {
 
 func (c *tinyWanComponents) textEncoder() (func() (weights.Source, func() error, error), string, error) {
 	c.sources()
-	open := func() (weights.Source, func() error, error) { return c.te, func() error { return nil }, nil }
-	return open, fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
+	return inMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
 func (c *tinyWanComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*wandit.Model, error) {
@@ -229,14 +228,7 @@ func (c *tinyWanComponents) loadVAE(b compute.Backend, dt dtypes.DType) (*wanvae
 // wanVAEShapes is vae/wan's declared decoder table.
 func wanVAEShapes(cfg wanvae.Config) map[string][]int {
 	list, err := wanvae.CheckpointShapes(cfg, false)
-	if err != nil {
-		panic(fmt.Sprintf("fastvideo: tiny Wan VAE config: %v", err)) // a constant config; tests cover it
-	}
-	out := map[string][]int{}
-	for _, t := range list {
-		out[t.Name] = t.Shape
-	}
-	return out
+	return shapeTable(list, err, "Wan VAE")
 }
 
 // umt5Shapes lists the tensors a UMT5 encoder reads, under the released HF T5 names.
@@ -274,11 +266,7 @@ func initWanVAE(name string, shape []int, rng *rand.Rand) []float32 {
 }
 
 func scaled(shape []int, rng *rand.Rand, scale, offset float64) []float32 {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	v := make([]float32, n)
+	v := make([]float32, numel(shape))
 	for i := range v {
 		v[i] = float32(offset + scale*rng.NormFloat64())
 	}

@@ -1,23 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"fastvideo/examples/internal/clitest"
 	"fastvideo/internal/media"
 )
-
-func runArgs(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
-}
 
 type planJSON struct {
 	Family         string    `json:"family"`
@@ -39,14 +31,8 @@ type planJSON struct {
 
 func plan(t *testing.T, args ...string) planJSON {
 	t.Helper()
-	code, out, errs := runArgs(append([]string{"-plan", "-json"}, args...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
 	var p planJSON
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		t.Fatalf("%v in:\n%s", err, out)
-	}
+	clitest.RunJSON(t, run, &p, append([]string{"-plan", "-json"}, args...)...)
 	return p
 }
 
@@ -65,7 +51,7 @@ func TestPlanJSON(t *testing.T) {
 		t.Fatalf("warped plan %+v", w)
 	}
 	var sb strings.Builder
-	code, out, _ := runArgs("-plan")
+	code, out, _ := clitest.Run(run, "-plan")
 	sb.WriteString(out)
 	if code != 0 || !strings.Contains(out, "tiny-wan (preset tiny_wan_dmd)") || !strings.Contains(out, "DMD, rungs [1000 757 522]") {
 		t.Errorf("default -plan: exit %d\n%s", code, out)
@@ -82,11 +68,7 @@ func TestExitCodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(broken, "model_index.json"), []byte(`{"_class_name": "WanPipeline"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		args string
-		code int
-		msg  string
-	}{
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
 		{"-plan -height 40 -width 64", 2, "invalid height 40"},
 		{"-plan -frames 12", 2, "invalid num_frames 12"},
 		{"-plan -fps 500", 2, "invalid fps 500"},
@@ -105,12 +87,7 @@ func TestExitCodes(t *testing.T) {
 		{"-prompt hi -backend tpu -out " + out, 2, "invalid backend"},
 		{"-prompt hi -memory lots -out " + out, 2, "invalid memory"},
 		{"-prompt hi -model " + broken + " -out " + out, 1, filepath.Join("transformer", "config.json")},
-	} {
-		code, _, errs := runArgs(strings.Fields(c.args)...)
-		if code != c.code || !strings.Contains(errs, c.msg) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.msg)
-		}
-	}
+	})
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed run left %s (%v)", out, err)
 	}
@@ -121,23 +98,7 @@ func TestExitCodes(t *testing.T) {
 func TestGenerate(t *testing.T) {
 	p := plan(t)
 	out := filepath.Join(t.TempDir(), "fox.mp4")
-	code, stdout, errs := runArgs("-prompt", "a red fox", "-out", out, "-json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	var res struct {
-		OutputPath string `json:"output_path"`
-		NumFrames  int    `json:"num_frames"`
-		Timings    struct {
-			Total float64 `json:"total"`
-		} `json:"timings"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-		t.Fatalf("%v in:\n%s", err, stdout)
-	}
-	if res.OutputPath != out || res.NumFrames != p.NumFrames || res.Timings.Total <= 0 {
-		t.Fatalf("result %+v", res)
-	}
+	res := clitest.Generate(t, run, out, p.NumFrames)
 	info, err := media.Probe(out)
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +109,5 @@ func TestGenerate(t *testing.T) {
 	}
 	t.Logf("%+v in %.2fs", *info.Video, res.Timings.Total)
 	// The base-style preset with CFG, and never overwriting: the new file gets a suffix.
-	code, stdout, errs = runArgs("-prompt", "a red fox", "-out", out, "-preset", "tiny_wan_t2v", "-steps", "2")
-	if code != 0 || !strings.Contains(errs, "fox_1.mp4") {
-		t.Fatalf("second run: exit %d\n%s%s", code, stdout, errs)
-	}
+	clitest.CheckNoOverwrite(t, run, out, "fox_1.mp4", "-preset", "tiny_wan_t2v", "-steps", "2")
 }

@@ -1,27 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"fastvideo/examples/internal/clitest"
 	"fastvideo/internal/media"
 )
 
-func runArgs(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestPlanJSON(t *testing.T) {
-	code, out, errs := runArgs(strings.Fields("-plan -json -model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4")...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
 	var p struct {
 		CanvasHeight      int       `json:"canvas_height"`
 		CanvasWidth       int       `json:"canvas_width"`
@@ -38,9 +26,7 @@ func TestPlanJSON(t *testing.T) {
 			Text, Audio, Video, Total int
 		} `json:"rows"`
 	}
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		t.Fatalf("%v in:\n%s", err, out)
-	}
+	clitest.RunJSON(t, run, &p, strings.Fields("-plan -json -model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4")...)
 	if p.CanvasHeight != 480 || p.CanvasWidth != 832 || p.NumFrames != 124 || p.VideoLatentFrames != 37 ||
 		p.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || p.Rows.Audio != 414 ||
 		p.Rows.Video != 14430 || p.Rows.Total != 14844 || len(p.VideoSigmas) != 5 || len(p.AudioSigmas) != 5 ||
@@ -50,7 +36,7 @@ func TestPlanJSON(t *testing.T) {
 }
 
 func TestPlanTable(t *testing.T) {
-	code, out, errs := runArgs("-plan", "-model", "h3", "-prompt", "A cat plays the piano.")
+	code, out, errs := clitest.Run(run, "-plan", "-model", "h3", "-prompt", "A cat plays the piano.")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -60,17 +46,13 @@ func TestPlanTable(t *testing.T) {
 		}
 	}
 	// The default model is tiny-h3.
-	if code, out, errs := runArgs("-plan"); code != 0 || !strings.Contains(out, "tiny-h3 (preset tiny_t2va)") {
+	if code, out, errs := clitest.Run(run, "-plan"); code != 0 || !strings.Contains(out, "tiny-h3 (preset tiny_t2va)") {
 		t.Errorf("default -plan: exit %d\n%s%s", code, out, errs)
 	}
 }
 
 func TestExitCodes(t *testing.T) {
-	for _, c := range []struct {
-		args string
-		code int
-		msg  string
-	}{
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
 		{"-plan -height 481 -width 832", 2, "invalid height 481"},
 		{"-plan -frames 400", 2, "invalid num_frames 400"},
 		{"-plan -model wan", 2, `invalid model "wan"`},
@@ -87,34 +69,13 @@ func TestExitCodes(t *testing.T) {
 		{"-prompt hi -backend tpu", 2, "invalid backend"},
 		{"-prompt hi -memory lots", 2, "invalid memory"},
 		{"-prompt hi -fast -frames 39", 2, "invalid fast"},
-	} {
-		code, _, errs := runArgs(strings.Fields(c.args)...)
-		if code != c.code || !strings.Contains(errs, c.msg) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.msg)
-		}
-	}
+	})
 }
 
 // TestGenerate is the README's command on the default model: a real MP4 with audio.
 func TestGenerate(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "clip.mp4")
-	code, stdout, errs := runArgs("-prompt", "a red fox", "-out", out, "-json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	var res struct {
-		OutputPath string `json:"output_path"`
-		NumFrames  int    `json:"num_frames"`
-		Timings    struct {
-			Total float64 `json:"total"`
-		} `json:"timings"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-		t.Fatalf("%v in:\n%s", err, stdout)
-	}
-	if res.OutputPath != out || res.NumFrames != 22 || res.Timings.Total <= 0 {
-		t.Fatalf("result %+v", res)
-	}
+	clitest.Generate(t, run, out, 22)
 	info, err := media.Probe(out)
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +85,5 @@ func TestGenerate(t *testing.T) {
 		t.Fatalf("probe %+v %+v", info.Video, info.Audio)
 	}
 	// Running it again never overwrites: the new file gets a suffix.
-	code, stdout, errs = runArgs("-prompt", "a red fox", "-out", out, "-steps", "1")
-	if code != 0 || !strings.Contains(errs, "clip_1.mp4") {
-		t.Fatalf("second run: exit %d\n%s%s", code, stdout, errs)
-	}
+	clitest.CheckNoOverwrite(t, run, out, "clip_1.mp4", "-steps", "1")
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/gomlx/compute"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/gx"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -194,7 +196,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 				select {
 				case results <- batchOut{pix, err}:
 				case <-devCtx.Done():
-					freeTensor(pix)
+					gx.Finalize(pix)
 					return
 				}
 				if err != nil {
@@ -206,7 +208,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 	defer func() {
 		cancel()
 		for r := range results {
-			freeTensor(r.pix)
+			gx.Finalize(r.pix)
 		}
 		producer.Wait()
 	}()
@@ -235,7 +237,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 				return r.err
 			}
 			err := st.add(bi, r.pix)
-			freeTensor(r.pix)
+			gx.Finalize(r.pix)
 			if err != nil {
 				st.wait()
 				return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
@@ -566,7 +568,7 @@ func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas
 			return 0, err
 		}
 		err = st.add(bi, pix)
-		freeTensor(pix)
+		gx.Finalize(pix)
 		if err != nil {
 			return 0, err
 		}
@@ -634,29 +636,19 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 	if err != nil {
 		return nil, err
 	}
-	defer freeTensor(pix)
+	defer gx.Finalize(pix)
 	out := make([]float32, pix.Shape().Size())
-	err = catch(func() {
+	err = gx.Catch("", func() error {
 		b, err := pix.Buffer(d.backend, 0)
 		if err != nil {
-			panic(err)
+			return err
 		}
-		if err := b.ToFlatData(out); err != nil {
-			panic(err)
-		}
+		return b.ToFlatData(out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("h3video: copying a decoded tile from the device: %w", err)
 	}
 	return out, nil
-}
-
-// freeTensor releases a tensor's memory now (device buffers are otherwise freed only by the GC,
-// which does not see device memory).
-func freeTensor(t *tensors.Tensor) {
-	if t != nil {
-		_ = t.FinalizeAll()
-	}
 }
 
 // decodeTiles runs post_quant_conv and the ViT decoder on a batch of equally sized latent tiles
@@ -667,8 +659,8 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 	dims := z.Shape().Dimensions
 	geom := [3]int{dims[2], dims[3], dims[4]}
 	var x *tensors.Tensor
-	defer func() { freeTensor(z); freeTensor(x) }()
-	err = catch(func() {
+	defer func() { gx.Finalize(z, x) }()
+	err = gx.Catch("", func() error {
 		rope, err := d.ropeFor(geom)
 		if err != nil {
 			panic(err)
@@ -682,7 +674,7 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 			hook("post_quant_conv", res[1])
 			hook("proj_in", x)
 		}
-		freeTensor(res[1])
+		gx.Finalize(res[1])
 		args := make([]any, 3+numBlockTensors)
 		args[1], args[2] = rope[0], rope[1]
 		for i, blk := range d.blocks {
@@ -697,7 +689,7 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 			if err != nil {
 				panic(err)
 			}
-			freeTensor(x)
+			gx.Finalize(x)
 			x = y
 			if hook != nil && i == 0 {
 				hook("block0", x)
@@ -708,12 +700,10 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 			panic(err)
 		}
 		pix, err = post.Call1(x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
-		if err != nil {
-			panic(err)
-		}
+		return err
 	})
 	if err != nil {
-		freeTensor(pix)
+		gx.Finalize(pix)
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return nil, ctxErr
 		}

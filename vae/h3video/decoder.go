@@ -3,7 +3,6 @@ package h3video
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -12,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/internal/gx"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -68,16 +68,25 @@ type Decoder struct {
 
 // Load reads the released vae/ folder (config.json and the safetensors weights).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
+	return fromFolder(dir, func(cfg Config, src weights.Source) (*Decoder, error) {
+		return FromSource(backend, cfg, src, opts)
+	})
+}
+
+// fromFolder reads the config and opens the checkpoint of a vae/ folder for build, which binds
+// (copies) the tensors it needs, so the checkpoint closes when it returns.
+func fromFolder[T any](dir string, build func(Config, weights.Source) (T, error)) (T, error) {
+	var zero T
 	cfg, err := LoadConfig(dir)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	ckpt, err := safetensors.OpenCheckpoint(dir)
 	if err != nil {
-		return nil, fmt.Errorf("h3video: %w", err)
+		return zero, fmt.Errorf("h3video: %w", err)
 	}
 	defer ckpt.Close()
-	return FromSource(backend, cfg, ckpt, opts)
+	return build(cfg, ckpt)
 }
 
 // FromSource builds a decoder from any weight source using the released (diffusers) tensor names.
@@ -135,9 +144,10 @@ func (d *Decoder) build() error {
 		outChannels: cfg.OutChannels, patch: cfg.SpatialRatio(), patchT: cfg.TemporalRatio(),
 		eps: cfg.DecoderNormEps, attn: d.opts.Attention,
 	}
-	if err := catch(func() {
-		d.preExec = MustNewExec(d.backend, d.gs.pre)
-		d.blockExec = MustNewExec(d.backend, d.gs.block)
+	if err := gx.Catch("", func() error {
+		d.preExec = gx.MustExec(d.backend, "h3video.pre", d.gs.pre)
+		d.blockExec = gx.MustExec(d.backend, "h3video.block", func(in []*Node) []*Node { return []*Node{d.gs.block(in)} })
+		return nil
 	}); err != nil {
 		return fmt.Errorf("h3video: building graphs: %w", err)
 	}
@@ -232,32 +242,11 @@ func (d *Decoder) Close() error {
 		d.set.Release()
 	}
 	for _, r := range d.ropes {
-		r[0].FinalizeAll()
-		r[1].FinalizeAll()
+		gx.Finalize(r[:]...)
 	}
 	for _, e := range d.postExecs {
 		e.Finalize()
 	}
-	if d.preExec != nil {
-		d.preExec.Finalize()
-	}
-	if d.blockExec != nil {
-		d.blockExec.Finalize()
-	}
-	return nil
-}
-
-// catch turns a panic (GoMLX's graph-building and execution convention) into an error.
-func catch(fn func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = e
-			} else {
-				err = fmt.Errorf("%v\n%s", r, debug.Stack())
-			}
-		}
-	}()
-	fn()
+	gx.FinalizeExecs(d.preExec, d.blockExec)
 	return nil
 }

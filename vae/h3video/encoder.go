@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/core/tensors/images"
 
-	"fastvideo/internal/safetensors"
+	"fastvideo/internal/gx"
 	"fastvideo/internal/weights"
 )
 
@@ -58,16 +58,9 @@ type Posterior struct {
 
 // LoadEncoder reads the encoder from the released vae/ folder.
 func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	cfg, err := LoadConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("h3video: %w", err)
-	}
-	defer ckpt.Close()
-	return EncoderFromSource(backend, cfg, ckpt, opts)
+	return fromFolder(dir, func(cfg Config, src weights.Source) (*Encoder, error) {
+		return EncoderFromSource(backend, cfg, src, opts)
+	})
 }
 
 // EncoderFromSource builds the encoder from released (diffusers) tensor names; decoder tensors are
@@ -94,9 +87,10 @@ func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, 
 	if err := weights.Bind(src, e.set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
 		return nil, fmt.Errorf("h3video: encoder: %w", err)
 	}
-	if err := catch(func() {
-		e.exec = MustNewExec(backend, func(in []*Node) []*Node { return e.graph(in, false) })
-		e.execActs = MustNewExec(backend, func(in []*Node) []*Node { return e.graph(in, true) })
+	if err := gx.Catch("", func() error {
+		e.exec = gx.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
+		e.execActs = gx.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
+		return nil
 	}); err != nil {
 		e.set.Release()
 		return nil, fmt.Errorf("h3video: building encoder graphs: %w", err)
@@ -272,8 +266,7 @@ func (e *Encoder) Close() error {
 	}
 	e.closed = true
 	e.set.Release()
-	e.exec.Finalize()
-	e.execActs.Finalize()
+	gx.FinalizeExecs(e.exec, e.execActs)
 	return nil
 }
 
@@ -426,26 +419,23 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			args[0] = tensors.FromFlatDataAndDimensions(in, 1, c.InChannels, frames, th, tw)
 			var data []float32
 			var dims []int
-			err := catch(func() {
+			err := gx.Catch("", func() error {
 				exec := e.exec
 				if hook != nil && ri == 0 && ci == 0 {
 					exec = e.execActs
 				}
 				res, err := exec.Call(args...)
 				if err != nil {
-					panic(err)
+					return err
 				}
-				defer func() {
-					for _, t := range res {
-						_ = t.FinalizeAll()
-					}
-				}()
+				defer gx.Finalize(res...)
 				if len(res) == 3 {
 					hook("encoder_conv_in", res[1])
 					hook("encoder_out", res[2])
 				}
 				dims = res[0].Shape().Dimensions
 				data = tensors.MustCopyFlatData[float32](res[0])
+				return nil
 			})
 			_ = args[0].(*tensors.Tensor).FinalizeAll()
 			if err != nil {

@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/shapes"
-	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/gx"
+	"fastvideo/internal/weights"
 )
 
 // NewRandom builds a decoder of the given geometry whose weights are drawn on the backend, without a
@@ -20,7 +20,8 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := d.fillRandom(seed); err != nil {
+	draw := func(p *weights.Param) (float32, float32) { return randomScale(p.Name, p.Shape) }
+	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, draw); err != nil {
 		d.set.Release()
 		return nil, fmt.Errorf("h3video: random weights: %w", err)
 	}
@@ -31,56 +32,13 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	return d, nil
 }
 
-func (d *Decoder) fillRandom(seed int64) (err error) {
-	state, err := RNGStateFromSeed(seed)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = state.FinalizeAll() }()
-	execs := map[string]*Exec{}
-	defer func() {
-		for _, e := range execs {
-			e.Finalize()
-		}
-	}()
-	return catch(func() {
-		for _, p := range d.set.Params() {
-			dt := p.Storage
-			if dt == dtypes.InvalidDType {
-				dt = d.opts.DType
-			}
-			shape := shapes.Make(dtypes.Float32, p.Shape...)
-			key := fmt.Sprint(dt, p.Shape)
-			e := execs[key]
-			if e == nil {
-				e = MustNewExec(d.backend, func(st, scale, offset *Node) (*Node, *Node) {
-					next, v := RandomNormal(st, shape)
-					return next, ConvertDType(Add(Mul(v, scale), offset), dt)
-				})
-				execs[key] = e
-			}
-			scale, offset := randomScale(p.Name, p.Shape)
-			out, err := e.Call(state, scale, offset)
-			if err != nil {
-				panic(err)
-			}
-			_ = state.FinalizeAll()
-			state, p.T = out[0], out[1]
-		}
-	})
-}
-
 // randomScale returns (scale, offset) of the normal draw for a parameter.
 func randomScale(name string, shape []int) (float32, float32) {
 	switch {
 	case strings.HasSuffix(name, ".bias"):
 		return 0.05, 0
 	case len(shape) >= 2:
-		fanIn := 1
-		for _, v := range shape[1:] {
-			fanIn *= v
-		}
-		return float32(1 / math.Sqrt(float64(fanIn))), 0
+		return float32(1 / math.Sqrt(float64(gx.FanIn(shape)))), 0
 	default:
 		return 0.1, 1
 	}

@@ -1,0 +1,84 @@
+// Package clitest holds the test helpers of the example binaries' tests (t2va, t2v): running a
+// binary's run function in memory, its exit-code table and its -json generation output.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+)
+
+// RunFunc is a binary's testable entry point: it parses args and returns the exit code.
+type RunFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+
+// Run runs run on args and returns the exit code and what it wrote.
+func Run(run RunFunc, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// RunJSON runs run on args, which must succeed, and decodes its stdout into v.
+func RunJSON(t *testing.T, run RunFunc, v any, args ...string) {
+	t.Helper()
+	code, out, errs := Run(run, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%v in:\n%s", err, out)
+	}
+}
+
+// ExitCase is a command line (split on spaces), its exit code and a text its stderr must hold. It
+// is an unnamed struct type so that tables list cases without field names.
+type ExitCase = struct {
+	Args string
+	Code int
+	Msg  string
+}
+
+// CheckExitCodes runs each case and reports those whose exit code or message differ.
+func CheckExitCodes(t *testing.T, run RunFunc, cases []ExitCase) {
+	t.Helper()
+	for _, c := range cases {
+		code, _, errs := Run(run, strings.Fields(c.Args)...)
+		if code != c.Code || !strings.Contains(errs, c.Msg) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.Args, code, errs, c.Code, c.Msg)
+		}
+	}
+}
+
+// Generated is the part of a -json generation result the tests check.
+type Generated struct {
+	OutputPath string `json:"output_path"`
+	NumFrames  int    `json:"num_frames"`
+	Timings    struct {
+		Total float64 `json:"total"`
+	} `json:"timings"`
+}
+
+// Generate runs "-prompt a red fox -out out -json" and checks that the result names out, has
+// frames frames and took time.
+func Generate(t *testing.T, run RunFunc, out string, frames int) Generated {
+	t.Helper()
+	var res Generated
+	RunJSON(t, run, &res, "-prompt", "a red fox", "-out", out, "-json")
+	if res.OutputPath != out || res.NumFrames != frames || res.Timings.Total <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	return res
+}
+
+// CheckNoOverwrite runs "-prompt a red fox -out out" with extra arguments once more: it must
+// succeed and report a new file, renamed (e.g. clip_1.mp4), rather than overwrite out.
+func CheckNoOverwrite(t *testing.T, run RunFunc, out, renamed string, extra ...string) {
+	t.Helper()
+	code, stdout, errs := Run(run, append([]string{"-prompt", "a red fox", "-out", out}, extra...)...)
+	if code != 0 || !strings.Contains(errs, renamed) {
+		t.Fatalf("second run: exit %d\n%s%s", code, stdout, errs)
+	}
+}
