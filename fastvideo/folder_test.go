@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	"fastvideo/dit/h3"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/tokenizer/qwen3data"
 	"fastvideo/internal/weights"
@@ -20,7 +22,7 @@ func writeTinyFolder(t *testing.T, dir string) {
 	tc := newTinyComponents(registry["tiny-h3"]())
 	tc.sources()
 	w := folderWriter{t, dir}
-	w.config("transformer/config.json", "", h3Config(tinyDiT()))
+	w.config("transformer/config.json", "", tinyDiT())
 	w.weights("transformer/diffusion_pytorch_model.safetensors", tc.dit)
 	w.config("vae/config.json", "", tinyVideoVAE())
 	w.weights("vae/diffusion_pytorch_model.safetensors", tc.video)
@@ -116,6 +118,10 @@ func TestModelFolder(t *testing.T) {
 	defer g.Close()
 	if m := g.Model(); m.Dir != dir || m.Variant != "h3" || m.DiT.HiddenSize != 128 || m.Presets[m.DefaultPreset].NumFrames != 124 {
 		t.Fatalf("folder spec %+v", m)
+	}
+	// Planning and loading read one config: the spec's DiT is what the DiT package loads.
+	if c, err := h3.ReadConfig(filepath.Join(dir, dirTransformer)); err != nil || !reflect.DeepEqual(c, g.Model().DiT) {
+		t.Fatalf("spec DiT %+v, h3.ReadConfig %+v (%v)", g.Model().DiT, c, err)
 	}
 	// A folder model keeps the released 5-15 s window: 124 frames.
 	req := Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 124, NumInferenceSteps: 1, Seed: Ptr[int64](7)}

@@ -75,11 +75,9 @@ type VideoGenerator struct {
 // loads no weights. "fasth3", "h3", "wan2.1-t2v-1.3b", ... name specifications without weights: they
 // work with Plan, and New asks for the snapshot folder instead. Invalid input is a *RequestError.
 func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, error) {
-	var o Options
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if o.Memory == "" {
 		o.Memory = OneResident

@@ -9,9 +9,12 @@ import (
 	"sort"
 	"strings"
 
+	"fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/internal/safetensors"
 	"fastvideo/schedule"
+	"fastvideo/vae/h3audio"
+	"fastvideo/vae/h3video"
 )
 
 // ModelSpec describes a model for planning and validation: the architecture
@@ -28,9 +31,13 @@ type ModelSpec struct {
 	// Wan holds the Wan family's configs (nil for MiniMax H3, whose configs are the fields below).
 	Wan *WanSpec
 
-	DiT      DiTConfig
-	VAE      VideoVAEConfig
-	AudioVAE AudioVAEConfig
+	// DiT is transformer/config.json in the DiT package's own type, whose decoder applies the release
+	// defaults, so that planning and loading share one definition.
+	DiT h3.Config
+	// VAE and AudioVAE are vae/ and audio_vae/config.json as their packages define them; planning
+	// reads only the geometry (latent channels, strides, sampling rate).
+	VAE      h3video.Config
+	AudioVAE h3audio.Config
 
 	VideoShift, AudioShift float64
 	// DMDRungs is set when the checkpoint's fastvideo_inference.json declares
@@ -81,97 +88,6 @@ type Preset struct {
 	ModelIDs       []string `json:"model_ids,omitempty"` // Hugging Face ids upstream maps to the preset
 }
 
-// DiTConfig is the released transformer/config.json of MiniMax H3 (the same
-// field names as FastVideo's MiniMaxH3ArchConfig). adaln_rank null is 0.
-type DiTConfig struct {
-	NumLayers          int     `json:"num_layers"`
-	NumRefinerLayers   int     `json:"num_refiner_layers"`
-	HiddenSize         int     `json:"hidden_size"`
-	NumAttentionHeads  int     `json:"num_attention_heads"`
-	AttentionHeadDim   int     `json:"attention_head_dim"`
-	FFNDim             int     `json:"ffn_dim"`
-	InChannels         int     `json:"in_channels"`
-	AudioInChannels    int     `json:"audio_in_channels"`
-	PatchSize          []int   `json:"patch_size"`
-	TextDim            int     `json:"text_dim"`
-	FreqDim            int     `json:"freq_dim"`
-	TimeEmbedHiddenDim int     `json:"time_embed_hidden_dim"`
-	TimeEmbedDim       int     `json:"time_embed_dim"`
-	AdaLNRank          int     `json:"adaln_rank"`
-	RopeFreqDim        int     `json:"rope_freq_dim"`
-	RopeTheta          float64 `json:"rope_theta"`
-	NormEps            float64 `json:"norm_eps"`
-	QKNormEps          float64 `json:"qk_norm_eps"`
-	FinalNormEps       float64 `json:"final_norm_eps"`
-}
-
-// VideoVAEConfig is vae/config.json (AutoencoderKLMiniMaxH3) as far as
-// planning needs it.
-type VideoVAEConfig struct {
-	LatentChannels            int   `json:"latent_channels"`
-	BlockOutChannels          []int `json:"block_out_channels"`
-	SpatialDownsampleFactors  []int `json:"spatial_downsample_factors"`
-	TemporalDownsampleFactors []int `json:"temporal_downsample_factors"`
-	DecoderNumLayers          int   `json:"decoder_num_layers"`
-	DecoderNumAttentionHeads  int   `json:"decoder_num_attention_heads"`
-	DecoderAttentionHeadDim   int   `json:"decoder_attention_head_dim"`
-	DecoderNumRegisterTokens  int   `json:"decoder_num_register_tokens"`
-	DecoderFFNMult            int   `json:"decoder_ffn_mult"`
-	ClipLength                int   `json:"clip_length"`
-	TokenDrop                 int   `json:"token_drop"`
-}
-
-// SpatialRatio is pixels per latent along each spatial axis (16 released).
-func (c VideoVAEConfig) SpatialRatio() int { return prod(c.SpatialDownsampleFactors) }
-
-// TemporalRatio is frames per latent inside a chunk (4 released).
-func (c VideoVAEConfig) TemporalRatio() int { return prod(c.TemporalDownsampleFactors) }
-
-// AudioVAEConfig is audio_vae/config.json (AutoencoderKLMiniMaxH3Audio) as
-// far as planning needs it.
-type AudioVAEConfig struct {
-	LatentChannels int   `json:"latent_channels"`
-	SamplingRate   int   `json:"sampling_rate"`
-	EncoderRates   []int `json:"encoder_rates"`
-	DecoderRates   []int `json:"decoder_rates"`
-	DecoderDim     int   `json:"decoder_dim"`
-}
-
-// Hop is waveform samples per latent (800 released: 40 latents/s at 32 kHz).
-func (c AudioVAEConfig) Hop() int { return prod(c.DecoderRates) }
-
-func prod(v []int) int {
-	p := 1
-	for _, x := range v {
-		p *= x
-	}
-	return p
-}
-
-// releaseDiT is the released 33.1B transformer (h3.md §1.2).
-func releaseDiT() DiTConfig {
-	return DiTConfig{
-		NumLayers: 50, NumRefinerLayers: 2, HiddenSize: 5376, NumAttentionHeads: 56, AttentionHeadDim: 128,
-		FFNDim: 14336, InChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 5120,
-		FreqDim: 256, TimeEmbedHiddenDim: 5376, TimeEmbedDim: 2688, RopeFreqDim: 16, RopeTheta: 10000,
-		NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5,
-	}
-}
-
-func releaseVAE() VideoVAEConfig {
-	return VideoVAEConfig{
-		LatentChannels: 24, BlockOutChannels: []int{128, 256, 256, 512, 512, 1024},
-		SpatialDownsampleFactors: []int{2, 2, 2, 2, 1, 1}, TemporalDownsampleFactors: []int{1, 2, 2, 1, 1, 1},
-		DecoderNumLayers: 36, DecoderNumAttentionHeads: 32, DecoderAttentionHeadDim: 64,
-		DecoderNumRegisterTokens: 4, DecoderFFNMult: 4, ClipLength: 17, TokenDrop: 3,
-	}
-}
-
-func releaseAudioVAE() AudioVAEConfig {
-	return AudioVAEConfig{LatentChannels: 32, SamplingRate: 32000, EncoderRates: []int{2, 4, 4, 5, 5},
-		DecoderRates: []int{5, 5, 2, 2, 2, 2, 2}, DecoderDim: 1024}
-}
-
 // Presets. Upstream's minimax_h3_t2va preset is 768x1344x124 with 50 sigma
 // grid points (49 forwards); the FastH3 examples run 4 forwards, at 480x832
 // (MLX mlx_fasth3.py) or 768x1344 (CUDA basic_fasth3.py).
@@ -197,7 +113,7 @@ var registry = map[string]func() *ModelSpec{
 		return &ModelSpec{
 			Name: "fasth3", Family: FamilyH3, Variant: "fasth3",
 			Description: "FastH3 (FastVideo/FastVideo-Minimax-FastH3-Preview): 4-step DMD student of MiniMax H3 with VSA gates",
-			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			DiT:         h3.ReleaseConfig(), VAE: h3video.DefaultConfig(), AudioVAE: h3audio.DefaultConfig(),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, VSAGates: true, WeightsDType: BF16,
 			MinAlignedFrames: 124, MaxAlignedFrames: 345,
 			DefaultPreset: "fasth3_t2va", Presets: fastH3Presets(),
@@ -207,7 +123,7 @@ var registry = map[string]func() *ModelSpec{
 		return &ModelSpec{
 			Name: "h3", Family: FamilyH3, Variant: "h3",
 			Description: "MiniMax H3 (MiniMaxAI/MiniMax-H3): 33.1B joint audio-video DiT, 49-step base sampler",
-			DiT:         releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+			DiT:         h3.ReleaseConfig(), VAE: h3video.DefaultConfig(), AudioVAE: h3audio.DefaultConfig(),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
 			MinAlignedFrames: 124, MaxAlignedFrames: 345,
 			DefaultPreset: "minimax_h3_t2va", Presets: h3Presets(),
@@ -217,7 +133,7 @@ var registry = map[string]func() *ModelSpec{
 		return &ModelSpec{
 			Name: "tiny-h3", Family: FamilyH3, Variant: "tiny-h3",
 			Description: "The H3 architecture at toy width with seeded random weights made in memory (no files; its output is noise), for tests and smoke runs",
-			DiT:         tinyDiT(), VAE: videoSpec(tinyVideoVAE()), AudioVAE: audioSpec(tinyAudioVAE()),
+			DiT:         tinyDiT(), VAE: tinyVideoVAE(), AudioVAE: tinyAudioVAE(),
 			VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: F32,
 			// Short clips are the point of a toy model: any aligned length up
 			// to the released maximum.
@@ -304,21 +220,21 @@ type inferenceContract struct {
 // A Wan snapshot (model_index.json naming a Wan pipeline, or a WanTransformer3DModel transformer) is
 // read by readWanFolder instead.
 func ReadModelFolder(dir string) (*ModelSpec, error) {
-	if isWan, err := isWanFolder(dir); err != nil {
+	if isWan, pipeline, err := isWanFolder(dir); err != nil {
 		return nil, err
 	} else if isWan {
-		return readWanFolder(dir)
+		return readWanFolder(dir, pipeline)
 	}
 	m := &ModelSpec{
 		Name: dir, Dir: dir, Family: FamilyH3, Variant: "h3",
-		DiT: releaseDiT(), VAE: releaseVAE(), AudioVAE: releaseAudioVAE(),
+		DiT: h3.ReleaseConfig(), VAE: h3video.DefaultConfig(), AudioVAE: h3audio.DefaultConfig(),
 		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
 		MinAlignedFrames: 124, MaxAlignedFrames: 345,
 	}
 	if err := readJSON(filepath.Join(dir, "transformer", "config.json"), &m.DiT, true); err != nil {
 		return nil, err
 	}
-	if err := m.DiT.validate(); err != nil {
+	if err := m.DiT.Validate(); err != nil {
 		return nil, fmt.Errorf("fastvideo: %s: %w", filepath.Join(dir, "transformer", "config.json"), err)
 	}
 	if err := readJSON(filepath.Join(dir, "vae", "config.json"), &m.VAE, true); err != nil {
@@ -472,29 +388,6 @@ func (m *ModelSpec) readContract(dir string) error {
 		}
 		m.VideoShift, m.AudioShift, m.DMDRungs = *c.VideoShift, *c.AudioShift, c.DMDDenoisingSteps
 		return nil
-	}
-	return nil
-}
-
-func (c DiTConfig) validate() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{
-		{"num_layers", c.NumLayers}, {"hidden_size", c.HiddenSize}, {"num_attention_heads", c.NumAttentionHeads},
-		{"attention_head_dim", c.AttentionHeadDim}, {"ffn_dim", c.FFNDim}, {"in_channels", c.InChannels},
-		{"audio_in_channels", c.AudioInChannels}, {"text_dim", c.TextDim}, {"freq_dim", c.FreqDim},
-		{"time_embed_hidden_dim", c.TimeEmbedHiddenDim}, {"time_embed_dim", c.TimeEmbedDim},
-	} {
-		if f.v <= 0 {
-			return fmt.Errorf("%s = %d, must be positive", f.name, f.v)
-		}
-	}
-	if len(c.PatchSize) != 3 || c.PatchSize[0] <= 0 || c.PatchSize[1] <= 0 || c.PatchSize[2] <= 0 {
-		return fmt.Errorf("patch_size = %v, want three positive ints", c.PatchSize)
-	}
-	if c.AdaLNRank < 0 || c.AdaLNRank > c.TimeEmbedDim {
-		return fmt.Errorf("adaln_rank = %d, must be null or in (0, %d]", c.AdaLNRank, c.TimeEmbedDim)
 	}
 	return nil
 }

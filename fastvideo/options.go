@@ -44,6 +44,17 @@ type Options struct {
 // Option edits Options.
 type Option func(*Options) error
 
+// applyOptions folds opts into Options; the first invalid one is the error.
+func applyOptions(opts []Option) (Options, error) {
+	var o Options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return Options{}, err
+		}
+	}
+	return o, nil
+}
+
 // WithBackend selects the compute backend.
 func WithBackend(spec string) Option {
 	return func(o *Options) error { o.Backend = spec; return nil }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/schedule"
 )
@@ -130,11 +131,9 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	var o Options
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	r, err := spec.Resolve(req, false)
 	if err != nil {
@@ -168,7 +167,7 @@ func (r *ResolvedRequest) Plan(dtype DType) (*GenerationPlan, error) {
 		VideoLatentFrames: g.LatentFrames, AudioLatentFrames: g.AudioLatents,
 		LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth, LatentChannels: m.VAE.LatentChannels,
 		AudioLatentChannels: m.DiT.AudioInChannels,
-		AudioSamples:        g.AudioLatents * m.AudioVAE.Hop(),
+		AudioSamples:        g.AudioLatents * m.AudioVAE.HopLength(),
 		Rows: RowCounts{
 			Text: l.NumTextRows, TextEstimated: r.PromptTokensEstimated, ConditionVideo: l.NumConditionVideoRows,
 			Audio: l.NumAudioRows, Video: l.NumVideoRows, Total: l.SequenceLength,
@@ -181,50 +180,46 @@ func (r *ResolvedRequest) Plan(dtype DType) (*GenerationPlan, error) {
 	total := 0.0
 	perStep := 0.0
 	for k := 0; k < sched.Steps(); k++ {
-		f := m.DiT.ForwardFLOPs(l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
+		f := ditForwardFLOPs(m.DiT, l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
 			len(sched.StepTimesteps(k, schedule.Conditions{})), m.VSAGates)
 		total += f
 		perStep = max(perStep, f)
 	}
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, total/1e12
-	p.DiTParams = m.DiT.Params(m.VSAGates)
+	p.DiTParams = ditParams(m.DiT, m.VSAGates)
 	if dtype == DTypeAuto {
 		dtype = m.WeightsDType
 	}
 	p.WeightsDType = string(dtype)
-	p.WeightsBytes, err = m.DiT.WeightBytes(dtype, m.VSAGates)
+	p.WeightsBytes, err = ditWeightBytes(m.DiT, dtype, m.VSAGates)
 	if err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// Schedule builds the run's video and audio ladders.
+// Schedule builds the run's video and audio ladders: the checkpoint's trained DMD rungs when its
+// fastvideo_inference.json declares them, else the uniform ladder of r.Steps.
 func (r *ResolvedRequest) Schedule() (*schedule.H3Schedule, error) {
 	m := r.Model
-	if m.DMDRungs != nil {
-		v, err := schedule.NewH3LadderFromDMDSteps(m.VideoShift, m.DMDRungs)
-		if err != nil {
-			return nil, err
+	ladder := func(shift float64) (*schedule.H3Ladder, error) {
+		if m.DMDRungs != nil {
+			return schedule.NewH3LadderFromDMDSteps(shift, m.DMDRungs)
 		}
-		a, err := schedule.NewH3LadderFromDMDSteps(m.AudioShift, m.DMDRungs)
-		if err != nil {
-			return nil, err
-		}
-		return &schedule.H3Schedule{Video: v, Audio: a}, nil
+		return schedule.NewH3Ladder(shift, r.Steps)
 	}
-	v, err := schedule.NewH3Ladder(m.VideoShift, r.Steps)
+	v, err := ladder(m.VideoShift)
 	if err != nil {
 		return nil, err
 	}
-	a, err := schedule.NewH3Ladder(m.AudioShift, r.Steps)
+	a, err := ladder(m.AudioShift)
 	if err != nil {
 		return nil, err
 	}
 	return &schedule.H3Schedule{Video: v, Audio: a}, nil
 }
 
-// ForwardFLOPs counts one DiT forward over S text rows, Rv video rows
+// ditForwardFLOPs counts one DiT forward over S text rows, Rv video rows
 // (condition rows included), Ra audio rows and nT distinct timesteps:
 //
 //	every GEMM (M x K) by (K x N) costs 2*M*N*K;
@@ -243,20 +238,19 @@ func (r *ResolvedRequest) Schedule() (*schedule.H3Schedule, error) {
 //
 // At 832x480x124 with a 93-token prompt (L = 14,937) the released DiT costs
 // 895.6 TFLOP: 1.13 s at 790 TFLOP/s, the compute floor quoted upstream.
-func (c DiTConfig) ForwardFLOPs(S, Rv, Ra, nT int, vsaGates bool) float64 {
+func ditForwardFLOPs(c h3.Config, S, Rv, Ra, nT int, vsaGates bool) float64 {
 	f := func(v int) float64 { return float64(v) }
 	L := f(S + Rv + Ra)
-	H, I, F := f(c.HiddenSize), f(c.NumAttentionHeads*c.AttentionHeadDim), f(c.FFNDim)
+	H, I, F := f(c.HiddenSize), f(c.InnerDim()), f(c.FFNDim)
 	D, heads := f(c.AttentionHeadDim), f(c.NumAttentionHeads)
 	E, Eh, T := f(c.TimeEmbedDim), f(c.TimeEmbedHiddenDim), f(c.TextDim)
-	P := f(c.InChannels * prod(c.PatchSize))
+	P := f(c.VideoPatchDim())
 	Ca, blocks, nt, s, rv, ra := f(c.AudioInChannels), f(c.NumLayers), f(nT), f(S), f(Rv), f(Ra)
 
 	gemmPerRow := 2 * H * (3*I + I + 3*F) // QKV, out projection, SwiGLU in (2F) and out (F)
 	total := 2 * nt * (f(c.FreqDim)*Eh + Eh*E)
-	adaIn := E
+	adaIn := f(c.AdaLNInDim())
 	if c.AdaLNRank > 0 {
-		adaIn = f(c.AdaLNRank)
 		total += 2 * nt * E * adaIn
 	}
 	total += blocks*2*nt*adaIn*18*H + 2*nt*adaIn*2*H
@@ -271,23 +265,22 @@ func (c DiTConfig) ForwardFLOPs(S, Rv, Ra, nT int, vsaGates bool) float64 {
 	return total
 }
 
-// paramGroups splits the DiT's parameters by storage precision in the
+// ditParamGroups splits the DiT's parameters by storage precision in the
 // release: the five boundary modules (proj_in, audio_proj_in, time_embedder,
 // proj_out, audio_proj_out) are FP32, the rest BF16 (FP16 for the rank-r
 // AdaLN variant, the same size).
-func (c DiTConfig) paramGroups(vsaGates bool) (fp32, half int64) {
+func ditParamGroups(c h3.Config, vsaGates bool) (fp32, half int64) {
 	i := func(v int) int64 { return int64(v) }
-	H, I, F := i(c.HiddenSize), i(c.NumAttentionHeads*c.AttentionHeadDim), i(c.FFNDim)
+	H, I, F := i(c.HiddenSize), i(c.InnerDim()), i(c.FFNDim)
 	E, Eh, T, hd := i(c.TimeEmbedDim), i(c.TimeEmbedHiddenDim), i(c.TextDim), i(c.AttentionHeadDim)
-	P, Ca := i(c.InChannels*prod(c.PatchSize)), i(c.AudioInChannels)
+	P, Ca := i(c.VideoPatchDim()), i(c.AudioInChannels)
 
 	core := 4*H*I + 2*hd + // Q, K, V, out (no bias) and the two QK norms
 		H*2*F + F*H + // SwiGLU
 		2*H // norm1, norm2
-	adaIn := E
+	adaIn := i(c.AdaLNInDim())
 	var basis int64
 	if c.AdaLNRank > 0 {
-		adaIn = i(c.AdaLNRank)
 		basis = adaIn * E
 	}
 	adaln := adaIn*18*H + 18*H
@@ -305,17 +298,17 @@ func (c DiTConfig) paramGroups(vsaGates bool) (fp32, half int64) {
 	return fp32, half
 }
 
-// Params is the DiT's parameter count (33,122,992,896 released; FastH3 adds
+// ditParams is the DiT's parameter count (33,122,992,896 released; FastH3 adds
 // 1,926,758,400 for its VSA gates).
-func (c DiTConfig) Params(vsaGates bool) int64 {
-	a, b := c.paramGroups(vsaGates)
+func ditParams(c h3.Config, vsaGates bool) int64 {
+	a, b := ditParamGroups(c, vsaGates)
 	return a + b
 }
 
-// WeightBytes is the DiT's weight memory: BF16 keeps the release's mixed
+// ditWeightBytes is the DiT's weight memory: BF16 keeps the release's mixed
 // precision (FP32 boundary modules), F32 stores everything in FP32.
-func (c DiTConfig) WeightBytes(dtype DType, vsaGates bool) (int64, error) {
-	fp32, half := c.paramGroups(vsaGates)
+func ditWeightBytes(c h3.Config, dtype DType, vsaGates bool) (int64, error) {
+	fp32, half := ditParamGroups(c, vsaGates)
 	switch dtype {
 	case BF16:
 		return 4*fp32 + 2*half, nil

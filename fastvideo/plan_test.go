@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"fastvideo/dit/h3"
 )
 
 func TestPlanWorkedExample(t *testing.T) { // h3.md §3.7, §5.2
@@ -77,14 +79,14 @@ func TestDiTComputeFloor(t *testing.T) { // README: "compute floor at 790 TFLOP/
 }
 
 func TestDiTParamsAndBytes(t *testing.T) { // h3.md §1.3
-	h3 := releaseDiT()
-	if n := h3.Params(false); n != 33122992896 {
+	rel := h3.ReleaseConfig()
+	if n := ditParams(rel, false); n != 33122992896 {
 		t.Errorf("H3 params %d, want 33,122,992,896", n)
 	}
-	if n := h3.Params(true) - h3.Params(false); n != 1926758400 {
+	if n := ditParams(rel, true) - ditParams(rel, false); n != 1926758400 {
 		t.Errorf("VSA gates %d, want 1,926,758,400", n)
 	}
-	b, err := h3.WeightBytes(BF16, false)
+	b, err := ditWeightBytes(rel, BF16, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +94,15 @@ func TestDiTParamsAndBytes(t *testing.T) { // h3.md §1.3
 	if b != 2*33122992896+2*17222144 {
 		t.Errorf("bf16 bytes %d", b)
 	}
-	if f32, _ := h3.WeightBytes(F32, false); f32 != 4*33122992896 {
+	if f32, _ := ditWeightBytes(rel, F32, false); f32 != 4*33122992896 {
 		t.Errorf("f32 bytes %d", f32)
 	}
-	if _, err := h3.WeightBytes("int3", false); err == nil {
+	if _, err := ditWeightBytes(rel, "int3", false); err == nil {
 		t.Error("an unknown dtype must be rejected")
 	}
-	r16 := h3
+	r16 := rel
 	r16.AdaLNRank = 16
-	if n := float64(r16.Params(false)) / 1e9; math.Abs(n-20.17) > 0.01 {
+	if n := float64(ditParams(r16, false)) / 1e9; math.Abs(n-20.17) > 0.01 {
 		t.Errorf("rank-16 params %.3fB, want ~20.17B", n)
 	}
 	p, _ := Plan("h3", Request{}, WithDType(F32))
@@ -204,16 +206,26 @@ func TestRequestValidation(t *testing.T) {
 	}
 }
 
+// planJSON is the plan as its JSON object, the form -plan -json prints.
+func planJSON(t *testing.T, p *GenerationPlan) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestPlanJSONNames(t *testing.T) {
 	p, err := Plan("fasth3", Request{Prompt: "A cat plays the piano."})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(p)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := planJSON(t, p)
 	for _, k := range []string{"canvas_height", "canvas_width", "num_frames", "video_latent_frames", "audio_latent_frames",
 		"latent_height", "latent_width", "rows", "video_sigmas", "audio_sigmas", "dit_tflops_per_step", "weights_bytes"} {
 		if _, ok := m[k]; !ok {
@@ -291,7 +303,7 @@ func TestReadModelFolder(t *testing.T) {
 	if m.Variant != "h3" || m.DiT.HiddenSize != 128 || m.VideoShift != 12 || m.AudioShift != 3 || len(m.Notes) != 1 {
 		t.Fatalf("spec %+v", m)
 	}
-	if p, err := Plan(dir, Request{}); err != nil || p.Steps != 49 || p.DiTParams != tinyDiT().Params(false) {
+	if p, err := Plan(dir, Request{}); err != nil || p.Steps != 49 || p.DiTParams != ditParams(tinyDiT(), false) {
 		t.Fatalf("plan %+v, %v", p, err)
 	}
 

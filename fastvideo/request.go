@@ -230,10 +230,7 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 	}
 
 	// Frames: aligned to 17n+5, then the model's duration window.
-	r.RequestedFrames = preset.NumFrames
-	if req.NumFrames != 0 {
-		r.RequestedFrames = req.NumFrames
-	}
+	r.RequestedFrames = orPreset(req.NumFrames, preset.NumFrames)
 	lo, hi := m.frameRange()
 	aligned, err := packing.AlignNumFrames(r.RequestedFrames)
 	if err != nil || aligned < m.MinAlignedFrames || aligned > m.MaxAlignedFrames {
@@ -244,18 +241,12 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 	}
 	r.NumFrames = aligned
 
-	r.FPS = preset.FPS
-	if req.FPS != 0 {
-		r.FPS = req.FPS
-	}
+	r.FPS = orPreset(req.FPS, preset.FPS)
 	if r.FPS != packing.FPS {
 		return nil, &RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
 	}
 
-	r.Steps = preset.Steps
-	if req.NumInferenceSteps != 0 {
-		r.Steps = req.NumInferenceSteps
-	}
+	r.Steps = orPreset(req.NumInferenceSteps, preset.Steps)
 	if r.Steps < 1 || r.Steps > MaxSteps {
 		return nil, &RequestError{Field: "num_inference_steps", Value: r.Steps,
 			Allowed: fmt.Sprintf("1 to %d DiT forwards (FastH3: %d, base preset: %d)", MaxSteps, 4, 49)}
@@ -265,19 +256,12 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 			Allowed: fmt.Sprintf("%d (the checkpoint's fastvideo_inference.json trains %d forwards)", n, n)}
 	}
 
-	r.Guidance = preset.GuidanceScale
-	if req.GuidanceScale != 0 {
-		r.Guidance = req.GuidanceScale
-	}
+	r.Guidance = orPreset(req.GuidanceScale, preset.GuidanceScale)
 	if r.Guidance != 1 {
 		return nil, &RequestError{Field: "guidance_scale", Value: r.Guidance,
 			Allowed: "1.0 (MiniMax-H3 is guidance-distilled: no classifier-free guidance)"}
 	}
 
-	r.Seed = preset.Seed
-	if req.Seed != nil {
-		r.Seed = *req.Seed
-	}
 	if req.PromptTokens < 0 {
 		return nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (estimate) or the prompt's token count"}
 	}
@@ -301,8 +285,8 @@ func (m *ModelSpec) Resolve(req Request, needPrompt bool) (*ResolvedRequest, err
 	return r, nil
 }
 
-// resolveCommon starts a resolution for either family: the preset, the prompt requirement and the
-// fields copied as they are.
+// resolveCommon starts a resolution for either family: the preset, the prompt requirement, the seed
+// and the fields copied as they are.
 func (m *ModelSpec) resolveCommon(req Request, needPrompt bool) (Preset, *ResolvedRequest, error) {
 	preset, err := m.preset(req.Preset)
 	if err != nil {
@@ -311,8 +295,21 @@ func (m *ModelSpec) resolveCommon(req Request, needPrompt bool) (Preset, *Resolv
 	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
 		return Preset{}, nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
 	}
-	r := &ResolvedRequest{Model: m, Preset: preset, Family: m.Family, Prompt: req.Prompt, OutputPath: req.OutputPath}
+	r := &ResolvedRequest{Model: m, Preset: preset, Family: m.Family, Prompt: req.Prompt, OutputPath: req.OutputPath,
+		Seed: preset.Seed}
+	if req.Seed != nil {
+		r.Seed = *req.Seed // a pointer: 0 is a seed, not "unset"
+	}
 	return preset, r, nil
+}
+
+// orPreset is a request field, or the preset's value when the field is left at zero (unset).
+func orPreset[T comparable](requested, preset T) T {
+	var unset T
+	if requested != unset {
+		return requested
+	}
+	return preset
 }
 
 // requestSize applies "both or neither" to the requested size and falls back to the preset's;

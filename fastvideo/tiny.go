@@ -35,10 +35,10 @@ const tinyWeightsSeed = 0x483354696e79 // "H3Tiny"
 
 // tinyDiT is the H3 architecture at toy width: the h3_dit_tiny fixture's configuration (2 heads of
 // 64, hidden 128, 2 layers, 1 refiner layer).
-func tinyDiT() DiTConfig {
-	return DiTConfig{
+func tinyDiT() h3.Config {
+	return h3.Config{
 		NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 128, NumAttentionHeads: 2, AttentionHeadDim: 64,
-		FFNDim: 256, InChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 64,
+		FFNDim: 256, InChannels: 24, OutChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 64,
 		FreqDim: 256, TimeEmbedHiddenDim: 64, TimeEmbedDim: 32, RopeFreqDim: 8, RopeTheta: 10000,
 		NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5,
 	}
@@ -82,35 +82,6 @@ func tinyTextEncoder() qwen3vl.Config {
 	}
 }
 
-// videoSpec and audioSpec are what planning needs of the tiny decoders.
-func videoSpec(c h3video.Config) VideoVAEConfig {
-	return VideoVAEConfig{
-		LatentChannels: c.LatentChannels, BlockOutChannels: c.BlockOutChannels,
-		SpatialDownsampleFactors: c.SpatialDownsampleFactors, TemporalDownsampleFactors: c.TemporalDownsampleFactors,
-		DecoderNumLayers: c.DecoderNumLayers, DecoderNumAttentionHeads: c.DecoderNumHeads,
-		DecoderAttentionHeadDim: c.DecoderHeadDim, DecoderNumRegisterTokens: c.DecoderNumRegisters,
-		DecoderFFNMult: c.DecoderFFNMult, ClipLength: c.ClipLength, TokenDrop: c.TokenDrop,
-	}
-}
-
-func audioSpec(c h3audio.Config) AudioVAEConfig {
-	return AudioVAEConfig{LatentChannels: c.LatentChannels, SamplingRate: c.SamplingRate,
-		EncoderRates: c.EncoderRates, DecoderRates: c.DecoderRates, DecoderDim: c.DecoderDim}
-}
-
-// h3Config converts the planning config to the DiT package's.
-func h3Config(c DiTConfig) h3.Config {
-	return h3.Config{
-		NumLayers: c.NumLayers, NumRefinerLayers: c.NumRefinerLayers, HiddenSize: c.HiddenSize,
-		NumAttentionHeads: c.NumAttentionHeads, AttentionHeadDim: c.AttentionHeadDim, FFNDim: c.FFNDim,
-		InChannels: c.InChannels, OutChannels: c.InChannels, AudioInChannels: c.AudioInChannels,
-		PatchSize: append([]int(nil), c.PatchSize...), TextDim: c.TextDim, FreqDim: c.FreqDim,
-		TimeEmbedHiddenDim: c.TimeEmbedHiddenDim, TimeEmbedDim: c.TimeEmbedDim, AdaLNRank: c.AdaLNRank,
-		RopeFreqDim: c.RopeFreqDim, RopeTheta: c.RopeTheta, NormEps: c.NormEps, QKNormEps: c.QKNormEps,
-		FinalNormEps: c.FinalNormEps,
-	}
-}
-
 // tinyComponents builds tiny-h3's components from synthetic sources. The sources stand in for the
 // checkpoint files of a real model (a real run's page cache), so they are made once per generator
 // and bound to the backend on every load.
@@ -126,7 +97,7 @@ func newTinyComponents(spec *ModelSpec) *tinyComponents { return &tinyComponents
 func (c *tinyComponents) sources() {
 	c.once.Do(func() {
 		seed := int64(tinyWeightsSeed)
-		c.dit = weights.NewSynthetic(seed, h3.ParamNames(h3Config(c.spec.DiT)), nil)
+		c.dit = weights.NewSynthetic(seed, h3.ParamNames(c.spec.DiT), nil)
 		c.video = weights.NewSynthetic(seed+1, videoDecoderShapes(tinyVideoVAE()), nil)
 		c.audio = weights.NewSynthetic(seed+2, audioDecoderShapes(tinyAudioVAE()), initAudioVAE)
 		c.te = weights.NewSynthetic(seed+3, textEncoderShapes(tinyTextEncoder()), nil)
@@ -148,7 +119,7 @@ func (c *tinyComponents) textEncoder() (qwen3vl.Config, func() (weights.Source, 
 
 func (c *tinyComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*h3.Model, error) {
 	c.sources()
-	return h3.FromSource(b, h3Config(c.spec.DiT), c.dit, h3.Options{DType: dt})
+	return h3.FromSource(b, c.spec.DiT, c.dit, h3.Options{DType: dt})
 }
 
 func (c *tinyComponents) loadVideoVAE(b compute.Backend, dt dtypes.DType) (*h3video.Decoder, error) {

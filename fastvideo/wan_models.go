@@ -174,20 +174,20 @@ func classNameOf(path string) (string, error) {
 }
 
 // isWanFolder tells a Wan snapshot from a MiniMax H3 one by model_index.json's pipeline class
-// (WanPipeline, WanDMDPipeline, ...) or, without it, the transformer's class.
-func isWanFolder(dir string) (bool, error) {
-	cls, err := classNameOf(filepath.Join(dir, wanModelIndex))
+// (WanPipeline, WanDMDPipeline, ...) or, without it, the transformer's class. It returns the
+// pipeline class ("" without model_index.json) for readWanFolder, which needs it too.
+func isWanFolder(dir string) (isWan bool, pipeline string, err error) {
+	if pipeline, err = classNameOf(filepath.Join(dir, wanModelIndex)); err != nil {
+		return false, "", err
+	}
+	if pipeline != "" {
+		return strings.HasPrefix(pipeline, "Wan"), pipeline, nil
+	}
+	cls, err := classNameOf(filepath.Join(dir, dirTransformer, "config.json"))
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	if cls != "" {
-		return strings.HasPrefix(cls, "Wan"), nil
-	}
-	cls, err = classNameOf(filepath.Join(dir, dirTransformer, "config.json"))
-	if err != nil {
-		return false, err
-	}
-	return cls == wanTransformerCl, nil
+	return cls == wanTransformerCl, "", nil
 }
 
 // readWanFolder reads a Wan snapshot's configs only (transformer/, vae/, text_encoder/ config.json
@@ -195,12 +195,9 @@ func isWanFolder(dir string) (bool, error) {
 // UMT5 width = the DiT's text_dim. The variant, and with it the presets and the flow shift, follows
 // from the configs: a DMD pipeline class (WanDMDPipeline) or a path naming FastWan selects the
 // FastWan presets; 48 input channels the Wan2.2 TI2V-5B ones; a 5120-wide DiT the 14B ones; any
-// other 16-channel DiT the 1.3B ones.
-func readWanFolder(dir string) (*ModelSpec, error) {
-	cls, err := classNameOf(filepath.Join(dir, wanModelIndex))
-	if err != nil {
-		return nil, err
-	}
+// other 16-channel DiT the 1.3B ones. cls is model_index.json's pipeline class, as isWanFolder
+// read it.
+func readWanFolder(dir, cls string) (*ModelSpec, error) {
 	if _, err := os.Stat(filepath.Join(dir, dirTransformer2)); err == nil {
 		return nil, fmt.Errorf("fastvideo: %s has %s/: Wan2.2 A14B (two mixture-of-experts transformers) is not supported; "+
 			"use a Wan2.1 T2V, Wan2.2 TI2V-5B or FastWan snapshot", dir, dirTransformer2)

@@ -2,7 +2,6 @@ package fastvideo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -155,11 +154,7 @@ func TestWanPlanJSONAndTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(p)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := planJSON(t, p)
 	for _, k := range []string{"family", "latent_shape", "token_grid", "tokens", "text_tokens", "sampler", "cfg", "guidance_scale",
 		"forwards_per_step", "video_sigmas", "video_timesteps", "dit_tflops_per_step", "weights_bytes", "negative_prompt"} {
 		if _, ok := m[k]; !ok {

@@ -58,10 +58,7 @@ func (m *ModelSpec) resolveWan(req Request, needPrompt bool) (*ResolvedRequest, 
 	}
 
 	// Frames: 4n+1, and a token grid the RoPE tables cover.
-	r.NumFrames = preset.NumFrames
-	if req.NumFrames != 0 {
-		r.NumFrames = req.NumFrames
-	}
+	r.NumFrames = orPreset(req.NumFrames, preset.NumFrames)
 	r.RequestedFrames = r.NumFrames
 	if tr := vae.TemporalRatio; r.NumFrames < 1 || (r.NumFrames-1)%tr != 0 {
 		lo := max(1, (r.NumFrames-1)/tr*tr+1)
@@ -86,10 +83,7 @@ func (m *ModelSpec) resolveWan(req Request, needPrompt bool) (*ResolvedRequest, 
 	}
 	r.WanGeometry = &geo
 
-	r.FPS = preset.FPS
-	if req.FPS != 0 {
-		r.FPS = req.FPS
-	}
+	r.FPS = orPreset(req.FPS, preset.FPS)
 	if r.FPS < 1 || r.FPS > MaxWanFPS {
 		return nil, &RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("1 to %d frames per second (the Wan presets use 16 or 24)", MaxWanFPS)}
 	}
@@ -119,18 +113,12 @@ func (m *ModelSpec) resolveWan(req Request, needPrompt bool) (*ResolvedRequest, 
 			r.WarpDenoisingSteps = *req.WarpDenoisingSteps
 		}
 	case SamplerUniPC:
-		r.Steps = preset.Steps
-		if req.NumInferenceSteps != 0 {
-			r.Steps = req.NumInferenceSteps
-		}
+		r.Steps = orPreset(req.NumInferenceSteps, preset.Steps)
 		if r.Steps < 1 || r.Steps > MaxSteps {
 			return nil, &RequestError{Field: "num_inference_steps", Value: r.Steps,
 				Allowed: fmt.Sprintf("1 to %d UniPC steps (the presets run 50)", MaxSteps)}
 		}
-		r.Guidance = preset.GuidanceScale
-		if req.GuidanceScale != 0 {
-			r.Guidance = req.GuidanceScale
-		}
+		r.Guidance = orPreset(req.GuidanceScale, preset.GuidanceScale)
 		if !(r.Guidance > 0) || math.IsInf(r.Guidance, 0) {
 			return nil, &RequestError{Field: "guidance_scale", Value: r.Guidance,
 				Allowed: "a positive number; above 1 turns classifier-free guidance on (presets: 3.0 or 5.0)"}
@@ -166,10 +154,6 @@ func (m *ModelSpec) resolveWan(req Request, needPrompt bool) (*ResolvedRequest, 
 		return nil, &RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
 
-	r.Seed = preset.Seed
-	if req.Seed != nil {
-		r.Seed = *req.Seed
-	}
 	if req.PromptTokens < 0 {
 		return nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
 	}

@@ -101,6 +101,10 @@ func run(args []string, w io.Writer) error {
 	default:
 		return fmt.Errorf("-scale-dtype %q: use bf16, f16, f32 or leave it empty", o.scaleDType)
 	}
+	// First: a converted folder has no config.json, so reading it would hide the real mistake.
+	if quant.IsCheckpoint(o.in) {
+		return fmt.Errorf("-in %s is already a converted checkpoint", o.in)
+	}
 	config, err := os.ReadFile(filepath.Join(o.in, "config.json"))
 	if err != nil {
 		return fmt.Errorf("reading the transformer config: %w (is -in a released transformer/ folder?)", err)
@@ -108,9 +112,6 @@ func run(args []string, w io.Writer) error {
 	cfg, err := h3.ParseConfig(config)
 	if err != nil {
 		return err
-	}
-	if quant.IsCheckpoint(o.in) {
-		return fmt.Errorf("-in %s is already a converted checkpoint", o.in)
 	}
 	ck, err := safetensors.OpenCheckpoint(o.in)
 	if err != nil {

@@ -93,6 +93,10 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 	if len(ck.QuantizedKeys()) != 18 || ck.Manifest.Quantization.Bits != 6 {
 		t.Fatalf("%d quantized keys, bits %d", len(ck.QuantizedKeys()), ck.Manifest.Quantization.Bits)
 	}
+	// Converting the output again is refused as such, not as a folder without config.json.
+	if err := run([]string{"-in", out, "-out", t.TempDir()}, io.Discard); err == nil || !strings.Contains(err.Error(), "already a converted checkpoint") {
+		t.Errorf("converting a converted checkpoint: %v", err)
+	}
 }
 
 func TestConvertFlagErrors(t *testing.T) {
