@@ -10,6 +10,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/gx"
 )
 
 // Graph side. GoMLX's nn.QuantizedDense groups only along the output axis and
@@ -250,31 +252,17 @@ func LinearPath(x *Node, w GraphWeight, bias *Node, p Path) *Node {
 	}
 	slog.Debug("quant.Linear", "path", p.String(), "rows", rows, "out", w.Out(), "in", w.In(),
 		"bits", w.Bits, "group", w.GroupSize, "dtype", dt.String(), "floor", floor)
-	var y *Node
+	// The dense paths are gx.Linear, the very graph a dense model builds, so a dense weight taken
+	// through here computes exactly what the model would without quant.
 	switch p {
 	case PathDense:
-		y = denseDot(x, w.W)
+		return gx.Linear(x, w.W, bias)
 	case PathDequantGEMM:
-		y = denseDot(x, Dequantize(w, dt))
+		return gx.Linear(x, Dequantize(w, dt), bias)
 	case PathQuantized:
-		y = quantizedDot(x, w)
-	default:
-		panic(fmt.Errorf("quant: unknown path %v", p))
+		return gx.AddBias(quantizedDot(x, w), bias)
 	}
-	if bias != nil {
-		y = Add(y, ExpandLeftToRank(ConvertDType(bias, y.DType()), y.Rank()))
-	}
-	return y
-}
-
-// denseDot is x·wᵀ contracting x's last axis with w [out, in], in w's dtype
-// (half-precision inputs accumulate in float32).
-func denseDot(x, w *Node) *Node {
-	y := Dot(x, w).General([]int{x.Rank() - 1}, nil, []int{1}, nil)
-	if y.DType() != w.DType() {
-		y = ConvertDType(y, w.DType())
-	}
-	return y
+	panic(fmt.Errorf("quant: unknown path %v", p))
 }
 
 // QuantizedChunkGroups is the number of groups PathQuantized contracts at once;

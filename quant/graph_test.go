@@ -1,13 +1,10 @@
 package quant
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -211,48 +208,8 @@ func TestLinearBFloat16(t *testing.T) {
 			t.Fatalf("%s path returns %s, want bf16", name, out[i].DType())
 		}
 		// bf16 output rounding (2^-9 relative) plus, for dequant-gemm, bf16 weights.
-		testutil.AssertClose(t, name+" bf16", f32s(t, out[i]), want, []int{rows, n}, 5e-3*maxAbs(want))
+		testutil.AssertClose(t, name+" bf16", f32s(t, out[i]), want, []int{rows, n}, 5e-3*testutil.MaxAbs(want))
 	}
-}
-
-func maxAbs(v []float32) float64 {
-	m := 0.0
-	for _, x := range v {
-		m = math.Max(m, math.Abs(float64(x)))
-	}
-	return m
-}
-
-// pathLog captures the paths quant.Linear logs at Debug level.
-type pathLog struct {
-	mu    sync.Mutex
-	paths []string
-}
-
-func (p *pathLog) Enabled(context.Context, slog.Level) bool { return true }
-func (p *pathLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "quant.Linear" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "path" {
-			p.mu.Lock()
-			p.paths = append(p.paths, a.Value.String())
-			p.mu.Unlock()
-		}
-		return true
-	})
-	return nil
-}
-func (p *pathLog) WithAttrs([]slog.Attr) slog.Handler { return p }
-func (p *pathLog) WithGroup(string) slog.Handler      { return p }
-
-func (p *pathLog) take() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := strings.Join(p.paths, ",")
-	p.paths = nil
-	return s
 }
 
 // TestDisabledDispatch is the acceptance "the disabled-dispatch path is
@@ -278,10 +235,7 @@ func TestDisabledDispatch(t *testing.T) {
 	}
 	x := randVec(r, big*k)
 	s := a.Scheme
-	log := &pathLog{}
-	prev := slog.Default()
-	slog.SetDefault(slog.New(log))
-	defer slog.SetDefault(prev)
+	log := testutil.CaptureSlog(t, "quant.Linear", "path")
 
 	eval := func(rows int, p Path) []float32 {
 		args := append([]any{tensors.FromFlatDataAndDimensions(x[:rows*k], rows, k)}, affineArgs(a, dtypes.Float32)...)
@@ -292,7 +246,7 @@ func TestDisabledDispatch(t *testing.T) {
 	}
 	expectPath := func(want string) {
 		t.Helper()
-		if got := log.take(); got != want {
+		if got := strings.Join(log.Take(), ","); got != want {
 			t.Fatalf("logged path %q, want %q", got, want)
 		}
 	}

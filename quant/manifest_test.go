@@ -15,6 +15,7 @@ import (
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
 )
 
 // memSource is an in-memory weights.Source.
@@ -53,6 +54,26 @@ func tinySource() memSource {
 	m.add(r, "token_refiner.final_norm.weight", 64)
 	m.add(r, "proj_in.weight", 64, 96)
 	return m
+}
+
+// convertAndOpen converts src with opts, writes the checkpoint with WriteCheckpoint (and its checks)
+// to a new folder and opens it; the checkpoint is closed when the test ends.
+func convertAndOpen(t *testing.T, src weights.Source, config json.RawMessage, opts ConvertOptions) *Checkpoint {
+	t.Helper()
+	ts, m, err := Convert(src, config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteCheckpoint(dir, ts, m); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func writeTiny(t *testing.T, bits int, edit func(ts []safetensors.Tensor, m *Manifest) []safetensors.Tensor) string {
@@ -194,19 +215,7 @@ func TestConvertFixture(t *testing.T) {
 	sort.Strings(released)
 	for _, bits := range []int{8, 6, 4} {
 		t.Run(fmt.Sprintf("int%d", bits), func(t *testing.T) {
-			ts, m, err := Convert(src, config, ConvertOptions{Scheme: Scheme{Bits: bits, GroupSize: 64}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			if err := WriteCheckpoint(dir, ts, m); err != nil {
-				t.Fatal(err)
-			}
-			c, err := Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := convertAndOpen(t, src, config, ConvertOptions{Scheme: Scheme{Bits: bits, GroupSize: 64}})
 			if got := c.Names(); len(got) != len(released)+2*len(c.QuantizedKeys()) {
 				t.Fatalf("%d names, want %d released + scales/biases of %d quantized keys", len(got), len(released), len(c.QuantizedKeys()))
 			}
@@ -214,7 +223,7 @@ func TestConvertFixture(t *testing.T) {
 			if n := len(c.QuantizedKeys()); n != 18 {
 				t.Fatalf("%d quantized keys, want 18: %v", n, c.QuantizedKeys())
 			}
-			raw, err := safetensors.Open(filepath.Join(dir, CheckpointFile))
+			raw, err := safetensors.Open(filepath.Join(c.Dir, CheckpointFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,19 +296,7 @@ func TestConvertAdaLN(t *testing.T) {
 		cts = append(cts, safetensors.Tensor{Name: "__adaln_cache." + n, DType: safetensors.F32, Shape: []int{3, 64}, Data: make([]byte, 3*64*4)})
 	}
 	opts := ConvertOptions{Scheme: Scheme{Bits: 8, GroupSize: 64}, AdaLN: cache, AdaLNTensors: cts}
-	ts, m, err := Convert(tinySource(), json.RawMessage(tinyConfig), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := WriteCheckpoint(dir, ts, m); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := convertAndOpen(t, tinySource(), json.RawMessage(tinyConfig), opts)
 	names := strings.Join(c.Names(), " ")
 	if strings.Contains(names, "adaln_proj") || !strings.Contains(names, "__adaln_cache.block.0.table.5") {
 		t.Fatalf("names: %s", names)
@@ -308,7 +305,7 @@ func TestConvertAdaLN(t *testing.T) {
 		t.Fatalf("adaln_cache entry %+v", c.Manifest.AdaLNCache)
 	}
 	// The manifest's adaln_cache is what dit/h3 reads (timesteps, num_blocks, tables_per_block).
-	raw, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	raw, _ := os.ReadFile(filepath.Join(c.Dir, ManifestFile))
 	var doc struct {
 		AdaLN struct {
 			Timesteps      []float32 `json:"timesteps"`

@@ -20,19 +20,7 @@ import (
 // rebuild the GraphWeight with Graph, and run Linear. The result equals the dense linear on the
 // host-dequantized weight (PathDequantGEMM in f32: bit for bit).
 func TestDeclareBindLinear(t *testing.T) {
-	ts, m, err := Convert(tinySource(), json.RawMessage(tinyConfig), ConvertOptions{Scheme: Scheme{Bits: 6, GroupSize: 64}, ScaleDType: safetensors.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := WriteCheckpoint(dir, ts, m); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck := convertAndOpen(t, tinySource(), json.RawMessage(tinyConfig), ConvertOptions{Scheme: Scheme{Bits: 6, GroupSize: 64}, ScaleDType: safetensors.BF16})
 
 	const qName, dName = "transformer_blocks.0.attn.to_q.weight", "proj_in.weight"
 	set := weights.NewSet("")

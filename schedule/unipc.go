@@ -121,30 +121,48 @@ func lambda(sigma float32) float32 {
 func logF32(x float32) float32   { return float32(math.Log(float64(x))) }
 func expm1F32(x float32) float32 { return float32(math.Expm1(float64(x))) }
 
-// predict is multistep_uni_p_bh_update (UniP, B(h) = expm1(-h)).
-func (u *UniPC) predict(x []float32, order int) []float32 {
-	k := u.step
-	m0 := u.modelOutputs[1]
-	sigmaT, sigmaS0 := u.Sigmas[k+1], u.Sigmas[k]
+// bhStep holds what UniP and UniC both derive for a step from sigmaS0 to sigmaT (bh2 variant), each
+// value rounded to float32 as the reference computes it.
+type bhStep struct {
+	lambdaS0, h, hh float32
+	hPhi1, bH       float32 // both expm1(hh): bh2's B(h) equals h_phi_1, kept apart to mirror the reference
+	ratio, c, cb    float32 // sigmaT/sigmaS0, alphaT·hPhi1, alphaT·B(h)
+}
+
+func newBHStep(sigmaT, sigmaS0 float32) bhStep {
 	alphaT := 1 - sigmaT
 	lambdaT, lambdaS0 := lambda(sigmaT), lambda(sigmaS0)
 	h := lambdaT - lambdaS0
 	hh := -h
 	hPhi1 := expm1F32(hh)
 	bH := expm1F32(hh)
+	return bhStep{lambdaS0: lambdaS0, h: h, hh: hh, hPhi1: hPhi1, bH: bH,
+		ratio: sigmaT / sigmaS0, c: alphaT * hPhi1, cb: alphaT * bH}
+}
+
+// firstDifference is D1 = (m_prev − m0)/r_k of the order-2 updates, with r_k = (λ(sigmaPrev) − λ_s0)/h
+// for the sigma of the older model output.
+func (u *UniPC) firstDifference(st bhStep, sigmaPrev float32) ([]float32, float32) {
+	rk := (lambda(sigmaPrev) - st.lambdaS0) / st.h
+	mi, m0 := u.modelOutputs[0], u.modelOutputs[1]
+	d1 := make([]float32, len(m0))
+	for i := range d1 {
+		d1[i] = (mi[i] - m0[i]) / rk
+	}
+	return d1, rk
+}
+
+// predict is multistep_uni_p_bh_update (UniP, B(h) = expm1(-h)).
+func (u *UniPC) predict(x []float32, order int) []float32 {
+	k := u.step
+	m0 := u.modelOutputs[1]
+	st := newBHStep(u.Sigmas[k+1], u.Sigmas[k])
+	ratio, c, cb := st.ratio, st.c, st.cb
 
 	var d1 []float32
 	if order == 2 {
-		rk := (lambda(u.Sigmas[k-1]) - lambdaS0) / h
-		mi := u.modelOutputs[0]
-		d1 = make([]float32, len(x))
-		for i := range d1 {
-			d1[i] = (mi[i] - m0[i]) / rk
-		}
+		d1, _ = u.firstDifference(st, u.Sigmas[k-1])
 	}
-	ratio := sigmaT / sigmaS0
-	c := alphaT * hPhi1
-	cb := alphaT * bH
 	const rhoP = float32(0.5) // the fixed order-2 predictor weight
 	out := make([]float32, len(x))
 	for i := range x {
@@ -164,25 +182,17 @@ func (u *UniPC) predict(x []float32, order int) []float32 {
 func (u *UniPC) correct(mT, lastSample []float32, order int) []float32 {
 	k := u.step
 	m0 := u.modelOutputs[1]
-	sigmaT, sigmaS0 := u.Sigmas[k], u.Sigmas[k-1]
-	alphaT := 1 - sigmaT
-	lambdaT, lambdaS0 := lambda(sigmaT), lambda(sigmaS0)
-	h := lambdaT - lambdaS0
-	hh := -h
-	hPhi1 := expm1F32(hh)
-	bH := expm1F32(hh)
+	st := newBHStep(u.Sigmas[k], u.Sigmas[k-1])
+	hh, hPhi1, bH := st.hh, st.hPhi1, st.bH
+	ratio, c, cb := st.ratio, st.c, st.cb
 
 	var d1 []float32
 	var rhos []float32
 	if order == 1 {
 		rhos = []float32{0.5}
 	} else {
-		rk := (lambda(u.Sigmas[k-2]) - lambdaS0) / h
-		mi := u.modelOutputs[0]
-		d1 = make([]float32, len(mT))
-		for i := range d1 {
-			d1[i] = (mi[i] - m0[i]) / rk
-		}
+		var rk float32
+		d1, rk = u.firstDifference(st, u.Sigmas[k-2])
 		// b_i = h_phi_i * i! / B(h), h_phi_1 = expm1(hh)/hh - 1,
 		// h_phi_{i+1} = h_phi_i/hh - 1/(i+1)!; solve [[1,1],[rk,1]] rho = b.
 		hPhiK := hPhi1/hh - 1
@@ -192,9 +202,6 @@ func (u *UniPC) correct(mT, lastSample []float32, order int) []float32 {
 		r0, r1 := solve2x2F32(1, 1, rk, 1, b1, b2)
 		rhos = []float32{r0, r1}
 	}
-	ratio := sigmaT / sigmaS0
-	c := alphaT * hPhi1
-	cb := alphaT * bH
 	last := rhos[len(rhos)-1]
 	out := make([]float32, len(mT))
 	for i := range mT {

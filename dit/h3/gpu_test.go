@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -9,7 +8,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
@@ -41,11 +39,7 @@ func TestFixturesOnGPU(t *testing.T) {
 				got  []float32
 			}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
 				want, sh := fx.F32(t, c.name)
-				if dt == dtypes.Float32 {
-					testutil.AssertClose(t, c.name+" f32/"+path.String(), c.got, want, sh, testutil.ParityTol(want))
-					continue
-				}
-				testutil.AssertRelClose(t, c.name+" bf16/"+path.String(), c.got, want, 2e-2)
+				testutil.AssertAtDType(t, c.name+"/"+path.String(), dt, c.got, want, sh)
 			}
 		}
 	})
@@ -66,14 +60,6 @@ func TestQuantizedOnGPU(t *testing.T) {
 		in := fixtureInputs(t, fx)
 		refV, _ := fx.F32(t, "out.video")
 		refA, _ := fx.F32(t, "out.audio")
-		var arch map[string]any
-		if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-			t.Fatal(err)
-		}
-		config, err := json.Marshal(arch)
-		if err != nil {
-			t.Fatal(err)
-		}
 		forward := func(be compute.Backend, dir string, dt dtypes.DType) ForwardOutputs {
 			t.Helper()
 			m, err := Load(be, dir, Options{DType: dt})
@@ -96,15 +82,7 @@ func TestQuantizedOnGPU(t *testing.T) {
 			}
 		}
 		for _, bits := range []int{8, 4} {
-			ts, man, err := quant.Convert(fx.Weights(), config, quant.ConvertOptions{
-				Scheme: quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}, ScaleDType: safetensors.BF16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
-				t.Fatal(err)
-			}
+			dir := convertFixture(t, fx, bits, quant.ConvertOptions{})
 			cpu := forward(testutil.Backend(t), dir, dtypes.Float32)
 			for _, env := range []string{"0", "1"} {
 				t.Setenv(quant.DQGEMMEnv, env)

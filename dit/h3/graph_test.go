@@ -26,6 +26,17 @@ func randT(r *rand.Rand, scale float64, dims ...int) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(v, dims...)
 }
 
+// rampRope is the RoPE tables [l, 6] (one frequency per axis, θ = 10000) of l rows whose 3l coordinates
+// are i·step: distinct angles on every row and axis.
+func rampRope(l int, step float64) (cos, sin *tensors.Tensor) {
+	p := make([]float64, 3*l)
+	for i := range p {
+		p[i] = float64(i) * step
+	}
+	c, s := RopeTables(p, 1, 10000)
+	return tensors.FromFlatDataAndDimensions(c, l, 6), tensors.FromFlatDataAndDimensions(s, l, 6)
+}
+
 // The block is written for local heads and a local FFN width with an all-reduce hook: splitting Q/K/V by
 // heads (rows), to_out by columns, and FFN-in as [2, F, D] on F, the per-shard partial outputs must sum to
 // the unsplit output. This is the contract a tensor-parallel loader relies on.
@@ -38,14 +49,7 @@ func TestShardedBlockPartialsSum(t *testing.T) {
 	nq, nk := randT(r, 0.1, dh), randT(r, 0.1, dh)
 	wo := randT(r, 0.2, d, heads*dh)
 	wIn, wOut := randT(r, 0.2, 2*f, d), randT(r, 0.2, d, f)
-	cos, sin := RopeTables(func() []float64 {
-		p := make([]float64, 3*l)
-		for i := range p {
-			p[i] = float64(i) * 0.7
-		}
-		return p
-	}(), 1, 10000)
-	cosT, sinT := tensors.FromFlatDataAndDimensions(cos, l, 6), tensors.FromFlatDataAndDimensions(sin, l, 6)
+	cosT, sinT := rampRope(l, 0.7)
 
 	reduces := 0
 	spec := func(hs, fs int) blockSpec {
@@ -198,14 +202,7 @@ func TestShardedQuantizedBlockPartialsSum(t *testing.T) {
 	wq, wk, wv, wo := q(heads*dh, d), q(heads*dh, d), q(heads*dh, d), q(d, heads*dh)
 	wIn, wOut := q(2*f, d), q(d, f)
 	nq, nk := randT(r, 0.1, dh), randT(r, 0.1, dh)
-	cos, sin := RopeTables(func() []float64 {
-		p := make([]float64, 3*l)
-		for i := range p {
-			p[i] = float64(i) * 0.3
-		}
-		return p
-	}(), 1, 10000)
-	cosT, sinT := tensors.FromFlatDataAndDimensions(cos, l, 6), tensors.FromFlatDataAndDimensions(sin, l, 6)
+	cosT, sinT := rampRope(l, 0.3)
 	scheme := wq.Scheme
 
 	run := func(hs, fs int, ws [6]*quant.Affine) (attn, ff []float32) {

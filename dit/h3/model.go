@@ -83,7 +83,7 @@ type Model struct {
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
-	trace func(name string, shape []int, values []float32)
+	trace gx.Trace
 }
 
 // Config returns the model's configuration.
@@ -99,68 +99,59 @@ func (m *Model) DType() dtypes.DType { return m.dtype }
 // mlx_h3_dit.json with an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the
 // AdaLN projections.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
-	if quant.IsCheckpoint(dir) {
-		return loadConverted(backend, dir, opts)
-	}
-	cfg, err := ReadConfig(dir)
+	cfg, src, closeSrc, err := openTransformer(dir)
 	if err != nil {
 		return nil, err
 	}
 	if opts.AdaLNManifest == nil {
-		m, err := ReadAdaLNManifest(dir)
-		if err != nil {
+		if opts.AdaLNManifest, err = ReadAdaLNManifest(dir); err != nil {
+			closeSrc()
 			return nil, err
 		}
-		opts.AdaLNManifest = m
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
+	m, err := FromSource(backend, cfg, src, opts)
 	if err != nil {
-		return nil, fmt.Errorf("h3: opening the transformer weights: %w", err)
-	}
-	m, err := FromSource(backend, cfg, ck, opts)
-	if err != nil {
-		ck.Close()
+		closeSrc()
 		return nil, err
 	}
 	// Weights were copied (or uploaded) by Bind, except same-dtype host tensors on the Go backend which may
 	// alias the mapping: keep the checkpoint open for the model's lifetime.
-	m.closeSrc = ck.Close
+	m.closeSrc = closeSrc
 	return m, nil
 }
 
-// loadConverted loads a converted MLX folder: the manifest supplies the config, the checkpoint is a
-// weights.Source under the released names that also reports which linears it quantizes.
-func loadConverted(backend compute.Backend, dir string, opts Options) (*Model, error) {
+// openTransformer opens the weights of a folder Load accepts, with their config: a converted MLX folder
+// (the manifest supplies the config; the checkpoint is a weights.Source under the released names that
+// also reports which linears it quantizes), else a released transformer/ folder.
+func openTransformer(dir string) (Config, weights.Source, func() error, error) {
+	if !quant.IsCheckpoint(dir) {
+		cfg, err := ReadConfig(dir)
+		if err != nil {
+			return Config{}, nil, nil, err
+		}
+		ck, err := safetensors.OpenCheckpoint(dir)
+		if err != nil {
+			return Config{}, nil, nil, fmt.Errorf("h3: opening the transformer weights: %w", err)
+		}
+		return cfg, ck, ck.Close, nil
+	}
 	ck, err := quant.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("h3: opening the converted checkpoint %s: %w", dir, err)
-	}
-	fail := func(err error) (*Model, error) {
-		ck.Close()
-		return nil, err
+		return Config{}, nil, nil, fmt.Errorf("h3: opening the converted checkpoint %s: %w", dir, err)
 	}
 	where := filepath.Join(dir, quant.ManifestFile)
 	cfg, err := ParseConfig(ck.Manifest.Config)
 	if err != nil {
-		return fail(fmt.Errorf("%w (the \"config\" entry of %s)", err, where))
+		err = fmt.Errorf("%w (the \"config\" entry of %s)", err, where)
+	} else if n := ck.Manifest.NumBlocks; n != 0 && n != cfg.NumLayers {
+		err = fmt.Errorf("h3: %s has num_blocks = %d but its config has num_layers = %d; re-convert the checkpoint",
+			where, n, cfg.NumLayers)
 	}
-	if n := ck.Manifest.NumBlocks; n != 0 && n != cfg.NumLayers {
-		return fail(fmt.Errorf("h3: %s has num_blocks = %d but its config has num_layers = %d; re-convert the checkpoint",
-			where, n, cfg.NumLayers))
-	}
-	if opts.AdaLNManifest == nil {
-		am, err := ReadAdaLNManifest(dir)
-		if err != nil {
-			return fail(err)
-		}
-		opts.AdaLNManifest = am
-	}
-	m, err := FromSource(backend, cfg, ck, opts)
 	if err != nil {
-		return fail(err)
+		ck.Close()
+		return Config{}, nil, nil, err
 	}
-	m.closeSrc = ck.Close // see Load: bound tensors may alias the mapping
-	return m, nil
+	return cfg, ck, ck.Close, nil
 }
 
 // FromSource binds the weights of src (released names) for cfg. When src is a quantized checkpoint (a
@@ -191,12 +182,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if backend == nil {
 		return nil, fmt.Errorf("h3: no backend")
 	}
-	dt := opts.DType
-	if dt == dtypes.InvalidDType {
-		dt = dtypes.Float32
-	}
-	if dt != dtypes.Float32 && dt != dtypes.BFloat16 {
-		return nil, fmt.Errorf("h3: Options.DType = %s; use Float32 or BFloat16", dt)
+	dt, err := gx.ComputeDType(opts.DType)
+	if err != nil {
+		return nil, fmt.Errorf("h3: %w", err)
 	}
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
@@ -284,16 +272,11 @@ func (m *Model) WeightMemory() WeightMemory {
 	for _, p := range m.p.set.Params() {
 		wm.Total += size(p)
 	}
-	var cores []*coreParams
-	for j := range m.p.Refiner {
-		cores = append(cores, &m.p.Refiner[j])
-	}
 	for i := range m.p.Blocks {
-		cores = append(cores, &m.p.Blocks[i].coreParams)
 		wm.AdaLN += size(m.p.Blocks[i].AdaLN.W, m.p.Blocks[i].AdaLN.B)
 	}
 	wm.AdaLN += size(m.p.NormOut.W, m.p.NormOut.B, m.p.AdaLNBasis)
-	for _, c := range cores {
+	for _, c := range m.p.cores() {
 		for _, w := range c.linears() {
 			if w.Quantized() {
 				wm.QuantizedLinears += size(w.W, w.Scales, w.Biases)
@@ -395,18 +378,8 @@ func (m *Model) execs() *stageExecs {
 	return m.traced
 }
 
-// emit hands an intermediate to the trace hook as float32.
-func (m *Model) emit(name string, t *tensors.Tensor) error {
-	if m.trace == nil {
-		return nil
-	}
-	v, err := gx.HostF32(t)
-	if err != nil {
-		return fmt.Errorf("h3: trace %s: %w", name, err)
-	}
-	m.trace(name, t.Shape().Dimensions, v)
-	return nil
-}
+// emit hands an intermediate to the trace hook (tests) as float32.
+func (m *Model) emit(name string, t *tensors.Tensor) error { return m.trace.Emit("h3", name, t) }
 
 // ropeCache keeps the device RoPE tables of the last layout: the positions are the same for every step
 // of a generation, and comparing them is far cheaper than recomputing 2·L·3F cos/sin values.

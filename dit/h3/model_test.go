@@ -1,10 +1,13 @@
 package h3
 
 import (
+	"encoding/json"
 	"testing"
 
 	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/quant"
 )
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
@@ -46,6 +49,32 @@ func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 		VideoIndices: i32(t, fx, "in.video_indices"), AudioIndices: i32(t, fx, "in.audio_indices"),
 		TextIndices: i32(t, fx, "in.text_indices"),
 	}
+}
+
+// convertFixture writes the fixture's weights converted with bits (group 64, BF16 scales and biases, as
+// MLX checkpoints store them) to a new folder; there is no config.json: the config travels in the
+// manifest.
+func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts quant.ConvertOptions) string {
+	t.Helper()
+	var arch map[string]any
+	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
+		t.Fatal(err)
+	}
+	config, err := json.Marshal(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
+	opts.ScaleDType = safetensors.BF16
+	ts, man, err := quant.Convert(fx.Weights(), config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // checkActs compares every float act.* tensor of the fixture with the intermediate the forward traced

@@ -53,6 +53,19 @@ type blockParams struct {
 	AdaLN linearParams // nil W when the checkpoint carries an AdaLN cache instead
 }
 
+// cores lists the core weights of every refiner block, then of every joint block: the linears that
+// quantization, random drawing and memory accounting treat alike wherever they sit.
+func (p *params) cores() []*coreParams {
+	out := make([]*coreParams, 0, len(p.Refiner)+len(p.Blocks))
+	for j := range p.Refiner {
+		out = append(out, &p.Refiner[j])
+	}
+	for i := range p.Blocks {
+		out = append(out, &p.Blocks[i].coreParams)
+	}
+	return out
+}
+
 type params struct {
 	set                                  *weights.Set
 	ProjIn, AudioProjIn, ContextEmbedder linearParams

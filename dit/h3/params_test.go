@@ -155,8 +155,8 @@ func TestBFloat16Forward(t *testing.T) {
 			name string
 			got  []float32
 		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
-			want, _ := fx.F32(t, c.name)
-			testutil.AssertRelClose(t, c.name+" bf16", c.got, want, 2e-2)
+			want, sh := fx.F32(t, c.name)
+			testutil.AssertAtDType(t, c.name, dtypes.BFloat16, c.got, want, sh)
 		}
 	})
 }

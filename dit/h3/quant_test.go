@@ -4,10 +4,8 @@ package h3_test
 // device) and run through quant.Linear.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -74,62 +71,6 @@ func quantizeInMemory(t *testing.T, src weights.Source, bits int) *qMemSource {
 	return mem
 }
 
-// convertTo writes the fixture's weights converted with bits to a new folder (no config.json: the
-// config travels in the manifest).
-func convertTo(t *testing.T, fx *testutil.Fixture, bits int, opts quant.ConvertOptions) string {
-	t.Helper()
-	var arch map[string]any
-	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	config, err := json.Marshal(arch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
-	opts.ScaleDType = safetensors.BF16
-	ts, man, err := quant.Convert(fx.Weights(), config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func quantInputs(t *testing.T, fx *testutil.Fixture) h3.ForwardInputs {
-	t.Helper()
-	i32 := func(name string) []int32 {
-		v, _ := fx.I64(t, name)
-		out := make([]int32, len(v))
-		for i, x := range v {
-			out[i] = int32(x)
-		}
-		return out
-	}
-	video, _ := fx.F32(t, "in.hidden_states")
-	audio, _ := fx.F32(t, "in.audio_hidden_states")
-	text, _ := fx.F32(t, "in.encoder_hidden_states")
-	ts, _ := fx.F32(t, "in.timestep")
-	pos, _ := fx.F64(t, "in.position_ids")
-	return h3.ForwardInputs{
-		VideoRows: video, AudioRows: audio, Text: text, Timesteps: ts,
-		TimestepIndices: i32("in.timestep_indices"), TokenTags: i32("in.token_tags"), PositionIDs: pos,
-		VideoIndices: i32("in.video_indices"), AudioIndices: i32("in.audio_indices"), TextIndices: i32("in.text_indices"),
-	}
-}
-
-func qFixtureConfig(t *testing.T, fx *testutil.Fixture) h3.Config {
-	t.Helper()
-	var cfg h3.Config
-	if err := fx.DecodeConfig(&cfg, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 func run(t *testing.T, m *h3.Model, in h3.ForwardInputs) h3.ForwardOutputs {
 	t.Helper()
 	defer m.Close()
@@ -184,8 +125,8 @@ func sameOutputs(t *testing.T, label string, got, want h3.ForwardOutputs) {
 func TestQuantizedForward(t *testing.T) {
 	minSNR := map[int]float64{8: 40, 6: 30, 4: 18}
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		cfg := qFixtureConfig(t, fx)
-		in := quantInputs(t, fx)
+		cfg := h3.FixtureConfig(t, fx)
+		in := h3.FixtureInputs(t, fx)
 		ref := run(t, fromSource(t, cfg, fx.Weights()), in)
 		for _, bits := range []int{8, 6, 4} {
 			t.Run(fmt.Sprintf("int%d", bits), func(t *testing.T) {
@@ -202,7 +143,7 @@ func TestQuantizedForward(t *testing.T) {
 				mem.schemes[gate] = mem.schemes[q]
 				inMemory := run(t, fromSource(t, cfg, mem), in)
 
-				dir := convertTo(t, fx, bits, quant.ConvertOptions{})
+				dir := h3.ConvertFixture(t, fx, bits, quant.ConvertOptions{})
 				if got, err := h3.ReadConfig(dir); err != nil || !reflect.DeepEqual(got, cfg) {
 					t.Fatalf("ReadConfig on the converted folder: %+v, %v; want the manifest's config %+v", got, err, cfg)
 				}
@@ -234,8 +175,8 @@ func TestQuantizedForward(t *testing.T) {
 // equals the forward of the conversion that keeps the projections bit for bit.
 func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		cfg := qFixtureConfig(t, fx)
-		in := quantInputs(t, fx)
+		cfg := h3.FixtureConfig(t, fx)
+		in := h3.FixtureInputs(t, fx)
 		dense := fromSource(t, cfg, fx.Weights())
 		defer dense.Close()
 		cache, err := dense.PrepareAdaLN(in.Timesteps)
@@ -247,7 +188,7 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := convertTo(t, fx, 8, quant.ConvertOptions{AdaLNTensors: tables, AdaLN: &quant.AdaLNCache{
+		dir := h3.ConvertFixture(t, fx, 8, quant.ConvertOptions{AdaLNTensors: tables, AdaLN: &quant.AdaLNCache{
 			Timesteps: man.Timesteps, NumBlocks: man.NumBlocks, TablesPerBlock: man.TablesPerBlock, Steps: man.Steps}})
 		ck, err := quant.Open(dir)
 		if err != nil {
@@ -260,7 +201,7 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 		}
 		ck.Close()
 		sameOutputs(t, "quantized checkpoint with an AdaLN cache vs with the AdaLN projections",
-			run(t, load(t, dir), in), run(t, load(t, convertTo(t, fx, 8, quant.ConvertOptions{})), in))
+			run(t, load(t, dir), in), run(t, load(t, h3.ConvertFixture(t, fx, 8, quant.ConvertOptions{})), in))
 	})
 }
 
@@ -269,8 +210,8 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 // is a converted folder whose manifest config disagrees with its block count.
 func TestQuantizedLoadErrors(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		cfg := qFixtureConfig(t, fx)
-		dir := convertTo(t, fx, 4, quant.ConvertOptions{})
+		cfg := h3.FixtureConfig(t, fx)
+		dir := h3.ConvertFixture(t, fx, 4, quant.ConvertOptions{})
 		path := filepath.Join(dir, quant.ManifestFile)
 		man, err := quant.ReadManifest(path)
 		if err != nil {
@@ -307,40 +248,18 @@ func TestQuantizedLoadErrors(t *testing.T) {
 	})
 }
 
-// pathLog records the paths quant.Linear logs (at Debug level) while graphs are built.
-type pathLog struct {
-	mu    sync.Mutex
-	paths map[string]int
-}
-
-func (p *pathLog) Enabled(context.Context, slog.Level) bool { return true }
-func (p *pathLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "quant.Linear" {
-		return nil
+// pathCounts counts the paths of the quant.Linear records captured since the last call, e.g.
+// "dequant-gemm:6 quantized:6".
+func pathCounts(log *testutil.SlogCapture) string {
+	n := map[string]int{}
+	for _, p := range log.Take() {
+		n[p]++
 	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "path" {
-			p.mu.Lock()
-			p.paths[a.Value.String()]++
-			p.mu.Unlock()
-		}
-		return true
-	})
-	return nil
-}
-func (p *pathLog) WithAttrs([]slog.Attr) slog.Handler { return p }
-func (p *pathLog) WithGroup(string) slog.Handler      { return p }
-
-// take returns the counts logged since the last call, e.g. "dequant-gemm:6 quantized:6".
-func (p *pathLog) take() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var parts []string
-	for k, n := range p.paths {
-		parts = append(parts, fmt.Sprintf("%s:%d", k, n))
+	for k, c := range n {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, c))
 	}
 	sort.Strings(parts)
-	p.paths = map[string]int{}
 	return strings.Join(parts, " ")
 }
 
@@ -404,15 +323,12 @@ func bigDocument(cfg h3.Config, video int) h3.ForwardInputs {
 // and on every fixture's own document (130 rows, below the floor) the default forward takes the
 // quantized path everywhere and equals the disabled forward bit for bit.
 func TestQuantizedDispatch(t *testing.T) {
-	log := &pathLog{paths: map[string]int{}}
-	prev := slog.Default()
-	slog.SetDefault(slog.New(log))
-	defer slog.SetDefault(prev)
+	log := testutil.CaptureSlog(t, "quant.Linear", "path")
 
 	bigDone := false
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		cfg := qFixtureConfig(t, fx)
-		dir := convertTo(t, fx, 4, quant.ConvertOptions{})
+		cfg := h3.FixtureConfig(t, fx)
+		dir := h3.ConvertFixture(t, fx, 4, quant.ConvertOptions{})
 		// paths is what the joint-block and refiner executables log: each is built once and logs its six
 		// core linears (a config without refiner layers builds no refiner graph).
 		paths := func(block, refiner string) string {
@@ -430,9 +346,9 @@ func TestQuantizedDispatch(t *testing.T) {
 		forward := func(env string, in h3.ForwardInputs, wantPaths string) h3.ForwardOutputs {
 			t.Helper()
 			t.Setenv(quant.DQGEMMEnv, env)
-			log.take()
+			pathCounts(log)
 			out := run(t, load(t, dir), in)
-			if got := log.take(); got != wantPaths {
+			if got := pathCounts(log); got != wantPaths {
 				t.Fatalf("%s=%q: logged paths %q, want %q", quant.DQGEMMEnv, env, got, wantPaths)
 			}
 			return out
@@ -443,7 +359,7 @@ func TestQuantizedDispatch(t *testing.T) {
 		// quantized path, above it dequant-GEMM.
 		const floor = 768
 		floorEnv := strconv.Itoa(floor)
-		small := quantInputs(t, fx)
+		small := h3.FixtureInputs(t, fx)
 		if n := len(small.TokenTags); n >= floor {
 			t.Fatalf("the fixture document has %d rows; this test expects fewer than the floor %d", n, floor)
 		}
@@ -478,10 +394,10 @@ func TestQuantizedDispatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ck.Close()
-		log.take()
+		pathCounts(log)
 		sameOutputs(t, "FASTVIDEO_DQ_GEMM=1 vs the dense model on the host-dequantized checkpoint",
 			allDQ, run(t, fromSource(t, cfg, ck.Dequantized()), big))
-		if got, want := log.take(), paths("dense", "dense"); got != want {
+		if got, want := pathCounts(log), paths("dense", "dense"); got != want {
 			t.Fatalf("dense model logged %q, want %q", got, want)
 		}
 	})

@@ -68,14 +68,7 @@ type quantRole struct {
 
 func (m *Model) fillRandom(seed int64) error {
 	roles := map[*weights.Param]quantRole{}
-	var cores []*coreParams
-	for j := range m.p.Refiner {
-		cores = append(cores, &m.p.Refiner[j])
-	}
-	for i := range m.p.Blocks {
-		cores = append(cores, &m.p.Blocks[i].coreParams)
-	}
-	for _, c := range cores {
+	for _, c := range m.p.cores() {
 		for _, w := range c.linears() {
 			if w.Quantized() {
 				roles[w.Scales] = quantRole{w, true}
@@ -87,24 +80,12 @@ func (m *Model) fillRandom(seed int64) error {
 		if r, ok := roles[p]; ok {
 			return randomAffine(r)
 		}
-		return randomScale(p.Name, p.Shape)
+		return gx.FixtureDraw(p)
 	})
 	if err != nil {
 		return fmt.Errorf("h3: %w", err)
 	}
 	return nil
-}
-
-// randomScale returns (scale, offset) of the normal draw for a parameter.
-func randomScale(name string, shape []int) (float32, float32) {
-	switch {
-	case strings.HasSuffix(name, ".bias"):
-		return 0.05, 0
-	case len(shape) >= 2:
-		return float32(1 / math.Sqrt(float64(shape[1]))), 0
-	default:
-		return 0.1, 1
-	}
 }
 
 // randomAffine returns (scale, offset) of the normal draw of a quantized matrix's scales or biases. With

@@ -32,11 +32,7 @@ func TestFixturesOnGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, sh := fx.F32(t, "out.sample")
-			if dt == dtypes.Float32 {
-				testutil.AssertClose(t, "out.sample f32/"+path.String(), out, want, sh, testutil.ParityTol(want))
-				continue
-			}
-			testutil.AssertRelClose(t, "out.sample bf16/"+path.String(), out, want, 2e-2)
+			testutil.AssertAtDType(t, "out.sample/"+path.String(), dt, out, want, sh)
 		}
 	})
 }

@@ -67,7 +67,7 @@ type Model struct {
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
-	trace func(name string, shape []int, values []float32)
+	trace gx.Trace
 }
 
 // Config returns the model's configuration.
@@ -124,12 +124,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	if backend == nil {
 		return nil, fmt.Errorf("wan: no backend")
 	}
-	dt := opts.DType
-	if dt == dtypes.InvalidDType {
-		dt = dtypes.Float32
-	}
-	if dt != dtypes.Float32 && dt != dtypes.BFloat16 {
-		return nil, fmt.Errorf("wan: Options.DType = %s; use Float32 or BFloat16", dt)
+	dt, err := gx.ComputeDType(opts.DType)
+	if err != nil {
+		return nil, fmt.Errorf("wan: %w", err)
 	}
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
@@ -274,18 +271,8 @@ func (m *Model) execs() *stageExecs {
 	return m.traced
 }
 
-// emit hands an intermediate to the trace hook as float32.
-func (m *Model) emit(name string, t *tensors.Tensor) error {
-	if m.trace == nil {
-		return nil
-	}
-	v, err := gx.HostF32(t)
-	if err != nil {
-		return fmt.Errorf("wan: trace %s: %w", name, err)
-	}
-	m.trace(name, t.Shape().Dimensions, v)
-	return nil
-}
+// emit hands an intermediate to the trace hook (tests) as float32.
+func (m *Model) emit(name string, t *tensors.Tensor) error { return m.trace.Emit("wan", name, t) }
 
 // ropeCache keeps the device RoPE tables of the last token grid: every step of a generation uses the
 // same grid.

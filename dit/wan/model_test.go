@@ -172,7 +172,7 @@ func TestBFloat16Forward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := fx.F32(t, "out.sample")
-		testutil.AssertRelClose(t, "out.sample bf16", out, want, 2e-2)
+		want, sh := fx.F32(t, "out.sample")
+		testutil.AssertAtDType(t, "out.sample", dtypes.BFloat16, out, want, sh)
 	})
 }

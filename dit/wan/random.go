@@ -31,25 +31,18 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m
 }
 
 func (m *Model) fillRandom(seed int64) error {
-	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
-		return randomScale(p.Name, p.Shape)
-	})
+	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, randomScale)
 	if err != nil {
 		return fmt.Errorf("wan: %w", err)
 	}
 	return nil
 }
 
-// randomScale returns (scale, offset) of the normal draw for a parameter.
-func randomScale(name string, shape []int) (float32, float32) {
-	switch {
-	case strings.HasSuffix(name, ".bias"):
-		return 0.05, 0
-	case strings.HasSuffix(name, "scale_shift_table"):
-		return float32(1 / math.Sqrt(float64(shape[len(shape)-1]))), 0
-	case len(shape) >= 2:
-		return float32(1 / math.Sqrt(float64(gx.FanIn(shape)))), 0
-	default:
-		return 0.1, 1
+// randomScale is gx.FixtureDraw but for the scale_shift_tables, drawn randn/√D as upstream initializes
+// them.
+func randomScale(p *weights.Param) (float32, float32) {
+	if strings.HasSuffix(p.Name, "scale_shift_table") {
+		return float32(1 / math.Sqrt(float64(p.Shape[len(p.Shape)-1]))), 0
 	}
+	return gx.FixtureDraw(p)
 }

@@ -151,15 +151,9 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		if err != nil {
 			return err
 		}
-		med := tm.Median()
-		rms, nan := rmsNonFinite(out.Video)
-		fmt.Printf("h3dit[%s]: first forward (compile + run) %.2f s -> compile ~%.2f s\n", label, tm.First, tm.First-med)
-		fmt.Printf("h3dit[%s]: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
-			label, tm.Min(), med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
-		fmt.Printf("h3dit[%s]: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; video rms %.4f, non-finite %d\n",
-			label, tm.PeakGPU, tm.PeakHost, rms, nan)
+		reportForward("h3dit["+label+"]", tm, tflop, "video", out.Video)
 		fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
-			weightsLabel, label, med, gib(wm.Total), tm.PeakGPU)
+			weightsLabel, label, tm.Median(), gib(wm.Total), tm.PeakGPU)
 		return nil
 	}
 	if err := measure("adaln per step", in); err != nil {

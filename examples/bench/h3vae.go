@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -115,72 +113,6 @@ func h3vaeGFLOP(cfg h3video.Config, chunks, height, width, tile int) float64 {
 		}
 	}
 	return total * float64(chunks) / 1e9
-}
-
-// gpuMemMiB reads this process's device memory from nvidia-smi (MiB), or -1 when unavailable.
-func gpuMemMiB() int {
-	out, err := exec.Command("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").Output()
-	if err != nil {
-		return -1
-	}
-	pid := strconv.Itoa(os.Getpid())
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Split(line, ",")
-		if len(f) == 2 && strings.TrimSpace(f[0]) == pid {
-			v, err := strconv.Atoi(strings.TrimSpace(f[1]))
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
-}
-
-// gpuPeak polls gpuMemMiB until stopped and reports the largest value seen.
-type gpuPeak struct {
-	stop chan struct{}
-	done chan int
-}
-
-func startGPUPeak() *gpuPeak {
-	p := &gpuPeak{stop: make(chan struct{}), done: make(chan int, 1)}
-	go func() {
-		peak := gpuMemMiB()
-		for {
-			select {
-			case <-p.stop:
-				p.done <- max(peak, gpuMemMiB())
-				return
-			case <-time.After(25 * time.Millisecond):
-				peak = max(peak, gpuMemMiB())
-			}
-		}
-	}()
-	return p
-}
-
-func (p *gpuPeak) Stop() int { close(p.stop); return <-p.done }
-
-// hostPeakMiB resets (reset=true) or reads the process's resident-set high-water mark (Linux).
-func hostPeakMiB(reset bool) int {
-	if reset {
-		_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-		return 0
-	}
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.Atoi(f[1])
-				return kb / 1024
-			}
-		}
-	}
-	return -1
 }
 
 // benchH3VideoVAE times the release-size video decoder (released geometry, random weights drawn on

@@ -4,15 +4,18 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gomlx/compute/dtypes"
 )
 
-// Helpers every benchmark uses the same way: dtype flags, random inputs, the timing loop and the
-// output summary.
+// Helpers every benchmark uses the same way: dtype flags, random inputs, the timing loop, the
+// device and host memory probes, and the output summary.
 
 // parseDType reads a compute-dtype flag value: bf16 (bfloat16) or f32 (float32).
 func parseDType(flagName, v string) (dtypes.DType, error) {
@@ -87,6 +90,22 @@ func timeRuns(warmup, iters int, run func() error) (timing, error) {
 	return t, nil
 }
 
+// h200DenseTFLOPS is the H200's dense bf16 tensor-core peak, the yardstick of the DiT benchmarks.
+const h200DenseTFLOPS = 790
+
+// reportForward prints a DiT forward's measurement under tag: the first (compiling) run, the timed runs
+// with the throughput of tflop per forward against the H200 peak, the memory peaks, and the rms of the
+// output named what.
+func reportForward(tag string, tm timing, tflop float64, what string, out []float32) {
+	med := tm.Median()
+	rms, nan := rmsNonFinite(out)
+	fmt.Printf("%s: first forward (compile + run) %.2f s -> compile ~%.2f s\n", tag, tm.First, tm.First-med)
+	fmt.Printf("%s: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of %d)\n",
+		tag, tm.Min(), med, len(tm.Sorted), tflop, tflop/med, 100*tflop/med/h200DenseTFLOPS, h200DenseTFLOPS)
+	fmt.Printf("%s: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; %s rms %.4f, non-finite %d\n",
+		tag, tm.PeakGPU, tm.PeakHost, what, rms, nan)
+}
+
 // rmsNonFinite is the root mean square of the finite values of v (over len(v)) and the count of the
 // others.
 func rmsNonFinite(v []float32) (rms float64, nonFinite int) {
@@ -99,4 +118,70 @@ func rmsNonFinite(v []float32) (rms float64, nonFinite int) {
 		ss += float64(x) * float64(x)
 	}
 	return math.Sqrt(ss / float64(max(1, len(v)))), nonFinite
+}
+
+// gpuMemMiB reads this process's device memory from nvidia-smi (MiB), or -1 when unavailable.
+func gpuMemMiB() int {
+	out, err := exec.Command("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").Output()
+	if err != nil {
+		return -1
+	}
+	pid := strconv.Itoa(os.Getpid())
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) == 2 && strings.TrimSpace(f[0]) == pid {
+			v, err := strconv.Atoi(strings.TrimSpace(f[1]))
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// gpuPeak polls gpuMemMiB until stopped and reports the largest value seen.
+type gpuPeak struct {
+	stop chan struct{}
+	done chan int
+}
+
+func startGPUPeak() *gpuPeak {
+	p := &gpuPeak{stop: make(chan struct{}), done: make(chan int, 1)}
+	go func() {
+		peak := gpuMemMiB()
+		for {
+			select {
+			case <-p.stop:
+				p.done <- max(peak, gpuMemMiB())
+				return
+			case <-time.After(25 * time.Millisecond):
+				peak = max(peak, gpuMemMiB())
+			}
+		}
+	}()
+	return p
+}
+
+func (p *gpuPeak) Stop() int { close(p.stop); return <-p.done }
+
+// hostPeakMiB resets (reset=true) or reads the process's resident-set high-water mark (Linux).
+func hostPeakMiB(reset bool) int {
+	if reset {
+		_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+		return 0
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.Atoi(f[1])
+				return kb / 1024
+			}
+		}
+	}
+	return -1
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -266,24 +265,6 @@ func (p *gpuMemPoller) stop() {
 	<-p.done
 }
 
-// hostPeakRSS is the process's peak resident set (VmHWM), in MiB.
-func hostPeakRSS() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				return kb / 1024
-			}
-		}
-	}
-	return -1
-}
-
 // benchQwen3VL runs the H3 text conditioner at full size with streamed random
 // bf16 weights: tokens prompt tokens through layers 0..index-1 (index 50 =
 // hidden_states[50], what H3 conditions on), one layer resident at a time, and
@@ -383,6 +364,6 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	} else {
 		fmt.Printf("qwen3vl: device memory: nvidia-smi unavailable, not measured\n")
 	}
-	fmt.Printf("qwen3vl: host peak RSS %.0f MiB\n", hostPeakRSS())
+	fmt.Printf("qwen3vl: host peak RSS %d MiB\n", hostPeakMiB(false))
 	return nil
 }

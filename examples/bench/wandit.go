@@ -122,13 +122,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	if err != nil {
 		return err
 	}
-	med := tm.Median()
-	rms, nan := rmsNonFinite(out)
-	fmt.Printf("wandit: first forward (compile + run) %.2f s -> compile ~%.2f s\n", tm.First, tm.First-med)
-	fmt.Printf("wandit: forward min %.3f s, median %.3f s over %d runs; %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790)\n",
-		tm.Min(), med, c.Iters, tflop, tflop/med, 100*tflop/med/790)
-	fmt.Printf("wandit: peak device memory %d MiB (nvidia-smi, this process), peak host RSS %d MiB; output rms %.4f, non-finite %d\n",
-		tm.PeakGPU, tm.PeakHost, rms, nan)
+	reportForward("wandit", tm, tflop, "output", out)
 
 	if len(steps) == 0 {
 		return nil
@@ -178,7 +172,7 @@ func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, 
 	med := totals[len(totals)/2]
 	total := tflop * float64(ladder.Steps())
 	rms, nan := rmsNonFinite(x0)
-	fmt.Printf("wandit: FastWan denoise %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of 790); x0 rms %.4f, non-finite %d\n",
-		ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/790, rms, nan)
+	fmt.Printf("wandit: FastWan denoise %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of %d); x0 rms %.4f, non-finite %d\n",
+		ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/h200DenseTFLOPS, h200DenseTFLOPS, rms, nan)
 	return nil
 }

@@ -167,3 +167,47 @@ func TestOps(t *testing.T) {
 		t.Errorf("GeluTanh(3) = %v, want %v", g[2], want)
 	}
 }
+
+func TestComputeDTypeAndTrace(t *testing.T) {
+	for _, c := range []struct{ in, want dtypes.DType }{
+		{dtypes.InvalidDType, dtypes.Float32}, {dtypes.Float32, dtypes.Float32}, {dtypes.BFloat16, dtypes.BFloat16},
+	} {
+		if got, err := ComputeDType(c.in); got != c.want || err != nil {
+			t.Errorf("ComputeDType(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	if _, err := ComputeDType(dtypes.Float16); err == nil || !strings.Contains(err.Error(), "Options.DType = Float16") {
+		t.Errorf("ComputeDType(Float16) must name the field and value: %v", err)
+	}
+
+	var none Trace
+	if err := none.Emit("pkg", "x", tensors.FromValue([]int32{1})); err != nil {
+		t.Errorf("a nil Trace must read nothing: %v", err)
+	}
+	got := map[string][]float32{}
+	tr := Trace(func(name string, shape []int, v []float32) { got[name] = v })
+	if err := tr.Emit("pkg", "x", tensors.FromValue(bfloat16.FromFloat32s(0.5, 3))); err != nil || !slices.Equal(got["x"], []float32{0.5, 3}) {
+		t.Errorf("Emit: %v, %v", got, err)
+	}
+	if err := tr.Emit("pkg", "ids", tensors.FromValue([]int32{1})); err == nil || !strings.HasPrefix(err.Error(), "pkg: trace ids: ") {
+		t.Errorf("Emit of an int tensor must fail naming the context and the name: %v", err)
+	}
+}
+
+func TestFixtureDraw(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		shape         []int
+		scale, offset float32
+	}{
+		{"a.bias", []int{8}, 0.05, 0},
+		{"a.weight", []int{8, 16}, 0.25, 0},
+		{"conv.weight", []int{8, 4, 1, 2, 2}, 0.25, 0},
+		{"norm.weight", []int{8}, 0.1, 1},
+	} {
+		s, o := FixtureDraw(&weights.Param{Name: c.name, Shape: c.shape})
+		if s != c.scale || o != c.offset {
+			t.Errorf("%s %v: (%v, %v), want (%v, %v)", c.name, c.shape, s, o, c.scale, c.offset)
+		}
+	}
+}

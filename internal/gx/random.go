@@ -2,6 +2,8 @@ package gx
 
 import (
 	"fmt"
+	"math"
+	"strings"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -78,4 +80,18 @@ func FanIn(shape []int) int {
 		n *= d
 	}
 	return n
+}
+
+// FixtureDraw is the Draw of the golden-fixture generators, which keeps a random model's activations in
+// a realistic range: biases (".bias") 0.05·N(0, 1), matrices N(0, 1)/√fan_in, other vectors (norm
+// weights) 1 + 0.1·N(0, 1). Models with other parameter kinds check those first and fall back to it.
+func FixtureDraw(p *weights.Param) (scale, offset float32) {
+	switch {
+	case strings.HasSuffix(p.Name, ".bias"):
+		return 0.05, 0
+	case len(p.Shape) >= 2:
+		return float32(1 / math.Sqrt(float64(FanIn(p.Shape)))), 0
+	default:
+		return 0.1, 1
+	}
 }

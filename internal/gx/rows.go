@@ -21,12 +21,12 @@ func GatherRows(table safetensors.Info, ids []int) (safetensors.Info, error) {
 	if !table.DType.IsFloat() {
 		return safetensors.Info{}, fmt.Errorf("embedding %q is %s; want F32, BF16, F16 or F64", table.Name, table.DType)
 	}
-	vocab, rowBytes := table.Shape[0], table.Shape[1]*table.DType.Size()
+	if err := CheckTokenIDs(ids, table.Shape[0]); err != nil {
+		return safetensors.Info{}, fmt.Errorf("embedding %q: %w", table.Name, err)
+	}
+	rowBytes := table.Shape[1] * table.DType.Size()
 	raw := make([]byte, len(ids)*rowBytes)
 	for i, id := range ids {
-		if id < 0 || id >= vocab {
-			return safetensors.Info{}, fmt.Errorf("token id %d at position %d is outside the vocabulary [0, %d) of %q: the tokenizer does not match this checkpoint", id, i, vocab, table.Name)
-		}
 		copy(raw[i*rowBytes:(i+1)*rowBytes], table.Data[id*rowBytes:(id+1)*rowBytes])
 	}
 	return safetensors.Info{Name: table.Name, DType: table.DType, Shape: []int{len(ids), table.Shape[1]}, Data: raw}, nil
@@ -40,4 +40,16 @@ func LoadRows(table safetensors.Info, ids []int, dt dtypes.DType, backend comput
 		return nil, err
 	}
 	return weights.Load(rows, dt, backend)
+}
+
+// CheckTokenIDs checks that every id indexes a vocabulary of vocab rows. The text encoders check
+// before any device work, so that a tokenizer paired with the wrong checkpoint is reported as such
+// instead of as an out-of-range gather.
+func CheckTokenIDs(ids []int, vocab int) error {
+	for i, id := range ids {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("token id %d at position %d is outside the vocabulary [0, %d): the tokenizer does not match this checkpoint", id, i, vocab)
+		}
+	}
+	return nil
 }

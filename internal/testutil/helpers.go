@@ -1,16 +1,20 @@
 package testutil
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/internal/backend"
 	"fastvideo/internal/safetensors"
@@ -104,6 +108,24 @@ func AssertRelClose(t testing.TB, label string, got, want []float32, rel float64
 		t.Errorf("%s: relative error %.3g > %.3g", label, r, rel)
 	}
 	return r
+}
+
+// BF16RelTol bounds a bfloat16 forward against its float32 reference, as max|got − want| / max|want|:
+// bfloat16 keeps 8 significant bits, and a DiT forward compounds their rounding over its layers.
+const BF16RelTol = 2e-2
+
+// AssertAtDType checks a forward computed in dt against the float32 reference want: at the parity
+// tolerance in float32, loosely (BF16RelTol) in bfloat16. The label gets the dtype appended.
+func AssertAtDType(t testing.TB, label string, dt dtypes.DType, got, want []float32, shape []int) {
+	t.Helper()
+	switch dt {
+	case dtypes.Float32:
+		AssertClose(t, label+" f32", got, want, shape, ParityTol(want))
+	case dtypes.BFloat16:
+		AssertRelClose(t, label+" bf16", got, want, BF16RelTol)
+	default:
+		t.Fatalf("%s: no bound for a %s forward; compute in Float32 or BFloat16", label, dt)
+	}
 }
 
 // GPUTestEnv must be 1 for the GPU tests to run (on a machine with an NVIDIA GPU).
@@ -282,3 +304,54 @@ func SNRdB(got, ref []float32) float64 {
 	}
 	return 10 * math.Log10(s/n)
 }
+
+// SlogCapture records, in order, the value of one attribute of the log records with one message, e.g.
+// the "path" of every "quant.Linear" record, so a test can see which kernel a graph chose.
+type SlogCapture struct {
+	message, key string
+	mu           sync.Mutex
+	values       []string
+}
+
+// CaptureSlog makes a SlogCapture the default slog handler (every level) until the test ends.
+func CaptureSlog(t testing.TB, message, key string) *SlogCapture {
+	c := &SlogCapture{message: message, key: key}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(c))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return c
+}
+
+// Take returns the values recorded since the last call and forgets them.
+func (c *SlogCapture) Take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.values
+	c.values = nil
+	return v
+}
+
+// Enabled accepts every level: the records tests look for are Debug.
+func (c *SlogCapture) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle records the attribute of a record with the message.
+func (c *SlogCapture) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != c.message {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == c.key {
+			c.mu.Lock()
+			c.values = append(c.values, a.Value.String())
+			c.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// WithAttrs and WithGroup keep the capture itself: attributes added to a logger are not recorded.
+func (c *SlogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+
+// WithGroup: see WithAttrs.
+func (c *SlogCapture) WithGroup(string) slog.Handler { return c }

@@ -2,11 +2,14 @@ package testutil
 
 import (
 	"encoding/json"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/internal/safetensors"
 )
@@ -87,7 +90,23 @@ func TestRelativeHelpers(t *testing.T) {
 	if r := AssertRelClose(t, "rel", []float32{1, 2.01}, []float32{1, 2}, 1e-2); math.Abs(r-0.005) > 1e-6 {
 		t.Errorf("relative error %v, want 0.005", r)
 	}
+	// Within each dtype's bound: equal values in f32, a 0.25 % error in bf16.
+	AssertAtDType(t, "f32", dtypes.Float32, []float32{1, 2}, []float32{1, 2}, nil)
+	AssertAtDType(t, "bf16", dtypes.BFloat16, []float32{1, 2.005}, []float32{1, 2}, nil)
 	if got := Transpose01([]float32{1, 2, 3, 4, 5, 6}, 2, 3, 1); !slices.Equal(got, []float32{1, 4, 2, 5, 3, 6}) {
 		t.Errorf("Transpose01 = %v", got)
+	}
+}
+
+func TestCaptureSlog(t *testing.T) {
+	c := CaptureSlog(t, "quant.Linear", "path")
+	slog.Debug("quant.Linear", "rows", 4, "path", "dense")
+	slog.Debug("other", "path", "ignored")
+	slog.Info("quant.Linear", "path", "quantized")
+	if got := c.Take(); !slices.Equal(got, []string{"dense", "quantized"}) {
+		t.Errorf("Take = %q, want [dense quantized]", got)
+	}
+	if got := c.Take(); len(got) != 0 {
+		t.Errorf("a second Take = %q, want nothing", got)
 	}
 }

@@ -7,12 +7,9 @@ import "fmt"
 // (feature = ((c*pt + it)*ph + ih)*pw + iw), the checkpoint contract; the
 // common patch-major order would silently scramble every feature.
 func PatchifyVideo(latent []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
-	p := patchOrDefault(patch)
-	if len(latent) != c*t*h*w {
-		return nil, fmt.Errorf("packing: latent has %d values, want %d for (%d,%d,%d,%d)", len(latent), c*t*h*w, c, t, h, w)
-	}
-	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
-		return nil, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
+	p, err := checkVideo("latent has", len(latent), c, t, h, w, patch)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]float32, len(latent))
 	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[dst] = latent[src] })
@@ -21,16 +18,26 @@ func PatchifyVideo(latent []float32, c, t, h, w int, patch [3]int) ([]float32, e
 
 // UnpatchifyVideo is the exact inverse of PatchifyVideo.
 func UnpatchifyVideo(rows []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
-	p := patchOrDefault(patch)
-	if len(rows) != c*t*h*w {
-		return nil, fmt.Errorf("packing: rows hold %d values, want %d for (%d,%d,%d,%d)", len(rows), c*t*h*w, c, t, h, w)
-	}
-	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
-		return nil, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
+	p, err := checkVideo("rows hold", len(rows), c, t, h, w, patch)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]float32, len(rows))
 	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[src] = rows[dst] })
 	return out, nil
+}
+
+// checkVideo resolves the patch and checks that n values (what: "latent has", "rows hold") fill the
+// latent (c, t, h, w) and that the patch divides its grid.
+func checkVideo(what string, n, c, t, h, w int, patch [3]int) ([3]int, error) {
+	p := patchOrDefault(patch)
+	if n != c*t*h*w {
+		return p, fmt.Errorf("packing: %s %d values, want %d for (%d,%d,%d,%d)", what, n, c*t*h*w, c, t, h, w)
+	}
+	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
+		return p, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
+	}
+	return p, nil
 }
 
 // forEachPatchElement maps each latent element (src, (C,T,H,W) order) to its
