@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+
+	"fastvideo/internal/safetensors"
 )
 
 // The cache file holds a compiled tokenizer so that a warm Load skips the
@@ -225,26 +227,12 @@ func decodeCompiled(data []byte, key [32]byte) (*compiled, error) {
 	return c, nil
 }
 
-// writeCache stores the compiled tokenizer with a temp file and a rename, so
-// that concurrent loaders never see a partial file. Failures are returned for
-// tests but otherwise ignored: the cache only saves time.
+// writeCache stores the compiled tokenizer with safetensors.WriteAtomic's temp file and rename,
+// so that concurrent loaders never see a partial file. Failures are returned for tests but
+// otherwise ignored: the cache only saves time.
 func writeCache(dir string, key [32]byte, c *compiled) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tokc-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(encodeCompiled(key, c))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), cachePath(dir, key))
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return safetensors.WriteAtomic(cachePath(dir, key), encodeCompiled(key, c))
 }

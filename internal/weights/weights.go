@@ -10,6 +10,7 @@ package weights
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -149,6 +150,14 @@ func (e *BindError) Error() string {
 
 // Bind loads every declared parameter from src. Nothing is kept on failure.
 func Bind(src Source, set *Set, opts Options) error {
+	// Checked here, once, rather than in every model's FromSource: a nil interface would otherwise
+	// panic on the first src.Tensor call.
+	if src == nil {
+		return errors.New("weights: Bind needs a weight source, got nil; pass an opened checkpoint (safetensors.OpenCheckpoint)")
+	}
+	if set == nil {
+		return errors.New("weights: Bind needs a parameter set, got nil; declare one with weights.NewSet")
+	}
 	if opts.DType == dtypes.InvalidDType {
 		opts.DType = dtypes.Float32
 	}
@@ -292,6 +301,10 @@ func Load(info safetensors.Info, dt dtypes.DType, backend compute.Backend) (*ten
 	}
 	if !info.DType.IsFloat() {
 		return nil, fmt.Errorf("%s tensor cannot be converted to %s", info.DType, dt)
+	}
+	// Checked here so that EncodeFloats, which only knows the float dtypes, never sees another.
+	if !convertible(info.DType, dt) {
+		return nil, fmt.Errorf("%s tensor %q cannot be converted to %s; load it as Float32, BFloat16, Float16 or Float64", info.DType, info.Name, dt)
 	}
 	vals, err := info.Float64s()
 	if err != nil {

@@ -130,3 +130,21 @@ func TestSyntheticIsDeterministicPerName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestBindRejectsNilInputs(t *testing.T) {
+	set := NewSet("")
+	set.Add("w", 2)
+	if err := Bind(nil, set, Options{}); err == nil || !strings.Contains(err.Error(), "weight source") {
+		t.Errorf("Bind(nil source) = %v, want an error naming the weight source", err)
+	}
+	if err := Bind(source(t), nil, Options{}); err == nil || !strings.Contains(err.Error(), "parameter set") {
+		t.Errorf("Bind(nil set) = %v, want an error naming the parameter set", err)
+	}
+}
+
+func TestLoadRejectsNonFloatTarget(t *testing.T) {
+	info := safetensors.Info{Name: "w", DType: safetensors.F32, Shape: []int{1}, Data: safetensors.F32Bytes([]float32{1})}
+	if _, err := Load(info, dtypes.Int32, nil); err == nil || !strings.Contains(err.Error(), "Int32") {
+		t.Errorf("Load(F32 -> Int32) = %v, want an error naming the target dtype", err)
+	}
+}

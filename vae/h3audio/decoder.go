@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -13,7 +12,6 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/gx"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
@@ -44,17 +42,9 @@ type Decoder struct {
 // Load reads the release's audio_vae/ folder: config.json and the safetensors
 // weights (a single file or a sharded index).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	cfg, err := ReadConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("h3audio: opening the audio VAE weights in %s: %w", filepath.Clean(dir), err)
-	}
-	// Bind copies every tensor out of the mapping, so the files can close now.
-	defer ckpt.Close()
-	return FromSource(backend, cfg, ckpt, opts)
+	return weights.FromFolder(dir, "h3audio", ReadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+		return FromSource(backend, cfg, src, opts)
+	})
 }
 
 // FromSource binds the parameters of cfg from src (released tensor names:

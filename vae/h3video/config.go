@@ -14,8 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
+
+	"fastvideo/internal/modelcfg"
 )
 
 // Config is the released vae/config.json (diffusers field names), plus the tiling controls that
@@ -124,17 +124,9 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, nil
 }
 
-// LoadConfig reads dir/config.json (dir is the released vae/ folder).
+// LoadConfig reads dir/config.json (dir is the released vae/ folder, or the config file itself).
 func LoadConfig(dir string) (Config, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return Config{}, fmt.Errorf("h3video: %w (pass the released vae/ folder, which holds config.json)", err)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w (in %s)", err, filepath.Join(dir, "config.json"))
-	}
-	return c, nil
+	return modelcfg.Read(dir, ParseConfig, "h3video", "pass the released vae/ folder, which holds config.json")
 }
 
 // Validate checks the fields the decoder depends on.

@@ -12,7 +12,6 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/internal/gx"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
@@ -68,25 +67,9 @@ type Decoder struct {
 
 // Load reads the released vae/ folder (config.json and the safetensors weights).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return fromFolder(dir, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
-}
-
-// fromFolder reads the config and opens the checkpoint of a vae/ folder for build, which binds
-// (copies) the tensors it needs, so the checkpoint closes when it returns.
-func fromFolder[T any](dir string, build func(Config, weights.Source) (T, error)) (T, error) {
-	var zero T
-	cfg, err := LoadConfig(dir)
-	if err != nil {
-		return zero, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return zero, fmt.Errorf("h3video: %w", err)
-	}
-	defer ckpt.Close()
-	return build(cfg, ckpt)
 }
 
 // FromSource builds a decoder from any weight source using the released (diffusers) tensor names.

@@ -58,7 +58,7 @@ type Posterior struct {
 
 // LoadEncoder reads the encoder from the released vae/ folder.
 func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	return fromFolder(dir, func(cfg Config, src weights.Source) (*Encoder, error) {
+	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
 		return EncoderFromSource(backend, cfg, src, opts)
 	})
 }

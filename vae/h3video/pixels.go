@@ -1,5 +1,7 @@
 package h3video
 
+import "fastvideo/internal/media"
+
 // Pixels de-normalizes the frames to [0, 1]: clamp(sample·std[c] + mean[c], 0, 1) with the ImageNet
 // statistics, in float32 like the reference's denormalize_pixels followed by clamp_. The layout
 // stays [3][Count][Height][Width]. NaN stays NaN, as with torch.clamp.
@@ -18,32 +20,8 @@ func (f Frames) Pixels() []float32 {
 // RGB24 appends the frames to dst as interleaved 8-bit RGB, frame after frame, each row-major
 // [Height][Width][3] (ffmpeg's rgb24), and returns the extended slice.
 func (f Frames) RGB24(dst []byte) []byte {
-	p := f.Pixels()
-	plane := f.Height * f.Width
-	n := f.Count * plane
-	base := len(dst)
-	dst = append(dst, make([]byte, 3*n)...)
-	out := dst[base:]
-	for c := 0; c < 3; c++ {
-		src := p[c*n : (c+1)*n]
-		for i, v := range src {
-			out[3*i+c] = Quantize(v)
-		}
-	}
-	return dst
+	return media.AppendRGB24(dst, f.Pixels(), f.Count*f.Height*f.Width)
 }
 
-// Quantize converts a [0, 1] pixel to uint8 the way FastVideo's pipeline does,
-// (x·255).clamp(0, 255).to(uint8): the product is rounded to float32, clamped, then truncated toward
-// zero (0.5 → 127, not 128). Out-of-range values saturate; NaN, whose uint8 conversion is
-// undefined in PyTorch, becomes 0.
-func Quantize(x float32) uint8 {
-	v := x * 255
-	if !(v > 0) { // also NaN
-		return 0
-	}
-	if v >= 255 {
-		return 255
-	}
-	return uint8(v) // Go truncates toward zero, like the C cast PyTorch uses
-}
+// Quantize converts a [0, 1] pixel to uint8 as FastVideo's pipeline does; see media.Quantize.
+func Quantize(x float32) uint8 { return media.Quantize(x) }

@@ -2,13 +2,10 @@ package h3video
 
 import (
 	"fmt"
-	"math"
-	"strings"
 
 	"github.com/gomlx/compute"
 
 	"fastvideo/internal/gx"
-	"fastvideo/internal/weights"
 )
 
 // NewRandom builds a decoder of the given geometry whose weights are drawn on the backend, without a
@@ -20,8 +17,7 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	draw := func(p *weights.Param) (float32, float32) { return randomScale(p.Name, p.Shape) }
-	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, draw); err != nil {
+	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, gx.FixtureDraw); err != nil {
 		d.set.Release()
 		return nil, fmt.Errorf("h3video: random weights: %w", err)
 	}
@@ -30,16 +26,4 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 		return nil, err
 	}
 	return d, nil
-}
-
-// randomScale returns (scale, offset) of the normal draw for a parameter.
-func randomScale(name string, shape []int) (float32, float32) {
-	switch {
-	case strings.HasSuffix(name, ".bias"):
-		return 0.05, 0
-	case len(shape) >= 2:
-		return float32(1 / math.Sqrt(float64(gx.FanIn(shape)))), 0
-	default:
-		return 0.1, 1
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/gx"
+	"fastvideo/internal/media"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -50,14 +51,10 @@ func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape [
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, nf, plane := out[1], out[2], out[3]*out[4]
-	pix := make([]float32, nc*nf*plane)
+	nf, plane := out[2], out[3]*out[4]
+	pix := make([]float32, out[1]*nf*plane)
 	err = d.Decode(ctx, latents, shape, func(f Frames) error {
-		p := f.Pixels()
-		for c := 0; c < nc; c++ {
-			copy(pix[(c*nf+f.Start)*plane:(c*nf+f.Start+f.Count)*plane], p[c*f.Count*plane:(c+1)*f.Count*plane])
-		}
-		return nil
+		return media.PlaceFrames(pix, nf, f.Pixels(), f.Start, f.Count, plane)
 	})
 	if err != nil {
 		return nil, nil, err

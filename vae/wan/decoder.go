@@ -9,7 +9,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
@@ -23,9 +22,9 @@ const (
 // Options configure a Decoder. The zero value decodes the whole canvas at once in float32, which is
 // what FastVideo's Wan pipelines run (vae_tiling off).
 type Options struct {
-	// DType is the weight and convolution dtype: Float32 (default; the released weights) or
-	// BFloat16 (FastVideo's Wan decode precision on GPUs). Norms, softmax and the output stay
-	// float32.
+	// DType is the weight and convolution dtype: Float32 (default; the released weights),
+	// BFloat16 (FastVideo's Wan decode precision on GPUs) or Float16. Norms, softmax and the output
+	// stay float32.
 	DType dtypes.DType
 	// Tiling decodes overlapping spatial tiles and blends them like FastVideo's spatial tiled decode
 	// when the latent canvas is larger than one tile. Each tile keeps its own feature cache and is
@@ -66,17 +65,9 @@ type execKey struct{ first, taps, enc bool }
 // Load reads the released vae/ folder (config.json and the safetensors weights, single file or
 // sharded). Encoder tensors are skipped unless Options.Encoder is set.
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	cfg, err := LoadConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("wan: opening the VAE weights: %w", err)
-	}
-	// Bind copies every tensor out of the mapping, so the files can close now.
-	defer ckpt.Close()
-	return FromSource(backend, cfg, ckpt, opts)
+	return weights.FromFolder(dir, "wan", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+		return FromSource(backend, cfg, src, opts)
+	})
 }
 
 // FromSource binds the decoder of cfg from src under the released (diffusers) names:

@@ -2,7 +2,6 @@ package wan
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -20,27 +19,18 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := d.fillRandom(seed); err != nil {
+	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, randomDraw); err != nil {
 		d.set.Release()
-		return nil, fmt.Errorf("wan: %w", err)
+		return nil, fmt.Errorf("wan: random weights: %w", err)
 	}
 	return d, nil
 }
 
-func (d *Decoder) fillRandom(seed int64) error {
-	return gx.FillRandom(d.backend, d.set, d.opts.DType, seed, func(p *weights.Param) (float32, float32) {
-		return randomScale(p.Name, p.Shape)
-	})
-}
-
-// randomScale returns (scale, offset) of the normal draw for a parameter.
-func randomScale(name string, shape []int) (float32, float32) {
-	switch {
-	case strings.HasSuffix(name, ".bias"):
-		return 0.05, 0
-	case strings.HasSuffix(name, ".gamma"):
+// randomDraw is the fixture generator's draw: the norm gains (".gamma", stored [C, 1, 1(, 1)] and so
+// not vectors by shape) are 1+0.1·randn; the rest follows gx.FixtureDraw.
+func randomDraw(p *weights.Param) (scale, offset float32) {
+	if strings.HasSuffix(p.Name, ".gamma") {
 		return 0.1, 1
-	default:
-		return float32(1 / math.Sqrt(float64(gx.FanIn(shape)))), 0
 	}
+	return gx.FixtureDraw(p)
 }

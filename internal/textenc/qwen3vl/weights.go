@@ -176,10 +176,8 @@ func (w *CheckpointWeights) loadResident() error {
 // two modes hand the first layer bit-identical inputs.
 func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if w.resident {
-		for i, id := range ids {
-			if id < 0 || id >= w.cfg.VocabSize {
-				return nil, fmt.Errorf("qwen3vl: token id %d at position %d is outside the vocabulary [0, %d): the tokenizer does not match this checkpoint", id, i, w.cfg.VocabSize)
-			}
+		if err := gx.CheckTokenIDs(ids, w.cfg.VocabSize); err != nil {
+			return nil, fmt.Errorf("qwen3vl: %w", err)
 		}
 		idx := make([]int32, len(ids))
 		for i, id := range ids {

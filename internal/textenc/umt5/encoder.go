@@ -482,10 +482,8 @@ func (e *Encoder) checkInputs(ids, mask []int) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("umt5: no token ids; encode at least one token (the tokenizer appends EOS)")
 	}
-	for i, id := range ids {
-		if id < 0 || id >= e.cfg.VocabSize {
-			return fmt.Errorf("umt5: token id %d at position %d is outside the vocabulary [0, %d): the tokenizer does not match this checkpoint", id, i, e.cfg.VocabSize)
-		}
+	if err := gx.CheckTokenIDs(ids, e.cfg.VocabSize); err != nil {
+		return fmt.Errorf("umt5: %w", err)
 	}
 	if mask == nil {
 		return nil

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/tokenizer"
 )
 
@@ -71,27 +72,11 @@ func materialize() (string, error) {
 	return "", fmt.Errorf("qwen3data: cannot write the embedded tokenizer to disk (%v); make the user cache folder or $TMPDIR writable", errs)
 }
 
-// writeAtomic writes data to dir/name through a temp file and a rename, so a concurrent reader
-// never sees a partial file.
+// writeAtomic writes data to dir/name (dir created if need be) through safetensors.WriteAtomic's
+// temp file and rename, so a concurrent reader never sees a partial file.
 func writeAtomic(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if werr != nil {
-		os.Remove(tmp)
-	}
-	return werr
+	return safetensors.WriteAtomic(filepath.Join(dir, name), data)
 }
