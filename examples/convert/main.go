@@ -36,14 +36,27 @@ import (
 	"fastvideo/schedule"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "convert:", err)
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+func main() { os.Exit(exitCode(run(os.Args[1:], os.Stdout), os.Stderr)) }
+
+// usageError marks invalid input, which exits 2 like the other example
+// binaries; everything else is a runtime failure (1).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "convert:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
 }
 
 type options struct {
@@ -66,16 +79,19 @@ func parseFlags(args []string, w io.Writer) (options, error) {
 	fs.StringVar(&o.backend, "backend", "", `backend that computes the AdaLN tables: "" uses $GOMLX_BACKEND else go; e.g. xla:cuda`)
 	fs.StringVar(&o.adalnDType, "adaln-dtype", "bf16", "compute and storage dtype of the AdaLN tables: bf16 (as MLX stores them) or f32")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err}
 	}
 	if o.in == "" || o.out == "" {
-		return o, fmt.Errorf("-in and -out are required (see -help)")
+		return o, usagef("-in and -out are required (see -help)")
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %v", fs.Args())
+		return o, usagef("unexpected arguments %v", fs.Args())
 	}
 	if o.adalnSteps < 0 {
-		return o, fmt.Errorf("-adaln-steps = %d; use 0 (keep the AdaLN projections) or a positive step count", o.adalnSteps)
+		return o, usagef("-adaln-steps = %d; use 0 (keep the AdaLN projections) or a positive step count", o.adalnSteps)
 	}
 	return o, nil
 }
@@ -87,7 +103,7 @@ func run(args []string, w io.Writer) error {
 	}
 	scheme := quant.Scheme{Bits: o.bits, GroupSize: o.group}
 	if err := scheme.Validate(); err != nil {
-		return fmt.Errorf("-bits %d -group %d: %w", o.bits, o.group, err)
+		return usageError{fmt.Errorf("-bits %d -group %d: %w", o.bits, o.group, err)}
 	}
 	var scaleDT safetensors.DType
 	switch o.scaleDType {
@@ -99,11 +115,11 @@ func run(args []string, w io.Writer) error {
 	case "f32":
 		scaleDT = safetensors.F32
 	default:
-		return fmt.Errorf("-scale-dtype %q: use bf16, f16, f32 or leave it empty", o.scaleDType)
+		return usagef("-scale-dtype %q: use bf16, f16, f32 or leave it empty", o.scaleDType)
 	}
 	// First: a converted folder has no config.json, so reading it would hide the real mistake.
 	if quant.IsCheckpoint(o.in) {
-		return fmt.Errorf("-in %s is already a converted checkpoint", o.in)
+		return usagef("-in %s is already a converted checkpoint", o.in)
 	}
 	config, err := os.ReadFile(filepath.Join(o.in, "config.json"))
 	if err != nil {

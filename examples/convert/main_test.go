@@ -118,3 +118,23 @@ func TestConvertFlagErrors(t *testing.T) {
 		t.Error("a failed conversion wrote a manifest")
 	}
 }
+
+func TestConvertExitCodes(t *testing.T) {
+	in := releasedFolder(t)
+	out := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-help"}, 0},
+		{[]string{"-nonsense"}, 2},
+		{[]string{"-out", out}, 2},
+		{[]string{"-in", in, "-out", out, "-bits", "5"}, 2},
+		{[]string{"-in", in, "-out", out, "-scale-dtype", "int8"}, 2},
+		{[]string{"-in", filepath.Join(in, "missing"), "-out", out}, 1},
+	} {
+		if got := exitCode(run(c.args, io.Discard), io.Discard); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.args, got, c.want)
+		}
+	}
+}
