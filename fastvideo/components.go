@@ -112,18 +112,16 @@ type folderComponents struct {
 // openFolder validates a snapshot without loading weights: every component's config parses and
 // agrees with the DiT, every weight checkpoint's headers open, and the tokenizer file exists.
 func openFolder(spec *ModelSpec) (*folderComponents, error) {
+	// spec came from ReadModelFolder, which read the DiT and audio VAE configs with the packages' own
+	// readers and cross-checked them; the video VAE config is re-read here by the decoder's strict
+	// reader (its latent statistics are required to decode, not to plan).
 	c := &folderComponents{snapshot: snapshot{dir: spec.Dir, spec: spec}}
-	dit, err := h3.ReadConfig(c.path(dirTransformer))
-	if err != nil {
-		return nil, err
-	}
+	dit := spec.DiT
+	var err error
 	if c.manifest, err = h3.ReadAdaLNManifest(c.path(dirTransformer)); err != nil {
 		return nil, err
 	}
 	if _, err := h3video.LoadConfig(c.path(dirVAE)); err != nil {
-		return nil, err
-	}
-	if _, err := h3audio.ReadConfig(c.path(dirAudioVAE)); err != nil {
 		return nil, err
 	}
 	if c.textCfg, err = qwen3vl.LoadConfig(c.path(dirTextEncoder)); err != nil {

@@ -231,27 +231,27 @@ func ReadModelFolder(dir string) (*ModelSpec, error) {
 		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: BF16,
 		MinAlignedFrames: 124, MaxAlignedFrames: 345,
 	}
-	if err := readJSON(filepath.Join(dir, "transformer", "config.json"), &m.DiT, true); err != nil {
-		return nil, err
+	// The DiT's own reader, so that -plan and New see the config the loader will use, including a
+	// converted transformer/ whose config lives in its quantization manifest. The video VAE is read
+	// leniently here (planning needs only its geometry); New checks it strictly (openFolder).
+	var err error
+	if m.DiT, err = h3.ReadConfig(filepath.Join(dir, dirTransformer)); err != nil {
+		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
-	if err := m.DiT.Validate(); err != nil {
-		return nil, fmt.Errorf("fastvideo: %s: %w", filepath.Join(dir, "transformer", "config.json"), err)
-	}
-	if err := readJSON(filepath.Join(dir, "vae", "config.json"), &m.VAE, true); err != nil {
+	if err := readJSON(filepath.Join(dir, dirVAE, "config.json"), &m.VAE, true); err != nil {
 		return nil, err
 	}
 	if m.VAE.SpatialRatio() != packing.VAESpatialRatio || m.VAE.LatentChannels != m.DiT.InChannels {
 		return nil, fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
 			filepath.Join(dir, "vae", "config.json"), m.VAE.SpatialRatio(), m.VAE.LatentChannels, packing.VAESpatialRatio, m.DiT.InChannels)
 	}
-	if err := readJSON(filepath.Join(dir, "audio_vae", "config.json"), &m.AudioVAE, true); err != nil {
-		return nil, err
+	if m.AudioVAE, err = h3audio.ReadConfig(filepath.Join(dir, dirAudioVAE)); err != nil {
+		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
 	if m.AudioVAE.LatentChannels != m.DiT.AudioInChannels {
 		return nil, fmt.Errorf("fastvideo: %s: %d latent channels, but the DiT takes %d audio channels",
 			filepath.Join(dir, "audio_vae", "config.json"), m.AudioVAE.LatentChannels, m.DiT.AudioInChannels)
 	}
-	var err error
 	if m.VideoShift, err = readShift(filepath.Join(dir, "scheduler", "scheduler_config.json"), true); err != nil {
 		return nil, err
 	}

@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"fastvideo/dit/h3"
+	"fastvideo/quant"
 )
 
 func TestPlanWorkedExample(t *testing.T) { // h3.md §3.7, §5.2
@@ -324,6 +326,16 @@ func TestReadModelFolder(t *testing.T) {
 	p, err := Plan(dir, Request{})
 	if err != nil || p.Steps != 8 || len(p.VideoSigmas) != 9 {
 		t.Fatalf("contract plan %+v, %v", p, err)
+	}
+	// A converted (quantized) transformer/ keeps its config in the quantization manifest, not in
+	// config.json; the folder reader takes it from there like h3.Load does.
+	if err := os.Remove(filepath.Join(dir, "transformer", "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(tinyDiT())
+	write("transformer/"+quant.ManifestFile, fmt.Sprintf(`{"format_version": %d, "config": %s}`, quant.FormatVersion, raw))
+	if m, err := ReadModelFolder(dir); err != nil || !reflect.DeepEqual(m.DiT, tinyDiT()) {
+		t.Fatalf("converted transformer/: %v", err)
 	}
 	var re *RequestError
 	if err := Validate(dir, Request{Prompt: "x", NumInferenceSteps: 4}); !errors.As(err, &re) || re.Field != "num_inference_steps" {
