@@ -2,47 +2,34 @@ package fastvideo
 
 import (
 	"fmt"
+	"os"
 	"strings"
+
+	"fastvideo/fastvideo/family"
 )
 
-// DType is the compute precision of the heavy components.
-type DType string
-
-const (
-	// DTypeAuto picks bf16 on accelerators and f32 on the pure-Go backend, which
-	// is both faster and exact in f32 (its half-precision kernels are slow).
-	DTypeAuto DType = ""
-	F32       DType = "f32"
-	BF16      DType = "bf16"
-)
-
-// MemoryPolicy decides how many heavyweight components stay resident.
-type MemoryPolicy string
-
-const (
-	// OneResident (the default) loads the text encoder, the DiT and the VAEs one at
-	// a time and releases each before the next: peak memory is the largest
-	// component, not their sum.
-	OneResident MemoryPolicy = "one_resident"
-	// AllResident keeps every component loaded between Generate calls, trading
-	// memory for the load time of the next request.
-	AllResident MemoryPolicy = "all_resident"
-)
-
-// Options configure a VideoGenerator. The zero value is usable. The ffmpeg executable is found on
-// PATH, or named by $FASTVIDEO_FFMPEG.
+// Options configure a VideoGenerator. The zero value is usable: every field left empty is taken
+// from the environment when New starts (GOMLX_BACKEND for the backend), else from the defaults.
+// This is the only place below the binaries where the SDK reads the environment.
 type Options struct {
-	// Backend is a GOMLX_BACKEND-style spec ("go", "xla:cuda", "xla:metal");
-	// empty means GOMLX_BACKEND, then the pure-Go backend.
+	// Backend is a GOMLX_BACKEND-style spec ("go", "xla:cuda", "xla:metal"); empty means
+	// $GOMLX_BACKEND, then the pure-Go backend.
 	Backend string
 	DType   DType
 	Memory  MemoryPolicy
 	// PromptCacheDir stores encoded prompts; empty disables the cache.
 	PromptCacheDir string
+	// Filters run on the decoded frames, in order, between decode and mux.
+	Filters []FrameFilter
+	// Families are model families tried before the built-in ones.
+	Families []family.Family
 }
 
 // Option edits Options.
 type Option func(*Options) error
+
+// EnvBackend is the environment variable naming the default backend.
+const EnvBackend = "GOMLX_BACKEND"
 
 // applyOptions folds opts into Options; the first invalid one is the error.
 func applyOptions(opts []Option) (Options, error) {
@@ -53,6 +40,19 @@ func applyOptions(opts []Option) (Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// backendSpec is the backend to open and where it came from, for messages.
+func (o Options) backendSpec() (spec, field string) {
+	if o.Backend != "" {
+		return o.Backend, "backend"
+	}
+	return os.Getenv(EnvBackend), "$" + EnvBackend
+}
+
+// families are the families to look models up in: the options' first, then the built-in ones.
+func (o Options) families() []family.Family {
+	return append(append([]family.Family(nil), o.Families...), families...)
 }
 
 // WithBackend selects the compute backend.
@@ -87,4 +87,28 @@ func WithMemoryPolicy(p MemoryPolicy) Option {
 // WithPromptCache enables the prompt cache in dir.
 func WithPromptCache(dir string) Option {
 	return func(o *Options) error { o.PromptCacheDir = dir; return nil }
+}
+
+// WithFrameFilter appends a frame filter: it sees every decoded frame, clip by clip, and must give
+// frames of the plan's output size.
+func WithFrameFilter(f FrameFilter) Option {
+	return func(o *Options) error {
+		if f == nil {
+			return &RequestError{Field: "frame_filter", Value: nil, Allowed: "a non-nil FrameFilter"}
+		}
+		o.Filters = append(o.Filters, f)
+		return nil
+	}
+}
+
+// WithFamily adds a model family, looked up before the built-in ones (a third-party family, or a
+// test's).
+func WithFamily(f family.Family) Option {
+	return func(o *Options) error {
+		if f == nil {
+			return &RequestError{Field: "family", Value: nil, Allowed: "a non-nil family.Family"}
+		}
+		o.Families = append(o.Families, f)
+		return nil
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultOutputPath is where Generate writes when Request.OutputPath is empty (FastVideo's
@@ -17,33 +19,41 @@ const DefaultOutputPath = "outputs/"
 
 const videoExt = ".mp4"
 
-// outputTarget resolves Request.OutputPath as FastVideo does: a path ending in .mp4 (any case) is the
-// file, anything else a folder in which the file is named after the prompt. The folder is created.
-// An existing file is never overwritten: the name gets _1, _2, ... before the extension.
+// outputTarget resolves Request.OutputPath: a path ending in .mp4 (any case) is the file; an
+// existing folder, a path ending in a separator or a path without an extension is a folder in
+// which the file is named after the prompt; any other extension is invalid input (a typo such as
+// clip.txt would otherwise become a folder). The folder is created and must be writable: both are
+// checked now, before anything loads. An existing file is never overwritten: the name gets _1, _2,
+// ... before the extension.
 func outputTarget(outputPath, prompt string) (string, error) {
 	p := outputPath
 	if p == "" {
 		p = DefaultOutputPath
 	}
-	dir, name := p, ""
+	bad := func(allowed string) error {
+		return &RequestError{Field: "output_path", Value: outputPath, Allowed: allowed}
+	}
 	st, statErr := os.Stat(p)
 	isDir := statErr == nil && st.IsDir()
+	folderSyntax := strings.HasSuffix(p, string(filepath.Separator)) || strings.HasSuffix(p, "/")
+	ext := filepath.Ext(p)
+	dir, name := p, ""
 	switch {
-	case strings.EqualFold(filepath.Ext(p), videoExt) && !isDir && !strings.HasSuffix(p, string(filepath.Separator)):
-		dir, name = filepath.Dir(p), filepath.Base(p)
-	case statErr == nil && !isDir:
-		return "", &RequestError{Field: "output_path", Value: outputPath,
-			Allowed: "a folder, or a file path ending in .mp4 (this path is an existing file of another kind)"}
-	default:
+	case isDir || folderSyntax || ext == "":
 		name = fileNameFromPrompt(prompt) + videoExt
+	case !strings.EqualFold(ext, videoExt):
+		return "", bad(fmt.Sprintf("a file path ending in %s, or a folder (%q is neither)", videoExt, ext))
+	case statErr == nil && !st.Mode().IsRegular():
+		return "", bad("a regular .mp4 file path or a folder (this path exists and is neither)")
+	default:
+		dir, name = filepath.Dir(p), filepath.Base(p)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", &RequestError{Field: "output_path", Value: outputPath,
-			Allowed: fmt.Sprintf("a folder that can be created (%v)", err)}
+	if err := checkWritableDir(dir); err != nil {
+		return "", bad(fmt.Sprintf("a folder this process can create and write in (%v)", err))
 	}
 	abs, err := filepath.Abs(filepath.Join(dir, name))
 	if err != nil {
-		return "", &RequestError{Field: "output_path", Value: outputPath, Allowed: fmt.Sprintf("a valid path (%v)", err)}
+		return "", bad(fmt.Sprintf("a valid path (%v)", err))
 	}
 	return freeName(abs)
 }
@@ -67,36 +77,46 @@ func freeName(path string) (string, error) {
 	return "", fmt.Errorf("fastvideo: no free output name next to %s", path)
 }
 
-// fileNameFromPrompt is FastVideo's output name: the first 100 characters of the prompt without
-// \ / : * ? " < > |, whitespace runs collapsed to one space, leading and trailing spaces and dots
-// removed; "output" when nothing is left.
+// maxNameBytes bounds a file name made from a prompt, in bytes: with the _N suffix of a taken
+// name and the hidden staging name around it, it stays far below every file system's 255-byte
+// limit, whatever the script of the prompt.
+const maxNameBytes = 80
+
+// fileNameFromPrompt makes a clean slug of a prompt for the output name: H3's speech markup
+// (speaker tags "(S1)", language tags "[English]", "<d>"/"</d>") is dropped, letters and digits
+// of any script are kept (lower case), every other run of characters (spaces, punctuation,
+// control and bidirectional-override characters) becomes one "_", and the result is cut to
+// maxNameBytes on a character boundary; "output" when nothing is left.
 func fileNameFromPrompt(prompt string) string {
-	rs := []rune(prompt)
-	if len(rs) > 100 {
-		rs = rs[:100]
-	}
+	prompt = promptMarkup.ReplaceAllString(prompt, " ")
 	var b strings.Builder
-	space := false
-	for _, r := range rs {
-		switch {
-		case strings.ContainsRune(`\/:*?"<>|`, r), r == 0:
-			continue
-		case unicode.IsSpace(r):
-			space = true
+	gap := false
+	for _, r := range prompt {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+			gap = true
 			continue
 		}
-		if space && b.Len() > 0 {
-			b.WriteByte(' ')
+		r = unicode.ToLower(r)
+		if gap && b.Len() > 0 {
+			if b.Len()+1+utf8.RuneLen(r) > maxNameBytes {
+				break
+			}
+			b.WriteByte('_')
 		}
-		space = false
+		if b.Len()+utf8.RuneLen(r) > maxNameBytes {
+			break
+		}
+		gap = false
 		b.WriteRune(r)
 	}
-	name := strings.Trim(b.String(), " .")
-	if name == "" {
+	if b.Len() == 0 {
 		return "output"
 	}
-	return name
+	return b.String()
 }
+
+// promptMarkup matches H3's speech markup: speaker tags, bracketed language tags and the <d> tags.
+var promptMarkup = regexp.MustCompile(`\(S\d+\)|\[[^\]]{0,40}\]|</?[A-Za-z]{1,10}>`)
 
 // placeFile moves a finished file to dst without ever replacing an existing file: a hard link fails
 // if dst exists (then the next free name is taken), and the source is removed afterwards. Where
@@ -142,5 +162,9 @@ func stagingPath(dst string) (string, error) {
 	if _, err := rand.Read(token[:]); err != nil {
 		return "", err
 	}
-	return filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".fastvideo-"+hex.EncodeToString(token[:])+videoExt), nil
+	base := filepath.Base(dst)
+	if len(base) > maxNameBytes+len(videoExt) { // a long name given by the caller: keep the hidden name short
+		base = base[:maxNameBytes]
+	}
+	return filepath.Join(filepath.Dir(dst), "."+base+".fastvideo-"+hex.EncodeToString(token[:])+videoExt), nil
 }

@@ -20,10 +20,12 @@ import (
 
 	"fastvideo/examples/internal/cli"
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/wan"
 )
 
 var command = cli.Command{
 	Name:         "t2v",
+	Summary:      "generate a video from a text prompt with a Wan / FastWan model (or plan it with -plan)",
 	DefaultModel: "tiny-wan",
 	Help: cli.Help{
 		Model:    "model: tiny-wan (built in, random weights), a Wan / FastWan snapshot folder, or wan2.1-t2v-1.3b, fastwan2.1-t2v-1.3b, wan2.2-ti2v-5b, ... (with -plan)",
@@ -37,14 +39,15 @@ var command = cli.Command{
 		Steps:    "UniPC steps for base models; FastWan runs its 3 DMD steps (0: preset)",
 		Seed:     "random seed (default: the preset's, 1024)",
 	},
-	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) {
+	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		guidance := fs.Float64("guidance-scale", 0, "classifier-free guidance scale, > 1 enables it (0: preset; FastWan: none)")
 		warp := fs.Bool("warp-denoising-steps", false, "FastWan: feed the DMD rungs warped onto the flow-shift grid (the MLX Wan2.2-5B recipe)")
-		return func(req *fastvideo.Request, set map[string]bool) {
+		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.GuidanceScale = *guidance
 			if set["warp-denoising-steps"] {
-				req.WarpDenoisingSteps = fastvideo.Ptr(*warp)
+				req.Options = &wan.Options{WarpDenoisingSteps: fastvideo.Ptr(*warp)}
 			}
+			return nil
 		}
 	},
 }

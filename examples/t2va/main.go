@@ -23,6 +23,7 @@ import (
 
 var command = cli.Command{
 	Name:         "t2va",
+	Summary:      "generate a video with stereo audio from a text prompt with MiniMax H3 / FastH3 (or plan it with -plan)",
 	DefaultModel: "tiny-h3",
 	Help: cli.Help{
 		Model:    "model: tiny-h3 (built in, random weights), a MiniMax H3 / FastH3 snapshot folder, or fasth3 / h3 (with -plan)",
@@ -36,11 +37,12 @@ var command = cli.Command{
 		Steps:    "DiT forwards: 4 for FastH3, 49 for the base model (0: preset)",
 		Seed:     "random seed (default: the preset's, 0)",
 	},
-	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) {
+	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		fast := fs.Bool("fast", false, "temporal fast mode (with -plan only: needs a frame interpolator)")
 		spatial := fs.Bool("fast-spatial", false, "spatial fast mode (with -plan only: needs a pixel upsampler)")
-		return func(req *fastvideo.Request, _ map[string]bool) {
+		return func(req *fastvideo.Request, _ map[string]bool) error {
 			req.Fast, req.FastSpatial = *fast, *spatial
+			return nil
 		}
 	},
 }

@@ -1,7 +1,7 @@
 // Package cli is the command-line front end shared by the example binaries
 // (t2va for MiniMax H3, t2v for Wan): the common flags, -plan, generation with
 // a progress line, and the exit-code contract (0 success, 1 runtime failure,
-// 2 invalid input, reported before anything is loaded).
+// 2 invalid input only, reported before anything is loaded).
 package cli
 
 import (
@@ -13,7 +13,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
@@ -21,15 +23,17 @@ import (
 	"fastvideo/fastvideo"
 )
 
-// Command describes one binary: its name, default model and the help texts
+// Command describes one binary: its name, what it does, its default model and the help texts
 // that differ between model families.
 type Command struct {
-	Name         string
+	Name string
+	// Summary says in one line what the binary does (the first line of -h).
+	Summary      string
 	DefaultModel string
 	Help         Help
-	// Extra registers the binary's own flags and returns a function that applies
-	// them to the request; set holds the names of the flags given explicitly.
-	Extra func(fs *flag.FlagSet) func(req *fastvideo.Request, set map[string]bool)
+	// Extra registers the binary's own flags and returns a function that applies them to the
+	// request; set holds the names of the flags given explicitly. A returned error is invalid input.
+	Extra func(fs *flag.FlagSet) func(req *fastvideo.Request, set map[string]bool) error
 }
 
 // Help holds the family-specific help texts of the common flags.
@@ -37,44 +41,41 @@ type Help struct {
 	Model, Preset, Prompt, Negative, Height, Width, Frames, FPS, Steps, Seed string
 }
 
-// Main runs the command on the process's arguments and exits; Ctrl-C cancels
-// the context, which stops generation between steps and clips without
-// leaving files behind.
+// Main runs the command on the process's arguments and exits; Ctrl-C, SIGTERM and SIGHUP cancel
+// the context, which stops generation between steps and clips without leaving files behind.
 func (c Command) Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := c.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// Run is Main without the process: it returns the exit code.
-func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// flags are the common flags' values.
+type flags struct {
+	model, preset, prompt, negative    *string
+	height, width, frames, fps, steps  *int
+	seed                               *int64
+	out, backend, dtype, cache, memory *string
+	plan, asJSON                       *bool
+	applyExtra                         func(*fastvideo.Request, map[string]bool) error
+}
+
+// Run is Main without the process: it returns the exit code (0 success, 2 invalid input, 1 any
+// other failure, a recovered panic included: a crash must never look like invalid input).
+func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			fmt.Fprintf(stderr, "%s: internal error: %v\n%s", c.Name, rec, debug.Stack())
+			code = 1
+		}
+	}()
 	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	h := c.Help
-	var (
-		model    = fs.String("model", c.DefaultModel, h.Model)
-		preset   = fs.String("preset", "", h.Preset)
-		prompt   = fs.String("prompt", "", h.Prompt)
-		negative = fs.String("negative-prompt", "", h.Negative)
-		height   = fs.Int("height", 0, h.Height)
-		width    = fs.Int("width", 0, h.Width)
-		frames   = fs.Int("frames", 0, h.Frames)
-		fps      = fs.Int("fps", 0, h.FPS)
-		steps    = fs.Int("steps", 0, h.Steps)
-		seed     = fs.Int64("seed", 0, h.Seed)
-		out      = fs.String("out", "", `output .mp4 file, or a folder for a name made from the prompt (default "outputs/"); existing files are never overwritten`)
-		backend  = fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`)
-		dtype    = fs.String("dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`)
-		cache    = fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)")
-		memory   = fs.String("memory", "", `"one_resident" (default: one heavyweight component loaded at a time) or "all_resident"`)
-		plan     = fs.Bool("plan", false, "print the generation plan and exit without generating")
-		asJSON   = fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout")
-	)
-	var applyExtra func(*fastvideo.Request, map[string]bool)
-	if c.Extra != nil {
-		applyExtra = c.Extra(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s: %s\n\nUsage of %s:\n", c.Name, c.Summary, c.Name)
+		fs.PrintDefaults()
 	}
+	f := c.define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -85,59 +86,101 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "%s: unexpected argument %q (the prompt goes in -prompt)\n", c.Name, fs.Arg(0))
 		return 2
 	}
+	req, err := f.request(fs)
+	if err != nil {
+		return c.fail(stderr, err)
+	}
+	opts := []fastvideo.Option{fastvideo.WithBackend(*f.backend), fastvideo.WithDType(fastvideo.DType(*f.dtype)),
+		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory))}
+	if *f.plan {
+		return c.plan(stdout, stderr, *f.model, req, opts, *f.asJSON)
+	}
+	return c.generate(ctx, stdout, stderr, *f.model, req, opts, *f.asJSON)
+}
+
+// define registers the common flags and the binary's own.
+func (c Command) define(fs *flag.FlagSet) *flags {
+	h := c.Help
+	f := &flags{
+		model:    fs.String("model", c.DefaultModel, h.Model),
+		preset:   fs.String("preset", "", h.Preset),
+		prompt:   fs.String("prompt", "", h.Prompt),
+		negative: fs.String("negative-prompt", "", h.Negative),
+		height:   fs.Int("height", 0, h.Height),
+		width:    fs.Int("width", 0, h.Width),
+		frames:   fs.Int("frames", 0, h.Frames),
+		fps:      fs.Int("fps", 0, h.FPS),
+		steps:    fs.Int("steps", 0, h.Steps),
+		seed:     fs.Int64("seed", 0, h.Seed),
+		out:      fs.String("out", "", `output .mp4 file, or a folder for a name made from the prompt (default "outputs/"); existing files are never overwritten`),
+		backend:  fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`),
+		dtype:    fs.String("dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`),
+		cache:    fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)"),
+		memory:   fs.String("memory", "", `"one_resident" (default: one heavyweight component loaded at a time) or "all_resident"`),
+		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
+		asJSON:   fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout"),
+	}
+	if c.Extra != nil {
+		f.applyExtra = c.Extra(fs)
+	}
+	return f
+}
+
+// request builds the request from the parsed flags.
+func (f *flags) request(fs *flag.FlagSet) (fastvideo.Request, error) {
 	req := fastvideo.Request{
-		Prompt: *prompt, NegativePrompt: *negative, Height: *height, Width: *width, NumFrames: *frames,
-		FPS: *fps, NumInferenceSteps: *steps, OutputPath: *out, Preset: *preset,
+		Prompt: *f.prompt, NegativePrompt: *f.negative, Height: *f.height, Width: *f.width, NumFrames: *f.frames,
+		FPS: *f.fps, NumInferenceSteps: *f.steps, OutputPath: *f.out, Preset: *f.preset,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["seed"] {
-		req.Seed = fastvideo.Ptr(*seed)
+		req.Seed = fastvideo.Ptr(*f.seed)
 	}
-	if applyExtra != nil {
-		applyExtra(&req, set)
+	if f.applyExtra != nil {
+		if err := f.applyExtra(&req, set); err != nil {
+			return req, err
+		}
 	}
-	opts := []fastvideo.Option{fastvideo.WithBackend(*backend), fastvideo.WithDType(fastvideo.DType(*dtype)),
-		fastvideo.WithPromptCache(*cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*memory))}
+	return req, nil
+}
 
-	if *plan {
-		p, err := fastvideo.Plan(*model, req, opts...)
-		if err != nil {
-			return c.fail(stderr, err)
-		}
-		if *asJSON {
-			return c.printJSON(stdout, stderr, p)
-		}
-		if err := p.WriteTable(stdout); err != nil {
-			return c.fail(stderr, err)
-		}
-		return 0
+// plan prints the plan of req without loading anything.
+func (c Command) plan(stdout, stderr io.Writer, model string, req fastvideo.Request, opts []fastvideo.Option, asJSON bool) int {
+	p, err := fastvideo.Plan(model, req, opts...)
+	if err != nil {
+		return c.fail(stderr, err)
 	}
+	if asJSON {
+		return c.printJSON(stdout, stderr, p)
+	}
+	if err := p.WriteTable(stdout); err != nil {
+		return c.fail(stderr, err)
+	}
+	return 0
+}
 
-	// Bad input fails here in microseconds, before the backend starts.
-	if err := fastvideo.Validate(*model, req); err != nil {
+// generate validates req (bad input fails here in microseconds, before the backend starts), opens
+// the model and runs the generation with a progress line on a terminal.
+func (c Command) generate(ctx context.Context, stdout, stderr io.Writer, model string, req fastvideo.Request, opts []fastvideo.Option, asJSON bool) int {
+	if err := fastvideo.Validate(model, req, opts...); err != nil {
 		return c.fail(stderr, err)
 	}
 	start := time.Now()
-	g, err := fastvideo.New(ctx, *model, opts...)
+	g, err := fastvideo.New(ctx, model, opts...)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
 	defer g.Close()
 	opened := time.Since(start)
-	var pb *progressBar
-	if isTerminal(stderr) {
-		pb = &progressBar{w: stderr}
-		req.Progress = pb.event
-	}
+	pb := &progressBar{w: stderr, terminal: isTerminal(stderr)}
+	req.Progress = pb.event
 	res, err := g.Generate(ctx, req)
 	if err != nil {
-		if pb != nil {
-			fmt.Fprint(stderr, clearLine)
-		}
+		pb.clear()
 		return c.fail(stderr, err)
 	}
-	if *asJSON {
+	if asJSON {
 		return c.printJSON(stdout, stderr, res)
 	}
 	if err := res.WriteSummary(stderr); err != nil {
@@ -157,13 +200,29 @@ func (c Command) printJSON(stdout, stderr io.Writer, v any) int {
 	return 0
 }
 
-// fail reports err and returns 2 for invalid input, 1 otherwise.
+// flagNames maps the library's request fields to the binaries' flags, so that a message names
+// what the user typed.
+var flagNames = map[string]string{
+	"model": "-model", "preset": "-preset", "prompt": "-prompt", "negative_prompt": "-negative-prompt",
+	"height": "-height", "width": "-width", "num_frames": "-frames", "fps": "-fps", "num_inference_steps": "-steps",
+	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
+	"memory": "-memory", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
+	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
+}
+
+// fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1
+// otherwise.
 func (c Command) fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
 	var re *fastvideo.RequestError
 	if errors.As(err, &re) {
+		named := *re
+		if flag, ok := flagNames[re.Field]; ok {
+			named.Field = flag
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", c.Name, &named)
 		return 2
 	}
+	fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
 	return 1
 }
 
@@ -172,23 +231,41 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// progressBar draws one status line on a terminal, rewritten in place.
-type progressBar struct{ w io.Writer }
+// progressBar draws one status line on a terminal, rewritten in place; warnings are printed
+// wherever stderr goes.
+type progressBar struct {
+	w        io.Writer
+	terminal bool
+}
 
 const clearLine = "\r\033[K"
 
+func (b *progressBar) clear() {
+	if b.terminal {
+		fmt.Fprint(b.w, clearLine)
+	}
+}
+
 func (b *progressBar) event(e fastvideo.Event) {
+	if e.Kind == fastvideo.Warning {
+		b.clear()
+		fmt.Fprintf(b.w, "warning: %s\n", e.Message)
+		return
+	}
+	if !b.terminal {
+		return
+	}
 	switch e.Kind {
-	case fastvideo.PhaseStart:
-		fmt.Fprintf(b.w, "%s%-12s ...", clearLine, e.Phase)
-	case fastvideo.PhaseEnd:
-		fmt.Fprintf(b.w, "%s%-12s %6.2fs\n", clearLine, e.Phase, e.Elapsed.Seconds())
+	case fastvideo.StageStart:
+		fmt.Fprintf(b.w, "%s%-12s ...", clearLine, e.Stage)
+	case fastvideo.StageEnd:
+		fmt.Fprintf(b.w, "%s%-12s %6.2fs\n", clearLine, e.Stage, e.Elapsed.Seconds())
 	case fastvideo.DenoiseStep:
 		per := e.Elapsed.Seconds() / float64(e.Step)
-		fmt.Fprintf(b.w, "%s%-12s %s %d/%d steps  %.2fs/step  eta %.1fs", clearLine, e.Phase, bar(e.Step, e.Steps), e.Step, e.Steps,
+		fmt.Fprintf(b.w, "%s%-12s %s %d/%d steps  %.2fs/step  eta %.1fs", clearLine, e.Stage, bar(e.Step, e.Steps), e.Step, e.Steps,
 			per, per*float64(e.Steps-e.Step))
 	case fastvideo.DecodeProgress:
-		fmt.Fprintf(b.w, "%s%-12s %s %d/%d frames", clearLine, e.Phase, bar(e.Done, e.Total), e.Done, e.Total)
+		fmt.Fprintf(b.w, "%s%-12s %s %d/%d frames", clearLine, e.Stage, bar(e.Done, e.Total), e.Done, e.Total)
 	}
 }
 

@@ -1,4 +1,4 @@
-package fastvideo
+package family
 
 import (
 	"math"
@@ -29,23 +29,23 @@ const (
 // stream, so its initial noise equals GaussianNoise(seed, VideoNoise, n).
 func GaussianNoise(seed int64, stream NoiseStream, n int) []float32 {
 	out := make([]float32, n)
-	newGaussianStream(seed, stream).fill(out)
+	NewGaussianStream(seed, stream).Fill(out)
 	return out
 }
 
-// gaussianStream continues one (seed, stream) sequence across calls, exactly as a
+// GaussianStream continues one (seed, stream) sequence across calls, exactly as a
 // single GaussianNoise call of the total length would produce it.
-type gaussianStream struct {
+type GaussianStream struct {
 	src      *rand.PCG
 	spare    float32
 	hasSpare bool
 }
 
-func newGaussianStream(seed int64, stream NoiseStream) *gaussianStream {
-	return &gaussianStream{src: rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)}
+func NewGaussianStream(seed int64, stream NoiseStream) *GaussianStream {
+	return &GaussianStream{src: rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)}
 }
 
-func (g *gaussianStream) fill(out []float32) {
+func (g *GaussianStream) Fill(out []float32) {
 	i := 0
 	if g.hasSpare && len(out) > 0 {
 		out[0], g.hasSpare = g.spare, false

@@ -1,4 +1,4 @@
-package fastvideo
+package h3
 
 import (
 	"fmt"
@@ -6,14 +6,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-
-	"fastvideo/dit/h3"
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/internal/tokenizer/qwen3data"
 	"fastvideo/internal/weights"
+	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
 )
@@ -35,8 +35,8 @@ const tinyWeightsSeed = 0x483354696e79 // "H3Tiny"
 
 // tinyDiT is the H3 architecture at toy width: the h3_dit_tiny fixture's configuration (2 heads of
 // 64, hidden 128, 2 layers, 1 refiner layer).
-func tinyDiT() h3.Config {
-	return h3.Config{
+func tinyDiT() h3dit.Config {
+	return h3dit.Config{
 		NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 128, NumAttentionHeads: 2, AttentionHeadDim: 64,
 		FFNDim: 256, InChannels: 24, OutChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 64,
 		FreqDim: 256, TimeEmbedHiddenDim: 64, TimeEmbedDim: 32, RopeFreqDim: 8, RopeTheta: 10000,
@@ -82,54 +82,70 @@ func tinyTextEncoder() qwen3vl.Config {
 	}
 }
 
-// tinyComponents builds tiny-h3's components from synthetic sources. The sources stand in for the
-// checkpoint files of a real model (a real run's page cache), so they are made once per generator
-// and bound to the backend on every load.
-type tinyComponents struct {
-	spec *ModelSpec
+// TinyName is the built-in toy model of the family.
+const TinyName = "tiny-h3"
+
+// tinySpec is tiny-h3's spec: the toy configs, the released ladders, and any aligned clip length
+// up to the released maximum (short clips are the point of a toy model).
+func tinySpec() *Spec {
+	s := &Spec{
+		ModelInfo: family.ModelInfo{Name: TinyName, Family: FamilyName, Variant: TinyName,
+			Description:     "The H3 architecture at toy width with seeded random weights made in memory (no files; its output is noise), for tests and smoke runs",
+			AudioSampleRate: tinyAudioVAE().SamplingRate, AudioChannels: packing.AudioChannels},
+		DiT: tinyDiT(), VAE: tinyVideoVAE(), AudioVAE: tinyAudioVAE(),
+		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: family.F32,
+		MinAlignedFrames: 5, MaxAlignedFrames: releasedMaxFrames, MaxSide: tinyMaxSide,
+	}
+	s.setPresets("tiny_t2va", tinyH3Presets)
+	return s
+}
+
+// tinySource is tiny-h3's synthetic weights. They stand in for the checkpoint files of a real
+// model (a real run's page cache), so they are made once per generator and bound to the backend
+// on every load.
+type tinySource struct {
+	spec *Spec
 
 	once                  sync.Once
 	dit, video, audio, te *weights.Synthetic
 }
 
-func newTinyComponents(spec *ModelSpec) *tinyComponents { return &tinyComponents{spec: spec} }
+func newTinySource(spec *Spec) *tinySource { return &tinySource{spec: spec} }
 
-func (c *tinyComponents) sources() {
+func (c *tinySource) sources() {
 	c.once.Do(func() {
 		seed := int64(tinyWeightsSeed)
-		c.dit = weights.NewSynthetic(seed, h3.ParamNames(c.spec.DiT), nil)
-		c.video = weights.NewSynthetic(seed+1, videoDecoderShapes(tinyVideoVAE()), nil)
-		c.audio = weights.NewSynthetic(seed+2, audioDecoderShapes(tinyAudioVAE()), initAudioVAE)
+		c.dit = weights.NewSynthetic(seed, h3dit.ParamNames(c.spec.DiT), nil)
+		c.video = weights.NewSynthetic(seed+1, videoDecoderShapes(c.spec.VAE), nil)
+		c.audio = weights.NewSynthetic(seed+2, audioDecoderShapes(c.spec.AudioVAE), initAudioVAE)
 		c.te = weights.NewSynthetic(seed+3, textEncoderShapes(tinyTextEncoder()), nil)
 	})
 }
 
-func (c *tinyComponents) describe() string { return "tiny-h3 (random weights, in memory)" }
+func (c *tinySource) describe() string { return "tiny-h3 (random weights, in memory)" }
 
-func (c *tinyComponents) check() error { return nil }
+func (c *tinySource) check() error { return nil }
 
-func (c *tinyComponents) adalnManifest() *h3.AdaLNManifest { return nil }
+func (c *tinySource) loadTokenizer() (*tokenizer.Tokenizer, error) { return qwen3data.Load() }
 
-func (c *tinyComponents) loadTokenizer() (*tokenizer.Tokenizer, error) { return qwen3data.Load() }
-
-func (c *tinyComponents) textEncoder() (qwen3vl.Config, func() (weights.Source, func() error, error), string, error) {
+func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 	c.sources()
-	return tinyTextEncoder(), inMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
+	return family.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
-func (c *tinyComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*h3.Model, error) {
+func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
 	c.sources()
-	return h3.FromSource(b, c.spec.DiT, c.dit, h3.Options{DType: dt})
+	return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
 }
 
-func (c *tinyComponents) loadVideoVAE(b compute.Backend, dt dtypes.DType) (*h3video.Decoder, error) {
+func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
 	c.sources()
-	return h3video.FromSource(b, tinyVideoVAE(), c.video, h3video.Options{DType: dt})
+	return h3video.FromSource(e.Backend, c.spec.VAE, c.video, h3video.Options{DType: e.DType})
 }
 
-func (c *tinyComponents) loadAudioVAE(b compute.Backend) (*h3audio.Decoder, error) {
+func (c *tinySource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 	c.sources()
-	return h3audio.FromSource(b, tinyAudioVAE(), c.audio, h3audio.Options{})
+	return h3audio.FromSource(e.Backend, c.spec.AudioVAE, c.audio, h3audio.Options{})
 }
 
 // videoDecoderShapes lists the released names and shapes of the video VAE decoder for cfg (the
@@ -190,11 +206,6 @@ func shapeTable[T ~struct {
 		out[ts.Name] = ts.Shape
 	}
 	return out
-}
-
-// inMemory is the weight-source opener of a synthetic source, which needs no closing.
-func inMemory(src weights.Source) func() (weights.Source, func() error, error) {
-	return func() (weights.Source, func() error, error) { return src, func() error { return nil }, nil }
 }
 
 // numel is the number of elements of a tensor of the given shape.

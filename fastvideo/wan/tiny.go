@@ -1,4 +1,4 @@
-package fastvideo
+package wan
 
 import (
 	"encoding/json"
@@ -8,10 +8,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/internal/tokenizer/unigram"
 	"fastvideo/internal/weights"
@@ -36,7 +34,8 @@ import (
 // so that Viterbi prefers whole words. The ids mean nothing to a real UMT5; they only exercise the
 // real tokenizer code (T5's Metaspace pre-tokenizer, NFKC normalization, </s> appended).
 
-const tinyWanName = "tiny-wan"
+// TinyName is the built-in toy model of the family.
+const TinyName = "tiny-wan"
 
 // tinyWanWeightsSeed seeds every tiny-wan tensor (each tensor depends only on this and its name).
 const tinyWanWeightsSeed = 0x57616e54696e79 // "WanTiny"
@@ -68,27 +67,25 @@ func tinyUMT5(vocab int) umt5.Config {
 	}
 }
 
-// tinyWanSpec is tiny-wan's specification. Its two presets exercise both Wan samplers on a 48x64,
+// tinySpec is tiny-wan's specification. Its two presets exercise both Wan samplers on a 48x64,
 // 9-frame canvas (3 latent frames of 6x8, 36 DiT tokens): the default runs the FastWan DMD ladder
 // (3 forwards), the other 4 UniPC steps with classifier-free guidance (8 forwards).
-func tinyWanSpec() *ModelSpec {
-	return &ModelSpec{
-		Name: tinyWanName, Family: FamilyWan, Variant: tinyWanName,
-		Description: "The Wan2.1 architecture at toy width with seeded random weights and a toy tokenizer made in memory (no files; its output is noise), for tests and smoke runs",
-		Wan: &WanSpec{
-			DiT: tinyWanDiT(), VAE: tinyWanVAE(), TextEncoder: tinyUMT5(len(tinyWanVocab())), TextLen: umt5.DefaultTextLen,
-			FlowShift: schedule.Wan21T2V480PShift, WeightsDType: F32,
-		},
-		DefaultPreset: "tiny_wan_dmd",
-		Presets: map[string]Preset{
-			"tiny_wan_dmd": {Name: "tiny_wan_dmd", Description: "48x64, 9 frames at 16 fps, 3 DMD steps without guidance (FastWan-style)",
-				Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 3, GuidanceScale: 1, Seed: wanDefaultSeed,
-				Sampler: SamplerDMD, DMDSteps: schedule.FastWanDMDSteps},
-			"tiny_wan_t2v": {Name: "tiny_wan_t2v", Description: "48x64, 9 frames at 16 fps, 4 UniPC steps with CFG 5.0 (base-Wan-style)",
-				Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 4, GuidanceScale: 5, Seed: wanDefaultSeed,
-				Sampler: SamplerUniPC, NegativePrompt: WanNegativePromptEN},
-		},
+func tinySpec() *Spec {
+	s := &Spec{
+		ModelInfo: family.ModelInfo{Name: TinyName, Family: FamilyName, Variant: TinyName,
+			Description: "The Wan2.1 architecture at toy width with seeded random weights and a toy tokenizer made in memory (no files; its output is noise), for tests and smoke runs"},
+		DiT: tinyWanDiT(), VAE: tinyWanVAE(), TextEncoder: tinyUMT5(len(tinyWanVocab())), TextLen: umt5.DefaultTextLen,
+		FlowShift: schedule.Wan21T2V480PShift, WeightsDType: family.F32, MaxSide: tinyMaxSide, MaxFrames: tinyMaxFrames,
 	}
+	s.setPresets(
+		Preset{Preset: family.Preset{Name: "tiny_wan_dmd", Description: "48x64, 9 frames at 16 fps, 3 DMD steps without guidance (FastWan-style)",
+			Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 3, GuidanceScale: 1, Seed: defaultSeed},
+			Sampler: SamplerDMD, DMDSteps: schedule.FastWanDMDSteps},
+		Preset{Preset: family.Preset{Name: "tiny_wan_t2v", Description: "48x64, 9 frames at 16 fps, 4 UniPC steps with CFG 5.0 (base-Wan-style)",
+			Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 4, GuidanceScale: 5, Seed: defaultSeed},
+			Sampler: SamplerUniPC, NegativePrompt: NegativePromptEN},
+	)
+	return s
 }
 
 // tinyWanWords are the toy vocabulary's whole words.
@@ -176,59 +173,64 @@ func tinyWanTokenizerJSON() []byte {
 	return b
 }
 
-// tinyWanComponents builds tiny-wan's components from synthetic sources, made once per generator
-// (they stand in for a real model's files) and bound to the backend on every load.
-type tinyWanComponents struct {
-	spec *ModelSpec
+// tinySource is tiny-wan's synthetic weights and toy tokenizer, made once per generator (they
+// stand in for a real model's files) and bound to the backend on every load.
+type tinySource struct {
+	spec *Spec
 
 	once          sync.Once
 	dit, vae, te  *weights.Synthetic
 	tokenizerJSON []byte
 }
 
-func newTinyWanComponents(spec *ModelSpec) *tinyWanComponents { return &tinyWanComponents{spec: spec} }
+func newTinySource(spec *Spec) *tinySource { return &tinySource{spec: spec} }
 
-func (c *tinyWanComponents) sources() {
+func (c *tinySource) sources() {
 	c.once.Do(func() {
 		seed := int64(tinyWanWeightsSeed)
-		ws := c.spec.Wan
-		c.dit = weights.NewSynthetic(seed, wandit.ParamNames(ws.DiT), initWanDiT)
-		c.vae = weights.NewSynthetic(seed+1, wanVAEShapes(ws.VAE), initWanVAE)
-		c.te = weights.NewSynthetic(seed+2, umt5Shapes(ws.TextEncoder), nil)
+		s := c.spec
+		c.dit = weights.NewSynthetic(seed, wandit.ParamNames(s.DiT), initWanDiT)
+		c.vae = weights.NewSynthetic(seed+1, wanVAEShapes(s.VAE), initWanVAE)
+		c.te = weights.NewSynthetic(seed+2, umt5Shapes(s.TextEncoder), nil)
 		c.tokenizerJSON = tinyWanTokenizerJSON()
 	})
 }
 
-func (c *tinyWanComponents) describe() string {
-	return "tiny-wan (random weights, toy tokenizer, in memory)"
-}
+func (c *tinySource) describe() string { return "tiny-wan (random weights, toy tokenizer, in memory)" }
 
-func (c *tinyWanComponents) check() error { return nil }
+func (c *tinySource) check() error { return nil }
 
-func (c *tinyWanComponents) loadTokenizer() (*unigram.Tokenizer, error) {
+func (c *tinySource) loadTokenizer() (*unigram.Tokenizer, error) {
 	c.sources()
 	return unigram.FromTokenizerJSON(c.tokenizerJSON, unigram.Options{})
 }
 
-func (c *tinyWanComponents) textEncoder() (func() (weights.Source, func() error, error), string, error) {
+func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 	c.sources()
-	return inMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
+	return family.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
-func (c *tinyWanComponents) loadDiT(b compute.Backend, dt dtypes.DType) (*wandit.Model, error) {
+func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
 	c.sources()
-	return wandit.FromSource(b, c.spec.Wan.DiT, c.dit, wandit.Options{DType: dt})
+	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType})
 }
 
-func (c *tinyWanComponents) loadVAE(b compute.Backend, dt dtypes.DType) (*wanvae.Decoder, error) {
+func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
 	c.sources()
-	return wanvae.FromSource(b, c.spec.Wan.VAE, c.vae, wanvae.Options{DType: dt})
+	return wanvae.FromSource(e.Backend, c.spec.VAE, c.vae, wanvae.Options{DType: e.DType})
 }
 
 // wanVAEShapes is vae/wan's declared decoder table.
 func wanVAEShapes(cfg wanvae.Config) map[string][]int {
 	list, err := wanvae.CheckpointShapes(cfg, false)
-	return shapeTable(list, err, "Wan VAE")
+	if err != nil {
+		panic(fmt.Sprintf("fastvideo: tiny Wan VAE config: %v", err)) // a constant config, checked by the tests
+	}
+	out := map[string][]int{}
+	for _, t := range list {
+		out[t.Name] = t.Shape
+	}
+	return out
 }
 
 // umt5Shapes lists the tensors a UMT5 encoder reads, under the released HF T5 names.
@@ -266,7 +268,11 @@ func initWanVAE(name string, shape []int, rng *rand.Rand) []float32 {
 }
 
 func scaled(shape []int, rng *rand.Rand, scale, offset float64) []float32 {
-	v := make([]float32, numel(shape))
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	v := make([]float32, n)
 	for i := range v {
 		v[i] = float32(offset + scale*rng.NormFloat64())
 	}

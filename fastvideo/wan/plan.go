@@ -1,18 +1,41 @@
-package fastvideo
+package wan
 
 import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
 	"fastvideo/schedule"
 )
 
-// wanLadder is a Wan run's denoising ladder: one of the two samplers, and what the plan shows of
+// PlanDetails are Wan's plan fields: the DiT's token grid (T', H', W') after the (1, 2, 2) patch,
+// its product Tokens (the self-attention length), TextTokens (the zero-padded prompt rows of the
+// cross-attention) and the sampler.
+type PlanDetails struct {
+	TokenGrid  []int `json:"token_grid"`
+	Tokens     int   `json:"tokens"`
+	TextTokens int   `json:"text_tokens"`
+
+	Sampler        Sampler `json:"sampler"`
+	FlowShift      float64 `json:"flow_shift"`
+	NegativePrompt string  `json:"negative_prompt,omitempty"`
+	// DMDSteps are the raw rungs of a DMD sampler; WarpDenoisingSteps says whether the DiT is fed
+	// them warped (the plan's VideoTimesteps are what it is fed either way).
+	DMDSteps           []int `json:"dmd_denoising_steps,omitempty"`
+	WarpDenoisingSteps bool  `json:"warp_denoising_steps,omitempty"`
+
+	renoiseLen int
+}
+
+// RenoiseNoiseLen is the length of Options.RenoiseNoise: (steps-1)·C·T·Hl·Wl for a DMD sampler,
+// else 0.
+func (d *PlanDetails) RenoiseNoiseLen() int { return d.renoiseLen }
+
+// ladder is a Wan run's denoising ladder: one of the two samplers, and what the plan shows of
 // it. The UniPC solver is stateful, so every run builds a fresh ladder.
-type wanLadder struct {
+type ladder struct {
 	unipc *schedule.UniPC
 	dmd   *schedule.DMDLadder
 	// timesteps are fed to the DiT; sigmas are the ladder's noise levels (UniPC: steps+1 values
@@ -20,8 +43,8 @@ type wanLadder struct {
 	timesteps, sigmas []float32
 }
 
-func (r *ResolvedRequest) wanLadder() (*wanLadder, error) {
-	l := &wanLadder{}
+func (r *resolved) ladder() (*ladder, error) {
+	l := &ladder{}
 	switch r.Sampler {
 	case SamplerUniPC:
 		u, err := schedule.NewUniPC(r.FlowShift, r.Steps)
@@ -57,10 +80,10 @@ func (r *ResolvedRequest) wanLadder() (*wanLadder, error) {
 	return l, nil
 }
 
-// wanPlan is Plan for a Wan model.
-func (r *ResolvedRequest) wanPlan(dtype DType) (*GenerationPlan, error) {
-	m, ws, g := r.Model, r.Model.Wan, r.WanGeometry
-	ladder, err := r.wanLadder()
+// Plan computes the plan of a resolved request.
+func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
+	s, g := r.spec, r.Geometry
+	l, err := r.ladder()
 	if err != nil {
 		return nil, err
 	}
@@ -68,43 +91,42 @@ func (r *ResolvedRequest) wanPlan(dtype DType) (*GenerationPlan, error) {
 	if r.CFG {
 		forwards = 2
 	}
-	p := &GenerationPlan{
-		Model: m.Name, Preset: r.Preset.Name, Family: m.Family,
+	p := &family.Plan{
+		Model: s.Name, Preset: r.Preset, Family: s.Family,
 		Height: r.Height, Width: r.Width, CanvasHeight: r.Height, CanvasWidth: r.Width,
 		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
 		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
 		VideoLatentFrames: g.LatentFrames, LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth,
 		LatentChannels: g.VAE.LatentChannels,
 		LatentShape:    []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
-		TokenGrid:      []int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, Tokens: g.Tokens, TextTokens: ws.TextLen,
-		Sampler: r.Sampler, FlowShift: r.FlowShift, GuidanceScale: r.Guidance, CFG: r.CFG, ForwardsPerStep: forwards,
-		NegativePrompt: r.NegativePrompt, DMDSteps: r.DMDSteps, WarpDenoisingSteps: r.WarpDenoisingSteps,
-		VideoSigmas: ladder.sigmas, VideoTimesteps: ladder.timesteps,
+		GuidanceScale:  r.Guidance, CFG: r.CFG, ForwardsPerStep: forwards,
+		VideoSigmas: l.sigmas, VideoTimesteps: l.timesteps,
 	}
-	perStep := float64(forwards) * ws.DiT.ForwardFLOPs(g.Tokens, ws.TextLen)
+	d := &PlanDetails{
+		TokenGrid: []int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, Tokens: g.Tokens, TextTokens: s.TextLen,
+		Sampler: r.Sampler, FlowShift: r.FlowShift, NegativePrompt: r.NegativePrompt, DMDSteps: r.DMDSteps,
+		WarpDenoisingSteps: r.WarpDenoisingSteps,
+	}
+	if r.Sampler == SamplerDMD {
+		d.renoiseLen = (r.Steps - 1) * r.latentLen()
+	}
+	p.Details = d
+	perStep := float64(forwards) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
-	f32, half := wanParamGroups(ws.DiT)
+	f32, half := paramGroups(s.DiT)
 	p.DiTParams = f32 + half
-	if dtype == DTypeAuto {
-		dtype = ws.WeightsDType
-	}
-	p.WeightsDType = string(dtype)
-	switch dtype {
-	case BF16:
-		p.WeightsBytes = 4*f32 + 2*half
-	case F32:
-		p.WeightsBytes = 4 * (f32 + half)
-	default:
-		return nil, &RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
+	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
+	if p.WeightsBytes, err = family.WeightBytes(f32, half, p.WeightsDType); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-// wanParamGroups splits the DiT's parameters (dit/wan's table, biases included) by the precision
+// paramGroups splits the DiT's parameters (dit/wan's table, biases included) by the precision
 // the model keeps them in: the boundary modules (patch embedding, time embedder, proj_out) and
 // every vector the reference computes with in float32 (norm weights, scale_shift_tables) stay
 // float32; the rest takes the compute dtype.
-func wanParamGroups(cfg wandit.Config) (f32, half int64) {
+func paramGroups(cfg wandit.Config) (f32, half int64) {
 	for name, shape := range wandit.ParamNames(cfg) {
 		n := int64(1)
 		for _, d := range shape {
@@ -123,30 +145,29 @@ func wanParamGroups(cfg wandit.Config) (f32, half int64) {
 	return f32, half
 }
 
-// writeWanTable is WriteTable for a Wan plan.
-func (p *GenerationPlan) writeWanTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+// WriteTable prints the plan as a readable table.
+func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
+	tw, row := family.NewTable(w)
 	row("model", "%s (preset %s)", p.Model, p.Preset)
 	row("output", "%dx%d (HxW), %d frames at %d fps = %.3f s, video only", p.Height, p.Width, p.NumFrames, p.FPS, p.DurationSeconds)
 	row("latent", "%d x %d x %d x %d (C x T x H x W)", p.LatentChannels, p.VideoLatentFrames, p.LatentHeight, p.LatentWidth)
-	row("tokens", "%d = %d x %d x %d, cross-attention over %d text rows", p.Tokens, p.TokenGrid[0], p.TokenGrid[1], p.TokenGrid[2], p.TextTokens)
-	switch p.Sampler {
+	row("tokens", "%d = %d x %d x %d, cross-attention over %d text rows", d.Tokens, d.TokenGrid[0], d.TokenGrid[1], d.TokenGrid[2], d.TextTokens)
+	switch d.Sampler {
 	case SamplerDMD:
 		warp := "raw"
-		if p.WarpDenoisingSteps {
-			warp = fmt.Sprintf("warped onto the shift-%g grid", p.FlowShift)
+		if d.WarpDenoisingSteps {
+			warp = fmt.Sprintf("warped onto the shift-%g grid", d.FlowShift)
 		}
-		row("sampler", "DMD, rungs %v (%s), no guidance; seed %d", p.DMDSteps, warp, p.Seed)
+		row("sampler", "DMD, rungs %v (%s), no guidance; seed %d", d.DMDSteps, warp, p.Seed)
 	default:
 		cfg := "no guidance"
 		if p.CFG {
 			cfg = fmt.Sprintf("CFG %g (2 forwards per step)", p.GuidanceScale)
 		}
-		row("sampler", "UniPC, %d steps at shift %g, %s; seed %d", p.Steps, p.FlowShift, cfg, p.Seed)
+		row("sampler", "UniPC, %d steps at shift %g, %s; seed %d", p.Steps, d.FlowShift, cfg, p.Seed)
 	}
-	row("timesteps", "%s", floats(p.VideoTimesteps))
-	row("sigmas", "%s", floats(p.VideoSigmas))
+	row("timesteps", "%s", family.Floats(p.VideoTimesteps))
+	row("sigmas", "%s", family.Floats(p.VideoSigmas))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	return tw.Flush()

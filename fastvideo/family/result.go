@@ -1,11 +1,10 @@
-package fastvideo
+package family
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"runtime/metrics"
-	"sync"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -55,8 +54,11 @@ type Result struct {
 	Backend         string `json:"backend"`
 	DType           DType  `json:"dtype"`
 
+	// Warnings are what did not stop the run but may surprise (also sent as Warning events).
+	Warnings []string `json:"warnings,omitempty"`
+
 	// Plan is what ran (exact text rows).
-	Plan *GenerationPlan `json:"plan"`
+	Plan *Plan `json:"plan"`
 }
 
 // Latents are the denoised latents of a generation in DiT space (before the VAEs' de-normalization).
@@ -67,29 +69,73 @@ type Latents struct {
 	AudioShape []int     `json:"audio_shape,omitempty"`
 }
 
-// Timings are the wall times of a generation's phases. VideoDecode includes encoding the frames
-// (ffmpeg runs concurrently and is fed as clips are decoded); Mux is finishing the H.264 stream and
-// muxing the audio. Component loads are part of the phase that needs them; LoadDiT also covers
-// refining the prompt and the AdaLN tables. A phase that did not run is 0. In JSON the values are
+// Timings are the wall times of a generation, stage by stage in the order the stages ran
+// (validate, condition, denoise, decode, filter, mux; a stage that did not run is absent), the
+// component loads inside them, and the total. Decode includes encoding the frames (ffmpeg runs
+// concurrently and is fed as clips are decoded) and the frame filters, whose own share is the
+// filter stage; Mux is finishing the H.264 stream and muxing the audio. In JSON the values are
 // seconds.
 type Timings struct {
-	Validate    time.Duration
-	Condition   time.Duration
-	LoadDiT     time.Duration
-	Denoise     time.Duration
-	AudioDecode time.Duration
-	VideoDecode time.Duration
-	Mux         time.Duration
-	Total       time.Duration
+	Stages []StageTime
+	// Loads are the component loads (text_encoder, dit, video_vae, audio_vae, ...), each part of
+	// the stage that needed it.
+	Loads []StageTime
+	Total time.Duration
 }
 
-// MarshalJSON writes the timings in seconds under snake_case names.
+// StageTime is the wall time of one stage (or, in Timings.Loads, of one component load: Stage is
+// then the component's name).
+type StageTime struct {
+	Stage   Stage
+	Elapsed time.Duration
+}
+
+// Of is the time spent in stage s (0 if it did not run).
+func (t Timings) Of(s Stage) time.Duration {
+	var d time.Duration
+	for _, st := range t.Stages {
+		if st.Stage == s {
+			d += st.Elapsed
+		}
+	}
+	return d
+}
+
+// Add records d for stage s, after the stages recorded so far (repeated stages add up).
+func (t *Timings) Add(s Stage, d time.Duration) { t.Stages = addTime(t.Stages, s, d) }
+
+// AddLoad records a component load of d.
+func (t *Timings) AddLoad(component string, d time.Duration) {
+	t.Loads = addTime(t.Loads, Stage(component), d)
+}
+
+func addTime(list []StageTime, s Stage, d time.Duration) []StageTime {
+	for i := range list {
+		if list[i].Stage == s {
+			list[i].Elapsed += d
+			return list
+		}
+	}
+	return append(list, StageTime{s, d})
+}
+
+// MarshalJSON writes the timings in seconds under the stage names, the loads under "loads".
 func (t Timings) MarshalJSON() ([]byte, error) {
-	return json.Marshal(map[string]float64{
-		"validate": t.Validate.Seconds(), "condition": t.Condition.Seconds(), "load_dit": t.LoadDiT.Seconds(),
-		"denoise": t.Denoise.Seconds(), "audio_decode": t.AudioDecode.Seconds(),
-		"video_decode": t.VideoDecode.Seconds(), "mux": t.Mux.Seconds(), "total": t.Total.Seconds(),
-	})
+	seconds := func(list []StageTime) map[string]float64 {
+		m := map[string]float64{}
+		for _, st := range list {
+			m[string(st.Stage)] = st.Elapsed.Seconds()
+		}
+		return m
+	}
+	m := map[string]any{"total": t.Total.Seconds()}
+	for k, v := range seconds(t.Stages) {
+		m[k] = v
+	}
+	if len(t.Loads) > 0 {
+		m["loads"] = seconds(t.Loads)
+	}
+	return json.Marshal(m)
 }
 
 // WriteSummary prints a short human-readable report of the result.
@@ -109,13 +155,21 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		cached = " (prompt cache hit)"
 	}
 	row("prompt", "%d tokens%s, seed %d", r.PromptTokens, cached, r.Seed)
-	t := r.Timings
-	audio := ""
-	if r.SampleRate > 0 {
-		audio = ", audio decode " + secs(t.AudioDecode)
+	var stages []string
+	for _, st := range r.Timings.Stages {
+		stages = append(stages, fmt.Sprintf("%s %s", st.Stage, secs(st.Elapsed)))
 	}
-	row("timings", "condition %s, load dit %s, denoise %s%s, video decode %s, mux %s; total %s",
-		secs(t.Condition), secs(t.LoadDiT), secs(t.Denoise), audio, secs(t.VideoDecode), secs(t.Mux), secs(t.Total))
+	row("timings", "%s; total %s", strings.Join(stages, ", "), secs(r.Timings.Total))
+	if len(r.Timings.Loads) > 0 {
+		var loads []string
+		for _, st := range r.Timings.Loads {
+			loads = append(loads, fmt.Sprintf("%s %s", st.Stage, secs(st.Elapsed)))
+		}
+		row("loads", "%s", strings.Join(loads, ", "))
+	}
+	for _, w := range r.Warnings {
+		row("warning", "%s", w)
+	}
 	dev := r.DeviceMemory
 	if r.PeakDeviceBytes >= 0 {
 		dev = fmt.Sprintf("%.2f GiB", float64(r.PeakDeviceBytes)/(1<<30))
@@ -126,58 +180,3 @@ func (r *Result) WriteSummary(w io.Writer) error {
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
-
-// memSampler tracks the peak of the Go runtime's mapped memory, sampled at every event and every
-// few milliseconds in the background (a forward allocates and frees between events).
-type memSampler struct {
-	mu     sync.Mutex
-	sample [1]metrics.Sample
-	peak   uint64
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-const memSampleEvery = 10 * time.Millisecond
-
-func newMemSampler() *memSampler {
-	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	m.sample[0].Name = "/memory/classes/total:bytes"
-	m.take()
-	go func() {
-		defer close(m.done)
-		t := time.NewTicker(memSampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.stop:
-				return
-			case <-t.C:
-				m.take()
-			}
-		}
-	}()
-	return m
-}
-
-func (m *memSampler) take() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	metrics.Read(m.sample[:])
-	if m.sample[0].Value.Kind() == metrics.KindUint64 {
-		m.peak = max(m.peak, m.sample[0].Value.Uint64())
-	}
-}
-
-// finish stops the background sampling and returns the peak.
-func (m *memSampler) finish() uint64 {
-	select {
-	case <-m.stop:
-	default:
-		close(m.stop)
-	}
-	<-m.done
-	m.take()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.peak
-}

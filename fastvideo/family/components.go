@@ -1,0 +1,123 @@
+package family
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/textenc"
+	"fastvideo/internal/textenc/promptcache"
+	"fastvideo/internal/weights"
+)
+
+// WeightOpener opens a component's weights; the returned function closes them.
+type WeightOpener func() (weights.Source, func() error, error)
+
+// Snapshot is a diffusers-style model folder, as every family's folder components read it.
+type Snapshot struct{ Dir string }
+
+// Path joins parts below the folder.
+func (s Snapshot) Path(parts ...string) string {
+	return filepath.Join(append([]string{s.Dir}, parts...)...)
+}
+
+// CheckWeights opens the checkpoint headers of each component folder.
+func (s Snapshot) CheckWeights(dirs ...string) error {
+	for _, d := range dirs {
+		ck, err := safetensors.OpenCheckpoint(s.Path(d))
+		if err != nil {
+			return fmt.Errorf("fastvideo: model folder %s: %s/ weights: %w", s.Dir, d, err)
+		}
+		ck.Close()
+	}
+	return nil
+}
+
+// HasFile reports whether the component folder dir holds one of the regular files names.
+func (s Snapshot) HasFile(dir string, names ...string) bool {
+	for _, name := range names {
+		if st, err := os.Stat(s.Path(dir, name)); err == nil && st.Mode().IsRegular() {
+			return true
+		}
+	}
+	return false
+}
+
+// Weights returns an opener of the checkpoint in the component folder dir and its prompt-cache
+// identity, kind:hash-of-the-folder.
+func (s Snapshot) Weights(dir, kind string) (WeightOpener, string, error) {
+	id, err := promptcache.FolderIdentity(s.Path(dir))
+	if err != nil {
+		return nil, "", err
+	}
+	open := func() (weights.Source, func() error, error) {
+		ck, err := safetensors.OpenCheckpoint(s.Path(dir))
+		if err != nil {
+			return nil, nil, err
+		}
+		return ck, ck.Close, nil
+	}
+	return open, kind + ":" + id, nil
+}
+
+// LoadFrom opens the checkpoint in the component folder dir, builds a component from it with a
+// config the caller already read, and closes the checkpoint (the component holds its own copy).
+func LoadFrom[T any](s Snapshot, dir string, build func(weights.Source) (T, error)) (T, error) {
+	var zero T
+	ck, err := safetensors.OpenCheckpoint(s.Path(dir))
+	if err != nil {
+		return zero, err
+	}
+	c, err := build(ck)
+	return c, errors.Join(err, ck.Close())
+}
+
+// InMemory is the weight opener of an in-memory source, which needs no closing.
+func InMemory(src weights.Source) WeightOpener {
+	return func() (weights.Source, func() error, error) { return src, func() error { return nil }, nil }
+}
+
+// TextEncoder is what a conditioner needs of a text encoder: a way to build it on opened weights.
+type TextEncoder struct {
+	Open WeightOpener
+	// New builds the encoder on the opened weights (streamed encoders read them per layer).
+	New func(src weights.Source) (textenc.Encoder, func() error, error)
+	// CacheKey holds the model-side prompt-cache key fields (Model, Layer, DType, Variant).
+	CacheKey promptcache.Key
+}
+
+// NewConditioner builds the tokenizer -> text encoder -> prompt cache chain every family uses. The
+// encoder is opened lazily, on the first cache miss (reported to s as the "text_encoder" load), so
+// a cached prompt never reads its weights.
+func NewConditioner(s *Session, tok textenc.Tokenizer, enc TextEncoder) *textenc.Conditioner {
+	cond := &textenc.Conditioner{
+		Tokenizer: tok,
+		OpenEncoder: func() (textenc.Encoder, error) {
+			s.noteLoad("text_encoder")
+			src, closeSrc, err := enc.Open()
+			if err != nil {
+				return nil, err
+			}
+			e, closeEnc, err := enc.New(src)
+			if err != nil {
+				return nil, errors.Join(err, closeSrc())
+			}
+			return &ownedEncoder{e, func() error { return errors.Join(closeEnc(), closeSrc()) }}, nil
+		},
+	}
+	if dir := s.Engine.PromptCacheDir; dir != "" {
+		cond.Cache = &promptcache.Cache{Dir: dir}
+		cond.Key = enc.CacheKey
+	}
+	return cond
+}
+
+// ownedEncoder closes the weight source with the encoder.
+type ownedEncoder struct {
+	textenc.Encoder
+	close func() error
+}
+
+func (e *ownedEncoder) Close() error { return e.close() }

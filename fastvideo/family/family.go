@@ -1,0 +1,150 @@
+package family
+
+import (
+	"context"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+)
+
+// Family is one model family (MiniMax H3, Wan, ...): its built-in models and how to recognize and
+// read its snapshot folders.
+type Family interface {
+	// Name is the family's identifier ("minimax_h3", "wan"), as in ModelInfo.Family and Plan.Family.
+	Name() string
+	// Builtins lists the family's built-in model names.
+	Builtins() []string
+	// Lookup returns a built-in model by name or alias; ok is false when the name is not the
+	// family's.
+	Lookup(name string) (m Model, ok bool)
+	// Detect reports whether dir looks like one of the family's snapshot folders, reading only
+	// small files.
+	Detect(dir string) (bool, error)
+	// ReadFolder reads a snapshot folder's configs (nothing heavy). A missing required file is a
+	// *RequestError for the model field.
+	ReadFolder(dir string) (Model, error)
+	// FolderLayout names the files that make a folder one of the family's snapshots, for the
+	// message that a folder is no model at all.
+	FolderLayout() string
+}
+
+// Model is one model of a family, built in or read from a folder: it resolves and plans requests
+// and opens its components.
+type Model interface {
+	Info() ModelInfo
+	// Resolve applies the preset and validates req; with needPrompt false the prompt may be empty
+	// (planning). Invalid input is a *RequestError.
+	Resolve(req Request, needPrompt bool) (Resolution, error)
+	// Open prepares generation on engine e: it checks everything a run needs that can fail before
+	// weights are read, and loads nothing heavy.
+	Open(e *Engine) (Components, error)
+}
+
+// Resolution is a validated request with the preset applied and its geometry derived.
+type Resolution interface {
+	Common() *Resolved
+	// Plan computes what the request will run; dtype DTypeAuto sizes the weights at the
+	// checkpoint's precision.
+	Plan(dtype DType) (*Plan, error)
+}
+
+// Components are an opened model's heavyweight parts, loaded on demand by a run's stages.
+type Components interface {
+	// Describe names the model's source for messages ("tiny-h3 (random weights, in memory)", a folder).
+	Describe() string
+	// Check re-validates, cheaply, that the files a run needs are still there.
+	Check() error
+	// Start checks the run-level parts of r that need the components (nothing is loaded) and
+	// returns the run's stages.
+	Start(r Resolution, s *Session) (Stages, error)
+	// Close releases the resident components.
+	Close() error
+}
+
+// Stages are one run's family-specific stages, called in order by the pipeline, each after the
+// previous one succeeded. Each stage checks ctx between its steps (denoising steps, clips).
+type Stages interface {
+	Condition(ctx context.Context) error
+	Denoise(ctx context.Context) error
+	// Decode decodes the denoised latents: video frames go to sink as soon as they exist (sink is
+	// nil when nothing needs frames); the audio waveform, nil for video-only models, is returned for
+	// the mux.
+	Decode(ctx context.Context, sink FrameSink) (audio [][]float32, err error)
+}
+
+// ModelInfo describes a model for users and messages.
+type ModelInfo struct {
+	Name        string `json:"name"`   // registry name, or the folder path
+	Family      string `json:"family"` // the Family's Name
+	Variant     string `json:"variant"`
+	Description string `json:"description"`
+	Dir         string `json:"dir,omitempty"` // model folder, when read from disk
+
+	DefaultPreset string   `json:"default_preset"`
+	Presets       []Preset `json:"presets"`
+	// AudioSampleRate and AudioChannels describe the generated audio (0 for video-only models).
+	AudioSampleRate int      `json:"audio_sample_rate,omitempty"`
+	AudioChannels   int      `json:"audio_channels,omitempty"`
+	Notes           []string `json:"notes,omitempty"` // defaults taken when a folder omits a file
+}
+
+// Preset holds a model's request defaults (FastVideo's presets), the part every family shares.
+type Preset struct {
+	Name          string  `json:"name"`
+	Description   string  `json:"description"`
+	Height        int     `json:"height"`
+	Width         int     `json:"width"`
+	NumFrames     int     `json:"num_frames"`
+	FPS           int     `json:"fps"`
+	Steps         int     `json:"num_inference_steps"` // DiT forwards
+	GuidanceScale float64 `json:"guidance_scale"`
+	Seed          int64   `json:"seed"`
+}
+
+// DType is the compute precision of the heavy components.
+type DType string
+
+const (
+	// DTypeAuto picks bf16 on accelerators and f32 on the pure-Go backend, which is both faster
+	// and exact in f32 (its half-precision kernels are slow).
+	DTypeAuto DType = ""
+	F32       DType = "f32"
+	BF16      DType = "bf16"
+)
+
+// DTypeOf names a compute dtype.
+func DTypeOf(dt dtypes.DType) DType {
+	if dt == dtypes.BFloat16 {
+		return BF16
+	}
+	return F32
+}
+
+// MemoryPolicy decides how many heavyweight components stay resident.
+type MemoryPolicy string
+
+const (
+	// OneResident (the default) loads the text encoder, the DiT and the VAEs one at a time and
+	// releases each at the end of the stage that loaded it: peak memory is the largest component,
+	// not their sum.
+	OneResident MemoryPolicy = "one_resident"
+	// AllResident keeps every component loaded between Generate calls, trading memory for the
+	// load time of the next request.
+	AllResident MemoryPolicy = "all_resident"
+)
+
+// Engine is what a generator runs on, fixed at New: the compute backend and dtype, the memory
+// policy and the prompt cache.
+type Engine struct {
+	Backend compute.Backend
+	// BackendSpec is the resolved backend, e.g. "go:ops_sequential".
+	BackendSpec string
+	// Accelerated is set on accelerator backends (XLA), where bf16 and fused attention apply.
+	Accelerated    bool
+	DType          dtypes.DType
+	Memory         MemoryPolicy
+	PromptCacheDir string // "" disables the prompt cache
+}
+
+// Resident reports whether components stay loaded between runs.
+func (e *Engine) Resident() bool { return e.Memory == AllResident }

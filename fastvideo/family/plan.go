@@ -1,0 +1,139 @@
+package family
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Plan is what a request will run, derived without loading any weights: geometry, the sampling
+// ladder and the cost of a DiT forward, plus the family's own Details (MiniMax H3: audio latents,
+// packed rows and both ladders; Wan: the token grid and the sampler). Its JSON is one flat object
+// with stable snake_case names: the common fields, then the details'.
+type Plan struct {
+	Model  string `json:"model"`
+	Preset string `json:"preset"`
+	Family string `json:"family"`
+
+	Height          int     `json:"height"` // output size
+	Width           int     `json:"width"`
+	CanvasHeight    int     `json:"canvas_height"` // size the DiT and VAE run at
+	CanvasWidth     int     `json:"canvas_width"`
+	RequestedFrames int     `json:"requested_frames"`
+	NumFrames       int     `json:"num_frames"` // output frames, after the family's alignment
+	FPS             int     `json:"fps"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Steps           int     `json:"steps"` // sampling steps
+	Seed            int64   `json:"seed"`
+
+	VideoLatentFrames int `json:"video_latent_frames"`
+	LatentHeight      int `json:"latent_height"`
+	LatentWidth       int `json:"latent_width"`
+	LatentChannels    int `json:"latent_channels"`
+	// LatentShape is the video latent [C, T, H, W].
+	LatentShape []int `json:"latent_shape"`
+
+	GuidanceScale float64 `json:"guidance_scale"`
+	// CFG is classifier-free guidance: ForwardsPerStep is then 2 (prompt and negative prompt).
+	CFG             bool `json:"cfg"`
+	ForwardsPerStep int  `json:"forwards_per_step"`
+
+	// VideoSigmas and VideoTimesteps are the video ladder: the sigma and the timestep fed to the DiT
+	// at each step.
+	VideoSigmas    []float32 `json:"video_sigmas"`
+	VideoTimesteps []float32 `json:"video_timesteps"`
+
+	// DiTTFLOPsPerStep counts every forward of a step (both with CFG).
+	DiTTFLOPsPerStep float64 `json:"dit_tflops_per_step"`
+	DiTTFLOPsTotal   float64 `json:"dit_tflops_total"`
+	DiTParams        int64   `json:"dit_params"`
+	WeightsDType     DType   `json:"weights_dtype"`
+	// WeightsBytes is the DiT's weight memory in WeightsDType: the largest component and the one
+	// resident while denoising.
+	WeightsBytes int64 `json:"weights_bytes"`
+
+	// Details are the family's own fields (e.g. *h3.PlanDetails, *wan.PlanDetails).
+	Details PlanDetails `json:"-"`
+}
+
+// PlanDetails are a family's own plan fields; they marshal to a JSON object whose fields join the
+// plan's, and write the plan's table.
+type PlanDetails interface {
+	WriteTable(w io.Writer, p *Plan) error
+}
+
+// VideoNoiseLen is the length of Request.VideoNoise: C·T·Hl·Wl.
+func (p *Plan) VideoNoiseLen() int {
+	return p.LatentChannels * p.VideoLatentFrames * p.LatentHeight * p.LatentWidth
+}
+
+// MarshalJSON writes the common fields followed by the details' fields, as one object.
+func (p *Plan) MarshalJSON() ([]byte, error) {
+	type common Plan // without this method
+	out, err := json.Marshal((*common)(p))
+	if err != nil || p.Details == nil {
+		return out, err
+	}
+	details, err := json.Marshal(p.Details)
+	if err != nil {
+		return nil, err
+	}
+	details = bytes.TrimSpace(details)
+	if len(details) < 2 || details[0] != '{' {
+		return nil, fmt.Errorf("fastvideo: plan details of family %s are not a JSON object", p.Family)
+	}
+	if string(details) == "{}" {
+		return out, nil
+	}
+	return append(append(out[:len(out)-1], ','), details[1:]...), nil
+}
+
+// WriteTable prints the plan as a readable table (the family's layout).
+func (p *Plan) WriteTable(w io.Writer) error {
+	if p.Details != nil {
+		return p.Details.WriteTable(w, p)
+	}
+	tw, row := NewTable(w)
+	row("model", "%s (preset %s)", p.Model, p.Preset)
+	row("output", "%dx%d (HxW), %d frames at %d fps = %.3f s", p.Height, p.Width, p.NumFrames, p.FPS, p.DurationSeconds)
+	row("steps", "%d, seed %d", p.Steps, p.Seed)
+	return tw.Flush()
+}
+
+// NewTable returns a two-column table writer and its row function.
+func NewTable(w io.Writer) (*tabwriter.Writer, func(key, format string, a ...any)) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	return tw, func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+}
+
+// Floats formats a ladder for a table: the first 12 values, then the count.
+func Floats(v []float32) string {
+	const shown = 12
+	var b strings.Builder
+	for i, x := range v {
+		if i == shown {
+			fmt.Fprintf(&b, " ... (%d values)", len(v))
+			break
+		}
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%.7g", x)
+	}
+	return b.String()
+}
+
+// WeightBytes sizes weights kept half in float32 and half in the compute dtype: bf16 keeps the
+// release's mixed precision, f32 stores everything in float32.
+func WeightBytes(fp32, half int64, dtype DType) (int64, error) {
+	switch dtype {
+	case BF16:
+		return 4*fp32 + 2*half, nil
+	case F32:
+		return 4 * (fp32 + half), nil
+	}
+	return 0, &RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
+}

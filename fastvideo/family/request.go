@@ -1,0 +1,119 @@
+package family
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Request is one generation, mirroring FastVideo's GenerationRequest / SamplingParam fields that
+// every family shares; family-specific knobs go in Options (e.g. *h3.Options, *wan.Options).
+//
+// Unset means "the preset's value": numeric fields use 0 for unset (0 is never a valid size,
+// frame count, fps, step count or guidance scale), Seed uses nil because 0 is a valid seed. This is
+// FastVideo's behaviour for requests parsed from a mapping ("only explicit fields override the
+// preset"), applied uniformly.
+type Request struct {
+	// Prompt is tokenized verbatim after trimming surrounding white space (no chat template);
+	// H3 speech markup such as "(S1) A presenter says <d>[English] Hello.</d>" is plain text.
+	Prompt string `json:"prompt"`
+	// NegativePrompt is the text of the unconditional forward of classifier-free guidance; empty
+	// means the preset's. Families whose models run without guidance reject a non-empty one.
+	NegativePrompt string `json:"negative_prompt,omitempty"`
+
+	// Height, Width are the output size in pixels; both or neither. The family says which
+	// multiples and bounds apply.
+	Height int `json:"height,omitempty"`
+	Width  int `json:"width,omitempty"`
+	// NumFrames is the requested frame count (H3 aligns it up to 17n+5; Wan needs 4n+1).
+	NumFrames int `json:"num_frames,omitempty"`
+	// FPS is the output rate (H3 generates 24 only; for Wan it labels the container).
+	FPS int `json:"fps,omitempty"`
+	// NumInferenceSteps counts DiT forwards (the MLX example's --steps); FastVideo's CUDA
+	// num_inference_steps for H3 counts sigma-grid points, i.e. this value plus one.
+	NumInferenceSteps int `json:"num_inference_steps,omitempty"`
+	// GuidanceScale above 1 turns classifier-free guidance on where the model allows it.
+	GuidanceScale float64 `json:"guidance_scale,omitempty"`
+	Seed          *int64  `json:"seed,omitempty"` // nil: the preset's seed
+	// OutputPath is the .mp4 file to write, or a folder (an existing one, or a path ending in a
+	// separator or without an extension) in which the file is named after the prompt. Empty means
+	// DefaultOutputPath. An existing file is never replaced: the name gets _1, _2, ... instead.
+	OutputPath string `json:"output_path,omitempty"`
+	Preset     string `json:"preset,omitempty"` // "" selects the model's default preset
+
+	// PromptTokens is the prompt's length in tokens when already known (from the tokenizer or a
+	// prompt cache); 0 lets Plan estimate it from the text.
+	PromptTokens int `json:"prompt_tokens,omitempty"`
+
+	// Fast enables the temporal fast mode: denoise and decode fewer frames on the full timeline,
+	// then interpolate to the requested count (MLX --fast). Plan only for now: Generate rejects it
+	// (the frame interpolator is not in the SDK yet).
+	Fast       bool `json:"fast,omitempty"`
+	FastFactor int  `json:"fast_factor,omitempty"` // 0: 2
+	// FastSpatial enables the spatial fast mode: denoise and decode on a smaller canvas, then
+	// resample in pixel space (MLX --fast-spatial). Plan only for now, like Fast.
+	FastSpatial      bool `json:"fast_spatial,omitempty"`
+	FastSpatialScale int  `json:"fast_spatial_scale,omitempty"` // 0: 2
+
+	// SkipSave generates without writing a file (FastVideo's save_video=false); set at least one
+	// of the Return fields then. A decoder whose output nothing uses is not run.
+	SkipSave bool `json:"skip_save,omitempty"`
+	// ReturnFrames puts the decoded frames in Result.Frames (RGB24), ReturnAudio the decoded
+	// waveform in Result.Audio (families with audio only), ReturnLatents the final denoised latents
+	// in Result.Latents.
+	ReturnFrames  bool `json:"return_frames,omitempty"`
+	ReturnAudio   bool `json:"return_audio,omitempty"`
+	ReturnLatents bool `json:"return_latents,omitempty"`
+
+	// VideoNoise replaces the initial video noise drawn from Seed: C·T·Hl·Wl float32 values in the
+	// latent layout [C][T][Hl][Wl] (batch 1, the layout of PyTorch's randn(1, C, T, Hl, Wl));
+	// Plan.VideoNoiseLen gives the length. Inject the reference's noise to reproduce a PyTorch
+	// run: GaussianNoise cannot reproduce torch.randn.
+	VideoNoise []float32 `json:"-"`
+
+	// Options holds the model family's own knobs (*h3.Options, *wan.Options); nil takes the
+	// family's defaults. Options of another family are invalid input.
+	Options Options `json:"-"`
+
+	// Progress, when set, receives stage, step and decode events on the generating goroutine,
+	// while the generator is held: it must return quickly and must not call the generator.
+	Progress ProgressFunc `json:"-"`
+}
+
+// Options are a family's own request knobs.
+type Options interface {
+	// FamilyName is the family the options belong to ("minimax_h3", "wan").
+	FamilyName() string
+}
+
+// Ptr returns a pointer to v, for optional fields such as Request.Seed.
+func Ptr[T any](v T) *T { return &v }
+
+// RequestError reports invalid input: which field, the value given and what is allowed. Callers
+// tell bad input from runtime failures with errors.As.
+type RequestError struct {
+	Field   string // snake_case name as in FastVideo requests, e.g. "num_frames"
+	Value   any    // the offending value
+	Allowed string // what would be accepted
+}
+
+// maxShownValue bounds how much of a value an error message repeats (a prompt may be megabytes).
+const maxShownValue = 200
+
+func (e *RequestError) Error() string {
+	v := fmt.Sprint(e.Value)
+	if s, ok := e.Value.(string); ok {
+		v = fmt.Sprintf("%q", truncate(s, maxShownValue))
+	}
+	return fmt.Sprintf("invalid %s %s: allowed %s", e.Field, truncate(v, maxShownValue+2), e.Allowed)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,166 @@
+package family
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Resolved is the part of a resolved request every family shares: the preset applied, the output
+// geometry and the sampling knobs.
+type Resolved struct {
+	Model  ModelInfo
+	Preset string
+
+	Prompt         string // trimmed
+	NegativePrompt string // the unconditional text when classifier-free guidance is on, else ""
+	OutputPath     string
+	Seed           int64
+	FPS            int
+	Steps          int // sampling steps
+	Guidance       float64
+
+	Height, Width   int // output size
+	RequestedFrames int
+	NumFrames       int // output frames, after the family's alignment
+
+	PromptTokens          int
+	PromptTokensEstimated bool
+}
+
+// MaxSteps bounds NumInferenceSteps (upstream has no bound; beyond this the ladders only repeat
+// float32 values).
+const MaxSteps = 1000
+
+// ResolveCommon starts a resolution for any family: the preset, the prompt requirement, the seed,
+// the run-level flags against the model's capabilities and the options' family. It returns the
+// preset (the family's own preset type stays with the family) and the common fields.
+func ResolveCommon(info ModelInfo, req Request, needPrompt bool) (Preset, *Resolved, error) {
+	preset, err := FindPreset(info, req.Preset)
+	if err != nil {
+		return Preset{}, nil, err
+	}
+	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
+		return Preset{}, nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
+	}
+	if req.Options != nil && req.Options.FamilyName() != info.Family {
+		return Preset{}, nil, &RequestError{Field: "options", Value: fmt.Sprintf("%T", req.Options),
+			Allowed: fmt.Sprintf("nil or the %s family's options (model %s)", info.Family, info.Name)}
+	}
+	if req.ReturnAudio && info.AudioChannels == 0 {
+		return Preset{}, nil, &RequestError{Field: "return_audio", Value: true,
+			Allowed: fmt.Sprintf("false (%s generates video only)", info.Name)}
+	}
+	if req.SkipSave && !req.ReturnFrames && !req.ReturnAudio && !req.ReturnLatents {
+		return Preset{}, nil, &RequestError{Field: "skip_save", Value: true,
+			Allowed: "false, or true together with return_frames, return_audio or return_latents (else nothing is produced)"}
+	}
+	if req.PromptTokens < 0 {
+		return Preset{}, nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
+	}
+	r := &Resolved{Model: info, Preset: preset.Name, Prompt: strings.TrimSpace(req.Prompt), OutputPath: req.OutputPath,
+		Seed: preset.Seed, PromptTokens: req.PromptTokens}
+	if req.Seed != nil {
+		r.Seed = *req.Seed // a pointer: 0 is a seed, not "unset"
+	}
+	return preset, r, nil
+}
+
+// FindPreset returns the named preset of a model ("" is its default).
+func FindPreset(info ModelInfo, name string) (Preset, error) {
+	if name == "" {
+		name = info.DefaultPreset
+	}
+	var names []string
+	for _, p := range info.Presets {
+		if p.Name == name {
+			return p, nil
+		}
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return Preset{}, &RequestError{Field: "preset", Value: name,
+		Allowed: fmt.Sprintf("one of %s for model %s (empty: %s)", strings.Join(names, ", "), info.Name, info.DefaultPreset)}
+}
+
+// OrPreset is a request field, or the preset's value when the field is left at zero (unset).
+func OrPreset[T comparable](requested, preset T) T {
+	var unset T
+	if requested != unset {
+		return requested
+	}
+	return preset
+}
+
+// SizeRule is what a model accepts as an output size: multiples of Multiple (per axis), at most
+// MaxSide pixels a side.
+type SizeRule struct {
+	HeightMultiple, WidthMultiple int
+	MaxSide                       int
+	// Why explains the multiple, e.g. "the VAE's 16x compression times the DiT's 2x2 patch".
+	Why string
+}
+
+// ResolveSize applies "both or neither" to the requested size, falls back to the preset's and
+// checks the rule. Values beyond the bound are reported without arithmetic on them, so a huge
+// value can never overflow into a misleading hint.
+func ResolveSize(req Request, preset Preset, rule SizeRule) (h, w int, err error) {
+	switch {
+	case req.Height == 0 && req.Width != 0:
+		return 0, 0, &RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
+	case req.Width == 0 && req.Height != 0:
+		return 0, 0, &RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
+	}
+	h, w = req.Height, req.Width
+	if h == 0 {
+		h, w = preset.Height, preset.Width
+	}
+	if err := rule.check("height", h, rule.HeightMultiple); err != nil {
+		return 0, 0, err
+	}
+	if err := rule.check("width", w, rule.WidthMultiple); err != nil {
+		return 0, 0, err
+	}
+	return h, w, nil
+}
+
+func (rule SizeRule) check(field string, v, multiple int) error {
+	allowed := fmt.Sprintf("a positive multiple of %d up to %d", multiple, rule.MaxSide)
+	if rule.Why != "" {
+		allowed += " (" + rule.Why + ")"
+	}
+	if v <= 0 || v > rule.MaxSide {
+		return &RequestError{Field: field, Value: v, Allowed: allowed}
+	}
+	if v%multiple != 0 {
+		return &RequestError{Field: field, Value: v, Allowed: allowed + NearestMultiple(v, multiple)}
+	}
+	return nil
+}
+
+// NearestMultiple suggests the multiples of m around v (v within int range and positive).
+func NearestMultiple(v, m int) string {
+	lo := v / m * m
+	if lo <= 0 {
+		return fmt.Sprintf(" (e.g. %d)", m)
+	}
+	return fmt.Sprintf(" (e.g. %d or %d)", lo, lo+m)
+}
+
+// CheckNoise validates injected noise: nil (draw from the seed) or exactly n finite values.
+func CheckNoise(field string, v []float32, n int, layout string) error {
+	if v == nil {
+		return nil
+	}
+	if len(v) != n {
+		return &RequestError{Field: field, Value: fmt.Sprintf("%d values", len(v)),
+			Allowed: fmt.Sprintf("nil (noise from the seed) or %d float32 values in the layout %s", n, layout)}
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return &RequestError{Field: field, Value: fmt.Sprintf("%v at index %d", x, i), Allowed: "finite values"}
+		}
+	}
+	return nil
+}

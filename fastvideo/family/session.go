@@ -1,0 +1,112 @@
+package family
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Session is one run's view of the pipeline: the engine, the request and result, progress
+// reporting, and the memory policy that releases a stage's components at its end.
+type Session struct {
+	Engine  *Engine
+	Request Request
+	Result  *Result
+
+	stage    Stage
+	emit     func(Event)
+	noteLoad func(component string)
+	releases []func() error // non-resident components of the running stage, released last first
+}
+
+// NewSession starts a run's session: emit receives every event, noteLoad every component load.
+func NewSession(e *Engine, req Request, res *Result, emit func(Event), noteLoad func(string)) *Session {
+	return &Session{Engine: e, Request: req, Result: res, emit: emit, noteLoad: noteLoad}
+}
+
+// Emit reports an event.
+func (s *Session) Emit(e Event) { s.emit(e) }
+
+// Stage is the running stage.
+func (s *Session) Stage() Stage { return s.stage }
+
+// SetStage records the running stage (the pipeline calls it).
+func (s *Session) SetStage(st Stage) { s.stage = st }
+
+// Canceled returns ctx's error wrapped with the running stage, or nil.
+func (s *Session) Canceled(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fastvideo: generation cancelled during %s: %w", s.stage, err)
+	}
+	return nil
+}
+
+// OnRelease registers free to run when the running stage ends (or the run fails).
+func (s *Session) OnRelease(free func() error) { s.releases = append(s.releases, free) }
+
+// Release closes the non-resident components registered so far, last first.
+func (s *Session) Release() error {
+	var errs []error
+	for i := len(s.releases) - 1; i >= 0; i-- {
+		errs = append(errs, s.releases[i]())
+	}
+	s.releases = nil
+	return errors.Join(errs...)
+}
+
+// Component is a loaded model part that a generator may keep resident.
+type Component interface {
+	comparable
+	Close() error
+}
+
+// Acquire returns the resident component in *slot, or loads one (reporting name as a load and
+// timing it): kept in *slot when the engine keeps components resident, else released at the end
+// of the running stage.
+func Acquire[T Component](s *Session, slot *T, name string, load func() (T, error)) (T, error) {
+	var zero T
+	if *slot != zero {
+		return *slot, nil
+	}
+	s.noteLoad(name)
+	t0 := time.Now()
+	c, err := load()
+	if err != nil {
+		return zero, err
+	}
+	s.Result.Timings.AddLoad(name, time.Since(t0))
+	if s.Engine.Resident() {
+		*slot = c
+	} else {
+		s.OnRelease(c.Close)
+	}
+	return c, nil
+}
+
+// Release closes the component in *slot, if any, and empties the slot (for Components.Close).
+func Release[T Component](slot *T) error {
+	var zero T
+	if *slot == zero {
+		return nil
+	}
+	err := (*slot).Close()
+	*slot = zero
+	return err
+}
+
+// DenoiseLoop runs steps sampling steps, each after a cancellation check, and reports each
+// finished one as a DenoiseStep event.
+func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) error) error {
+	t0 := time.Now()
+	for k := 0; k < steps; k++ {
+		if err := s.Canceled(ctx); err != nil {
+			return err
+		}
+		if err := step(k); err != nil {
+			return err
+		}
+		s.Emit(Event{Kind: DenoiseStep, Stage: StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+	}
+	return nil
+}

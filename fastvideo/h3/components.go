@@ -1,0 +1,174 @@
+package h3
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/gomlx/compute/dtypes"
+
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc"
+	"fastvideo/internal/textenc/promptcache"
+	"fastvideo/internal/textenc/qwen3vl"
+	"fastvideo/internal/tokenizer"
+	"fastvideo/internal/weights"
+	"fastvideo/vae/h3audio"
+	"fastvideo/vae/h3video"
+)
+
+// source is where an H3 model's components come from: a snapshot folder, or tiny-h3's in-memory
+// random weights. Each load builds a fresh instance that the caller owns.
+type source interface {
+	describe() string
+	check() error
+	loadTokenizer() (*tokenizer.Tokenizer, error)
+	textWeights() (family.WeightOpener, string, error)
+	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
+	loadVideoVAE(e *family.Engine) (*h3video.Decoder, error)
+	loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error)
+}
+
+// components are an opened H3 model: its source, its text encoder config and the resident slots
+// of the AllResident memory policy.
+type components struct {
+	spec    *Spec
+	engine  *family.Engine
+	src     source
+	textCfg qwen3vl.Config
+
+	cond  *textenc.Conditioner
+	dit   *h3dit.Model
+	video *h3video.Decoder
+	audio *h3audio.Decoder
+}
+
+func (c *components) Describe() string { return c.src.describe() }
+func (c *components) Check() error     { return c.src.check() }
+
+// Close releases the resident components.
+func (c *components) Close() error {
+	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.video), family.Release(&c.audio))
+}
+
+// Open prepares generation: a folder's text encoder config is read and checked against the DiT,
+// and every weight checkpoint's headers and the tokenizer are checked; nothing heavy is loaded.
+func (s *Spec) Open(e *family.Engine) (family.Components, error) {
+	c := &components{spec: s, engine: e}
+	if s.Dir == "" {
+		if s.Name != TinyName {
+			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
+				"%s or a MiniMax H3 snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
+					"download the checkpoint and pass its folder (%s)", TinyName, s.Name, Family{}.FolderLayout())}
+		}
+		c.src, c.textCfg = newTinySource(s), tinyTextEncoder()
+		return c, nil
+	}
+	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
+	var err error
+	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(dirTextEncoder)); err != nil {
+		return nil, fmt.Errorf("fastvideo: %w (the snapshot's text_encoder/ holds the Qwen3-VL config.json and weights)", err)
+	}
+	if _, err := textOptions(c.textCfg, dtypes.Float32).ResolveHiddenState(c.textCfg); err != nil {
+		return nil, fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(dirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
+	}
+	if c.textCfg.HiddenSize != s.DiT.TextDim {
+		return nil, fmt.Errorf("fastvideo: the text encoder's hidden_size %d (%s) differs from the transformer's text_dim %d",
+			c.textCfg.HiddenSize, f.Path(dirTextEncoder, "config.json"), s.DiT.TextDim)
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	c.src = f
+	return c, nil
+}
+
+// conditioner builds the tokenizer -> Qwen3-VL -> prompt cache chain.
+func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
+	tok, err := c.src.loadTokenizer()
+	if err != nil {
+		return nil, err
+	}
+	open, identity, err := c.src.textWeights()
+	if err != nil {
+		return nil, err
+	}
+	cfg, dt := c.textCfg, c.engine.DType
+	opts := textOptions(cfg, dt)
+	opts.Resident = c.engine.Resident()
+	index, err := opts.ResolveHiddenState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return family.NewConditioner(s, tokenizerAdapter{tok}, family.TextEncoder{
+		Open: open,
+		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
+			enc, err := qwen3vl.New(c.engine.Backend, cfg, src, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			return enc, enc.Close, nil
+		},
+		CacheKey: promptcache.Key{Model: identity, Layer: index, DType: dt.String(), Variant: "prefix=" + qwen3vl.DefaultPrefix},
+	}), nil
+}
+
+// textOptions are H3's encoder options: the output of text layer 50 (hidden_states[50]), unless
+// the config names its own output index (tiny-h3 reads its last layer).
+func textOptions(cfg qwen3vl.Config, dt dtypes.DType) qwen3vl.Options {
+	opts := textenc.H3Options(dt)
+	if cfg.OutputHiddenStateIndex > 0 {
+		opts.HiddenStateIndex = 0
+	}
+	return opts
+}
+
+// tokenizerAdapter gives the tokenizer the conditioner's interface (its Encode cannot fail).
+type tokenizerAdapter struct{ t *tokenizer.Tokenizer }
+
+func (a tokenizerAdapter) Encode(text string) ([]int, error) { return a.t.Encode(text), nil }
+func (a tokenizerAdapter) Fingerprint() string               { return a.t.Fingerprint() }
+
+// folder is an H3 snapshot folder as a component source.
+type folder struct {
+	family.Snapshot
+	spec *Spec
+}
+
+func (f *folder) describe() string { return f.Dir }
+
+func (f *folder) check() error {
+	if err := f.CheckWeights(dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder); err != nil {
+		return err
+	}
+	if f.HasFile(dirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
+		return nil
+	}
+	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
+		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, dirTokenizer, "tokenizer.json"))}
+}
+
+func (f *folder) loadTokenizer() (*tokenizer.Tokenizer, error) {
+	return tokenizer.Load(f.Path(dirTokenizer))
+}
+
+func (f *folder) textWeights() (family.WeightOpener, string, error) {
+	return f.Weights(dirTextEncoder, "qwen3vl")
+}
+
+func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
+	return h3dit.Load(e.Backend, f.Path(dirTransformer), opts)
+}
+
+func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
+	return family.LoadFrom(f.Snapshot, dirVAE, func(src weights.Source) (*h3video.Decoder, error) {
+		return h3video.FromSource(e.Backend, f.spec.VAE, src, h3video.Options{DType: e.DType})
+	})
+}
+
+func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
+	return family.LoadFrom(f.Snapshot, dirAudioVAE, func(src weights.Source) (*h3audio.Decoder, error) {
+		return h3audio.FromSource(e.Backend, f.spec.AudioVAE, src, h3audio.Options{})
+	})
+}

@@ -1,0 +1,272 @@
+package h3
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/safetensors"
+	"fastvideo/schedule"
+	"fastvideo/vae/h3audio"
+	"fastvideo/vae/h3video"
+)
+
+// Component folders of a diffusers-style MiniMax H3 snapshot (MiniMaxAI/MiniMax-H3's layout).
+const (
+	dirTransformer = "transformer"
+	dirVAE         = "vae"
+	dirAudioVAE    = "audio_vae"
+	dirTextEncoder = "text_encoder"
+	dirTokenizer   = "tokenizer"
+	contractFile   = "fastvideo_inference.json"
+)
+
+// Detect recognizes an H3 snapshot by its transformer (a config.json or a converted checkpoint's
+// manifest) next to an audio_vae/ folder, the part no other family has.
+func (Family) Detect(dir string) (bool, error) {
+	if !isDir(filepath.Join(dir, dirAudioVAE)) {
+		return false, nil
+	}
+	return isDir(filepath.Join(dir, dirTransformer)), nil
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// ReadFolder reads an H3 snapshot's configs only: transformer/config.json (or a converted
+// checkpoint's manifest), vae/config.json, audio_vae/config.json, scheduler/ and audio_scheduler/
+// scheduler_config.json, the transformer's weight index (to detect FastH3's VSA gates), an
+// optional AdaLN cache manifest and an optional fastvideo_inference.json. Each is read once here
+// and passed down to planning and loading.
+func (Family) ReadFolder(dir string) (family.Model, error) {
+	s := released()
+	s.Name, s.Dir, s.Variant = dir, dir, "h3"
+	if err := s.readComponents(dir); err != nil {
+		return nil, err
+	}
+	if err := s.readSchedulers(dir); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.VSAGates, err = hasGateWeights(filepath.Join(dir, dirTransformer)); err != nil {
+		return nil, err
+	}
+	if err := s.readContract(dir); err != nil {
+		return nil, err
+	}
+	if s.VSAGates || s.DMDRungs != nil {
+		s.Variant, s.Description = "fasth3", "FastH3 student read from "+dir
+		s.setPresets("fasth3_t2va", fastH3Presets)
+	} else {
+		s.Description = "MiniMax H3 read from " + dir
+		s.setPresets("minimax_h3_t2va", baseH3Presets)
+	}
+	if n := len(s.DMDRungs); n > 0 {
+		for i := range s.Presets {
+			s.Presets[i].Steps = n
+			s.presets[s.Presets[i].Name] = s.Presets[i]
+		}
+	}
+	return s, nil
+}
+
+// readComponents reads the DiT, video VAE and audio VAE configs with the model packages' own
+// readers and checks that they agree.
+func (s *Spec) readComponents(dir string) error {
+	var err error
+	// The DiT's own reader, so that a converted transformer/ (its config lives in the
+	// quantization manifest) reads like a released one.
+	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, dirTransformer)); err != nil {
+		return missingOr(dir, dirTransformer, err)
+	}
+	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, dirTransformer)); err != nil {
+		return err
+	}
+	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, dirVAE)); err != nil {
+		return missingOr(dir, dirVAE, err)
+	}
+	if s.VAE.SpatialRatio() != packing.VAESpatialRatio || s.VAE.LatentChannels != s.DiT.InChannels {
+		return fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
+			filepath.Join(dir, dirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
+	}
+	if s.AudioVAE, err = h3audio.ReadConfig(filepath.Join(dir, dirAudioVAE)); err != nil {
+		return missingOr(dir, dirAudioVAE, err)
+	}
+	if s.AudioVAE.LatentChannels != s.DiT.AudioInChannels {
+		return fmt.Errorf("fastvideo: %s: %d latent channels, but the DiT takes %d audio channels",
+			filepath.Join(dir, dirAudioVAE, "config.json"), s.AudioVAE.LatentChannels, s.DiT.AudioInChannels)
+	}
+	s.AudioSampleRate = s.AudioVAE.SamplingRate
+	return nil
+}
+
+// missingOr turns a missing component config into invalid input naming the file; other errors
+// pass through.
+func missingOr(dir, component string, err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
+			"a complete MiniMax H3 snapshot: %s is missing (%v)", filepath.Join(dir, component, "config.json"), err)}
+	}
+	return fmt.Errorf("fastvideo: %w", err)
+}
+
+// readSchedulers reads both ladders' shifts (12 and 3 released; the audio one defaults to 3 when
+// audio_scheduler/ is absent).
+func (s *Spec) readSchedulers(dir string) error {
+	var err error
+	if s.VideoShift, err = readShift(dir, filepath.Join("scheduler", "scheduler_config.json"), true); err != nil {
+		return err
+	}
+	audioPath := filepath.Join("audio_scheduler", "scheduler_config.json")
+	if shift, err := readShift(dir, audioPath, false); err != nil {
+		return err
+	} else if shift > 0 {
+		s.AudioShift = shift
+	} else {
+		s.Notes = append(s.Notes, fmt.Sprintf("%s missing: audio shift %g (released)", filepath.Join(dir, audioPath), s.AudioShift))
+	}
+	return nil
+}
+
+// readJSON reads a small JSON file of the snapshot; a missing required file is invalid input.
+func readJSON(dir, rel string, v any, required bool) error {
+	path := filepath.Join(dir, rel)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if !required {
+				return err
+			}
+			return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
+				"a complete MiniMax H3 snapshot: %s is missing", path)}
+		}
+		return fmt.Errorf("fastvideo: reading %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("fastvideo: parsing %s: %w", path, err)
+	}
+	return nil
+}
+
+// readShift reads a MiniMaxH3Scheduler config; 0 when optional and absent.
+func readShift(dir, rel string, required bool) (float64, error) {
+	var c struct {
+		ClassName string   `json:"_class_name"`
+		Shift     *float64 `json:"shift"`
+	}
+	if err := readJSON(dir, rel, &c, required); err != nil {
+		if !required && errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	path := filepath.Join(dir, rel)
+	if c.ClassName != "" && c.ClassName != "MiniMaxH3Scheduler" {
+		return 0, fmt.Errorf("fastvideo: %s: scheduler %q, want MiniMaxH3Scheduler (is this a MiniMax H3 folder?)", path, c.ClassName)
+	}
+	if c.Shift == nil || !(*c.Shift > 0) {
+		return 0, fmt.Errorf("fastvideo: %s: shift must be a positive number", path)
+	}
+	return *c.Shift, nil
+}
+
+// hasGateWeights looks for attn.to_gate_compress in the transformer's weight names (index JSON, or
+// the header of a single safetensors file).
+func hasGateWeights(dir string) (bool, error) {
+	const gate = "to_gate_compress"
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	err := readJSON(dir, "diffusion_pytorch_model.safetensors.index.json", &index, false)
+	switch {
+	case err == nil:
+		for k := range index.WeightMap {
+			if strings.Contains(k, gate) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	single := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
+	if _, err := os.Stat(single); err != nil {
+		return false, nil // configs only: nothing to inspect
+	}
+	f, err := safetensors.Open(single)
+	if err != nil {
+		return false, fmt.Errorf("fastvideo: reading the header of %s: %w", single, err)
+	}
+	defer f.Close()
+	for _, k := range f.Names() {
+		if strings.Contains(k, gate) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// inferenceContract is a FastH3 student's fastvideo_inference.json (FastVideo's
+// fasth3-inference-contract-v1: the trained DMD rungs and both scheduler shifts).
+type inferenceContract struct {
+	SchemaVersion       string   `json:"schema_version"`
+	VideoShift          *float64 `json:"video_scheduler_shift"`
+	AudioShift          *float64 `json:"audio_scheduler_shift"`
+	DMDDenoisingSteps   []int    `json:"dmd_denoising_steps"`
+	TransformerForwards int      `json:"transformer_forwards"`
+	NumInferenceSteps   int      `json:"num_inference_steps"`
+}
+
+// maxContractRungs bounds the rungs a contract may declare (a distilled student trains a few).
+const maxContractRungs = family.MaxSteps
+
+// readContract applies a shift-declaring fastvideo_inference.json (at the folder root or in
+// transformer/); four-step sidecars without shifts keep the uniform ladder.
+func (s *Spec) readContract(dir string) error {
+	for _, rel := range []string{contractFile, filepath.Join(dirTransformer, contractFile)} {
+		var c inferenceContract
+		if err := readJSON(dir, rel, &c, false); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if c.VideoShift == nil && c.AudioShift == nil {
+			return nil
+		}
+		if err := c.check(filepath.Join(dir, rel)); err != nil {
+			return err
+		}
+		s.VideoShift, s.AudioShift, s.DMDRungs = *c.VideoShift, *c.AudioShift, c.DMDDenoisingSteps
+		return nil
+	}
+	return nil
+}
+
+func (c *inferenceContract) check(path string) error {
+	switch {
+	case c.SchemaVersion != "fasth3-inference-contract-v1":
+		return fmt.Errorf("fastvideo: %s: unsupported schema_version %q (want fasth3-inference-contract-v1)", path, c.SchemaVersion)
+	case c.VideoShift == nil || c.AudioShift == nil:
+		return fmt.Errorf("fastvideo: %s must declare both video_scheduler_shift and audio_scheduler_shift", path)
+	case len(c.DMDDenoisingSteps) > maxContractRungs:
+		return fmt.Errorf("fastvideo: %s declares %d DMD rungs, at most %d are allowed", path, len(c.DMDDenoisingSteps), maxContractRungs)
+	case c.TransformerForwards != len(c.DMDDenoisingSteps) || c.NumInferenceSteps != len(c.DMDDenoisingSteps)+1:
+		return fmt.Errorf("fastvideo: %s: transformer_forwards must equal the %d DMD rungs and num_inference_steps the rungs plus one",
+			path, len(c.DMDDenoisingSteps))
+	}
+	for _, shift := range []float64{*c.VideoShift, *c.AudioShift} {
+		if _, err := schedule.NewH3LadderFromDMDSteps(shift, c.DMDDenoisingSteps); err != nil {
+			return fmt.Errorf("fastvideo: %s: %w", path, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package h3
+
+import (
+	"fmt"
+	"io"
+
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/family"
+	"fastvideo/schedule"
+)
+
+// PlanDetails are MiniMax H3's plan fields: the audio latents, the packed rows of a DiT forward,
+// the audio ladder, the AdaLN timesteps and the fast modes.
+type PlanDetails struct {
+	AudioLatentFrames int `json:"audio_latent_frames"` // per stereo channel
+	// AudioLatentChannels is the audio latent width (32 released).
+	AudioLatentChannels int       `json:"audio_latent_channels"`
+	AudioSamples        int       `json:"audio_samples"` // decoded samples per channel
+	Rows                RowCounts `json:"rows"`
+
+	AudioSigmas    []float32 `json:"audio_sigmas"`
+	AudioTimesteps []float32 `json:"audio_timesteps"`
+	// AdaLNTimesteps is every distinct timestep the DiT sees: the keys of an AdaLN step cache.
+	AdaLNTimesteps []float32 `json:"adaln_timesteps"`
+
+	FastTemporal *packing.FastTemporalPlan `json:"fast_temporal,omitempty"`
+	FastSpatial  *packing.FastSpatialPlan  `json:"fast_spatial,omitempty"`
+}
+
+// AudioNoiseLen is the length of Options.AudioNoise: 2·C·N (stereo).
+func (d *PlanDetails) AudioNoiseLen() int {
+	return packing.AudioChannels * d.AudioLatentChannels * d.AudioLatentFrames
+}
+
+// RowCounts is the packed sequence of one DiT forward, by kind.
+type RowCounts struct {
+	Text int `json:"text"`
+	// TextEstimated is set when Text was estimated from the prompt's text (Request.PromptTokens
+	// unset); the exact count needs the tokenizer.
+	TextEstimated  bool `json:"text_estimated"`
+	ConditionVideo int  `json:"condition_video"`
+	Audio          int  `json:"audio"` // both channels
+	Video          int  `json:"video"` // target video rows
+	Total          int  `json:"total"`
+}
+
+// Plan computes the plan of a resolved request for its exact or estimated prompt length.
+func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
+	l, err := packing.Build(r.layoutRequest())
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: packing: %w", err)
+	}
+	return r.planWith(l, dtype)
+}
+
+// planWith is Plan over a layout already built (a run builds it once, for the plan and the loop).
+func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan, error) {
+	s, g, sched := r.spec, r.Denoise, r.sched
+	p := &family.Plan{
+		Model: s.Name, Preset: r.Preset, Family: s.Family,
+		Height: r.Height, Width: r.Width, CanvasHeight: g.Height, CanvasWidth: g.Width,
+		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
+		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
+		VideoLatentFrames: g.LatentFrames, LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth,
+		LatentChannels: s.VAE.LatentChannels,
+		LatentShape:    []int{s.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
+		GuidanceScale:  r.Guidance, ForwardsPerStep: 1,
+		VideoSigmas: sched.Video.Sigmas, VideoTimesteps: sched.Video.Timesteps,
+	}
+	p.Details = &PlanDetails{
+		AudioLatentFrames: g.AudioLatents, AudioLatentChannels: s.DiT.AudioInChannels,
+		AudioSamples: g.AudioLatents * s.AudioVAE.HopLength(),
+		Rows: RowCounts{
+			Text: l.NumTextRows, TextEstimated: r.PromptTokensEstimated, ConditionVideo: l.NumConditionVideoRows,
+			Audio: l.NumAudioRows, Video: l.NumVideoRows, Total: l.SequenceLength,
+		},
+		AudioSigmas: sched.Audio.Sigmas, AudioTimesteps: sched.Audio.Timesteps,
+		AdaLNTimesteps: sched.VisitedTimesteps(schedule.Conditions{}),
+		FastTemporal:   r.FastTemporal, FastSpatial: r.FastSpatial,
+	}
+	perStep, total := 0.0, 0.0
+	for k := 0; k < sched.Steps(); k++ {
+		f := ditForwardFLOPs(s.DiT, l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
+			len(sched.StepTimesteps(k, schedule.Conditions{})), s.VSAGates)
+		total += f
+		perStep = max(perStep, f)
+	}
+	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, total/1e12
+	fp32, half := ditParamGroups(s.DiT, s.VSAGates)
+	p.DiTParams = fp32 + half
+	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
+	var err error
+	if p.WeightsBytes, err = family.WeightBytes(fp32, half, p.WeightsDType); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ditForwardFLOPs counts one DiT forward over S text rows, Rv video rows
+// (condition rows included), Ra audio rows and nT distinct timesteps:
+//
+//	every GEMM (M x K) by (K x N) costs 2*M*N*K;
+//	attention costs 4*L^2*D*heads (QK^T and PV, each 2*L^2*D per head, D = head_dim);
+//	norms, activations, softmax and RoPE are ignored.
+//
+// With L = S + Rv + Ra, hidden H, attention width I = heads*D, FFN width F,
+// time width E (or the AdaLN rank), text width T, patch width P = C*pt*ph*pw:
+//
+//	time MLP       2*nT*(freq*Eh + Eh*E)
+//	AdaLN          blocks * 2*nT*E*18H, norm_out 2*nT*E*2H (rank r: E -> r, plus the basis 2*nT*E*r)
+//	text           2*S*T*H, refiner blocks * (2*S*H*(3I + I + 3F) + 4*S^2*D*heads)
+//	inputs         2*Rv*P*H + 2*Ra*Ca*H
+//	joint blocks   blocks * (2*L*H*(3I + I + 3F) + 4*L^2*D*heads)   (+2*L*H*I with FastH3's VSA gate)
+//	outputs        2*Rv*H*P + 2*Ra*H*Ca  (heads applied to their own rows only)
+//
+// At 832x480x124 with a 93-token prompt (L = 14,937) the released DiT costs
+// 895.6 TFLOP: 1.13 s at 790 TFLOP/s, the compute floor quoted upstream.
+func ditForwardFLOPs(c h3dit.Config, S, Rv, Ra, nT int, vsaGates bool) float64 {
+	f := func(v int) float64 { return float64(v) }
+	L := f(S + Rv + Ra)
+	H, I, F := f(c.HiddenSize), f(c.InnerDim()), f(c.FFNDim)
+	D, heads := f(c.AttentionHeadDim), f(c.NumAttentionHeads)
+	E, Eh, T := f(c.TimeEmbedDim), f(c.TimeEmbedHiddenDim), f(c.TextDim)
+	P := f(c.VideoPatchDim())
+	Ca, blocks, nt, s, rv, ra := f(c.AudioInChannels), f(c.NumLayers), f(nT), f(S), f(Rv), f(Ra)
+
+	gemmPerRow := 2 * H * (3*I + I + 3*F) // QKV, out projection, SwiGLU in (2F) and out (F)
+	total := 2 * nt * (f(c.FreqDim)*Eh + Eh*E)
+	adaIn := f(c.AdaLNInDim())
+	if c.AdaLNRank > 0 {
+		total += 2 * nt * E * adaIn
+	}
+	total += blocks*2*nt*adaIn*18*H + 2*nt*adaIn*2*H
+	total += 2*s*T*H + f(c.NumRefinerLayers)*(s*gemmPerRow+4*s*s*D*heads)
+	total += 2*rv*P*H + 2*ra*Ca*H
+	block := L*gemmPerRow + 4*L*L*D*heads
+	if vsaGates {
+		block += 2 * L * H * I
+	}
+	total += blocks * block
+	total += 2*rv*H*P + 2*ra*H*Ca
+	return total
+}
+
+// ditParamGroups splits the DiT's parameters by storage precision in the
+// release: the five boundary modules (proj_in, audio_proj_in, time_embedder,
+// proj_out, audio_proj_out) are FP32, the rest BF16 (FP16 for the rank-r
+// AdaLN variant, the same size).
+func ditParamGroups(c h3dit.Config, vsaGates bool) (fp32, half int64) {
+	i := func(v int) int64 { return int64(v) }
+	H, I, F := i(c.HiddenSize), i(c.InnerDim()), i(c.FFNDim)
+	E, Eh, T, hd := i(c.TimeEmbedDim), i(c.TimeEmbedHiddenDim), i(c.TextDim), i(c.AttentionHeadDim)
+	P, Ca := i(c.VideoPatchDim()), i(c.AudioInChannels)
+
+	core := 4*H*I + 2*hd + // Q, K, V, out (no bias) and the two QK norms
+		H*2*F + F*H + // SwiGLU
+		2*H // norm1, norm2
+	adaIn := i(c.AdaLNInDim())
+	var basis int64
+	if c.AdaLNRank > 0 {
+		basis = adaIn * E
+	}
+	adaln := adaIn*18*H + 18*H
+	half = i(c.NumLayers)*(core+adaln) +
+		i(c.NumRefinerLayers)*core + H + // refiner blocks + final norm
+		T*H + H + // context_embedder
+		H + adaIn*2*H + 2*H + // norm_out norm and linear
+		basis
+	if vsaGates {
+		half += i(c.NumLayers) * H * I
+	}
+	fp32 = P*H + H + Ca*H + H + // proj_in, audio_proj_in
+		i(c.FreqDim)*Eh + Eh + Eh*E + E + // time_embedder
+		H*P + P + H*Ca + Ca // proj_out, audio_proj_out
+	return fp32, half
+}
+
+// ditParams is the DiT's parameter count (33,122,992,896 released; FastH3 adds
+// 1,926,758,400 for its VSA gates).
+func ditParams(c h3dit.Config, vsaGates bool) int64 {
+	a, b := ditParamGroups(c, vsaGates)
+	return a + b
+}
+
+// WriteTable prints the plan as a readable table.
+func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
+	tw, row := family.NewTable(w)
+	row("model", "%s (preset %s)", p.Model, p.Preset)
+	row("output", "%dx%d (HxW), %d frames (requested %d) at %d fps = %.3f s", p.Height, p.Width, p.NumFrames,
+		p.RequestedFrames, p.FPS, p.DurationSeconds)
+	row("canvas", "%dx%d", p.CanvasHeight, p.CanvasWidth)
+	if fs := d.FastSpatial; fs != nil {
+		row("fast spatial", "scale %d: stage 1 %dx%d on a %dx%d canvas, resampled to %dx%d", fs.Scale,
+			fs.Stage1Height, fs.Stage1Width, fs.CanvasHeight, fs.CanvasWidth, fs.TargetHeight, fs.TargetWidth)
+	}
+	if ft := d.FastTemporal; ft != nil {
+		row("fast temporal", "factor %d: %d source frames (%d latents) interpolated to %d, time scale %.6f",
+			ft.Factor, ft.SourceFrames, ft.SourceLatentFrames, ft.TargetFrames, ft.VideoTemporalScale)
+	}
+	row("video latent", "%d x %d x %d x %d (C x T x H x W)", p.LatentChannels, p.VideoLatentFrames, p.LatentHeight, p.LatentWidth)
+	row("audio latent", "2 x %d (stereo), %d samples per channel", d.AudioLatentFrames, d.AudioSamples)
+	est := ""
+	if d.Rows.TextEstimated {
+		est = " (estimated)"
+	}
+	row("rows", "%d total = %d text%s + %d condition + %d audio + %d video", d.Rows.Total, d.Rows.Text, est,
+		d.Rows.ConditionVideo, d.Rows.Audio, d.Rows.Video)
+	row("steps", "%d, seed %d", p.Steps, p.Seed)
+	row("video sigmas", "%s", family.Floats(p.VideoSigmas))
+	row("audio sigmas", "%s", family.Floats(d.AudioSigmas))
+	row("adaln timesteps", "%s", family.Floats(d.AdaLNTimesteps))
+	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
+	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	return tw.Flush()
+}

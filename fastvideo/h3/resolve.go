@@ -1,0 +1,217 @@
+package h3
+
+import (
+	"fmt"
+	"strings"
+
+	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/tokenizer"
+	"fastvideo/schedule"
+)
+
+// resolved is a validated H3 request: the common fields, the geometry the DiT and VAEs run at,
+// and the two ladders, derived once and used by the plan and the run alike.
+type resolved struct {
+	family.Resolved
+	spec *Spec
+	opts Options
+
+	// Denoise is the geometry the DiT and VAEs run at: the output geometry, or the reduced one of
+	// the fast modes.
+	Denoise            packing.Geometry
+	VideoTemporalScale float64 // 1, or the temporal fast mode's stretch
+	FastTemporal       *packing.FastTemporalPlan
+	FastSpatial        *packing.FastSpatialPlan
+
+	sched *schedule.H3Schedule
+}
+
+func (r *resolved) Common() *family.Resolved { return &r.Resolved }
+
+// Resolve applies the preset and validates req with the released H3 rules (FastVideo's
+// MiniMax-H3 input preparation stage, fastvideo/pipelines/stages/minimax_h3/), stricter where
+// upstream would fail late: every bound is checked before anything loads.
+func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, error) {
+	preset, common, err := family.ResolveCommon(s.ModelInfo, req, needPrompt)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{Resolved: *common, spec: s}
+	if o, ok := req.Options.(*Options); ok && o != nil {
+		r.opts = *o
+	}
+	for _, step := range []func(family.Request, family.Preset) error{
+		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.checkNoise,
+	} {
+		if err := step(req, preset); err != nil {
+			return nil, err
+		}
+	}
+	if r.PromptTokens == 0 && req.Prompt != "" {
+		r.PromptTokens, r.PromptTokensEstimated = tokenizer.EstimateQwenTokens(req.Prompt), true
+	}
+	return r, nil
+}
+
+// resolveGuidance: MiniMax H3 is guidance-distilled: no negative prompt, guidance 1.
+func (r *resolved) resolveGuidance(req family.Request, preset family.Preset) error {
+	if strings.TrimSpace(req.NegativePrompt) != "" {
+		return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
+			Allowed: "an empty string (MiniMax-H3 is guidance-distilled and takes no negative prompt)"}
+	}
+	r.Guidance = family.OrPreset(req.GuidanceScale, preset.GuidanceScale)
+	if r.Guidance != 1 {
+		return &family.RequestError{Field: "guidance_scale", Value: r.Guidance,
+			Allowed: "1.0 (MiniMax-H3 is guidance-distilled: no classifier-free guidance)"}
+	}
+	return nil
+}
+
+// resolveSize: both or neither, positive multiples of 32 (the VAE's 16x compression times the
+// DiT's 2x2 patch), bounded by the model's largest side.
+func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
+	var err error
+	r.Height, r.Width, err = family.ResolveSize(req, preset, family.SizeRule{
+		HeightMultiple: packing.CanvasMultiple, WidthMultiple: packing.CanvasMultiple, MaxSide: r.spec.MaxSide,
+		Why: fmt.Sprintf("the canvas of %s", r.spec.Name)})
+	if err != nil {
+		return err
+	}
+	if ratio := r.spec.VAE.SpatialRatio(); ratio <= 0 || r.Height%ratio != 0 || r.Width%ratio != 0 {
+		return &family.RequestError{Field: "height", Value: r.Height, Allowed: fmt.Sprintf("a size divisible by the VAE ratio %d", ratio)}
+	}
+	return nil
+}
+
+// resolveFrames aligns the frame count up to 17n+5 and checks the model's duration window, and
+// the rate (H3 generates a fixed 24 fps).
+func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error {
+	s := r.spec
+	r.RequestedFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
+	lo, hi := s.frameRange()
+	aligned := 0
+	if r.RequestedFrames >= 1 && r.RequestedFrames <= hi {
+		aligned, _ = packing.AlignNumFrames(r.RequestedFrames)
+	}
+	if aligned < s.MinAlignedFrames || aligned > s.MaxAlignedFrames {
+		return &family.RequestError{Field: "num_frames", Value: r.RequestedFrames, Allowed: fmt.Sprintf(
+			"%d to %d (aligned up to 17n+5: %d..%d frames, %.3g-%.3g s at %d fps)", lo, hi,
+			s.MinAlignedFrames, s.MaxAlignedFrames, float64(s.MinAlignedFrames)/packing.FPS,
+			float64(s.MaxAlignedFrames)/packing.FPS, packing.FPS)}
+	}
+	r.NumFrames = aligned
+	r.FPS = family.OrPreset(req.FPS, preset.FPS)
+	if r.FPS != packing.FPS {
+		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
+	}
+	return nil
+}
+
+// frameRange is the span of requested counts that align into the window.
+func (s *Spec) frameRange() (lo, hi int) {
+	lo = s.MinAlignedFrames
+	for lo > 1 {
+		if a, _ := packing.AlignNumFrames(lo - 1); a != s.MinAlignedFrames {
+			break
+		}
+		lo--
+	}
+	return lo, s.MaxAlignedFrames
+}
+
+// resolveSteps checks the DiT forward count and builds both ladders, once: the checkpoint's
+// trained DMD rungs when its fastvideo_inference.json declares them, else the uniform ladder.
+func (r *resolved) resolveSteps(req family.Request, preset family.Preset) error {
+	s := r.spec
+	r.Steps = family.OrPreset(req.NumInferenceSteps, preset.Steps)
+	if r.Steps < 1 || r.Steps > family.MaxSteps {
+		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
+			Allowed: fmt.Sprintf("1 to %d DiT forwards (FastH3: %d, base preset: %d)", family.MaxSteps, schedule.FastH3Steps, schedule.H3BaseSteps)}
+	}
+	if n := len(s.DMDRungs); n > 0 && r.Steps != n {
+		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
+			Allowed: fmt.Sprintf("%d (the checkpoint's fastvideo_inference.json trains %d forwards)", n, n)}
+	}
+	ladder := func(shift float64) (*schedule.H3Ladder, error) {
+		if s.DMDRungs != nil {
+			return schedule.NewH3LadderFromDMDSteps(shift, s.DMDRungs)
+		}
+		return schedule.NewH3Ladder(shift, r.Steps)
+	}
+	v, err := ladder(s.VideoShift)
+	if err != nil {
+		return err
+	}
+	a, err := ladder(s.AudioShift)
+	if err != nil {
+		return err
+	}
+	r.sched = &schedule.H3Schedule{Video: v, Audio: a}
+	return nil
+}
+
+// resolveGeometry derives the denoise geometry, applying the fast modes.
+func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
+	h, w := r.Height, r.Width
+	r.VideoTemporalScale = 1
+	if req.FastFactor != 0 && !req.Fast {
+		return &family.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
+	}
+	if req.FastSpatialScale != 0 && !req.FastSpatial {
+		return &family.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
+	}
+	if req.FastSpatial {
+		scale := family.OrPreset(req.FastSpatialScale, 2)
+		p, err := packing.PlanFastSpatial(r.Height, r.Width, scale)
+		if err != nil {
+			return &family.RequestError{Field: "fast_spatial_scale", Value: scale,
+				Allowed: fmt.Sprintf("an integer >= 2 whose canvas is smaller than %dx%d (%v)", r.Height, r.Width, err)}
+		}
+		r.FastSpatial = &p
+		h, w = p.CanvasHeight, p.CanvasWidth
+	}
+	g, err := packing.NewGeometry(h, w, r.NumFrames)
+	if err != nil {
+		return fmt.Errorf("fastvideo: geometry: %w", err)
+	}
+	if req.Fast {
+		factor := family.OrPreset(req.FastFactor, 2)
+		p, err := packing.PlanFastTemporal(r.NumFrames, factor)
+		if err != nil {
+			return &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf(
+				"an integer >= 2 that shortens the %d-frame clip to fewer aligned frames; this one does not (%v): "+
+					"ask for more frames or a larger factor", r.NumFrames, err)}
+		}
+		r.FastTemporal = &p
+		// Audio keeps every latent of the full clip; only video is shortened.
+		g.NumFrames, g.LatentFrames = p.SourceFrames, p.SourceLatentFrames
+		r.VideoTemporalScale = p.VideoTemporalScale
+	}
+	for i := range g.PatchSize {
+		g.PatchSize[i] = packing.DefaultPatchSize[i]
+		if len(r.spec.DiT.PatchSize) == 3 {
+			g.PatchSize[i] = r.spec.DiT.PatchSize[i]
+		}
+	}
+	r.Denoise = g
+	return nil
+}
+
+// checkNoise validates injected initial noise against the denoise geometry.
+func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
+	s, g := r.spec, r.Denoise
+	if err := family.CheckNoise("video_noise", req.VideoNoise, s.DiT.InChannels*g.LatentFrames*g.LatentHeight*g.LatentWidth,
+		fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", s.DiT.InChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)); err != nil {
+		return err
+	}
+	return family.CheckNoise("audio_noise", r.opts.AudioNoise, packing.AudioChannels*s.DiT.AudioInChannels*g.AudioLatents,
+		fmt.Sprintf("[%d][%d][%d] (stereo, C, N)", packing.AudioChannels, s.DiT.AudioInChannels, g.AudioLatents))
+}
+
+// layoutRequest is the packing request of this generation for its (exact or estimated) prompt.
+func (r *resolved) layoutRequest() packing.Request {
+	q := r.Denoise.Request(nil, r.PromptTokens)
+	q.VideoTemporalScale = r.VideoTemporalScale
+	return q
+}

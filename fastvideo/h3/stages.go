@@ -1,0 +1,223 @@
+package h3
+
+import (
+	"context"
+	"fmt"
+
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc"
+	"fastvideo/vae/h3audio"
+	"fastvideo/vae/h3video"
+)
+
+// run is one H3 generation's stages and what they hand each other.
+type run struct {
+	c *components
+	s *family.Session
+	r *resolved
+
+	hidden textenc.Result  // the conditioned prompt
+	layout *packing.Layout // the packed sequence, built once for the exact prompt length
+
+	videoLatents []float32 // final latents [1, C, T, Hl, Wl]
+	videoShape   []int
+	audioRows    []float32 // final audio rows [2N, C]
+}
+
+// Start checks the AdaLN-cache contract of a converted checkpoint against the run's ladders.
+func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
+	r := res.(*resolved)
+	if err := h3dit.CheckAdaLNLadder(c.spec.AdaLN, r.Steps, r.sched.Video.Timesteps, r.sched.Audio.Timesteps); err != nil {
+		return nil, &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
+	}
+	return &run{c: c, s: s, r: r}, nil
+}
+
+// Condition encodes the prompt (or reads it from the prompt cache), then plans the run for the
+// exact prompt length.
+func (p *run) Condition(ctx context.Context) error {
+	c, r := p.c, p.r
+	cond, err := family.Acquire(p.s, &c.cond, "tokenizer", func() (*textenc.Conditioner, error) { return c.conditioner(p.s) })
+	if err != nil {
+		return err
+	}
+	out, err := cond.Condition(ctx, r.Prompt)
+	if err != nil {
+		return err
+	}
+	if len(out.Shape) != 2 || out.Shape[1] != c.spec.DiT.TextDim || out.Shape[0] < 1 {
+		return fmt.Errorf("fastvideo: the text encoder returned shape %v, the DiT takes [S, %d]", out.Shape, c.spec.DiT.TextDim)
+	}
+	res := p.s.Result
+	res.PromptTokens, res.PromptCached = out.Shape[0], out.Cached
+	r.PromptTokens, r.PromptTokensEstimated = out.Shape[0], false
+	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
+		return fmt.Errorf("fastvideo: packing: %w", err)
+	}
+	if res.Plan, err = r.planWith(p.layout, family.DTypeOf(c.engine.DType)); err != nil {
+		return err
+	}
+	p.hidden = out
+	return nil
+}
+
+// Denoise loads the DiT (unless resident), refines the prompt, computes the AdaLN tables of the
+// visited timesteps once, and runs the sampling loop: one forward per step, video and audio
+// updated by their own ladders.
+func (p *run) Denoise(ctx context.Context) error {
+	c := p.c
+	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
+		return c.src.loadDiT(c.engine, h3dit.Options{DType: c.engine.DType, AdaLNManifest: c.spec.AdaLN})
+	})
+	if err != nil {
+		return err
+	}
+	in, err := p.forwardInputs(dit)
+	if err != nil {
+		return err
+	}
+	xv, xa, err := p.initialNoise()
+	if err != nil {
+		return err
+	}
+	if err := p.sample(ctx, dit, in, xv, xa); err != nil {
+		return err
+	}
+	return p.keepLatents(xv, xa)
+}
+
+// forwardInputs prepares what every forward shares: the refined prompt, the AdaLN tables (unless
+// the checkpoint carries a fixed cache) and the packed layout's tags, positions and indices.
+func (p *run) forwardInputs(dit *h3dit.Model) (h3dit.ForwardInputs, error) {
+	text, err := dit.PrepareText(p.hidden.Hidden)
+	if err != nil {
+		return h3dit.ForwardInputs{}, err
+	}
+	p.s.OnRelease(func() error { text.Close(); return nil })
+	p.hidden = textenc.Result{} // the host copy is no longer needed
+	in := h3dit.ForwardInputs{TextState: text, VideoIndices: p.layout.VideoIndices, AudioIndices: p.layout.AudioIndices,
+		TextIndices: p.layout.TextIndices}
+	if p.c.spec.AdaLN == nil {
+		// Every (timestep, modality) modulation of the run, once, instead of once per step and block.
+		sched := p.r.sched
+		adaln, err := dit.PrepareAdaLN(sched.Video.Timesteps, sched.Audio.Timesteps)
+		if err != nil {
+			return h3dit.ForwardInputs{}, err
+		}
+		p.s.OnRelease(func() error { adaln.Close(); return nil })
+		in.AdaLN = adaln
+	}
+	lay := p.layout
+	in.TokenTags = make([]int32, lay.SequenceLength)
+	for i, v := range lay.TokenTags {
+		in.TokenTags[i] = int32(v)
+	}
+	in.PositionIDs = make([]float64, 0, 3*lay.SequenceLength)
+	for _, q := range lay.PositionIDs {
+		in.PositionIDs = append(in.PositionIDs, q[0], q[1], q[2])
+	}
+	return in, nil
+}
+
+// initialNoise returns the patchified video rows and packed audio rows of the initial noise:
+// injected, or drawn from the seed in the same layouts.
+func (p *run) initialNoise() (xv, xa []float32, err error) {
+	r, cfg, geo := p.r, p.c.spec.DiT, p.r.Denoise
+	c, t, hl, wl := cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth
+	ca, n := cfg.AudioInChannels, geo.AudioLatents
+	vn := p.s.Request.VideoNoise
+	if vn == nil {
+		vn = family.GaussianNoise(r.Seed, family.VideoNoise, c*t*hl*wl)
+	}
+	an := r.opts.AudioNoise
+	if an == nil {
+		an = family.GaussianNoise(r.Seed, family.AudioNoise, packing.AudioChannels*ca*n)
+	}
+	if xv, err = packing.PatchifyVideo(vn, c, t, hl, wl, geo.PatchSize); err != nil {
+		return nil, nil, err
+	}
+	xa, err = packing.PackAudio(an, ca, n)
+	return xv, xa, err
+}
+
+// sample runs the steps in place on xv and xa.
+func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInputs, xv, xa []float32) error {
+	sched := p.r.sched
+	steps := sched.Steps()
+	idx := make([]int32, p.layout.SequenceLength)
+	return p.s.DenoiseLoop(ctx, steps, func(k int) error {
+		tv, ta := sched.Video.Timesteps[k], sched.Audio.Timesteps[k]
+		// T2VA has no condition rows: text and video rows take the video time, audio rows the audio time.
+		uniq, rowIdx := packing.RowTimesteps(p.layout, tv, ta, tv, ta)
+		for i, v := range rowIdx {
+			idx[i] = int32(v)
+		}
+		in.VideoRows, in.AudioRows, in.Timesteps, in.TimestepIndices = xv, xa, uniq, idx
+		out, err := dit.Forward(in)
+		if err != nil {
+			return fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, steps, err)
+		}
+		if err := sched.Video.Step(k, out.Video, xv, xv); err != nil {
+			return err
+		}
+		return sched.Audio.Step(k, out.Audio, xa, xa)
+	})
+}
+
+// keepLatents unpatchifies the final latents for the decoders (and the result, when asked).
+func (p *run) keepLatents(xv, xa []float32) error {
+	cfg, geo := p.c.spec.DiT, p.r.Denoise
+	c, t, hl, wl := cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth
+	var err error
+	if p.videoLatents, err = packing.UnpatchifyVideo(xv, c, t, hl, wl, geo.PatchSize); err != nil {
+		return err
+	}
+	p.videoShape = []int{1, c, t, hl, wl}
+	p.audioRows = xa
+	if p.s.Request.ReturnLatents {
+		al, err := packing.UnpackAudio(xa, cfg.AudioInChannels, geo.AudioLatents)
+		if err != nil {
+			return err
+		}
+		p.s.Result.Latents = &family.Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
+			Audio: al, AudioShape: []int{packing.AudioChannels, cfg.AudioInChannels, geo.AudioLatents}}
+	}
+	return nil
+}
+
+// Decode runs the audio VAE on the stereo rows when the file or the caller needs the waveform,
+// then the video VAE clip by clip into sink.
+func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
+	c, req := p.c, p.s.Request
+	var wave [][]float32
+	if !req.SkipSave || req.ReturnAudio {
+		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.src.loadAudioVAE(c.engine) })
+		if err != nil {
+			return nil, err
+		}
+		if wave, err = dec.DecodeRows(ctx, p.audioRows, p.r.Denoise.AudioLatents); err != nil {
+			return nil, fmt.Errorf("fastvideo: audio decode: %w", err)
+		}
+		if req.ReturnAudio {
+			p.s.Result.Audio = wave
+		}
+		if err := p.s.Release(); err != nil { // the audio VAE goes before the video VAE comes
+			return nil, err
+		}
+	}
+	p.audioRows = nil
+	if sink == nil {
+		return wave, nil
+	}
+	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.src.loadVideoVAE(c.engine) })
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.videoLatents = nil }()
+	err = dec.Decode(ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
+		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
+	})
+	return wave, err
+}

@@ -1,0 +1,166 @@
+package wan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc"
+	"fastvideo/internal/textenc/promptcache"
+	"fastvideo/internal/textenc/umt5"
+	"fastvideo/internal/tokenizer/unigram"
+	"fastvideo/internal/weights"
+	wanvae "fastvideo/vae/wan"
+)
+
+// source is where a Wan model's components come from: a snapshot folder, or tiny-wan's in-memory
+// random weights. Each load builds a fresh instance that the caller owns.
+type source interface {
+	describe() string
+	check() error
+	loadTokenizer() (*unigram.Tokenizer, error)
+	textWeights() (family.WeightOpener, string, error)
+	loadDiT(e *family.Engine) (*wandit.Model, error)
+	loadVAE(e *family.Engine) (*wanvae.Decoder, error)
+}
+
+// components are an opened Wan model: its source and the resident slots of the AllResident memory
+// policy.
+type components struct {
+	spec   *Spec
+	engine *family.Engine
+	src    source
+
+	cond *textenc.Conditioner
+	dit  *wandit.Model
+	vae  *wanvae.Decoder
+}
+
+func (c *components) Describe() string { return c.src.describe() }
+func (c *components) Check() error     { return c.src.check() }
+
+// Close releases the resident components.
+func (c *components) Close() error {
+	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.vae))
+}
+
+// Open prepares generation: the configs were read and checked by ReadFolder; here every weight
+// checkpoint's headers open and the tokenizer file exists.
+func (s *Spec) Open(e *family.Engine) (family.Components, error) {
+	c := &components{spec: s, engine: e}
+	if s.Dir == "" {
+		if s.Name != TinyName {
+			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
+				"%s or a Wan snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
+					"download the checkpoint (%s) and pass its folder (%s)", TinyName, s.Name,
+				joinIDs(s.presets[s.DefaultPreset].ModelIDs), Family{}.FolderLayout())}
+		}
+		c.src = newTinySource(s)
+		return c, nil
+	}
+	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	c.src = f
+	return c, nil
+}
+
+func joinIDs(ids []string) string {
+	if len(ids) == 0 {
+		return "its snapshot"
+	}
+	out := ids[0]
+	for _, id := range ids[1:] {
+		out += " or " + id
+	}
+	return out
+}
+
+// conditioner builds the UMT5 tokenizer -> encoder -> prompt cache chain. Its hidden state is the
+// encoder's last hidden state over the prompt's own tokens ([n, d_model], </s> included); the
+// denoise stage zero-pads it to TextLen rows.
+func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
+	tok, err := c.src.loadTokenizer()
+	if err != nil {
+		return nil, err
+	}
+	open, identity, err := c.src.textWeights()
+	if err != nil {
+		return nil, err
+	}
+	cfg, textLen, dt := c.spec.TextEncoder, c.spec.TextLen, c.engine.DType
+	return family.NewConditioner(s, tokenizerAdapter{tok, textLen}, family.TextEncoder{
+		Open: open,
+		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
+			enc, err := umt5.FromSource(c.engine.Backend, cfg, src, umt5.Options{DType: dt, Resident: c.engine.Resident(), TextLen: textLen})
+			if err != nil {
+				return nil, nil, err
+			}
+			return umt5Encoder{enc}, enc.Close, nil
+		},
+		CacheKey: promptcache.Key{Model: identity, Layer: cfg.NumLayers, DType: dt.String(), Variant: "umt5 last_hidden_state"},
+	}), nil
+}
+
+// tokenizerAdapter tokenizes like FastVideo's Wan text stage: special tokens added (T5: a final
+// </s>), truncated to text_len ids, no padding.
+type tokenizerAdapter struct {
+	t       *unigram.Tokenizer
+	textLen int
+}
+
+func (w tokenizerAdapter) Encode(text string) ([]int, error) {
+	return w.t.EncodeWithSpecial(text, w.textLen)
+}
+func (w tokenizerAdapter) Fingerprint() string {
+	return fmt.Sprintf("%s;special;max_length=%d", w.t.Fingerprint(), w.textLen)
+}
+
+// umt5Encoder runs the UMT5 encoder over the prompt's own tokens (no padding, so no mask).
+type umt5Encoder struct{ *umt5.Encoder }
+
+func (e umt5Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, error) {
+	return e.Encoder.Encode(ctx, ids, nil)
+}
+
+// folder is a Wan snapshot folder as a component source.
+type folder struct {
+	family.Snapshot
+	spec *Spec
+}
+
+func (f *folder) describe() string { return f.Dir }
+
+func (f *folder) check() error {
+	if err := f.CheckWeights(dirTransformer, dirVAE, dirTextEncoder); err != nil {
+		return err
+	}
+	if f.HasFile(dirTokenizer, "tokenizer.json", "spiece.model") {
+		return nil
+	}
+	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
+		"a complete Wan snapshot: neither %s nor %s (the UMT5 tokenizer) exists",
+		filepath.Join(f.Dir, dirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, dirTokenizer, "spiece.model"))}
+}
+
+func (f *folder) loadTokenizer() (*unigram.Tokenizer, error) {
+	return unigram.Load(f.Path(dirTokenizer), unigram.Options{})
+}
+
+func (f *folder) textWeights() (family.WeightOpener, string, error) {
+	return f.Weights(dirTextEncoder, "umt5")
+}
+
+func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
+	return wandit.Load(e.Backend, f.Path(dirTransformer), wandit.Options{DType: e.DType})
+}
+
+func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
+	return family.LoadFrom(f.Snapshot, dirVAE, func(src weights.Source) (*wanvae.Decoder, error) {
+		return wanvae.FromSource(e.Backend, f.spec.VAE, src, wanvae.Options{DType: e.DType})
+	})
+}

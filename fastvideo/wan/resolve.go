@@ -1,0 +1,232 @@
+package wan
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"fastvideo/dit/wan/geometry"
+	"fastvideo/fastvideo/family"
+)
+
+// MaxFPS bounds a Wan request's frame rate: the rate only labels the container (the model has no
+// notion of time), and ffmpeg handles any rate, so this merely catches typos.
+const MaxFPS = 120
+
+// resolved is a validated Wan request: the common fields, the latent and token grid, and the
+// sampler's knobs.
+type resolved struct {
+	family.Resolved
+	spec   *Spec
+	preset Preset
+	opts   Options
+
+	// CFG is classifier-free guidance: two DiT forwards per step, v = v_u + g·(v_c − v_u).
+	CFG                bool
+	Sampler            Sampler
+	DMDSteps           []int // the raw DMD rungs (SamplerDMD)
+	WarpDenoisingSteps bool
+	FlowShift          float64
+	// Geometry is the latent and token grid of the clip.
+	Geometry geometry.Geometry
+}
+
+func (r *resolved) Common() *family.Resolved { return &r.Resolved }
+
+// Resolve applies the preset and validates req for a Wan model. Upstream only checks that the
+// size is a multiple of 8, so bad shapes fail deep inside the pipeline or, for the frame count,
+// silently produce fewer frames; here every constraint is checked before anything loads: sizes are
+// multiples of the VAE ratio times the DiT patch, frame counts are 4n+1, and the sampler's knobs
+// are only accepted where they do something.
+func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, error) {
+	_, common, err := family.ResolveCommon(s.ModelInfo, req, needPrompt)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{Resolved: *common, spec: s, preset: s.presets[common.Preset], FlowShift: s.FlowShift}
+	if o, ok := req.Options.(*Options); ok && o != nil {
+		r.opts = *o
+	}
+	for _, step := range []func(family.Request) error{
+		r.rejectFastModes, r.resolveGrid, r.resolveSampler, r.checkNoise,
+	} {
+		if err := step(req); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// rejectFastModes: the fast modes are not available for Wan yet.
+func (r *resolved) rejectFastModes(req family.Request) error {
+	for _, f := range []struct {
+		name string
+		set  bool
+		v    any
+	}{
+		{"fast", req.Fast, req.Fast}, {"fast_factor", req.FastFactor != 0, req.FastFactor},
+		{"fast_spatial", req.FastSpatial, req.FastSpatial}, {"fast_spatial_scale", req.FastSpatialScale != 0, req.FastSpatialScale},
+	} {
+		if f.set {
+			return &family.RequestError{Field: f.name, Value: f.v, Allowed: "unset: the fast modes are not available for Wan models"}
+		}
+	}
+	return nil
+}
+
+// resolveGrid checks the size (both or neither, multiples of the VAE ratio times the patch), the
+// frame count (4n+1, bounded) and a token grid the RoPE tables cover, and the rate.
+func (r *resolved) resolveGrid(req family.Request) error {
+	s, preset := r.spec, r.preset
+	vae := geometryVAE(s.VAE)
+	patch := [3]int{s.DiT.PatchSize[0], s.DiT.PatchSize[1], s.DiT.PatchSize[2]}
+	var err error
+	r.Height, r.Width, err = family.ResolveSize(req, preset.Preset, family.SizeRule{
+		HeightMultiple: vae.SpatialRatio * patch[1], WidthMultiple: vae.SpatialRatio * patch[2], MaxSide: s.MaxSide,
+		Why: fmt.Sprintf("the %s VAE's %dx compression times the DiT's patch", vae.Name, vae.SpatialRatio)})
+	if err != nil {
+		return err
+	}
+	r.NumFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
+	r.RequestedFrames = r.NumFrames
+	if tr := vae.TemporalRatio; r.NumFrames < 1 || r.NumFrames > s.MaxFrames || (r.NumFrames-1)%tr != 0 {
+		lo := max(1, (min(r.NumFrames, s.MaxFrames)-1)/tr*tr+1)
+		return &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: fmt.Sprintf(
+			"%dn+1 frames up to %d (e.g. %d or %d): the VAE decodes 1 + %d·(latent frames - 1) frames",
+			tr, s.MaxFrames, lo, min(lo+tr, s.MaxFrames), tr)}
+	}
+	if r.Geometry, err = geometry.New(vae, r.Height, r.Width, r.NumFrames, patch); err != nil {
+		return &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: err.Error()}
+	}
+	if err := r.checkRope(); err != nil {
+		return err
+	}
+	r.FPS = family.OrPreset(req.FPS, preset.FPS)
+	if r.FPS < 1 || r.FPS > MaxFPS {
+		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("1 to %d frames per second (the Wan presets use 16 or 24)", MaxFPS)}
+	}
+	return nil
+}
+
+// checkRope checks that every axis of the token grid is within the DiT's rope_max_seq_len.
+func (r *resolved) checkRope() error {
+	maxPos, geo := r.spec.DiT.RopeMaxSeqLen, r.Geometry
+	if maxPos <= 0 {
+		return nil
+	}
+	for _, a := range []struct {
+		field  string
+		value  int
+		tokens int
+	}{{"num_frames", r.NumFrames, geo.TokenFrames}, {"height", r.Height, geo.TokenHeight}, {"width", r.Width, geo.TokenWidth}} {
+		if a.tokens > maxPos {
+			return &family.RequestError{Field: a.field, Value: a.value, Allowed: fmt.Sprintf(
+				"a value giving at most %d tokens along the axis (the DiT's rope_max_seq_len); this one gives %d", maxPos, a.tokens)}
+		}
+	}
+	return nil
+}
+
+// resolveSampler sets the sampler, steps, guidance and negative prompt from the preset.
+func (r *resolved) resolveSampler(req family.Request) error {
+	r.Sampler = r.preset.Sampler
+	var err error
+	switch r.Sampler {
+	case SamplerDMD:
+		err = r.resolveDMD(req)
+	case SamplerUniPC:
+		err = r.resolveUniPC(req)
+	default:
+		return fmt.Errorf("fastvideo: preset %s of %s has no Wan sampler (%q)", r.preset.Name, r.spec.Name, r.Sampler)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := r.ladder(); err != nil {
+		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
+	}
+	return nil
+}
+
+// resolveDMD: a DMD student runs its trained rungs, one forward each, without guidance.
+func (r *resolved) resolveDMD(req family.Request) error {
+	r.DMDSteps = append([]int(nil), r.preset.DMDSteps...)
+	r.Steps = len(r.DMDSteps)
+	if req.NumInferenceSteps != 0 && req.NumInferenceSteps != r.Steps {
+		return &family.RequestError{Field: "num_inference_steps", Value: req.NumInferenceSteps, Allowed: fmt.Sprintf(
+			"%d or unset (the DMD student runs its trained rungs %v, one forward each)", r.Steps, r.DMDSteps)}
+	}
+	if req.GuidanceScale != 0 && req.GuidanceScale != 1 {
+		return &family.RequestError{Field: "guidance_scale", Value: req.GuidanceScale,
+			Allowed: "1.0 or unset (DMD students run without classifier-free guidance)"}
+	}
+	r.Guidance = 1
+	if strings.TrimSpace(req.NegativePrompt) != "" {
+		return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
+			Allowed: "an empty string (DMD students run without classifier-free guidance, so a negative prompt has no effect)"}
+	}
+	r.WarpDenoisingSteps = r.spec.WarpDenoisingSteps
+	if r.opts.WarpDenoisingSteps != nil {
+		r.WarpDenoisingSteps = *r.opts.WarpDenoisingSteps
+	}
+	return nil
+}
+
+// resolveUniPC: the base pipelines, with classifier-free guidance above a guidance scale of 1.
+func (r *resolved) resolveUniPC(req family.Request) error {
+	r.Steps = family.OrPreset(req.NumInferenceSteps, r.preset.Steps)
+	if r.Steps < 1 || r.Steps > family.MaxSteps {
+		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
+			Allowed: fmt.Sprintf("1 to %d UniPC steps (the presets run 50)", family.MaxSteps)}
+	}
+	r.Guidance = family.OrPreset(req.GuidanceScale, r.preset.GuidanceScale)
+	if !(r.Guidance > 0) || math.IsInf(r.Guidance, 0) {
+		return &family.RequestError{Field: "guidance_scale", Value: r.Guidance,
+			Allowed: "a positive number; above 1 turns classifier-free guidance on (presets: 3.0 or 5.0)"}
+	}
+	r.CFG = r.Guidance > 1
+	negative := strings.TrimSpace(req.NegativePrompt)
+	switch {
+	case r.CFG && negative == "":
+		negative = strings.TrimSpace(r.preset.NegativePrompt)
+		if negative == "" {
+			return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
+				Allowed: "a non-empty text: classifier-free guidance (guidance_scale > 1) needs one, and the preset has none"}
+		}
+	case !r.CFG && negative != "":
+		return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt, Allowed: fmt.Sprintf(
+			"an empty string: with guidance_scale %g (at most 1) there is no classifier-free guidance, so a negative prompt has no effect", r.Guidance)}
+	}
+	if r.CFG {
+		r.NegativePrompt = negative
+	}
+	if r.opts.WarpDenoisingSteps != nil {
+		return &family.RequestError{Field: "warp_denoising_steps", Value: *r.opts.WarpDenoisingSteps,
+			Allowed: "unset: warping applies to DMD students (FastWan), this preset samples with UniPC"}
+	}
+	if r.opts.RenoiseNoise != nil {
+		return &family.RequestError{Field: "renoise_noise", Value: fmt.Sprintf("%d values", len(r.opts.RenoiseNoise)),
+			Allowed: "nil: UniPC draws no noise after the initial one"}
+	}
+	return nil
+}
+
+// latentLen is C·T·Hl·Wl, one latent's length.
+func (r *resolved) latentLen() int {
+	g := r.Geometry
+	return g.VAE.LatentChannels * g.LatentFrames * g.LatentHeight * g.LatentWidth
+}
+
+// checkNoise validates injected noise against the latent geometry.
+func (r *resolved) checkNoise(req family.Request) error {
+	g, n := r.Geometry, r.latentLen()
+	layout := fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)
+	if err := family.CheckNoise("video_noise", req.VideoNoise, n, layout); err != nil {
+		return err
+	}
+	if r.Sampler != SamplerDMD {
+		return nil
+	}
+	return family.CheckNoise("renoise_noise", r.opts.RenoiseNoise, (r.Steps-1)*n,
+		fmt.Sprintf("%d blocks of %s, one per step after the first", r.Steps-1, layout))
+}

@@ -1,0 +1,213 @@
+package wan
+
+import (
+	"context"
+	"fmt"
+
+	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc"
+	"fastvideo/internal/textenc/umt5"
+	wanvae "fastvideo/vae/wan"
+)
+
+// run is one Wan generation's stages and what they hand each other.
+type run struct {
+	c *components
+	s *family.Session
+	r *resolved
+
+	cond, uncond []float32 // prompt embeddings [TextLen, text_dim], zero-padded (uncond: CFG only)
+	latents      []float32 // the final latent [C, T, H, W]
+}
+
+// Start has nothing to check against the components: every Wan constraint is in the request.
+func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
+	return &run{c: c, s: s, r: res.(*resolved)}, nil
+}
+
+// Condition encodes the prompt and, with classifier-free guidance, the negative prompt (or reads
+// them from the prompt cache), each zero-padded to the DiT's TextLen rows.
+func (p *run) Condition(ctx context.Context) error {
+	c, r, res := p.c, p.r, p.s.Result
+	cond, err := family.Acquire(p.s, &c.cond, "tokenizer", func() (*textenc.Conditioner, error) { return c.conditioner(p.s) })
+	if err != nil {
+		return err
+	}
+	var cached bool
+	if p.cond, res.PromptTokens, cached, err = p.encode(ctx, cond, r.Prompt); err != nil {
+		return err
+	}
+	res.PromptCached = cached
+	if r.CFG {
+		if err := p.s.Canceled(ctx); err != nil {
+			return err
+		}
+		if p.uncond, _, cached, err = p.encode(ctx, cond, r.NegativePrompt); err != nil {
+			return fmt.Errorf("fastvideo: the negative prompt: %w", err)
+		}
+		res.PromptCached = res.PromptCached && cached
+	}
+	r.PromptTokens = res.PromptTokens
+	res.Plan, err = r.Plan(family.DTypeOf(c.engine.DType))
+	return err
+}
+
+// encode conditions one text and zero-pads it to TextLen rows.
+func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string) ([]float32, int, bool, error) {
+	s := p.c.spec
+	out, err := cond.Condition(ctx, text)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if len(out.Shape) != 2 || out.Shape[1] != s.DiT.TextDim || out.Shape[0] < 1 || out.Shape[0] > s.TextLen {
+		return nil, 0, false, fmt.Errorf("fastvideo: the text encoder returned shape %v, the DiT takes [1..%d, %d]",
+			out.Shape, s.TextLen, s.DiT.TextDim)
+	}
+	padded, _, err := umt5.ZeroPadded(out.Hidden, out.Shape, nil, s.TextLen)
+	return padded, out.Shape[0], out.Cached, err
+}
+
+// Denoise loads the DiT (unless resident), runs its text embedder on each prompt once, and runs
+// the sampling loop: UniPC (one forward per step, two with CFG) or the DMD ladder (x0 prediction,
+// then re-noise with the seed's stream).
+func (p *run) Denoise(ctx context.Context) error {
+	c := p.c
+	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.src.loadDiT(c.engine) })
+	if err != nil {
+		return err
+	}
+	text, negText, err := p.prepareText(dit)
+	if err != nil {
+		return err
+	}
+	l, err := p.r.ladder()
+	if err != nil {
+		return err
+	}
+	// Initial noise: injected, or the start of the seed's video stream, which the DMD re-noise
+	// draws continue (FastVideo draws both from one generator).
+	noise := family.NewGaussianStream(p.r.Seed, family.VideoNoise)
+	x := make([]float32, p.r.latentLen())
+	noise.Fill(x)
+	if v := p.s.Request.VideoNoise; v != nil {
+		copy(x, v)
+	}
+	st := &sampler{run: p, dit: dit, text: text, negText: negText, ladder: l, noise: noise}
+	if err := p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) }); err != nil {
+		return err
+	}
+	p.latents = x
+	if p.s.Request.ReturnLatents {
+		g := p.r.Geometry
+		p.s.Result.Latents = &family.Latents{Video: x, VideoShape: []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}}
+	}
+	return nil
+}
+
+// prepareText runs the DiT's text embedder on the prompt and, with CFG, the negative prompt.
+func (p *run) prepareText(dit *wandit.Model) (text, negText *wandit.TextState, err error) {
+	for _, t := range []struct {
+		emb []float32
+		dst **wandit.TextState
+	}{{p.cond, &text}, {p.uncond, &negText}} {
+		if t.emb == nil {
+			continue
+		}
+		ts, err := dit.PrepareText(t.emb)
+		if err != nil {
+			return nil, nil, err
+		}
+		*t.dst = ts
+		p.s.OnRelease(func() error { ts.Close(); return nil })
+	}
+	p.cond, p.uncond = nil, nil // the host copies are no longer needed
+	return text, negText, nil
+}
+
+// sampler is the state of one Wan sampling loop.
+type sampler struct {
+	*run
+	dit           *wandit.Model
+	text, negText *wandit.TextState
+	ladder        *ladder
+	noise         *family.GaussianStream
+}
+
+// forward is one DiT forward at timestep t.
+func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, text *wandit.TextState) ([]float32, error) {
+	if err := st.s.Canceled(ctx); err != nil {
+		return nil, err
+	}
+	geo := st.r.Geometry
+	v, err := st.dit.Forward(wandit.ForwardInputs{
+		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
+		// One timestep for every token: in text-to-video Wan2.2 TI2V's per-token timesteps are all
+		// equal (only an image condition gives frame 0 its own), which is the same computation.
+		Timesteps: []float32{t}, TextState: text,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, st.r.Steps, err)
+	}
+	return v, nil
+}
+
+// step advances *x by sampling step k.
+func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
+	r := st.r
+	t := st.ladder.timesteps[k]
+	v, err := st.forward(ctx, k, *x, t, st.text)
+	if err != nil {
+		return err
+	}
+	if st.ladder.unipc != nil {
+		if r.CFG {
+			vu, err := st.forward(ctx, k, *x, t, st.negText)
+			if err != nil {
+				return err
+			}
+			guide(v, vu, float32(r.Guidance))
+		}
+		*x, err = st.ladder.unipc.Step(v, *x)
+		return err
+	}
+	if err := st.ladder.dmd.PredictX0(k, v, *x, *x); err != nil {
+		return err
+	}
+	if k+1 == r.Steps {
+		return nil
+	}
+	n := r.latentLen()
+	eps := make([]float32, n)
+	if rn := r.opts.RenoiseNoise; rn != nil {
+		copy(eps, rn[k*n:(k+1)*n])
+	} else {
+		st.noise.Fill(eps)
+	}
+	return st.ladder.dmd.Renoise(k, *x, eps, *x)
+}
+
+// guide is classifier-free guidance in float32, in the reference's operation order:
+// v = v_u + g·(v_c − v_u), written into vc.
+func guide(vc, vu []float32, g float32) {
+	for i := range vc {
+		vc[i] = vu[i] + g*(vc[i]-vu[i])
+	}
+}
+
+// Decode runs the Wan VAE one latent frame at a time (1 frame, then 4 per latent frame) into sink.
+func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
+	if sink == nil {
+		return nil, nil
+	}
+	c, g := p.c, p.r.Geometry
+	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.src.loadVAE(c.engine) })
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.latents = nil }()
+	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	return nil, dec.Decode(ctx, p.latents, shape, func(f wanvae.Frames) error {
+		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
+	})
+}
