@@ -37,4 +37,3 @@ func TestEstimateQwenTokens(t *testing.T) {
 		t.Fatal("no cases")
 	}
 }
-
