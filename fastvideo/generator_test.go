@@ -557,4 +557,3 @@ func TestAllResidentAndPromptCache(t *testing.T) {
 		}
 	}
 }
-

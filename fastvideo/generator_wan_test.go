@@ -210,4 +210,3 @@ func TestWanAllResidentAndPromptCache(t *testing.T) {
 		}
 	}
 }
-
