@@ -10,7 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"fastvideo/fastvideo/h3"
+	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/media"
 	"fastvideo/internal/testutil"
 )
@@ -95,17 +98,18 @@ func TestGenerateMP4(t *testing.T) {
 		len(l.Video) != 24*7*4*6 || len(l.Audio) != 2*32*37 {
 		t.Errorf("latents %+v", res.Latents)
 	}
-	if res.PromptTokens != 3 || res.PromptCached || res.Plan.Rows.Text != 3 || res.Plan.Rows.TextEstimated ||
-		res.Plan.Rows.Total != 3+74+42 || res.Seed != 0 || res.Prompt != "a red fox" {
+	rows := res.Plan.Details.(*h3.PlanDetails).Rows
+	if res.PromptTokens != 3 || res.PromptCached || rows.Text != 3 || rows.TextEstimated ||
+		rows.Total != 3+74+42 || res.Seed != 0 || res.Prompt != "a red fox" {
 		t.Errorf("prompt %d tokens (cached %v), plan rows %+v, seed %d, prompt %q", res.PromptTokens, res.PromptCached,
-			res.Plan.Rows, res.Seed, res.Prompt)
+			rows, res.Seed, res.Prompt)
 	}
 	checkTimings(t, res.Timings, true)
 	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testBackend() {
 		t.Errorf("memory %d / %d (%s), backend %s %s", res.PeakHostBytes, res.PeakDeviceBytes, res.DeviceMemory, res.Backend, res.DType)
 	}
-	checkSummary(t, res, "a red fox.mp4")
-	checkRunEvents(t, events, "validate condition load_dit denoise audio_decode video_decode mux", 4, 22,
+	checkSummary(t, res, "a_red_fox.mp4")
+	checkRunEvents(t, events, "validate condition denoise decode mux", 4, 22,
 		func(prev, done int) bool { return done > prev })
 	// Nothing else is left in the folder.
 	if names := dirNames(t, dir); len(names) != 1 {
@@ -124,24 +128,45 @@ func generateToFolder(t *testing.T, g *VideoGenerator, req Request) (res *Result
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(dir, "a red fox.mp4"); res.OutputPath != want {
+	if want := filepath.Join(dir, "a_red_fox.mp4"); res.OutputPath != want {
 		t.Fatalf("output %q, want %q", res.OutputPath, want)
 	}
 	return res, events, dir
 }
 
-// checkTimings checks that every phase of a run took time, and the audio decode only with audio.
+// checkTimings checks that every stage of a run took time, that the DiT and the video VAE were
+// loaded (each inside its stage), and the audio VAE only with audio.
 func checkTimings(t *testing.T, tm Timings, audio bool) {
 	t.Helper()
-	for name, d := range map[string]float64{"condition": tm.Condition.Seconds(), "load_dit": tm.LoadDiT.Seconds(),
-		"denoise": tm.Denoise.Seconds(), "video": tm.VideoDecode.Seconds(), "mux": tm.Mux.Seconds(), "total": tm.Total.Seconds()} {
-		if !(d > 0) {
-			t.Errorf("timing %s = %v", name, d)
+	for _, st := range []Stage{StageValidate, StageCondition, StageDenoise, StageDecode, StageMux} {
+		if !(tm.Of(st) > 0) {
+			t.Errorf("timing %s = %v", st, tm.Of(st))
 		}
 	}
-	if (tm.AudioDecode > 0) != audio {
-		t.Errorf("audio decode ran for %v (audio %v)", tm.AudioDecode, audio)
+	if !(tm.Total > 0) {
+		t.Errorf("total %v", tm.Total)
 	}
+	for _, c := range []string{"dit", "video_vae"} {
+		if !(loadTime(tm, c) > 0) {
+			t.Errorf("load %s = %v", c, loadTime(tm, c))
+		}
+	}
+	if (loadTime(tm, "audio_vae") > 0) != audio {
+		t.Errorf("audio VAE loaded for %v (audio %v)", loadTime(tm, "audio_vae"), audio)
+	}
+	if tm.Of(StageFilter) != 0 {
+		t.Errorf("filter time %v without filters", tm.Of(StageFilter))
+	}
+}
+
+// loadTime is the time spent loading component c.
+func loadTime(tm Timings, c string) time.Duration {
+	for _, l := range tm.Loads {
+		if string(l.Stage) == c {
+			return l.Elapsed
+		}
+	}
+	return 0
 }
 
 // checkSummary checks that the result's summary writes and holds want, and logs it.
@@ -154,16 +179,16 @@ func checkSummary(t *testing.T, res *Result, want string) {
 	t.Logf("timings %+v, peak host %.0f MiB\n%s", res.Timings, float64(res.PeakHostBytes)/(1<<20), sb.String())
 }
 
-// checkRunEvents checks a run's events: the phases in order, each of the steps denoising steps once
+// checkRunEvents checks a run's events: the stages in order, each of the steps denoising steps once
 // and in order, and decode progress up to frames, each report accepted by nextDecode.
-func checkRunEvents(t *testing.T, events []Event, phases string, steps, frames int, nextDecode func(prev, done int) bool) {
+func checkRunEvents(t *testing.T, events []Event, stages string, steps, frames int, nextDecode func(prev, done int) bool) {
 	t.Helper()
 	var got []string
 	step, decoded := 0, 0
 	for _, e := range events {
 		switch e.Kind {
-		case PhaseStart:
-			got = append(got, string(e.Phase))
+		case StageStart:
+			got = append(got, string(e.Stage))
 		case DenoiseStep:
 			if e.Step != step+1 || e.Steps != steps || e.Elapsed <= 0 {
 				t.Errorf("denoise event %+v after step %d", e, step)
@@ -176,8 +201,8 @@ func checkRunEvents(t *testing.T, events []Event, phases string, steps, frames i
 			decoded = e.Done
 		}
 	}
-	if g := strings.Join(got, " "); g != phases || step != steps || decoded != frames {
-		t.Errorf("phases %q, %d steps, %d frames decoded", g, step, decoded)
+	if g := strings.Join(got, " "); g != stages || step != steps || decoded != frames {
+		t.Errorf("stages %q, %d steps, %d frames decoded", g, step, decoded)
 	}
 }
 
@@ -212,14 +237,20 @@ func TestBadRequestsLoadNothing(t *testing.T) {
 		{"prompt tokens", with(func(r *Request) { r.PromptTokens = -1 }), "prompt_tokens"},
 		{"video noise length", with(func(r *Request) { r.VideoNoise = make([]float32, 10) }), "video_noise"},
 		{"audio noise NaN", with(func(r *Request) {
-			r.AudioNoise = make([]float32, 2*32*37)
-			r.AudioNoise[5] = float32(math.NaN())
+			noise := make([]float32, 2*32*37)
+			noise[5] = float32(math.NaN())
+			r.Options = &h3.Options{AudioNoise: noise}
 		}), "audio_noise"},
+		{"another family's options", with(func(r *Request) { r.Options = &wan.Options{WarpDenoisingSteps: Ptr(false)} }), "options"},
+		{"height above the toy's", with(func(r *Request) { r.Height, r.Width = 4096, 96 }), "height"},
+		{"frames beyond any bound", with(func(r *Request) { r.NumFrames = math.MaxInt }), "num_frames"},
 		{"temporal fast mode", with(func(r *Request) { r.Fast, r.NumFrames = true, 39 }), "fast"},
 		{"spatial fast mode", with(func(r *Request) { r.FastSpatial, r.Height, r.Width = true, 128, 192 }), "fast_spatial"},
 		{"fast factor alone", with(func(r *Request) { r.FastFactor = 3 }), "fast_factor"},
 		{"nothing to produce", with(func(r *Request) { r.SkipSave = true }), "skip_save"},
 		{"output is another file", with(func(r *Request) { r.OutputPath = notVideo }), "output_path"},
+		{"output with another extension", with(func(r *Request) { r.OutputPath = filepath.Join(b.dir, "clip.txt") }), "output_path"},
+		{"output in /proc", with(func(r *Request) { r.OutputPath = "/proc/clip.mp4" }), "output_path"},
 	})
 }
 
@@ -397,7 +428,7 @@ func latentsOnly(t *testing.T, g *VideoGenerator, req Request) *Result {
 	if res.OutputPath != "" || res.Frames != nil || res.Audio != nil || res.Latents == nil {
 		t.Fatalf("a latents-only run returned output %q, %d frames, %d audio channels", res.OutputPath, len(res.Frames), len(res.Audio))
 	}
-	if res.Timings.VideoDecode != 0 || res.Timings.AudioDecode != 0 || res.Timings.Mux != 0 {
+	if loadTime(res.Timings, "video_vae") != 0 || loadTime(res.Timings, "audio_vae") != 0 {
 		t.Errorf("a latents-only run decoded: %+v", res.Timings)
 	}
 	return res
@@ -478,12 +509,13 @@ func TestDeterminism(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.VideoNoiseLen() != len(ref.Video) || plan.AudioNoiseLen() != len(ref.Audio) {
-		t.Fatalf("noise lengths %d, %d; latents %d, %d", plan.VideoNoiseLen(), plan.AudioNoiseLen(), len(ref.Video), len(ref.Audio))
+	audioLen := plan.Details.(*h3.PlanDetails).AudioNoiseLen()
+	if plan.VideoNoiseLen() != len(ref.Video) || audioLen != len(ref.Audio) {
+		t.Fatalf("noise lengths %d, %d; latents %d, %d", plan.VideoNoiseLen(), audioLen, len(ref.Video), len(ref.Audio))
 	}
 	inj := req
 	inj.VideoNoise = GaussianNoise(7, VideoNoise, plan.VideoNoiseLen())
-	inj.AudioNoise = GaussianNoise(7, AudioNoise, plan.AudioNoiseLen())
+	inj.Options = &h3.Options{AudioNoise: GaussianNoise(7, AudioNoise, audioLen)}
 	same := latentsOnly(t, g, inj).Latents
 	if !sameBits(same.Video, ref.Video) || !sameBits(same.Audio, ref.Audio) {
 		t.Fatal("injecting the seed's own noise changed the latents")
@@ -523,51 +555,5 @@ func TestAllResidentAndPromptCache(t *testing.T) {
 		if !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
 			t.Errorf("run %d: AllResident latents differ from the OneResident ones", i)
 		}
-	}
-}
-
-func TestOutputNames(t *testing.T) {
-	for in, want := range map[string]string{
-		"a red fox":                  "a red fox",
-		"  What? A <cat>: \"meow\" ": "What A cat meow",
-		"tabs\tand\n\nnewlines":      "tabs and newlines",
-		"...dots...":                 "dots",
-		"/\\:*?\"<>|":                "output",
-		strings.Repeat("é", 120):     strings.Repeat("é", 100),
-	} {
-		if got := fileNameFromPrompt(in); got != want {
-			t.Errorf("fileNameFromPrompt(%q) = %q, want %q", in, got, want)
-		}
-	}
-	dir := t.TempDir()
-	// A file path is used as is; an existing file is never overwritten.
-	p, err := outputTarget(filepath.Join(dir, "sub", "clip.MP4"), "x")
-	if err != nil || p != filepath.Join(dir, "sub", "clip.MP4") {
-		t.Fatalf("outputTarget file: %q, %v", p, err)
-	}
-	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if p2, _ := outputTarget(p, "x"); p2 != filepath.Join(dir, "sub", "clip_1.MP4") {
-		t.Errorf("next free name %q", p2)
-	}
-	// A folder gets a name from the prompt; placeFile never replaces an existing file.
-	p3, err := outputTarget(dir, "a red fox")
-	if err != nil || p3 != filepath.Join(dir, "a red fox.mp4") {
-		t.Fatalf("outputTarget folder: %q, %v", p3, err)
-	}
-	src := filepath.Join(dir, ".staged.mp4")
-	if err := os.WriteFile(src, []byte("new"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	final, err := placeFile(src, p) // p exists ("old")
-	if err != nil || final != filepath.Join(dir, "sub", "clip_1.MP4") {
-		t.Fatalf("placeFile: %q, %v", final, err)
-	}
-	if b, _ := os.ReadFile(p); string(b) != "old" {
-		t.Error("placeFile replaced an existing file")
-	}
-	if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
-		t.Error("placeFile left the staged file")
 	}
 }

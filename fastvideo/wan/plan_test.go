@@ -1,0 +1,267 @@
+package wan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"fastvideo/fastvideo/family"
+)
+
+// plan is the package-level Plan of fastvideo for the Wan model s: req resolved without a prompt and planned at dtype.
+func plan(t *testing.T, s *Spec, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails, error) {
+	t.Helper()
+	r, err := s.Resolve(req, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := r.Plan(dtype)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, p.Details.(*PlanDetails), nil
+}
+
+// builtin is a built-in Wan model.
+func builtin(t *testing.T, name string) *Spec {
+	t.Helper()
+	m, ok := Family{}.Lookup(name)
+	if !ok {
+		t.Fatalf("no built-in Wan model %q", name)
+	}
+	return m.(*Spec)
+}
+
+func mustPlan(t *testing.T, name string, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails) {
+	t.Helper()
+	p, d, err := plan(t, builtin(t, name), req, dtype)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, d
+}
+
+// TestPlans checks the released specifications: latent and token geometry, the UniPC and DMD
+// ladders (FastVideo's FlowUniPCMultistepScheduler and DmdDenoisingStage), parameter counts
+// (dit/wan's table) and forward FLOPs.
+func TestPlans(t *testing.T) {
+	cases := []struct {
+		model          string
+		req            family.Request
+		latent, grid   string
+		tokens         int
+		tflopsPerFwd   float64 // one decimal
+		forwards       int
+		params         int64
+		sampler        Sampler
+		timesteps      string // the first and last few fed timesteps
+		steps, fps     int
+		negativePrefix string
+	}{
+		{"wan2.1-t2v-1.3b", family.Request{}, "[16 21 60 104]", "[21 30 52]", 32760, 283.0, 2, 1418996800, SamplerUniPC,
+			"[999 993 986 979 971 964 956 948 940 931] [160 111 57]", 50, 16, "Bright tones"},
+		{"fastwan2.1-t2v-1.3b", family.Request{}, "[16 16 56 104]", "[16 28 52]", 23296, 160.7, 1, 1418996800, SamplerDMD,
+			"[1000 757 522] [1000 757 522]", 3, 16, ""},
+		{"wan2.1-t2v-14b", family.Request{}, "[16 21 90 160]", "[21 45 80]", 75600, 6523.4, 2, 14288491584, SamplerUniPC,
+			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 16, "Bright tones"},
+		{"wan2.1-t2v-14b", family.Request{Height: 480, Width: 832}, "[16 21 60 104]", "[21 30 52]", 32760, 1678.4, 2, 14288491584, SamplerUniPC,
+			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 16, "Bright tones"},
+		{"wan2.2-ti2v-5b", family.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 2, 4999787712, SamplerUniPC,
+			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 24, "色调艳丽"},
+		{"Wan-AI/Wan2.2-TI2V-5B-Diffusers", family.Request{Height: 480, Width: 832, NumFrames: 81}, "[48 21 30 52]", "[21 15 26]", 8190, 98.0, 2,
+			4999787712, SamplerUniPC, "[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 24, "色调艳丽"},
+		{"fastwan2.2-ti2v-5b", family.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 1, 4999787712, SamplerDMD,
+			"[1000 757 522] [1000 757 522]", 3, 24, ""},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s_%dx%d", c.model, c.req.Height, c.req.Width), func(t *testing.T) {
+			p, d := mustPlan(t, c.model, c.req, family.DTypeAuto)
+			if fmt.Sprint(p.LatentShape) != c.latent || fmt.Sprint(d.TokenGrid) != c.grid || d.Tokens != c.tokens || d.TextTokens != 512 {
+				t.Errorf("latent %v, grid %v, %d tokens, %d text rows", p.LatentShape, d.TokenGrid, d.Tokens, d.TextTokens)
+			}
+			if got := p.DiTTFLOPsPerStep / float64(c.forwards); math.Abs(got-c.tflopsPerFwd) > 0.05 || p.ForwardsPerStep != c.forwards {
+				t.Errorf("%.2f TFLOP per forward x %d forwards, want %.1f x %d", got, p.ForwardsPerStep, c.tflopsPerFwd, c.forwards)
+			}
+			if math.Abs(p.DiTTFLOPsTotal-float64(p.Steps)*p.DiTTFLOPsPerStep) > 1e-6*p.DiTTFLOPsTotal {
+				t.Errorf("total %.1f != %d steps x %.1f", p.DiTTFLOPsTotal, p.Steps, p.DiTTFLOPsPerStep)
+			}
+			if p.DiTParams != c.params || p.WeightsDType != "bf16" || p.WeightsBytes <= 2*c.params || p.WeightsBytes > 2*c.params+2*c.params/200 {
+				t.Errorf("%d params, %d bytes in %s", p.DiTParams, p.WeightsBytes, p.WeightsDType)
+			}
+			ts := p.VideoTimesteps
+			if got := fmt.Sprint(ts[:min(10, len(ts))], ts[len(ts)-3:]); got != c.timesteps || d.Sampler != c.sampler ||
+				p.Steps != c.steps || p.FPS != c.fps || p.Seed != 1024 {
+				t.Errorf("timesteps %s, sampler %s, %d steps at %d fps, seed %d", got, d.Sampler, p.Steps, p.FPS, p.Seed)
+			}
+			if !strings.HasPrefix(d.NegativePrompt, c.negativePrefix) || (c.negativePrefix == "") != (d.NegativePrompt == "") {
+				t.Errorf("negative prompt %q", d.NegativePrompt)
+			}
+			if d.Sampler == SamplerUniPC && (len(p.VideoSigmas) != p.Steps+1 || p.VideoSigmas[p.Steps] != 0) {
+				t.Errorf("UniPC sigmas %v", p.VideoSigmas)
+			}
+		})
+	}
+
+	// The 1.3B ladder's first and last sigmas; DMD sigmas on the shift-8 grid and the warped
+	// shift-5 ladder of the MLX Wan2.2-5B recipe.
+	p, _ := mustPlan(t, "wan2.1-t2v-1.3b", family.Request{}, family.DTypeAuto)
+	if math.Abs(float64(p.VideoSigmas[0])-0.99989) > 5e-6 || math.Abs(float64(p.VideoSigmas[49])-0.05767) > 5e-6 {
+		t.Errorf("1.3B sigmas %v ... %v", p.VideoSigmas[0], p.VideoSigmas[49])
+	}
+	p, d := mustPlan(t, "fastwan2.2-ti2v-5b", family.Request{}, family.DTypeAuto)
+	if fmt.Sprint(p.VideoSigmas) != fmt.Sprint([]float32{1, 0.75675672, 0.52173913}) || d.WarpDenoisingSteps || d.RenoiseNoiseLen() != 2*p.VideoNoiseLen() {
+		t.Errorf("DMD sigmas %v, warp %v", p.VideoSigmas, d.WarpDenoisingSteps)
+	}
+	p, _ = mustPlan(t, "fastwan2.2-ti2v-5b", family.Request{Options: &Options{WarpDenoisingSteps: family.Ptr(true)}}, family.DTypeAuto)
+	// The MLX recipe quotes these rounded (939.6724, 0.939672, ...): compare at its precision.
+	for i, want := range [][2]float64{{1000, 1}, {939.6724, 0.939672}, {845.2073, 0.845207}} {
+		if math.Abs(float64(p.VideoTimesteps[i])-want[0]) > 1e-4 || math.Abs(float64(p.VideoSigmas[i])-want[1]) > 1e-6 {
+			t.Errorf("warped timesteps %v, sigmas %v", p.VideoTimesteps, p.VideoSigmas)
+		}
+	}
+	if p, _ := mustPlan(t, "wan2.1-t2v-1.3b", family.Request{}, family.F32); p.WeightsBytes != 4*1418996800 {
+		t.Errorf("f32 bytes %d", p.WeightsBytes)
+	}
+}
+
+func TestRequestValidation(t *testing.T) {
+	cases := []struct {
+		name, model string
+		req         family.Request
+		field, msg  string
+	}{
+		{"height /16", "wan2.1-t2v-1.3b", family.Request{Height: 470, Width: 832}, "height",
+			"a positive multiple of 16 up to 1920 (the Wan2.1 VAE's 8x compression times the DiT's patch) (e.g. 464 or 480)"},
+		{"width /32 on Wan2.2", "wan2.2-ti2v-5b", family.Request{Height: 480, Width: 840}, "width",
+			"a positive multiple of 32 up to 1920 (the Wan2.2 VAE's 16x compression times the DiT's patch) (e.g. 832 or 864)"},
+		{"side above the release's", "wan2.1-t2v-1.3b", family.Request{Height: 320000, Width: 832}, "height", "up to 1920"},
+		{"frames 4n+1", "wan2.1-t2v-1.3b", family.Request{NumFrames: 80}, "num_frames", "4n+1 frames up to 481 (e.g. 77 or 81)"},
+		{"frames above the release's", "wan2.1-t2v-1.3b", family.Request{NumFrames: 4101}, "num_frames", "4n+1 frames up to 481"},
+		{"frames beyond int32", "wan2.1-t2v-1.3b", family.Request{NumFrames: math.MaxInt}, "num_frames", "4n+1 frames up to 481"},
+		{"fps", "wan2.1-t2v-1.3b", family.Request{FPS: -1}, "fps", "1 to 120"},
+		{"dmd steps", "fastwan2.2-ti2v-5b", family.Request{NumInferenceSteps: 50}, "num_inference_steps", "3 or unset"},
+		{"dmd guidance", "fastwan2.1-t2v-1.3b", family.Request{GuidanceScale: 3}, "guidance_scale", "without classifier-free guidance"},
+		{"unipc steps", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 5000}, "num_inference_steps", "1 to 1000"},
+		{"repeated timestep", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 900}, "num_inference_steps", "repeats timestep"},
+		{"H3 option on Wan", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true}, "fast_spatial", "not available for Wan"},
+		{"prompt tokens", "wan2.1-t2v-1.3b", family.Request{PromptTokens: -1}, "prompt_tokens", "token count"},
+		{"renoise on UniPC", TinyName, family.Request{Preset: "tiny_wan_t2v", Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil"},
+		{"renoise length", TinyName, family.Request{Options: &Options{RenoiseNoise: make([]float32, 3)}}, "renoise_noise", "2 blocks"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := plan(t, builtin(t, c.model), c.req, family.DTypeAuto)
+			var re *family.RequestError
+			if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("error %v, want a RequestError on %s mentioning %q", err, c.field, c.msg)
+			}
+		})
+	}
+	// The token grid must fit the DiT's RoPE tables: a spec whose frame bound lets a clip
+	// outgrow rope_max_seq_len is stopped there.
+	long := builtin(t, "wan2.1-t2v-1.3b")
+	long.MaxFrames = 5000
+	var re *family.RequestError
+	if _, _, err := plan(t, long, family.Request{NumFrames: 4101}, family.DTypeAuto); !errors.As(err, &re) ||
+		re.Field != "num_frames" || !strings.Contains(err.Error(), "rope_max_seq_len") {
+		t.Errorf("a clip beyond the RoPE tables: %v", err)
+	}
+	// Valid: the presets themselves, an explicit guidance of 1 on a DMD model, any positive guidance.
+	for _, c := range []struct {
+		model string
+		req   family.Request
+	}{
+		{"wan2.1-t2v-1.3b", family.Request{Prompt: "x"}},
+		{"fastwan2.1-t2v-1.3b", family.Request{Prompt: "x", GuidanceScale: 1, NumInferenceSteps: 3}},
+		{"wan2.2-ti2v-5b", family.Request{Prompt: "x", GuidanceScale: 0.5, Height: 704, Width: 1280, NumFrames: 5}},
+		{TinyName, family.Request{Prompt: "x", Preset: "tiny_wan_t2v", NegativePrompt: "blurry"}},
+	} {
+		if _, err := builtin(t, c.model).Resolve(c.req, true); err != nil {
+			t.Errorf("%s %+v: %v", c.model, c.req, err)
+		}
+	}
+	// Released Wan specs plan but do not generate: opening one asks for the snapshot folder.
+	if _, err := builtin(t, "fastwan2.1-t2v-1.3b").Open(&family.Engine{}); !errors.As(err, &re) || re.Field != "model" ||
+		!strings.Contains(err.Error(), "FastVideo/FastWan2.1-T2V-1.3B-Diffusers") {
+		t.Errorf("opening fastwan2.1-t2v-1.3b: %v", err)
+	}
+}
+
+func TestPlanJSONAndTable(t *testing.T) {
+	p, _ := mustPlan(t, TinyName, family.Request{Preset: "tiny_wan_t2v"}, family.DTypeAuto)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"family", "latent_shape", "token_grid", "tokens", "text_tokens", "sampler", "cfg", "guidance_scale",
+		"forwards_per_step", "video_sigmas", "video_timesteps", "dit_tflops_per_step", "weights_bytes", "negative_prompt"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("Wan plan JSON lacks %q", k)
+		}
+	}
+	for _, k := range []string{"rows", "audio_sigmas", "audio_latent_frames", "adaln_timesteps"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("Wan plan JSON has the MiniMax H3 field %q", k)
+		}
+	}
+	if p.WeightsDType != "f32" || p.LatentChannels != 16 || m["tokens"] != 36.0 || p.Family != FamilyName {
+		t.Errorf("tiny plan %+v", p)
+	}
+	var sb strings.Builder
+	if err := p.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"tiny-wan (preset tiny_wan_t2v)", "48x64 (HxW), 9 frames at 16 fps", "36 = 3 x 3 x 4",
+		"UniPC, 4 steps at shift 3, CFG 5 (2 forwards per step)", "video only"} {
+		if !strings.Contains(sb.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, sb.String())
+		}
+	}
+}
+
+// TestToyTokenizer: the toy vocabulary tokenizes whole words, spells out unknown words, falls
+// back to bytes outside its characters, and always ends with </s>.
+func TestToyTokenizer(t *testing.T) {
+	c := newTinySource(tinySpec())
+	tok, err := c.loadTokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := tinyWanVocab()
+	if tok.VocabSize() != len(vocab) || tok.EOSID() != 1 || tok.PadID() != 0 || tok.UnkID() != 2 || c.spec.TextEncoder.VocabSize != len(vocab) {
+		t.Fatalf("vocab %d (%d), eos %d pad %d unk %d", tok.VocabSize(), len(vocab), tok.EOSID(), tok.PadID(), tok.UnkID())
+	}
+	for text, want := range map[string]string{
+		"A red fox":    "▁A ▁red ▁fox",
+		"foxes  ran!":  "▁fox es ▁r a n !",
+		"a 狐":          "▁a ▁ <0xE7> <0x8B> <0x90>",
+		"the Cat, run": "▁the ▁C a t , ▁r u n",
+	} {
+		pieces, err := tok.Tokens(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(pieces, " "); got != want {
+			t.Errorf("%q -> %q, want %q", text, got, want)
+		}
+		ids, _ := tok.EncodeWithSpecial(text, 512)
+		if ids[len(ids)-1] != 1 {
+			t.Errorf("%q: ids %v do not end with </s>", text, ids)
+		}
+	}
+	again, _ := newTinySource(tinySpec()).loadTokenizer()
+	if again.Fingerprint() != tok.Fingerprint() {
+		t.Error("the toy tokenizer is not deterministic")
+	}
+	ids, _ := tok.EncodeWithSpecial(strings.Repeat("fox ", 600), 512)
+	if len(ids) != 512 || ids[511] != 1 {
+		t.Errorf("a long prompt gives %d ids", len(ids))
+	}
+}
