@@ -28,7 +28,6 @@ func TestFusedMatchesExactOnGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Finalize()
-	t.Setenv(EnvVar, "")
 	if p, err := Resolve(b, dtypes.BFloat16, 128, Options{}); err != nil || p != PathFused {
 		t.Fatalf("auto path on xla:cuda with bf16: %v, %v; want fused", p, err)
 	}

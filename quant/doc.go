@@ -18,10 +18,12 @@
 //     the integer codes (exact in any float dtype) into float32 per group,
 //     scaled, and the bias term (Σ_j x)·bias is added. Used for small row counts.
 //   - PathDequantGEMM dequantizes the weight to the compute dtype and runs one
-//     dense GEMM. Used from a row-count floor on (default 768, MLX's value).
+//     dense GEMM. Used from a row-count floor on (DefaultDQGEMMFloor).
 //
-// FASTVIDEO_DQ_GEMM=0 disables PathDequantGEMM and =N sets the floor; the path
-// chosen for each linear is logged with log/slog at Debug level.
+// A Dispatch value, passed down through the models' options, forces a path or
+// moves the floor (binaries parse FASTVIDEO_DQ_GEMM into one with
+// ParseDispatch); the path chosen for each linear is logged with log/slog at
+// Debug level.
 //
 // Models declare weights with Declare (dense or quantized, from the checkpoint's
 // SchemeOf) and hold a *Weight; a *Checkpoint is a weights.Source under the

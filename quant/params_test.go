@@ -49,14 +49,14 @@ func TestDeclareBindLinear(t *testing.T) {
 	}
 	out := run(t, func(in []*Node) []*Node {
 		w := q.Graph(in[1:])
-		return []*Node{LinearPath(in[0], w, nil, PathDequantGEMM), LinearPath(in[0], w, nil, PathQuantized)}
+		return []*Node{Linear(in[0], w, nil, Dispatch{Path: PathDequantGEMM}), Linear(in[0], w, nil, Dispatch{Path: PathQuantized})}
 	}, args...)
 	a, err := ck.Affine(qName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deq, _ := a.Dequantize()
-	dense := run(t, func(in []*Node) []*Node { return []*Node{Linear(in[0], DenseWeight(in[1]), nil)} },
+	dense := run(t, func(in []*Node) []*Node { return []*Node{Linear(in[0], DenseWeight(in[1]), nil, Dispatch{})} },
 		args[0], tensors.FromFlatDataAndDimensions(deq, 32, 128))
 	sameBits(t, "bound quantized weight, dequant-gemm vs dense on host dequantization", f32s(t, out[0]), f32s(t, dense[0]))
 	want := refLinear(x, 5, deq, 32, 128)

@@ -33,7 +33,7 @@
 //
 // Load also opens converted MLX folders (package quant): their INT8/INT6/INT4 linears (Q, K, V, out and
 // FFN of every joint and refiner block) stay packed on the device and run through quant.Linear, which
-// dequantizes them in the graph (FASTVIDEO_DQ_GEMM selects the kernel by row count).
+// dequantizes them in the graph (Options.Dispatch selects the kernel by row count).
 package h3
 
 import (
@@ -61,6 +61,9 @@ type Options struct {
 	DType dtypes.DType
 	// Attention selects the attention path (see package attention); the zero value is automatic.
 	Attention attention.Options
+	// Dispatch chooses the kernel of the quantized linears (see package quant); the zero value chooses by
+	// row count from quant.DefaultDQGEMMFloor on.
+	Dispatch quant.Dispatch
 	// AdaLNManifest declares that the checkpoint carries a precomputed AdaLN cache for these timesteps
 	// instead of the AdaLN projection weights. Load fills it from the folder's manifest when present.
 	AdaLNManifest *AdaLNManifest
@@ -189,6 +192,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	if err := opts.Dispatch.Validate(); err != nil {
+		return nil, fmt.Errorf("h3: %w", err)
+	}
 	if opts.AdaLNManifest != nil {
 		if err := opts.AdaLNManifest.validate(cfg); err != nil {
 			return nil, err
@@ -203,6 +209,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, RotaryDim: cfg.RotaryDim(), FFN: cfg.FFNDim,
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
+			Dispatch: opts.Dispatch,
 		},
 	}, nil
 }

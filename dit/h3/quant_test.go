@@ -306,9 +306,9 @@ func bigDocument(cfg h3.Config, video int) h3.ForwardInputs {
 }
 
 // TestQuantizedDispatch mirrors quant's TestDisabledDispatch at the model level, on an INT4 checkpoint
-// loaded with h3.Load. Attention mixes rows, so a forward cannot be compared row by row with a shorter
-// one; instead every route is compared whole, on the same document, with a fresh model (the variable is
-// read when a graph is built). On the first fixture (the checks exercise only the linears):
+// loaded with h3.Load with Options.Dispatch parsed from FASTVIDEO_DQ_GEMM values. Attention mixes rows,
+// so a forward cannot be compared row by row with a shorter one; instead every route is compared whole,
+// on the same document, with a fresh model. On the first fixture (the checks exercise only the linears):
 //
 //   - FASTVIDEO_DQ_GEMM=0 on a 768-row document (at the default floor: by default its joint-block
 //     linears take dequant-GEMM) is evaluated, every quantized linear logs the quantized path, and the
@@ -345,9 +345,16 @@ func TestQuantizedDispatch(t *testing.T) {
 		}
 		forward := func(env string, in h3.ForwardInputs, wantPaths string) h3.ForwardOutputs {
 			t.Helper()
-			t.Setenv(quant.DQGEMMEnv, env)
+			d, err := quant.ParseDispatch(env)
+			if err != nil {
+				t.Fatal(err)
+			}
 			pathCounts(log)
-			out := run(t, load(t, dir), in)
+			m, err := h3.Load(testutil.Backend(t), dir, h3.Options{Dispatch: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := run(t, m, in)
 			if got := pathCounts(log); got != wantPaths {
 				t.Fatalf("%s=%q: logged paths %q, want %q", quant.DQGEMMEnv, env, got, wantPaths)
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -78,7 +77,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	video := []float32{0, 0.027027010917663574, 0.07692307233810425, 0.19999998807907104}
 	audio := []float32{0, 0.10000002384185791, 0.25, 0.5}
 	uniq, tidx := packing.RowTimesteps(lay, video[1], audio[1], packing.ConditionVideoTimestep(video[1]), 1)
-	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, c.Attention)
 	if err != nil {
 		return err
 	}
@@ -88,22 +87,18 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 
 	weightsLabel := "dense " + dt.String()
 	if scheme != nil {
-		d, err := quant.DispatchFromEnv()
-		if err != nil {
-			return err
-		}
 		weightsLabel = fmt.Sprintf("int%d", scheme.Bits)
-		fmt.Printf("h3dit: core linears int%d group %d (%s = %q: dequant-GEMM from %d rows, 0 = never)\n",
-			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, os.Getenv(quant.DQGEMMEnv), d.Floor)
+		fmt.Printf("h3dit: core linears int%d group %d (%s: dispatch %+v; zero floor = %d rows)\n",
+			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, c.Dispatch, quant.DefaultDQGEMMFloor)
 	}
 
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
 	var m *h3.Model
 	if scheme != nil {
-		m, err = h3.NewRandomQuantized(b, cfg, h3.Options{DType: dt}, *scheme, int64(c.Seed))
+		m, err = h3.NewRandomQuantized(b, cfg, h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}, *scheme, int64(c.Seed))
 	} else {
-		m, err = h3.NewRandom(b, cfg, h3.Options{DType: dt}, int64(c.Seed))
+		m, err = h3.NewRandom(b, cfg, h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}, int64(c.Seed))
 	}
 	if err != nil {
 		return err

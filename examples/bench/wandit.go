@@ -82,7 +82,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 		return fmt.Errorf("wandit bench: %w", err)
 	}
 	tokens := nt * nh * nw
-	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, c.Attention)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
-	m, err := wan.NewRandom(b, cfg, wan.Options{DType: dt}, int64(c.Seed))
+	m, err := wan.NewRandom(b, cfg, wan.Options{DType: dt, Attention: c.Attention}, int64(c.Seed))
 	if err != nil {
 		return err
 	}
