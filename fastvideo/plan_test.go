@@ -333,7 +333,7 @@ func TestReadModelFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(tinyDiT())
-	write("transformer/"+quant.ManifestFile, fmt.Sprintf(`{"format_version": %d, "config": %s}`, quant.FormatVersion, raw))
+	write("transformer/"+h3.ManifestFile, fmt.Sprintf(`{"format_version": %d, "config": %s}`, quant.FormatVersion, raw))
 	if m, err := ReadModelFolder(dir); err != nil || !reflect.DeepEqual(m.DiT, tinyDiT()) {
 		t.Fatalf("converted transformer/: %v", err)
 	}

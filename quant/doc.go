@@ -1,8 +1,9 @@
 // Package quant holds MLX-compatible affine INT8/INT6/INT4 weights (group 64
 // along the input dimension), the linear-layer dispatch that runs them in a
-// GoMLX graph, and the converted-checkpoint format (mlx_h3_dit.safetensors +
-// mlx_h3_dit.json) that examples/convert writes and MLX-converted H3 folders
-// already use, so those load unchanged.
+// GoMLX graph, and a model-neutral converted checkpoint (one safetensors file
+// and a JSON manifest in a folder, as MLX converters write them): a model
+// package names its files and tensor mapping (Format), chooses the matrices to
+// quantize (Conversion) and keeps its own manifest entries (Manifest.Metadata).
 //
 // Host side: Quantize reproduces MLX's affine_quantize exactly (float32
 // arithmetic, round half to even, scales and biases rounded to the stored
@@ -27,5 +28,5 @@
 //
 // Models declare weights with Declare (dense or quantized, from the checkpoint's
 // SchemeOf) and hold a *Weight; a *Checkpoint is a weights.Source under the
-// released names.
+// model's names.
 package quant

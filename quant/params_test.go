@@ -1,7 +1,6 @@
 package quant
 
 import (
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -20,12 +19,12 @@ import (
 // rebuild the GraphWeight with Graph, and run Linear. The result equals the dense linear on the
 // host-dequantized weight (PathDequantGEMM in f32: bit for bit).
 func TestDeclareBindLinear(t *testing.T) {
-	ck := convertAndOpen(t, tinySource(), json.RawMessage(tinyConfig), ConvertOptions{Scheme: Scheme{Bits: 6, GroupSize: 64}, ScaleDType: safetensors.BF16})
+	ck := convertAndOpen(t, tinySource(), Scheme{Bits: 6, GroupSize: 64}, safetensors.BF16)
 
-	const qName, dName = "transformer_blocks.0.attn.to_q.weight", "proj_in.weight"
+	const qName, dName = "model.layers.0.q.weight", "model.proj_in.weight"
 	set := weights.NewSet("")
-	blk := set.Sub("transformer_blocks.0")
-	q, err := Declare(blk, "attn.to_q.weight", 32, 128, SchemeOf(ck, qName))
+	blk := set.Sub("model.layers.0")
+	q, err := Declare(blk, "q.weight", 32, 128, SchemeOf(ck, qName))
 	if err != nil {
 		t.Fatal(err)
 	}

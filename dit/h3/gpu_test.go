@@ -82,7 +82,7 @@ func TestQuantizedOnGPU(t *testing.T) {
 			}
 		}
 		for _, bits := range []int{8, 4} {
-			dir := convertFixture(t, fx, bits, quant.ConvertOptions{})
+			dir := convertFixture(t, fx, bits, ConvertOptions{})
 			cpu := forward(testutil.Backend(t), dir, dtypes.Float32, quant.Dispatch{})
 			for _, env := range []string{"0", "1"} {
 				d, err := quant.ParseDispatch(env)
