@@ -15,7 +15,8 @@ import (
 )
 
 // TestFusedMatchesExactOnGPU checks the cuDNN flash path against the exact path on the same bf16 inputs,
-// including cross-attention (Lq != Lk), which gomlx.md §4 flags as untested in the flash lowering:
+// including cross-attention (Lq != Lk): XLA's cuDNN flash lowering sizes its intermediate from the query
+// length and does not check the key length, so that case is the one to test:
 //
 //	go test -c -o .gpu/attention.test ./attention
 //	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestFusedMatchesExactOnGPU -test.v

@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"encoding/json"
 	"testing"
 
 	"fastvideo/dit/h3/packing"
@@ -56,17 +55,9 @@ func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 // manifest.
 func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts ConvertOptions) string {
 	t.Helper()
-	var arch map[string]any
-	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	config, err := json.Marshal(arch)
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
 	opts.ScaleDType = safetensors.BF16
-	ts, man, err := Convert(fx.Weights(), config, opts)
+	ts, man, err := Convert(fx.Weights(), fixtureArch(t, fx), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
