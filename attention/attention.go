@@ -10,16 +10,16 @@
 //   - the exact path: scores, softmax and the weighted sum of values in float32 (inputs converted to
 //     float32 first), output cast back to the dtype of q. This is the oracle used on CPU and in parity tests.
 //
-// The environment variable FASTVIDEO_ATTENTION=exact|fused|auto overrides the automatic choice (it is the
-// switch that turns the fast path back into the oracle when hunting a numerical difference). Forcing the
-// fused path where it cannot run is an error, reported by Resolve and raised as a panic by Attend at graph
+// Options.Path forces a choice (PathExact is the switch that turns the fast path back into the oracle when
+// hunting a numerical difference). This package reads no environment: binaries parse FASTVIDEO_ATTENTION
+// (EnvVar) or a flag with ParsePath and pass the Path down through the models' options. Forcing the fused
+// path where it cannot run is an error, reported by Resolve and raised as a panic by Attend at graph
 // build time, so that a mis-configured run fails loudly instead of falling back silently.
 package attention
 
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -28,28 +28,25 @@ import (
 	gmattn "github.com/gomlx/gomlx/ml/layers/attention"
 )
 
-// EnvVar names the environment variable that forces an attention path.
+// EnvVar names the environment variable the binaries read (with ParsePath) to force an attention path.
 const EnvVar = "FASTVIDEO_ATTENTION"
 
 // Path selects an attention implementation.
 type Path int
 
 const (
-	// PathDefault defers to FASTVIDEO_ATTENTION, then to PathAuto.
-	PathDefault Path = iota
-	// PathAuto uses the fused kernel when the backend and dtype allow it, the exact path otherwise.
-	PathAuto
+	// PathAuto (the zero value) uses the fused kernel when the backend and dtype allow it, the exact path
+	// otherwise.
+	PathAuto Path = iota
 	// PathExact always uses the decomposed float32 computation.
 	PathExact
 	// PathFused always uses the fused kernel; it is an error where the kernel is not available.
 	PathFused
 )
 
-// String returns the name used by FASTVIDEO_ATTENTION.
+// String returns the name ParsePath reads.
 func (p Path) String() string {
 	switch p {
-	case PathDefault:
-		return "default"
 	case PathAuto:
 		return "auto"
 	case PathExact:
@@ -60,60 +57,39 @@ func (p Path) String() string {
 	return fmt.Sprintf("Path(%d)", int(p))
 }
 
-// ParsePath parses "exact", "fused", "auto" (case-insensitive); the empty string gives PathDefault.
+// ParsePath parses a FASTVIDEO_ATTENTION value: "exact", "fused", "auto" (case-insensitive); the empty
+// string gives PathAuto.
 func ParsePath(s string) (Path, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "":
-		return PathDefault, nil
-	case "auto":
+	case "", "auto":
 		return PathAuto, nil
 	case "exact":
 		return PathExact, nil
 	case "fused":
 		return PathFused, nil
 	}
-	return PathDefault, fmt.Errorf("attention: %s=%q is not a known path; use exact, fused or auto", EnvVar, s)
+	return PathAuto, fmt.Errorf("attention: %s=%q is not a known path; use exact, fused or auto", EnvVar, s)
 }
 
-// Options configures Attend. The zero value is the usual choice: scale 1/sqrt(headDim), path from the
-// environment or automatic.
+// Options configures Attend. The zero value is the usual choice: scale 1/sqrt(headDim), automatic path.
 type Options struct {
 	// Scale multiplies q·k before the softmax; 0 means 1/sqrt(headDim).
 	Scale float64
-	// Path forces an implementation; PathDefault reads FASTVIDEO_ATTENTION (and falls back to PathAuto).
+	// Path forces an implementation; PathAuto (zero) chooses by backend, dtype and head width.
 	Path Path
-}
-
-// requestedPath resolves PathDefault through the environment.
-func requestedPath(p Path) (Path, error) {
-	if p != PathDefault {
-		return p, nil
-	}
-	env, err := ParsePath(os.Getenv(EnvVar))
-	if err != nil {
-		return PathDefault, err
-	}
-	if env == PathDefault {
-		return PathAuto, nil
-	}
-	return env, nil
 }
 
 // Resolve returns the path Attend will take for inputs of the given dtype and head width on backend, or an
 // error when the requested path cannot run there. Call it before building graphs to report configuration
 // problems as errors.
 func Resolve(backend compute.Backend, dtype dtypes.DType, headDim int, opts Options) (Path, error) {
-	want, err := requestedPath(opts.Path)
-	if err != nil {
-		return PathDefault, err
-	}
 	fusedOK, why := fusedAvailable(backend, dtype, headDim)
-	switch want {
+	switch opts.Path {
 	case PathExact:
 		return PathExact, nil
 	case PathFused:
 		if !fusedOK {
-			return PathDefault, fmt.Errorf("attention: fused path forced (%s or Options.Path) but %s; "+
+			return PathAuto, fmt.Errorf("attention: fused path forced (%s or Options.Path) but %s; "+
 				"use %s=exact or auto, or run on xla:cuda with bf16/f16", EnvVar, why, EnvVar)
 		}
 		return PathFused, nil
@@ -123,7 +99,7 @@ func Resolve(backend compute.Backend, dtype dtypes.DType, headDim int, opts Opti
 		}
 		return PathExact, nil
 	}
-	return PathDefault, fmt.Errorf("attention: unknown path %v", want)
+	return PathAuto, fmt.Errorf("attention: unknown path %v; use exact, fused or auto", opts.Path)
 }
 
 func fusedAvailable(backend compute.Backend, dtype dtypes.DType, headDim int) (bool, string) {

@@ -144,32 +144,43 @@ func TestExactBFloat16Inputs(t *testing.T) {
 
 func TestPathSelection(t *testing.T) {
 	backend := testutil.Backend(t)
-	t.Setenv(EnvVar, "")
 	if p, err := Resolve(backend, dtypes.BFloat16, 128, Options{}); err != nil || p != PathExact {
-		t.Errorf("auto on the Go backend: got %v, %v; want exact", p, err)
+		t.Errorf("auto (the zero Options) on the Go backend: got %v, %v; want exact", p, err)
 	}
 	if _, err := Resolve(backend, dtypes.BFloat16, 128, Options{Path: PathFused}); err == nil ||
 		!strings.Contains(err.Error(), "has no fused") {
 		t.Errorf("forced fused on the Go backend: want an error naming the missing kernel, got %v", err)
 	}
-	t.Setenv(EnvVar, "fused")
-	if _, err := Resolve(backend, dtypes.Float32, 64, Options{}); err == nil {
-		t.Errorf("%s=fused on the Go backend must fail", EnvVar)
-	}
-	// An explicit option overrides the environment.
 	if p, err := Resolve(backend, dtypes.Float32, 64, Options{Path: PathExact}); err != nil || p != PathExact {
-		t.Errorf("explicit exact with env fused: got %v, %v", p, err)
+		t.Errorf("explicit exact: got %v, %v", p, err)
 	}
-	t.Setenv(EnvVar, "fast")
-	if _, err := Resolve(backend, dtypes.Float32, 64, Options{}); err == nil || !strings.Contains(err.Error(), "exact, fused or auto") {
-		t.Errorf("bad env value: want an error listing the choices, got %v", err)
+	if _, err := Resolve(backend, dtypes.Float32, 64, Options{Path: Path(17)}); err == nil || !strings.Contains(err.Error(), "exact, fused or auto") {
+		t.Errorf("unknown path: want an error listing the choices, got %v", err)
 	}
 
 	// Building a graph with the fused path forced panics with the same message; the caller recovers it.
-	t.Setenv(EnvVar, "fused")
-	exec := MustNewExec(backend, func(q *Node) *Node { return Attend(q, q, q, Options{}) })
+	exec := MustNewExec(backend, func(q *Node) *Node { return Attend(q, q, q, Options{Path: PathFused}) })
 	_, err := exec.Call1(tensors.FromFlatDataAndDimensions(make([]float32, 2*4*8), 1, 2, 4, 8))
 	if err == nil || !strings.Contains(err.Error(), "fused path forced") {
 		t.Errorf("graph build with forced fused path: want error, got %v", err)
+	}
+}
+
+func TestParsePath(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Path
+	}{{"", PathAuto}, {"auto", PathAuto}, {" Exact ", PathExact}, {"FUSED", PathFused}} {
+		if got, err := ParsePath(c.in); err != nil || got != c.want {
+			t.Errorf("ParsePath(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	if _, err := ParsePath("fast"); err == nil || !strings.Contains(err.Error(), EnvVar) || !strings.Contains(err.Error(), "exact, fused or auto") {
+		t.Errorf("ParsePath(fast): want an error naming %s and the choices, got %v", EnvVar, err)
+	}
+	for _, p := range []Path{PathAuto, PathExact, PathFused} {
+		if got, err := ParsePath(p.String()); err != nil || got != p {
+			t.Errorf("ParsePath(%v.String()) = %v, %v", p, got, err)
+		}
 	}
 }

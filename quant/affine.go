@@ -18,7 +18,7 @@ type Scheme struct {
 	GroupSize int `json:"group_size"`
 }
 
-// DefaultGroupSize is the group size of every H3 conversion.
+// DefaultGroupSize is MLX's default group size (mlx.core.quantize).
 const DefaultGroupSize = 64
 
 func validGroup(g int) bool { return g == 32 || g == 64 || g == 128 }
@@ -42,11 +42,14 @@ func (s Scheme) check(rows, cols int) error {
 	if rows <= 0 || cols <= 0 {
 		return fmt.Errorf("%w: matrix shape [%d, %d] must be positive", ErrShape, rows, cols)
 	}
-	if cols%s.GroupSize != 0 {
+	if !s.Fits(cols) {
 		return &GroupSizeError{Rows: rows, Cols: cols, Group: s.GroupSize}
 	}
 	return nil
 }
+
+// Fits reports whether a matrix of cols input values splits into whole groups.
+func (s Scheme) Fits(cols int) bool { return s.GroupSize > 0 && cols%s.GroupSize == 0 }
 
 // WordsPerRow is the number of packed uint32 words of a row of cols values
 // (cols·bits/32; exact for any cols that is a multiple of a valid group size).

@@ -306,7 +306,7 @@ func TestPackLayouts(t *testing.T) {
 			}
 		}
 	}
-	// 6 bits, the h3.md byte formulas: v0 = b0&63, v1 = (b0>>6)|((b1&15)<<2), ...
+	// 6 bits, MLX's byte formulas (mlx/backend/cpu/quantized.cpp): v0 = b0&63, v1 = (b0>>6)|((b1&15)<<2), ...
 	codes := []uint8{1, 62, 33, 44}
 	codes = append(codes, make([]uint8, 60)...)
 	words, _ := Pack(codes, 1, 64, 6)

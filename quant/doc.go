@@ -1,8 +1,9 @@
 // Package quant holds MLX-compatible affine INT8/INT6/INT4 weights (group 64
 // along the input dimension), the linear-layer dispatch that runs them in a
-// GoMLX graph, and the converted-checkpoint format (mlx_h3_dit.safetensors +
-// mlx_h3_dit.json) that examples/convert writes and MLX-converted H3 folders
-// already use, so those load unchanged.
+// GoMLX graph, and a model-neutral converted checkpoint (one safetensors file
+// and a JSON manifest in a folder, as MLX converters write them): a model
+// package names its files and tensor mapping (Format), chooses the matrices to
+// quantize (Conversion) and keeps its own manifest entries (Manifest.Metadata).
 //
 // Host side: Quantize reproduces MLX's affine_quantize exactly (float32
 // arithmetic, round half to even, scales and biases rounded to the stored
@@ -18,12 +19,14 @@
 //     the integer codes (exact in any float dtype) into float32 per group,
 //     scaled, and the bias term (Σ_j x)·bias is added. Used for small row counts.
 //   - PathDequantGEMM dequantizes the weight to the compute dtype and runs one
-//     dense GEMM. Used from a row-count floor on (default 768, MLX's value).
+//     dense GEMM. Used from a row-count floor on (DefaultDQGEMMFloor).
 //
-// FASTVIDEO_DQ_GEMM=0 disables PathDequantGEMM and =N sets the floor; the path
-// chosen for each linear is logged with log/slog at Debug level.
+// A Dispatch value, passed down through the models' options, forces a path or
+// moves the floor (binaries parse FASTVIDEO_DQ_GEMM into one with
+// ParseDispatch); the path chosen for each linear is logged with log/slog at
+// Debug level.
 //
 // Models declare weights with Declare (dense or quantized, from the checkpoint's
 // SchemeOf) and hold a *Weight; a *Checkpoint is a weights.Source under the
-// released names.
+// model's names.
 package quant

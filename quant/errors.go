@@ -37,7 +37,7 @@ type GroupSizeError struct {
 
 func (e *GroupSizeError) Error() string {
 	if !validGroup(e.Group) {
-		return fmt.Sprintf("quant: group size %d is not supported (MLX affine quantization uses 32, 64 or 128; H3 checkpoints use 64)", e.Group)
+		return fmt.Sprintf("quant: group size %d is not supported (MLX affine quantization uses 32, 64 or 128)", e.Group)
 	}
 	return fmt.Sprintf("quant: a [%d, %d] matrix cannot be quantized with group size %d: the input dimension %d is not a multiple of %d (keep such matrices dense)",
 		e.Rows, e.Cols, e.Group, e.Cols, e.Group)
@@ -73,7 +73,7 @@ func (e *FormatVersionError) Error() string {
 	if e.Version == 2 {
 		extra = " (version 2 is NVFP4 with a global scale, which this runtime does not implement)"
 	}
-	return fmt.Sprintf("quant: %s: format_version = %d, this runtime reads format_version %d%s; re-convert the checkpoint with examples/convert",
+	return fmt.Sprintf("quant: %s: format_version = %d, this runtime reads format_version %d%s; re-convert the checkpoint",
 		e.Path, e.Version, FormatVersion, extra)
 }
 
@@ -81,8 +81,8 @@ func (e *FormatVersionError) Unwrap() error { return ErrFormatVersion }
 
 // MissingTensorError reports a quantized key whose scales or biases are absent.
 type MissingTensorError struct {
-	Key    string // the quantized weight, e.g. "blocks.0.attn.to_q.weight"
-	Tensor string // the missing tensor, e.g. "blocks.0.attn.to_q.weight.scales"
+	Key    string // the quantized weight (stored name), e.g. "layers.0.q.weight"
+	Tensor string // the missing tensor, e.g. "layers.0.q.weight.scales"
 	What   error  // ErrMissingScales or ErrMissingBiases
 }
 

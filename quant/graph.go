@@ -3,7 +3,6 @@ package quant
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 
@@ -145,7 +144,7 @@ func Dequantize(w GraphWeight, dt dtypes.DType) *Node {
 type Path int
 
 const (
-	// PathAuto lets the row count and FASTVIDEO_DQ_GEMM choose (quantized weights).
+	// PathAuto (the zero value) lets the row count choose (Dispatch.Floor).
 	PathAuto Path = iota
 	// PathQuantized never forms scale·q + bias: per chunk of groups it contracts
 	// x with the integer codes (exact in the compute dtype) into float32, applies
@@ -173,44 +172,75 @@ func (p Path) String() string {
 	return fmt.Sprintf("Path(%d)", int(p))
 }
 
-// DQGEMMEnv names the environment variable of the dispatch: "0" disables the
-// dequantize-then-GEMM path (every quantized linear takes PathQuantized), a
-// positive integer N sets the row-count floor at which it is taken.
+// DQGEMMEnv names the environment variable the binaries read (with
+// ParseDispatch): "0" disables the dequantize-then-GEMM path (every quantized
+// linear takes PathQuantized), a positive integer N sets the row-count floor
+// at which it is taken. This package reads no environment.
 const DQGEMMEnv = "FASTVIDEO_DQ_GEMM"
 
 // DefaultDQGEMMFloor is the row count from which a quantized linear
 // dequantizes and runs a dense GEMM. On the H200 the dequantize+GEMM path beat
 // the grouped quantized path at every row count measured (M = 64 ... 4096,
 // K = 5376, N = 5376 and 14336, INT4, bf16; BENCHMARKS.md), so the floor is the
-// smallest measured M. MLX uses 768 on Apple GPUs; FASTVIDEO_DQ_GEMM overrides.
+// smallest measured M. MLX uses 768 on Apple GPUs.
 const DefaultDQGEMMFloor = 64
 
-// Dispatch decides between PathQuantized and PathDequantGEMM by row count.
+// Dispatch decides how a quantized linear runs. The zero value chooses by row
+// count with DefaultDQGEMMFloor.
 type Dispatch struct {
-	// Floor is the row count from which PathDequantGEMM is taken; 0 disables it.
+	// Path forces PathQuantized or PathDequantGEMM for every quantized linear;
+	// PathAuto chooses by row count.
+	Path Path
+	// Floor is the row count from which PathAuto takes PathDequantGEMM;
+	// 0 means DefaultDQGEMMFloor.
 	Floor int
 }
 
-// ParseDispatch reads a FASTVIDEO_DQ_GEMM value ("" = default floor).
+// ParseDispatch reads a FASTVIDEO_DQ_GEMM value: "" is the zero Dispatch, "0"
+// forces PathQuantized, N > 0 sets the floor.
 func ParseDispatch(v string) (Dispatch, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return Dispatch{Floor: DefaultDQGEMMFloor}, nil
+		return Dispatch{}, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
+	switch {
+	case err != nil || n < 0:
 		return Dispatch{}, fmt.Errorf("quant: %s=%q is not valid: use 0 to disable the dequantize+GEMM path or a positive row count floor (default %d)",
 			DQGEMMEnv, v, DefaultDQGEMMFloor)
+	case n == 0:
+		return Dispatch{Path: PathQuantized}, nil
 	}
 	return Dispatch{Floor: n}, nil
 }
 
-// DispatchFromEnv reads FASTVIDEO_DQ_GEMM.
-func DispatchFromEnv() (Dispatch, error) { return ParseDispatch(os.Getenv(DQGEMMEnv)) }
+// Validate rejects a negative floor and a forced path other than PathQuantized
+// or PathDequantGEMM.
+func (d Dispatch) Validate() error {
+	if d.Floor < 0 {
+		return fmt.Errorf("quant: dispatch floor %d is negative; use 0 for the default (%d) or a positive row count", d.Floor, DefaultDQGEMMFloor)
+	}
+	switch d.Path {
+	case PathAuto, PathQuantized, PathDequantGEMM:
+		return nil
+	}
+	return fmt.Errorf("quant: dispatch path %v cannot be forced; use auto, quantized or dequant-gemm", d.Path)
+}
+
+// floor is the effective row-count floor of PathAuto.
+func (d Dispatch) floor() int {
+	if d.Floor == 0 {
+		return DefaultDQGEMMFloor
+	}
+	return d.Floor
+}
 
 // Choose returns the path for a quantized linear over rows rows.
 func (d Dispatch) Choose(rows int) Path {
-	if d.Floor > 0 && rows >= d.Floor {
+	switch {
+	case d.Path != PathAuto:
+		return d.Path
+	case rows >= d.floor():
 		return PathDequantGEMM
 	}
 	return PathQuantized
@@ -218,19 +248,15 @@ func (d Dispatch) Choose(rows int) Path {
 
 // Linear computes x·wᵀ (+ bias) for x [..., in], w [out, in], bias [out] or nil;
 // the result is [..., out] in the weight's compute dtype (x is converted to it,
-// as a dense linear does). A quantized weight takes the path that Dispatch
-// (FASTVIDEO_DQ_GEMM) chooses for the row count (the product of x's leading
-// axes); the choice is logged at Debug level. The variable is read when the
-// graph is built, so a compiled executable keeps its choice. An invalid
-// FASTVIDEO_DQ_GEMM panics with an error that names it.
-func Linear(x *Node, w GraphWeight, bias *Node) *Node {
-	return LinearPath(x, w, bias, PathAuto)
-}
-
-// LinearPath is Linear with the path forced (PathAuto: dispatch). A dense weight
-// always takes the dense GEMM.
-func LinearPath(x *Node, w GraphWeight, bias *Node, p Path) *Node {
+// as a dense linear does). A quantized weight takes the path d chooses for the
+// row count (the product of x's leading axes); the choice is logged at Debug
+// level. A dense weight always takes the dense GEMM. An invalid d panics, like
+// every graph-building error (validate it with Dispatch.Validate first).
+func Linear(x *Node, w GraphWeight, bias *Node, d Dispatch) *Node {
 	w.check()
+	if err := d.Validate(); err != nil {
+		panic(err)
+	}
 	if x.Shape().Dim(-1) != w.In() {
 		panic(fmt.Errorf("%w: input %s has %d features, the weight takes %d", ErrShape, x.Shape(), x.Shape().Dim(-1), w.In()))
 	}
@@ -239,19 +265,12 @@ func LinearPath(x *Node, w GraphWeight, bias *Node, p Path) *Node {
 		x = ConvertDType(x, dt)
 	}
 	rows := x.Shape().Size() / w.In()
-	floor := -1
-	switch {
-	case !w.Quantized():
-		p = PathDense
-	case p == PathAuto:
-		d, err := DispatchFromEnv()
-		if err != nil {
-			panic(err)
-		}
-		p, floor = d.Choose(rows), d.Floor
+	p := PathDense
+	if w.Quantized() {
+		p = d.Choose(rows)
 	}
 	slog.Debug("quant.Linear", "path", p.String(), "rows", rows, "out", w.Out(), "in", w.In(),
-		"bits", w.Bits, "group", w.GroupSize, "dtype", dt.String(), "floor", floor)
+		"bits", w.Bits, "group", w.GroupSize, "dtype", dt.String(), "floor", d.floor(), "forced", d.Path.String())
 	// The dense paths are gx.Linear, the very graph a dense model builds, so a dense weight taken
 	// through here computes exactly what the model would without quant.
 	switch p {
@@ -259,10 +278,8 @@ func LinearPath(x *Node, w GraphWeight, bias *Node, p Path) *Node {
 		return gx.Linear(x, w.W, bias)
 	case PathDequantGEMM:
 		return gx.Linear(x, Dequantize(w, dt), bias)
-	case PathQuantized:
-		return gx.AddBias(quantizedDot(x, w), bias)
 	}
-	panic(fmt.Errorf("quant: unknown path %v", p))
+	return gx.AddBias(quantizedDot(x, w), bias)
 }
 
 // QuantizedChunkGroups is the number of groups PathQuantized contracts at once;

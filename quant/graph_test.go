@@ -160,9 +160,9 @@ func TestLinearPaths(t *testing.T) {
 			out := run(t, func(in []*Node) []*Node {
 				w := QuantizedWeight(in[3], in[4], in[5], s)
 				return []*Node{
-					LinearPath(in[0], w, in[2], PathQuantized),
-					LinearPath(in[0], w, in[2], PathDequantGEMM),
-					Linear(in[0], DenseWeight(in[1]), in[2]),
+					Linear(in[0], w, in[2], Dispatch{Path: PathQuantized}),
+					Linear(in[0], w, in[2], Dispatch{Path: PathDequantGEMM}),
+					Linear(in[0], DenseWeight(in[1]), in[2], Dispatch{}),
 				}
 			}, args...)
 			want := refLinear(x, 6, deq, n, k)
@@ -201,7 +201,7 @@ func TestLinearBFloat16(t *testing.T) {
 	args := append([]any{floatTensor(x, dtypes.BFloat16, rows, k)}, affineArgs(a, dtypes.BFloat16)...)
 	out := run(t, func(in []*Node) []*Node {
 		w := QuantizedWeight(in[1], in[2], in[3], s)
-		return []*Node{LinearPath(in[0], w, nil, PathQuantized), LinearPath(in[0], w, nil, PathDequantGEMM)}
+		return []*Node{Linear(in[0], w, nil, Dispatch{Path: PathQuantized}), Linear(in[0], w, nil, Dispatch{Path: PathDequantGEMM})}
 	}, args...)
 	for i, name := range []string{"quantized", "dequant-gemm"} {
 		if out[i].DType() != dtypes.BFloat16 {
@@ -215,17 +215,17 @@ func TestLinearBFloat16(t *testing.T) {
 // TestDisabledDispatch is the acceptance "the disabled-dispatch path is
 // evaluated (not just built) and matches the quantized path exactly":
 //
-//   - with FASTVIDEO_DQ_GEMM=0, Linear at M = 800 (above the default floor 768)
-//     is evaluated, logs the quantized path, and equals LinearPath(PathQuantized)
-//     at M = 800 bit for bit;
-//   - the same rows computed at M = 16 and M = 1 (below the floor, default
-//     dispatch, which also takes the quantized path) equal those rows of the
+//   - with the dispatch of FASTVIDEO_DQ_GEMM=0, Linear at M = 800 (above the
+//     default floor) is evaluated, logs the quantized path, and equals the
+//     forced PathQuantized at M = 800 bit for bit;
+//   - the same rows computed at M = 16 and M = 1 (below the floor, zero
+//     Dispatch, which also takes the quantized path) equal those rows of the
 //     M = 800 result bit for bit: the disabled dispatch is the small-M kernel,
 //     row for row, not merely something close to it (this needs a backend whose
 //     GEMM kernel choice does not depend on M: the Go backend switches kernels at
 //     4 MFLOP per dot, so N and K are sized to keep every dot below that);
-//   - without the variable, M = 800 takes the dequant-GEMM path (logged), which
-//     agrees with the quantized path to f32 rounding; =N moves the floor.
+//   - with the zero Dispatch, M = 800 takes the dequant-GEMM path (logged), which
+//     agrees with the quantized path to f32 rounding; a Floor of N moves the floor.
 func TestDisabledDispatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	const n, k, big = 16, 256, 800 // largest dot: 4 groups × 800 × 16 × 64 = 3.3 MFLOP
@@ -237,10 +237,10 @@ func TestDisabledDispatch(t *testing.T) {
 	s := a.Scheme
 	log := testutil.CaptureSlog(t, "quant.Linear", "path")
 
-	eval := func(rows int, p Path) []float32 {
+	eval := func(rows int, d Dispatch) []float32 {
 		args := append([]any{tensors.FromFlatDataAndDimensions(x[:rows*k], rows, k)}, affineArgs(a, dtypes.Float32)...)
 		out := run(t, func(in []*Node) []*Node {
-			return []*Node{LinearPath(in[0], QuantizedWeight(in[1], in[2], in[3], s), nil, p)}
+			return []*Node{Linear(in[0], QuantizedWeight(in[1], in[2], in[3], s), nil, d)}
 		}, args...)
 		return f32s(t, out[0])
 	}
@@ -250,63 +250,81 @@ func TestDisabledDispatch(t *testing.T) {
 			t.Fatalf("logged path %q, want %q", got, want)
 		}
 	}
+	parse := func(v string) Dispatch {
+		t.Helper()
+		d, err := ParseDispatch(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
 
-	t.Setenv(DQGEMMEnv, "0")
-	disabled := eval(big, PathAuto)
+	disabled := eval(big, parse("0"))
 	expectPath("quantized")
-	sameBits(t, "FASTVIDEO_DQ_GEMM=0 at M=800 vs PathQuantized at M=800", disabled, eval(big, PathQuantized))
+	sameBits(t, "FASTVIDEO_DQ_GEMM=0 at M=800 vs PathQuantized at M=800", disabled, eval(big, Dispatch{Path: PathQuantized}))
 	expectPath("quantized")
 
-	t.Setenv(DQGEMMEnv, "")
-	small := eval(16, PathAuto)
+	small := eval(16, Dispatch{})
 	expectPath("quantized")
 	sameBits(t, "rows 0..15 at M=16 vs the same rows at M=800 (disabled)", small, disabled[:16*n])
-	one := eval(1, PathAuto)
+	one := eval(1, Dispatch{})
 	expectPath("quantized")
 	sameBits(t, "row 0 at M=1 vs the same row at M=800 (disabled)", one, disabled[:n])
 
-	dq := eval(big, PathAuto)
+	dq := eval(big, Dispatch{})
 	expectPath("dequant-gemm")
-	sameBits(t, "default dispatch at M=800 vs PathDequantGEMM", dq, eval(big, PathDequantGEMM))
+	sameBits(t, "default dispatch at M=800 vs PathDequantGEMM", dq, eval(big, Dispatch{Path: PathDequantGEMM}))
 	expectPath("dequant-gemm")
 	testutil.AssertClose(t, "dequant-gemm vs quantized at M=800", dq, disabled, []int{big, n}, testutil.ParityTol(disabled)/10)
 
-	t.Setenv(DQGEMMEnv, "16")
-	eval(16, PathAuto)
+	eval(16, parse("16"))
 	expectPath("dequant-gemm")
-	eval(15, PathAuto)
+	eval(15, parse("16"))
 	expectPath("quantized")
 }
 
 func TestParseDispatch(t *testing.T) {
 	for _, c := range []struct {
-		in    string
-		floor int
-		ok    bool
-	}{{"", DefaultDQGEMMFloor, true}, {"0", 0, true}, {"1024", 1024, true}, {" 64 ", 64, true}, {"-1", 0, false}, {"yes", 0, false}, {"1.5", 0, false}} {
+		in   string
+		want Dispatch
+		ok   bool
+	}{
+		{"", Dispatch{}, true}, {"0", Dispatch{Path: PathQuantized}, true}, {"1024", Dispatch{Floor: 1024}, true},
+		{" 64 ", Dispatch{Floor: 64}, true}, {"-1", Dispatch{}, false}, {"yes", Dispatch{}, false}, {"1.5", Dispatch{}, false},
+	} {
 		d, err := ParseDispatch(c.in)
-		if (err == nil) != c.ok || (c.ok && d.Floor != c.floor) {
-			t.Errorf("ParseDispatch(%q) = %+v, %v", c.in, d, err)
+		if (err == nil) != c.ok || (c.ok && d != c.want) {
+			t.Errorf("ParseDispatch(%q) = %+v, %v; want %+v", c.in, d, err, c.want)
 		}
 		if err != nil && !strings.Contains(err.Error(), DQGEMMEnv) {
 			t.Errorf("error %q does not name %s", err, DQGEMMEnv)
 		}
 	}
-	if (Dispatch{Floor: 0}).Choose(1<<20) != PathQuantized {
-		t.Error("floor 0 must disable the dequant-GEMM path")
+	if got := (Dispatch{}).Choose(DefaultDQGEMMFloor - 1); got != PathQuantized {
+		t.Errorf("zero Dispatch below the default floor: %v", got)
 	}
-	// An invalid variable fails the graph build with an error naming it.
-	t.Setenv(DQGEMMEnv, "fast")
+	if got := (Dispatch{}).Choose(DefaultDQGEMMFloor); got != PathDequantGEMM {
+		t.Errorf("zero Dispatch at the default floor: %v", got)
+	}
+	if (Dispatch{Path: PathQuantized}).Choose(1<<20) != PathQuantized {
+		t.Error("a forced PathQuantized must disable the dequant-GEMM path")
+	}
+	for _, bad := range []Dispatch{{Floor: -1}, {Path: PathDense}, {Path: Path(9)}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) accepted", bad)
+		}
+	}
+	// An invalid Dispatch fails the graph build with an error, not a crash.
 	a, _ := Quantize(make([]float32, 64*4), 4, 64, 8, 64, safetensors.F32)
 	e, err := NewExec(testutil.Backend(t), func(in []*Node) []*Node {
-		return []*Node{Linear(in[0], QuantizedWeight(in[1], in[2], in[3], a.Scheme), nil)}
+		return []*Node{Linear(in[0], QuantizedWeight(in[1], in[2], in[3], a.Scheme), nil, Dispatch{Floor: -1})}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Finalize()
 	_, err = e.Call(append([]any{tensors.FromFlatDataAndDimensions(make([]float32, 64), 1, 64)}, affineArgs(a, dtypes.Float32)...)...)
-	if err == nil || !strings.Contains(err.Error(), DQGEMMEnv) {
-		t.Fatalf("invalid %s: got %v", DQGEMMEnv, err)
+	if err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("invalid dispatch: got %v", err)
 	}
 }

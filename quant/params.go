@@ -16,8 +16,7 @@ import (
 // where it held a dense *weights.Param, passes Tensors() to its executable and
 // rebuilds the GraphWeight from the same number of graph inputs with Graph.
 type Weight struct {
-	// Name is the full checkpoint (released) name, e.g.
-	// "transformer_blocks.0.attn.to_q.weight".
+	// Name is the full name the model binds, e.g. "layers.0.attn.q.weight".
 	Name    string
 	Out, In int
 	// Scheme is zero for a dense weight.

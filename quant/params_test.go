@@ -1,7 +1,6 @@
 package quant
 
 import (
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -20,12 +19,12 @@ import (
 // rebuild the GraphWeight with Graph, and run Linear. The result equals the dense linear on the
 // host-dequantized weight (PathDequantGEMM in f32: bit for bit).
 func TestDeclareBindLinear(t *testing.T) {
-	ck := convertAndOpen(t, tinySource(), json.RawMessage(tinyConfig), ConvertOptions{Scheme: Scheme{Bits: 6, GroupSize: 64}, ScaleDType: safetensors.BF16})
+	ck := convertAndOpen(t, tinySource(), Scheme{Bits: 6, GroupSize: 64}, safetensors.BF16)
 
-	const qName, dName = "transformer_blocks.0.attn.to_q.weight", "proj_in.weight"
+	const qName, dName = "model.layers.0.q.weight", "model.proj_in.weight"
 	set := weights.NewSet("")
-	blk := set.Sub("transformer_blocks.0")
-	q, err := Declare(blk, "attn.to_q.weight", 32, 128, SchemeOf(ck, qName))
+	blk := set.Sub("model.layers.0")
+	q, err := Declare(blk, "q.weight", 32, 128, SchemeOf(ck, qName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +48,14 @@ func TestDeclareBindLinear(t *testing.T) {
 	}
 	out := run(t, func(in []*Node) []*Node {
 		w := q.Graph(in[1:])
-		return []*Node{LinearPath(in[0], w, nil, PathDequantGEMM), LinearPath(in[0], w, nil, PathQuantized)}
+		return []*Node{Linear(in[0], w, nil, Dispatch{Path: PathDequantGEMM}), Linear(in[0], w, nil, Dispatch{Path: PathQuantized})}
 	}, args...)
 	a, err := ck.Affine(qName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deq, _ := a.Dequantize()
-	dense := run(t, func(in []*Node) []*Node { return []*Node{Linear(in[0], DenseWeight(in[1]), nil)} },
+	dense := run(t, func(in []*Node) []*Node { return []*Node{Linear(in[0], DenseWeight(in[1]), nil, Dispatch{})} },
 		args[0], tensors.FromFlatDataAndDimensions(deq, 32, 128))
 	sameBits(t, "bound quantized weight, dequant-gemm vs dense on host dequantization", f32s(t, out[0]), f32s(t, dense[0]))
 	want := refLinear(x, 5, deq, 32, 128)

@@ -241,7 +241,7 @@ func (a *AdaLNManifest) validate(cfg Config) error {
 }
 
 // AdaLNManifestFiles are the manifest files Load looks for in a transformer folder, in order.
-var AdaLNManifestFiles = []string{"adaln_cache.json", "mlx_h3_dit.json"}
+var AdaLNManifestFiles = []string{"adaln_cache.json", ManifestFile}
 
 // ReadAdaLNManifest returns the "adaln_cache" entry of the first manifest file of dir that has one, or
 // nil when the folder carries no cache (a released checkpoint).

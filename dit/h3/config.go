@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"fastvideo/internal/modelcfg"
-	"fastvideo/quant"
 )
 
 // Modalities is the number of token tags of the packed sequence: video = 0, text = 1, audio = 2.
@@ -101,9 +100,9 @@ func ParseConfig(data []byte) (Config, error) {
 // ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of
 // mlx_h3_dit.json in a converted MLX folder (as Load uses it), else dir/config.json.
 func ReadConfig(dir string) (Config, error) {
-	if quant.IsCheckpoint(dir) {
-		path := filepath.Join(dir, quant.ManifestFile)
-		m, err := quant.ReadManifest(path)
+	if IsConverted(dir) {
+		path := filepath.Join(dir, ManifestFile)
+		m, err := ReadConvertedManifest(dir)
 		if err != nil {
 			return Config{}, fmt.Errorf("h3: reading the transformer config: %w", err)
 		}

@@ -46,8 +46,8 @@ func TestFixturesOnGPU(t *testing.T) {
 }
 
 // TestQuantizedOnGPU runs INT8 and INT4 conversions of the fixtures (group 64, bf16 scales) on xla:cuda.
-// In f32 with TF32 off, both dispatch routes (FASTVIDEO_DQ_GEMM=0: the quantized contraction;
-// FASTVIDEO_DQ_GEMM=1: dequantize then GEMM) must match the CPU quantized forward at the parity
+// In f32 with TF32 off, both dispatch routes (the dispatch of FASTVIDEO_DQ_GEMM=0: the quantized
+// contraction; of FASTVIDEO_DQ_GEMM=1: dequantize then GEMM) must match the CPU quantized forward at the parity
 // tolerance and reach the SNR floors (40 dB INT8, 18 dB INT4) against the dense reference outputs; in
 // bf16 the default dispatch must reach the same floors:
 //
@@ -60,9 +60,9 @@ func TestQuantizedOnGPU(t *testing.T) {
 		in := fixtureInputs(t, fx)
 		refV, _ := fx.F32(t, "out.video")
 		refA, _ := fx.F32(t, "out.audio")
-		forward := func(be compute.Backend, dir string, dt dtypes.DType) ForwardOutputs {
+		forward := func(be compute.Backend, dir string, dt dtypes.DType, d quant.Dispatch) ForwardOutputs {
 			t.Helper()
-			m, err := Load(be, dir, Options{DType: dt})
+			m, err := Load(be, dir, Options{DType: dt, Dispatch: d})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,18 +82,20 @@ func TestQuantizedOnGPU(t *testing.T) {
 			}
 		}
 		for _, bits := range []int{8, 4} {
-			dir := convertFixture(t, fx, bits, quant.ConvertOptions{})
-			cpu := forward(testutil.Backend(t), dir, dtypes.Float32)
+			dir := convertFixture(t, fx, bits, ConvertOptions{})
+			cpu := forward(testutil.Backend(t), dir, dtypes.Float32, quant.Dispatch{})
 			for _, env := range []string{"0", "1"} {
-				t.Setenv(quant.DQGEMMEnv, env)
-				got := forward(b, dir, dtypes.Float32)
+				d, err := quant.ParseDispatch(env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := forward(b, dir, dtypes.Float32, d)
 				label := fmt.Sprintf("int%d f32 %s=%s", bits, quant.DQGEMMEnv, env)
 				testutil.AssertClose(t, label+" video vs CPU", got.Video, cpu.Video, []int{len(cpu.Video)}, testutil.ParityTol(cpu.Video))
 				testutil.AssertClose(t, label+" audio vs CPU", got.Audio, cpu.Audio, []int{len(cpu.Audio)}, testutil.ParityTol(cpu.Audio))
 				snr(label, bits, got)
 			}
-			t.Setenv(quant.DQGEMMEnv, "")
-			snr(fmt.Sprintf("int%d bf16", bits), bits, forward(b, dir, dtypes.BFloat16))
+			snr(fmt.Sprintf("int%d bf16", bits), bits, forward(b, dir, dtypes.BFloat16, quant.Dispatch{}))
 		}
 	})
 }

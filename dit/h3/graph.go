@@ -34,6 +34,7 @@ type blockSpec struct {
 	Heads, HeadDim, RotaryDim, FFN int
 	NormEps, QKNormEps             float64
 	Attention                      attention.Options
+	Dispatch                       quant.Dispatch
 	AllReduce                      AllReduce
 }
 
@@ -130,12 +131,12 @@ func (s blockSpec) check(w coreWeights) {
 func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	l := h.Shape().Dim(0)
 	heads := func(x *Node) *Node { return Reshape(x, 1, l, s.Heads, s.HeadDim) }
-	q := qkNormRope(heads(quant.Linear(h, w.Q, nil)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
-	k := qkNormRope(heads(quant.Linear(h, w.K, nil)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
-	v := heads(quant.Linear(h, w.V, nil))
+	q := qkNormRope(heads(quant.Linear(h, w.Q, nil, s.Dispatch)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
+	k := qkNormRope(heads(quant.Linear(h, w.K, nil, s.Dispatch)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
+	v := heads(quant.Linear(h, w.V, nil, s.Dispatch))
 	o := attention.Attend(q, k, v, s.Attention)
 	o = Reshape(o, l, s.Heads*s.HeadDim)
-	return s.reduce(quant.Linear(o, w.Out, nil))
+	return s.reduce(quant.Linear(o, w.Out, nil, s.Dispatch))
 }
 
 // qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
@@ -177,10 +178,10 @@ func applyRope(x, cos, sin *Node, rot int) *Node {
 // feedForward is the bias-free value-first SwiGLU: u = h·W_inᵀ, value = u[:, :F], gate = u[:, F:],
 // out = (value·SiLU(gate))·W_outᵀ, followed by the all-reduce hook.
 func (s blockSpec) feedForward(h *Node, wIn, wOut quant.GraphWeight) *Node {
-	u := quant.Linear(h, wIn, nil)
+	u := quant.Linear(h, wIn, nil, s.Dispatch)
 	value := Slice(u, AxisRange(), AxisRange(0, s.FFN))
 	gate := Slice(u, AxisRange(), AxisRange(s.FFN, 2*s.FFN))
-	return s.reduce(quant.Linear(Mul(value, gx.SiLU(gate)), wOut, nil))
+	return s.reduce(quant.Linear(Mul(value, gx.SiLU(gate)), wOut, nil, s.Dispatch))
 }
 
 // refinerBlock is the text token-refiner block: pre-norm attention (no RoPE, no modulation) and FFN.

@@ -33,7 +33,7 @@
 //
 // Load also opens converted MLX folders (package quant): their INT8/INT6/INT4 linears (Q, K, V, out and
 // FFN of every joint and refiner block) stay packed on the device and run through quant.Linear, which
-// dequantizes them in the graph (FASTVIDEO_DQ_GEMM selects the kernel by row count).
+// dequantizes them in the graph (Options.Dispatch selects the kernel by row count).
 package h3
 
 import (
@@ -61,6 +61,9 @@ type Options struct {
 	DType dtypes.DType
 	// Attention selects the attention path (see package attention); the zero value is automatic.
 	Attention attention.Options
+	// Dispatch chooses the kernel of the quantized linears (see package quant); the zero value chooses by
+	// row count from quant.DefaultDQGEMMFloor on.
+	Dispatch quant.Dispatch
 	// AdaLNManifest declares that the checkpoint carries a precomputed AdaLN cache for these timesteps
 	// instead of the AdaLN projection weights. Load fills it from the folder's manifest when present.
 	AdaLNManifest *AdaLNManifest
@@ -93,8 +96,8 @@ func (m *Model) Config() Config { return m.cfg }
 func (m *Model) DType() dtypes.DType { return m.dtype }
 
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors), or a
-// converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, h3.md §10.3: the
-// config is the manifest's), and binds its weights on backend. Quantized linears stay packed on the
+// converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not: the config is the
+// manifest's), and binds its weights on backend. Quantized linears stay packed on the
 // device and run through quant.Linear. A folder that carries an AdaLN cache (adaln_cache.json or
 // mlx_h3_dit.json with an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the
 // AdaLN projections.
@@ -124,7 +127,7 @@ func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
 // (the manifest supplies the config; the checkpoint is a weights.Source under the released names that
 // also reports which linears it quantizes), else a released transformer/ folder.
 func openTransformer(dir string) (Config, weights.Source, func() error, error) {
-	if !quant.IsCheckpoint(dir) {
+	if !IsConverted(dir) {
 		cfg, err := ReadConfig(dir)
 		if err != nil {
 			return Config{}, nil, nil, err
@@ -135,15 +138,15 @@ func openTransformer(dir string) (Config, weights.Source, func() error, error) {
 		}
 		return cfg, ck, ck.Close, nil
 	}
-	ck, err := quant.Open(dir)
+	ck, man, err := OpenConverted(dir)
 	if err != nil {
 		return Config{}, nil, nil, fmt.Errorf("h3: opening the converted checkpoint %s: %w", dir, err)
 	}
-	where := filepath.Join(dir, quant.ManifestFile)
-	cfg, err := ParseConfig(ck.Manifest.Config)
+	where := filepath.Join(dir, ManifestFile)
+	cfg, err := ParseConfig(man.Config)
 	if err != nil {
 		err = fmt.Errorf("%w (the \"config\" entry of %s)", err, where)
-	} else if n := ck.Manifest.NumBlocks; n != 0 && n != cfg.NumLayers {
+	} else if n := man.NumBlocks; n != 0 && n != cfg.NumLayers {
 		err = fmt.Errorf("h3: %s has num_blocks = %d but its config has num_layers = %d; re-convert the checkpoint",
 			where, n, cfg.NumLayers)
 	}
@@ -189,6 +192,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	if err := opts.Dispatch.Validate(); err != nil {
+		return nil, fmt.Errorf("h3: %w", err)
+	}
 	if opts.AdaLNManifest != nil {
 		if err := opts.AdaLNManifest.validate(cfg); err != nil {
 			return nil, err
@@ -203,6 +209,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, RotaryDim: cfg.RotaryDim(), FFN: cfg.FFNDim,
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
+			Dispatch: opts.Dispatch,
 		},
 	}, nil
 }

@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"encoding/json"
 	"testing"
 
 	"fastvideo/dit/h3/packing"
@@ -54,24 +53,16 @@ func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 // convertFixture writes the fixture's weights converted with bits (group 64, BF16 scales and biases, as
 // MLX checkpoints store them) to a new folder; there is no config.json: the config travels in the
 // manifest.
-func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts quant.ConvertOptions) string {
+func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts ConvertOptions) string {
 	t.Helper()
-	var arch map[string]any
-	if err := fx.DecodeConfig(&arch, "arch_config"); err != nil {
-		t.Fatal(err)
-	}
-	config, err := json.Marshal(arch)
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
 	opts.ScaleDType = safetensors.BF16
-	ts, man, err := quant.Convert(fx.Weights(), config, opts)
+	ts, man, err := Convert(fx.Weights(), fixtureArch(t, fx), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := quant.WriteCheckpoint(dir, ts, man); err != nil {
+	if err := WriteConverted(dir, ts, man); err != nil {
 		t.Fatal(err)
 	}
 	return dir

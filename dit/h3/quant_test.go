@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -45,13 +44,14 @@ func (m *qMemSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m.t
 func (m *qMemSource) Scheme(key string) (quant.Scheme, bool) { s, ok := m.schemes[key]; return s, ok }
 
 // quantizeInMemory quantizes the six core linears of every block of src on the host (group 64, BF16
-// scales and biases, as MLX checkpoints store them), keeping the released names.
+// scales and biases, as MLX checkpoints store them), keeping the released names; like MLX it keeps
+// dense a linear whose input width is not a multiple of the group size.
 func quantizeInMemory(t *testing.T, src weights.Source, bits int) *qMemSource {
 	t.Helper()
 	mem := &qMemSource{t: map[string]safetensors.Info{}, schemes: map[string]quant.Scheme{}}
 	for _, name := range src.Names() {
 		info, _ := src.Tensor(name)
-		if !qIsQuantized(name) {
+		if !qIsQuantized(name) || info.Shape[1]%quant.DefaultGroupSize != 0 {
 			mem.t[name] = info
 			continue
 		}
@@ -143,7 +143,7 @@ func TestQuantizedForward(t *testing.T) {
 				mem.schemes[gate] = mem.schemes[q]
 				inMemory := run(t, fromSource(t, cfg, mem), in)
 
-				dir := h3.ConvertFixture(t, fx, bits, quant.ConvertOptions{})
+				dir := h3.ConvertFixture(t, fx, bits, h3.ConvertOptions{})
 				if got, err := h3.ReadConfig(dir); err != nil || !reflect.DeepEqual(got, cfg) {
 					t.Fatalf("ReadConfig on the converted folder: %+v, %v; want the manifest's config %+v", got, err, cfg)
 				}
@@ -170,6 +170,62 @@ func TestQuantizedForward(t *testing.T) {
 	})
 }
 
+// TestQuantizedNarrowWidths: on a DiT whose hidden and text widths (96) are not multiples of the group
+// size 64, the INT4 conversion keeps dense the linears that read the hidden width (Q, K, V, FFN-in) and
+// records each in dense_keys with the reason, and quantizes to_out and FFN-out (input widths 128 and
+// 256). h3.Load of the folder then binds those dense and runs a forward equal bit for bit to the
+// in-memory model given the same treatment, and close to the dense model (the INT4 SNR floor).
+func TestQuantizedNarrowWidths(t *testing.T) {
+	cfg := h3.Config{
+		NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 96, NumAttentionHeads: 2, AttentionHeadDim: 64, FFNDim: 256,
+		InChannels: 24, OutChannels: 24, AudioInChannels: 32, PatchSize: []int{1, 2, 2}, TextDim: 96, FreqDim: 256,
+		TimeEmbedHiddenDim: 64, TimeEmbedDim: 32, RopeFreqDim: 8, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5,
+		FinalNormEps: 1e-5,
+	}
+	src := h3.SyntheticSource(t, cfg, 7)
+	config, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, man, err := h3.Convert(src, config, h3.ConvertOptions{Scheme: quant.Scheme{Bits: 4, GroupSize: 64}, ScaleDType: safetensors.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := h3.WriteConverted(dir, ts, man); err != nil {
+		t.Fatal(err)
+	}
+	back, err := h3.ReadConvertedManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := cfg.NumLayers + cfg.NumRefinerLayers
+	dense, quantized := back.Quant.DenseKeys, back.Quant.QuantizedKeys
+	if len(dense) != 4*blocks || len(quantized) != 2*blocks {
+		t.Fatalf("%d dense and %d quantized keys, want %d and %d: dense %v", len(dense), len(quantized), 4*blocks, 2*blocks, dense)
+	}
+	if r := dense["refiner.0.ff.net.0.proj.weight"]; !strings.Contains(r, "96") || !strings.Contains(r, "64") {
+		t.Fatalf("dense_keys[refiner.0.ff.net.0.proj.weight] = %q, want the width and the group size", r)
+	}
+	if _, ok := quantized["blocks.1.attn.to_out.0.weight"]; !ok {
+		t.Fatalf("blocks.1.attn.to_out.0.weight (input width 128) is not quantized: %v", quantized)
+	}
+
+	mem := quantizeInMemory(t, src, 4)
+	if len(mem.schemes) != 2*blocks {
+		t.Fatalf("the in-memory model quantizes %d linears, want %d", len(mem.schemes), 2*blocks)
+	}
+	in := bigDocument(cfg, 64)
+	loaded := run(t, load(t, dir), in)
+	sameOutputs(t, "narrow widths: save -> h3.Load -> forward vs the in-memory model", loaded, run(t, fromSource(t, cfg, mem), in))
+	ref := run(t, fromSource(t, cfg, src), in)
+	sv, sa := testutil.SNRdB(loaded.Video, ref.Video), testutil.SNRdB(loaded.Audio, ref.Audio)
+	t.Logf("narrow widths int4: SNR vs the dense forward: video %.1f dB, audio %.1f dB", sv, sa)
+	if min(sv, sa) < 18 {
+		t.Fatalf("SNR %.1f dB below the INT4 floor 18 dB", min(sv, sa))
+	}
+}
+
 // TestQuantizedAdaLNCacheCheckpoint: an INT8 conversion that embeds an AdaLN cache (and so drops the
 // AdaLN projections) loads with h3.Load, which reads the cache entry of mlx_h3_dit.json, and its forward
 // equals the forward of the conversion that keeps the projections bit for bit.
@@ -188,9 +244,8 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := h3.ConvertFixture(t, fx, 8, quant.ConvertOptions{AdaLNTensors: tables, AdaLN: &quant.AdaLNCache{
-			Timesteps: man.Timesteps, NumBlocks: man.NumBlocks, TablesPerBlock: man.TablesPerBlock, Steps: man.Steps}})
-		ck, err := quant.Open(dir)
+		dir := h3.ConvertFixture(t, fx, 8, h3.ConvertOptions{AdaLNTensors: tables, AdaLN: &man})
+		ck, _, err := h3.OpenConverted(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +256,7 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 		}
 		ck.Close()
 		sameOutputs(t, "quantized checkpoint with an AdaLN cache vs with the AdaLN projections",
-			run(t, load(t, dir), in), run(t, load(t, h3.ConvertFixture(t, fx, 8, quant.ConvertOptions{})), in))
+			run(t, load(t, dir), in), run(t, load(t, h3.ConvertFixture(t, fx, 8, h3.ConvertOptions{})), in))
 	})
 }
 
@@ -211,9 +266,8 @@ func TestQuantizedAdaLNCacheCheckpoint(t *testing.T) {
 func TestQuantizedLoadErrors(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := h3.FixtureConfig(t, fx)
-		dir := h3.ConvertFixture(t, fx, 4, quant.ConvertOptions{})
-		path := filepath.Join(dir, quant.ManifestFile)
-		man, err := quant.ReadManifest(path)
+		dir := h3.ConvertFixture(t, fx, 4, h3.ConvertOptions{})
+		man, err := h3.ReadConvertedManifest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +279,7 @@ func TestQuantizedLoadErrors(t *testing.T) {
 		if man.Config, err = json.Marshal(arch); err != nil {
 			t.Fatal(err)
 		}
-		if err := quant.WriteManifest(path, man); err != nil {
+		if err := h3.WriteConvertedManifest(dir, man); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("num_blocks = %d but its config has num_layers = %d", cfg.NumLayers, cfg.NumLayers+1)
@@ -306,9 +360,9 @@ func bigDocument(cfg h3.Config, video int) h3.ForwardInputs {
 }
 
 // TestQuantizedDispatch mirrors quant's TestDisabledDispatch at the model level, on an INT4 checkpoint
-// loaded with h3.Load. Attention mixes rows, so a forward cannot be compared row by row with a shorter
-// one; instead every route is compared whole, on the same document, with a fresh model (the variable is
-// read when a graph is built). On the first fixture (the checks exercise only the linears):
+// loaded with h3.Load with Options.Dispatch parsed from FASTVIDEO_DQ_GEMM values. Attention mixes rows,
+// so a forward cannot be compared row by row with a shorter one; instead every route is compared whole,
+// on the same document, with a fresh model. On the first fixture (the checks exercise only the linears):
 //
 //   - FASTVIDEO_DQ_GEMM=0 on a 768-row document (at the default floor: by default its joint-block
 //     linears take dequant-GEMM) is evaluated, every quantized linear logs the quantized path, and the
@@ -328,7 +382,7 @@ func TestQuantizedDispatch(t *testing.T) {
 	bigDone := false
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := h3.FixtureConfig(t, fx)
-		dir := h3.ConvertFixture(t, fx, 4, quant.ConvertOptions{})
+		dir := h3.ConvertFixture(t, fx, 4, h3.ConvertOptions{})
 		// paths is what the joint-block and refiner executables log: each is built once and logs its six
 		// core linears (a config without refiner layers builds no refiner graph).
 		paths := func(block, refiner string) string {
@@ -345,9 +399,16 @@ func TestQuantizedDispatch(t *testing.T) {
 		}
 		forward := func(env string, in h3.ForwardInputs, wantPaths string) h3.ForwardOutputs {
 			t.Helper()
-			t.Setenv(quant.DQGEMMEnv, env)
+			d, err := quant.ParseDispatch(env)
+			if err != nil {
+				t.Fatal(err)
+			}
 			pathCounts(log)
-			out := run(t, load(t, dir), in)
+			m, err := h3.Load(testutil.Backend(t), dir, h3.Options{Dispatch: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := run(t, m, in)
 			if got := pathCounts(log); got != wantPaths {
 				t.Fatalf("%s=%q: logged paths %q, want %q", quant.DQGEMMEnv, env, got, wantPaths)
 			}
@@ -389,7 +450,7 @@ func TestQuantizedDispatch(t *testing.T) {
 		}
 
 		allDQ := forward("1", big, paths("dequant-gemm", "dequant-gemm"))
-		ck, err := quant.Open(dir)
+		ck, _, err := h3.OpenConverted(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,8 +464,15 @@ func TestQuantizedDispatch(t *testing.T) {
 	})
 }
 
+// quantizedSuffixes are the H3 linears MLX quantizes, in the main and the refiner blocks (names relative
+// to a block).
+var quantizedSuffixes = []string{
+	"attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight", "attn.to_out.0.weight",
+	"ff.net.0.proj.weight", "ff.net.2.weight",
+}
+
 func qIsQuantized(name string) bool {
-	for _, s := range quant.QuantizedSuffixes {
+	for _, s := range quantizedSuffixes {
 		if strings.HasSuffix(name, "."+s) {
 			return true
 		}

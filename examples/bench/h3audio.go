@@ -116,21 +116,13 @@ func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) 
 		return fmt.Errorf("h3audio bench: -audio-frames (%d) and -iters (%d) must be positive", frames, iters)
 	}
 	cfg := h3audio.DefaultConfig()
-	t0 := time.Now()
-	src, err := randomAudioVAE(cfg, seed, *audioGScale)
+	src, err := randomAudioBenchWeights(cfg, seed)
 	if err != nil {
 		return err
 	}
-	var bytes int
-	for _, n := range src.names {
-		bytes += len(src.infos[n].Data)
-	}
-	fmt.Printf("h3audio: release config, decoder weights %.1f MB f32 (random, generated in %.2f s)\n",
-		float64(bytes)/1e6, time.Since(t0).Seconds())
-
-	// Device memory from nvidia-smi (this process), polled by h3vae.go's helper.
+	// Device memory from nvidia-smi (this process), polled by h3vae.go's helper, from the upload on.
 	gpuPeak := startGPUPeak()
-	t0 = time.Now()
+	t0 := time.Now()
 	dec, err := h3audio.FromSource(b, cfg, src, h3audio.Options{})
 	if err != nil {
 		return err
@@ -138,33 +130,74 @@ func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) 
 	defer dec.Close()
 	fmt.Printf("h3audio: bind+upload %.3f s\n", time.Since(t0).Seconds())
 
+	z, shape := audioBenchLatents(cfg, frames, seed)
+	out, times, err := timeAudioDecodes(dec, z, shape, warmup, iters)
+	if err != nil {
+		return err
+	}
+	reportAudioDecodes(cfg, frames, out, times, gpuPeak.Stop())
+	if *audioDump != "" {
+		return dumpAudioBench(*audioDump, src, z, shape, out)
+	}
+	return nil
+}
+
+// randomAudioBenchWeights draws the decoder's random weights and prints their size.
+func randomAudioBenchWeights(cfg h3audio.Config, seed uint64) (*memSource, error) {
+	t0 := time.Now()
+	src, err := randomAudioVAE(cfg, seed, *audioGScale)
+	if err != nil {
+		return nil, err
+	}
+	var bytes int
+	for _, n := range src.names {
+		bytes += len(src.infos[n].Data)
+	}
+	fmt.Printf("h3audio: release config, decoder weights %.1f MB f32 (random, generated in %.2f s)\n",
+		float64(bytes)/1e6, time.Since(t0).Seconds())
+	return src, nil
+}
+
+// audioBenchLatents draws stereo latents [2, channels, frames].
+func audioBenchLatents(cfg h3audio.Config, frames int, seed uint64) ([]float32, []int) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	shape := []int{2, cfg.LatentChannels, frames}
 	z := make([]float32, 2*cfg.LatentChannels*frames)
 	for i := range z {
 		z[i] = float32(r.NormFloat64())
 	}
+	return z, shape
+}
+
+// timeAudioDecodes runs one decode (compilation included, reported), warmup untimed ones and iters
+// timed ones; it returns the last output and the timed durations in seconds.
+func timeAudioDecodes(dec *h3audio.Decoder, z []float32, shape []int, warmup, iters int) ([][]float32, []float64, error) {
 	ctx := context.Background()
-	t0 = time.Now()
+	t0 := time.Now()
 	out, err := dec.Decode(ctx, z, shape)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Printf("h3audio: first decode (compile + run) %.3f s\n", time.Since(t0).Seconds())
 	for range warmup {
 		if _, err := dec.Decode(ctx, z, shape); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	times := make([]float64, iters)
 	for i := range times {
 		t0 = time.Now()
 		if out, err = dec.Decode(ctx, z, shape); err != nil {
-			return err
+			return nil, nil, err
 		}
 		times[i] = time.Since(t0).Seconds()
 	}
-	gpuPeakMiB := gpuPeak.Stop()
+	return out, times, nil
+}
+
+// reportAudioDecodes prints the timings, the throughput, the memory peaks and the waveform's statistics.
+func reportAudioDecodes(cfg h3audio.Config, frames int, out [][]float32, times []float64, gpuPeakMiB int) {
+	iters := len(times)
 	sorted := slices.Clone(times)
 	sort.Float64s(sorted)
 	med := sorted[len(sorted)/2]
@@ -172,11 +205,24 @@ func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) 
 	for _, t := range times {
 		sum += t
 	}
-
 	samples := len(out[0])
+	seconds := float64(samples) / float64(cfg.SamplingRate)
+	gflop := decoderGFLOP(cfg, 2, frames)
+	fmt.Printf("h3audio: %d latents -> 2 x %d samples (%.3f s of audio at %d Hz)\n", frames, samples, seconds, cfg.SamplingRate)
+	fmt.Printf("h3audio: decode min %.2f ms, median %.2f ms, mean %.2f ms over %d runs (end to end: host latents -> host PCM)\n",
+		sorted[0]*1e3, med*1e3, sum/float64(iters)*1e3, iters)
+	fmt.Printf("h3audio: %.0f GFLOP per decode -> %.1f TFLOP/s at the median; %.0fx real time\n",
+		gflop, gflop/med/1e3, seconds/med)
+	fmt.Printf("h3audio: peak device memory of the process %d MiB (nvidia-smi; -1 = unavailable), host peak RSS %d MiB\n",
+		gpuPeakMiB, hostPeakMiB(false))
+	rms, peak, clipped, nonFinite := waveformStats(out)
+	fmt.Printf("h3audio: output rms %.4f, peak %.4f, clipped %d, non-finite %d\n", rms, peak, clipped, nonFinite)
+}
+
+// waveformStats is the rms (over every sample, finite or not) and peak of the finite samples, and the
+// counts of samples at ±1 and of non-finite ones.
+func waveformStats(out [][]float32) (rms float64, peak float32, clipped, nonFinite int) {
 	var sq float64
-	var peak float32
-	nonFinite, clipped := 0, 0
 	for _, ch := range out {
 		for _, v := range ch {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -190,21 +236,7 @@ func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) 
 			}
 		}
 	}
-	seconds := float64(samples) / float64(cfg.SamplingRate)
-	gflop := decoderGFLOP(cfg, 2, frames)
-	fmt.Printf("h3audio: %d latents -> 2 x %d samples (%.3f s of audio at %d Hz)\n", frames, samples, seconds, cfg.SamplingRate)
-	fmt.Printf("h3audio: decode min %.2f ms, median %.2f ms, mean %.2f ms over %d runs (end to end: host latents -> host PCM)\n",
-		sorted[0]*1e3, med*1e3, sum/float64(iters)*1e3, iters)
-	fmt.Printf("h3audio: %.0f GFLOP per decode -> %.1f TFLOP/s at the median; %.0fx real time\n",
-		gflop, gflop/med/1e3, seconds/med)
-	fmt.Printf("h3audio: peak device memory of the process %d MiB (nvidia-smi; -1 = unavailable), host peak RSS %d MiB\n",
-		gpuPeakMiB, hostPeakMiB(false))
-	fmt.Printf("h3audio: output rms %.4f, peak %.4f, clipped %d, non-finite %d\n",
-		math.Sqrt(sq/float64(2*samples)), peak, clipped, nonFinite)
-	if *audioDump != "" {
-		return dumpAudioBench(*audioDump, src, z, shape, out)
-	}
-	return nil
+	return math.Sqrt(sq / float64(2*len(out[0]))), peak, clipped, nonFinite
 }
 
 // dumpAudioBench writes what the PyTorch script needs to run the same decode

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -66,19 +65,12 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	if c.Iters < 3 {
 		return fmt.Errorf("h3dit bench: -iters %d; use at least 3 for a median", c.Iters)
 	}
-	geo, err := packing.NewGeometry(height, width, frames)
+	doc, err := newH3DiTDocument(height, width, frames, textTokens)
 	if err != nil {
-		return fmt.Errorf("h3dit bench: %w", err)
+		return err
 	}
-	lay, err := packing.Build(geo.Request(nil, textTokens))
-	if err != nil {
-		return fmt.Errorf("h3dit bench: %w", err)
-	}
-	// FastH3 4-step ladder, step 1: video t = 1 − 36/37, audio t = 0.1 (h3.md §5.2).
-	video := []float32{0, 0.027027010917663574, 0.07692307233810425, 0.19999998807907104}
-	audio := []float32{0, 0.10000002384185791, 0.25, 0.5}
-	uniq, tidx := packing.RowTimesteps(lay, video[1], audio[1], packing.ConditionVideoTimestep(video[1]), 1)
-	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	lay := doc.lay
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, c.Attention)
 	if err != nil {
 		return err
 	}
@@ -86,52 +78,14 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
 
-	weightsLabel := "dense " + dt.String()
-	if scheme != nil {
-		d, err := quant.DispatchFromEnv()
-		if err != nil {
-			return err
-		}
-		weightsLabel = fmt.Sprintf("int%d", scheme.Bits)
-		fmt.Printf("h3dit: core linears int%d group %d (%s = %q: dequant-GEMM from %d rows, 0 = never)\n",
-			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, os.Getenv(quant.DQGEMMEnv), d.Floor)
-	}
-
-	baseGPU := gpuMemMiB()
-	t0 := time.Now()
-	var m *h3.Model
-	if scheme != nil {
-		m, err = h3.NewRandomQuantized(b, cfg, h3.Options{DType: dt}, *scheme, int64(c.Seed))
-	} else {
-		m, err = h3.NewRandom(b, cfg, h3.Options{DType: dt}, int64(c.Seed))
-	}
+	m, weightsLabel, err := newRandomH3DiT(b, cfg, dt, scheme, c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
-		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
-	wm := m.WeightMemory()
-	gib := func(n int64) float64 { return float64(n) / (1 << 30) }
-	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
-		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
-		gib(wm.Total-wm.QuantizedLinears-wm.DenseCoreLinears-wm.AdaLN), gib(wm.Total-wm.AdaLN))
-
 	randn := randnSource(c.Seed, 0x68336469)
-	in := h3.ForwardInputs{
-		VideoRows: randn(len(lay.VideoIndices) * cfg.VideoPatchDim()),
-		AudioRows: randn(len(lay.AudioIndices) * cfg.AudioInChannels),
-		Timesteps: uniq, VideoIndices: lay.VideoIndices, AudioIndices: lay.AudioIndices, TextIndices: lay.TextIndices,
-	}
-	in.TimestepIndices = make([]int32, lay.SequenceLength)
-	in.TokenTags = make([]int32, lay.SequenceLength)
-	in.PositionIDs = make([]float64, 3*lay.SequenceLength)
-	for r := 0; r < lay.SequenceLength; r++ {
-		in.TimestepIndices[r], in.TokenTags[r] = int32(tidx[r]), int32(lay.TokenTags[r])
-		copy(in.PositionIDs[3*r:], lay.PositionIDs[r][:])
-	}
-
-	t0 = time.Now()
+	in := doc.inputs(cfg, randn)
+	t0 := time.Now()
 	text, err := m.PrepareText(randn(textTokens * cfg.TextDim))
 	if err != nil {
 		return err
@@ -140,35 +94,115 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	in.TextState = text
 	fmt.Printf("h3dit: prompt refined once (compile + run) in %.2f s\n", time.Since(t0).Seconds())
 
-	tflop := h3ditTFLOP(cfg, lay.SequenceLength)
 	measure := func(label string, in h3.ForwardInputs) error {
-		var out h3.ForwardOutputs
-		tm, err := timeRuns(c.Warmup, c.Iters, func() error {
-			var err error
-			out, err = m.Forward(in)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		reportForward("h3dit["+label+"]", tm, tflop, "video", out.Video)
-		fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
-			weightsLabel, label, tm.Median(), gib(wm.Total), tm.PeakGPU)
-		return nil
+		return measureH3DiT(m, in, label, weightsLabel, h3ditTFLOP(cfg, lay.SequenceLength), c)
 	}
 	if err := measure("adaln per step", in); err != nil {
 		return err
 	}
-	if *h3ditCached {
-		cache, err := m.PrepareAdaLN(video, audio)
-		if err != nil {
-			return err
-		}
-		defer cache.Close()
-		in.AdaLN = cache
-		if err := measure("adaln cached", in); err != nil {
-			return err
-		}
+	if !*h3ditCached {
+		return nil
 	}
+	cache, err := m.PrepareAdaLN(doc.video, doc.audio)
+	if err != nil {
+		return err
+	}
+	defer cache.Close()
+	in.AdaLN = cache
+	return measure("adaln cached", in)
+}
+
+// h3ditDocument is the packed document a benchmark forward runs: the layout, the row timesteps of step
+// 1 of the FastH3 4-step ladders, and the ladders.
+type h3ditDocument struct {
+	lay          *packing.Layout
+	uniq         []float32
+	tidx         []uint8
+	video, audio []float32
+}
+
+func newH3DiTDocument(height, width, frames, textTokens int) (*h3ditDocument, error) {
+	geo, err := packing.NewGeometry(height, width, frames)
+	if err != nil {
+		return nil, fmt.Errorf("h3dit bench: %w", err)
+	}
+	lay, err := packing.Build(geo.Request(nil, textTokens))
+	if err != nil {
+		return nil, fmt.Errorf("h3dit bench: %w", err)
+	}
+	// FastH3 4-step ladder (schedule.NewH3Schedule(4)), step 1: video t = 1 − 36/37, audio t = 0.1.
+	d := &h3ditDocument{lay: lay,
+		video: []float32{0, 0.027027010917663574, 0.07692307233810425, 0.19999998807907104},
+		audio: []float32{0, 0.10000002384185791, 0.25, 0.5},
+	}
+	d.uniq, d.tidx = packing.RowTimesteps(lay, d.video[1], d.audio[1], packing.ConditionVideoTimestep(d.video[1]), 1)
+	return d, nil
+}
+
+// inputs draws the document's random video and audio latents and fills its rows' tags and positions.
+func (d *h3ditDocument) inputs(cfg h3.Config, randn func(int) []float32) h3.ForwardInputs {
+	lay := d.lay
+	in := h3.ForwardInputs{
+		VideoRows: randn(len(lay.VideoIndices) * cfg.VideoPatchDim()),
+		AudioRows: randn(len(lay.AudioIndices) * cfg.AudioInChannels),
+		Timesteps: d.uniq, VideoIndices: lay.VideoIndices, AudioIndices: lay.AudioIndices, TextIndices: lay.TextIndices,
+	}
+	in.TimestepIndices = make([]int32, lay.SequenceLength)
+	in.TokenTags = make([]int32, lay.SequenceLength)
+	in.PositionIDs = make([]float64, 3*lay.SequenceLength)
+	for r := 0; r < lay.SequenceLength; r++ {
+		in.TimestepIndices[r], in.TokenTags[r] = int32(d.tidx[r]), int32(lay.TokenTags[r])
+		copy(in.PositionIDs[3*r:], lay.PositionIDs[r][:])
+	}
+	return in
+}
+
+// newRandomH3DiT draws the model's weights on the device (dense, or the core linears quantized with
+// scheme) and prints their resident memory; the label names the weights in the summaries.
+func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, c common) (*h3.Model, string, error) {
+	weightsLabel := "dense " + dt.String()
+	if scheme != nil {
+		weightsLabel = fmt.Sprintf("int%d", scheme.Bits)
+		fmt.Printf("h3dit: core linears int%d group %d (%s: dispatch %+v; zero floor = %d rows)\n",
+			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, c.Dispatch, quant.DefaultDQGEMMFloor)
+	}
+	baseGPU := gpuMemMiB()
+	t0 := time.Now()
+	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}
+	var m *h3.Model
+	var err error
+	if scheme != nil {
+		m, err = h3.NewRandomQuantized(b, cfg, opts, *scheme, int64(c.Seed))
+	} else {
+		m, err = h3.NewRandom(b, cfg, opts, int64(c.Seed))
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
+		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
+	wm := m.WeightMemory()
+	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
+		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
+		gib(wm.Total-wm.QuantizedLinears-wm.DenseCoreLinears-wm.AdaLN), gib(wm.Total-wm.AdaLN))
+	return m, weightsLabel, nil
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// measureH3DiT times m's forward on in and prints the measurement and a summary line.
+func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) error {
+	var out h3.ForwardOutputs
+	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
+		var err error
+		out, err = m.Forward(in)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	reportForward("h3dit["+label+"]", tm, tflop, "video", out.Video)
+	fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
+		weightsLabel, label, tm.Median(), gib(m.WeightMemory().Total), tm.PeakGPU)
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +73,7 @@ func init() {
 			}
 			batches = append(batches, n)
 		}
-		return benchH3VideoVAE(b, dts, frames, batches, *h3vaeHeight, *h3vaeWidth, *h3vaeTile, c.Warmup, c.Iters, c.Seed)
+		return benchH3VideoVAE(b, dts, frames, batches, *h3vaeHeight, *h3vaeWidth, *h3vaeTile, c)
 	})
 }
 
@@ -118,150 +116,172 @@ func h3vaeGFLOP(cfg h3video.Config, chunks, height, width, tile int) float64 {
 // benchH3VideoVAE times the release-size video decoder (released geometry, random weights drawn on
 // the device) at each frame count and dtype: end to end from host latents to host [0,1] pixels per
 // streamed clip, with device and host memory peaks.
-func benchH3VideoVAE(b compute.Backend, dts []dtypes.DType, frameCounts, tileBatches []int, height, width, tile, warmup, iters int, seed uint64) error {
-	if iters <= 0 {
-		return fmt.Errorf("h3vae bench: -iters %d must be positive", iters)
+func benchH3VideoVAE(b compute.Backend, dts []dtypes.DType, frameCounts, tileBatches []int, height, width, tile int, c common) error {
+	if c.Iters <= 0 {
+		return fmt.Errorf("h3vae bench: -iters %d must be positive", c.Iters)
 	}
+	runs := dtypeBatches(dts, tileBatches)
+	h, err := newH3VAEBench(b, frameCounts, height, width, tile, c, len(runs) > 1)
+	if err != nil {
+		return err
+	}
+	for _, dtb := range runs {
+		if err := h.runConfig(dtb.dt, dtb.batch, frameCounts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// h3vaeBench holds what every configuration of benchH3VideoVAE decodes alike.
+type h3vaeBench struct {
+	b                   compute.Backend
+	cfg                 h3video.Config
+	height, width, tile int
+	c                   common
+	// latents are drawn once per latent frame count, so that every run decodes the same input; refPix
+	// are the first configuration's pixels when several are compared (compare).
+	latents, refPix map[int][]float32
+	compare         bool
+}
+
+// newH3VAEBench sets up the release decoder's configuration (release-like latent statistics) and draws
+// the latents of every frame count.
+func newH3VAEBench(b compute.Backend, frameCounts []int, height, width, tile int, c common, compare bool) (*h3vaeBench, error) {
 	cfg := h3video.DefaultConfig()
 	if *h3vaeLayers > 0 {
 		cfg.DecoderNumLayers = *h3vaeLayers
 	}
 	r := cfg.SpatialRatio()
 	if height <= 0 || width <= 0 || height%r != 0 || width%r != 0 {
-		return fmt.Errorf("h3vae bench: canvas %dx%d must be positive multiples of %d", height, width, r)
+		return nil, fmt.Errorf("h3vae bench: canvas %dx%d must be positive multiples of %d", height, width, r)
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x68337661))
+	rng := rand.New(rand.NewPCG(c.Seed, 0x68337661))
 	for i := range cfg.LatentsMean { // release-like statistics keep the pixels in a sane range
 		cfg.LatentsMean[i] = 0.5 * rng.NormFloat64()
 		cfg.LatentsStd[i] = 1 + 0.5*rng.Float64()
 	}
-	baseGPU := gpuMemMiB()
 	shownTile := tile
 	if shownTile == 0 {
 		shownTile = cfg.TileSampleMinHeight
 	}
 	fmt.Printf("h3vae: release decoder (%d layers, width %d, %d heads), canvas %dx%d, tile %d px; device memory before weights %d MiB\n",
-		cfg.DecoderNumLayers, cfg.Width(), cfg.DecoderNumHeads, height, width, shownTile, baseGPU)
-	// Latents are drawn once per frame count, so that every run decodes the same input and its
-	// pixels can be compared with the first run's.
-	latents := map[int][]float32{}
-	refPix := map[int][]float32{}
+		cfg.DecoderNumLayers, cfg.Width(), cfg.DecoderNumHeads, height, width, shownTile, gpuMemMiB())
+	h := &h3vaeBench{b: b, cfg: cfg, height: height, width: width, tile: tile, c: c,
+		latents: map[int][]float32{}, refPix: map[int][]float32{}, compare: compare}
 	for _, req := range frameCounts {
 		_, nl := alignFrames(req)
-		if latents[nl] == nil {
+		if h.latents[nl] == nil {
 			z := make([]float32, cfg.LatentChannels*nl*(height/r)*(width/r))
 			for i := range z {
 				z[i] = float32(rng.NormFloat64())
 			}
-			latents[nl] = z
+			h.latents[nl] = z
 		}
 	}
-	runs := dtypeBatches(dts, tileBatches)
-	for _, dtb := range runs {
-		dt, tb := dtb.dt, dtb.batch
-		tag := fmt.Sprintf("%s/tb%d", dt, tb)
-		path, err := attention.Resolve(b, dt, cfg.DecoderHeadDim, attention.Options{})
-		if err != nil {
-			return err
-		}
-		t0 := time.Now()
-		dec, err := h3video.NewRandom(b, cfg, h3video.Options{DType: dt, TileSize: tile, TileOverlap: *h3vaeOver, TileBatch: tb}, int64(seed))
-		if err != nil {
-			return err
-		}
-		fmt.Printf("h3vae[%s]: TileBatch %d, attention path %s (head dim %d); random weights on device in %.2f s; device memory %d MiB\n",
-			tag, tb, path, cfg.DecoderHeadDim, time.Since(t0).Seconds(), gpuMemMiB())
-		for _, req := range frameCounts {
-			nf, nl := alignFrames(req)
-			plan, err := cfg.Plan(nl)
-			if err != nil {
-				dec.Close()
-				return err
-			}
-			shape := []int{1, cfg.LatentChannels, nl, height / r, width / r}
-			z := latents[nl]
-			var nonFinite, got int
-			var sum float64
-			// With several configurations, the first run of the first one keeps its pixels and the
-			// first run of every other one is compared with them.
-			ref, keep := refPix[nl], refPix[nl] == nil && len(runs) > 1
-			compare := ref != nil
-			var errSq, refSq, maxAbs float64
-			off := 0
-			emit := func(f h3video.Frames) error {
-				p := f.Pixels()
-				if keep {
-					refPix[nl] = append(refPix[nl], p...)
-				} else if compare {
-					for i, v := range p {
-						e := float64(v - ref[off+i])
-						errSq += e * e
-						refSq += float64(ref[off+i]) * float64(ref[off+i])
-						maxAbs = max(maxAbs, math.Abs(e))
-					}
-					off += len(p)
-				}
-				var s float64
-				bad := 0
-				for _, v := range p {
-					if math.IsNaN(float64(v)) {
-						bad++
-					}
-					s += float64(v)
-				}
-				nonFinite += bad
-				sum += s
-				got += f.Count
-				return nil
-			}
-			ctx := context.Background()
-			run := func() (float64, error) {
-				got, nonFinite, sum = 0, 0, 0
-				t := time.Now()
-				err := dec.Decode(ctx, z, shape, emit)
-				return time.Since(t).Seconds(), err
-			}
-			hostPeakMiB(true)
-			gp := startGPUPeak()
-			first, err := run()
-			if err != nil {
-				gp.Stop()
-				dec.Close()
-				return err
-			}
-			if compare {
-				fmt.Printf("h3vae[%s]:   pixels vs the first configuration: max abs %.4g, relative L2 %.4g\n", tag, maxAbs, math.Sqrt(errSq/refSq))
-			}
-			keep, compare = false, false
-			for range warmup {
-				if _, err := run(); err != nil {
-					gp.Stop()
-					dec.Close()
-					return err
-				}
-			}
-			times := make([]float64, iters)
-			for i := range times {
-				if times[i], err = run(); err != nil {
-					gp.Stop()
-					dec.Close()
-					return err
-				}
-			}
-			peakGPU := gp.Stop()
-			peakHost := hostPeakMiB(false)
-			sorted := slices.Clone(times)
-			sort.Float64s(sorted)
-			med := sorted[len(sorted)/2]
-			gflop := h3vaeGFLOP(cfg, plan.Chunks, height, width, tile)
-			fmt.Printf("h3vae[%s]: %d frames (asked %d) = %d latents, %d clips -> %d frames %dx%d; first run (compile+run) %.2f s\n",
-				tag, nf, req, nl, plan.Chunks, got, height, width, first)
-			fmt.Printf("h3vae[%s]:   decode min %.3f s, median %.3f s over %d runs; %.0f GFLOP -> %.0f TFLOP/s at the median\n",
-				tag, sorted[0], med, iters, gflop, gflop/med/1e3)
-			fmt.Printf("h3vae[%s]:   peak device memory %d MiB (nvidia-smi, this process, incl. CUDA context), peak host RSS %d MiB; mean pixel %.6f, NaN %d\n",
-				tag, peakGPU, peakHost, sum/float64(3*got*height*width), nonFinite)
-		}
-		dec.Close()
+	return h, nil
+}
+
+// runConfig draws a decoder of dtype dt and TileBatch tb and times it at every frame count.
+func (h *h3vaeBench) runConfig(dt dtypes.DType, tb int, frameCounts []int) error {
+	tag := fmt.Sprintf("%s/tb%d", dt, tb)
+	path, err := attention.Resolve(h.b, dt, h.cfg.DecoderHeadDim, h.c.Attention)
+	if err != nil {
+		return err
 	}
+	t0 := time.Now()
+	opts := h3video.Options{DType: dt, TileSize: h.tile, TileOverlap: *h3vaeOver, TileBatch: tb, Attention: h.c.Attention}
+	dec, err := h3video.NewRandom(h.b, h.cfg, opts, int64(h.c.Seed))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	fmt.Printf("h3vae[%s]: TileBatch %d, attention path %s (head dim %d); random weights on device in %.2f s; device memory %d MiB\n",
+		tag, tb, path, h.cfg.DecoderHeadDim, time.Since(t0).Seconds(), gpuMemMiB())
+	for _, req := range frameCounts {
+		if err := h.decodeFrames(dec, tag, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeFrames times the decode of req frames (aligned up to the VAE's grid) and prints it. With
+// several configurations, the first run of the first one keeps its pixels and the first run of every
+// other one is compared with them.
+func (h *h3vaeBench) decodeFrames(dec *h3video.Decoder, tag string, req int) error {
+	nf, nl := alignFrames(req)
+	plan, err := h.cfg.Plan(nl)
+	if err != nil {
+		return err
+	}
+	r := h.cfg.SpatialRatio()
+	shape := []int{1, h.cfg.LatentChannels, nl, h.height / r, h.width / r}
+	z := h.latents[nl]
+	st := &pixelStats{ref: h.refPix[nl], keep: h.refPix[nl] == nil && h.compare}
+	st.compare = st.ref != nil
+	compared := st.compare
+	ctx := context.Background()
+	tm, err := timeRuns(h.c.Warmup, h.c.Iters, func() error {
+		st.got, st.nonFinite, st.sum = 0, 0, 0
+		err := dec.Decode(ctx, z, shape, st.add)
+		st.keep, st.compare = false, false // only the first run keeps or compares its pixels
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if st.kept != nil {
+		h.refPix[nl] = st.kept
+	}
+	if compared {
+		fmt.Printf("h3vae[%s]:   pixels vs the first configuration: max abs %.4g, relative L2 %.4g\n", tag, st.maxAbs, math.Sqrt(st.errSq/st.refSq))
+	}
+	med := tm.Median()
+	gflop := h3vaeGFLOP(h.cfg, plan.Chunks, h.height, h.width, h.tile)
+	fmt.Printf("h3vae[%s]: %d frames (asked %d) = %d latents, %d clips -> %d frames %dx%d; first run (compile+run) %.2f s\n",
+		tag, nf, req, nl, plan.Chunks, st.got, h.height, h.width, tm.First)
+	fmt.Printf("h3vae[%s]:   decode min %.3f s, median %.3f s over %d runs; %.0f GFLOP -> %.0f TFLOP/s at the median\n",
+		tag, tm.Min(), med, h.c.Iters, gflop, gflop/med/1e3)
+	fmt.Printf("h3vae[%s]:   peak device memory %d MiB (nvidia-smi, this process, incl. CUDA context), peak host RSS %d MiB; mean pixel %.6f, NaN %d\n",
+		tag, tm.PeakGPU, tm.PeakHost, st.sum/float64(3*st.got*h.height*h.width), st.nonFinite)
+	return nil
+}
+
+// pixelStats accumulates a decode's streamed frames: count, sum and NaNs, and optionally keeps the
+// pixels or compares them with a reference.
+type pixelStats struct {
+	got, nonFinite       int
+	sum                  float64
+	keep, compare        bool
+	kept, ref            []float32
+	off                  int
+	errSq, refSq, maxAbs float64
+}
+
+func (s *pixelStats) add(f h3video.Frames) error {
+	p := f.Pixels()
+	if s.keep {
+		s.kept = append(s.kept, p...)
+	} else if s.compare {
+		for i, v := range p {
+			e := float64(v - s.ref[s.off+i])
+			s.errSq += e * e
+			s.refSq += float64(s.ref[s.off+i]) * float64(s.ref[s.off+i])
+			s.maxAbs = max(s.maxAbs, math.Abs(e))
+		}
+		s.off += len(p)
+	}
+	var sum float64
+	bad := 0
+	for _, v := range p {
+		if math.IsNaN(float64(v)) {
+			bad++
+		}
+		sum += float64(v)
+	}
+	s.nonFinite += bad
+	s.sum += sum
+	s.got += f.Count
 	return nil
 }

@@ -16,13 +16,18 @@ import (
 
 	"github.com/gomlx/compute"
 
+	"fastvideo/attention"
 	"fastvideo/internal/backend"
+	"fastvideo/quant"
 )
 
-// common are the flags every benchmark honours.
+// common are the flags every benchmark honours, and the kernel choices parsed from the environment
+// (attention.EnvVar, quant.DQGEMMEnv) that the benchmarks pass to the models explicitly.
 type common struct {
 	Warmup, Iters int
 	Seed          uint64
+	Attention     attention.Options
+	Dispatch      quant.Dispatch
 }
 
 var benches = map[string]func(b compute.Backend, c common) error{}
@@ -57,6 +62,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: -what %q is unknown; registered: %s\n", *what, names())
 		os.Exit(2)
 	}
+	if err := c.readEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	b, err := backend.New(*spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -67,4 +76,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// readEnv parses the kernel choices of the environment; a bad value is invalid input.
+func (c *common) readEnv() error {
+	path, err := attention.ParsePath(os.Getenv(attention.EnvVar))
+	if err != nil {
+		return err
+	}
+	c.Attention = attention.Options{Path: path}
+	c.Dispatch, err = quant.ParseDispatch(os.Getenv(quant.DQGEMMEnv))
+	return err
 }

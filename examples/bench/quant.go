@@ -96,12 +96,12 @@ func benchQuantLinear(b compute.Backend, bits, k int, ns, ms []int, dt dtypes.DT
 			fn   func(x, wq, s, bi, wd *Node) *Node
 		}{
 			{"quantized", func(x, wq, s, bi, _ *Node) *Node {
-				return quant.LinearPath(x, quant.QuantizedWeight(wq, s, bi, a.Scheme), nil, quant.PathQuantized)
+				return quant.Linear(x, quant.QuantizedWeight(wq, s, bi, a.Scheme), nil, quant.Dispatch{Path: quant.PathQuantized})
 			}},
 			{"dequant-gemm", func(x, wq, s, bi, _ *Node) *Node {
-				return quant.LinearPath(x, quant.QuantizedWeight(wq, s, bi, a.Scheme), nil, quant.PathDequantGEMM)
+				return quant.Linear(x, quant.QuantizedWeight(wq, s, bi, a.Scheme), nil, quant.Dispatch{Path: quant.PathDequantGEMM})
 			}},
-			{"dense", func(x, _, _, _, wd *Node) *Node { return quant.Linear(x, quant.DenseWeight(wd), nil) }},
+			{"dense", func(x, _, _, _, wd *Node) *Node { return quant.Linear(x, quant.DenseWeight(wd), nil, quant.Dispatch{}) }},
 		}
 		crossover := -1
 		for _, m := range ms {

@@ -281,14 +281,7 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	time.Sleep(100 * time.Millisecond) // first nvidia-smi sample = the baseline
 	base, _, _ := mem.read()
 
-	var layerBytes int64
-	for _, s := range qwen3vl.LayerTensorShapes(cfg) {
-		n := int64(2)
-		for _, d := range s {
-			n *= int64(d)
-		}
-		layerBytes += n
-	}
+	layerBytes := qwenLayerBytes(cfg)
 	fmt.Printf("qwen3vl: hidden %d, %d heads / %d KV x %d, MLP %d, %d tokens through %d of %d layers, compute %s, weights bf16 from %s\n",
 		cfg.HiddenSize, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim, cfg.IntermediateSize, tokens, index, cfg.NumHiddenLayers, dt, source)
 	fmt.Printf("qwen3vl: one layer's weights %.1f MiB bf16 (%.2f GiB for %d layers if resident)\n",
@@ -314,6 +307,39 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	for i := range ids {
 		ids[i] = r.IntN(cfg.VocabSize)
 	}
+	runs, err := timeQwenEncodes(enc, w, mem, ids, base, warmup, iters)
+	if err != nil {
+		return err
+	}
+	reportQwenEncodes(cfg, runs, mem, base, layerBytes, tokens, index, source, w.maxLive)
+	return nil
+}
+
+// qwenLayerBytes is the size of one decoder layer's weights in bf16.
+func qwenLayerBytes(cfg qwen3vl.Config) int64 {
+	var layerBytes int64
+	for _, s := range qwen3vl.LayerTensorShapes(cfg) {
+		n := int64(2)
+		for _, d := range s {
+			n *= int64(d)
+		}
+		layerBytes += n
+	}
+	return layerBytes
+}
+
+// qwenRuns are the timed encodes: the last output, the durations and the weight load (or generation)
+// times, both sorted ascending, in seconds.
+type qwenRuns struct {
+	h           []float32
+	sorted      []float64
+	sortedLoads []float64
+	median      float64
+}
+
+// timeQwenEncodes runs one encode (compilation included, reported with the device memory peak),
+// warmup untimed ones, then resets the memory peak and runs iters timed ones.
+func timeQwenEncodes(enc *qwen3vl.Encoder, w *randomQwenWeights, mem *gpuMemPoller, ids []int, base, warmup, iters int) (qwenRuns, error) {
 	ctx := context.Background()
 	run := func() ([]float32, float64, error) {
 		w.mu.Lock()
@@ -325,13 +351,13 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	}
 	h, first, err := run()
 	if err != nil {
-		return err
+		return qwenRuns{}, err
 	}
 	p1, _, _ := mem.read()
 	fmt.Printf("qwen3vl: first encode (compiles) %.3f s; device memory peak %d MiB (baseline %d MiB)\n", first, p1, base)
 	for range warmup {
 		if _, _, err := run(); err != nil {
-			return err
+			return qwenRuns{}, err
 		}
 	}
 	mem.resetPeak()
@@ -339,24 +365,28 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 	var loads []float64
 	for i := range times {
 		if h, times[i], err = run(); err != nil {
-			return err
+			return qwenRuns{}, err
 		}
 		w.mu.Lock()
 		loads = append(loads, w.loadTime.Seconds())
 		w.mu.Unlock()
 	}
-	peak, last, samples := mem.read()
 	sorted := slices.Clone(times)
 	sort.Float64s(sorted)
-	med := sorted[len(sorted)/2]
 	sort.Float64s(loads)
+	return qwenRuns{h: h, sorted: sorted, sortedLoads: loads, median: sorted[len(sorted)/2]}, nil
+}
 
-	rms, nonFinite := rmsNonFinite(h)
+// reportQwenEncodes prints the timings, the throughput, the output's statistics and the memory peaks.
+func reportQwenEncodes(cfg qwen3vl.Config, runs qwenRuns, mem *gpuMemPoller, base int, layerBytes int64, tokens, index int, source string, maxLive int) {
+	peak, last, samples := mem.read()
+	med, iters := runs.median, len(runs.sorted)
+	rms, nonFinite := rmsNonFinite(runs.h)
 	// FLOPs: projections 2·S·(params per layer) + attention 4·S²·H·D per layer.
 	flop := float64(index) * (float64(tokens)*float64(layerBytes) + 4*float64(tokens*tokens)*float64(cfg.NumHeads*cfg.HeadDim))
 	fmt.Printf("qwen3vl: encode min %.3f s, median %.3f s over %d runs (%.1f ms/layer); weight %s %.3f s median of that\n",
-		sorted[0], med, iters, med/float64(index)*1e3, map[bool]string{true: "upload", false: "generation"}[source == "host"], loads[len(loads)/2])
-	fmt.Printf("qwen3vl: %.1f GFLOP per encode (%.2f TFLOP/s); layers resident at once: max %d\n", flop/1e9, flop/med/1e12, w.maxLive)
+		runs.sorted[0], med, iters, med/float64(index)*1e3, map[bool]string{true: "upload", false: "generation"}[source == "host"], runs.sortedLoads[len(runs.sortedLoads)/2])
+	fmt.Printf("qwen3vl: %.1f GFLOP per encode (%.2f TFLOP/s); layers resident at once: max %d\n", flop/1e9, flop/med/1e12, maxLive)
 	fmt.Printf("qwen3vl: output [%d, %d] rms %.4f, non-finite %d\n", tokens, cfg.HiddenSize, rms, nonFinite)
 	if samples > 0 {
 		fmt.Printf("qwen3vl: device memory (nvidia-smi, GPU 0, %d samples at 10 ms): baseline %d MiB, peak over timed runs %d MiB (+%d MiB), now %d MiB\n",
@@ -365,5 +395,4 @@ func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, sour
 		fmt.Printf("qwen3vl: device memory: nvidia-smi unavailable, not measured\n")
 	}
 	fmt.Printf("qwen3vl: host peak RSS %d MiB\n", hostPeakMiB(false))
-	return nil
 }

@@ -82,7 +82,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 		return fmt.Errorf("wandit bench: %w", err)
 	}
 	tokens := nt * nh * nw
-	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, attention.Options{})
+	path, err := attention.Resolve(b, dt, cfg.AttentionHeadDim, c.Attention)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
-	m, err := wan.NewRandom(b, cfg, wan.Options{DType: dt}, int64(c.Seed))
+	m, err := wan.NewRandom(b, cfg, wan.Options{DType: dt, Attention: c.Attention}, int64(c.Seed))
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,8 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	return benchWanDenoise(m, in, steps, runs, tflop, randn)
 }
 
-// benchWanDenoise times FastWan's DMD loop (wan.md §6.4): one conditional forward per timestep (no CFG),
+// benchWanDenoise times FastWan's DMD loop (DmdDenoisingStage in FastVideo's
+// fastvideo/pipelines/stages/denoising.py): one conditional forward per timestep (no CFG),
 // x0 = x − σ·v, re-noise into the next step; the prompt is embedded once beforehand, as the pipeline does.
 func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, tflop float64, randn func(int) []float32) error {
 	if runs < 1 {

@@ -21,7 +21,7 @@ import (
 // shards with an index.
 func releasedFolder(t *testing.T) string {
 	t.Helper()
-	fx, err := testutil.OpenFixture("../../quant/testdata/h3_dit_tiny.safetensors")
+	fx, err := testutil.OpenFixture("../../dit/h3/testdata/h3_dit_tiny.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +66,15 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(log.String())
-	ck, err := quant.Open(out)
+	ck, cm, err := h3.OpenConverted(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
 	sched, _ := schedule.NewH3Schedule(4)
 	want := sched.AdaLNCacheTimesteps()
-	if a := ck.Manifest.AdaLNCache; a == nil || !slices.Equal(a.Timesteps, want) || a.NumBlocks != 2 || a.Steps != 4 {
-		t.Fatalf("adaln_cache %+v, want timesteps %v", ck.Manifest.AdaLNCache, want)
+	if a := cm.AdaLNCache; a == nil || !slices.Equal(a.Timesteps, want) || a.NumBlocks != 2 || a.Steps != 4 {
+		t.Fatalf("adaln_cache %+v, want timesteps %v", cm.AdaLNCache, want)
 	}
 	// dit/h3 finds the cache in the manifest.
 	man, err := h3.ReadAdaLNManifest(out)
@@ -90,8 +90,8 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 	if !ok || !slices.Equal(table.Shape, []int{len(want) * 3, 128}) {
 		t.Fatalf("cache table %v (ok %v), want [%d, 128]", table.Shape, ok, len(want)*3)
 	}
-	if len(ck.QuantizedKeys()) != 18 || ck.Manifest.Quantization.Bits != 6 {
-		t.Fatalf("%d quantized keys, bits %d", len(ck.QuantizedKeys()), ck.Manifest.Quantization.Bits)
+	if len(ck.QuantizedKeys()) != 18 || cm.Quant.Quantization.Bits != 6 {
+		t.Fatalf("%d quantized keys, bits %d", len(ck.QuantizedKeys()), cm.Quant.Quantization.Bits)
 	}
 	// Converting the output again is refused as such, not as a folder without config.json.
 	if err := run([]string{"-in", out, "-out", t.TempDir()}, io.Discard); err == nil || !strings.Contains(err.Error(), "already a converted checkpoint") {
@@ -114,7 +114,7 @@ func TestConvertFlagErrors(t *testing.T) {
 	if err := run([]string{"-in", in, "-out", out, "-scale-dtype", "int8"}, io.Discard); err == nil {
 		t.Error("-scale-dtype int8 accepted")
 	}
-	if _, err := os.Stat(filepath.Join(out, quant.ManifestFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(out, h3.ManifestFile)); err == nil {
 		t.Error("a failed conversion wrote a manifest")
 	}
 }
@@ -122,19 +122,49 @@ func TestConvertFlagErrors(t *testing.T) {
 func TestConvertExitCodes(t *testing.T) {
 	in := releasedFolder(t)
 	out := t.TempDir()
+	empty := t.TempDir()
+	noConfig := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noConfig, "model.safetensors"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notH3 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notH3, "config.json"), []byte(`{"model_type": "wan"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want int
+		says []string // the message names the flag, the value and the fix
 	}{
-		{[]string{"-help"}, 0},
-		{[]string{"-nonsense"}, 2},
-		{[]string{"-out", out}, 2},
-		{[]string{"-in", in, "-out", out, "-bits", "5"}, 2},
-		{[]string{"-in", in, "-out", out, "-scale-dtype", "int8"}, 2},
-		{[]string{"-in", filepath.Join(in, "missing"), "-out", out}, 1},
+		{[]string{"-help"}, 0, nil},
+		{[]string{"-nonsense"}, 2, nil},
+		{[]string{"-out", out}, 2, []string{"-in"}},
+		{[]string{"-in", in, "-out", out, "-bits", "5"}, 2, []string{"-bits 5"}},
+		{[]string{"-in", in, "-out", out, "-scale-dtype", "int8"}, 2, []string{"-scale-dtype", "int8"}},
+		{[]string{"-in", in, "-out", out, "-adaln-dtype", "f64"}, 2, []string{"-adaln-dtype", "f64"}},
+		{[]string{"-in", filepath.Join(in, "missing"), "-out", out}, 2, []string{"-in", "missing", "released transformer/ folder"}},
+		{[]string{"-in", empty, "-out", out}, 2, []string{"-in", empty, "empty", "released transformer/ folder"}},
+		{[]string{"-in", noConfig, "-out", out}, 2, []string{"-in", noConfig, "config.json"}},
+		{[]string{"-in", notH3, "-out", out}, 2, []string{"-in", notH3, "not a released H3 transformer"}},
+		{[]string{"-in", in, "-out", in}, 2, []string{"-out", in, "outside"}},
+		{[]string{"-in", in, "-out", filepath.Join(in, "int6")}, 2, []string{"-out", "inside"}},
 	} {
-		if got := exitCode(run(c.args, io.Discard), io.Discard); got != c.want {
-			t.Errorf("%v: exit %d, want %d", c.args, got, c.want)
+		var stderr strings.Builder
+		if got := exitCode(run(c.args, io.Discard), &stderr); got != c.want {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.want, stderr.String())
 		}
+		for _, s := range c.says {
+			if !strings.Contains(stderr.String(), s) {
+				t.Errorf("%v: message %q does not say %q", c.args, stderr.String(), s)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(in, "int6")); err == nil {
+		t.Error("a refused -out inside -in was created")
+	}
+	// A panic is an internal error (1), never invalid input (2).
+	var stderr strings.Builder
+	if got := exitCode(guarded(func() error { panic("boom") }), &stderr); got != 1 || !strings.Contains(stderr.String(), "internal error: boom") {
+		t.Errorf("panic: exit %d, message %q; want 1 and an internal error", got, stderr.String())
 	}
 }

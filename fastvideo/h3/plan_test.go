@@ -360,7 +360,7 @@ func TestReadFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(tinyDiT())
-	write("transformer/"+quant.ManifestFile, fmt.Sprintf(`{"format_version": %d, "config": %s}`, quant.FormatVersion, raw))
+	write("transformer/"+h3dit.ManifestFile, fmt.Sprintf(`{"format_version": %d, "config": %s}`, quant.FormatVersion, raw))
 	if m := read(); !reflect.DeepEqual(m.DiT, tinyDiT()) {
 		t.Fatalf("converted transformer/: %+v", m.DiT)
 	}

@@ -40,7 +40,7 @@ type Options struct {
 	// use_tiling=False). Attention memory then grows with the square of the canvas area.
 	DisableTiling bool
 	// Attention selects the attention implementation (default: fused on xla:cuda with bf16, exact
-	// float32 otherwise; FASTVIDEO_ATTENTION overrides).
+	// float32 otherwise; Attention.Path forces one).
 	Attention attention.Options
 }
 
