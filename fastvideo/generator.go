@@ -135,7 +135,7 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
-	g.backend, g.backendKind, g.backendSpec = b, bp.Backend, bp.Spec
+	g.backend, g.backendKind, g.backendSpec = b, string(bp.Backend), bp.Spec
 	switch o.DType {
 	case F32:
 		g.dtype = dtypes.Float32
