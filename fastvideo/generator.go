@@ -42,6 +42,7 @@ type VideoGenerator struct {
 	wcomp wanComponents // Wan (nil for MiniMax H3)
 
 	backend compute.Backend
+	media   media.Tools // the ffmpeg and ffprobe executables
 	// backendKind is "go" or "xla"; backendSpec the resolved spec, e.g. "go:ops_sequential".
 	backendKind, backendSpec string
 	dtype                    dtypes.DType // compute dtype of the DiT, the video VAE and the text encoder
@@ -124,7 +125,7 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := media.CheckFFmpeg(); err != nil {
+	if g.media, err = findMediaTools(); err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
 	bp, err := backend.Resolve(o.Backend)

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"fastvideo/internal/media"
 	"fastvideo/internal/testutil"
 )
 
@@ -70,7 +69,11 @@ func TestMain(m *testing.M) {
 // H.264 at the requested size, frame count and rate, stereo 32 kHz AAC of the video's duration.
 func TestGenerateMP4(t *testing.T) {
 	res, events, dir := generateToFolder(t, tinyGenerator(t), Request{ReturnFrames: true, ReturnAudio: true, ReturnLatents: true})
-	info, err := media.Probe(res.OutputPath)
+	tools, err := findMediaTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
 	}

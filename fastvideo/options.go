@@ -2,8 +2,17 @@ package fastvideo
 
 import (
 	"fmt"
+	"os"
 	"strings"
+
+	"fastvideo/internal/media"
 )
+
+// findMediaTools finds ffmpeg and ffprobe: $FASTVIDEO_FFMPEG and $FASTVIDEO_FFPROBE when set,
+// else PATH.
+func findMediaTools() (media.Tools, error) {
+	return media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+}
 
 // DType is the compute precision of the heavy components.
 type DType string

@@ -272,7 +272,7 @@ func (p *pipelineRun) validate() error {
 		if p.target, err = outputTarget(req.OutputPath, r.Prompt); err != nil {
 			return err
 		}
-		if err := media.CheckFFmpeg(); err != nil {
+		if err := g.media.Check(); err != nil {
 			return fmt.Errorf("fastvideo: %w", err)
 		}
 	}
@@ -508,7 +508,7 @@ func (p *pipelineRun) openWriter(audioRate, audioChannels int) error {
 	if p.staging, err = stagingPath(p.target); err != nil {
 		return err
 	}
-	p.writer, err = media.NewMP4Writer(p.ctx, media.MP4Options{
+	p.writer, err = p.g.media.NewMP4Writer(p.ctx, media.MP4Options{
 		Path: p.staging, Width: r.Width, Height: r.Height, FPS: float64(r.FPS),
 		AudioSampleRate: audioRate, AudioChannels: audioChannels,
 	})

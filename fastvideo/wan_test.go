@@ -12,7 +12,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	wandit "fastvideo/dit/wan"
-	"fastvideo/internal/media"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/schedule"
 )
@@ -39,7 +38,11 @@ func TestWanGenerateMP4(t *testing.T) {
 		plan.Tokens != 36 || plan.TextTokens != 512 || plan.CFG || plan.ForwardsPerStep != 1 || plan.Steps != 3 {
 		t.Fatalf("plan %+v", plan)
 	}
-	info, err := media.Probe(res.OutputPath)
+	tools, err := findMediaTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
 	}
