@@ -65,7 +65,7 @@ const (
 	// MaxTextTokens is Qwen3-VL's max_position_embeddings: the text encoder
 	// places no longer prompt.
 	MaxTextTokens = 262144
-	// MaxSequenceLength bounds the packed rows a Layout may hold (about 100
+	// MaxSequenceLength bounds the packed rows a Layout may hold (about 120
 	// MiB of layout; the released 768x1344x345 clip packs about 104,000).
 	MaxSequenceLength = 1 << 22
 )
