@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo/family"
-	"fastvideo/internal/media"
 )
 
 // fakeFamily is a third model family written in the test: one built-in model, "fake-tiny", whose
@@ -144,7 +143,7 @@ func TestFakeFamily(t *testing.T) {
 	if res.OutputPath != filepath.Join(dir, "solid_colours.mp4") || res.Plan == nil || res.Plan.Family != "fake" || res.SampleRate != 0 {
 		t.Fatalf("result %+v", res)
 	}
-	info, err := media.Probe(res.OutputPath)
+	info, err := probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/backend"
 	"fastvideo/internal/media"
@@ -60,6 +61,9 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err != nil {
 		return nil, err
 	}
+	if o, err = o.fromEnvironment(); err != nil {
+		return nil, err
+	}
 	m, err := lookup(model, o.families())
 	if err != nil {
 		return nil, err
@@ -67,13 +71,15 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := media.CheckFFmpeg(); err != nil {
+	tools, err := media.FindTools(o.FFmpeg, o.FFprobe)
+	if err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
 	e, err := openEngine(o)
 	if err != nil {
 		return nil, err
 	}
+	e.Media = tools
 	comps, err := m.Open(e)
 	if err != nil {
 		e.Backend.Finalize()
@@ -91,14 +97,15 @@ func openEngine(o Options) (*family.Engine, error) {
 	spec, field := o.backendSpec()
 	bp, err := backend.Resolve(spec)
 	if err != nil {
-		return nil, &RequestError{Field: field, Value: spec, Allowed: err.Error()}
+		return nil, &RequestError{Field: field, Value: spec, Allowed: "a known backend: " + err.Error()}
 	}
 	b, err := bp.Open()
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
-	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != "go",
-		Memory: family.OrPreset(o.Memory, OneResident), PromptCacheDir: o.PromptCacheDir}
+	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
+		Memory: family.OrPreset(o.Memory, OneResident), PromptCacheDir: o.PromptCacheDir,
+		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch}
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32

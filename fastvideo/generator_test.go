@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 // H.264 at the requested size, frame count and rate, stereo 32 kHz AAC of the video's duration.
 func TestGenerateMP4(t *testing.T) {
 	res, events, dir := generateToFolder(t, tinyGenerator(t), Request{ReturnFrames: true, ReturnAudio: true, ReturnLatents: true})
-	info, err := media.Probe(res.OutputPath)
+	info, err := probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,4 +556,13 @@ func TestAllResidentAndPromptCache(t *testing.T) {
 			t.Errorf("run %d: AllResident latents differ from the OneResident ones", i)
 		}
 	}
+}
+
+// probe inspects an MP4 with the ffprobe the environment names, else the one on PATH.
+func probe(path string) (*media.ProbeInfo, error) {
+	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+	if err != nil {
+		return nil, err
+	}
+	return tools.Probe(path)
 }

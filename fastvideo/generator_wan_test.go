@@ -11,7 +11,6 @@ import (
 
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
-	"fastvideo/internal/media"
 )
 
 // One tiny-wan generator serves most Wan tests (its synthetic weights are made once); TestMain
@@ -37,7 +36,7 @@ func TestWanGenerateMP4(t *testing.T) {
 		d.Tokens != 36 || d.TextTokens != 512 || plan.CFG || plan.ForwardsPerStep != 1 || plan.Steps != 3 {
 		t.Fatalf("plan %+v %+v", plan, d)
 	}
-	info, err := media.Probe(res.OutputPath)
+	info, err := probe(res.OutputPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,10 @@ import (
 	"os"
 	"strings"
 
+	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/media"
+	"fastvideo/quant"
 )
 
 // Options configure a VideoGenerator. The zero value is usable: every field left empty is taken
@@ -23,6 +26,16 @@ type Options struct {
 	Filters []FrameFilter
 	// Families are model families tried before the built-in ones.
 	Families []family.Family
+
+	// FFmpeg and FFprobe name the executables; empty means $FASTVIDEO_FFMPEG / $FASTVIDEO_FFPROBE,
+	// then PATH.
+	FFmpeg, FFprobe string
+	// Attention forces an attention implementation; the zero value (attention.PathAuto) means
+	// $FASTVIDEO_ATTENTION ("exact", "fused" or "auto"), else automatic.
+	Attention attention.Path
+	// QuantDispatch chooses the kernel of quantized linears; the zero value means
+	// $FASTVIDEO_DQ_GEMM, else by row count.
+	QuantDispatch quant.Dispatch
 }
 
 // Option edits Options.
@@ -48,6 +61,30 @@ func (o Options) backendSpec() (spec, field string) {
 		return o.Backend, "backend"
 	}
 	return os.Getenv(EnvBackend), "$" + EnvBackend
+}
+
+// fromEnvironment fills the options left unset from the environment, once, when New starts: the
+// only place the SDK reads it below the binaries. A bad value is invalid input naming the variable.
+func (o Options) fromEnvironment() (Options, error) {
+	o.FFmpeg = family.OrPreset(o.FFmpeg, os.Getenv(media.EnvFFmpeg))
+	o.FFprobe = family.OrPreset(o.FFprobe, os.Getenv(media.EnvFFprobe))
+	if o.Attention == attention.PathAuto {
+		v := os.Getenv(attention.EnvVar)
+		p, err := attention.ParsePath(v)
+		if err != nil {
+			return o, &RequestError{Field: "$" + attention.EnvVar, Value: v, Allowed: err.Error()}
+		}
+		o.Attention = p
+	}
+	if o.QuantDispatch == (quant.Dispatch{}) {
+		v := os.Getenv(quant.DQGEMMEnv)
+		d, err := quant.ParseDispatch(v)
+		if err != nil {
+			return o, &RequestError{Field: "$" + quant.DQGEMMEnv, Value: v, Allowed: err.Error()}
+		}
+		o.QuantDispatch = d
+	}
+	return o, nil
 }
 
 // families are the families to look models up in: the options' first, then the built-in ones.
@@ -97,6 +134,28 @@ func WithFrameFilter(f FrameFilter) Option {
 			return &RequestError{Field: "frame_filter", Value: nil, Allowed: "a non-nil FrameFilter"}
 		}
 		o.Filters = append(o.Filters, f)
+		return nil
+	}
+}
+
+// WithFFmpeg names the ffmpeg (and optionally ffprobe) executables.
+func WithFFmpeg(ffmpeg, ffprobe string) Option {
+	return func(o *Options) error { o.FFmpeg, o.FFprobe = ffmpeg, ffprobe; return nil }
+}
+
+// WithAttention forces an attention implementation (attention.PathExact is the exact oracle every
+// fused path is tested against).
+func WithAttention(p attention.Path) Option {
+	return func(o *Options) error { o.Attention = p; return nil }
+}
+
+// WithQuantDispatch chooses the kernel of quantized linears.
+func WithQuantDispatch(d quant.Dispatch) Option {
+	return func(o *Options) error {
+		if err := d.Validate(); err != nil {
+			return &RequestError{Field: "quant_dispatch", Value: fmt.Sprintf("%+v", d), Allowed: err.Error()}
+		}
+		o.QuantDispatch = d
 		return nil
 	}
 }

@@ -148,7 +148,7 @@ func (p *pipelineRun) validate(context.Context) error {
 		if p.target, err = outputTarget(req.OutputPath, c.Prompt); err != nil {
 			return err
 		}
-		if err := media.CheckFFmpeg(); err != nil {
+		if err := g.engine.Media.Check(); err != nil {
 			return fmt.Errorf("fastvideo: %w", err)
 		}
 	}
@@ -274,7 +274,7 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 	if p.staging, err = stagingPath(p.target); err != nil {
 		return err
 	}
-	p.writer, err = media.NewMP4Writer(ctx, media.MP4Options{
+	p.writer, err = p.g.engine.Media.NewMP4Writer(ctx, media.MP4Options{
 		Path: p.staging, Width: c.Width, Height: c.Height, FPS: float64(c.FPS),
 		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels,
 	})

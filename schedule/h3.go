@@ -88,7 +88,7 @@ func NewH3LadderFromSigmas(sigmas []float64) (*H3Ladder, error) {
 }
 
 // NewH3LadderFromDMDSteps builds the ladder a FastH3 inference contract
-// (fastvideo_inference.json with scheduler shifts, h3.md §5.5) declares:
+// (the MLX runtime's fastvideo_inference.json with scheduler shifts) declares:
 // rungs are strictly decreasing integers in (0, 1000]; base = rungs/1000 and
 // a final 0 in float64, sigma64 = shift*base/(1+(shift-1)*base),
 // sigma = f32(sigma64) and t = f32(1 - sigma64) — the subtraction happens

@@ -6,9 +6,13 @@ import (
 	"testing"
 )
 
-// Ladders of the design docs (h3.md §5.2, §5.5, §6; wan.md §6.2-6.4).
+// Ladders computed from the reference schedulers: FastVideo
+// fastvideo/models/schedulers/scheduling_minimax_h3.py, the MLX runtime's
+// FastH3 contract and AdaLN cache (fastvideo/mlx_runtime/),
+// scheduling_flow_unipc_multistep.py, scheduling_flow_match_euler_discrete.py
+// and the DMD stage of fastvideo/pipelines/stages/denoising.py.
 
-func TestH3FourStepLadder(t *testing.T) { // h3.md §5.2
+func TestH3FourStepLadder(t *testing.T) {
 	s, err := NewH3Schedule(FastH3Steps)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +33,7 @@ func TestH3FourStepLadder(t *testing.T) { // h3.md §5.2
 	}
 }
 
-func TestH3FortyNineStepLadder(t *testing.T) { // h3.md §5.2, to 7 significant digits
+func TestH3FortyNineStepLadder(t *testing.T) { // to 7 significant digits
 	s, err := NewH3Schedule(H3BaseSteps)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +77,7 @@ func TestH3FortyNineStepLadder(t *testing.T) { // h3.md §5.2, to 7 significant 
 	}
 }
 
-func TestH3AdaLNCacheKeys(t *testing.T) { // h3.md §6, §13.10
+func TestH3AdaLNCacheKeys(t *testing.T) {
 	s, _ := NewH3Schedule(FastH3Steps)
 	keys := s.AdaLNCacheTimesteps()
 	bitExact(t, "union", keys, []float32{0, 0.027027010917663574, 0.07692307233810425, 0.10000002384185791,
@@ -96,7 +100,7 @@ func TestH3AdaLNCacheKeys(t *testing.T) { // h3.md §6, §13.10
 	if len(v) != 8 || v[7] != float32(0.999) {
 		t.Errorf("FL2VA visits %v", v)
 	}
-	// A shift-declaring contract (§5.5) with the 4-step rungs has the same
+	// A shift-declaring contract (fastvideo_inference.json) with the 4-step rungs has the same
 	// sigmas, but its timesteps subtract before rounding: t1 = f32(1 - 36/37)
 	// = 0x3CDD67C9, not 1 - f32(36/37) = 0x3CDD67C0 — a different AdaLN key.
 	for _, c := range []struct {
@@ -149,7 +153,7 @@ func TestH3StepFinalIsX0(t *testing.T) {
 	}
 }
 
-func TestWanUniPCLadders(t *testing.T) { // wan.md §6.2
+func TestWanUniPCLadders(t *testing.T) {
 	cases := []struct {
 		shift float64
 		n     int
@@ -197,7 +201,7 @@ func TestWanUniPCLadders(t *testing.T) { // wan.md §6.2
 	}
 }
 
-func TestFlowMatchEulerLadder(t *testing.T) { // wan.md §6.3
+func TestFlowMatchEulerLadder(t *testing.T) {
 	for _, c := range []struct {
 		shift      float64
 		n          int
@@ -230,7 +234,7 @@ func TestFlowMatchEulerLadder(t *testing.T) { // wan.md §6.3
 	}
 }
 
-func TestDMDLadders(t *testing.T) { // wan.md §6.4
+func TestDMDLadders(t *testing.T) {
 	d, err := NewDMDLadder(FastWanDMDSteps)
 	if err != nil {
 		t.Fatal(err)

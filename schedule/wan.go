@@ -7,7 +7,7 @@ import (
 	"fastvideo/internal/hostmath"
 )
 
-// Flow shifts of FastVideo's Wan pipeline configs (wan.md §1.2), for
+// Flow shifts of FastVideo's Wan pipeline configs (fastvideo/configs/pipelines/wan.py), for
 // NewUniPC (the base models' solver) and NewFlowMatchEuler.
 const (
 	Wan21T2V480PShift = 3.0  // Wan2.1-T2V-1.3B, 50 steps

@@ -110,7 +110,11 @@ func TestGenerate(t *testing.T) {
 	p := plan(t)
 	out := filepath.Join(t.TempDir(), "fox.mp4")
 	res := clitest.Generate(t, run, out, p.NumFrames)
-	info, err := media.Probe(out)
+	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,11 @@ func TestExitCodes(t *testing.T) {
 func TestGenerate(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "clip.mp4")
 	clitest.Generate(t, run, out, 22)
-	info, err := media.Probe(out)
+	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(out)
 	if err != nil {
 		t.Fatal(err)
 	}

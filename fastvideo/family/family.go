@@ -5,6 +5,10 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+
+	"fastvideo/attention"
+	"fastvideo/internal/media"
+	"fastvideo/quant"
 )
 
 // Family is one model family (MiniMax H3, Wan, ...): its built-in models and how to recognize and
@@ -144,6 +148,11 @@ type Engine struct {
 	DType          dtypes.DType
 	Memory         MemoryPolicy
 	PromptCacheDir string // "" disables the prompt cache
+	// Media are the ffmpeg and ffprobe executables.
+	Media media.Tools
+	// Attention and QuantDispatch are the kernel choices every model is built with.
+	Attention     attention.Options
+	QuantDispatch quant.Dispatch
 }
 
 // Resident reports whether components stay loaded between runs.

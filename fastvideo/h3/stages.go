@@ -69,7 +69,8 @@ func (p *run) Condition(ctx context.Context) error {
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
-		return c.src.loadDiT(c.engine, h3dit.Options{DType: c.engine.DType, AdaLNManifest: c.spec.AdaLN})
+		return c.src.loadDiT(c.engine, h3dit.Options{DType: c.engine.DType, AdaLNManifest: c.spec.AdaLN,
+			Attention: c.engine.Attention, Dispatch: c.engine.QuantDispatch})
 	})
 	if err != nil {
 		return err

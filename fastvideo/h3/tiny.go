@@ -140,7 +140,7 @@ func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model
 
 func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
 	c.sources()
-	return h3video.FromSource(e.Backend, c.spec.VAE, c.video, h3video.Options{DType: e.DType})
+	return h3video.FromSource(e.Backend, c.spec.VAE, c.video, h3video.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (c *tinySource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {

@@ -156,7 +156,7 @@ func (f *folder) textWeights() (family.WeightOpener, string, error) {
 }
 
 func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
-	return wandit.Load(e.Backend, f.Path(dirTransformer), wandit.Options{DType: e.DType})
+	return wandit.Load(e.Backend, f.Path(dirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

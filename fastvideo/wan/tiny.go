@@ -212,7 +212,7 @@ func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 
 func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
 	c.sources()
-	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType})
+	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

@@ -69,7 +69,7 @@ func TestGoSpecs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("spec %q env %q: %v", c.spec, c.envBackend, err)
 		}
-		if p.Backend != "go" || p.Config != c.wantConfig || p.Source != c.wantSource {
+		if p.Backend != KindGo || p.Config != c.wantConfig || p.Source != c.wantSource {
 			t.Errorf("spec %q env %q: got backend %q config %q source %q, want go %q %q",
 				c.spec, c.envBackend, p.Backend, p.Config, p.Source, c.wantConfig, c.wantSource)
 		}
@@ -125,8 +125,16 @@ func TestUnknownSpecs(t *testing.T) {
 		}
 	}
 	_, err := ResolveWith("", fakeSys(root, "linux", map[string]string{EnvBackend: "xla:cpu"}))
-	if err == nil || !strings.Contains(err.Error(), "$GOMLX_BACKEND") {
-		t.Errorf("GOMLX_BACKEND=xla:cpu: want an error naming the variable, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), `$GOMLX_BACKEND="xla:cpu"`) {
+		t.Errorf("GOMLX_BACKEND=xla:cpu: want an error naming the variable and its value, got %v", err)
+	}
+	_, err = ResolveWith("", fakeSys(root, "linux", map[string]string{EnvBackend: "bogus"}))
+	if err == nil || !strings.HasPrefix(err.Error(), `$GOMLX_BACKEND="bogus" is not known: use "go", "go:ops_sequential", "xla:cuda" or "xla:metal"`) {
+		t.Errorf("GOMLX_BACKEND=bogus: want the variable, its value and the allowed specs first, got %v", err)
+	}
+	_, err = ResolveWith("bogus", fakeSys(root, "linux", nil))
+	if err == nil || !strings.HasPrefix(err.Error(), `backend "bogus" is not known: use "go", "go:ops_sequential", "xla:cuda" or "xla:metal"`) {
+		t.Errorf("spec bogus: want the value and the allowed specs first, got %v", err)
 	}
 	missing := filepath.Join(root, "nope", "plugin.so")
 	if _, err := ResolveWith("xla:"+missing, fakeSys(root, "linux", nil)); err == nil || !strings.Contains(err.Error(), missing) {
@@ -219,7 +227,7 @@ func TestCUDANotFoundListsEverything(t *testing.T) {
 	msg := err.Error()
 	t.Logf("the error:\n%s", msg)
 	for _, want := range []string{
-		`backend spec "xla:cuda" (from $GOMLX_BACKEND): no CUDA PJRT plugin found`,
+		`$GOMLX_BACKEND="xla:cuda": no CUDA PJRT plugin found`,
 		"$FASTVIDEO_PJRT_PLUGIN: not set",
 		"$PJRT_PLUGIN_LIBRARY_PATH entry " + filepath.Join(root, "a"),
 		"$PJRT_PLUGIN_LIBRARY_PATH entry " + filepath.Join(root, "b"),

@@ -9,7 +9,7 @@
 //     download PJRT plugins from the network and fails. The default here is the
 //     pure-Go backend as "go:ops_sequential", because the Go backend deadlocks
 //     under its default parallelism on graphs with many independent matmuls
-//     (design/gomlx.md §1.1, §9 P2). A bare "go" means the same.
+//     (seen with GoMLX v0.28.2's backends/simplego). A bare "go" means the same.
 //   - go-xla reads PJRT_PLUGIN_LIBRARY_PATH and GOMLX_NO_AUTO_INSTALL only in
 //     package init, so setting them later in-process has no effect. What stops
 //     the download for sure is that the xla backend is always given an

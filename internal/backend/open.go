@@ -35,14 +35,14 @@ var preloadedLibs = map[string]bool{}
 func (p *Plan) Open() (b compute.Backend, err error) {
 	openMu.Lock()
 	defer openMu.Unlock()
-	if !slices.Contains(compute.List(), p.Backend) {
+	if !slices.Contains(compute.List(), string(p.Backend)) {
 		why := ""
-		if p.Backend == "xla" {
+		if p.Backend == KindXLA {
 			why = " (the binary was built with -tags noxla or CGO_ENABLED=0; rebuild with cgo, or use GOMLX_BACKEND=go)"
 		}
 		return nil, fmt.Errorf("backend %q is not compiled into this binary%s; compiled in: %q", p.Backend, why, compute.List())
 	}
-	if p.Backend == "xla" {
+	if p.Backend == KindXLA {
 		if err := p.prepareXLA(); err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func (p *Plan) Open() (b compute.Backend, err error) {
 	b, err = compute.NewWithConfig(p.Config)
 	if err != nil {
 		hint := ""
-		if p.Backend == "xla" && p.isCUDA() {
+		if p.Backend == KindXLA && p.isCUDA() {
 			hint = "; if a CUDA library is missing, try " + EnvPreload + "=1, or set " + EnvPlugin +
 				" to another plugin, or use GOMLX_BACKEND=go"
 		}

@@ -45,7 +45,7 @@ const (
 type Plan struct {
 	Spec    string // the spec that was resolved, after defaults (e.g. "xla:cuda,tf32=false")
 	Source  string // where Spec came from: "argument", "$GOMLX_BACKEND" or "default"
-	Backend string // "go" or "xla"
+	Backend Kind   // KindGo or KindXLA
 	Config  string // what compute.NewWithConfig receives (Open may replace the plugin path by its cuda-named link)
 
 	Platform    string   // "cuda", "metal", or "" (go backend, explicit plugin path)
@@ -100,7 +100,7 @@ func ResolveWith(spec string, sys System) (*Plan, error) {
 		return nil, err
 	}
 	p.Backend = req.backend
-	if req.backend == "go" {
+	if req.backend == KindGo {
 		p.Config = "go:" + req.goConfig
 		return p, nil
 	}
@@ -111,14 +111,14 @@ func ResolveWith(spec string, sys System) (*Plan, error) {
 		err = f.explicit(req.plugin)
 	case req.platform == "cuda":
 		if sys.GOOS != "linux" {
-			return nil, fmt.Errorf("backend spec %q (from %s): CUDA needs linux, this is %s; use \"go\" or, on darwin, \"xla:metal\"",
-				p.Spec, p.Source, sys.GOOS)
+			return nil, fmt.Errorf("%s: CUDA needs linux, this is %s; use \"go\" or, on darwin, \"xla:metal\"",
+				origin(p.Spec, p.Source), sys.GOOS)
 		}
 		err = f.find(cudaRule)
 	case req.platform == "metal":
 		if sys.GOOS != "darwin" {
-			return nil, fmt.Errorf("backend spec %q (from %s): Metal needs darwin, this is %s; use \"go\" or, on linux, \"xla:cuda\"",
-				p.Spec, p.Source, sys.GOOS)
+			return nil, fmt.Errorf("%s: Metal needs darwin, this is %s; use \"go\" or, on linux, \"xla:cuda\"",
+				origin(p.Spec, p.Source), sys.GOOS)
 		}
 		err = f.find(metalRule)
 	}
@@ -155,7 +155,7 @@ func (p *Plan) String() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (from %s) -> %s", p.Spec, p.Source, p.Backend)
-	if p.Backend == "go" {
+	if p.Backend == KindGo {
 		fmt.Fprintf(&b, " config %q", p.Config)
 		return b.String()
 	}
@@ -232,9 +232,10 @@ var metalRule = rule{
 }
 
 type finder struct {
-	sys   System
-	plan  *Plan
-	sites []string // site-packages folders scanned, in order (also used for fallback NVIDIA libraries)
+	sys     System
+	plan    *Plan
+	sites   []string        // site-packages folders scanned, in order (also used for fallback NVIDIA libraries)
+	scanned map[string]bool // symlink-resolved site folders already scanned
 }
 
 func (f *finder) env(k string) string {
@@ -268,9 +269,9 @@ func (f *finder) found(path, by string) error {
 
 func (f *finder) explicit(path string) error {
 	if !isFile(path) {
-		return fmt.Errorf("backend spec %q (from %s): plugin file %s does not exist or is not a file; "+
+		return fmt.Errorf("%s: plugin file %s does not exist or is not a file; "+
 			"give the absolute path of a PJRT plugin (.so/.dylib) or use \"xla:cuda\" to search for one",
-			f.plan.Spec, f.plan.Source, path)
+			origin(f.plan.Spec, f.plan.Source), path)
 	}
 	f.searched("spec", path)
 	return f.found(path, "the spec")
@@ -280,109 +281,149 @@ func (f *finder) explicit(path string) error {
 // folders, Python site-packages found on disk, then site-packages reported by python3.
 func (f *finder) find(r rule) error {
 	if v := f.env(EnvPlugin); v != "" {
-		if isFile(v) {
-			f.searched("$"+EnvPlugin, v)
-			return f.found(v, "$"+EnvPlugin)
-		}
-		if isDir(v) {
-			if p := firstMatch(v, r.dirNames); p != "" {
-				f.searched("$"+EnvPlugin, p)
-				return f.found(p, "$"+EnvPlugin)
-			}
-		}
-		// An explicit choice that is wrong must not be silently replaced by another plugin.
-		return fmt.Errorf("$%s=%q: no such plugin file (nor a folder holding %s); point it at the %s PJRT plugin file or unset it to search",
-			EnvPlugin, v, strings.Join(r.dirNames, ", "), r.what)
+		return f.fromPluginVariable(r, v)
 	}
 	f.searched("$"+EnvPlugin, "not set")
-
-	if v, ok := f.sys.LookupEnv(EnvPluginPath); ok && v != "" {
-		for _, d := range strings.Split(v, ":") {
-			if d == "" {
-				continue
-			}
-			if isFile(d) && matchesAny(filepath.Base(d), r.dirNames) {
-				f.searched("$"+EnvPluginPath+" entry "+d, "found")
-				return f.found(d, "$"+EnvPluginPath)
-			}
-			if p := firstMatch(d, r.dirNames); p != "" {
-				f.searched("$"+EnvPluginPath+" entry "+d, "found "+filepath.Base(p))
-				return f.found(p, "$"+EnvPluginPath)
-			}
-			f.searched("$"+EnvPluginPath+" entry "+d, "no "+strings.Join(r.dirNames, ", "))
+	for _, step := range []func(rule) (bool, error){f.fromPluginPath, f.fromGoXLAFolders, f.fromSitesOnDisk, f.fromPythonReport} {
+		if ok, err := step(r); ok || err != nil {
+			return err
 		}
-	} else {
-		f.searched("$"+EnvPluginPath, "not set")
 	}
+	return f.notFound(r)
+}
 
+// fromPluginVariable takes $FASTVIDEO_PJRT_PLUGIN (a file, or a folder holding one).
+func (f *finder) fromPluginVariable(r rule, v string) error {
+	if isFile(v) {
+		f.searched("$"+EnvPlugin, v)
+		return f.found(v, "$"+EnvPlugin)
+	}
+	if isDir(v) {
+		if p := firstMatch(v, r.dirNames); p != "" {
+			f.searched("$"+EnvPlugin, p)
+			return f.found(p, "$"+EnvPlugin)
+		}
+	}
+	// An explicit choice that is wrong must not be silently replaced by another plugin.
+	return fmt.Errorf("$%s=%q: no such plugin file (nor a folder holding %s); point it at the %s PJRT plugin file or unset it to search",
+		EnvPlugin, v, strings.Join(r.dirNames, ", "), r.what)
+}
+
+// fromPluginPath looks through go-xla's $PJRT_PLUGIN_LIBRARY_PATH entries.
+func (f *finder) fromPluginPath(r rule) (bool, error) {
+	v, ok := f.sys.LookupEnv(EnvPluginPath)
+	if !ok || v == "" {
+		f.searched("$"+EnvPluginPath, "not set")
+		return false, nil
+	}
+	for _, d := range strings.Split(v, ":") {
+		if d == "" {
+			continue
+		}
+		if isFile(d) && matchesAny(filepath.Base(d), r.dirNames) {
+			f.searched("$"+EnvPluginPath+" entry "+d, "found")
+			return true, f.found(d, "$"+EnvPluginPath)
+		}
+		if p := firstMatch(d, r.dirNames); p != "" {
+			f.searched("$"+EnvPluginPath+" entry "+d, "found "+filepath.Base(p))
+			return true, f.found(p, "$"+EnvPluginPath)
+		}
+		f.searched("$"+EnvPluginPath+" entry "+d, "no "+strings.Join(r.dirNames, ", "))
+	}
+	return false, nil
+}
+
+// fromGoXLAFolders looks in the folders go-xla's installer writes to.
+func (f *finder) fromGoXLAFolders(r rule) (bool, error) {
 	for _, d := range r.goxlaDirs(f) {
 		if p := firstMatch(d, r.dirNames); p != "" {
 			f.searched("go-xla folder "+d, "found "+filepath.Base(p))
-			return f.found(p, "go-xla install folder "+d)
+			return true, f.found(p, "go-xla install folder "+d)
 		}
 		f.searched("go-xla folder "+d, absentOr(d, "no plugin"))
 	}
+	return false, nil
+}
 
-	seen := map[string]bool{}
-	scan := func(sites []string, how string) (bool, error) {
-		for _, s := range sites {
-			key := s
-			if real, err := filepath.EvalSymlinks(s); err == nil {
-				key = real
-			}
-			if seen[key] || !isDir(s) {
-				continue
-			}
-			seen[key] = true
-			f.sites = append(f.sites, s)
-			var hits []string
-			for _, g := range r.wheelGlobs {
-				m, _ := filepath.Glob(filepath.Join(s, g))
-				for _, x := range m {
-					if isFile(x) && !slices.Contains(hits, x) {
-						hits = append(hits, x)
-					}
-				}
-			}
-			if len(hits) == 0 {
-				f.searched("site-packages "+s+" ("+how+")", "no "+strings.Join(r.wheelGlobs, ", "))
-				continue
-			}
-			slices.Sort(hits)
-			f.searched("site-packages "+s+" ("+how+")", "found "+strings.TrimPrefix(hits[0], s+string(filepath.Separator)))
-			if len(hits) > 1 {
-				f.plan.Notes = append(f.plan.Notes, fmt.Sprintf("also present, not used: %s", strings.Join(hits[1:], ", ")))
-			}
-			return true, f.found(hits[0], "JAX wheel in "+s+" ("+how+")")
-		}
-		return false, nil
-	}
+// fromSitesOnDisk scans the site-packages of the Python environments found on disk.
+func (f *finder) fromSitesOnDisk(r rule) (bool, error) {
 	for _, c := range f.siteCandidates() {
 		sites := globDirs(c.patterns())
 		if len(sites) == 0 {
 			f.searched(c.shown()+" ("+c.how+")", "no such folder")
 			continue
 		}
-		if ok, err := scan(sites, c.how); ok || err != nil {
-			return err
+		if ok, err := f.scanSites(r, sites, c.how); ok || err != nil {
+			return ok, err
 		}
 	}
-	if f.sys.PythonSitePackages != nil {
-		sites := f.sys.PythonSitePackages()
-		if len(sites) == 0 {
-			f.searched("python3 site.getsitepackages()", "no python3 on PATH or it failed")
-		} else if ok, err := scan(sites, "reported by python3"); ok || err != nil {
-			return err
-		} else {
-			f.searched("python3 site.getsitepackages()", "nothing new: "+strings.Join(sites, ", "))
+	return false, nil
+}
+
+// fromPythonReport scans the site folders python3 reports, when asking it is allowed.
+func (f *finder) fromPythonReport(r rule) (bool, error) {
+	if f.sys.PythonSitePackages == nil {
+		return false, nil
+	}
+	sites := f.sys.PythonSitePackages()
+	if len(sites) == 0 {
+		f.searched("python3 site.getsitepackages()", "no python3 on PATH or it failed")
+		return false, nil
+	}
+	if ok, err := f.scanSites(r, sites, "reported by python3"); ok || err != nil {
+		return ok, err
+	}
+	f.searched("python3 site.getsitepackages()", "nothing new: "+strings.Join(sites, ", "))
+	return false, nil
+}
+
+// scanSites looks for the rule's wheel plugin in each site folder not scanned before.
+func (f *finder) scanSites(r rule, sites []string, how string) (bool, error) {
+	for _, s := range sites {
+		key := s
+		if real, err := filepath.EvalSymlinks(s); err == nil {
+			key = real
+		}
+		if f.scanned[key] || !isDir(s) {
+			continue
+		}
+		if f.scanned == nil {
+			f.scanned = map[string]bool{}
+		}
+		f.scanned[key] = true
+		f.sites = append(f.sites, s)
+		hits := wheelPlugins(s, r.wheelGlobs)
+		if len(hits) == 0 {
+			f.searched("site-packages "+s+" ("+how+")", "no "+strings.Join(r.wheelGlobs, ", "))
+			continue
+		}
+		f.searched("site-packages "+s+" ("+how+")", "found "+strings.TrimPrefix(hits[0], s+string(filepath.Separator)))
+		if len(hits) > 1 {
+			f.plan.Notes = append(f.plan.Notes, fmt.Sprintf("also present, not used: %s", strings.Join(hits[1:], ", ")))
+		}
+		return true, f.found(hits[0], "JAX wheel in "+s+" ("+how+")")
+	}
+	return false, nil
+}
+
+// wheelPlugins lists the plugin files matching the globs inside a site folder, sorted.
+func wheelPlugins(site string, globs []string) []string {
+	var hits []string
+	for _, g := range globs {
+		m, _ := filepath.Glob(filepath.Join(site, g))
+		for _, x := range m {
+			if isFile(x) && !slices.Contains(hits, x) {
+				hits = append(hits, x)
+			}
 		}
 	}
-	return f.notFound(r)
+	slices.Sort(hits)
+	return hits
 }
 
 func (f *finder) notFound(r rule) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "backend spec %q (from %s): no %s PJRT plugin found. Searched, in order:\n", f.plan.Spec, f.plan.Source, r.what)
+	fmt.Fprintf(&b, "%s: no %s PJRT plugin found. Searched, in order:\n", origin(f.plan.Spec, f.plan.Source), r.what)
 	for _, s := range f.plan.Searched {
 		fmt.Fprintf(&b, "  - %s\n", s)
 	}

@@ -20,6 +20,19 @@ const (
 	DefaultSpec = "go:ops_sequential"
 )
 
+// Kind is the backend a plan creates: GoMLX's pure-Go backend or XLA
+// through a PJRT plugin. Its values are GoMLX's registered backend names.
+type Kind string
+
+const (
+	KindGo  Kind = "go"
+	KindXLA Kind = "xla"
+)
+
+// commonSpecs leads every "unknown backend" error; allowedSpecs follows it
+// with every form and option.
+const commonSpecs = `use "go", "go:ops_sequential", "xla:cuda" or "xla:metal"`
+
 // allowedSpecs is quoted by every "unknown backend" error.
 const allowedSpecs = `allowed specs: "" (use $GOMLX_BACKEND, else go:ops_sequential), ` +
 	`"go" (pure-Go CPU backend, run as go:ops_sequential), "go:<options>" (e.g. go:parallelism=-1), ` +
@@ -29,11 +42,24 @@ const allowedSpecs = `allowed specs: "" (use $GOMLX_BACKEND, else go:ops_sequent
 
 // request is a parsed spec.
 type request struct {
-	backend  string // "go" or "xla"
+	backend  Kind
 	goConfig string // options for the go backend
 	platform string // "cuda", "metal", or "" when plugin holds an explicit path
 	plugin   string // explicit absolute plugin path
 	options  string // xla options after the plugin name, without the leading comma
+}
+
+// origin names a spec as the user wrote it: `backend "bogus"` for an
+// argument, `$GOMLX_BACKEND="bogus"` for the variable, `default backend
+// "go:ops_sequential"` for the default.
+func origin(spec, source string) string {
+	switch {
+	case strings.HasPrefix(source, "$"):
+		return fmt.Sprintf("%s=%q", source, spec)
+	case source == "default":
+		return fmt.Sprintf("default backend %q", spec)
+	}
+	return fmt.Sprintf("backend %q", spec)
 }
 
 // parseSpec turns a spec into a request; goos decides what a bare "xla" means.
@@ -54,13 +80,13 @@ func parseSpec(spec, source, goos string) (request, error) {
 		if cfg == "" {
 			cfg = "ops_sequential"
 		}
-		return request{backend: "go", goConfig: cfg}, nil
+		return request{backend: KindGo, goConfig: cfg}, nil
 	case "cuda", "metal":
-		return request{backend: "xla", platform: name, options: strings.TrimPrefix(rest, ",")}, nil
+		return request{backend: KindXLA, platform: name, options: strings.TrimPrefix(rest, ",")}, nil
 	case "xla":
 		target, opts, _ := strings.Cut(rest, ",")
 		target = strings.TrimSpace(target)
-		req := request{backend: "xla", options: opts}
+		req := request{backend: KindXLA, options: opts}
 		switch {
 		case target == "":
 			// A bare "xla" would make GoMLX search and download; it means this OS's GPU here.
@@ -73,13 +99,13 @@ func parseSpec(spec, source, goos string) (request, error) {
 		case strings.EqualFold(target, "cuda"), strings.EqualFold(target, "metal"):
 			req.platform = strings.ToLower(target)
 		case strings.EqualFold(target, "help"):
-			return request{}, fmt.Errorf("backend spec %q (from %s): %s", spec, source, allowedSpecs)
+			return request{}, fmt.Errorf("%s: %s; %s", origin(spec, source), commonSpecs, allowedSpecs)
 		default:
-			return request{}, fmt.Errorf("backend spec %q (from %s): unknown PJRT plugin %q: "+
-				"no CPU/TPU PJRT plugin is shipped (CPU work runs on the pure-Go backend, \"go\"); %s",
-				spec, source, target, allowedSpecs)
+			return request{}, fmt.Errorf("%s names no known PJRT plugin %q (no CPU/TPU plugin is shipped: "+
+				"CPU work runs on the pure-Go backend, \"go\"): %s; %s",
+				origin(spec, source), target, commonSpecs, allowedSpecs)
 		}
 		return req, nil
 	}
-	return request{}, fmt.Errorf("backend spec %q (from %s): unknown backend %q; %s", spec, source, name, allowedSpecs)
+	return request{}, fmt.Errorf("%s is not known: %s; %s", origin(spec, source), commonSpecs, allowedSpecs)
 }

@@ -6,7 +6,7 @@
 // `go build` and cross-compiles), keeps GPL/patent-encumbered encoders (libx264) out of our
 // binary, and reuses the exact encoders the upstream FastVideo and MLX runtimes invoke
 // (libx264 preset medium CRF 18 yuv420p, AAC 192 kb/s), so outputs are comparable. The cost is
-// a runtime dependency, which is why FindFFmpeg/CheckFFmpeg validate it before any model work
+// a runtime dependency, which is why FindTools and Tools.Check validate it before any model work
 // starts and name the fix (apt-get install ffmpeg, or FASTVIDEO_FFMPEG=/path/to/ffmpeg).
 //
 // Frames are streamed as raw rgb24 as they are decoded, so a long clip never has to be held in

@@ -15,13 +15,15 @@ import (
 )
 
 // Environment variables that point at the ffmpeg and ffprobe executables, overriding PATH.
+// This package never reads them: the SDK's options read them and pass their values to
+// FindTools.
 const (
 	EnvFFmpeg  = "FASTVIDEO_FFMPEG"
 	EnvFFprobe = "FASTVIDEO_FFPROBE"
 )
 
-// ErrNotFound is wrapped by FindFFmpeg/FindFFprobe errors when the executable does not exist
-// (neither on PATH nor at the path named by the environment variable).
+// ErrNotFound is wrapped by FindTools, Tools.Check and Tools.Probe errors when an executable
+// does not exist (neither on PATH nor at the path given).
 var ErrNotFound = errors.New("executable not found")
 
 // requiredEncoders are the ffmpeg encoders every output of the SDK needs.
@@ -41,56 +43,78 @@ var encoderCheck struct {
 	ok map[string]bool
 }
 
-// FindFFmpeg returns the absolute path of the ffmpeg executable to use, after checking that it
-// runs and provides the libx264 and aac encoders. The executable is $FASTVIDEO_FFMPEG when
-// set (a path, or a bare name looked up on PATH), otherwise "ffmpeg" on PATH.
-func FindFFmpeg() (string, error) {
-	path, err := resolveFFmpeg()
-	if err != nil {
-		return "", err
-	}
-	if err := checkEncoders(path); err != nil {
-		return "", err
-	}
-	return path, nil
+// Tools names the ffmpeg and ffprobe executables by absolute path. Find them once with
+// FindTools and pass the value to whatever writes or probes files.
+type Tools struct {
+	FFmpeg string
+	// FFprobe is "" when none was found; only Probe needs it.
+	FFprobe string
 }
 
-// CheckFFmpeg reports whether a usable ffmpeg is available (see FindFFmpeg). Call it before
-// expensive work so a missing encoder fails in milliseconds, not after the denoising loop.
-func CheckFFmpeg() error {
-	_, err := FindFFmpeg()
+// FindTools resolves the executables. ffmpeg is the value of $FASTVIDEO_FFMPEG as the caller
+// read it (a path, or a bare name looked up on PATH); "" means "ffmpeg" on PATH. That ffmpeg
+// must run and provide the libx264 and aac encoders. ffprobe is the value of
+// $FASTVIDEO_FFPROBE; "" means the ffprobe next to ffmpeg (a custom ffmpeg build ships its
+// own), else "ffprobe" on PATH, else none.
+func FindTools(ffmpeg, ffprobe string) (Tools, error) {
+	ff, err := findFFmpeg(ffmpeg)
+	if err != nil {
+		return Tools{}, err
+	}
+	if err := checkEncoders(ff); err != nil {
+		return Tools{}, err
+	}
+	probe, err := findFFprobe(ffprobe, ff)
+	if err != nil {
+		return Tools{}, err
+	}
+	return Tools{FFmpeg: ff, FFprobe: probe}, nil
+}
+
+// Check reports whether t.FFmpeg is still a usable ffmpeg. Call it before expensive work so a
+// missing encoder fails in milliseconds, not after the denoising loop.
+func (t Tools) Check() error {
+	_, err := t.usableFFmpeg()
 	return err
 }
 
-// FindFFprobe returns the absolute path of ffprobe: $FASTVIDEO_FFPROBE when set, else the
-// ffprobe next to the resolved ffmpeg (a custom ffmpeg build ships its own ffprobe), else
-// "ffprobe" on PATH.
-func FindFFprobe() (string, error) {
-	if v := os.Getenv(EnvFFprobe); v != "" {
-		return lookExecutable(v, EnvFFprobe)
+// usableFFmpeg is the absolute path of t.FFmpeg once it passed the encoder check.
+func (t Tools) usableFFmpeg() (string, error) {
+	if t.FFmpeg == "" {
+		return "", fmt.Errorf("media: no ffmpeg was given (find it with FindTools); %s", installHint)
 	}
-	if ff, err := resolveFFmpeg(); err == nil {
-		sibling := filepath.Join(filepath.Dir(ff), "ffprobe"+filepath.Ext(ff))
-		if p, err := lookExecutable(sibling, ""); err == nil {
-			return p, nil
-		}
-	}
-	p, err := lookExecutable("ffprobe", "")
+	ff, err := lookExecutable(t.FFmpeg, "")
 	if err != nil {
-		return "", fmt.Errorf("%w; install ffmpeg (it ships ffprobe; Debian/Ubuntu: apt-get install ffmpeg) or set %s", err, EnvFFprobe)
+		return "", fmt.Errorf("%w; %s", err, installHint)
 	}
-	return p, nil
+	return ff, checkEncoders(ff)
 }
 
-func resolveFFmpeg() (string, error) {
-	if v := os.Getenv(EnvFFmpeg); v != "" {
-		return lookExecutable(v, EnvFFmpeg)
+func findFFmpeg(ffmpeg string) (string, error) {
+	if ffmpeg != "" {
+		return lookExecutable(ffmpeg, EnvFFmpeg)
 	}
 	p, err := lookExecutable("ffmpeg", "")
 	if err != nil {
 		return "", fmt.Errorf("%w; %s", err, installHint)
 	}
 	return p, nil
+}
+
+// findFFprobe resolves an explicit ffprobe strictly and an implicit one leniently: a missing
+// ffprobe only matters to Probe, which reports it.
+func findFFprobe(ffprobe, ffmpeg string) (string, error) {
+	if ffprobe != "" {
+		return lookExecutable(ffprobe, EnvFFprobe)
+	}
+	sibling := filepath.Join(filepath.Dir(ffmpeg), "ffprobe"+filepath.Ext(ffmpeg))
+	if p, err := lookExecutable(sibling, ""); err == nil {
+		return p, nil
+	}
+	if p, err := lookExecutable("ffprobe", ""); err == nil {
+		return p, nil
+	}
+	return "", nil
 }
 
 // lookExecutable resolves name (a path or a bare name for PATH lookup) to an absolute path.

@@ -27,19 +27,20 @@ const (
 	maxMeanErrRGB = 2.5
 )
 
-// requireFFmpeg skips when ffmpeg is simply not installed on a developer machine; in CI
+// requireTools finds ffmpeg and ffprobe as the SDK does ($FASTVIDEO_FFMPEG, $FASTVIDEO_FFPROBE,
+// else PATH). It skips when ffmpeg is simply not installed on a developer machine; in CI
 // (CI=true) ffmpeg is installed, so its absence is a failure, as is a broken ffmpeg anywhere.
-func requireFFmpeg(t *testing.T) string {
+func requireTools(t *testing.T) Tools {
 	t.Helper()
-	ff, err := FindFFmpeg()
+	tools, err := FindTools(os.Getenv(EnvFFmpeg), os.Getenv(EnvFFprobe))
 	if err == nil {
-		return ff
+		return tools
 	}
 	if errors.Is(err, ErrNotFound) && os.Getenv(EnvFFmpeg) == "" && os.Getenv("CI") != "true" {
 		t.Skipf("ffmpeg not installed, skipping (apt-get install ffmpeg to run; with CI=true this fails): %v", err)
 	}
 	t.Fatalf("ffmpeg unusable: %v", err)
-	return ""
+	return Tools{}
 }
 
 // quadrantColors gives each frame four distinct flat quadrants (TL, TR, BL, BR) that change
@@ -105,9 +106,9 @@ func assertDir(t *testing.T, dir string, want ...string) {
 	}
 }
 
-func writeClip(t *testing.T, opts MP4Options, audio [][]float32) {
+func writeClip(t *testing.T, tools Tools, opts MP4Options, audio [][]float32) {
 	t.Helper()
-	w, err := NewMP4Writer(context.Background(), opts)
+	w, err := tools.NewMP4Writer(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,13 +170,13 @@ func checkPixels(t *testing.T, ff, path string) {
 }
 
 func TestWriteMP4WithAudio(t *testing.T) {
-	ff := requireFFmpeg(t)
+	tools := requireTools(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.mp4")
-	writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate, AudioChannels: 2}, sineAudio(1))
+	writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate, AudioChannels: 2}, sineAudio(1))
 	assertDir(t, dir, "out.mp4")
 
-	info, err := Probe(path)
+	info, err := tools.Probe(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,18 +196,18 @@ func TestWriteMP4WithAudio(t *testing.T) {
 	if d := math.Abs(a.Duration - v.Duration); d > aacFrameSecs {
 		t.Errorf("audio lasts %.4f s, video %.4f s: differ by %.4f s, more than one AAC frame (%.4f s)", a.Duration, v.Duration, d, aacFrameSecs)
 	}
-	checkPixels(t, ff, path)
+	checkPixels(t, tools.FFmpeg, path)
 }
 
 // TestAudioLengthMismatch: audio shorter or longer than the video is fitted to it, so no
 // frame is dropped and the audio track ends with the video.
 func TestAudioLengthMismatch(t *testing.T) {
-	requireFFmpeg(t)
+	tools := requireTools(t)
 	for _, secs := range []float64{0.5, 1.7} {
 		t.Run(fmt.Sprintf("%gs", secs), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "out.mp4")
-			writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}, sineAudio(secs))
-			info, err := Probe(path)
+			writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}, sineAudio(secs))
+			info, err := tools.Probe(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,13 +222,13 @@ func TestAudioLengthMismatch(t *testing.T) {
 }
 
 func TestWriteMP4VideoOnly(t *testing.T) {
-	ff := requireFFmpeg(t)
+	tools := requireTools(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "wan.mp4")
 	// An NTSC rate checks that a float FPS reaches the container as the exact rational.
-	writeClip(t, MP4Options{Path: path, Width: testW, Height: testH, FPS: 24000.0 / 1001}, nil)
+	writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: 24000.0 / 1001}, nil)
 	assertDir(t, dir, "wan.mp4")
-	info, err := Probe(path)
+	info, err := tools.Probe(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,16 +240,16 @@ func TestWriteMP4VideoOnly(t *testing.T) {
 		v.Frames != testFrames || v.FrameRate != "24000/1001" {
 		t.Fatalf("video stream %+v, want h264 yuv420p %dx%d, %d frames at 24000/1001", v, testW, testH, testFrames)
 	}
-	checkPixels(t, ff, path)
+	checkPixels(t, tools.FFmpeg, path)
 }
 
 func TestCancel(t *testing.T) {
-	requireFFmpeg(t)
+	tools := requireTools(t)
 	opts := func(dir string) MP4Options {
 		return MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
 	}
 	start := func(t *testing.T, ctx context.Context, o MP4Options) *MP4Writer {
-		w, err := NewMP4Writer(ctx, o)
+		w, err := tools.NewMP4Writer(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +301,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestFFmpegFailure(t *testing.T) {
-	requireFFmpeg(t)
+	tools := requireTools(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.mp4")
 	// A previous result at the target must survive a failed encode untouched.
@@ -309,7 +310,7 @@ func TestFFmpegFailure(t *testing.T) {
 	}
 	o := MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
 	o.extraVideoArgs = []string{"-preset", "fastvideo_no_such_preset"}
-	w, err := NewMP4Writer(context.Background(), o)
+	w, err := tools.NewMP4Writer(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,35 +341,43 @@ func TestFFmpegFailure(t *testing.T) {
 	}
 }
 
-func TestFFmpegEnv(t *testing.T) {
+func TestFindTools(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no-such-ffmpeg")
-	t.Setenv(EnvFFmpeg, missing)
-	_, err := FindFFmpeg()
+	_, err := FindTools(missing, "")
 	if err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFmpeg) || !strings.Contains(err.Error(), missing) {
-		t.Errorf("FindFFmpeg with %s=%s: %v, want ErrNotFound naming the variable and path", EnvFFmpeg, missing, err)
+		t.Errorf("FindTools(%s): %v, want ErrNotFound naming the variable and path", missing, err)
 	}
-	if CheckFFmpeg() == nil {
-		t.Error("CheckFFmpeg succeeded with a missing ffmpeg")
+	if (Tools{FFmpeg: missing}).Check() == nil {
+		t.Error("Check succeeded with a missing ffmpeg")
+	}
+	if (Tools{}).Check() == nil {
+		t.Error("Check succeeded without an ffmpeg")
 	}
 	out := filepath.Join(dir, "out.mp4")
-	if _, err := NewMP4Writer(context.Background(), MP4Options{Path: out, Width: testW, Height: testH, FPS: testFPS}); err == nil || !strings.Contains(err.Error(), EnvFFmpeg) {
-		t.Errorf("NewMP4Writer with a missing ffmpeg: %v, want an error naming %s", err, EnvFFmpeg)
+	if _, err := (Tools{FFmpeg: missing}).NewMP4Writer(context.Background(), MP4Options{Path: out, Width: testW, Height: testH, FPS: testFPS}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("NewMP4Writer with a missing ffmpeg: %v, want an error naming %s", err, missing)
 	}
 	assertDir(t, dir)
 
-	t.Setenv(EnvFFmpeg, dir)
-	if _, err := FindFFmpeg(); err == nil || !strings.Contains(err.Error(), "not an executable") {
-		t.Errorf("FindFFmpeg with %s pointing at a directory: %v, want 'not an executable'", EnvFFmpeg, err)
+	if _, err := FindTools(dir, ""); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("FindTools with ffmpeg %s, a directory: %v, want 'not an executable'", dir, err)
 	}
 
-	t.Setenv(EnvFFprobe, missing)
-	if _, err := FindFFprobe(); err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFprobe) {
-		t.Errorf("FindFFprobe with %s=%s: %v, want ErrNotFound naming the variable", EnvFFprobe, missing, err)
+	ff := fakeFFmpeg(t, "libx264", "aac")
+	if _, err := FindTools(ff, missing); err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFprobe) {
+		t.Errorf("FindTools with ffprobe %s: %v, want ErrNotFound naming the variable", missing, err)
+	}
+	if err := os.WriteFile(out, []byte("not probed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (Tools{FFmpeg: ff}).Probe(out); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), EnvFFprobe) {
+		t.Errorf("Probe without an ffprobe: %v, want ErrNotFound naming %s", err, EnvFFprobe)
 	}
 }
 
 func TestOptionsValidation(t *testing.T) {
+	var tools Tools // options are checked before ffmpeg: none is needed
 	dir := t.TempDir()
 	good := MP4Options{Path: filepath.Join(dir, "a.mp4"), Width: testW, Height: testH, FPS: testFPS}
 	cases := []struct {
@@ -395,7 +404,7 @@ func TestOptionsValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := good
 			c.edit(&o)
-			w, err := NewMP4Writer(context.Background(), o)
+			w, err := tools.NewMP4Writer(context.Background(), o)
 			if err == nil {
 				w.Abort()
 				t.Fatalf("accepted %+v", o)
@@ -408,16 +417,16 @@ func TestOptionsValidation(t *testing.T) {
 	assertDir(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := NewMP4Writer(ctx, good); !errors.Is(err, context.Canceled) {
+	if _, err := tools.NewMP4Writer(ctx, good); !errors.Is(err, context.Canceled) {
 		t.Errorf("NewMP4Writer with a cancelled context: %v", err)
 	}
 }
 
 func TestWriterMisuse(t *testing.T) {
-	requireFFmpeg(t)
+	tools := requireTools(t)
 	open := func(t *testing.T, rate int) (*MP4Writer, string) {
 		dir := t.TempDir()
-		w, err := NewMP4Writer(context.Background(), MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: rate})
+		w, err := tools.NewMP4Writer(context.Background(), MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: rate})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -524,21 +533,20 @@ func fakeFFmpeg(t *testing.T, encoders ...string) string {
 }
 
 func TestMissingEncoder(t *testing.T) {
-	t.Setenv(EnvFFmpeg, fakeFFmpeg(t, "aac"))
-	err := CheckFFmpeg()
+	_, err := FindTools(fakeFFmpeg(t, "aac"), "")
 	if err == nil || !strings.Contains(err.Error(), "lacks encoder(s) libx264") || !strings.Contains(err.Error(), "apt-get install ffmpeg") {
-		t.Errorf("CheckFFmpeg with an ffmpeg lacking libx264: %v", err)
+		t.Errorf("FindTools with an ffmpeg lacking libx264: %v", err)
 	}
 }
 
 // TestDeadlineWhileBlocked: a write blocked on an ffmpeg that stopped reading is released by
 // the context's deadline, which kills ffmpeg.
 func TestDeadlineWhileBlocked(t *testing.T) {
-	t.Setenv(EnvFFmpeg, fakeFFmpeg(t, "libx264", "aac"))
+	tools := Tools{FFmpeg: fakeFFmpeg(t, "libx264", "aac")}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	w, err := NewMP4Writer(ctx, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS})
+	w, err := tools.NewMP4Writer(ctx, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,9 +73,9 @@ type ffprobeOutput struct {
 	} `json:"format"`
 }
 
-// Probe runs ffprobe (see FindFFprobe) on path. It reads every packet to count frames, so it
-// is meant for tests and validation of finished outputs, not for large archives.
-func Probe(path string) (*ProbeInfo, error) {
+// Probe runs t.FFprobe on path. It reads every packet to count frames, so it is meant for
+// tests and validation of finished outputs, not for large archives.
+func (t Tools) Probe(path string) (*ProbeInfo, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("media: probe %q: %w", path, err)
@@ -83,10 +83,11 @@ func Probe(path string) (*ProbeInfo, error) {
 	if _, err := os.Stat(abs); err != nil {
 		return nil, fmt.Errorf("media: probe: %w", err)
 	}
-	ffprobe, err := FindFFprobe()
-	if err != nil {
-		return nil, err
+	if t.FFprobe == "" {
+		return nil, fmt.Errorf("media: probe: no ffprobe was found next to ffmpeg or on PATH (%w); "+
+			"install ffmpeg (it ships ffprobe; Debian/Ubuntu: apt-get install ffmpeg) or set %s", ErrNotFound, EnvFFprobe)
 	}
+	ffprobe := t.FFprobe
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ffprobe, "-v", "error", "-print_format", "json",

@@ -165,7 +165,7 @@ type MP4Writer struct {
 // NewMP4Writer validates opts and ffmpeg and starts the encoder. Cancelling ctx at any time
 // before Close returns kills ffmpeg and removes the temporary files, even if no further call
 // is made on the writer.
-func NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, error) {
+func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("media: not starting %q: %w", opts.Path, err)
 	}
@@ -173,7 +173,7 @@ func NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ff, err := FindFFmpeg()
+	ff, err := t.usableFFmpeg()
 	if err != nil {
 		return nil, err
 	}

@@ -137,19 +137,10 @@ type rawEntry struct {
 }
 
 func parse(data []byte) (*File, error) {
-	if len(data) < 8 {
-		return nil, fmt.Errorf("file is %d bytes, shorter than the 8-byte header length: truncated or not a safetensors file", len(data))
+	header, body, err := splitImage(data)
+	if err != nil {
+		return nil, err
 	}
-	hlen := binary.LittleEndian.Uint64(data[:8])
-	if hlen > MaxHeaderBytes {
-		return nil, fmt.Errorf("header length %d exceeds the %d-byte limit: corrupt file", hlen, MaxHeaderBytes)
-	}
-	if hlen > uint64(len(data)-8) {
-		return nil, fmt.Errorf("header length %d runs past the end of the %d-byte file: truncated", hlen, len(data))
-	}
-	header := data[8 : 8+hlen]
-	body := data[8+hlen:]
-
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(strings.NewReader(string(header)))
 	if err := dec.Decode(&raw); err != nil {
@@ -160,10 +151,6 @@ func parse(data []byte) (*File, error) {
 	}
 
 	f := &File{tensors: make(map[string]Info, len(raw))}
-	type span struct {
-		name       string
-		start, end int64
-	}
 	var spans []span
 	for name, msg := range raw {
 		if name == "__metadata__" {
@@ -172,63 +159,15 @@ func parse(data []byte) (*File, error) {
 			}
 			continue
 		}
-		var e rawEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, fmt.Errorf("tensor %q: malformed entry: %v", name, err)
+		info, sp, err := parseEntry(name, msg, body)
+		if err != nil {
+			return nil, err
 		}
-		dt := DType(e.DType)
-		size := dt.Size()
-		if size == 0 {
-			return nil, fmt.Errorf("tensor %q: unknown dtype %q", name, e.DType)
-		}
-		if len(e.DataOffsets) != 2 {
-			return nil, fmt.Errorf("tensor %q: data_offsets must hold 2 values, got %d", name, len(e.DataOffsets))
-		}
-		start, end := e.DataOffsets[0], e.DataOffsets[1]
-		if start < 0 || end < start {
-			return nil, fmt.Errorf("tensor %q: invalid data_offsets [%d, %d]", name, start, end)
-		}
-		if end > int64(len(body)) {
-			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] run past the %d-byte data section: truncated file", name, start, end, len(body))
-		}
-		elems := int64(1)
-		shape := make([]int, len(e.Shape))
-		for i, d := range e.Shape {
-			if d < 0 {
-				return nil, fmt.Errorf("tensor %q: negative dimension in shape %v", name, e.Shape)
-			}
-			// Guard the product against overflow before it is compared with the byte range.
-			if d != 0 && elems > (1<<62)/d {
-				return nil, fmt.Errorf("tensor %q: shape %v is too large", name, e.Shape)
-			}
-			elems *= d
-			shape[i] = int(d)
-		}
-		if want := elems * int64(size); want != end-start {
-			return nil, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] hold %d", name, e.Shape, dt, want, start, end, end-start)
-		}
-		f.tensors[name] = Info{Name: name, DType: dt, Shape: shape, Data: body[start:end:end]}
-		spans = append(spans, span{name, start, end})
+		f.tensors[name] = info
+		spans = append(spans, sp)
 	}
-	sort.Slice(spans, func(i, j int) bool {
-		if spans[i].start != spans[j].start {
-			return spans[i].start < spans[j].start
-		}
-		return spans[i].name < spans[j].name
-	})
-	// A running maximum end catches every overlap, including one hidden behind an
-	// empty tensor between the two ranges.
-	var last span
-	for _, cur := range spans {
-		if cur.end == cur.start {
-			continue
-		}
-		if cur.start < last.end {
-			return nil, fmt.Errorf("tensors %q [%d, %d] and %q [%d, %d] overlap", last.name, last.start, last.end, cur.name, cur.start, cur.end)
-		}
-		if cur.end > last.end {
-			last = cur
-		}
+	if err := checkNoOverlap(spans); err != nil {
+		return nil, err
 	}
 	f.names = make([]string, len(spans))
 	for i, s := range spans {
@@ -236,6 +175,94 @@ func parse(data []byte) (*File, error) {
 	}
 	f.mapping = data
 	return f, nil
+}
+
+// splitImage checks the 8-byte header length and splits the image into the
+// JSON header and the data section.
+func splitImage(data []byte) (header, body []byte, err error) {
+	if len(data) < 8 {
+		return nil, nil, fmt.Errorf("file is %d bytes, shorter than the 8-byte header length: truncated or not a safetensors file", len(data))
+	}
+	hlen := binary.LittleEndian.Uint64(data[:8])
+	if hlen > MaxHeaderBytes {
+		return nil, nil, fmt.Errorf("header length %d exceeds the %d-byte limit: corrupt file", hlen, MaxHeaderBytes)
+	}
+	if hlen > uint64(len(data)-8) {
+		return nil, nil, fmt.Errorf("header length %d runs past the end of the %d-byte file: truncated", hlen, len(data))
+	}
+	return data[8 : 8+hlen], data[8+hlen:], nil
+}
+
+// span is a tensor's byte range in the data section.
+type span struct {
+	name       string
+	start, end int64
+}
+
+// parseEntry validates one tensor entry against the data section: a known
+// dtype, offsets inside it, and a shape whose byte size matches the range.
+func parseEntry(name string, msg json.RawMessage, body []byte) (Info, span, error) {
+	var e rawEntry
+	if err := json.Unmarshal(msg, &e); err != nil {
+		return Info{}, span{}, fmt.Errorf("tensor %q: malformed entry: %v", name, err)
+	}
+	dt := DType(e.DType)
+	size := dt.Size()
+	if size == 0 {
+		return Info{}, span{}, fmt.Errorf("tensor %q: unknown dtype %q", name, e.DType)
+	}
+	if len(e.DataOffsets) != 2 {
+		return Info{}, span{}, fmt.Errorf("tensor %q: data_offsets must hold 2 values, got %d", name, len(e.DataOffsets))
+	}
+	start, end := e.DataOffsets[0], e.DataOffsets[1]
+	if start < 0 || end < start {
+		return Info{}, span{}, fmt.Errorf("tensor %q: invalid data_offsets [%d, %d]", name, start, end)
+	}
+	if end > int64(len(body)) {
+		return Info{}, span{}, fmt.Errorf("tensor %q: data_offsets [%d, %d] run past the %d-byte data section: truncated file", name, start, end, len(body))
+	}
+	elems := int64(1)
+	shape := make([]int, len(e.Shape))
+	for i, d := range e.Shape {
+		if d < 0 {
+			return Info{}, span{}, fmt.Errorf("tensor %q: negative dimension in shape %v", name, e.Shape)
+		}
+		// Guard the product against overflow before it is compared with the byte range.
+		if d != 0 && elems > (1<<62)/d {
+			return Info{}, span{}, fmt.Errorf("tensor %q: shape %v is too large", name, e.Shape)
+		}
+		elems *= d
+		shape[i] = int(d)
+	}
+	if want := elems * int64(size); want != end-start {
+		return Info{}, span{}, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] hold %d", name, e.Shape, dt, want, start, end, end-start)
+	}
+	return Info{Name: name, DType: dt, Shape: shape, Data: body[start:end:end]}, span{name, start, end}, nil
+}
+
+// checkNoOverlap sorts the spans into file order and rejects overlapping
+// ranges. A running maximum end catches every overlap, including one hidden
+// behind an empty tensor between the two ranges.
+func checkNoOverlap(spans []span) error {
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].start != spans[j].start {
+			return spans[i].start < spans[j].start
+		}
+		return spans[i].name < spans[j].name
+	})
+	var last span
+	for _, cur := range spans {
+		if cur.end == cur.start {
+			continue
+		}
+		if cur.start < last.end {
+			return fmt.Errorf("tensors %q [%d, %d] and %q [%d, %d] overlap", last.name, last.start, last.end, cur.name, cur.start, cur.end)
+		}
+		if cur.end > last.end {
+			last = cur
+		}
+	}
+	return nil
 }
 
 // checkUniqueKeys rejects duplicate top-level names, which encoding/json would

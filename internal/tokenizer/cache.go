@@ -140,6 +140,31 @@ func (r *cacheReader) str() string {
 // decodeCompiled parses a cache file, checking magic, key, checksum and every
 // length and id, so that no corrupt file can make Encode or Decode misbehave.
 func decodeCompiled(data []byte, key [32]byte) (*compiled, error) {
+	r, err := openCache(data, key)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{}
+	copy(c.Fingerprint[:], r.take(32))
+	flags := r.take(1)
+	if r.err != nil {
+		return nil, r.err
+	}
+	c.NFC, c.IgnoreMerges = flags[0]&1 != 0, flags[0]&2 != 0
+	for _, read := range []func(*cacheReader) error{c.readDecodeTable, c.readIDTables, c.readAdded} {
+		if err := read(r); err != nil {
+			return nil, err
+		}
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errBadCache
+	}
+	return c, nil
+}
+
+// openCache checks the magic, the checksum and the key, and returns a reader
+// positioned after the key.
+func openCache(data []byte, key [32]byte) (*cacheReader, error) {
 	if len(data) < len(cacheMagic)+32+4 || string(data[:len(cacheMagic)]) != cacheMagic {
 		return nil, errBadCache
 	}
@@ -151,20 +176,19 @@ func decodeCompiled(data []byte, key [32]byte) (*compiled, error) {
 	if string(r.take(32)) != string(key[:]) {
 		return nil, errBadCache
 	}
-	c := &compiled{}
-	copy(c.Fingerprint[:], r.take(32))
-	flags := r.take(1)
-	if r.err != nil {
-		return nil, r.err
-	}
-	c.NFC, c.IgnoreMerges = flags[0]&1 != 0, flags[0]&2 != 0
+	return r, nil
+}
+
+// readDecodeTable reads the id count, the known-id bitmap and the decode
+// offsets and bytes, checking that the offsets ascend within the data.
+func (c *compiled) readDecodeTable(r *cacheReader) error {
 	c.NumIDs = int(r.u32())
 	if c.NumIDs <= 0 || c.NumIDs > len(r.b) {
-		return nil, errBadCache
+		return errBadCache
 	}
 	known := r.take((c.NumIDs + 7) / 8)
 	if r.err != nil {
-		return nil, r.err
+		return r.err
 	}
 	c.Known = make([]bool, c.NumIDs)
 	for i := range c.Known {
@@ -174,57 +198,64 @@ func decodeCompiled(data []byte, key [32]byte) (*compiled, error) {
 	dataLen := int(r.u32())
 	c.DecData = append([]byte(nil), r.take(dataLen)...)
 	if r.err != nil {
-		return nil, r.err
+		return r.err
 	}
 	c.DecOff = make([]uint32, c.NumIDs+1)
 	for i := range c.DecOff {
 		c.DecOff[i] = binary.LittleEndian.Uint32(offRaw[4*i:])
 		if int(c.DecOff[i]) > dataLen || (i > 0 && c.DecOff[i] < c.DecOff[i-1]) {
-			return nil, errBadCache
+			return errBadCache
 		}
 	}
-	validID := func(id int32) bool { return id >= 0 && int(id) < c.NumIDs && c.Known[id] }
+	return nil
+}
+
+// validID reports whether id names a known token.
+func (c *compiled) validID(id int32) bool { return id >= 0 && int(id) < c.NumIDs && c.Known[id] }
+
+// readIDTables reads the byte ids, the merge triples and the whole-word ids,
+// each a known id.
+func (c *compiled) readIDTables(r *cacheReader) error {
 	for i := range c.ByteID {
 		c.ByteID[i] = int32(r.u32())
-		if !validID(c.ByteID[i]) {
-			return nil, errBadCache
+		if !c.validID(c.ByteID[i]) {
+			return errBadCache
 		}
 	}
 	c.Merges = r.i32s(len(r.b) / 4)
 	c.WholeWord = r.i32s(len(r.b) / 4)
 	if r.err != nil || len(c.Merges)%3 != 0 {
-		return nil, errBadCache
+		return errBadCache
 	}
-	for _, id := range c.Merges {
-		if !validID(id) {
-			return nil, errBadCache
+	for _, ids := range [][]int32{c.Merges, c.WholeWord} {
+		for _, id := range ids {
+			if !c.validID(id) {
+				return errBadCache
+			}
 		}
 	}
-	for _, id := range c.WholeWord {
-		if !validID(id) {
-			return nil, errBadCache
-		}
-	}
+	return nil
+}
+
+// readAdded reads the added tokens.
+func (c *compiled) readAdded(r *cacheReader) error {
 	nAdded := int(r.u32())
 	if nAdded > len(r.b) {
-		return nil, errBadCache
+		return errBadCache
 	}
 	for i := 0; i < nAdded && r.err == nil; i++ {
 		var t addedToken
 		id := int32(r.u32())
 		f := r.take(1)
 		t.Content, t.Pattern = r.str(), r.str()
-		if r.err != nil || !validID(id) || t.Pattern == "" {
-			return nil, errBadCache
+		if r.err != nil || !c.validID(id) || t.Pattern == "" {
+			return errBadCache
 		}
 		t.ID = int(id)
 		t.SingleWord, t.LStrip, t.RStrip, t.Normalized, t.Special = f[0]&1 != 0, f[0]&2 != 0, f[0]&4 != 0, f[0]&8 != 0, f[0]&16 != 0
 		c.Added = append(c.Added, t)
 	}
-	if r.err != nil || len(r.b) != 0 {
-		return nil, errBadCache
-	}
-	return c, nil
+	return nil
 }
 
 // writeCache stores the compiled tokenizer with safetensors.WriteAtomic's temp file and rename,

@@ -101,94 +101,138 @@ func compileJSON(data []byte, fingerprint [32]byte) (*compiled, error) {
 		return nil, fmt.Errorf("not a tokenizer.json: %v", err)
 	}
 	c := &compiled{Fingerprint: fingerprint}
-	if !isNull(f.Truncation) {
-		return nil, fmt.Errorf("truncation is %s: only null is supported (Encode never truncates); remove it", f.Truncation)
-	}
-	if !isNull(f.Padding) {
-		return nil, fmt.Errorf("padding is %s: only null is supported (Encode never pads); remove it", f.Padding)
-	}
-	if c.NFC, err = checkNormalizer("normalizer", f.Normalizer); err != nil {
+	if c.NFC, err = checkPipeline(f); err != nil {
 		return nil, err
-	}
-	if err := checkPreTokenizer(f.PreTokenizer); err != nil {
-		return nil, err
-	}
-	if err := checkPostProcessor("post_processor", f.PostProcessor); err != nil {
-		return nil, err
-	}
-	dec, err := parseComponent("decoder", f.Decoder)
-	if err != nil {
-		return nil, err
-	}
-	if dec == nil || dec.Type != "ByteLevel" {
-		return nil, fmt.Errorf("decoder is %s: only ByteLevel is supported", compactJSON(f.Decoder))
 	}
 	m := f.Model
-	if m == nil {
-		return nil, fmt.Errorf("model is missing")
-	}
-	if m.Type != "BPE" {
-		return nil, fmt.Errorf("model.type is %q: only BPE is supported", m.Type)
-	}
-	if m.Dropout != nil && *m.Dropout != 0 {
-		return nil, fmt.Errorf("model.dropout is %v: BPE dropout is random; only null or 0 is supported", *m.Dropout)
-	}
-	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
-		return nil, fmt.Errorf("model.continuing_subword_prefix is %q: only null or \"\" is supported", *m.ContinuingSubwordPrefix)
-	}
-	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
-		return nil, fmt.Errorf("model.end_of_word_suffix is %q: only null or \"\" is supported", *m.EndOfWordSuffix)
+	if err := checkModel(m); err != nil {
+		return nil, err
 	}
 	// unk_token and byte_fallback only act on characters missing from the
 	// vocabulary; after the ByteLevel pre-tokenizer every character is one of
 	// the 256 byte symbols, which are required below, so both are inert.
 	c.IgnoreMerges = m.IgnoreMerges != nil && *m.IgnoreMerges
-	if len(m.Vocab) == 0 {
-		return nil, fmt.Errorf("model.vocab is empty")
-	}
-
-	// Token strings by id: the model vocabulary, then the added tokens. The
-	// decode table is dense, so ids must not be far sparser than the tokens.
-	maxID := 0
-	for tok, id := range m.Vocab {
-		if id < 0 || id >= math.MaxInt32 {
-			return nil, fmt.Errorf("model.vocab[%q] = %d: ids must be in [0, %d)", tok, id, math.MaxInt32)
-		}
-		maxID = max(maxID, id)
-	}
-	if err := checkDensity(maxID, len(m.Vocab)); err != nil {
+	byID, known, err := vocabByID(m.Vocab)
+	if err != nil {
 		return nil, err
 	}
-	byID := make([]string, maxID+1)
-	known := make([]bool, maxID+1)
-	for tok, id := range m.Vocab {
-		if known[id] {
-			a, b := min(tok, byID[id]), max(tok, byID[id])
-			return nil, fmt.Errorf("model.vocab: %q and %q share id %d; ids must be unique", a, b, id)
-		}
-		byID[id], known[id] = tok, true
-	}
-	for b := 0; b < 256; b++ {
-		sym := string(byteToRune[b])
-		id, ok := m.Vocab[sym]
-		if !ok {
-			return nil, fmt.Errorf("model.vocab lacks %q, the byte-level symbol of byte 0x%02X: a ByteLevel BPE must cover all 256 bytes", sym, b)
-		}
-		c.ByteID[b] = int32(id)
+	if c.ByteID, err = byteSymbolIDs(m.Vocab); err != nil {
+		return nil, err
 	}
 	if c.Merges, err = resolveMerges(m, m.Vocab); err != nil {
 		return nil, err
 	}
-	added, err := resolveAdded(f.AddedTokens, m.Vocab, c.NFC)
-	if err != nil {
+	if c.Added, err = resolveAdded(f.AddedTokens, m.Vocab, c.NFC); err != nil {
 		return nil, err
 	}
-	c.Added = added
-	for _, t := range added {
+	if err := c.buildDecodeTable(byID, known, len(m.Vocab)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkPipeline accepts only the stages Encode implements: no truncation or
+// padding, a supported normalizer (reporting whether it is NFC), pre-tokenizer
+// and post-processor, and the ByteLevel decoder.
+func checkPipeline(f *fileJSON) (nfc bool, err error) {
+	if !isNull(f.Truncation) {
+		return false, fmt.Errorf("truncation is %s: only null is supported (Encode never truncates); remove it", f.Truncation)
+	}
+	if !isNull(f.Padding) {
+		return false, fmt.Errorf("padding is %s: only null is supported (Encode never pads); remove it", f.Padding)
+	}
+	if nfc, err = checkNormalizer("normalizer", f.Normalizer); err != nil {
+		return false, err
+	}
+	if err := checkPreTokenizer(f.PreTokenizer); err != nil {
+		return false, err
+	}
+	if err := checkPostProcessor("post_processor", f.PostProcessor); err != nil {
+		return false, err
+	}
+	dec, err := parseComponent("decoder", f.Decoder)
+	if err != nil {
+		return false, err
+	}
+	if dec == nil || dec.Type != "ByteLevel" {
+		return false, fmt.Errorf("decoder is %s: only ByteLevel is supported", compactJSON(f.Decoder))
+	}
+	return nfc, nil
+}
+
+// checkModel accepts a deterministic BPE model without word affixes.
+func checkModel(m *modelJSON) error {
+	if m == nil {
+		return fmt.Errorf("model is missing")
+	}
+	if m.Type != "BPE" {
+		return fmt.Errorf("model.type is %q: only BPE is supported", m.Type)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return fmt.Errorf("model.dropout is %v: BPE dropout is random; only null or 0 is supported", *m.Dropout)
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
+		return fmt.Errorf("model.continuing_subword_prefix is %q: only null or \"\" is supported", *m.ContinuingSubwordPrefix)
+	}
+	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return fmt.Errorf("model.end_of_word_suffix is %q: only null or \"\" is supported", *m.EndOfWordSuffix)
+	}
+	if len(m.Vocab) == 0 {
+		return fmt.Errorf("model.vocab is empty")
+	}
+	return nil
+}
+
+// vocabByID lays the vocabulary out by id. The decode table is dense, so ids
+// must not be far sparser than the tokens, and each id names one token.
+func vocabByID(vocab map[string]int) (byID []string, known []bool, err error) {
+	maxID := 0
+	for tok, id := range vocab {
+		if id < 0 || id >= math.MaxInt32 {
+			return nil, nil, fmt.Errorf("model.vocab[%q] = %d: ids must be in [0, %d)", tok, id, math.MaxInt32)
+		}
+		maxID = max(maxID, id)
+	}
+	if err := checkDensity(maxID, len(vocab)); err != nil {
+		return nil, nil, err
+	}
+	byID = make([]string, maxID+1)
+	known = make([]bool, maxID+1)
+	for tok, id := range vocab {
+		if known[id] {
+			a, b := min(tok, byID[id]), max(tok, byID[id])
+			return nil, nil, fmt.Errorf("model.vocab: %q and %q share id %d; ids must be unique", a, b, id)
+		}
+		byID[id], known[id] = tok, true
+	}
+	return byID, known, nil
+}
+
+// byteSymbolIDs is the id of each byte's ByteLevel symbol; a ByteLevel BPE
+// must cover all 256.
+func byteSymbolIDs(vocab map[string]int) ([256]int32, error) {
+	var ids [256]int32
+	for b := 0; b < 256; b++ {
+		sym := string(byteToRune[b])
+		id, ok := vocab[sym]
+		if !ok {
+			return ids, fmt.Errorf("model.vocab lacks %q, the byte-level symbol of byte 0x%02X: a ByteLevel BPE must cover all 256 bytes", sym, b)
+		}
+		ids[b] = int32(id)
+	}
+	return ids, nil
+}
+
+// buildDecodeTable extends the vocabulary's id table (byID, known; vocabSize
+// tokens) with the added tokens and fills the whole-word list and the dense
+// decode table.
+func (c *compiled) buildDecodeTable(byID []string, known []bool, vocabSize int) error {
+	maxID := len(byID) - 1
+	for _, t := range c.Added {
 		maxID = max(maxID, t.ID)
 	}
-	if err := checkDensity(maxID, len(m.Vocab)+len(added)); err != nil {
-		return nil, err
+	if err := checkDensity(maxID, vocabSize+len(c.Added)); err != nil {
+		return err
 	}
 	numIDs := maxID + 1
 	byID = append(byID, make([]string, numIDs-len(byID))...)
@@ -202,7 +246,7 @@ func compileJSON(data []byte, fingerprint [32]byte) (*compiled, error) {
 	}
 	// HF's decoder receives an added token's content (normalized when the
 	// token is), even where the id is also a vocabulary entry.
-	for _, t := range added {
+	for _, t := range c.Added {
 		byID[t.ID], known[t.ID] = t.Pattern, true
 	}
 	c.NumIDs = numIDs
@@ -213,11 +257,11 @@ func compileJSON(data []byte, fingerprint [32]byte) (*compiled, error) {
 			c.DecData = append(c.DecData, byteLevelDecode(tok)...)
 		}
 		if len(c.DecData) > math.MaxUint32 {
-			return nil, fmt.Errorf("model.vocab: decoded tokens exceed 4 GiB")
+			return fmt.Errorf("model.vocab: decoded tokens exceed 4 GiB")
 		}
 		c.DecOff[id+1] = uint32(len(c.DecData))
 	}
-	return c, nil
+	return nil
 }
 
 func checkDensity(maxID, tokens int) error {

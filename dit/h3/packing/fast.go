@@ -29,8 +29,8 @@ func PlanFastTemporal(targetFrames, factor int) (FastTemporalPlan, error) {
 	if err != nil {
 		return FastTemporalPlan{}, err
 	}
-	if factor < 2 {
-		return FastTemporalPlan{}, fmt.Errorf("fast factor must be at least 2, got %d", factor)
+	if factor < 2 || factor > MaxNumFrames {
+		return FastTemporalPlan{}, fmt.Errorf("fast factor must be 2 to %d, got %d", MaxNumFrames, factor)
 	}
 	ideal := ceilDiv(target-1, factor) + 1
 	source, err := AlignNumFrames(ideal)
@@ -79,8 +79,8 @@ type FastSpatialPlan struct {
 // 32, rejected unless it is smaller in area than the target's canvas.
 // 480x832 -> stage1 240x416 -> canvas 256x416.
 func PlanFastSpatial(height, width, scale int) (FastSpatialPlan, error) {
-	if scale < 2 {
-		return FastSpatialPlan{}, fmt.Errorf("fast-spatial scale must be at least 2, got %d", scale)
+	if scale < 2 || scale > MaxCanvasSide {
+		return FastSpatialPlan{}, fmt.Errorf("fast-spatial scale must be 2 to %d, got %d", MaxCanvasSide, scale)
 	}
 	th, tw, err := CeilCanvas(height, width)
 	if err != nil {

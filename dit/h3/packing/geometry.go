@@ -49,23 +49,43 @@ const (
 // DefaultPatchSize is the released DiT patch (t, h, w).
 var DefaultPatchSize = [3]int{1, 2, 2}
 
-// AlignNumFrames rounds a frame count up to the next 17n+5, the only lengths
-// the causal video VAE produces.
+// Input bounds of every entry point. They lie far above the released limits
+// (5-15 s clips; the upstream examples stop at a 1080x1920 output) and exist
+// so that absurd inputs fail with an error instead of overflowing, looping or
+// allocating without bound.
+const (
+	// MaxNumFrames is the longest clip whose RoPE times stay distinct: the
+	// largest 17n+5 count whose span (5/3 units a frame) fits in one turn of
+	// the time axis's slowest rotary frequency, 2*pi*10000^(15/16) ~ 35,333
+	// units (rope_theta 10000, 16 frequencies per axis in
+	// fastvideo/models/dits/minimax_h3.py). Longer clips repeat positions.
+	MaxNumFrames = 21187
+	// MaxCanvasSide bounds a canvas side in pixels (a memory guard).
+	MaxCanvasSide = 4096
+	// MaxTextTokens is Qwen3-VL's max_position_embeddings: the text encoder
+	// places no longer prompt.
+	MaxTextTokens = 262144
+	// MaxSequenceLength bounds the packed rows a Layout may hold (about 120
+	// MiB of layout; the released 768x1344x345 clip packs about 104,000).
+	MaxSequenceLength = 1 << 22
+)
+
+// AlignNumFrames rounds a frame count (1..MaxNumFrames) up to the next 17n+5,
+// the only lengths the causal video VAE produces.
 func AlignNumFrames(n int) (int, error) {
-	if n < 1 {
-		return 0, fmt.Errorf("num_frames must be positive, got %d", n)
+	if n < 1 || n > MaxNumFrames {
+		return 0, fmt.Errorf("num_frames must be 1 to %d, got %d", MaxNumFrames, n)
 	}
-	for n%FramesPerChunk != LatentsPerChunk {
-		n++
-	}
-	return n, nil
+	short := (LatentsPerChunk - n%FramesPerChunk + FramesPerChunk) % FramesPerChunk
+	return n + short, nil
 }
 
 // VideoLatentFrames is the latent frame count of an aligned frame count
 // (5 latents per 17-frame chunk, plus 2 for the leading 5 frames).
 func VideoLatentFrames(numFrames int) (int, error) {
-	if numFrames < LatentsPerChunk || numFrames%FramesPerChunk != LatentsPerChunk {
-		return 0, fmt.Errorf("num_frames must be of the form 17n+5, got %d (align it with AlignNumFrames)", numFrames)
+	if numFrames < LatentsPerChunk || numFrames > MaxNumFrames || numFrames%FramesPerChunk != LatentsPerChunk {
+		return 0, fmt.Errorf("num_frames must be of the form 17n+5 up to %d, got %d (align it with AlignNumFrames)",
+			MaxNumFrames, numFrames)
 	}
 	return (numFrames-LatentsPerChunk)/FramesPerChunk*LatentsPerChunk + 2, nil
 }
@@ -125,8 +145,9 @@ func ResolveTargetCanvas(height, width int, defaultAspect [2]float64, vaeRatio i
 		}
 		height, width = h, w
 	}
-	if height <= 0 || width <= 0 || height%CanvasMultiple != 0 || width%CanvasMultiple != 0 {
-		return 0, 0, fmt.Errorf("height and width must be positive multiples of %d, got %dx%d", CanvasMultiple, height, width)
+	if !canvasSideInRange(height) || !canvasSideInRange(width) || height%CanvasMultiple != 0 || width%CanvasMultiple != 0 {
+		return 0, 0, fmt.Errorf("height and width must be multiples of %d from %d to %d, got %dx%d",
+			CanvasMultiple, CanvasMultiple, MaxCanvasSide, height, width)
 	}
 	if vaeRatio <= 0 || height%vaeRatio != 0 || width%vaeRatio != 0 {
 		return 0, 0, fmt.Errorf("canvas %dx%d is not divisible by the VAE ratio %d", height, width, vaeRatio)
@@ -138,8 +159,8 @@ func ResolveTargetCanvas(height, width int, defaultAspect [2]float64, vaeRatio i
 // runtime does for sizes the CUDA path would reject; decoded frames are then
 // center-cropped back (see CropOffsets).
 func CeilCanvas(height, width int) (int, int, error) {
-	if height <= 0 || width <= 0 {
-		return 0, 0, fmt.Errorf("output size must be positive, got %dx%d", height, width)
+	if !canvasSideInRange(height) || !canvasSideInRange(width) {
+		return 0, 0, fmt.Errorf("output size must be 1 to %d pixels a side, got %dx%d", MaxCanvasSide, height, width)
 	}
 	return ceilDiv(height, CanvasMultiple) * CanvasMultiple, ceilDiv(width, CanvasMultiple) * CanvasMultiple, nil
 }
@@ -178,20 +199,27 @@ type Geometry struct {
 }
 
 // NewGeometry derives the latent grid of an H3 canvas and an aligned frame
-// count. Durations are not checked here (see ResolveTargetNumFrames).
+// count. Durations are not checked here (see ResolveTargetNumFrames); the
+// rows it implies must fit MaxSequenceLength.
 func NewGeometry(height, width, numFrames int) (Geometry, error) {
-	if height <= 0 || width <= 0 || height%CanvasMultiple != 0 || width%CanvasMultiple != 0 {
-		return Geometry{}, fmt.Errorf("canvas must be positive multiples of %d, got %dx%d", CanvasMultiple, height, width)
+	if !canvasSideInRange(height) || !canvasSideInRange(width) || height%CanvasMultiple != 0 || width%CanvasMultiple != 0 {
+		return Geometry{}, fmt.Errorf("canvas must be multiples of %d from %d to %d, got %dx%d",
+			CanvasMultiple, CanvasMultiple, MaxCanvasSide, height, width)
 	}
 	lt, err := VideoLatentFrames(numFrames)
 	if err != nil {
 		return Geometry{}, err
 	}
-	return Geometry{
+	g := Geometry{
 		Height: height, Width: width, NumFrames: numFrames,
 		LatentFrames: lt, LatentHeight: height / VAESpatialRatio, LatentWidth: width / VAESpatialRatio,
 		AudioLatents: AudioLatentFrames(numFrames), PatchSize: DefaultPatchSize,
-	}, nil
+	}
+	if rows := g.NonTextRows(); rows > MaxSequenceLength {
+		return Geometry{}, fmt.Errorf("a %dx%d canvas of %d frames packs %d rows, above the %d a layout may hold",
+			height, width, numFrames, rows, MaxSequenceLength)
+	}
+	return g, nil
 }
 
 // RowsPerFrame is the number of video tokens per latent frame.
@@ -230,3 +258,5 @@ func patchOrDefault(p [3]int) [3]int {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func canvasSideInRange(side int) bool { return side >= 1 && side <= MaxCanvasSide }

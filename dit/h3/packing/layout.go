@@ -73,17 +73,39 @@ func (l *Layout) VideoStart() int     { return l.AudioStart() + l.NumAudioRows }
 
 // Build packs one request. It reproduces build_packed_sequence (and the MLX
 // build_packed_layout for a temporal scale) exactly: integers, tags and
-// float64 positions are bit-identical to the reference.
+// float64 positions are bit-identical to the reference. Requests beyond
+// MaxTextTokens or MaxSequenceLength rows are rejected before anything is
+// allocated.
 func Build(req Request) (*Layout, error) {
 	patch := patchOrDefault(req.PatchSize)
-	if patch[0] <= 0 || patch[1] <= 0 || patch[2] <= 0 {
-		return nil, fmt.Errorf("packing: patch size must be positive, got %v", patch)
+	tags, err := textTokenTags(req)
+	if err != nil {
+		return nil, err
 	}
+	if err := checkGrid(req, patch); err != nil {
+		return nil, err
+	}
+	scale, err := temporalScale(req)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLayout(req, len(tags), patch)
+	if err != nil {
+		return nil, err
+	}
+	l.placePositions(req, scale)
+	l.tagRows(tags)
+	return l, nil
+}
+
+// textTokenTags resolves the prompt's token tags (nil: NumTextTokens text
+// tags) and checks them.
+func textTokenTags(req Request) ([]uint8, error) {
 	tags := req.TextTokenTags
 	switch {
 	case tags == nil:
-		if req.NumTextTokens < 0 {
-			return nil, fmt.Errorf("packing: NumTextTokens must be >= 0, got %d", req.NumTextTokens)
+		if req.NumTextTokens < 0 || req.NumTextTokens > MaxTextTokens {
+			return nil, fmt.Errorf("packing: NumTextTokens must be 0 to %d, got %d", MaxTextTokens, req.NumTextTokens)
 		}
 		tags = make([]uint8, req.NumTextTokens)
 		for i := range tags {
@@ -91,6 +113,8 @@ func Build(req Request) (*Layout, error) {
 		}
 	case req.NumTextTokens != 0 && req.NumTextTokens != len(tags):
 		return nil, fmt.Errorf("packing: NumTextTokens=%d but %d text token tags were given", req.NumTextTokens, len(tags))
+	case len(tags) > MaxTextTokens:
+		return nil, fmt.Errorf("packing: %d text token tags, above the %d a prompt may hold", len(tags), MaxTextTokens)
 	}
 	for i, t := range tags {
 		if t != TagText && t != TagVideo {
@@ -98,96 +122,145 @@ func Build(req Request) (*Layout, error) {
 				i, t, TagText, TagVideo)
 		}
 	}
+	return tags, nil
+}
+
+// checkGrid checks the patch, the latent grid and the keyframe anchors.
+func checkGrid(req Request, patch [3]int) error {
+	if patch[0] <= 0 || patch[1] <= 0 || patch[2] <= 0 {
+		return fmt.Errorf("packing: patch size must be positive, got %v", patch)
+	}
 	if req.LatentFrames <= 0 || req.LatentHeight <= 0 || req.LatentWidth <= 0 || req.AudioLatents < 0 {
-		return nil, fmt.Errorf("packing: latent geometry must be positive, got T=%d H=%d W=%d audio=%d",
+		return fmt.Errorf("packing: latent geometry must be positive, got T=%d H=%d W=%d audio=%d",
 			req.LatentFrames, req.LatentHeight, req.LatentWidth, req.AudioLatents)
 	}
 	if req.LatentFrames%patch[0] != 0 || req.LatentHeight%patch[1] != 0 || req.LatentWidth%patch[2] != 0 {
-		return nil, fmt.Errorf("packing: latent grid %dx%dx%d is not divisible by the patch %v",
+		return fmt.Errorf("packing: latent grid %dx%dx%d is not divisible by the patch %v",
 			req.LatentFrames, req.LatentHeight, req.LatentWidth, patch)
 	}
+	for _, a := range req.Keyframes {
+		if a != AnchorFirst && a != AnchorLast {
+			return fmt.Errorf("packing: a keyframe anchor must be %q or %q, got %q", AnchorFirst, AnchorLast, a)
+		}
+	}
+	return nil
+}
+
+// temporalScale resolves VideoTemporalScale (zero means 1). A stretched clip
+// never spans more than MaxNumFrames frames, so no valid scale exceeds that.
+func temporalScale(req Request) (float64, error) {
 	scale := req.VideoTemporalScale
 	if scale == 0 {
 		scale = 1
 	}
-	if !(scale > 0) || math.IsInf(scale, 0) {
-		return nil, fmt.Errorf("packing: VideoTemporalScale must be positive and finite, got %g", req.VideoTemporalScale)
+	if !(scale > 0) || scale > MaxNumFrames {
+		return 0, fmt.Errorf("packing: VideoTemporalScale must be positive and at most %d, got %g",
+			MaxNumFrames, req.VideoTemporalScale)
 	}
 	if len(req.Keyframes) > 0 && scale != 1 {
-		return nil, fmt.Errorf("packing: a video temporal scale is supported only without keyframe anchors")
+		return 0, fmt.Errorf("packing: a video temporal scale is supported only without keyframe anchors")
 	}
-	for _, a := range req.Keyframes {
-		if a != AnchorFirst && a != AnchorLast {
-			return nil, fmt.Errorf("packing: a keyframe anchor must be %q or %q, got %q", AnchorFirst, AnchorLast, a)
-		}
+	return scale, nil
+}
+
+// newLayout counts the row groups, each product checked against
+// MaxSequenceLength before it can overflow, and allocates the per-row tables.
+func newLayout(req Request, numText int, patch [3]int) (*Layout, error) {
+	hp, wp, tp := req.LatentHeight/patch[1], req.LatentWidth/patch[2], req.LatentFrames/patch[0]
+	rowsPerFrame, ok1 := boundedProduct(hp, wp)
+	numCond, ok2 := boundedProduct(len(req.Keyframes), rowsPerFrame)
+	numAudio, ok3 := boundedProduct(req.AudioLatents, AudioChannels)
+	numVideo, ok4 := boundedProduct(tp, rowsPerFrame)
+	L := numText + numCond + numAudio + numVideo // each term <= MaxSequenceLength: no overflow
+	if !ok1 || !ok2 || !ok3 || !ok4 || L > MaxSequenceLength {
+		return nil, fmt.Errorf("packing: %d text tokens, %d keyframes, %d audio latents and a %dx%dx%d latent grid pack more than %d rows",
+			numText, len(req.Keyframes), req.AudioLatents, req.LatentFrames, req.LatentHeight, req.LatentWidth, MaxSequenceLength)
 	}
-
-	hp, wp := req.LatentHeight/patch[1], req.LatentWidth/patch[2]
-	rowsPerFrame := hp * wp
-	tp := req.LatentFrames / patch[0]
-	S := len(tags)
-	numCond := len(req.Keyframes) * rowsPerFrame
-	numAudio := req.AudioLatents * AudioChannels
-	numVideo := tp * rowsPerFrame
-	L := S + numCond + numAudio + numVideo
-
-	l := &Layout{
-		SequenceLength: L, NumTextRows: S, NumConditionVideoRows: numCond, NumAudioRows: numAudio,
+	return &Layout{
+		SequenceLength: L, NumTextRows: numText, NumConditionVideoRows: numCond, NumAudioRows: numAudio,
 		NumVideoRows: numVideo, RowsPerFrame: rowsPerFrame,
 		LatentFrames: req.LatentFrames, LatentHeight: req.LatentHeight, LatentWidth: req.LatentWidth,
 		AudioLatents: req.AudioLatents, PatchSize: patch,
 		PositionIDs: make([][3]float64, L), TokenTags: make([]uint8, L),
-	}
-	condStart, audioStart := S, S+numCond
-	videoStart := audioStart + numAudio
+	}, nil
+}
 
-	for i := 0; i < S; i++ {
+// boundedProduct is a*b for non-negative factors, reporting false when the
+// product exceeds MaxSequenceLength.
+func boundedProduct(a, b int) (int, bool) {
+	if a < 0 || b < 0 || (b != 0 && a > MaxSequenceLength/b) {
+		return 0, false
+	}
+	return a * b, true
+}
+
+// placePositions fills the RoPE coordinates of every row group.
+func (l *Layout) placePositions(req Request, scale float64) {
+	patch := l.PatchSize
+	for i := 0; i < l.NumTextRows; i++ {
 		l.PositionIDs[i] = [3]float64{float64(i), 0, 0}
 	}
 	sqrtArea := SqrtArea(req.LatentHeight, req.LatentWidth)
 	hgrid := SpatialGrid(req.LatentHeight, patch[1], sqrtArea)
 	wgrid := SpatialGrid(req.LatentWidth, patch[2], sqrtArea)
-	origin := float64(S)
+	origin := float64(l.NumTextRows)
+	l.placeKeyframes(req, origin, hgrid, wgrid)
+	l.placeAudio(origin, wgrid)
+	tp := req.LatentFrames / patch[0]
+	tgrid := TemporalGrid(tp, origin, scale)
+	for j := 0; j < tp; j++ {
+		l.placeFrame(l.VideoStart()+j*l.RowsPerFrame, tgrid[j], hgrid, wgrid)
+	}
+}
 
+// placeKeyframes puts each anchor's condition frame at the time of the first
+// or of the last latent frame.
+func (l *Layout) placeKeyframes(req Request, origin float64, hgrid, wgrid []float64) {
 	for k, a := range req.Keyframes {
 		t := origin
 		if a == AnchorLast {
 			t = origin + TemporalSpan(req.LatentFrames)
 			t = t - FrameRescale
 		}
-		base := condStart + k*rowsPerFrame
-		for r := 0; r < rowsPerFrame; r++ {
-			l.PositionIDs[base+r] = [3]float64{t, hgrid[r/wp], wgrid[r%wp]}
-		}
+		l.placeFrame(l.ConditionStart()+k*l.RowsPerFrame, t, hgrid, wgrid)
 	}
+}
+
+// placeAudio puts audio latent k of both channels at time origin+k, channel 0
+// on the left edge of the width grid and channel 1 on its right edge.
+func (l *Layout) placeAudio(origin float64, wgrid []float64) {
 	for ch := 0; ch < AudioChannels; ch++ {
 		w := wgrid[0]
 		if ch == 1 {
 			w = wgrid[len(wgrid)-1]
 		}
-		for k := 0; k < req.AudioLatents; k++ {
-			l.PositionIDs[audioStart+ch*req.AudioLatents+k] = [3]float64{origin + float64(k), 0, w}
+		for k := 0; k < l.AudioLatents; k++ {
+			l.PositionIDs[l.AudioStart()+ch*l.AudioLatents+k] = [3]float64{origin + float64(k), 0, w}
 		}
 	}
-	tgrid := TemporalGrid(tp, origin, scale)
-	for j := 0; j < tp; j++ {
-		base := videoStart + j*rowsPerFrame
-		for r := 0; r < rowsPerFrame; r++ {
-			l.PositionIDs[base+r] = [3]float64{tgrid[j], hgrid[r/wp], wgrid[r%wp]}
-		}
-	}
+}
 
+// placeFrame fills the rows of one video frame starting at base.
+func (l *Layout) placeFrame(base int, t float64, hgrid, wgrid []float64) {
+	wp := len(wgrid)
+	for r := 0; r < l.RowsPerFrame; r++ {
+		l.PositionIDs[base+r] = [3]float64{t, hgrid[r/wp], wgrid[r%wp]}
+	}
+}
+
+// tagRows writes the token tags and the index lists of the row groups.
+func (l *Layout) tagRows(tags []uint8) {
+	audioStart, videoStart := l.AudioStart(), l.VideoStart()
 	copy(l.TokenTags, tags)
-	l.TextIndices = arange(0, S)
+	l.TextIndices = arange(0, l.NumTextRows)
 	l.AudioIndices = arange(audioStart, videoStart)
-	l.VideoIndices = append(arange(condStart, audioStart), arange(videoStart, L)...)
+	l.VideoIndices = append(arange(l.ConditionStart(), audioStart), arange(videoStart, l.SequenceLength)...)
 	for _, i := range l.AudioIndices {
 		l.TokenTags[i] = TagAudio
 	}
 	for _, i := range l.VideoIndices {
 		l.TokenTags[i] = TagVideo
 	}
-	return l, nil
 }
 
 func arange(start, stop int) []int32 {

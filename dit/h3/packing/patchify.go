@@ -31,8 +31,11 @@ func UnpatchifyVideo(rows []float32, c, t, h, w int, patch [3]int) ([]float32, e
 // latent (c, t, h, w) and that the patch divides its grid.
 func checkVideo(what string, n, c, t, h, w int, patch [3]int) ([3]int, error) {
 	p := patchOrDefault(patch)
-	if n != c*t*h*w {
-		return p, fmt.Errorf("packing: %s %d values, want %d for (%d,%d,%d,%d)", what, n, c*t*h*w, c, t, h, w)
+	if p[0] <= 0 || p[1] <= 0 || p[2] <= 0 {
+		return p, fmt.Errorf("packing: patch size must be positive, got %v", p)
+	}
+	if !holdsExactly(n, c, t, h, w) {
+		return p, fmt.Errorf("packing: %s %d values, which do not fill a latent (%d,%d,%d,%d)", what, n, c, t, h, w)
 	}
 	if t%p[0] != 0 || h%p[1] != 0 || w%p[2] != 0 {
 		return p, fmt.Errorf("packing: latent (%d,%d,%d) is not divisible by the patch %v", t, h, w, p)
@@ -61,8 +64,8 @@ func forEachPatchElement(c, t, h, w int, p [3]int, fn func(src, dst int)) {
 
 // PackAudio turns stereo latents (2, C, N) into rows (2N, C): row ch*N + n.
 func PackAudio(latents []float32, channels, n int) ([]float32, error) {
-	if len(latents) != AudioChannels*channels*n {
-		return nil, fmt.Errorf("packing: audio latents hold %d values, want %d for (2,%d,%d)", len(latents), AudioChannels*channels*n, channels, n)
+	if !holdsExactly(len(latents), AudioChannels, channels, n) {
+		return nil, fmt.Errorf("packing: audio latents hold %d values, which do not fill (2,%d,%d)", len(latents), channels, n)
 	}
 	out := make([]float32, len(latents))
 	for ch := 0; ch < AudioChannels; ch++ {
@@ -77,8 +80,8 @@ func PackAudio(latents []float32, channels, n int) ([]float32, error) {
 
 // UnpackAudio is the inverse of PackAudio: rows (2N, C) -> latents (2, C, N).
 func UnpackAudio(rows []float32, channels, n int) ([]float32, error) {
-	if len(rows) != AudioChannels*channels*n {
-		return nil, fmt.Errorf("packing: audio rows hold %d values, want %d for (%d,%d)", len(rows), AudioChannels*channels*n, AudioChannels*n, channels)
+	if !holdsExactly(len(rows), AudioChannels, channels, n) {
+		return nil, fmt.Errorf("packing: audio rows hold %d values, which do not fill (2*%d,%d)", len(rows), n, channels)
 	}
 	out := make([]float32, len(rows))
 	for ch := 0; ch < AudioChannels; ch++ {
@@ -89,4 +92,27 @@ func UnpackAudio(rows []float32, channels, n int) ([]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// holdsExactly reports whether n values fill a tensor of the given
+// non-negative dimensions; it divides instead of multiplying, so no product
+// can overflow.
+func holdsExactly(n int, dims ...int) bool {
+	rest, empty := n, false
+	for _, d := range dims {
+		switch {
+		case d < 0:
+			return false
+		case d == 0:
+			empty = true
+		case rest%d != 0:
+			return false
+		default:
+			rest /= d
+		}
+	}
+	if empty {
+		return n == 0
+	}
+	return rest == 1
 }

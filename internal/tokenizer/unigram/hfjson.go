@@ -158,73 +158,11 @@ func parseNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		var s struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("normalizer Sequence: %v", err)
-		}
-		var seq seqNormalizer
-		for _, r := range s.Normalizers {
-			n, err := parseNormalizer(r, opts)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		return parseSequenceNormalizer(raw, opts)
 	case "Precompiled":
-		var p struct {
-			Charsmap *string `json:"precompiled_charsmap"`
-		}
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return nil, fmt.Errorf("normalizer Precompiled: %v", err)
-		}
-		if p.Charsmap == nil || *p.Charsmap == "" {
-			return nil, nil // an empty map normalizes nothing
-		}
-		data, err := base64.StdEncoding.DecodeString(*p.Charsmap)
-		if err == nil {
-			var cm *charsmap
-			if cm, err = parseCharsmap(data); err == nil {
-				return precompiledNormalizer{cm}, nil
-			}
-		}
-		if opts.Strict {
-			return nil, fmt.Errorf("normalizer Precompiled: precompiled_charsmap cannot be read (%v); without Options.Strict it is replaced by NFKC + whitespace mapping", err)
-		}
-		return nfkcWhitespaceNormalizer{}, nil
+		return parsePrecompiledNormalizer(raw, opts)
 	case "Replace":
-		var r struct {
-			Pattern struct {
-				String *string `json:"String"`
-				Regex  *string `json:"Regex"`
-			} `json:"pattern"`
-			Content string `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("normalizer Replace: %v", err)
-		}
-		switch {
-		case r.Pattern.String != nil:
-			return replaceNormalizer{literal: *r.Pattern.String, content: r.Content}, nil
-		case r.Pattern.Regex != nil:
-			if re, err := regexp.Compile(*r.Pattern.Regex); err == nil {
-				return replaceNormalizer{re: re, content: r.Content}, nil
-			}
-			// Oniguruma syntax beyond RE2 (look-arounds, ...).
-			if opts.Strict {
-				return nil, fmt.Errorf("normalizer Replace: regex %q needs a backtracking engine (regexp2 approximates Oniguruma); rejected under Options.Strict", *r.Pattern.Regex)
-			}
-			re2, err := regexp2.Compile(*r.Pattern.Regex, regexp2.None)
-			if err != nil {
-				return nil, fmt.Errorf("normalizer Replace: regex %q: %v", *r.Pattern.Regex, err)
-			}
-			return replaceNormalizer{re2: re2, content: r.Content}, nil
-		}
-		return nil, fmt.Errorf("normalizer Replace: pattern has neither String nor Regex")
+		return parseReplaceNormalizer(raw, opts)
 	case "NFC":
 		return formNormalizer{norm.NFC}, nil
 	case "NFD":
@@ -256,6 +194,80 @@ func parseNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
 		return prependNormalizer{p.Prepend}, nil
 	}
 	return nil, fmt.Errorf("normalizer type %q is not supported (supported: Sequence, Precompiled, Replace, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend)", c.Type)
+}
+
+func parseSequenceNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
+	var s struct {
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("normalizer Sequence: %v", err)
+	}
+	var seq seqNormalizer
+	for _, r := range s.Normalizers {
+		n, err := parseNormalizer(r, opts)
+		if err != nil {
+			return nil, err
+		}
+		if n != nil {
+			seq = append(seq, n)
+		}
+	}
+	return seq, nil
+}
+
+func parsePrecompiledNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
+	var p struct {
+		Charsmap *string `json:"precompiled_charsmap"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("normalizer Precompiled: %v", err)
+	}
+	if p.Charsmap == nil || *p.Charsmap == "" {
+		return nil, nil // an empty map normalizes nothing
+	}
+	data, err := base64.StdEncoding.DecodeString(*p.Charsmap)
+	if err == nil {
+		var cm *charsmap
+		if cm, err = parseCharsmap(data); err == nil {
+			return precompiledNormalizer{cm}, nil
+		}
+	}
+	if opts.Strict {
+		return nil, fmt.Errorf("normalizer Precompiled: precompiled_charsmap cannot be read (%v); without Options.Strict it is replaced by NFKC + whitespace mapping", err)
+	}
+	return nfkcWhitespaceNormalizer{}, nil
+}
+
+func parseReplaceNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
+	var r struct {
+		Pattern struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		} `json:"pattern"`
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("normalizer Replace: %v", err)
+	}
+	switch {
+	case r.Pattern.String != nil:
+		return replaceNormalizer{literal: *r.Pattern.String, content: r.Content}, nil
+	case r.Pattern.Regex != nil:
+		if re, err := regexp.Compile(*r.Pattern.Regex); err == nil {
+			return replaceNormalizer{re: re, content: r.Content}, nil
+		}
+		// Oniguruma syntax beyond RE2 (look-arounds, ...).
+		if opts.Strict {
+			return nil, fmt.Errorf("normalizer Replace: regex %q needs a backtracking engine (regexp2 approximates Oniguruma); rejected under Options.Strict", *r.Pattern.Regex)
+		}
+		re2, err := regexp2.Compile(*r.Pattern.Regex, regexp2.None)
+		if err != nil {
+			return nil, fmt.Errorf("normalizer Replace: regex %q: %v", *r.Pattern.Regex, err)
+		}
+		return replaceNormalizer{re2: re2, content: r.Content}, nil
+	}
+	return nil, fmt.Errorf("normalizer Replace: pattern has neither String nor Regex")
 }
 
 // ---- pre-tokenizers ----

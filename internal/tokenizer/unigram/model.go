@@ -125,6 +125,20 @@ func (m *model) encode(s string, out []int) ([]int, error) {
 	if s == "" {
 		return out, nil
 	}
+	best, err := m.lattice(s)
+	if err != nil {
+		return out, err
+	}
+	path, err := backtrack(best, s)
+	if err != nil {
+		return out, err
+	}
+	return m.emitPath(path, s, out)
+}
+
+// lattice fills best[end], the best path ending at each byte offset, in the
+// order described at encode.
+func (m *model) lattice(s string) ([]bestNode, error) {
 	n := len(s)
 	best := make([]bestNode, n+1)
 	for i := range best {
@@ -143,20 +157,9 @@ func (m *model) encode(s string, out []int) ([]int, error) {
 			if !ok || !m.matchable(id) {
 				continue
 			}
-			var cand float64
-			if m.sp {
-				switch m.types[id] {
-				case typeUnused:
-					continue // matched by the trie, then skipped (and no single node)
-				case typeUserDefined:
-					// (length * max_score_ - 0.1) is a double in SentencePiece; the
-					// sum is compared as a double and stored as a float.
-					cand = float64(float32(end-start)*float32(m.maxScore)) - 0.1 + till
-				default:
-					cand = float64(float32(m.scores[id]) + float32(till))
-				}
-			} else {
-				cand = m.scores[id] + till
+			cand, ok := m.pieceScore(id, end-start, till)
+			if !ok {
+				continue
 			}
 			t := &best[end]
 			if t.start < 0 || cand > t.score {
@@ -170,30 +173,67 @@ func (m *model) encode(s string, out []int) ([]int, error) {
 			}
 		}
 		if !single {
-			cand := m.unkScore + till
-			if m.sp {
-				cand = float64(float32(m.unkScore) + float32(till))
-			}
-			t := &best[start+mblen]
-			if t.start < 0 || cand > t.score {
-				if m.unkID < 0 {
-					return out, fmt.Errorf("%q has no piece and the vocabulary defines no unknown token (unk_id)", s[start:start+mblen])
-				}
-				*t = bestNode{score: cand, start: start, id: m.unkID, isUnk: true, length: mblen}
+			if err := m.addUnknownNode(best, s, start, mblen, till); err != nil {
+				return nil, err
 			}
 		}
 		start += mblen
 	}
-	// Backtrack, then resolve in text order.
+	return best, nil
+}
+
+// pieceScore is the score of a path scoring till extended by piece id of
+// length bytes, in SentencePiece's float32 arithmetic for spiece.model; false
+// skips an unused piece (matched by the trie, then skipped: no single node).
+func (m *model) pieceScore(id, length int, till float64) (float64, bool) {
+	if !m.sp {
+		return m.scores[id] + till, true
+	}
+	switch m.types[id] {
+	case typeUnused:
+		return 0, false
+	case typeUserDefined:
+		// (length * max_score_ - 0.1) is a double in SentencePiece; the
+		// sum is compared as a double and stored as a float.
+		return float64(float32(length)*float32(m.maxScore)) - 0.1 + till, true
+	}
+	return float64(float32(m.scores[id]) + float32(till)), true
+}
+
+// addUnknownNode covers the character at start (mblen bytes), which no
+// single-character piece matches, with an unknown node scored min_score - 10.
+func (m *model) addUnknownNode(best []bestNode, s string, start, mblen int, till float64) error {
+	cand := m.unkScore + till
+	if m.sp {
+		cand = float64(float32(m.unkScore) + float32(till))
+	}
+	t := &best[start+mblen]
+	if t.start < 0 || cand > t.score {
+		if m.unkID < 0 {
+			return fmt.Errorf("%q has no piece and the vocabulary defines no unknown token (unk_id)", s[start:start+mblen])
+		}
+		*t = bestNode{score: cand, start: start, id: m.unkID, isUnk: true, length: mblen}
+	}
+	return nil
+}
+
+// backtrack walks the best path from the end of s, last piece first.
+func backtrack(best []bestNode, s string) ([]bestNode, error) {
 	var path []bestNode
-	for end := n; end > 0; {
+	for end := len(s); end > 0; {
 		b := best[end]
 		if b.start < 0 {
-			return out, fmt.Errorf("internal error: no segmentation reaches byte %d of %q", end, s)
+			return nil, fmt.Errorf("internal error: no segmentation reaches byte %d of %q", end, s)
 		}
 		path = append(path, b)
 		end = b.start
 	}
+	return path, nil
+}
+
+// emitPath appends the ids of a backtracked path in text order, fusing each
+// run of unknown nodes.
+func (m *model) emitPath(path []bestNode, s string, out []int) ([]int, error) {
 	pos := 0
 	for k := len(path) - 1; k >= 0; {
 		b := path[k]
@@ -203,7 +243,6 @@ func (m *model) encode(s string, out []int) ([]int, error) {
 			k--
 			continue
 		}
-		// Fuse a run of unknown nodes.
 		runStart := pos
 		for k >= 0 && m.isUnknownNode(path[k]) {
 			pos += path[k].length

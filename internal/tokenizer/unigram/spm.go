@@ -171,113 +171,150 @@ func fromSentencePiece(data []byte, opts Options) (*Tokenizer, error) {
 	}
 	m := &model{unkID: -1, sp: true}
 	spec := &spNormalizer{addDummyPrefix: true, removeExtraWhitespaces: true, escapeWhitespaces: true}
-	eosID, padID := 2, -1
-	modelType := uint64(1)
-	var userDefined []string
+	trainer := spTrainer{modelType: 1, eosID: 2, padID: -1}
 	for _, f := range fields {
-		switch {
-		case f.num == 1 && f.wire == 2:
-			sub, err := parseProto(f.bytes)
-			if err != nil {
-				return nil, fmt.Errorf("spiece.model piece %d: %v", len(m.pieces), err)
-			}
-			piece, score, typ := "", float32(0), typeNormal
-			for _, g := range sub {
-				switch {
-				case g.num == 1 && g.wire == 2:
-					piece = string(g.bytes)
-				case g.num == 2 && g.wire == 5:
-					score = math.Float32frombits(uint32(g.fixed))
-				case g.num == 3 && g.wire == 0:
-					typ = pieceType(g.varint)
-				}
-			}
-			if typ < typeNormal || typ > typeByte {
-				return nil, fmt.Errorf("spiece.model piece %d (%q) has unknown type %d", len(m.pieces), piece, typ)
-			}
-			if typ == typeUnknown {
-				if m.unkID >= 0 {
-					return nil, fmt.Errorf("spiece.model defines two unknown pieces (ids %d and %d)", m.unkID, len(m.pieces))
-				}
-				m.unkID = len(m.pieces)
-			}
-			if typ == typeUserDefined {
-				userDefined = append(userDefined, piece)
-			}
-			m.pieces = append(m.pieces, piece)
-			m.scores = append(m.scores, float64(score))
-			m.types = append(m.types, typ)
-		case f.num == 2 && f.wire == 2:
-			sub, err := parseProto(f.bytes)
-			if err != nil {
-				return nil, fmt.Errorf("spiece.model trainer_spec: %v", err)
-			}
-			for _, g := range sub {
-				if g.wire != 0 {
-					continue
-				}
-				switch g.num {
-				case 3:
-					modelType = g.varint
-				case 24:
-					if g.varint != 0 {
-						return nil, fmt.Errorf("spiece.model sets treat_whitespace_as_suffix, which is not supported")
-					}
-				case 35:
-					m.byteFallback = g.varint != 0
-				case 42:
-					eosID = int(int32(g.varint))
-				case 43:
-					padID = int(int32(g.varint))
-				}
-			}
-		case f.num == 3 && f.wire == 2:
-			sub, err := parseProto(f.bytes)
-			if err != nil {
-				return nil, fmt.Errorf("spiece.model normalizer_spec: %v", err)
-			}
-			for _, g := range sub {
-				switch {
-				case g.num == 2 && g.wire == 2 && len(g.bytes) > 0:
-					cm, err := parseCharsmap(g.bytes)
-					if err != nil {
-						return nil, fmt.Errorf("spiece.model normalizer_spec: %v", err)
-					}
-					spec.cm = cm
-				case g.num == 3 && g.wire == 0:
-					spec.addDummyPrefix = g.varint != 0
-				case g.num == 4 && g.wire == 0:
-					spec.removeExtraWhitespaces = g.varint != 0
-				case g.num == 5 && g.wire == 0:
-					spec.escapeWhitespaces = g.varint != 0
-				}
-			}
+		if f.wire != 2 {
+			continue
+		}
+		switch f.num {
+		case 1:
+			err = m.addPiece(f.bytes, spec)
+		case 2:
+			err = trainer.parse(f.bytes, m)
+		case 3:
+			err = spec.parse(f.bytes)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
+	if err := m.finishSentencePiece(trainer.modelType); err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{model: m, kind: "spiece.model", sp: spec, eosID: -1, padID: -1}
+	if trainer.eosID >= 0 && trainer.eosID < len(m.pieces) {
+		t.eosID = trainer.eosID
+		t.suffix = []int{trainer.eosID} // T5 appends </s> to every sequence
+	}
+	if trainer.padID >= 0 && trainer.padID < len(m.pieces) {
+		t.padID = trainer.padID
+	}
+	return t, nil
+}
+
+// addPiece appends one SentencePiece (field 1 of ModelProto) to the model; a
+// user-defined piece is also matched whole by the normalizer spec.
+func (m *model) addPiece(payload []byte, spec *spNormalizer) error {
+	sub, err := parseProto(payload)
+	if err != nil {
+		return fmt.Errorf("spiece.model piece %d: %v", len(m.pieces), err)
+	}
+	piece, score, typ := "", float32(0), typeNormal
+	for _, g := range sub {
+		switch {
+		case g.num == 1 && g.wire == 2:
+			piece = string(g.bytes)
+		case g.num == 2 && g.wire == 5:
+			score = math.Float32frombits(uint32(g.fixed))
+		case g.num == 3 && g.wire == 0:
+			typ = pieceType(g.varint)
+		}
+	}
+	if typ < typeNormal || typ > typeByte {
+		return fmt.Errorf("spiece.model piece %d (%q) has unknown type %d", len(m.pieces), piece, typ)
+	}
+	if typ == typeUnknown {
+		if m.unkID >= 0 {
+			return fmt.Errorf("spiece.model defines two unknown pieces (ids %d and %d)", m.unkID, len(m.pieces))
+		}
+		m.unkID = len(m.pieces)
+	}
+	if typ == typeUserDefined {
+		spec.userDefined = append(spec.userDefined, piece)
+	}
+	m.pieces = append(m.pieces, piece)
+	m.scores = append(m.scores, float64(score))
+	m.types = append(m.types, typ)
+	return nil
+}
+
+// spTrainer holds what the tokenizer needs from TrainerSpec.
+type spTrainer struct {
+	modelType    uint64
+	eosID, padID int
+}
+
+// parse reads TrainerSpec (field 2 of ModelProto); byte_fallback goes to m.
+func (tr *spTrainer) parse(payload []byte, m *model) error {
+	sub, err := parseProto(payload)
+	if err != nil {
+		return fmt.Errorf("spiece.model trainer_spec: %v", err)
+	}
+	for _, g := range sub {
+		if g.wire != 0 {
+			continue
+		}
+		switch g.num {
+		case 3:
+			tr.modelType = g.varint
+		case 24:
+			if g.varint != 0 {
+				return fmt.Errorf("spiece.model sets treat_whitespace_as_suffix, which is not supported")
+			}
+		case 35:
+			m.byteFallback = g.varint != 0
+		case 42:
+			tr.eosID = int(int32(g.varint))
+		case 43:
+			tr.padID = int(int32(g.varint))
+		}
+	}
+	return nil
+}
+
+// parse reads NormalizerSpec (field 3 of ModelProto).
+func (n *spNormalizer) parse(payload []byte) error {
+	sub, err := parseProto(payload)
+	if err != nil {
+		return fmt.Errorf("spiece.model normalizer_spec: %v", err)
+	}
+	for _, g := range sub {
+		switch {
+		case g.num == 2 && g.wire == 2 && len(g.bytes) > 0:
+			cm, err := parseCharsmap(g.bytes)
+			if err != nil {
+				return fmt.Errorf("spiece.model normalizer_spec: %v", err)
+			}
+			n.cm = cm
+		case g.num == 3 && g.wire == 0:
+			n.addDummyPrefix = g.varint != 0
+		case g.num == 4 && g.wire == 0:
+			n.removeExtraWhitespaces = g.varint != 0
+		case g.num == 5 && g.wire == 0:
+			n.escapeWhitespaces = g.varint != 0
+		}
+	}
+	return nil
+}
+
+// finishSentencePiece checks what SentencePiece requires of a Unigram model:
+// one UNKNOWN piece and, with byte_fallback, all 256 BYTE pieces.
+func (m *model) finishSentencePiece(modelType uint64) error {
 	if modelType != 1 {
-		return nil, fmt.Errorf("spiece.model has model_type %d; this package reads Unigram models (type 1) only", modelType)
+		return fmt.Errorf("spiece.model has model_type %d; this package reads Unigram models (type 1) only", modelType)
 	}
 	if m.unkID < 0 {
-		return nil, fmt.Errorf("spiece.model has no piece of type UNKNOWN; SentencePiece requires one")
+		return fmt.Errorf("spiece.model has no piece of type UNKNOWN; SentencePiece requires one")
 	}
 	if err := m.finish(); err != nil {
-		return nil, fmt.Errorf("spiece.model: %v", err)
+		return fmt.Errorf("spiece.model: %v", err)
 	}
 	if m.byteFallback {
 		for b, id := range m.byteIDs {
 			if id < 0 || m.types[id] != typeByte {
-				return nil, fmt.Errorf("spiece.model enables byte_fallback but has no BYTE piece <0x%02X>; SentencePiece requires all 256", b)
+				return fmt.Errorf("spiece.model enables byte_fallback but has no BYTE piece <0x%02X>; SentencePiece requires all 256", b)
 			}
 		}
 	}
-	spec.userDefined = userDefined
-	t := &Tokenizer{model: m, kind: "spiece.model", sp: spec, eosID: -1, padID: -1}
-	if eosID >= 0 && eosID < len(m.pieces) {
-		t.eosID = eosID
-		t.suffix = []int{eosID} // T5 appends </s> to every sequence
-	}
-	if padID >= 0 && padID < len(m.pieces) {
-		t.padID = padID
-	}
-	return t, nil
+	return nil
 }
