@@ -97,7 +97,7 @@ func openEngine(o Options) (*family.Engine, error) {
 	spec, field := o.backendSpec()
 	bp, err := backend.Resolve(spec)
 	if err != nil {
-		return nil, &RequestError{Field: field, Value: spec, Allowed: "a known backend: " + err.Error()}
+		return nil, &RequestError{Field: field, Value: spec, Allowed: err.Error()}
 	}
 	b, err := bp.Open()
 	if err != nil {

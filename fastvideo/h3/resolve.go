@@ -179,6 +179,10 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		factor := family.OrPreset(req.FastFactor, 2)
 		p, err := packing.PlanFastTemporal(r.NumFrames, factor)
 		if err != nil {
+			if req.FastFactor == 0 {
+				return &family.RequestError{Field: "fast", Value: true, Allowed: fmt.Sprintf(
+					"false for this %d-frame clip: the default factor 2 does not shorten it (%v); ask for more frames", r.NumFrames, err)}
+			}
 			return &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf(
 				"an integer >= 2 that shortens the %d-frame clip to fewer aligned frames; this one does not (%v): "+
 					"ask for more frames or a larger factor", r.NumFrames, err)}
