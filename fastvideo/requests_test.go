@@ -3,6 +3,7 @@ package fastvideo
 import (
 	"context"
 	"errors"
+	"fastvideo/fastvideo/family"
 	"math"
 	"os"
 	"path/filepath"
@@ -85,6 +86,11 @@ func TestHugeValuesFailFast(t *testing.T) {
 		{"wan2.1-t2v-1.3b", Request{NumFrames: math.MaxInt}, "num_frames"},
 		{"wan2.1-t2v-1.3b", Request{Height: math.MaxInt - 31, Width: 32}, "height"},
 		{"tiny-wan", Request{Height: 4096, Width: 64}, "height"},
+		// Prompts: a megabyte is refused before any tokenizer runs; H3 refuses more tokens than
+		// its text length (1,024) by the estimate, which never exceeds the real count.
+		{"tiny-h3", Request{Prompt: strings.Repeat("fox ", 1<<18)}, "prompt"},
+		{"tiny-wan", Request{Prompt: "fox", NegativePrompt: strings.Repeat("x", family.MaxPromptBytes+1)}, "negative_prompt"},
+		{"fasth3", Request{Prompt: strings.Repeat("fox ", 1100)}, "prompt"},
 	} {
 		err := planWithin(t, 5*time.Second, c.model, c.req)
 		var re *RequestError
@@ -151,4 +157,24 @@ func FuzzPlan(f *testing.F) {
 			t.Fatalf("Plan(%s, %+v): %v is not a *RequestError", name, req, err)
 		}
 	})
+}
+
+// A prompt whose estimate passes but whose real token count exceeds H3's text length is refused
+// after tokenization, before the text encoder loads.
+func TestPromptTokenLimitAfterTokenizing(t *testing.T) {
+	g := tinyGenerator(t)
+	prompt := strings.Repeat("🦊", 1200) // one symbol run to the estimator, thousands of tokens
+	var loads []string
+	g.loadHook = func(c string) { loads = append(loads, c) }
+	defer func() { g.loadHook = nil }()
+	_, err := g.Generate(context.Background(), Request{Prompt: prompt, SkipSave: true, ReturnLatents: true})
+	var re *RequestError
+	if !errors.As(err, &re) || re.Field != "prompt" {
+		t.Fatalf("err %v, want a prompt RequestError", err)
+	}
+	for _, c := range loads {
+		if c != "tokenizer" {
+			t.Fatalf("loaded %v before refusing the prompt", loads)
+		}
+	}
 }

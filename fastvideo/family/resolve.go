@@ -29,6 +29,11 @@ type Resolved struct {
 	PromptTokensEstimated bool
 }
 
+// MaxPromptBytes bounds a prompt (and a negative prompt) before any tokenizer sees it: far above
+// every model's token limit (H3 1,024 tokens, Wan 512), small enough that a hostile request costs
+// nothing.
+const MaxPromptBytes = 64 << 10
+
 // MaxSteps bounds NumInferenceSteps (upstream has no bound; beyond this the ladders only repeat
 // float32 values).
 const MaxSteps = 1000
@@ -40,6 +45,12 @@ func ResolveCommon(info ModelInfo, req Request, needPrompt bool) (Preset, *Resol
 	preset, err := FindPreset(info, req.Preset)
 	if err != nil {
 		return Preset{}, nil, err
+	}
+	for _, p := range []struct{ field, text string }{{"prompt", req.Prompt}, {"negative_prompt", req.NegativePrompt}} {
+		if len(p.text) > MaxPromptBytes {
+			return Preset{}, nil, &RequestError{Field: p.field, Value: fmt.Sprintf("%d bytes", len(p.text)),
+				Allowed: fmt.Sprintf("at most %d bytes (the models read at most a thousand tokens)", MaxPromptBytes)}
+		}
 	}
 	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
 		return Preset{}, nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}

@@ -50,8 +50,8 @@ type Spec struct {
 	// MinAlignedFrames/MaxAlignedFrames bound the aligned clip length: the released models
 	// generate 5-15 s (124..345 frames at 24 fps).
 	MinAlignedFrames, MaxAlignedFrames int
-	// MaxSide bounds each output side in pixels (the released models are trained up to 768x1344;
-	// beyond MaxSide a clip outgrows any single device).
+	// MaxSide bounds each output side in pixels (upstream's canvases reach 512x2016; beyond MaxSide a
+	// clip outgrows any single device).
 	MaxSide int
 
 	presets map[string]family.Preset
@@ -64,7 +64,10 @@ func (s *Spec) Info() family.ModelInfo { return s.ModelInfo }
 const (
 	releasedMinFrames = 124
 	releasedMaxFrames = 345
-	releasedMaxSide   = 1920
+	releasedMaxSide   = 2048 // upstream's 4:1 canvas is 512x2016
+	// MaxPromptTokens is the text length the released configs carry (text_len 1024); the inference
+	// path does not truncate, so longer prompts are refused rather than run at unbounded cost.
+	MaxPromptTokens = 1024
 	tinyMaxSide       = 256
 )
 

@@ -51,6 +51,10 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 	if r.PromptTokens == 0 && req.Prompt != "" {
 		r.PromptTokens, r.PromptTokensEstimated = tokenizer.EstimateQwenTokens(req.Prompt), true
 	}
+	// The estimate never exceeds the real count, so a prompt over the limit by estimate is over it.
+	if err := checkPromptTokens(r.PromptTokens, req.Prompt); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -211,6 +215,15 @@ func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
 	}
 	return family.CheckNoise("audio_noise", r.opts.AudioNoise, packing.AudioChannels*s.DiT.AudioInChannels*g.AudioLatents,
 		fmt.Sprintf("[%d][%d][%d] (stereo, C, N)", packing.AudioChannels, s.DiT.AudioInChannels, g.AudioLatents))
+}
+
+// checkPromptTokens refuses prompts longer than the model's text length.
+func checkPromptTokens(n int, prompt string) error {
+	if n <= MaxPromptTokens {
+		return nil
+	}
+	return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens", n),
+		Allowed: fmt.Sprintf("at most %d tokens (MiniMax H3's text length); shorten the prompt %.40q...", MaxPromptTokens, prompt)}
 }
 
 // layoutRequest is the packing request of this generation for its (exact or estimated) prompt.

@@ -43,6 +43,13 @@ func (p *run) Condition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ids, err := cond.Tokenizer.Encode(r.Prompt)
+	if err != nil {
+		return err
+	}
+	if err := checkPromptTokens(len(ids), r.Prompt); err != nil {
+		return err
+	}
 	out, err := cond.Condition(ctx, r.Prompt)
 	if err != nil {
 		return err
