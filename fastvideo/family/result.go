@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 )
 
 // Result is one finished generation. Large fields (Frames, Audio, Latents) are filled only when the
@@ -143,7 +145,7 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
 	if r.OutputPath != "" {
-		row("output", "%s", r.OutputPath)
+		row("output", "%s", printable(r.OutputPath))
 	}
 	if r.SampleRate > 0 {
 		row("video", "%dx%d (WxH), %d frames at %d fps, audio %d Hz stereo", r.Width, r.Height, r.NumFrames, r.FPS, r.SampleRate)
@@ -177,6 +179,17 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	row("memory", "peak host %.2f GiB; device: %s", float64(r.PeakHostBytes)/(1<<30), dev)
 	row("backend", "%s, %s", r.Backend, r.DType)
 	return tw.Flush()
+}
+
+// printable returns s, or s quoted when it holds characters a terminal would act on (control
+// and escape sequences, bidirectional overrides), so a file name never rewrites the screen.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	return s
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
