@@ -68,7 +68,7 @@ const (
 	// MaxPromptTokens is the text length the released configs carry (text_len 1024); the inference
 	// path does not truncate, so longer prompts are refused rather than run at unbounded cost.
 	MaxPromptTokens = 1024
-	tinyMaxSide       = 256
+	tinyMaxSide     = 256
 )
 
 // Presets. Upstream's minimax_h3_t2va preset is 768x1344x124 with 50 sigma grid points (49
