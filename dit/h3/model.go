@@ -48,7 +48,8 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
@@ -83,7 +84,7 @@ type Model struct {
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
-	trace gx.Trace
+	trace graphexec.Trace
 }
 
 // Config returns the model's configuration.
@@ -158,7 +159,7 @@ func openTransformer(dir string) (Config, weights.Source, func() error, error) {
 // *quant.Checkpoint, or any quant.SchemeSource) the linears it quantizes are bound packed (words, scales,
 // biases) and run through quant.Linear; the rest of the model is unchanged.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
-	defer gx.Recover(&err, "h3: building the model")
+	defer graphexec.Recover(&err, "h3: building the model")
 	m, err = newModel(backend, cfg, opts, schemesOf(src))
 	if err != nil {
 		return nil, err
@@ -182,7 +183,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if backend == nil {
 		return nil, fmt.Errorf("h3: no backend")
 	}
-	dt, err := gx.ComputeDType(opts.DType)
+	dt, err := graphexec.ComputeDType(opts.DType)
 	if err != nil {
 		return nil, fmt.Errorf("h3: %w", err)
 	}
@@ -294,7 +295,7 @@ type stageExecs struct {
 }
 
 func (s *stageExecs) finalize() {
-	gx.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output)
+	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output)
 }
 
 func (m *Model) newStageExecs(trace bool) *stageExecs {
@@ -303,7 +304,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	refinerLayout, blockLayout := m.p.RefinerLayout, m.p.BlockLayout
 	return &stageExecs{
 		// proj [nT, F] f32, w1, b1, w2, b2 [, basis] -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
-		time: gx.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
+		time: graphexec.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
 			temb := timeEmbedding(in[0], in[1], in[2], in[3], in[4])
 			var basis *Node
 			if len(in) > 5 {
@@ -316,26 +317,26 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{cond}
 		}),
 		// cond, w, b -> [nT·3, 6, D] in the compute dtype
-		adaln: gx.MustExec(m.backend, "h3.adaln", func(in []*Node) []*Node {
+		adaln: graphexec.MustExec(m.backend, "h3.adaln", func(in []*Node) []*Node {
 			return []*Node{ConvertDType(modulationTable(in[0], in[1], in[2], hidden), dt)}
 		}),
-		normOut: gx.MustExec(m.backend, "h3.norm_out_table", func(in []*Node) []*Node {
+		normOut: graphexec.MustExec(m.backend, "h3.norm_out_table", func(in []*Node) []*Node {
 			return []*Node{ConvertDType(normOutTable(in[0], in[1], in[2], hidden), dt)}
 		}),
 		// text [S, text_dim] f32, w, b -> [S, D]
-		text: gx.MustExec(m.backend, "h3.context_embedder", func(in []*Node) []*Node {
-			return []*Node{gx.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2])}
+		text: graphexec.MustExec(m.backend, "h3.context_embedder", func(in []*Node) []*Node {
+			return []*Node{nn.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2])}
 		}),
-		refiner: gx.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
+		refiner: graphexec.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
 			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout))}
 		}),
-		finalNorm: gx.MustExec(m.backend, "h3.refiner_final_norm", func(in []*Node) []*Node {
-			return []*Node{gx.RMSNorm(in[0], in[1], cfg.FinalNormEps)}
+		finalNorm: graphexec.MustExec(m.backend, "h3.refiner_final_norm", func(in []*Node) []*Node {
+			return []*Node{nn.RMSNorm(in[0], in[1], cfg.FinalNormEps)}
 		}),
 		// video [Nv, Cp] f32, audio [Na, Ca] f32, text [S, D], perm [L] int32, proj_in w/b, audio_proj_in w/b
-		input: gx.MustExec(m.backend, "h3.input", func(in []*Node) []*Node {
-			ve := gx.Linear(in[0], in[4], in[5])
-			ae := gx.Linear(in[1], in[6], in[7])
+		input: graphexec.MustExec(m.backend, "h3.input", func(in []*Node) []*Node {
+			ve := nn.Linear(in[0], in[4], in[5])
+			ae := nn.Linear(in[1], in[6], in[7])
 			text := in[2]
 			all := Concatenate([]*Node{text, ConvertDType(ve, text.DType()), ConvertDType(ae, text.DType())}, 0)
 			packed := Gather(all, ExpandAxes(in[3], -1))
@@ -345,7 +346,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{packed}
 		}),
 		// x [L, D], mod [R, 6, D], rowIdx [L] int32, cos, sin [L, rot] f32, block weights (coreParams.tensors)
-		block: gx.MustExec(m.backend, "h3.joint_block", func(in []*Node) []*Node {
+		block: graphexec.MustExec(m.backend, "h3.joint_block", func(in []*Node) []*Node {
 			out, attnOut, ffOut := spec.jointBlock(in[0], in[1], in[2], in[3], in[4], coreFromSlice(in[5:], blockLayout))
 			if trace {
 				return []*Node{out, attnOut, ffOut}
@@ -353,13 +354,13 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{out}
 		}),
 		// x [L, D], normOut [R, 2, D], tIdx [L] int32, norm weight, video idx, audio idx, proj_out w/b, audio w/b
-		output: gx.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
+		output: graphexec.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
 			x, tab := in[0], Gather(ConvertDType(in[1], in[0].DType()), ExpandAxes(in[2], -1))
 			shift := Squeeze(Slice(tab, AxisRange(), AxisElem(0), AxisRange()), 1)
 			scale := Squeeze(Slice(tab, AxisRange(), AxisElem(1), AxisRange()), 1)
-			y := ConvertDType(gx.Modulate(gx.RMSNorm(x, in[3], cfg.FinalNormEps), shift, scale), dtypes.Float32)
-			video := gx.Linear(Gather(y, ExpandAxes(in[4], -1)), in[6], in[7])
-			audio := gx.Linear(Gather(y, ExpandAxes(in[5], -1)), in[8], in[9])
+			y := ConvertDType(nn.Modulate(nn.RMSNorm(x, in[3], cfg.FinalNormEps), shift, scale), dtypes.Float32)
+			video := nn.Linear(Gather(y, ExpandAxes(in[4], -1)), in[6], in[7])
+			audio := nn.Linear(Gather(y, ExpandAxes(in[5], -1)), in[8], in[9])
 			if trace {
 				return []*Node{video, audio, y}
 			}
@@ -396,7 +397,7 @@ func (m *Model) ropeFor(pos []float64) (cos, sin *tensors.Tensor, err error) {
 	l, rot := len(pos)/3, m.cfg.RotaryDim()
 	cosH, sinH := RopeTables(pos, m.cfg.RopeFreqDim, m.cfg.RopeTheta)
 	cos, sin = tensors.FromFlatDataAndDimensions(cosH, l, rot), tensors.FromFlatDataAndDimensions(sinH, l, rot)
-	if err := gx.Upload(m.backend, cos, sin); err != nil {
+	if err := graphexec.Upload(m.backend, cos, sin); err != nil {
 		return nil, nil, fmt.Errorf("h3: RoPE tables: %w", err)
 	}
 	m.rope = &ropeCache{pos: slices.Clone(pos), cos: cos, sin: sin}
@@ -405,7 +406,7 @@ func (m *Model) ropeFor(pos []float64) (cos, sin *tensors.Tensor, err error) {
 
 func (m *Model) dropRope() {
 	if m.rope != nil {
-		gx.Finalize(m.rope.cos, m.rope.sin)
+		graphexec.Finalize(m.rope.cos, m.rope.sin)
 		m.rope = nil
 	}
 }
@@ -430,7 +431,7 @@ func (t *TextState) Close() {
 
 // PrepareText runs context_embedder and the token refiner on text features [S, text_dim] (row-major).
 func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
-	defer gx.Recover(&err, "h3: text refiner")
+	defer graphexec.Recover(&err, "h3: text refiner")
 	if m.p == nil {
 		return nil, fmt.Errorf("h3: model is closed")
 	}
@@ -440,7 +441,7 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 	}
 	s := len(text) / td
 	ex := m.execs()
-	out, err := gx.Call(ex.text, tensors.FromFlatDataAndDimensions(text, s, td), m.p.ContextEmbedder.W.T, m.p.ContextEmbedder.B.T)
+	out, err := graphexec.Call(ex.text, tensors.FromFlatDataAndDimensions(text, s, td), m.p.ContextEmbedder.W.T, m.p.ContextEmbedder.B.T)
 	if err != nil {
 		return nil, err
 	}
@@ -449,9 +450,9 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 		return nil, err
 	}
 	for j := range m.p.Refiner {
-		args := gx.Args([]any{x}, m.p.Refiner[j].tensors()...)
-		out, err := gx.Call(ex.refiner, args...)
-		gx.Finalize(x)
+		args := graphexec.Args([]any{x}, m.p.Refiner[j].tensors()...)
+		out, err := graphexec.Call(ex.refiner, args...)
+		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
 		}
@@ -462,8 +463,8 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 			}
 		}
 	}
-	out, err = gx.Call(ex.finalNorm, x, m.p.RefinerFinalNorm.T)
-	gx.Finalize(x)
+	out, err = graphexec.Call(ex.finalNorm, x, m.p.RefinerFinalNorm.T)
+	graphexec.Finalize(x)
 	if err != nil {
 		return nil, err
 	}
@@ -585,7 +586,7 @@ func (m *Model) checkInputs(in *ForwardInputs) (*layout, error) {
 
 // Forward runs the transformer on one packed document.
 func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
-	defer gx.Recover(&err, "h3: forward")
+	defer graphexec.Recover(&err, "h3: forward")
 	if m.p == nil {
 		return out, fmt.Errorf("h3: model is closed")
 	}
@@ -639,10 +640,10 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	rot := m.cfg.RotaryDim()
 	// One device copy of the row indices serves every block.
 	rowIdxT := tensors.FromFlatDataAndDimensions(rowIdx, lay.l)
-	if err := gx.Upload(m.backend, rowIdxT); err != nil {
+	if err := graphexec.Upload(m.backend, rowIdxT); err != nil {
 		return out, fmt.Errorf("h3: row indices: %w", err)
 	}
-	defer gx.Finalize(rowIdxT)
+	defer graphexec.Finalize(rowIdxT)
 	if m.trace != nil {
 		idx := make([]float32, lay.l)
 		for r := range idx {
@@ -655,7 +656,7 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	}
 
 	p := m.p
-	res, err := gx.Call(ex.input,
+	res, err := graphexec.Call(ex.input,
 		tensors.FromFlatDataAndDimensions(in.VideoRows, lay.nv, m.cfg.VideoPatchDim()),
 		tensors.FromFlatDataAndDimensions(in.AudioRows, lay.na, m.cfg.AudioInChannels),
 		text.x, tensors.FromFlatDataAndDimensions(lay.perm, lay.l),
@@ -670,13 +671,13 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 				return out, err
 			}
 		}
-		gx.Finalize(res[1:]...)
+		graphexec.Finalize(res[1:]...)
 	}
 
 	for b := range p.Blocks {
-		args := gx.Args([]any{x, cache.tables[b], rowIdxT, cos, sin}, p.Blocks[b].tensors()...)
-		res, err := gx.Call(ex.block, args...)
-		gx.Finalize(x)
+		args := graphexec.Args([]any{x, cache.tables[b], rowIdxT, cos, sin}, p.Blocks[b].tensors()...)
+		res, err := graphexec.Call(ex.block, args...)
+		graphexec.Finalize(x)
 		if err != nil {
 			return out, err
 		}
@@ -694,28 +695,28 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 					return out, err
 				}
 			}
-			gx.Finalize(res[1:]...)
+			graphexec.Finalize(res[1:]...)
 		}
 	}
 
 	vIdx := tensors.FromFlatDataAndDimensions(in.VideoIndices, lay.nv)
 	aIdx := tensors.FromFlatDataAndDimensions(in.AudioIndices, lay.na)
-	res, err = gx.Call(ex.output, x, cache.normOut, tensors.FromFlatDataAndDimensions(tIdx, lay.l), p.NormOutNorm.T,
+	res, err = graphexec.Call(ex.output, x, cache.normOut, tensors.FromFlatDataAndDimensions(tIdx, lay.l), p.NormOutNorm.T,
 		vIdx, aIdx, p.ProjOut.W.T, p.ProjOut.B.T, p.AudioProjOut.W.T, p.AudioProjOut.B.T)
-	gx.Finalize(x)
+	graphexec.Finalize(x)
 	if err != nil {
 		return out, err
 	}
-	defer gx.Finalize(res...)
+	defer graphexec.Finalize(res...)
 	if m.trace != nil {
 		if err := m.emit("norm_out", res[2]); err != nil {
 			return out, err
 		}
 	}
-	if out.Video, err = gx.HostF32(res[0]); err != nil {
+	if out.Video, err = graphexec.HostF32(res[0]); err != nil {
 		return out, err
 	}
-	if out.Audio, err = gx.HostF32(res[1]); err != nil {
+	if out.Audio, err = graphexec.HostF32(res[1]); err != nil {
 		return out, err
 	}
 	return out, nil

@@ -7,7 +7,8 @@ import (
 
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
 )
@@ -41,7 +42,7 @@ func NewRandomQuantized(backend compute.Backend, cfg Config, opts Options, schem
 }
 
 func newRandom(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc, seed int64) (m *Model, err error) {
-	defer gx.Recover(&err, "h3: random weights")
+	defer graphexec.Recover(&err, "h3: random weights")
 	if opts.AdaLNManifest != nil {
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
@@ -76,11 +77,11 @@ func (m *Model) fillRandom(seed int64) error {
 			}
 		}
 	}
-	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
+	err := randweights.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
 		if r, ok := roles[p]; ok {
 			return randomAffine(r)
 		}
-		return gx.FixtureDraw(p)
+		return randweights.FixtureDraw(p)
 	})
 	if err != nil {
 		return fmt.Errorf("h3: %w", err)

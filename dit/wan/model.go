@@ -38,8 +38,9 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/hostmath"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -67,7 +68,7 @@ type Model struct {
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
-	trace gx.Trace
+	trace graphexec.Trace
 }
 
 // Config returns the model's configuration.
@@ -100,7 +101,7 @@ func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
 
 // FromSource binds the weights of src (released diffusers names) for cfg.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
-	defer gx.Recover(&err, "wan: building the model")
+	defer graphexec.Recover(&err, "wan: building the model")
 	m, err = newModel(backend, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	if backend == nil {
 		return nil, fmt.Errorf("wan: no backend")
 	}
-	dt, err := gx.ComputeDType(opts.DType)
+	dt, err := graphexec.ComputeDType(opts.DType)
 	if err != nil {
 		return nil, fmt.Errorf("wan: %w", err)
 	}
@@ -190,7 +191,7 @@ type stageExecs struct {
 }
 
 func (s *stageExecs) finalize() {
-	gx.FinalizeExecs(s.time, s.text, s.input, s.block)
+	graphexec.FinalizeExecs(s.time, s.text, s.input, s.block)
 	for _, e := range s.output {
 		e.Finalize()
 	}
@@ -204,18 +205,18 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 		output: map[[3]int]*Exec{},
 		// proj [nT, freq] f32, time_embedder w1, b1, w2, b2 (f32), time_proj w, b
 		// -> temb [nT, D] f32, tproj [nT, 6, D] f32
-		time: gx.MustExec(m.backend, "wan.time", func(in []*Node) []*Node {
-			temb := gx.Linear(gx.SiLU(gx.Linear(in[0], in[1], in[2])), in[3], in[4])
-			tproj := gx.F32(gx.Linear(ConvertDType(gx.SiLU(temb), in[5].DType()), in[5], in[6]))
+		time: graphexec.MustExec(m.backend, "wan.time", func(in []*Node) []*Node {
+			temb := nn.Linear(nn.SiLU(nn.Linear(in[0], in[1], in[2])), in[3], in[4])
+			tproj := nn.F32(nn.Linear(ConvertDType(nn.SiLU(temb), in[5].DType()), in[5], in[6]))
 			return []*Node{temb, Reshape(tproj, tproj.Shape().Dim(0), 6, d)}
 		}),
 		// text [S, text_dim] f32, linear_1 w/b, linear_2 w/b -> [S, D] compute dtype
-		text: gx.MustExec(m.backend, "wan.text_embedder", func(in []*Node) []*Node {
-			h := gx.GeluTanh(gx.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2]))
-			return []*Node{ConvertDType(gx.Linear(h, in[3], in[4]), dt)}
+		text: graphexec.MustExec(m.backend, "wan.text_embedder", func(in []*Node) []*Node {
+			h := nn.GeluTanh(nn.Linear(ConvertDType(in[0], in[1].DType()), in[1], in[2]))
+			return []*Node{ConvertDType(nn.Linear(h, in[3], in[4]), dt)}
 		}),
 		// latent [C, T, H, W] f32, patch w, b (f32) -> x [L, D] compute dtype (+ f32 rows when traced)
-		input: gx.MustExec(m.backend, "wan.patch_embedding", func(in []*Node) []*Node {
+		input: graphexec.MustExec(m.backend, "wan.patch_embedding", func(in []*Node) []*Node {
 			e := patchEmbed(in[0], in[1], in[2], cfg.PatchSize)
 			if trace {
 				return []*Node{ConvertDType(e, dt), e}
@@ -223,7 +224,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return []*Node{ConvertDType(e, dt)}
 		}),
 		// x [L, D], text [S, D], tproj [nT, 6, D] f32, [tIdx [L] int32,] cos, sin [L, Dh/2] f32, block weights
-		block: gx.MustExec(m.backend, "wan.block", func(in []*Node) []*Node {
+		block: graphexec.MustExec(m.backend, "wan.block", func(in []*Node) []*Node {
 			var tIdx *Node
 			rest := in[3:]
 			if len(in) == 6+blockWeightCount {
@@ -242,16 +243,16 @@ func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) *Exec {
 		return e
 	}
 	cfg, trace := m.cfg, s.trace
-	e := gx.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
+	e := graphexec.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
 		x, temb, table := in[0], in[1], in[2]
-		head := Add(gx.F32(table), ExpandAxes(temb, 1)) // [nT, 2, D]
+		head := Add(nn.F32(table), ExpandAxes(temb, 1)) // [nT, 2, D]
 		if len(in) > 5 {
 			head = Gather(head, ExpandAxes(in[5], -1))
 		}
 		shift := Squeeze(Slice(head, AxisRange(), AxisElem(0), AxisRange()), 1)
 		scale := Squeeze(Slice(head, AxisRange(), AxisElem(1), AxisRange()), 1)
-		y := gx.Modulate(gx.LayerNorm(x, nil, nil, cfg.Eps), shift, scale)
-		out := unpatchify(gx.Linear(y, in[3], in[4]), nt, nh, nw, cfg.PatchSize)
+		y := nn.Modulate(nn.LayerNorm(x, nil, nil, cfg.Eps), shift, scale)
+		out := unpatchify(nn.Linear(y, in[3], in[4]), nt, nh, nw, cfg.PatchSize)
 		if trace {
 			return []*Node{out, y}
 		}
@@ -290,7 +291,7 @@ func (m *Model) ropeFor(t, h, w int) (cos, sin *tensors.Tensor, err error) {
 	l, half := t*h*w, m.cfg.AttentionHeadDim/2
 	cosH, sinH := RopeTables(m.cfg, t, h, w)
 	cos, sin = tensors.FromFlatDataAndDimensions(cosH, l, half), tensors.FromFlatDataAndDimensions(sinH, l, half)
-	if err := gx.Upload(m.backend, cos, sin); err != nil {
+	if err := graphexec.Upload(m.backend, cos, sin); err != nil {
 		return nil, nil, fmt.Errorf("wan: RoPE tables: %w", err)
 	}
 	m.rope = &ropeCache{grid: grid, cos: cos, sin: sin}
@@ -299,7 +300,7 @@ func (m *Model) ropeFor(t, h, w int) (cos, sin *tensors.Tensor, err error) {
 
 func (m *Model) dropRope() {
 	if m.rope != nil {
-		gx.Finalize(m.rope.cos, m.rope.sin)
+		graphexec.Finalize(m.rope.cos, m.rope.sin)
 		m.rope = nil
 	}
 }
@@ -325,7 +326,7 @@ func (t *TextState) Close() {
 // PrepareText runs the text embedder on prompt embeddings [S, text_dim] (row-major; Wan pipelines pass
 // the UMT5 output zero-padded to 512 rows, and no attention mask is used).
 func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
-	defer gx.Recover(&err, "wan: text embedder")
+	defer graphexec.Recover(&err, "wan: text embedder")
 	if m.p == nil {
 		return nil, fmt.Errorf("wan: model is closed")
 	}
@@ -335,13 +336,13 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 	}
 	s := len(text) / td
 	p := m.p
-	out, err := gx.Call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
+	out, err := graphexec.Call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
 		p.Text1.W.T, p.Text1.B.T, p.Text2.W.T, p.Text2.B.T)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.emit("text_embedded", out[0]); err != nil {
-		gx.Finalize(out...)
+		graphexec.Finalize(out...)
 		return nil, err
 	}
 	return &TextState{rows: s, x: out[0]}, nil
@@ -366,7 +367,7 @@ type ForwardInputs struct {
 // Forward runs the transformer and returns the predicted velocity [out_channels, Frames, Height, Width]
 // in float32.
 func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
-	defer gx.Recover(&err, "wan: forward")
+	defer graphexec.Recover(&err, "wan: forward")
 	if m.p == nil {
 		return nil, fmt.Errorf("wan: model is closed")
 	}
@@ -399,17 +400,17 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	// token select its row.
 	uniq, idx := uniqueTimesteps(in.Timesteps)
 	var devs []*tensors.Tensor
-	defer func() { gx.Finalize(devs...) }()
+	defer func() { graphexec.Finalize(devs...) }()
 	var tIdx *tensors.Tensor
 	if len(uniq) > 1 {
 		tIdx = tensors.FromFlatDataAndDimensions(idx, l)
-		if err := gx.Upload(m.backend, tIdx); err != nil {
+		if err := graphexec.Upload(m.backend, tIdx); err != nil {
 			return nil, fmt.Errorf("wan: per-token timestep indices: %w", err)
 		}
 		devs = append(devs, tIdx)
 	}
 
-	res, err := gx.Call(ex.time, tensors.FromFlatDataAndDimensions(hostmath.TimestepSinusoid(uniq, cfg.FreqDim), len(uniq), cfg.FreqDim),
+	res, err := graphexec.Call(ex.time, tensors.FromFlatDataAndDimensions(hostmath.TimestepSinusoid(uniq, cfg.FreqDim), len(uniq), cfg.FreqDim),
 		p.Time1.W.T, p.Time1.B.T, p.Time2.W.T, p.Time2.B.T, p.TimeProj.W.T, p.TimeProj.B.T)
 	if err != nil {
 		return nil, err
@@ -440,7 +441,7 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 		return nil, err
 	}
 
-	res, err = gx.Call(ex.input, tensors.FromFlatDataAndDimensions(in.Latent, cfg.InChannels, in.Frames, in.Height, in.Width),
+	res, err = graphexec.Call(ex.input, tensors.FromFlatDataAndDimensions(in.Latent, cfg.InChannels, in.Frames, in.Height, in.Width),
 		p.PatchW.T, p.PatchB.T)
 	if err != nil {
 		return nil, err
@@ -448,9 +449,9 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	x := res[0]
 	if m.trace != nil {
 		err := m.emit("patch_embedding", res[1])
-		gx.Finalize(res[1])
+		graphexec.Finalize(res[1])
 		if err != nil {
-			gx.Finalize(x)
+			graphexec.Finalize(x)
 			return nil, err
 		}
 	}
@@ -461,22 +462,22 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 			args = append(args, tIdx)
 		}
 		args = append(args, cos, sin)
-		args = gx.Args(args, p.Blocks[b].tensors()...)
-		res, err := gx.Call(ex.block, args...)
-		gx.Finalize(x)
+		args = graphexec.Args(args, p.Blocks[b].tensors()...)
+		res, err := graphexec.Call(ex.block, args...)
+		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
 		}
 		x = res[0]
 		if b == 0 {
 			if err := m.emit("block0_out", x); err != nil {
-				gx.Finalize(x)
+				graphexec.Finalize(x)
 				return nil, err
 			}
 		}
 		if b == len(p.Blocks)-1 {
 			if err := m.emit("block_last_out", x); err != nil {
-				gx.Finalize(x)
+				graphexec.Finalize(x)
 				return nil, err
 			}
 		}
@@ -486,18 +487,18 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	if tIdx != nil {
 		args = append(args, tIdx)
 	}
-	res, err = gx.Call(m.outputExec(ex, nt, nh, nw), args...)
-	gx.Finalize(x)
+	res, err = graphexec.Call(m.outputExec(ex, nt, nh, nw), args...)
+	graphexec.Finalize(x)
 	if err != nil {
 		return nil, err
 	}
-	defer gx.Finalize(res...)
+	defer graphexec.Finalize(res...)
 	if m.trace != nil {
 		if err := m.emit("norm_out", res[1]); err != nil {
 			return nil, err
 		}
 	}
-	return gx.HostF32(res[0])
+	return graphexec.HostF32(res[0])
 }
 
 // uniqueTimesteps returns the distinct timesteps in first-seen order and each input's index into them.
@@ -522,7 +523,7 @@ func (m *Model) emitRows(name string, t *tensors.Tensor, idx []int32, n int) err
 	if m.trace == nil {
 		return nil
 	}
-	v, err := gx.HostF32(t)
+	v, err := graphexec.HostF32(t)
 	if err != nil {
 		return fmt.Errorf("wan: trace %s: %w", name, err)
 	}

@@ -11,7 +11,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -60,7 +60,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	defer gx.Recover(&err, "h3audio: binding the audio VAE")
+	defer graphexec.Recover(&err, "h3audio: binding the audio VAE")
 	set := weights.NewSet("")
 	dec := declareDecoder(cfg, set, src)
 	var enc []*weights.Param
@@ -87,7 +87,7 @@ func (d *Decoder) Close() error {
 	}
 	d.closed = true
 	d.execMu.Lock()
-	gx.FinalizeExecs(d.decExec, d.encExec)
+	graphexec.FinalizeExecs(d.decExec, d.encExec)
 	d.decExec, d.encExec = nil, nil
 	d.execMu.Unlock()
 	d.set.Release()
@@ -171,7 +171,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if d.closed {
 		return nil, errors.New("h3audio: Decode on a closed Decoder")
 	}
-	defer gx.Recover(&err, "h3audio: decoding audio latents")
+	defer graphexec.Recover(&err, "h3audio: decoding audio latents")
 	var exec *Exec
 	if tapNames == nil {
 		d.execMu.Lock()
@@ -202,7 +202,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(gx.ParamArgs([]any{z}, d.dec...)...)
+	return exec.Call(graphexec.ParamArgs([]any{z}, d.dec...)...)
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {

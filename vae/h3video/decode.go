@@ -11,7 +11,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/media"
 )
 
@@ -193,7 +193,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 				select {
 				case results <- batchOut{pix, err}:
 				case <-devCtx.Done():
-					gx.Finalize(pix)
+					graphexec.Finalize(pix)
 					return
 				}
 				if err != nil {
@@ -205,7 +205,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 	defer func() {
 		cancel()
 		for r := range results {
-			gx.Finalize(r.pix)
+			graphexec.Finalize(r.pix)
 		}
 		producer.Wait()
 	}()
@@ -234,7 +234,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 				return r.err
 			}
 			err := st.add(bi, r.pix)
-			gx.Finalize(r.pix)
+			graphexec.Finalize(r.pix)
 			if err != nil {
 				st.wait()
 				return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
@@ -565,7 +565,7 @@ func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas
 			return 0, err
 		}
 		err = st.add(bi, pix)
-		gx.Finalize(pix)
+		graphexec.Finalize(pix)
 		if err != nil {
 			return 0, err
 		}
@@ -633,9 +633,9 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 	if err != nil {
 		return nil, err
 	}
-	defer gx.Finalize(pix)
+	defer graphexec.Finalize(pix)
 	out := make([]float32, pix.Shape().Size())
-	err = gx.Catch("", func() error {
+	err = graphexec.Catch("", func() error {
 		b, err := pix.Buffer(d.backend, 0)
 		if err != nil {
 			return err
@@ -656,8 +656,8 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 	dims := z.Shape().Dimensions
 	geom := [3]int{dims[2], dims[3], dims[4]}
 	var x *tensors.Tensor
-	defer func() { gx.Finalize(z, x) }()
-	err = gx.Catch("", func() error {
+	defer func() { graphexec.Finalize(z, x) }()
+	err = graphexec.Catch("", func() error {
 		rope, err := d.ropeFor(geom)
 		if err != nil {
 			panic(err)
@@ -671,7 +671,7 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 			hook("post_quant_conv", res[1])
 			hook("proj_in", x)
 		}
-		gx.Finalize(res[1])
+		graphexec.Finalize(res[1])
 		args := make([]any, 3+numBlockTensors)
 		args[1], args[2] = rope[0], rope[1]
 		for i, blk := range d.blocks {
@@ -686,7 +686,7 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 			if err != nil {
 				panic(err)
 			}
-			gx.Finalize(x)
+			graphexec.Finalize(x)
 			x = y
 			if hook != nil && i == 0 {
 				hook("block0", x)
@@ -700,7 +700,7 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 		return err
 	})
 	if err != nil {
-		gx.Finalize(pix)
+		graphexec.Finalize(pix)
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return nil, ctxErr
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -127,9 +127,9 @@ func (d *Decoder) build() error {
 		outChannels: cfg.OutChannels, patch: cfg.SpatialRatio(), patchT: cfg.TemporalRatio(),
 		eps: cfg.DecoderNormEps, attn: d.opts.Attention,
 	}
-	if err := gx.Catch("", func() error {
-		d.preExec = gx.MustExec(d.backend, "h3video.pre", d.gs.pre)
-		d.blockExec = gx.MustExec(d.backend, "h3video.block", func(in []*Node) []*Node { return []*Node{d.gs.block(in)} })
+	if err := graphexec.Catch("", func() error {
+		d.preExec = graphexec.MustExec(d.backend, "h3video.pre", d.gs.pre)
+		d.blockExec = graphexec.MustExec(d.backend, "h3video.block", func(in []*Node) []*Node { return []*Node{d.gs.block(in)} })
 		return nil
 	}); err != nil {
 		return fmt.Errorf("h3video: building graphs: %w", err)
@@ -225,11 +225,11 @@ func (d *Decoder) Close() error {
 		d.set.Release()
 	}
 	for _, r := range d.ropes {
-		gx.Finalize(r[:]...)
+		graphexec.Finalize(r[:]...)
 	}
 	for _, e := range d.postExecs {
 		e.Finalize()
 	}
-	gx.FinalizeExecs(d.preExec, d.blockExec)
+	graphexec.FinalizeExecs(d.preExec, d.blockExec)
 	return nil
 }

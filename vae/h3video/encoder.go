@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/core/tensors/images"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -87,9 +87,9 @@ func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, 
 	if err := weights.Bind(src, e.set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
 		return nil, fmt.Errorf("h3video: encoder: %w", err)
 	}
-	if err := gx.Catch("", func() error {
-		e.exec = gx.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
-		e.execActs = gx.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
+	if err := graphexec.Catch("", func() error {
+		e.exec = graphexec.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
+		e.execActs = graphexec.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
 		return nil
 	}); err != nil {
 		e.set.Release()
@@ -266,7 +266,7 @@ func (e *Encoder) Close() error {
 	}
 	e.closed = true
 	e.set.Release()
-	gx.FinalizeExecs(e.exec, e.execActs)
+	graphexec.FinalizeExecs(e.exec, e.execActs)
 	return nil
 }
 
@@ -419,7 +419,7 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			args[0] = tensors.FromFlatDataAndDimensions(in, 1, c.InChannels, frames, th, tw)
 			var data []float32
 			var dims []int
-			err := gx.Catch("", func() error {
+			err := graphexec.Catch("", func() error {
 				exec := e.exec
 				if hook != nil && ri == 0 && ci == 0 {
 					exec = e.execActs
@@ -428,7 +428,7 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 				if err != nil {
 					return err
 				}
-				defer gx.Finalize(res...)
+				defer graphexec.Finalize(res...)
 				if len(res) == 3 {
 					hook("encoder_conv_in", res[1])
 					hook("encoder_out", res[2])

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/randweights"
 )
 
 // NewRandom builds a decoder of the given geometry whose weights are drawn on the backend, without a
@@ -17,7 +17,7 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, gx.FixtureDraw); err != nil {
+	if err := randweights.FillRandom(d.backend, d.set, d.opts.DType, seed, randweights.FixtureDraw); err != nil {
 		d.set.Release()
 		return nil, fmt.Errorf("h3video: random weights: %w", err)
 	}

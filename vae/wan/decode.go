@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/media"
 )
 
@@ -122,7 +122,7 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 	caches := make([][]*tensors.Tensor, len(ys)*len(xs))
 	defer func() {
 		for _, cs := range caches {
-			gx.Finalize(cs...)
+			graphexec.Finalize(cs...)
 		}
 	}()
 	start := 0
@@ -142,21 +142,21 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 				}
 				slot := i*len(xs) + j
 				zt := latentTile(z, d.cfg.ZDim, t, h, w, k, ysp, xsp)
-				args := gx.ParamArgs([]any{zt}, d.params...)
-				outs, err := gx.Call(exec, gx.Args(args, caches[slot]...)...)
+				args := graphexec.ParamArgs([]any{zt}, d.params...)
+				outs, err := graphexec.Call(exec, graphexec.Args(args, caches[slot]...)...)
 				zt.FinalizeAll()
 				if err != nil {
 					return fmt.Errorf("wan: decoding latent frame %d (tile at %d,%d of %d×%d latents): %w", k, ysp.start, xsp.start, ysp.size, xsp.size, err)
 				}
 				nSlots := d.cfg.numCacheSlots()
-				gx.Finalize(caches[slot]...)
+				graphexec.Finalize(caches[slot]...)
 				caches[slot] = outs[1 : 1+nSlots]
 				pix := outs[0]
 				frames = pix.Shape().Dim(2)
 				data, err := tensors.CopyFlatData[float32](pix)
 				pix.FinalizeAll()
 				if err != nil {
-					gx.Finalize(outs[1+nSlots:]...)
+					graphexec.Finalize(outs[1+nSlots:]...)
 					return fmt.Errorf("wan: reading decoded pixels: %w", err)
 				}
 				for n, name := range tapNames {

@@ -10,7 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -307,7 +307,7 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 	mean = make([]float32, z*nl*plane)
 	logvar = make([]float32, z*nl*plane)
 	var caches []*tensors.Tensor
-	defer func() { gx.Finalize(caches...) }()
+	defer func() { graphexec.Finalize(caches...) }()
 	for k := 0; k < nl; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, nil, err
@@ -325,13 +325,13 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 			copy(chunk[c*fn*hh*ww:(c+1)*fn*hh*ww], video[(c*nf+f0)*hh*ww:(c*nf+f0+fn)*hh*ww])
 		}
 		xt := tensors.FromFlatDataAndDimensions(chunk, 1, pc, fn, hh, ww)
-		args := gx.ParamArgs([]any{xt}, d.encParams...)
-		outs, err := gx.Call(exec, gx.Args(args, caches...)...)
+		args := graphexec.ParamArgs([]any{xt}, d.encParams...)
+		outs, err := graphexec.Call(exec, graphexec.Args(args, caches...)...)
 		xt.FinalizeAll()
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("wan: encoding frames %d..%d: %w", f0, f0+fn-1, err)
 		}
-		gx.Finalize(caches...)
+		graphexec.Finalize(caches...)
 		caches = outs[1:]
 		post, err := tensors.CopyFlatData[float32](outs[0])
 		outs[0].FinalizeAll()

@@ -11,7 +11,8 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -99,7 +100,7 @@ func NewEncoder(backend compute.Backend, cfg Config, w Weights, opts Options) (*
 		return nil, err
 	}
 	e.layer.WithName("qwen3vl_decoder_layer")
-	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
+	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +153,7 @@ func (e *Encoder) HiddenStateIndex() int { return e.index }
 func (e *Encoder) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	gx.FinalizeExecs(e.layer, e.norm)
+	graphexec.FinalizeExecs(e.layer, e.norm)
 	e.layer, e.norm = nil, nil
 	if e.closer != nil {
 		err := e.closer()
@@ -171,7 +172,7 @@ func (e *Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, erro
 		return nil, nil, err
 	}
 	defer t.FinalizeAll()
-	out, err := gx.HostF32(t)
+	out, err := graphexec.HostF32(t)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -191,7 +192,7 @@ func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor,
 // debugging: every state is copied to the host.
 func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
 	t, err := e.forward(ctx, ids, func(i int, h *tensors.Tensor) error {
-		v, err := gx.HostF32(h)
+		v, err := graphexec.HostF32(h)
 		if err != nil {
 			return err
 		}
@@ -221,7 +222,7 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 			x = nil
 		}
 	}()
-	err = gx.Catch("qwen3vl", func() error {
+	err = graphexec.Catch("qwen3vl", func() error {
 		var err error
 		x, err = e.weights.Embed(ids)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/embedrows"
 	"fastvideo/internal/weights"
 )
 
@@ -176,7 +176,7 @@ func (w *CheckpointWeights) loadResident() error {
 // two modes hand the first layer bit-identical inputs.
 func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if w.resident {
-		if err := gx.CheckTokenIDs(ids, w.cfg.VocabSize); err != nil {
+		if err := embedrows.CheckTokenIDs(ids, w.cfg.VocabSize); err != nil {
 			return nil, fmt.Errorf("qwen3vl: %w", err)
 		}
 		idx := make([]int32, len(ids))
@@ -191,7 +191,7 @@ func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("qwen3vl: checkpoint has no %q", w.embedName())
 	}
-	t, err := gx.LoadRows(table, ids, w.dtype, w.backend)
+	t, err := embedrows.LoadRows(table, ids, w.dtype, w.backend)
 	if err != nil {
 		return nil, fmt.Errorf("qwen3vl: %w", err)
 	}

@@ -13,7 +13,9 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/embedrows"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -121,7 +123,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			e = nil
 		}
 	}()
-	err = gx.Catch("umt5", func() error {
+	err = graphexec.Catch("umt5", func() error {
 		nRel := 1
 		if cfg.PerLayerBias() {
 			nRel = cfg.NumLayers
@@ -156,7 +158,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			return err
 		}
 		e.block.WithName("umt5_block")
-		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
+		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
 		if err != nil {
 			return err
 		}
@@ -276,7 +278,7 @@ func (e *Encoder) Close() error {
 }
 
 func (e *Encoder) release() {
-	gx.FinalizeExecs(e.block, e.norm)
+	graphexec.FinalizeExecs(e.block, e.norm)
 	e.block, e.norm = nil, nil
 	for _, s := range append(append([]*weights.Set{e.final}, e.rel...), e.blocks...) {
 		if s != nil {
@@ -299,7 +301,7 @@ func (e *Encoder) Encode(ctx context.Context, ids, mask []int) ([]float32, []int
 			return nil
 		}
 		var err error
-		out, err = gx.HostF32(h)
+		out, err = graphexec.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -318,7 +320,7 @@ func (e *Encoder) HiddenStates(ctx context.Context, ids, mask []int) ([][]float3
 	states := make([][]float32, e.cfg.NumLayers+1)
 	err := e.forward(ctx, ids, mask, func(i int, h *tensors.Tensor) error {
 		var err error
-		states[i], err = gx.HostF32(h)
+		states[i], err = graphexec.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -413,8 +415,8 @@ func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, 
 		return fmt.Errorf("umt5: encoder is closed")
 	}
 	s := len(ids)
-	return gx.Catch("umt5", func() error {
-		x, err := gx.LoadRows(e.embed, ids, e.dtype, e.backend)
+	return graphexec.Catch("umt5", func() error {
+		x, err := embedrows.LoadRows(e.embed, ids, e.dtype, e.backend)
 		if err != nil {
 			return err
 		}
@@ -482,7 +484,7 @@ func (e *Encoder) checkInputs(ids, mask []int) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("umt5: no token ids; encode at least one token (the tokenizer appends EOS)")
 	}
-	if err := gx.CheckTokenIDs(ids, e.cfg.VocabSize); err != nil {
+	if err := embedrows.CheckTokenIDs(ids, e.cfg.VocabSize); err != nil {
 		return fmt.Errorf("umt5: %w", err)
 	}
 	if mask == nil {

@@ -1,11 +1,10 @@
-// Package gx is the GoMLX plumbing the model packages share, so that each of them does these things
-// one way: turning GoMLX panics into errors at a public boundary, building named executables and
-// running them, moving tensors to and from the device, freeing them, drawing random weights on the
-// device (random.go), and the few graph operations several models compute identically (ops.go).
+// Package graphexec is how model packages run GoMLX graphs, one way for all: turning GoMLX panics into
+// errors at a public boundary, building named executables and calling them, moving tensors to and from
+// the device, freeing them, and the tests' trace hook.
 //
 // GoMLX reports graph-building and execution failures by panicking. Model code builds graphs freely
-// and recovers once, where a public method returns: `defer gx.Recover(&err, "h3: forward")`.
-package gx
+// and recovers once, where a public method returns: `defer graphexec.Recover(&err, "h3: forward")`.
+package graphexec
 
 import (
 	"fmt"
@@ -22,7 +21,7 @@ import (
 )
 
 // Recover turns a panic into an error stored in *err, prefixed with context (e.g. "h3: forward").
-// It must be deferred directly: `defer gx.Recover(&err, "wan: forward")`. A panic with a non-error
+// It must be deferred directly: `defer graphexec.Recover(&err, "wan: forward")`. A panic with a non-error
 // value (a programming error, not a GoMLX report) keeps its stack in the message.
 func Recover(err *error, context string) {
 	r := recover()

@@ -1,4 +1,7 @@
-package gx
+// Package nn holds the graph operations several models compute the same way (linear layers, norms,
+// activations, AdaLN modulation). Weights use the PyTorch layout [out, in]; "over the last axis" means
+// per row of activations [..., width].
+package nn
 
 import (
 	"math"
@@ -6,9 +9,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 )
-
-// Graph operations that several models compute the same way. Weights use the PyTorch layout [out, in];
-// "over the last axis" means per row of activations [..., width].
 
 // F32 converts x to float32 (a no-op for float32 x).
 func F32(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
