@@ -167,11 +167,15 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 	if m.trace != nil {
 		m.trace("time_proj", []int{nT, m.cfg.FreqDim}, proj)
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(proj, nT, m.cfg.FreqDim), p.Time1.W.T, p.Time1.B.T, p.Time2.W.T, p.Time2.B.T}
-	if p.AdaLNBasis != nil {
-		args = append(args, p.AdaLNBasis.T)
+	args := timeInputs[*tensors.Tensor]{
+		Proj: tensors.FromFlatDataAndDimensions(proj, nT, m.cfg.FreqDim),
+		W1:   p.Time1.W.T, B1: p.Time1.B.T, W2: p.Time2.W.T, B2: p.Time2.B.T,
 	}
-	res, err := graphexec.Call(ex.time, args...)
+	var basis []*tensors.Tensor
+	if p.AdaLNBasis != nil {
+		basis = append(basis, p.AdaLNBasis.T)
+	}
+	res, err := graphexec.Call(ex.time, graphexec.Pack(&args, basis...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func recovered(r any, context string) error {
 // MustExec creates the executable of fn named name (the name errors and profiles show) and panics
 // when GoMLX refuses it; call it under Recover. The graph is built and compiled at the first call
 // with each set of input shapes.
-func MustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *Exec {
+func MustExec[F ExecGraphFn](backend compute.Backend, name string, fn F) *Exec {
 	e, err := NewExec(backend, fn)
 	if err != nil {
 		panic(err)
@@ -178,4 +178,31 @@ func (tr Trace) Emit(context, name string, t *tensors.Tensor) error {
 	}
 	tr(name, t.Shape().Dimensions, v)
 	return nil
+}
+
+// Inputs is an executable's inputs as a struct of named fields (graph nodes when building it, tensors
+// when calling it): Fields lists pointers to them in call order, the one place that order is written.
+type Inputs[T any] interface{ Fields() []*T }
+
+// Unpack fills a's fields from the graph inputs in order and returns the inputs after them (weights
+// passed as a list).
+func Unpack[T any](in []T, a Inputs[T]) []T {
+	fs := a.Fields()
+	for i, f := range fs {
+		*f = in[i]
+	}
+	return in[len(fs):]
+}
+
+// Pack lists a's fields in order as Exec.Call arguments, followed by rest.
+func Pack[T any](a Inputs[T], rest ...T) []any {
+	fs := a.Fields()
+	args := make([]any, 0, len(fs)+len(rest))
+	for _, f := range fs {
+		args = append(args, *f)
+	}
+	for _, r := range rest {
+		args = append(args, r)
+	}
+	return args
 }

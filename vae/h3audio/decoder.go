@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -42,7 +43,7 @@ type Decoder struct {
 // Load reads the release's audio_vae/ folder: config.json and the safetensors
 // weights (a single file or a sharded index).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "h3audio", ReadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "h3audio", ReadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -67,7 +68,7 @@ type Decoder struct {
 
 // Load reads the released vae/ folder (config.json and the safetensors weights).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }

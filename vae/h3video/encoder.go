@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors/images"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -58,7 +59,7 @@ type Posterior struct {
 
 // LoadEncoder reads the encoder from the released vae/ folder.
 func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+	return modelkit.LoadFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
 		return EncoderFromSource(backend, cfg, src, opts)
 	})
 }

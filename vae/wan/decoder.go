@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -65,7 +66,7 @@ type execKey struct{ first, taps, enc bool }
 // Load reads the released vae/ folder (config.json and the safetensors weights, single file or
 // sharded). Encoder tensors are skipped unless Options.Encoder is set.
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "wan", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "wan", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }

@@ -1,0 +1,209 @@
+// Package modelkit is the lifecycle every model package (dit/h3, dit/wan, the VAEs, the text encoders)
+// shares, written once: resolving Options.DType, checking the backend, opening a released folder
+// (copying its weights, or keeping the checkpoint for the model's lifetime), the plain and traced
+// executable sets, device tables cached by geometry, prepared text rows, and the checks on the host
+// inputs every model makes the same way. Each model package keeps only what is that model.
+package modelkit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// Float dtypes the models accept in Options.DType: DiTs compute in Float32 or BFloat16; the VAEs and
+// text encoders also take Float16.
+var (
+	DiTDTypes  = []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
+	HalfDTypes = []dtypes.DType{dtypes.Float32, dtypes.BFloat16, dtypes.Float16}
+)
+
+// DType resolves a model's Options.DType: the zero value means Float32 (exact, the CPU choice); any
+// dtype outside allowed is refused, naming the field and the choices.
+func DType(dt dtypes.DType, allowed []dtypes.DType) (dtypes.DType, error) {
+	if dt == dtypes.InvalidDType {
+		return dtypes.Float32, nil
+	}
+	for _, a := range allowed {
+		if dt == a {
+			return dt, nil
+		}
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = a.String()
+	}
+	return dt, fmt.Errorf("Options.DType = %s is not supported; use %s", dt, strings.Join(names, ", "))
+}
+
+// CheckBackend refuses a nil backend with the fix.
+func CheckBackend(backend compute.Backend) error {
+	if backend == nil {
+		return errors.New("backend is nil; create one with fastvideo/internal/backend")
+	}
+	return nil
+}
+
+// LoadFolder reads the config of a released component folder (vae/, audio_vae/, …) with readConfig,
+// opens its checkpoint (one file, a folder of files or shards with their index) and hands both to
+// build, which must copy what it keeps (weights.Bind does): the checkpoint closes when build returns.
+// what prefixes an open failure ("wan", "h3audio", …), as build's own errors are prefixed.
+func LoadFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, error) {
+	var zero T
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return zero, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return zero, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
+	defer ckpt.Close()
+	return build(cfg, ckpt)
+}
+
+// OpenFolder is LoadFolder for a model that keeps reading its checkpoint (a text encoder streaming
+// its layers) or may alias it (same-dtype host tensors on the Go backend): on success the checkpoint
+// stays open and its Close is returned for the model to call when it closes.
+func OpenFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, func() error, error) {
+	var zero T
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return zero, nil, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return zero, nil, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
+	m, err := build(cfg, ckpt)
+	if err != nil {
+		ckpt.Close()
+		return zero, nil, err
+	}
+	return m, ckpt.Close, nil
+}
+
+// Finalizer is a set of executables that can be freed.
+type Finalizer interface{ Finalize() }
+
+// Stages are a model's executables: the plain set, built with the model, and the traced set (which
+// also returns intermediates for the parity tests), built on first use.
+type Stages[S Finalizer] struct {
+	build         func(traced bool) S
+	plain, traced S
+	hasTraced     bool
+}
+
+// NewStages builds the plain set now and keeps build for the traced one.
+func NewStages[S Finalizer](build func(traced bool) S) *Stages[S] {
+	return &Stages[S]{build: build, plain: build(false)}
+}
+
+// Get returns the traced set when traced (building it once), else the plain one.
+func (s *Stages[S]) Get(traced bool) S {
+	if !traced {
+		return s.plain
+	}
+	if !s.hasTraced {
+		s.traced, s.hasTraced = s.build(true), true
+	}
+	return s.traced
+}
+
+// Finalize frees both sets.
+func (s *Stages[S]) Finalize() {
+	if s == nil {
+		return
+	}
+	s.plain.Finalize()
+	if s.hasTraced {
+		s.traced.Finalize()
+	}
+}
+
+// RopeCache keeps the device RoPE tables of the last geometry: every step of a generation uses the
+// same one, and comparing it is far cheaper than recomputing and uploading 2·L·width cos/sin values.
+type RopeCache[K any] struct {
+	equal    func(a, b K) bool
+	key      K
+	cos, sin *tensors.Tensor
+}
+
+// NewRopeCache makes an empty cache whose geometries compare with equal.
+func NewRopeCache[K any](equal func(a, b K) bool) *RopeCache[K] { return &RopeCache[K]{equal: equal} }
+
+// Tables returns the device tables [rows, width] for key, computing them with tables (host cos, sin)
+// and uploading them when key differs from the cached geometry.
+func (c *RopeCache[K]) Tables(backend compute.Backend, key K, rows, width int, tables func() (cos, sin []float32)) (cos, sin *tensors.Tensor, err error) {
+	if c.cos != nil && c.equal(c.key, key) {
+		return c.cos, c.sin, nil
+	}
+	c.Close()
+	cosH, sinH := tables()
+	cos, sin = tensors.FromFlatDataAndDimensions(cosH, rows, width), tensors.FromFlatDataAndDimensions(sinH, rows, width)
+	if err := graphexec.Upload(backend, cos, sin); err != nil {
+		return nil, nil, fmt.Errorf("RoPE tables: %w", err)
+	}
+	c.key, c.cos, c.sin = key, cos, sin
+	return cos, sin, nil
+}
+
+// Close frees the cached tables.
+func (c *RopeCache[K]) Close() {
+	if c != nil && c.cos != nil {
+		graphexec.Finalize(c.cos, c.sin)
+		c.cos, c.sin = nil, nil
+	}
+}
+
+// TextRows is a prompt prepared once per generation on the device, [rows, width] in the compute
+// dtype, reused by every step. The DiTs embed it in their own TextState types so that a prompt
+// prepared by one model cannot be passed to another.
+type TextRows struct {
+	rows int
+	x    *tensors.Tensor
+}
+
+// NewTextRows wraps a prepared [rows, width] tensor.
+func NewTextRows(rows int, x *tensors.Tensor) TextRows { return TextRows{rows: rows, x: x} }
+
+// Rows is the number of text tokens.
+func (t *TextRows) Rows() int { return t.rows }
+
+// Tensor is the device tensor, nil once closed.
+func (t *TextRows) Tensor() *tensors.Tensor { return t.x }
+
+// Close frees the device tensor.
+func (t *TextRows) Close() {
+	if t != nil && t.x != nil {
+		t.x.FinalizeAll()
+		t.x = nil
+	}
+}
+
+// TextCount checks host text features [S, width] (row-major) and returns S.
+func TextCount(text []float32, width int, what string) (int, error) {
+	if len(text) == 0 || len(text)%width != 0 {
+		return 0, fmt.Errorf("%s have %d values, want S × text_dim (%d) with S >= 1", what, len(text), width)
+	}
+	return len(text) / width, nil
+}
+
+// CheckFinite refuses a NaN or infinite value of the field named field.
+func CheckFinite(field string, values []float32) error {
+	for i, t := range values {
+		if math.IsNaN(float64(t)) || math.IsInf(float64(t), 0) {
+			return fmt.Errorf("%s[%d] = %v is not finite", field, i, t)
+		}
+	}
+	return nil
+}
