@@ -97,7 +97,7 @@ func newTinyComponents(spec *ModelSpec) *tinyComponents { return &tinyComponents
 func (c *tinyComponents) sources() {
 	c.once.Do(func() {
 		seed := int64(tinyWeightsSeed)
-		c.dit = weights.NewSynthetic(seed, h3.ParamNames(c.spec.DiT), nil)
+		c.dit = weights.NewSynthetic(seed, shapeTable(h3.Params(c.spec.DiT)), nil)
 		c.video = weights.NewSynthetic(seed+1, videoDecoderShapes(tinyVideoVAE()), nil)
 		c.audio = weights.NewSynthetic(seed+2, audioDecoderShapes(tinyAudioVAE()), initAudioVAE)
 		c.te = weights.NewSynthetic(seed+3, textEncoderShapes(tinyTextEncoder()), nil)
@@ -168,28 +168,16 @@ func videoDecoderShapes(c h3video.Config) map[string][]int {
 
 // audioDecoderShapes is h3audio's declared decoder table.
 func audioDecoderShapes(c h3audio.Config) map[string][]int {
-	list, err := h3audio.CheckpointShapes(c, h3audio.Options{})
-	return shapeTable(list, err, "audio VAE")
+	return shapeTable(h3audio.Params(c))
 }
 
-// shapeTable turns a decoder's declared tensor list into the name -> shape table of a synthetic
-// source; err is the declaring function's, which for tiny's constant configs tests rule out.
-func shapeTable[T ~struct {
-	Name  string
-	Shape []int
-}](list []T, err error, what string) map[string][]int {
+// shapeTable turns a model's parameter table into the name -> shape table of a synthetic source; err
+// is the model's, which for tiny's constant configs tests rule out.
+func shapeTable(list weights.Shapes, err error) map[string][]int {
 	if err != nil {
-		panic(fmt.Sprintf("fastvideo: tiny %s config: %v", what, err))
+		panic(fmt.Sprintf("fastvideo: tiny config: %v", err))
 	}
-	out := map[string][]int{}
-	for _, t := range list {
-		ts := struct {
-			Name  string
-			Shape []int
-		}(t)
-		out[ts.Name] = ts.Shape
-	}
-	return out
+	return list.Map()
 }
 
 // inMemory is the weight-source opener of a synthetic source, which needs no closing.

@@ -105,7 +105,9 @@ func (r *ResolvedRequest) wanPlan(dtype DType) (*GenerationPlan, error) {
 // every vector the reference computes with in float32 (norm weights, scale_shift_tables) stay
 // float32; the rest takes the compute dtype.
 func wanParamGroups(cfg wandit.Config) (f32, half int64) {
-	for name, shape := range wandit.ParamNames(cfg) {
+	params, _ := wandit.Params(cfg) // an invalid config has no table: both groups stay empty
+	for _, p := range params {
+		name, shape := p.Name, p.Shape
 		n := int64(1)
 		for _, d := range shape {
 			n *= int64(d)

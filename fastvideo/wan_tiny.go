@@ -192,7 +192,7 @@ func (c *tinyWanComponents) sources() {
 	c.once.Do(func() {
 		seed := int64(tinyWanWeightsSeed)
 		ws := c.spec.Wan
-		c.dit = weights.NewSynthetic(seed, wandit.ParamNames(ws.DiT), initWanDiT)
+		c.dit = weights.NewSynthetic(seed, shapeTable(wandit.Params(ws.DiT)), initWanDiT)
 		c.vae = weights.NewSynthetic(seed+1, wanVAEShapes(ws.VAE), initWanVAE)
 		c.te = weights.NewSynthetic(seed+2, umt5Shapes(ws.TextEncoder), nil)
 		c.tokenizerJSON = tinyWanTokenizerJSON()
@@ -227,8 +227,7 @@ func (c *tinyWanComponents) loadVAE(b compute.Backend, dt dtypes.DType) (*wanvae
 
 // wanVAEShapes is vae/wan's declared decoder table.
 func wanVAEShapes(cfg wanvae.Config) map[string][]int {
-	list, err := wanvae.CheckpointShapes(cfg, false)
-	return shapeTable(list, err, "Wan VAE")
+	return shapeTable(wanvae.Params(cfg))
 }
 
 // umt5Shapes lists the tensors a UMT5 encoder reads, under the released HF T5 names.

@@ -262,16 +262,15 @@ func uniformLayout(kind string, blocks []*coreParams) (linearLayout, error) {
 	return first, nil
 }
 
-// ParamNames lists the checkpoint names and shapes the model binds for cfg (full AdaLN projections), in
-// declaration order. It is what a converter or a checkpoint check compares against.
-func ParamNames(cfg Config) map[string][]int {
-	out := map[string][]int{}
+// Params is the checkpoint parameter table of a released (dense) transformer for cfg, with the full
+// AdaLN projections, in declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	p, err := declareParams(cfg, dtypes.Float32, nil, nil)
-	if err != nil { // a dense table never fails to declare
-		return out
+	if err != nil {
+		return nil, err
 	}
-	for _, par := range p.set.Params() {
-		out[par.Name] = par.Shape
-	}
-	return out
+	return weights.ShapesOf(p.set.Params()), nil
 }

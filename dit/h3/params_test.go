@@ -47,16 +47,12 @@ func TestBindingListsEveryProblem(t *testing.T) {
 }
 
 func TestReleaseParameterCount(t *testing.T) {
-	count := func(cfg Config) int {
-		n := 0
-		for _, shape := range ParamNames(cfg) {
-			k := 1
-			for _, d := range shape {
-				k *= d
-			}
-			n += k
+	count := func(cfg Config) int64 {
+		params, err := Params(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
+		return params.Count()
 	}
 	cfg := ReleaseConfig()
 	if got := count(cfg); got != 33_122_992_896 { // h3.md §1.3

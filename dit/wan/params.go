@@ -114,11 +114,11 @@ func declareParams(cfg Config) *params {
 	return p
 }
 
-// ParamNames lists the checkpoint names and shapes the model binds for cfg (biases included).
-func ParamNames(cfg Config) map[string][]int {
-	out := map[string][]int{}
-	for _, p := range declareParams(cfg).set.Params() {
-		out[p.Name] = p.Shape
+// Params is the checkpoint parameter table of a released transformer for cfg (biases included), in
+// declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return out
+	return weights.ShapesOf(declareParams(cfg).set.Params()), nil
 }

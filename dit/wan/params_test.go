@@ -92,21 +92,17 @@ func TestLoadFolder(t *testing.T) {
 }
 
 func TestReleaseParameterCounts(t *testing.T) {
-	count := func(cfg Config) int {
-		n := 0
-		for _, shape := range ParamNames(cfg) {
-			k := 1
-			for _, d := range shape {
-				k *= d
-			}
-			n += k
+	count := func(cfg Config) int64 {
+		params, err := Params(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
+		return params.Count()
 	}
 	for _, c := range []struct {
 		name string
 		cfg  Config
-		want int
+		want int64
 	}{ // wan.md §9.1
 		{"Wan2.1-1.3B", Wan21T2V1_3B(), 1_418_996_800},
 		{"Wan2.2-TI2V-5B", Wan22TI2V5B(), 4_999_787_712},

@@ -352,3 +352,46 @@ func EncodeFloats(vals []float64, dt dtypes.DType) []byte {
 	}
 	panic(fmt.Sprintf("weights: EncodeFloats to %s", dt))
 }
+
+// TensorShape is one checkpoint tensor a model binds.
+type TensorShape struct {
+	Name  string
+	Shape []int
+}
+
+// Shapes is a model's checkpoint parameter table: the released tensor names it binds with their
+// shapes, in declaration order. Every model package offers its own as Params(cfg) (and, where it has
+// an encoder part, EncoderParams(cfg)); benchmarks build random checkpoints from it, converters and
+// tests check one against it.
+type Shapes []TensorShape
+
+// ShapesOf lists the declared shapes of ps, in order.
+func ShapesOf(ps []*Param) Shapes {
+	out := make(Shapes, len(ps))
+	for i, p := range ps {
+		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
+	}
+	return out
+}
+
+// Map is the table keyed by name (a Synthetic source's declaration).
+func (s Shapes) Map() map[string][]int {
+	out := make(map[string][]int, len(s))
+	for _, t := range s {
+		out[t.Name] = t.Shape
+	}
+	return out
+}
+
+// Count is the number of values of every tensor of the table.
+func (s Shapes) Count() int64 {
+	var n int64
+	for _, t := range s {
+		k := int64(1)
+		for _, d := range t.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	return n
+}

@@ -124,14 +124,15 @@ func TestDefaultConfigIsRelease(t *testing.T) {
 
 func TestCheckpointShapesMatchFixture(t *testing.T) {
 	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
-		list, err := CheckpointShapes(fixtureConfig(t, fx), Options{Encoder: true})
+		dec, err := Params(fixtureConfig(t, fx))
 		if err != nil {
 			t.Fatal(err)
 		}
-		declared := map[string][]int{}
-		for _, ts := range list {
-			declared[ts.Name] = ts.Shape
+		enc, err := EncoderParams(fixtureConfig(t, fx))
+		if err != nil {
+			t.Fatal(err)
 		}
+		declared := append(dec, enc...).Map()
 		src := fx.Weights()
 		for _, name := range src.Names() {
 			info, _ := src.Tensor(name)

@@ -234,3 +234,28 @@ func (d *Decoder) Close() error {
 	graphexec.FinalizeExecs(d.preExec, d.blockExec)
 	return nil
 }
+
+// Params is the checkpoint parameter table of the decoder (post_quant_conv and the ViT decoder) for
+// cfg, in declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Decoder{cfg: cfg}
+	d.declare()
+	return weights.ShapesOf(d.set.Params()), nil
+}
+
+// EncoderParams is the checkpoint parameter table of the encoder (quant_conv and the ViT encoder) for
+// cfg, in declaration order.
+func EncoderParams(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := encoderConfigCheck(cfg); err != nil {
+		return nil, err
+	}
+	e := &Encoder{cfg: cfg, index: map[*weights.Param]int{}}
+	e.declare()
+	return weights.ShapesOf(e.set.Params()), nil
+}

@@ -128,28 +128,23 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 	return d, nil
 }
 
-// TensorShape is one checkpoint tensor the decoder binds.
-type TensorShape struct {
-	Name  string
-	Shape []int
-}
-
-// CheckpointShapes lists the released tensor names and shapes the decoder (and with encoder, the
-// encoder and quant_conv) binds for cfg, in graph input order. Benchmarks use it to build random
-// checkpoints, converters to check one.
-func CheckpointShapes(cfg Config, encoder bool) ([]TensorShape, error) {
+// Params is the checkpoint parameter table of the decoder (post_quant_conv and decoder.*) for cfg, in
+// graph input order.
+func Params(cfg Config) (weights.Shapes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, ps := declare(cfg)
-	if encoder {
-		ps = append(ps, declareEncoder(cfg, s)...)
+	_, ps := declare(cfg)
+	return weights.ShapesOf(ps), nil
+}
+
+// EncoderParams is the checkpoint parameter table of the encoder (encoder.* and quant_conv.*, bound
+// with Options.Encoder) for cfg, in graph input order.
+func EncoderParams(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	out := make([]TensorShape, len(ps))
-	for i, p := range ps {
-		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
-	}
-	return out, nil
+	return weights.ShapesOf(declareEncoder(cfg, weights.NewSet(""))), nil
 }
 
 // declare lists the decoder's parameters with shapes from the config. Norm gains stay float32;

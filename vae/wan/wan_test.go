@@ -185,21 +185,13 @@ func TestCheckpointSizes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want int
+		want int64
 	}{{"wan21", DefaultConfig(), 73_295_603}, {"wan22", Wan22Config(), 555_051_580}} {
-		list, err := CheckpointShapes(tc.cfg, false)
+		list, err := Params(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, ts := range list {
-			k := 1
-			for _, v := range ts.Shape {
-				k *= v
-			}
-			n += k
-		}
-		if n != tc.want {
+		if n := list.Count(); n != tc.want {
 			t.Errorf("%s: decoder has %d parameters, wan.md counts %d", tc.name, n, tc.want)
 		}
 	}

@@ -1,12 +1,14 @@
 package qwen3vl
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/internal/nn"
+	"fastvideo/internal/weights"
 )
 
 // LayerTensorNames are the per-layer checkpoint names (after
@@ -106,4 +108,25 @@ func DecoderLayer(cfg Config, x, cos, sin *Node, w []*Node) *Node {
 	up := nn.Project(h, w[wUp])
 	act := Mul(Mul(gate, Sigmoid(gate)), up)
 	return Add(x, nn.Project(act, w[wDown]))
+}
+
+// Params is the checkpoint parameter table of the text stack an encoder with default Options reads
+// for cfg: the token embedding and the decoder layers up to the returned hidden state, under
+// DefaultPrefix.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n, err := Options{}.ResolveHiddenState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := weights.Shapes{{Name: DefaultPrefix + "embed_tokens.weight", Shape: []int{cfg.VocabSize, cfg.HiddenSize}}}
+	shapes := LayerTensorShapes(cfg)
+	for i := 0; i < n; i++ {
+		for k, name := range LayerTensorNames {
+			out = append(out, weights.TensorShape{Name: fmt.Sprintf("%slayers.%d.%s", DefaultPrefix, i, name), Shape: shapes[k]})
+		}
+	}
+	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/internal/nn"
+	"fastvideo/internal/weights"
 )
 
 // BlockTensorNames are the per-block checkpoint names (after
@@ -117,4 +118,22 @@ func Block(cfg Config, x, buckets, keyMask, relBias *Node, w []*Node) *Node {
 		ff = nn.Project(activation(cfg.Act, nn.Project(n, w[wFF])), w[wFF+1])
 	}
 	return Add(x, ff)
+}
+
+// Params is the checkpoint parameter table of the encoder stack for cfg under the released HF T5
+// names: the token embedding (as EmbeddingNames[0]), every block with its relative-position table,
+// and the final norm.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	out := weights.Shapes{{Name: EmbeddingNames[0], Shape: []int{cfg.VocabSize, cfg.DModel}}}
+	shapes := BlockTensorShapes(cfg)
+	for i := 0; i < cfg.NumLayers; i++ {
+		for k, n := range BlockTensorNames(cfg) {
+			out = append(out, weights.TensorShape{Name: blockPrefix(i) + n, Shape: shapes[k]})
+		}
+		out = append(out, weights.TensorShape{Name: RelativeBiasName(i), Shape: []int{cfg.NumBuckets, cfg.NumHeads}})
+	}
+	return append(out, weights.TensorShape{Name: "encoder.final_layer_norm.weight", Shape: []int{cfg.DModel}}), nil
 }
