@@ -378,11 +378,10 @@ func (e *Encoder) encode(ctx context.Context, pixels []float32, shape []int, key
 // (pixel tiles, moments stitched in latent space with overlaps/ratio); hook receives the first tile's
 // conv_in and encoder outputs when set. It returns the moments [2C][T'][H/r][W/r] and T'.
 func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww int, hook actHook) ([]float32, int, error) {
-	c := e.cfg
-	r := c.SpatialRatio()
+	r := e.cfg.SpatialRatio()
 	ys, xs := Tiles{Starts: []int{0}, Sizes: []int{hh}}, Tiles{Starts: []int{0}, Sizes: []int{ww}}
 	if !e.opts.DisableTiling {
-		th, tw, oh, ow := tileGeometry(c, e.opts)
+		th, tw, oh, ow := tileGeometry(e.cfg, e.opts)
 		var err error
 		if ys, err = SplitTiles(hh, th, oh, r); err != nil {
 			return nil, 0, err
@@ -391,15 +390,9 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			return nil, 0, err
 		}
 	}
-	lh, lw := hh/r, ww/r
-	var canvas []float32
-	var tOut, planes int
+	m := &momentCanvas{lh: hh / r, lw: ww / r}
 	var prevRow []*tile
 	y := 0
-	args := make([]any, 1+len(e.index))
-	for p, i := range e.index {
-		args[1+i] = p.T
-	}
 	for ri := range ys.Starts {
 		row := make([]*tile, len(xs.Starts))
 		x, keptH := 0, 0
@@ -409,46 +402,17 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			}
 			y0, x0 := ys.Starts[ri], xs.Starts[ci]
 			th, tw := min(ys.Sizes[ri], hh-y0), min(xs.Sizes[ci], ww-x0)
-			in := make([]float32, c.InChannels*frames*th*tw)
-			k := 0
-			for p := 0; p < c.InChannels*frames; p++ {
-				for j := 0; j < th; j++ {
-					copy(in[k:k+tw], clip[(p*hh+y0+j)*ww+x0:])
-					k += tw
-				}
+			var tileHook actHook
+			if ri == 0 && ci == 0 {
+				tileHook = hook
 			}
-			args[0] = tensors.FromFlatDataAndDimensions(in, 1, c.InChannels, frames, th, tw)
-			var data []float32
-			var dims []int
-			err := graphexec.Catch("", func() error {
-				exec := e.exec
-				if hook != nil && ri == 0 && ci == 0 {
-					exec = e.execActs
-				}
-				res, err := exec.Call(args...)
-				if err != nil {
-					return err
-				}
-				defer graphexec.Finalize(res...)
-				if len(res) == 3 {
-					hook("encoder_conv_in", res[1])
-					hook("encoder_out", res[2])
-				}
-				dims = res[0].Shape().Dimensions
-				data = tensors.MustCopyFlatData[float32](res[0])
-				return nil
-			})
-			_ = args[0].(*tensors.Tensor).FinalizeAll()
+			cur, err := e.encodeTile(pixelWindow(clip, e.cfg.InChannels*frames, hh, ww, y0, th, x0, tw), frames, th, tw, tileHook)
 			if err != nil {
-				return nil, 0, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+				return nil, 0, err
 			}
-			if canvas == nil {
-				tOut, planes = dims[2], dims[1]*dims[2]
-				canvas = make([]float32, planes*lh*lw)
-			}
-			cur := &tile{data: data, h: dims[3], w: dims[4]}
-			row[ci] = cur
-			st := stitch{cur: cur, y: y, x: x, kh: cur.h, kw: cur.w}
+			m.init(cur)
+			row[ci] = cur.tile
+			st := stitch{cur: cur.tile, y: y, x: x, kh: cur.h, kw: cur.w}
 			if ri > 0 {
 				st.up, st.eUp = prevRow[ci], min(prevRow[ci].h, cur.h, ys.Overlaps[ri-1]/r)
 			}
@@ -461,13 +425,78 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			if ci < len(xs.Starts)-1 {
 				st.kw -= xs.Overlaps[ci] / r
 			}
-			st.kh, st.kw = min(st.kh, lh-y), min(st.kw, lw-x)
-			st.run(canvas, planes, lh, lw)
+			st.kh, st.kw = min(st.kh, m.lh-y), min(st.kw, m.lw-x)
+			st.run(m.data, m.planes, m.lh, m.lw)
 			x += st.kw
 			keptH = st.kh
 		}
 		y += keptH
 		prevRow = row
 	}
-	return canvas, tOut, nil
+	return m.data, m.tOut, nil
+}
+
+// momentCanvas is a clip's moments [planes][lh][lw], allocated at the first encoded tile, which
+// gives the number of latent frames.
+type momentCanvas struct {
+	data         []float32
+	tOut, planes int
+	lh, lw       int
+}
+
+func (m *momentCanvas) init(t encodedTile) {
+	if m.data == nil {
+		m.tOut, m.planes = t.frames, t.planes
+		m.data = make([]float32, m.planes*m.lh*m.lw)
+	}
+}
+
+// encodedTile is one tile's moments [planes][h][w], planes = 2C·frames.
+type encodedTile struct {
+	*tile
+	frames, planes int
+}
+
+// pixelWindow copies the window [y0, y0+th)×[x0, x0+tw) of every plane of clip [planes][hh][ww].
+func pixelWindow(clip []float32, planes, hh, ww, y0, th, x0, tw int) []float32 {
+	in := make([]float32, planes*th*tw)
+	k := 0
+	for p := 0; p < planes; p++ {
+		for j := 0; j < th; j++ {
+			copy(in[k:k+tw], clip[(p*hh+y0+j)*ww+x0:])
+			k += tw
+		}
+	}
+	return in
+}
+
+// encodeTile runs the encoder on one pixel tile [Cin][frames][th][tw]; hook, when set, receives its
+// conv_in and encoder outputs.
+func (e *Encoder) encodeTile(pixels []float32, frames, th, tw int, hook actHook) (encodedTile, error) {
+	args := make([]any, 1+len(e.index))
+	for p, i := range e.index {
+		args[1+i] = p.T
+	}
+	in := tensors.FromFlatDataAndDimensions(pixels, 1, e.cfg.InChannels, frames, th, tw)
+	defer in.FinalizeAll()
+	args[0] = in
+	exec := e.exec
+	if hook != nil {
+		exec = e.execActs
+	}
+	res, err := graphexec.Call(exec, args...)
+	if err != nil {
+		return encodedTile{}, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+	}
+	defer graphexec.Finalize(res...)
+	if len(res) == 3 {
+		hook("encoder_conv_in", res[1])
+		hook("encoder_out", res[2])
+	}
+	dims := res[0].Shape().Dimensions
+	data, err := tensors.CopyFlatData[float32](res[0])
+	if err != nil {
+		return encodedTile{}, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+	}
+	return encodedTile{tile: &tile{data: data, h: dims[3], w: dims[4]}, frames: dims[2], planes: dims[1] * dims[2]}, nil
 }

@@ -8,6 +8,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/attention"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/nn"
 )
 
@@ -109,10 +110,17 @@ func (gs *graphs) pre(in []*Node) []*Node {
 	return []*Node{x, pq}
 }
 
+// blockInputs feed one ViT block: X [B, L, D] f32, Cos and Sin [L, rot]; the numBlockTensors
+// weights follow.
+type blockInputs[T any] struct{ X, Cos, Sin T }
+
+func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Cos, &a.Sin} }
+
 // block is one ViT block: x + Attn(RMSNorm(x))·scale1, then + FFN(RMSNorm(x))·scale2.
-// in: x [B, L, D] f32, cos [L, rot], sin [L, rot], then the numBlockTensors weights.
 func (gs *graphs) block(in []*Node) *Node {
-	x, cos, sin, wt := in[0], in[1], in[2], in[3:]
+	var named blockInputs[*Node]
+	wt := graphexec.Unpack(in, &named)
+	x, cos, sin := named.X, named.Cos, named.Sin
 	b, l, d := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
 	dt := wt[bQW].DType()
 
