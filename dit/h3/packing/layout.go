@@ -76,9 +76,78 @@ func (l *Layout) VideoStart() int     { return l.AudioStart() + l.NumAudioRows }
 // float64 positions are bit-identical to the reference.
 func Build(req Request) (*Layout, error) {
 	patch := patchOrDefault(req.PatchSize)
-	if patch[0] <= 0 || patch[1] <= 0 || patch[2] <= 0 {
-		return nil, fmt.Errorf("packing: patch size must be positive, got %v", patch)
+	tags, scale, err := checkRequest(req, patch)
+	if err != nil {
+		return nil, err
 	}
+	hp, wp := req.LatentHeight/patch[1], req.LatentWidth/patch[2]
+	rowsPerFrame := hp * wp
+	tp := req.LatentFrames / patch[0]
+	S := len(tags)
+	numCond := len(req.Keyframes) * rowsPerFrame
+	numAudio := req.AudioLatents * AudioChannels
+	numVideo := tp * rowsPerFrame
+	L := S + numCond + numAudio + numVideo
+
+	l := &Layout{
+		SequenceLength: L, NumTextRows: S, NumConditionVideoRows: numCond, NumAudioRows: numAudio,
+		NumVideoRows: numVideo, RowsPerFrame: rowsPerFrame,
+		LatentFrames: req.LatentFrames, LatentHeight: req.LatentHeight, LatentWidth: req.LatentWidth,
+		AudioLatents: req.AudioLatents, PatchSize: patch,
+		PositionIDs: make([][3]float64, L), TokenTags: make([]uint8, L),
+	}
+	l.placePositions(req, tp, scale)
+	copy(l.TokenTags, tags)
+	l.TextIndices = arange(0, S)
+	l.AudioIndices = arange(l.AudioStart(), l.VideoStart())
+	l.VideoIndices = append(arange(l.ConditionStart(), l.AudioStart()), arange(l.VideoStart(), L)...)
+	for _, i := range l.AudioIndices {
+		l.TokenTags[i] = TagAudio
+	}
+	for _, i := range l.VideoIndices {
+		l.TokenTags[i] = TagVideo
+	}
+	return l, nil
+}
+
+// checkRequest validates req and returns its text token tags (all text when not given) and its
+// video temporal scale (1 when not given).
+func checkRequest(req Request, patch [3]int) (tags []uint8, scale float64, err error) {
+	if patch[0] <= 0 || patch[1] <= 0 || patch[2] <= 0 {
+		return nil, 0, fmt.Errorf("packing: patch size must be positive, got %v", patch)
+	}
+	if tags, err = textTags(req); err != nil {
+		return nil, 0, err
+	}
+	if req.LatentFrames <= 0 || req.LatentHeight <= 0 || req.LatentWidth <= 0 || req.AudioLatents < 0 {
+		return nil, 0, fmt.Errorf("packing: latent geometry must be positive, got T=%d H=%d W=%d audio=%d",
+			req.LatentFrames, req.LatentHeight, req.LatentWidth, req.AudioLatents)
+	}
+	if req.LatentFrames%patch[0] != 0 || req.LatentHeight%patch[1] != 0 || req.LatentWidth%patch[2] != 0 {
+		return nil, 0, fmt.Errorf("packing: latent grid %dx%dx%d is not divisible by the patch %v",
+			req.LatentFrames, req.LatentHeight, req.LatentWidth, patch)
+	}
+	scale = req.VideoTemporalScale
+	if scale == 0 {
+		scale = 1
+	}
+	if !(scale > 0) || math.IsInf(scale, 0) {
+		return nil, 0, fmt.Errorf("packing: VideoTemporalScale must be positive and finite, got %g", req.VideoTemporalScale)
+	}
+	if len(req.Keyframes) > 0 && scale != 1 {
+		return nil, 0, fmt.Errorf("packing: a video temporal scale is supported only without keyframe anchors")
+	}
+	for _, a := range req.Keyframes {
+		if a != AnchorFirst && a != AnchorLast {
+			return nil, 0, fmt.Errorf("packing: a keyframe anchor must be %q or %q, got %q", AnchorFirst, AnchorLast, a)
+		}
+	}
+	return tags, scale, nil
+}
+
+// textTags returns the request's text token tags: the given ones (text or vision only), or
+// NumTextTokens text tags.
+func textTags(req Request) ([]uint8, error) {
 	tags := req.TextTokenTags
 	switch {
 	case tags == nil:
@@ -98,49 +167,15 @@ func Build(req Request) (*Layout, error) {
 				i, t, TagText, TagVideo)
 		}
 	}
-	if req.LatentFrames <= 0 || req.LatentHeight <= 0 || req.LatentWidth <= 0 || req.AudioLatents < 0 {
-		return nil, fmt.Errorf("packing: latent geometry must be positive, got T=%d H=%d W=%d audio=%d",
-			req.LatentFrames, req.LatentHeight, req.LatentWidth, req.AudioLatents)
-	}
-	if req.LatentFrames%patch[0] != 0 || req.LatentHeight%patch[1] != 0 || req.LatentWidth%patch[2] != 0 {
-		return nil, fmt.Errorf("packing: latent grid %dx%dx%d is not divisible by the patch %v",
-			req.LatentFrames, req.LatentHeight, req.LatentWidth, patch)
-	}
-	scale := req.VideoTemporalScale
-	if scale == 0 {
-		scale = 1
-	}
-	if !(scale > 0) || math.IsInf(scale, 0) {
-		return nil, fmt.Errorf("packing: VideoTemporalScale must be positive and finite, got %g", req.VideoTemporalScale)
-	}
-	if len(req.Keyframes) > 0 && scale != 1 {
-		return nil, fmt.Errorf("packing: a video temporal scale is supported only without keyframe anchors")
-	}
-	for _, a := range req.Keyframes {
-		if a != AnchorFirst && a != AnchorLast {
-			return nil, fmt.Errorf("packing: a keyframe anchor must be %q or %q, got %q", AnchorFirst, AnchorLast, a)
-		}
-	}
+	return tags, nil
+}
 
-	hp, wp := req.LatentHeight/patch[1], req.LatentWidth/patch[2]
-	rowsPerFrame := hp * wp
-	tp := req.LatentFrames / patch[0]
-	S := len(tags)
-	numCond := len(req.Keyframes) * rowsPerFrame
-	numAudio := req.AudioLatents * AudioChannels
-	numVideo := tp * rowsPerFrame
-	L := S + numCond + numAudio + numVideo
-
-	l := &Layout{
-		SequenceLength: L, NumTextRows: S, NumConditionVideoRows: numCond, NumAudioRows: numAudio,
-		NumVideoRows: numVideo, RowsPerFrame: rowsPerFrame,
-		LatentFrames: req.LatentFrames, LatentHeight: req.LatentHeight, LatentWidth: req.LatentWidth,
-		AudioLatents: req.AudioLatents, PatchSize: patch,
-		PositionIDs: make([][3]float64, L), TokenTags: make([]uint8, L),
-	}
-	condStart, audioStart := S, S+numCond
-	videoStart := audioStart + numAudio
-
+// placePositions writes the RoPE coordinates of every row: text rows along t, keyframe rows at their
+// anchor's time, the two audio channels at the left and right edge, video rows on the (scaled)
+// temporal grid.
+func (l *Layout) placePositions(req Request, tp int, scale float64) {
+	S, patch, rowsPerFrame := l.NumTextRows, l.PatchSize, l.RowsPerFrame
+	wp := req.LatentWidth / patch[2]
 	for i := 0; i < S; i++ {
 		l.PositionIDs[i] = [3]float64{float64(i), 0, 0}
 	}
@@ -155,7 +190,7 @@ func Build(req Request) (*Layout, error) {
 			t = origin + TemporalSpan(req.LatentFrames)
 			t = t - FrameRescale
 		}
-		base := condStart + k*rowsPerFrame
+		base := l.ConditionStart() + k*rowsPerFrame
 		for r := 0; r < rowsPerFrame; r++ {
 			l.PositionIDs[base+r] = [3]float64{t, hgrid[r/wp], wgrid[r%wp]}
 		}
@@ -166,28 +201,16 @@ func Build(req Request) (*Layout, error) {
 			w = wgrid[len(wgrid)-1]
 		}
 		for k := 0; k < req.AudioLatents; k++ {
-			l.PositionIDs[audioStart+ch*req.AudioLatents+k] = [3]float64{origin + float64(k), 0, w}
+			l.PositionIDs[l.AudioStart()+ch*req.AudioLatents+k] = [3]float64{origin + float64(k), 0, w}
 		}
 	}
 	tgrid := TemporalGrid(tp, origin, scale)
 	for j := 0; j < tp; j++ {
-		base := videoStart + j*rowsPerFrame
+		base := l.VideoStart() + j*rowsPerFrame
 		for r := 0; r < rowsPerFrame; r++ {
 			l.PositionIDs[base+r] = [3]float64{tgrid[j], hgrid[r/wp], wgrid[r%wp]}
 		}
 	}
-
-	copy(l.TokenTags, tags)
-	l.TextIndices = arange(0, S)
-	l.AudioIndices = arange(audioStart, videoStart)
-	l.VideoIndices = append(arange(condStart, audioStart), arange(videoStart, L)...)
-	for _, i := range l.AudioIndices {
-		l.TokenTags[i] = TagAudio
-	}
-	for _, i := range l.VideoIndices {
-		l.TokenTags[i] = TagVideo
-	}
-	return l, nil
 }
 
 func arange(start, stop int) []int32 {
