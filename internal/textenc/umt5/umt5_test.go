@@ -464,9 +464,8 @@ func (s *biasSource) Tensor(name string) (safetensors.Info, bool) {
 	return s.Source.Tensor(name)
 }
 
-// TestBFloat16Smoke runs the GPU compute dtype on the test backend. bf16 keeps 8
-// mantissa bits, so this is a sanity bound (2e-2 of the output scale), not the
-// f32 parity tolerance.
+// TestBFloat16Smoke runs the GPU compute dtype on the test backend, at the bound
+// bfloat16's precision gives for the output's scale (testutil.DTypeTol).
 func TestBFloat16Smoke(t *testing.T) {
 	testutil.ForEachFixture(t, "umt5", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
@@ -481,6 +480,6 @@ func TestBFloat16Smoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		want, _ := fx.F32(t, "out.last_hidden_state")
-		testutil.AssertClose(t, "bf16 last_hidden_state", got, want, shape, 200*testutil.ParityTol(want))
+		testutil.AssertAtDType(t, "last_hidden_state", dtypes.BFloat16, got, want, shape)
 	})
 }
