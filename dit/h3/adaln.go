@@ -19,7 +19,7 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// AdaLN step cache (h3.md §6). The modulation tables depend only on (timestep, modality), so for the
+// AdaLN step cache (FastVideo's MLX runtime, fastvideo/mlx_runtime/minimax_h3.py). The modulation tables depend only on (timestep, modality), so for the
 // ladder a run visits they are computed once per generation (PrepareAdaLN) instead of once per step and
 // block; a converted checkpoint may carry them and drop the 13B projection weights, at the price of
 // serving only the ladder it was exported for.
@@ -217,7 +217,7 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 }
 
 // AdaLNManifest describes the AdaLN cache a converted checkpoint carries (the "adaln_cache" entry of
-// its manifest, h3.md §10.3).
+// its manifest, written by scripts/checkpoint_conversion/convert_minimax_h3_mlx.py).
 type AdaLNManifest struct {
 	// Timesteps are the cached keys, sorted ascending (float32).
 	Timesteps []float32 `json:"timesteps"`

@@ -44,7 +44,7 @@ type Config struct {
 	FinalNormEps       float64 `json:"final_norm_eps"`
 }
 
-// ReleaseConfig is the configuration of the released 33.1B MiniMax H3 transformer (h3.md §1.2).
+// ReleaseConfig is the configuration of the released 33.1B MiniMax H3 transformer (the released transformer/config.json).
 func ReleaseConfig() Config {
 	return Config{
 		NumLayers: 50, NumRefinerLayers: 2, HiddenSize: 5376, NumAttentionHeads: 56, AttentionHeadDim: 128,

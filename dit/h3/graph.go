@@ -141,7 +141,7 @@ func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 // qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
 // Because the rotation is linear, the statistic rsqrt(mean x²) is computed as its own reduction and
 // applied after rotating x·w: XLA then fuses norm and rotation into one pass over the projection instead
-// of materializing the normalized tensor (gomlx.md §10).
+// of materializing the normalized tensor (measured faster on an H200).
 func qkNormRope(x, w, cos, sin *Node, eps float64, rot int) *Node {
 	if cos == nil {
 		return nn.RMSNorm(x, w, eps)

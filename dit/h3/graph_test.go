@@ -108,7 +108,7 @@ func TestShardedBlockPartialsSum(t *testing.T) {
 }
 
 func TestHostTables(t *testing.T) {
-	// h3.md §13.12: inv_freq = 10^(−k/4) for the release (F = 16).
+	// inv_freq = 10^(−k/4) for the release (F = 16).
 	inv := RopeInvFreq(16, 10000)
 	for k, want := range []float32{1, 0.562341325, 0.316227766, 0.177827941, 0.1} {
 		if d := inv[k] - want; d > 1e-7 || d < -1e-7 {

@@ -91,8 +91,8 @@ func (m *Model) Config() Config { return m.cfg }
 func (m *Model) DType() dtypes.DType { return m.dtype }
 
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors), or a
-// converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, h3.md §10.3: the
-// config is the manifest's), and binds its weights on backend. Quantized linears stay packed on the
+// converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, as
+// scripts/checkpoint_conversion/convert_minimax_h3_mlx.py writes it: the config is the manifest's), and binds its weights on backend. Quantized linears stay packed on the
 // device and run through quant.Linear. A folder that carries an AdaLN cache (adaln_cache.json or
 // mlx_h3_dit.json with an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the
 // AdaLN projections.

@@ -104,7 +104,7 @@ func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 	})
 }
 
-// eulerStep is MiniMaxH3Scheduler.step (h3.md §5.3): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
+// eulerStep is MiniMaxH3Scheduler.step (fastvideo/models/schedulers/scheduling_minimax_h3.py): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
 func eulerStep(x, v []float32, t, sigma, sigmaNext float32) []float32 {
 	out := make([]float32, len(x))
 	s := 1 - t

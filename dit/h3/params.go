@@ -10,15 +10,15 @@ import (
 	"fastvideo/quant"
 )
 
-// The parameter table of the transformer under its released (diffusers) names, h3.md §10.1. Shapes come
-// from the config; storage dtypes follow the reference precision map (§4.9): the five boundary modules
+// The parameter table of the transformer under its released (diffusers) names (fastvideo/models/dits/minimax_h3.py).
+// Shapes come from the config; storage dtypes follow the reference's precision: the five boundary modules
 // stay float32, everything else takes the compute dtype, and the rank-reduced AdaLN tensors are float16
 // whenever the compute dtype is a half type (they lose ~1.7x accuracy in bf16).
 
 type linearParams struct{ W, B *weights.Param }
 
 // coreParams are the weights shared by refiner and joint blocks. The six core linears are *quant.Weight:
-// dense, or affine-quantized when the checkpoint quantizes them (a converted MLX checkpoint, h3.md §10.3).
+// dense, or affine-quantized when the checkpoint quantizes them (a converted MLX checkpoint, see package quant).
 type coreParams struct {
 	Norm1, Norm2, NormQ, NormK *weights.Param
 	Q, K, V, Out, FFIn, FFOut  *quant.Weight
@@ -83,7 +83,7 @@ type params struct {
 }
 
 // cacheParams are the AdaLN cache tensors of a converted checkpoint (names as the MLX converter writes
-// them, h3.md §10.3): per block six tables [n·3, D], and norm_out shift/scale [n, D].
+// them, scripts/checkpoint_conversion/convert_minimax_h3_mlx.py): per block six tables [n·3, D], and norm_out shift/scale [n, D].
 type cacheParams struct {
 	Tables        [][6]*weights.Param
 	NormOutShift  *weights.Param

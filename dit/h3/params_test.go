@@ -55,7 +55,7 @@ func TestReleaseParameterCount(t *testing.T) {
 		return params.Count()
 	}
 	cfg := ReleaseConfig()
-	if got := count(cfg); got != 33_122_992_896 { // h3.md §1.3
+	if got := count(cfg); got != 33_122_992_896 { // upstream's "33.12B total" figure
 		t.Errorf("released H3 has %d parameters, want 33,122,992,896", got)
 	}
 	cfg.AdaLNRank = 16

@@ -79,7 +79,7 @@ func (s blockSpec) check(w blockWeights) {
 // qkNorm is the across-heads RMSNorm of a q or k projection y [L, local width], reshaped to heads
 // [1, L, H, Dh], followed by the rotation when cos != nil. The rotation is linear, so the statistic
 // rsqrt(mean y²) is applied after rotating y·w: XLA then fuses norm and rotation into one pass over the
-// projection instead of materializing the normalized tensor (gomlx.md §10). Under tensor parallelism
+// projection instead of materializing the normalized tensor (measured faster on an H200). Under tensor parallelism
 // the sum of squares is all-reduced, so the statistic still spans all D channels.
 func (s blockSpec) qkNorm(y, w, cos, sin *Node) *Node {
 	dt := y.DType()
@@ -125,7 +125,7 @@ func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
 	return nn.AddBias(s.reduce(nn.Linear(nn.GeluTanh(nn.Linear(h, in.W, in.B)), out.W, nil)), out.B)
 }
 
-// block is one Wan transformer block (wan.md §4.2 step 5). x [L, D] and text [S, D] are in the compute
+// block is one Wan transformer block (WanTransformerBlock in fastvideo/models/dits/wanvideo.py). x [L, D] and text [S, D] are in the compute
 // dtype; tproj [nT, 6, D] float32 is the time modulation, and tIdx [L] int32 (nil when nT == 1) selects
 // each token's row. The modulation, norms and gated residual adds are float32, as upstream.
 func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *Node {

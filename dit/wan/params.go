@@ -9,11 +9,11 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// The parameter table of the transformer under its released (diffusers WanTransformer3DModel) names,
-// wan.md §4.1. Shapes come from the config. Storage: the large matrices (attention, FFN, text embedder,
+// The parameter table of the transformer under its released (diffusers WanTransformer3DModel) names
+// (fastvideo/models/dits/wanvideo.py). Shapes come from the config. Storage: the large matrices (attention, FFN, text embedder,
 // time_proj) take the compute dtype; the small boundary modules (patch embedding, time embedder,
 // proj_out) and every vector the reference keeps in float32 math (norm weights, scale_shift_table) stay
-// float32, which costs < 0.1 % of the weights. Biases are optional (wan.md §10: some exports are
+// float32, which costs < 0.1 % of the weights. Biases are optional (some diffusers exports are
 // bias-free); a missing bias is bound to zeros so the block executable keeps one signature.
 
 type linearParams struct{ W, B *weights.Param }

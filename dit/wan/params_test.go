@@ -103,7 +103,7 @@ func TestReleaseParameterCounts(t *testing.T) {
 		name string
 		cfg  Config
 		want int64
-	}{ // wan.md §9.1
+	}{ // computed from the released configs
 		{"Wan2.1-1.3B", Wan21T2V1_3B(), 1_418_996_800},
 		{"Wan2.2-TI2V-5B", Wan22TI2V5B(), 4_999_787_712},
 		{"Wan2.1-14B", Wan21T2V14B(), 14_288_491_584},
@@ -119,7 +119,7 @@ func TestForwardFLOPs(t *testing.T) {
 		name   string
 		cfg    Config
 		tokens int
-		want   float64 // TFLOP, wan.md §9.2
+		want   float64 // TFLOP, computed from the released configs
 	}{
 		{"1.3B 480x832x81", Wan21T2V1_3B(), 32760, 283.0},
 		{"1.3B 448x832x61", Wan21T2V1_3B(), 23296, 160.7},
@@ -151,7 +151,7 @@ func TestConfigJSON(t *testing.T) {
 		t.Errorf("decoded %+v, want the 1.3B geometry", c)
 	}
 	if d := c.RopeDims(); d != [3]int{44, 42, 42} {
-		t.Errorf("RoPE split %v, want [44 42 42] (wan.md §4.2)", d)
+		t.Errorf("RoPE split %v, want [44 42 42] (WanRotaryPosEmbed)", d)
 	}
 	c, err = ParseConfig([]byte(`{"in_channels": 48, "out_channels": null}`))
 	if err != nil || c.OutChannels != 48 || c.NumLayers != 40 {

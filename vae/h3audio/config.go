@@ -49,7 +49,7 @@ type Config struct {
 	LatentsStd  []float64 `json:"latents_std"`
 }
 
-// DefaultConfig returns the released H3 audio VAE architecture (h3.md §1.6).
+// DefaultConfig returns the released H3 audio VAE architecture (fastvideo/models/vaes/minimax_h3_audio.py).
 // The latent statistics are not part of it: they come from the config file.
 func DefaultConfig() Config {
 	return Config{

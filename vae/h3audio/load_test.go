@@ -116,7 +116,7 @@ func TestDefaultConfigIsRelease(t *testing.T) {
 	if cfg.HopLength() != 800 {
 		t.Errorf("hop %d, want 800 (40 latents/s at 32 kHz)", cfg.HopLength())
 	}
-	// h3.md §8: channels 1024 -> 8 over the 7 upsamplers.
+	// BigVGAN: channels 1024 -> 8 over the 7 upsamplers.
 	if cfg.DecoderDim>>len(cfg.DecoderRates) != 8 {
 		t.Errorf("last decoder width %d, want 8", cfg.DecoderDim>>len(cfg.DecoderRates))
 	}

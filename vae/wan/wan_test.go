@@ -179,7 +179,7 @@ func TestPipelinePath(t *testing.T) {
 	})
 }
 
-// TestCheckpointSizes checks the declared decoder (post_quant_conv included) against wan.md's
+// TestCheckpointSizes checks the declared decoder (post_quant_conv included) against the
 // parameter counts of the released VAEs.
 func TestCheckpointSizes(t *testing.T) {
 	for _, tc := range []struct {
@@ -192,12 +192,12 @@ func TestCheckpointSizes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := list.Count(); n != tc.want {
-			t.Errorf("%s: decoder has %d parameters, wan.md counts %d", tc.name, n, tc.want)
+			t.Errorf("%s: decoder has %d parameters, want %d", tc.name, n, tc.want)
 		}
 	}
 }
 
-// TestDecodeGFLOP checks the FLOP walk against wan.md's computed figures (§5.2, §5.3).
+// TestDecodeGFLOP checks the FLOP walk against figures computed by hand from the released configs.
 func TestDecodeGFLOP(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -207,9 +207,9 @@ func TestDecodeGFLOP(t *testing.T) {
 	}{{"wan21 480x832x81", DefaultConfig(), 21, 60, 104, 275}, {"wan22 480x832x81", Wan22Config(), 21, 30, 52, 597},
 		{"wan22 704x1280x121", Wan22Config(), 31, 44, 80, 2011}} {
 		got := tc.cfg.DecodeGFLOP(tc.t, tc.h, tc.w) / 1e3
-		t.Logf("%s: %.1f TFLOP (wan.md %.0f)", tc.name, got, tc.want)
+		t.Logf("%s: %.1f TFLOP (computed %.0f)", tc.name, got, tc.want)
 		if math.Abs(got-tc.want) > 0.02*tc.want {
-			t.Errorf("%s: %.1f TFLOP, wan.md says about %.0f", tc.name, got, tc.want)
+			t.Errorf("%s: %.1f TFLOP, want about %.0f", tc.name, got, tc.want)
 		}
 	}
 }

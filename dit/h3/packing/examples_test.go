@@ -5,9 +5,10 @@ import (
 	"testing"
 )
 
-// Worked examples and weight-free vectors of the H3 spec (h3.md §3.7-3.9, §13).
+// Worked examples and weight-free vectors computed from fastvideo/pipelines/basic/minimax_h3/packing.py
+// and the MLX fast modes (fastvideo/mlx_runtime/minimax_h3_pipeline.py).
 
-func TestWorkedExample832x480x124(t *testing.T) { // h3.md §3.7, §13.6
+func TestWorkedExample832x480x124(t *testing.T) {
 	g, err := NewGeometry(480, 832, 124)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +30,7 @@ func TestWorkedExample832x480x124(t *testing.T) { // h3.md §3.7, §13.6
 	if l.SequenceLength != 14937 {
 		t.Fatalf("L = %d, want 14937", l.SequenceLength)
 	}
-	// Tags: rows 0-92 text, 93-506 audio, 507-14936 video; ranges as §3.7.
+	// Tags: rows 0-92 text, 93-506 audio, 507-14936 video; ranges of the worked example.
 	for i, tag := range l.TokenTags {
 		want := TagVideo
 		switch {
@@ -44,7 +45,7 @@ func TestWorkedExample832x480x124(t *testing.T) { // h3.md §3.7, §13.6
 	}
 	if l.AudioIndices[0] != 93 || l.AudioIndices[206] != 299 || l.AudioIndices[207] != 300 || l.AudioIndices[413] != 506 ||
 		l.VideoIndices[0] != 507 || l.VideoIndices[len(l.VideoIndices)-1] != 14936 || l.TextIndices[92] != 92 {
-		t.Fatalf("index ranges differ from §3.7")
+		t.Fatalf("index ranges differ from the worked example")
 	}
 	if a := SqrtArea(30, 52); a != 39.496835316262995 {
 		t.Errorf("A = %v, want 39.496835316262995", a)
@@ -60,7 +61,7 @@ func TestWorkedExample832x480x124(t *testing.T) { // h3.md §3.7, §13.6
 	tg := TemporalGrid(37, 0, 1)
 	exact(t, "tgrid[0]", tg[0], 0)
 	exact(t, "tgrid[36]", tg[36], 199.99999999999991)
-	// §3.7 lists these rounded: 1.6667, 8.3333, 15, 21.6667, 28.3333, 30, 36.6667.
+	// Rounded, these are 1.6667, 8.3333, 15, 21.6667, 28.3333, 30, 36.6667.
 	for j, want := range map[int]float64{1: 5.0 / 3, 2: 25.0 / 3, 3: 15, 4: 65.0 / 3, 5: 85.0 / 3, 6: 30, 7: 110.0 / 3} {
 		if math.Abs(tg[j]-want) > 1e-12 {
 			t.Errorf("tgrid[%d] = %v, want %v", j, tg[j], want)
@@ -89,7 +90,7 @@ func TestWorkedExample832x480x124(t *testing.T) { // h3.md §3.7, §13.6
 	}
 }
 
-func TestTemporalFastPlan(t *testing.T) { // h3.md §3.8, §13.7-8
+func TestTemporalFastPlan(t *testing.T) { // MLX plan_fast_temporal
 	p, err := PlanFastTemporal(124, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestTemporalFastPlan(t *testing.T) { // h3.md §3.8, §13.7-8
 		t.Error("a temporal scale with keyframes must be rejected")
 	}
 	// RIFE positions: the first and last frames are copies; 0,100,200 to 6
-	// frames with a linear stand-in gives 0,40,80,120,160,200 (§11.1).
+	// frames with a linear stand-in gives 0,40,80,120,160,200 (the MLX temporal fast mode).
 	src := []float64{0, 100, 200}
 	fp := FastTemporalPlan{SourceFrames: 3, TargetFrames: 6}
 	want := []float64{0, 40, 80, 120, 160, 200}
@@ -158,7 +159,7 @@ func TestTemporalFastPlan(t *testing.T) { // h3.md §3.8, §13.7-8
 	}
 }
 
-func TestSpatialFastPlan(t *testing.T) { // h3.md §3.9, §13.9
+func TestSpatialFastPlan(t *testing.T) { // MLX plan_fast_spatial
 	for _, c := range []struct{ h, w, s1h, s1w, ch, cw int }{
 		{480, 832, 240, 416, 256, 416},
 		{720, 1280, 360, 640, 384, 640},
@@ -188,7 +189,7 @@ func TestSpatialFastPlan(t *testing.T) { // h3.md §3.9, §13.9
 	}
 }
 
-func TestUnitVectors(t *testing.T) { // h3.md §13.1-5, 11
+func TestUnitVectors(t *testing.T) {
 	for in, want := range map[int]int{1: 5, 5: 5, 6: 22, 22: 22, 120: 124, 121: 124, 124: 124, 125: 141, 360: 362, 363: 379} {
 		if got, err := AlignNumFrames(in); err != nil || got != want {
 			t.Errorf("align(%d) = %d, %v; want %d", in, got, err, want)
@@ -244,7 +245,7 @@ func TestUnitVectors(t *testing.T) { // h3.md §13.1-5, 11
 		t.Error("481 must be rejected")
 	}
 
-	// adaln_index for the 4-step T2VA ladder (§13.11).
+	// adaln_index for the 4-step T2VA ladder.
 	g, _ := NewGeometry(256, 448, 124)
 	l, _ := Build(g.Request(nil, 5))
 	check := func(uniq []float32, idx []uint8, text, video, audio int32) {
@@ -264,7 +265,7 @@ func TestUnitVectors(t *testing.T) { // h3.md §13.1-5, 11
 	}
 }
 
-func TestPatchifyChannelMajor(t *testing.T) { // h3.md §3.6
+func TestPatchifyChannelMajor(t *testing.T) { // the checkpoint's channel-major patch features
 	c, tt, h, w := 3, 2, 4, 6
 	lat := make([]float32, c*tt*h*w)
 	for i := range lat {
