@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -206,4 +207,63 @@ func CheckFinite(field string, values []float32) error {
 		}
 	}
 	return nil
+}
+
+// Validator is a model configuration.
+type Validator interface{ Validate() error }
+
+// Prepare makes the checks every model makes before declaring its parameters: the configuration, the
+// backend, and Options.DType, which it resolves among allowed. Errors other than the config's own are
+// prefixed with what ("h3", "wan", …).
+func Prepare(what string, cfg Validator, backend compute.Backend, dt dtypes.DType, allowed []dtypes.DType) (dtypes.DType, error) {
+	if err := cfg.Validate(); err != nil {
+		return dt, err
+	}
+	if err := CheckBackend(backend); err != nil {
+		return dt, fmt.Errorf("%s: %w", what, err)
+	}
+	dt, err := DType(dt, allowed)
+	if err != nil {
+		return dt, fmt.Errorf("%s: %w", what, err)
+	}
+	return dt, nil
+}
+
+// Guard serializes a model's calls with its Close: a call takes it (exclusively, or shared for calls
+// that may run together) and fails once the model is closed; Close releases the model once.
+type Guard struct {
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Lock takes the guard for one exclusive call; once the model is closed it fails with closedErr,
+// leaving the guard free.
+func (g *Guard) Lock(closedErr string) (unlock func(), err error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, errors.New(closedErr)
+	}
+	return g.mu.Unlock, nil
+}
+
+// RLock is Lock for a call that may run alongside other shared calls.
+func (g *Guard) RLock(closedErr string) (unlock func(), err error) {
+	g.mu.RLock()
+	if g.closed {
+		g.mu.RUnlock()
+		return nil, errors.New(closedErr)
+	}
+	return g.mu.RUnlock, nil
+}
+
+// Close runs release once, after the calls in flight; later calls to Close return nil.
+func (g *Guard) Close(release func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	return release()
 }

@@ -29,11 +29,10 @@ type Decoder struct {
 	cfg     Config
 	backend compute.Backend
 
-	set    *weights.Set
-	dec    []*weights.Param // decoder inputs, in graph-input order
-	enc    []*weights.Param // encoder inputs (nil without Options.Encoder)
-	mu     sync.RWMutex
-	closed bool
+	set   *weights.Set
+	dec   []*weights.Param // decoder inputs, in graph-input order
+	enc   []*weights.Param // encoder inputs (nil without Options.Encoder)
+	guard modelkit.Guard
 
 	execMu  sync.Mutex
 	decExec *Exec
@@ -81,18 +80,14 @@ func (d *Decoder) Config() Config { return d.cfg }
 
 // Close frees the weights. Decode fails afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	return d.guard.Close(func() error {
+		d.execMu.Lock()
+		graphexec.FinalizeExecs(d.decExec, d.encExec)
+		d.decExec, d.encExec = nil, nil
+		d.execMu.Unlock()
+		d.set.Release()
 		return nil
-	}
-	d.closed = true
-	d.execMu.Lock()
-	graphexec.FinalizeExecs(d.decExec, d.encExec)
-	d.decExec, d.encExec = nil, nil
-	d.execMu.Unlock()
-	d.set.Release()
-	return nil
+	})
 }
 
 // Decode turns normalized latents (as the DiT produces them) into waveforms.
@@ -167,11 +162,11 @@ func (d *Decoder) checkLatents(latents []float32, shape []int) (b, n int, err er
 // runDecode runs the decode graph. With tapNames it returns those
 // intermediates (names of decodeGraph's taps, "wave" for the output) instead.
 func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tensors.Tensor, err error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return nil, errors.New("h3audio: Decode on a closed Decoder")
+	unlock, err := d.guard.RLock("h3audio: Decode on a closed Decoder")
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
 	defer graphexec.Recover(&err, "h3audio: decoding audio latents")
 	var exec *Exec
 	if tapNames == nil {

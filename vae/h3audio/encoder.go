@@ -220,11 +220,11 @@ func (d *Decoder) Encode(ctx context.Context, waves [][]float32) (*Posterior, er
 // runEncode runs the encode graph; with tapNames it returns those
 // intermediates ("mean", "logs" or encodeGraph's taps) instead.
 func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tensors.Tensor, err error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return nil, errors.New("h3audio: Encode on a closed Decoder")
+	unlock, err := d.guard.RLock("h3audio: Encode on a closed Decoder")
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
 	if x.DType() != dtypes.Float32 {
 		return nil, fmt.Errorf("h3audio: Encode input is %s, want float32", x.DType())
 	}

@@ -144,11 +144,11 @@ func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape [
 // each device execution blocks its caller until the device is done, so this is what keeps the
 // accelerator busy while the host stitches and the consumer handles the previous frames.
 func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errors.New("h3video: Decode called after Close")
+	unlock, err := d.guard.Lock("h3video: Decode called after Close")
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	if emit == nil {
 		return errors.New("h3video: emit callback is nil")
 	}

@@ -3,7 +3,6 @@ package h3video
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -62,8 +61,7 @@ type Decoder struct {
 	postExecs          map[[3]int]*Exec
 	ropes              map[[3]int][2]*tensors.Tensor
 
-	mu     sync.Mutex
-	closed bool
+	guard modelkit.Guard
 }
 
 // Load reads the released vae/ folder (config.json and the safetensors weights).
@@ -216,12 +214,10 @@ func (d *Decoder) Config() Config { return d.cfg }
 
 // Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil
-	}
-	d.closed = true
+	return d.guard.Close(d.release)
+}
+
+func (d *Decoder) release() error {
 	if d.set != nil {
 		d.set.Release()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -35,8 +34,7 @@ type Encoder struct {
 	exec     *Exec // moments only
 	execActs *Exec // moments, conv_in output, encoder output (parity tests)
 
-	mu     sync.Mutex
-	closed bool
+	guard modelkit.Guard
 }
 
 type encResnet struct {
@@ -260,15 +258,11 @@ func groupNormPerFrame(x, w, b *Node, groups int, eps float64) *Node {
 
 // Close releases the encoder's weights and graphs.
 func (e *Encoder) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	return e.guard.Close(func() error {
+		e.set.Release()
+		graphexec.FinalizeExecs(e.exec, e.execActs)
 		return nil
-	}
-	e.closed = true
-	e.set.Release()
-	graphexec.FinalizeExecs(e.exec, e.execActs)
-	return nil
+	})
 }
 
 // NormalizeLatents maps VAE-space latents to the DiT's space: (z − latents_mean[c]) / latents_std[c].
@@ -305,11 +299,11 @@ func (e *Encoder) EncodeKeyframe(ctx context.Context, pixels []float32, shape []
 }
 
 func (e *Encoder) encode(ctx context.Context, pixels []float32, shape []int, keyframe bool) (Posterior, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return Posterior{}, errors.New("h3video: encode called after Close")
+	unlock, err := e.guard.Lock("h3video: encode called after Close")
+	if err != nil {
+		return Posterior{}, err
 	}
+	defer unlock()
 	c := e.cfg
 	if len(shape) != 5 || shape[0] != 1 || shape[1] != c.InChannels || shape[2] <= 0 || shape[3] <= 0 || shape[4] <= 0 {
 		return Posterior{}, fmt.Errorf("h3video: pixel shape %v must be [1, %d, T, H, W]", shape, c.InChannels)

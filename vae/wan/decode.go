@@ -101,11 +101,11 @@ type tapHook func(chunk int, name string, data []float32, shape []int)
 // decode runs the chunk loop: for every latent frame, every tile with its own feature cache, then
 // the tiles' blend into the frame canvas.
 func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit func(Frames) error, hook tapHook) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errors.New("wan: Decode called after Close")
+	unlock, err := d.guard.Lock("wan: Decode called after Close")
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -3,7 +3,6 @@ package wan
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -54,9 +53,8 @@ type Decoder struct {
 	params    []*weights.Param // decoder graph inputs after the latent chunk, in declaration order
 	encParams []*weights.Param // encoder graph inputs after the pixel chunk (Options.Encoder)
 
-	mu     sync.Mutex
-	closed bool
-	execs  map[execKey]*Exec
+	guard modelkit.Guard
+	execs map[execKey]*Exec
 }
 
 // execKey picks one of the chunk graphs: decoder or encoder, the first chunk or a later one, with
@@ -223,18 +221,14 @@ func (d *Decoder) Options() Options { return d.opts }
 
 // Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	return d.guard.Close(func() error {
+		for _, e := range d.execs {
+			e.Finalize()
+		}
+		d.execs = nil
+		d.set.Release()
 		return nil
-	}
-	d.closed = true
-	for _, e := range d.execs {
-		e.Finalize()
-	}
-	d.execs = nil
-	d.set.Release()
-	return nil
+	})
 }
 
 // tapNames are the intermediate outputs of a taps graph, after the pixels and the caches.

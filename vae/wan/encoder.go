@@ -277,11 +277,11 @@ func (g *chunkGraph) encode(x *Node) *Node {
 // first alone and then 4 at a time, each causal conv carrying its cache. It needs a decoder built
 // with Options.Encoder.
 func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mean, logvar []float32, latentShape []int, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, nil, nil, errors.New("wan: Encode called after Close")
+	unlock, err := d.guard.Lock("wan: Encode called after Close")
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	defer unlock()
 	if !d.opts.Encoder {
 		return nil, nil, nil, errors.New("wan: Encode needs the encoder weights; build the decoder with Options{Encoder: true}")
 	}
