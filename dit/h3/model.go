@@ -174,15 +174,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 // newModel validates the configuration and options and declares the parameter table (nothing bound);
 // schemes says which core linears are quantized (nil: none).
 func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc) (*Model, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := modelkit.CheckBackend(backend); err != nil {
-		return nil, fmt.Errorf("h3: %w", err)
-	}
-	dt, err := modelkit.DType(opts.DType, modelkit.DiTDTypes)
+	dt, err := modelkit.Prepare("h3", cfg, backend, opts.DType, modelkit.DiTDTypes)
 	if err != nil {
-		return nil, fmt.Errorf("h3: %w", err)
+		return nil, err
 	}
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err

@@ -108,15 +108,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 
 // newModel validates the configuration and options and declares the parameter table (nothing bound).
 func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := modelkit.CheckBackend(backend); err != nil {
-		return nil, fmt.Errorf("wan: %w", err)
-	}
-	dt, err := modelkit.DType(opts.DType, modelkit.DiTDTypes)
+	dt, err := modelkit.Prepare("wan", cfg, backend, opts.DType, modelkit.DiTDTypes)
 	if err != nil {
-		return nil, fmt.Errorf("wan: %w", err)
+		return nil, err
 	}
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err

@@ -51,13 +51,10 @@ func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
 // `dec_in_proj.weight`, `decoder.conv_pre.weight_g`, …). Weight-normed convs may
 // come as the (weight_g, weight_v) pair or folded into a plain `weight`.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (d *Decoder, err error) {
-	if backend == nil {
-		return nil, errors.New("h3audio: FromSource needs a backend (see internal/backend.New)")
-	}
 	if src == nil {
 		return nil, errors.New("h3audio: FromSource needs a weight source")
 	}
-	if err := cfg.Validate(); err != nil {
+	if _, err := modelkit.Prepare("h3audio", cfg, backend, dtypes.Float32, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
 	}
 	defer graphexec.Recover(&err, "h3audio: binding the audio VAE")

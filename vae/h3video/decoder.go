@@ -1,7 +1,6 @@
 package h3video
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gomlx/compute"
@@ -91,20 +90,12 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 
 // newDecoder validates the config and options and declares the parameters (unbound).
 func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
-	if backend == nil {
-		return nil, errors.New("h3video: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("h3video", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
 	}
 	if opts.TileBatch < 0 {
 		return nil, fmt.Errorf("h3video: Options.TileBatch=%d must not be negative (0 chooses automatically)", opts.TileBatch)
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("h3video: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
 	}
 	if _, err := attention.Resolve(backend, opts.DType, cfg.DecoderHeadDim, opts.Attention); err != nil {
 		return nil, fmt.Errorf("h3video: %w", err)

@@ -2,7 +2,6 @@ package h3video
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gomlx/compute"
@@ -65,16 +64,10 @@ func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, e
 // EncoderFromSource builds the encoder from released (diffusers) tensor names; decoder tensors are
 // ignored. Options.DType must be Float32 (or unset); the tiling options apply as for decoding.
 func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Encoder, error) {
-	if backend == nil {
-		return nil, errors.New("h3video: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("h3video", cfg, backend, opts.DType, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
 	}
-	if opts.DType != dtypes.InvalidDType && opts.DType != dtypes.Float32 {
-		return nil, fmt.Errorf("h3video: the encoder runs in Float32 only (Options.DType=%s)", opts.DType)
-	}
-	opts.DType = dtypes.Float32
 	if err := encoderConfigCheck(cfg); err != nil {
 		return nil, err
 	}

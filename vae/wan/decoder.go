@@ -89,17 +89,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 
 // newDecoder validates the config and options and declares the parameters (unbound).
 func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
-	if backend == nil {
-		return nil, errors.New("wan: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("wan", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("wan: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
 	}
 	if opts.TileSize == 0 {
 		opts.TileSize = DefaultTileSize

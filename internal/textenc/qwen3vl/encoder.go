@@ -12,8 +12,8 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/nn"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
@@ -125,21 +125,14 @@ func New(backend compute.Backend, cfg Config, src weights.Source, opts Options) 
 // Open opens a Qwen3-VL folder (config.json plus a single safetensors file or a
 // sharded checkpoint with its index JSON) and returns an encoder that owns it.
 func Open(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	cfg, err := LoadConfig(dir)
+	e, closeSrc, err := modelkit.OpenFolder(dir, "qwen3vl", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+		return New(backend, cfg, src, opts)
+	})
 	if err != nil {
-		return nil, err
-	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, err
-	}
-	e, err := New(backend, cfg, ck, opts)
-	if err != nil {
-		ck.Close()
 		return nil, err
 	}
 	wClose := e.closer
-	e.closer = func() error { return errors.Join(wClose(), ck.Close()) }
+	e.closer = func() error { return errors.Join(wClose(), closeSrc()) }
 	return e, nil
 }
 

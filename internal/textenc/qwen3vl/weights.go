@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/embedrows"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -57,16 +58,14 @@ func nop() {}
 // the expected shapes, and reports every problem at once. In resident mode it
 // then uploads them all; in streamed mode it uploads nothing yet.
 func LoadWeights(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*CheckpointWeights, error) {
-	if err := cfg.Validate(); err != nil {
+	opts = opts.withDefaults()
+	var err error
+	if opts.DType, err = modelkit.Prepare("qwen3vl", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
 	index, err := opts.ResolveHiddenState(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("qwen3vl: compute dtype %s is not supported; use Float32 (CPU, parity) or BFloat16 (GPU)", opts.DType)
 	}
 	w := &CheckpointWeights{
 		cfg: cfg, src: src, backend: backend, prefix: opts.Prefix, dtype: opts.DType,

@@ -15,6 +15,7 @@ import (
 
 	"fastvideo/internal/embedrows"
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -69,20 +70,13 @@ var ignoredPrefixes = []string{"decoder.", "lm_head."}
 // file, or shards with their *.safetensors.index.json) and returns an encoder
 // that owns it.
 func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	cfg, err := LoadConfig(dir)
+	e, closeSrc, err := modelkit.OpenFolder(dir, "umt5", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+		return FromSource(backend, cfg, src, opts)
+	})
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("umt5: %w", err)
-	}
-	e, err := FromSource(backend, cfg, ck, opts)
-	if err != nil {
-		ck.Close()
-		return nil, err
-	}
-	e.closer = ck.Close
+	e.closer = closeSrc
 	return e, nil
 }
 
@@ -92,20 +86,11 @@ func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
 // needs is checked (name, shape, float dtype) before anything is uploaded, and
 // all problems are reported in one *weights.BindError.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (e *Encoder, err error) {
-	if err := cfg.Validate(); err != nil {
+	if opts.DType, err = modelkit.Prepare("umt5", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if backend == nil {
-		return nil, fmt.Errorf("umt5: backend is nil; pass a compute.Backend (e.g. from internal/backend)")
 	}
 	if src == nil {
 		return nil, fmt.Errorf("umt5: weight source is nil; pass an opened checkpoint")
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("umt5: Options.DType = %s is not supported; use Float32 (CPU, parity) or BFloat16 (GPU)", opts.DType)
 	}
 	if opts.TextLen == 0 {
 		opts.TextLen = DefaultTextLen
