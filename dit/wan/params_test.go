@@ -54,16 +54,8 @@ func TestMissingBiasesAreZero(t *testing.T) {
 		zero := info
 		zero.Data = make([]byte, len(info.Data))
 		run := func(src weights.Source) []float32 {
-			m, err := FromSource(testutil.Backend(t), cfg, src, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return out
+			return testutil.Run(t, func() (*Model, error) { return FromSource(testutil.Backend(t), cfg, src, Options{}) },
+				func(m *Model) ([]float32, error) { return m.Forward(in) })
 		}
 		without := run(&testutil.EditSource{Base: fx.Weights(), Hide: func(n string) bool { return n == b }})
 		zeroed := run(&testutil.EditSource{Base: fx.Weights(), Replace: map[string]safetensors.Info{b: zero}})

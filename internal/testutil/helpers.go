@@ -361,3 +361,44 @@ func (c *SlogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
 
 // WithGroup: see WithAttrs.
 func (c *SlogCapture) WithGroup(string) slog.Handler { return c }
+
+// Closer is a model a test builds and closes.
+type Closer interface{ Close() error }
+
+// Open builds a model with build (on the CPU test backend, from fixture weights, …) and closes it when
+// the test ends; a build failure fails the test.
+func Open[M Closer](t testing.TB, build func() (M, error)) M {
+	t.Helper()
+	m, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// Run builds a model with build, runs it once with run and closes it, failing the test on any error.
+func Run[M Closer, O any](t testing.TB, build func() (M, error), run func(M) (O, error)) O {
+	t.Helper()
+	m, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	out, err := run(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// GPUFixtures runs fn for every fixture of kind on xla:cuda with TF32 off (skipped unless
+// $FASTVIDEO_GPU_TEST is 1), once in Float32 and once in BFloat16.
+func GPUFixtures(t *testing.T, kind string, fn func(t *testing.T, b compute.Backend, fx *Fixture, dt dtypes.DType)) {
+	b := GPUBackend(t, "xla:cuda,tf32=false")
+	ForEachFixture(t, kind, func(t *testing.T, fx *Fixture) {
+		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+			fn(t, b, fx, dt)
+		}
+	})
+}

@@ -32,13 +32,9 @@ func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
 }
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	t.Helper()
-	d, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return testutil.Open(t, func() (*Decoder, error) {
+		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	})
 }
 
 // collect runs a streamed decode and concatenates the emitted samples into [3, frames, H, W],
