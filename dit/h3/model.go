@@ -161,11 +161,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, m.p.set, weights.Options{DType: m.dtype, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3: binding the transformer weights: %w", err)
-	}
-	if err := m.finish(); err != nil {
-		m.p.set.Release()
+	if err := modelkit.BindSource("h3", src, m.p.set, m.dtype, backend, m.finish); err != nil {
 		return nil, err
 	}
 	return m, nil

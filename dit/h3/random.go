@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
@@ -50,12 +51,7 @@ func newRandom(backend compute.Backend, cfg Config, opts Options, schemes scheme
 	if err != nil {
 		return nil, err
 	}
-	if err := m.fillRandom(seed); err != nil {
-		m.p.set.Release()
-		return nil, err
-	}
-	if err := m.finish(); err != nil {
-		m.p.set.Release()
+	if err := modelkit.DrawRandom("h3", m.p.set, m.dtype, m.backend, seed, m.randomDraw(), m.finish); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -67,7 +63,9 @@ type quantRole struct {
 	scales bool
 }
 
-func (m *Model) fillRandom(seed int64) error {
+// randomDraw draws the scales and biases of quantized matrices with randomAffine and the rest as the
+// fixture generator does.
+func (m *Model) randomDraw() randweights.Draw {
 	roles := map[*weights.Param]quantRole{}
 	for _, c := range m.p.cores() {
 		for _, w := range c.linears() {
@@ -77,16 +75,12 @@ func (m *Model) fillRandom(seed int64) error {
 			}
 		}
 	}
-	err := randweights.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
+	return func(p *weights.Param) (float32, float32) {
 		if r, ok := roles[p]; ok {
 			return randomAffine(r)
 		}
 		return randweights.FixtureDraw(p)
-	})
-	if err != nil {
-		return fmt.Errorf("h3: %w", err)
 	}
-	return nil
 }
 
 // randomAffine returns (scale, offset) of the normal draw of a quantized matrix's scales or biases. With

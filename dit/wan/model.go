@@ -95,14 +95,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, m.p.set, weights.Options{DType: m.dtype, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("wan: binding the transformer weights: %w", err)
-	}
-	if err := m.zeroMissingBiases(); err != nil {
-		m.p.set.Release()
+	if err := modelkit.BindSource("wan", src, m.p.set, m.dtype, backend, m.finishBound); err != nil {
 		return nil, err
 	}
-	m.finish()
 	return m, nil
 }
 
@@ -145,7 +140,18 @@ func (m *Model) zeroMissingBiases() error {
 }
 
 // finish builds the executables once the parameters are bound.
-func (m *Model) finish() { m.stages = modelkit.NewStages(m.newStageExecs) }
+func (m *Model) finish() error {
+	m.stages = modelkit.NewStages(m.newStageExecs)
+	return nil
+}
+
+// finishBound zeroes the biases a checkpoint lacks, then finishes.
+func (m *Model) finishBound() error {
+	if err := m.zeroMissingBiases(); err != nil {
+		return err
+	}
+	return m.finish()
+}
 
 // Close frees the weights and executables.
 func (m *Model) Close() error {

@@ -1,13 +1,13 @@
 package wan
 
 import (
-	"fmt"
 	"math"
 	"strings"
 
 	"github.com/gomlx/compute"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
@@ -23,20 +23,10 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m
 	if err != nil {
 		return nil, err
 	}
-	if err := m.fillRandom(seed); err != nil {
-		m.p.set.Release()
+	if err := modelkit.DrawRandom("wan", m.p.set, m.dtype, m.backend, seed, randomScale, m.finish); err != nil {
 		return nil, err
 	}
-	m.finish()
 	return m, nil
-}
-
-func (m *Model) fillRandom(seed int64) error {
-	err := randweights.FillRandom(m.backend, m.p.set, m.dtype, seed, randomScale)
-	if err != nil {
-		return fmt.Errorf("wan: %w", err)
-	}
-	return nil
 }
 
 // randomScale is randweights.FixtureDraw but for the scale_shift_tables, drawn randn/√D as upstream initializes

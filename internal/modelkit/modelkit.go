@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -266,4 +267,38 @@ func (g *Guard) Close(release func() error) error {
 	}
 	g.closed = true
 	return release()
+}
+
+// BindSource binds a model's declared parameters from the checkpoint tensors of src (stored in dt, on
+// backend) and then runs finish (executables, derived tensors; nil: nothing); when either fails the
+// parameters are released. A bind failure is prefixed with what.
+func BindSource(what string, src weights.Source, set *weights.Set, dt dtypes.DType, backend compute.Backend, finish func() error) error {
+	return populate(set, func() error {
+		if err := weights.Bind(src, set, weights.Options{DType: dt, Backend: backend}); err != nil {
+			return fmt.Errorf("%s: binding the weights: %w", what, err)
+		}
+		return nil
+	}, finish)
+}
+
+// DrawRandom is BindSource with values drawn on the device (randweights.FillRandom from seed, with
+// draw) instead of a checkpoint's.
+func DrawRandom(what string, set *weights.Set, dt dtypes.DType, backend compute.Backend, seed int64, draw randweights.Draw, finish func() error) error {
+	return populate(set, func() error {
+		if err := randweights.FillRandom(backend, set, dt, seed, draw); err != nil {
+			return fmt.Errorf("%s: random weights: %w", what, err)
+		}
+		return nil
+	}, finish)
+}
+
+func populate(set *weights.Set, fill, finish func() error) error {
+	err := fill()
+	if err == nil && finish != nil {
+		err = finish()
+	}
+	if err != nil {
+		set.Release()
+	}
+	return err
 }

@@ -66,8 +66,8 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	} else {
 		set.Ignore("encoder.", "pre_block.", "mean_proj.", "logs_proj.")
 	}
-	if err := weights.Bind(src, set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3audio: %w", err)
+	if err := modelkit.BindSource("h3audio", src, set, dtypes.Float32, backend, nil); err != nil {
+		return nil, err
 	}
 	return &Decoder{cfg: cfg, backend: backend, set: set, dec: dec, enc: enc}, nil
 }

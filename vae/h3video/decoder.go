@@ -78,11 +78,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3video: %w", err)
-	}
-	if err := d.build(); err != nil {
-		d.set.Release()
+	if err := modelkit.BindSource("h3video", src, d.set, d.opts.DType, backend, d.build); err != nil {
 		return nil, err
 	}
 	return d, nil

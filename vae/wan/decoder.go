@@ -81,8 +81,8 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("wan: %w", err)
+	if err := modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -1,11 +1,11 @@
 package wan
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/gomlx/compute"
 
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
@@ -19,9 +19,8 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := randweights.FillRandom(d.backend, d.set, d.opts.DType, seed, randomDraw); err != nil {
-		d.set.Release()
-		return nil, fmt.Errorf("wan: random weights: %w", err)
+	if err := modelkit.DrawRandom("wan", d.set, d.opts.DType, d.backend, seed, randomDraw, nil); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
