@@ -17,14 +17,12 @@ type stageExecs struct {
 	time, text, input, block *Exec
 	trace                    bool
 	// output executables by token grid: unpatchify needs (T', H', W'), which the row tensors do not carry.
-	output map[[3]int]*Exec
+	output modelkit.ExecCache[[3]int]
 }
 
 func (s *stageExecs) Finalize() {
 	graphexec.FinalizeExecs(s.time, s.text, s.input, s.block)
-	for _, e := range s.output {
-		e.Finalize()
-	}
+	s.output.Finalize()
 }
 
 // timeInputs feed the time MLP: Proj [nT, freq] float32, time_embedder (float32) and time_proj weights.
@@ -61,7 +59,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	d := cfg.HiddenSize()
 	return &stageExecs{
 		trace:  trace,
-		output: map[[3]int]*Exec{},
+		output: modelkit.ExecCache[[3]int]{},
 		// -> temb [nT, D] f32, tproj [nT, 6, D] f32
 		time: graphexec.MustExec(m.backend, "wan.time", func(in []*Node) []*Node {
 			var a timeInputs[*Node]
@@ -93,13 +91,14 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 
 // outputExec returns the head for token grid nt×nh×nw (see outputInputs) -> sample [Cout, T, H, W]
 // f32 (+ norm_out rows when traced).
-func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) *Exec {
-	grid := [3]int{nt, nh, nw}
-	if e := s.output[grid]; e != nil {
-		return e
-	}
-	cfg, trace := m.cfg, s.trace
-	e := graphexec.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
+func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) (*Exec, error) {
+	return s.output.Get([3]int{nt, nh, nw}, func() (*Exec, error) { return m.buildOutputExec(m.cfg, s.trace, nt, nh, nw), nil })
+}
+
+// buildOutputExec builds the head of one token grid; it panics (under the caller's Recover) when GoMLX
+// refuses the graph.
+func (m *Model) buildOutputExec(cfg Config, trace bool, nt, nh, nw int) *Exec {
+	return graphexec.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
 		var a outputInputs[*Node]
 		tIdx, _ := optionalTIdx(graphexec.Unpack(in, &a), 0)
 		head := Add(nn.F32(a.Table), ExpandAxes(a.Temb, 1)) // [nT, 2, D]
@@ -115,8 +114,6 @@ func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) *Exec {
 		}
 		return []*Node{out}
 	})
-	s.output[grid] = e
-	return e
 }
 
 func (m *Model) execs() *stageExecs { return m.stages.Get(m.trace != nil) }
@@ -350,7 +347,12 @@ func (m *Model) project(x *tensors.Tensor, st *stepTime, nt, nh, nw int) ([]floa
 	if st.tIdx != nil {
 		opt = append(opt, st.tIdx)
 	}
-	res, err := graphexec.Call(m.outputExec(m.execs(), nt, nh, nw), graphexec.Pack(&args, opt...)...)
+	head, err := m.outputExec(m.execs(), nt, nh, nw)
+	if err != nil {
+		graphexec.Finalize(x)
+		return nil, err
+	}
+	res, err := graphexec.Call(head, graphexec.Pack(&args, opt...)...)
 	graphexec.Finalize(x)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
@@ -301,4 +302,28 @@ func populate(set *weights.Set, fill, finish func() error) error {
 		set.Release()
 	}
 	return err
+}
+
+// ExecCache keeps executables built once per key: a tile geometry, a token grid, a graph variant.
+type ExecCache[K comparable] map[K]*graph.Exec
+
+// Get returns the executable of key, building it with build the first time.
+func (c ExecCache[K]) Get(key K, build func() (*graph.Exec, error)) (*graph.Exec, error) {
+	if e := c[key]; e != nil {
+		return e, nil
+	}
+	e, err := build()
+	if err != nil {
+		return nil, err
+	}
+	c[key] = e
+	return e, nil
+}
+
+// Finalize frees every executable.
+func (c ExecCache[K]) Finalize() {
+	for k, e := range c {
+		e.Finalize()
+		delete(c, k)
+	}
 }

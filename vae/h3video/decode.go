@@ -803,13 +803,7 @@ func (d *Decoder) ropeFor(geom [3]int) ([2]*tensors.Tensor, error) {
 // postFor returns the output graph of a tile geometry (the unpatchify needs t, h, w, which the token
 // count alone does not determine).
 func (d *Decoder) postFor(geom [3]int) (*Exec, error) {
-	if e, ok := d.postExecs[geom]; ok {
-		return e, nil
-	}
-	e, err := NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
-	if err != nil {
-		return nil, err
-	}
-	d.postExecs[geom] = e
-	return e, nil
+	return d.postExecs.Get(geom, func() (*Exec, error) {
+		return NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
+	})
 }

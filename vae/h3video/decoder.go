@@ -57,7 +57,7 @@ type Decoder struct {
 	noW, noB, poW, poB            *weights.Param
 
 	preExec, blockExec *Exec
-	postExecs          map[[3]int]*Exec
+	postExecs          modelkit.ExecCache[[3]int]
 	ropes              map[[3]int][2]*tensors.Tensor
 
 	guard modelkit.Guard
@@ -97,7 +97,7 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 		return nil, fmt.Errorf("h3video: %w", err)
 	}
 	d := &Decoder{cfg: cfg, opts: opts, backend: backend,
-		postExecs: map[[3]int]*Exec{}, ropes: map[[3]int][2]*tensors.Tensor{}}
+		postExecs: modelkit.ExecCache[[3]int]{}, ropes: map[[3]int][2]*tensors.Tensor{}}
 	if err := checkTiles(cfg, opts); err != nil {
 		return nil, err
 	}
@@ -211,9 +211,7 @@ func (d *Decoder) release() error {
 	for _, r := range d.ropes {
 		graphexec.Finalize(r[:]...)
 	}
-	for _, e := range d.postExecs {
-		e.Finalize()
-	}
+	d.postExecs.Finalize()
 	graphexec.FinalizeExecs(d.preExec, d.blockExec)
 	return nil
 }

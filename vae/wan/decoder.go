@@ -54,7 +54,7 @@ type Decoder struct {
 	encParams []*weights.Param // encoder graph inputs after the pixel chunk (Options.Encoder)
 
 	guard modelkit.Guard
-	execs map[execKey]*Exec
+	execs modelkit.ExecCache[execKey]
 }
 
 // execKey picks one of the chunk graphs: decoder or encoder, the first chunk or a later one, with
@@ -108,7 +108,7 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 		return nil, fmt.Errorf("wan: Options.TileStride=%d is larger than TileSize=%d, which would leave gaps; lower the stride",
 			opts.TileStride, opts.TileSize)
 	}
-	d := &Decoder{cfg: cfg, opts: opts, backend: backend, execs: map[execKey]*Exec{}}
+	d := &Decoder{cfg: cfg, opts: opts, backend: backend, execs: modelkit.ExecCache[execKey]{}}
 	d.set, d.params = declare(cfg)
 	if opts.Encoder {
 		d.encParams = declareEncoder(cfg, d.set)
@@ -214,10 +214,7 @@ func (d *Decoder) Options() Options { return d.opts }
 // Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
 func (d *Decoder) Close() error {
 	return d.guard.Close(func() error {
-		for _, e := range d.execs {
-			e.Finalize()
-		}
-		d.execs = nil
+		d.execs.Finalize()
 		d.set.Release()
 		return nil
 	})
@@ -232,9 +229,10 @@ var tapNames = []string{"post_quant_conv", "decoder"}
 // chunk and returns the posterior parameters [1, 2z, 1, h, w] and its caches. Each graph compiles
 // once per input geometry.
 func (d *Decoder) exec(key execKey) (*Exec, error) {
-	if e := d.execs[key]; e != nil {
-		return e, nil
-	}
+	return d.execs.Get(key, func() (*Exec, error) { return d.buildExec(key) })
+}
+
+func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 	ps := d.params
 	if key.enc {
 		ps = d.encParams
@@ -270,6 +268,5 @@ func (d *Decoder) exec(key execKey) (*Exec, error) {
 	e.WithName(fmt.Sprintf("wan.vae_chunk(encoder=%v, first=%v, taps=%v)", key.enc, key.first, key.taps))
 	// Tiles of up to four geometries (interior, right, bottom, corner) per graph.
 	e.SetMaxCache(16)
-	d.execs[key] = e
 	return e, nil
 }
