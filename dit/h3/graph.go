@@ -15,9 +15,8 @@ import (
 // implicit. Weights use the PyTorch layout [out, in]. The shared operations (linear, RMSNorm, modulation)
 // are package nn's.
 
-// AllReduce is the hook a tensor-parallel block calls on its partial sums (after the attention output
-// projection and after FFN-out). nil means one device: identity.
-type AllReduce func(*Node) *Node
+// AllReduce is the tensor-parallel hook of a block (nil: one device).
+type AllReduce = nn.AllReduce
 
 // blockSpec carries the static sizes of one block graph. Heads and FFN are the local (per-device) head
 // count and FFN width: with tensor parallelism the Q/K/V/FFN-in weights are split by rows and to_out/
@@ -35,13 +34,6 @@ type blockSpec struct {
 	NormEps, QKNormEps             float64
 	Attention                      attention.Options
 	AllReduce                      AllReduce
-}
-
-func (s blockSpec) reduce(x *Node) *Node {
-	if s.AllReduce == nil {
-		return x
-	}
-	return s.AllReduce(x)
 }
 
 // attnWeights are the graph inputs of one attention module.
@@ -135,7 +127,7 @@ func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	v := heads(quant.Linear(h, w.V, nil))
 	o := attention.Attend(q, k, v, s.Attention)
 	o = Reshape(o, l, s.Heads*s.HeadDim)
-	return s.reduce(quant.Linear(o, w.Out, nil))
+	return s.AllReduce.Apply(quant.Linear(o, w.Out, nil))
 }
 
 // qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
@@ -180,7 +172,7 @@ func (s blockSpec) feedForward(h *Node, wIn, wOut quant.GraphWeight) *Node {
 	u := quant.Linear(h, wIn, nil)
 	value := Slice(u, AxisRange(), AxisRange(0, s.FFN))
 	gate := Slice(u, AxisRange(), AxisRange(s.FFN, 2*s.FFN))
-	return s.reduce(quant.Linear(Mul(value, nn.SiLU(gate)), wOut, nil))
+	return s.AllReduce.Apply(quant.Linear(Mul(value, nn.SiLU(gate)), wOut, nil))
 }
 
 // refinerBlock is the text token-refiner block: pre-norm attention (no RoPE, no modulation) and FFN.

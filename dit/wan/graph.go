@@ -13,10 +13,8 @@ import (
 // sample; the batch of one is implicit). Weights use the PyTorch layout [out, in]. The shared operations
 // (linear, norms, GELU, modulation) are package nn's.
 
-// AllReduce is the hook a tensor-parallel block calls on its partial sums: after the attention output
-// projections, after FFN-out, and on the per-token sum of squares of the across-heads QK RMSNorm.
-// nil means one device: identity.
-type AllReduce func(*Node) *Node
+// AllReduce is the tensor-parallel hook of a block (nil: one device).
+type AllReduce = nn.AllReduce
 
 // blockSpec carries the static sizes of one block graph. Heads and FFN are the local (per-device) head
 // count and FFN width: with tensor parallelism Q/K/V (and their biases and QK-norm weights) and FFN-in
@@ -28,13 +26,6 @@ type blockSpec struct {
 	Eps                        float64
 	Attention                  attention.Options
 	AllReduce                  AllReduce
-}
-
-func (s blockSpec) reduce(x *Node) *Node {
-	if s.AllReduce == nil {
-		return x
-	}
-	return s.AllReduce(x)
 }
 
 type linearWeights struct{ W, B *Node }
@@ -85,7 +76,7 @@ func (s blockSpec) qkNorm(y, w, cos, sin *Node) *Node {
 	dt := y.DType()
 	l := y.Shape().Dim(0)
 	yf := nn.F32(y)
-	ss := s.reduce(ReduceAndKeep(Square(yf), ReduceSum, -1)) // [L, 1]
+	ss := s.AllReduce.Apply(ReduceAndKeep(Square(yf), ReduceSum, -1)) // [L, 1]
 	r := Rsqrt(AddScalar(DivScalar(ss, float64(s.Width)), s.Eps))
 	yw := Reshape(Mul(yf, ExpandAxes(nn.F32(w), 0)), 1, l, s.Heads, s.HeadDim)
 	if cos != nil {
@@ -117,12 +108,12 @@ func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node) *Node {
 	k := s.qkNorm(nn.Linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
 	v := Reshape(nn.Linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
 	o := Reshape(attention.Attend(q, k, v, s.Attention), l, s.Heads*s.HeadDim)
-	return nn.AddBias(s.reduce(nn.Linear(o, w.Out.W, nil)), w.Out.B)
+	return nn.AddBias(s.AllReduce.Apply(nn.Linear(o, w.Out.W, nil)), w.Out.B)
 }
 
 // feedForward is GELU-tanh(h·W_inᵀ + b_in)·W_outᵀ (all-reduce) + b_out.
 func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
-	return nn.AddBias(s.reduce(nn.Linear(nn.GeluTanh(nn.Linear(h, in.W, in.B)), out.W, nil)), out.B)
+	return nn.AddBias(s.AllReduce.Apply(nn.Linear(nn.GeluTanh(nn.Linear(h, in.W, in.B)), out.W, nil)), out.B)
 }
 
 // block is one Wan transformer block (WanTransformerBlock in fastvideo/models/dits/wanvideo.py). x [L, D] and text [S, D] are in the compute

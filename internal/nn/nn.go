@@ -102,3 +102,15 @@ func Project(x, w *Node) *Node {
 	w = ConvertDType(w, x.DType())
 	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
 }
+
+// AllReduce is the hook a tensor-parallel block calls on its partial sums (after the attention output
+// projection and after FFN-out) to sum them across shards. nil means one device: identity.
+type AllReduce func(*Node) *Node
+
+// Apply sums x across the shards, or returns it unchanged when r is nil.
+func (r AllReduce) Apply(x *Node) *Node {
+	if r == nil {
+		return x
+	}
+	return r(x)
+}
