@@ -95,7 +95,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, fmt.Errorf("h3: config.json: %w", err)
 	}
-	return c, c.Validate()
+	return modelcfg.Valid(c)
 }
 
 // ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of

@@ -82,7 +82,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, fmt.Errorf("wan: config.json: %w", err)
 	}
-	return c, c.Validate()
+	return modelcfg.Valid(c)
 }
 
 // ReadConfig reads dir/config.json.

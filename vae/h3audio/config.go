@@ -74,7 +74,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("h3audio: config is not valid JSON for the audio VAE: %w", err)
 	}
-	return cfg, cfg.Validate()
+	return modelcfg.Valid(cfg)
 }
 
 // ReadConfig reads dir/config.json.

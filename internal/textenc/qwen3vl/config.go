@@ -129,10 +129,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	if cfg.NumKVHeads == 0 {
 		cfg.NumKVHeads = cfg.NumHeads
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
+	return modelcfg.Valid(cfg)
 }
 
 // LoadConfig reads dir/config.json (dir may also be the file itself).
@@ -157,9 +154,7 @@ func (c Config) Validate() error {
 	if c.HeadDim%2 != 0 {
 		bad.Add("head_dim = %d must be even for the half-split rotary embedding", c.HeadDim)
 	}
-	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
-		bad.Add("rms_norm_eps = %g must be a positive number", c.RMSNormEps)
-	}
+	bad.PositiveFloat("rms_norm_eps", c.RMSNormEps)
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
 		bad.Add("rope_theta = %g must be a finite number > 1", c.RopeTheta)
 	}
