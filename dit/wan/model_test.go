@@ -11,9 +11,7 @@ import (
 )
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
 	return testutil.Open(t, func() (*Model, error) {

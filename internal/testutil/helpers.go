@@ -37,6 +37,15 @@ func ParseConfig[C any](t testing.TB, fx *Fixture, parse func([]byte) (C, error)
 	return cfg
 }
 
+// ConfigReader is ParseConfig bound to a model package's parser and key path: the fixtureConfig of
+// that package's tests.
+func ConfigReader[C any](parse func([]byte) (C, error), path ...string) func(testing.TB, *Fixture) C {
+	return func(t testing.TB, fx *Fixture) C {
+		t.Helper()
+		return ParseConfig(t, fx, parse, path...)
+	}
+}
+
 // EditSource is a weights.Source over Base with names hidden (Hide returns true) and tensors replaced
 // or added (Replace): a checkpoint with a missing, misshapen or unexpected tensor, for binding tests.
 type EditSource struct {

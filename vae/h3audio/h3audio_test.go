@@ -15,9 +15,7 @@ import (
 
 const kind = "h3_audio_vae"
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func openFixtureDecoder(t *testing.T, fx *testutil.Fixture, src weights.Source, opts Options) *Decoder {
 	t.Helper()

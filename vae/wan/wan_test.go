@@ -15,9 +15,7 @@ import (
 
 const kind = "wan_vae"
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig)
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig)
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
 	return testutil.Open(t, func() (*Decoder, error) {

@@ -15,11 +15,8 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// fixtureConfig parses the fixture's HF text config exactly as a checkpoint's
-// config.json would be parsed.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "config")
-}
+// fixtureConfig parses the fixture's HF text config as a checkpoint's config.json.
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "config")
 
 func fixtureIDs(t *testing.T, fx *testutil.Fixture) []int {
 	t.Helper()

@@ -18,11 +18,8 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// fixtureConfig parses the fixture's config exactly as a checkpoint's
-// config.json would be parsed.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "config")
-}
+// fixtureConfig parses the fixture's config as a checkpoint's config.json.
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "config")
 
 // fixtureInputs returns the batch-1 ids and attention mask.
 func fixtureInputs(t *testing.T, fx *testutil.Fixture) (ids, mask []int) {
