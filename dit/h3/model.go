@@ -217,14 +217,9 @@ func (m *Model) Close() error {
 		m.ckCache.Close()
 		m.ckCache = nil
 	}
-	m.rope.Close()
-	m.p.set.Release()
-	m.stages.Finalize()
+	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
-	if m.closeSrc != nil {
-		return m.closeSrc()
-	}
-	return nil
+	return err
 }
 
 // WeightMemory is the memory of a model's bound weights, in bytes (tensor sizes, not allocator overhead).

@@ -158,12 +158,7 @@ func (m *Model) Close() error {
 	if m == nil || m.p == nil {
 		return nil
 	}
-	m.rope.Close()
-	m.p.set.Release()
-	m.stages.Finalize()
+	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
-	if m.closeSrc != nil {
-		return m.closeSrc()
-	}
-	return nil
+	return err
 }

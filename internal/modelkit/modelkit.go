@@ -150,7 +150,7 @@ func (c *RopeCache[K]) Tables(backend compute.Backend, key K, rows, width int, t
 	if c.cos != nil && c.equal(c.key, key) {
 		return c.cos, c.sin, nil
 	}
-	c.Close()
+	c.Finalize()
 	cosH, sinH := tables()
 	cos, sin = tensors.FromFlatDataAndDimensions(cosH, rows, width), tensors.FromFlatDataAndDimensions(sinH, rows, width)
 	if err := graphexec.Upload(backend, cos, sin); err != nil {
@@ -160,12 +160,25 @@ func (c *RopeCache[K]) Tables(backend compute.Backend, key K, rows, width int, t
 	return cos, sin, nil
 }
 
-// Close frees the cached tables.
-func (c *RopeCache[K]) Close() {
+// Finalize frees the cached tables.
+func (c *RopeCache[K]) Finalize() {
 	if c != nil && c.cos != nil {
 		graphexec.Finalize(c.cos, c.sin)
 		c.cos, c.sin = nil, nil
 	}
+}
+
+// Release frees a model's parameters, then its executables and device caches, then closes the
+// checkpoint it reads from (closeSrc; nil when it owns none).
+func Release(set *weights.Set, closeSrc func() error, owned ...Finalizer) error {
+	set.Release()
+	for _, o := range owned {
+		o.Finalize()
+	}
+	if closeSrc != nil {
+		return closeSrc()
+	}
+	return nil
 }
 
 // TextRows is a prompt prepared once per generation on the device, [rows, width] in the compute

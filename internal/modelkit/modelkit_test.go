@@ -111,7 +111,7 @@ func TestRopeCacheAndTextRows(t *testing.T) {
 	calls := 0
 	tables := func() ([]float32, []float32) { calls++; return []float32{1, 2}, []float32{3, 4} }
 	c := NewRopeCache(func(a, b [3]int) bool { return a == b })
-	defer c.Close()
+	defer c.Finalize()
 	cos, _, err := c.Tables(b, [3]int{1, 1, 2}, 1, 2, tables)
 	if err != nil {
 		t.Fatal(err)
