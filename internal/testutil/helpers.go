@@ -308,6 +308,17 @@ func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
 	}
 }
 
+// AssertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
+// error: build (binding src) must fail naming the tensor gone (hidden from src) and the tensor
+// reshaped (given shape instead), and the counts of both.
+func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(weights.Source) error) {
+	t.Helper()
+	info, _ := src.Tensor(reshaped)
+	info.Shape = shape
+	bad := &EditSource{Base: src, Hide: func(n string) bool { return n == gone }, Replace: map[string]safetensors.Info{reshaped: info}}
+	AssertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
+}
+
 // SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
 // 10·log10(Σ ref² / Σ (got − ref)²) (+Inf when they are equal).
 func SNRdB(got, ref []float32) float64 {
