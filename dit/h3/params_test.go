@@ -9,7 +9,6 @@ import (
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
-	"fastvideo/internal/weights"
 )
 
 func TestBindingListsEveryProblem(t *testing.T) {
@@ -27,7 +26,7 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		// One name removed and one shape changed: a single error names both.
 		info, _ := src.Tensor("audio_proj_out.weight")
 		testutil.AssertBindReports(t, src, "transformer_blocks.1.attn.norm_k.weight", "audio_proj_out.weight",
-			[]int{info.Shape[0] / 2, info.Shape[1] * 2}, func(s weights.Source) error {
+			[]int{info.Shape[0] / 2, info.Shape[1] * 2}, func(s *testutil.EditSource) error {
 				_, err := FromSource(testutil.Backend(t), cfg, s, Options{})
 				return err
 			})

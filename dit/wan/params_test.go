@@ -21,7 +21,7 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		// One name removed and one shape changed: a single error names both.
 		info, _ := src.Tensor("blocks.0.ffn.net.2.weight")
 		testutil.AssertBindReports(t, src, "blocks.1.attn2.norm_k.weight", "blocks.0.ffn.net.2.weight",
-			[]int{info.Shape[1], info.Shape[0]}, func(s weights.Source) error {
+			[]int{info.Shape[1], info.Shape[0]}, func(s *testutil.EditSource) error {
 				_, err := FromSource(testutil.Backend(t), cfg, s, Options{})
 				return err
 			})

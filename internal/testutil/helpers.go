@@ -311,7 +311,7 @@ func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
 // AssertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
 // error: build (binding src) must fail naming the tensor gone (hidden from src) and the tensor
 // reshaped (given shape instead), and the counts of both.
-func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(weights.Source) error) {
+func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(*EditSource) error) {
 	t.Helper()
 	info, _ := src.Tensor(reshaped)
 	info.Shape = shape
