@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
-	"fastvideo/internal/media"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -91,11 +91,7 @@ func (c Config) OutputShape(latentShape []int) ([]int, error) {
 // and pixels, whatever T is. ctx is checked between decoder layers; an error from emit stops the
 // decode and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
-	z, err := d.cfg.DenormalizeLatents(latents, shape)
-	if err != nil {
-		return err
-	}
-	return d.DecodeDenormalized(ctx, z, shape, emit)
+	return modelkit.DecodeLatents(ctx, latents, shape, emit, d.cfg.DenormalizeLatents, d.DecodeDenormalized)
 }
 
 // errStopStream ends a decode when a Stream consumer stops ranging.
@@ -122,19 +118,7 @@ func (d *Decoder) Stream(ctx context.Context, latents []float32, shape []int) it
 // DecodeToPixels decodes DiT-space latents to the whole video [1, 3, frames, H, W] in [0, 1]
 // (the reference pipeline's decode_to_pixels output), and returns it with its shape.
 func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape []int) ([]float32, []int, error) {
-	out, err := d.cfg.OutputShape(shape)
-	if err != nil {
-		return nil, nil, err
-	}
-	nf, plane := out[2], out[3]*out[4]
-	pix := make([]float32, out[1]*nf*plane)
-	err = d.Decode(ctx, latents, shape, func(f Frames) error {
-		return media.PlaceFrames(pix, nf, f.Pixels(), f.Start, f.Count, plane)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pix, out, nil
+	return modelkit.DecodeToPixels(ctx, latents, shape, d.cfg.OutputShape, d.Decode)
 }
 
 // DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents).

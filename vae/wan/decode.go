@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
-	"fastvideo/internal/media"
+	"fastvideo/internal/modelkit"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -28,11 +28,7 @@ type Frames struct {
 // the 1 frame of the first latent frame and then 4 frames per latent frame. Memory stays flat in
 // T. ctx is checked between chunks and tiles; an error from emit stops the decode and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
-	z, err := d.cfg.DenormalizeLatents(latents, shape)
-	if err != nil {
-		return err
-	}
-	return d.DecodeDenormalized(ctx, z, shape, emit)
+	return modelkit.DecodeLatents(ctx, latents, shape, emit, d.cfg.DenormalizeLatents, d.DecodeDenormalized)
 }
 
 // DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents; what
@@ -48,19 +44,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 // (the reference decoding stage's (x/2 + 0.5).clamp(0, 1)) and returns it with its shape. It
 // holds the whole video in memory; stream with Decode for long videos.
 func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape []int) ([]float32, []int, error) {
-	out, err := d.cfg.OutputShape(shape)
-	if err != nil {
-		return nil, nil, err
-	}
-	nf, plane := out[2], out[3]*out[4]
-	pix := make([]float32, out[1]*nf*plane)
-	err = d.Decode(ctx, latents, shape, func(f Frames) error {
-		return media.PlaceFrames(pix, nf, f.Pixels(), f.Start, f.Count, plane)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pix, out, nil
+	return modelkit.DecodeToPixels(ctx, latents, shape, d.cfg.OutputShape, d.Decode)
 }
 
 // span is a run [start, start+size) of latent rows or columns decoded as one tile, of which the
