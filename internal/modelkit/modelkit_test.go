@@ -1,6 +1,7 @@
 package modelkit
 
 import (
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -142,5 +143,59 @@ func TestRopeCacheAndTextRows(t *testing.T) {
 	}
 	if err := CheckFinite("T", []float32{1, float32(math.Inf(1))}); err == nil || !strings.Contains(err.Error(), "T[1]") {
 		t.Errorf("CheckFinite: %v", err)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	var g Guard
+	unlock, err := g.Lock("closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	released := 0
+	release := func() error { released++; return nil }
+	if err := g.Close(release); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(release); err != nil || released != 1 {
+		t.Errorf("second Close: %v, released %d times, want once", err, released)
+	}
+	if _, err := g.RLock("decode after close"); err == nil || err.Error() != "decode after close" {
+		t.Errorf("RLock after Close = %v", err)
+	}
+}
+
+type run struct{ start, count int }
+
+func (r run) Span() (int, int, []float32) {
+	pix := make([]float32, 2*r.count) // 2 channels, 1×1 frames
+	for i := range pix {
+		pix[i] = float32(100*(i/r.count) + r.start + i%r.count)
+	}
+	return r.start, r.count, pix
+}
+
+func TestDecodeToPixels(t *testing.T) {
+	outShape := func([]int) ([]int, error) { return []int{1, 2, 3, 1, 1}, nil }
+	decode := func(_ context.Context, _ []float32, _ []int, emit func(run) error) error {
+		if err := emit(run{0, 2}); err != nil {
+			return err
+		}
+		return emit(run{2, 1})
+	}
+	video, shape, err := DecodeToPixels(context.Background(), nil, nil, outShape, decode)
+	if err != nil || !slices.Equal(shape, []int{1, 2, 3, 1, 1}) {
+		t.Fatal(shape, err)
+	}
+	if want := []float32{0, 1, 2, 100, 101, 102}; !slices.Equal(video, want) {
+		t.Errorf("video %v, want channel-major frames %v", video, want)
+	}
+	double := func(z []float32, _ []int) ([]float32, error) { return []float32{2 * z[0]}, nil }
+	var got float32
+	err = DecodeLatents(context.Background(), []float32{3}, nil, nil, double,
+		func(_ context.Context, z []float32, _ []int, _ func(run) error) error { got = z[0]; return nil })
+	if err != nil || got != 6 {
+		t.Errorf("DecodeLatents decoded %v (%v), want the de-normalized 6", got, err)
 	}
 }
