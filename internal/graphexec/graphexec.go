@@ -150,18 +150,6 @@ func ParamArgs(args []any, ps ...*weights.Param) []any {
 	return args
 }
 
-// ComputeDType resolves a model's Options.DType: the zero value means Float32 (exact, the CPU choice);
-// BFloat16 is the GPU choice; anything else is refused, naming the field and the fix.
-func ComputeDType(dt dtypes.DType) (dtypes.DType, error) {
-	switch dt {
-	case dtypes.InvalidDType:
-		return dtypes.Float32, nil
-	case dtypes.Float32, dtypes.BFloat16:
-		return dt, nil
-	}
-	return dt, fmt.Errorf("Options.DType = %s; use Float32 or BFloat16", dt)
-}
-
 // Trace is a model's test hook: it receives named float32 copies of intermediates (the names of the
 // fixtures' act.* tensors). A nil Trace traces nothing, so models call Emit unconditionally.
 type Trace func(name string, shape []int, values []float32)

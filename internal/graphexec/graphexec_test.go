@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
@@ -59,18 +58,7 @@ func TestHostF32(t *testing.T) {
 	}
 }
 
-func TestComputeDTypeAndTrace(t *testing.T) {
-	for _, c := range []struct{ in, want dtypes.DType }{
-		{dtypes.InvalidDType, dtypes.Float32}, {dtypes.Float32, dtypes.Float32}, {dtypes.BFloat16, dtypes.BFloat16},
-	} {
-		if got, err := ComputeDType(c.in); got != c.want || err != nil {
-			t.Errorf("ComputeDType(%s) = %s, %v; want %s", c.in, got, err, c.want)
-		}
-	}
-	if _, err := ComputeDType(dtypes.Float16); err == nil || !strings.Contains(err.Error(), "Options.DType = Float16") {
-		t.Errorf("ComputeDType(Float16) must name the field and value: %v", err)
-	}
-
+func TestTrace(t *testing.T) {
 	var none Trace
 	if err := none.Emit("pkg", "x", tensors.FromValue([]int32{1})); err != nil {
 		t.Errorf("a nil Trace must read nothing: %v", err)
