@@ -122,7 +122,7 @@ func TestDefaultConfigIsRelease(t *testing.T) {
 	}
 }
 
-func TestCheckpointShapesMatchFixture(t *testing.T) {
+func TestParamsMatchFixture(t *testing.T) {
 	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
 		dec, err := Params(fixtureConfig(t, fx))
 		if err != nil {
