@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -177,7 +178,7 @@ func Bind(src Source, set *Set, opts Options) error {
 			}
 			continue
 		}
-		if !equalShape(info.Shape, p.Shape) {
+		if !slices.Equal(info.Shape, p.Shape) {
 			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint shape %v, model expects %v", p.Name, info.Shape, p.Shape))
 			continue
 		}
@@ -238,18 +239,6 @@ func ignored(prefixes []string, name string) bool {
 		}
 	}
 	return false
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // STDType maps a safetensors dtype to the GoMLX dtype with the same bytes.

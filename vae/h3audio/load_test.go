@@ -2,6 +2,7 @@ package h3audio
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,7 +141,7 @@ func TestParamsMatchFixture(t *testing.T) {
 			switch {
 			case !ok && name != "pre_block.attn.zero_k_bias":
 				t.Errorf("fixture tensor %s is not declared", name)
-			case ok && !equalInts(shape, info.Shape):
+			case ok && !slices.Equal(shape, info.Shape):
 				t.Errorf("%s: declared %v, fixture %v", name, shape, info.Shape)
 			}
 			delete(declared, name)
