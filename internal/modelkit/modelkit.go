@@ -254,22 +254,21 @@ type Guard struct {
 // Lock takes the guard for one exclusive call; once the model is closed it fails with closedErr,
 // leaving the guard free.
 func (g *Guard) Lock(closedErr string) (unlock func(), err error) {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, errors.New(closedErr)
-	}
-	return g.mu.Unlock, nil
+	return g.take(g.mu.Lock, g.mu.Unlock, closedErr)
 }
 
 // RLock is Lock for a call that may run alongside other shared calls.
 func (g *Guard) RLock(closedErr string) (unlock func(), err error) {
-	g.mu.RLock()
+	return g.take(g.mu.RLock, g.mu.RUnlock, closedErr)
+}
+
+func (g *Guard) take(lock, unlock func(), closedErr string) (func(), error) {
+	lock()
 	if g.closed {
-		g.mu.RUnlock()
+		unlock()
 		return nil, errors.New(closedErr)
 	}
-	return g.mu.RUnlock, nil
+	return unlock, nil
 }
 
 // Close runs release once, after the calls in flight; later calls to Close return nil.
