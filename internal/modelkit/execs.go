@@ -2,7 +2,7 @@ package modelkit
 
 import "github.com/gomlx/gomlx/core/graph"
 
-// Finalizer is a set of executables that can be freed.
+// Finalizer is what a model frees when it closes: executables, device caches.
 type Finalizer interface{ Finalize() }
 
 // Stages are a model's executables: the plain set, built with the model, and the traced set (which
