@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/nn"
 )
 
 // Graph side. GoMLX's nn.QuantizedDense groups only along the output axis and
@@ -271,15 +271,15 @@ func Linear(x *Node, w GraphWeight, bias *Node, d Dispatch) *Node {
 	}
 	slog.Debug("quant.Linear", "path", p.String(), "rows", rows, "out", w.Out(), "in", w.In(),
 		"bits", w.Bits, "group", w.GroupSize, "dtype", dt.String(), "floor", d.floor(), "forced", d.Path.String())
-	// The dense paths are gx.Linear, the very graph a dense model builds, so a dense weight taken
+	// The dense paths are nn.Linear, the very graph a dense model builds, so a dense weight taken
 	// through here computes exactly what the model would without quant.
 	switch p {
 	case PathDense:
-		return gx.Linear(x, w.W, bias)
+		return nn.Linear(x, w.W, bias)
 	case PathDequantGEMM:
-		return gx.Linear(x, Dequantize(w, dt), bias)
+		return nn.Linear(x, Dequantize(w, dt), bias)
 	}
-	return gx.AddBias(quantizedDot(x, w), bias)
+	return nn.AddBias(quantizedDot(x, w), bias)
 }
 
 // QuantizedChunkGroups is the number of groups PathQuantized contracts at once;

@@ -13,13 +13,13 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/hostmath"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
-// AdaLN step cache (h3.md §6). The modulation tables depend only on (timestep, modality), so for the
+// AdaLN step cache (FastVideo's MLX runtime, fastvideo/mlx_runtime/minimax_h3.py). The modulation tables depend only on (timestep, modality), so for the
 // ladder a run visits they are computed once per generation (PrepareAdaLN) instead of once per step and
 // block; a converted checkpoint may carry them and drop the 13B projection weights, at the price of
 // serving only the ladder it was exported for.
@@ -41,8 +41,8 @@ func (c *AdaLNCache) Close() {
 	if c == nil {
 		return
 	}
-	gx.Finalize(c.tables...)
-	gx.Finalize(c.normOut)
+	graphexec.Finalize(c.tables...)
+	graphexec.Finalize(c.normOut)
 	c.tables, c.normOut = nil, nil
 }
 
@@ -155,7 +155,7 @@ func releaseParams(ps ...*weights.Param) {
 // buildAdaLN runs the time MLP and every AdaLN projection for the timesteps ts; table rows follow the
 // order of ts.
 func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
-	defer gx.Recover(&err, "h3: AdaLN tables")
+	defer graphexec.Recover(&err, "h3: AdaLN tables")
 	ts = append([]float32(nil), ts...)
 	if m.p.Cache != nil || m.adalnDropped {
 		return nil, errors.New("h3: the AdaLN projection weights are not loaded (the model keeps a fixed AdaLN cache)")
@@ -167,16 +167,20 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 	if m.trace != nil {
 		m.trace("time_proj", []int{nT, m.cfg.FreqDim}, proj)
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(proj, nT, m.cfg.FreqDim), p.Time1.W.T, p.Time1.B.T, p.Time2.W.T, p.Time2.B.T}
-	if p.AdaLNBasis != nil {
-		args = append(args, p.AdaLNBasis.T)
+	args := timeInputs[*tensors.Tensor]{
+		Proj: tensors.FromFlatDataAndDimensions(proj, nT, m.cfg.FreqDim),
+		W1:   p.Time1.W.T, B1: p.Time1.B.T, W2: p.Time2.W.T, B2: p.Time2.B.T,
 	}
-	res, err := gx.Call(ex.time, args...)
+	var basis []*tensors.Tensor
+	if p.AdaLNBasis != nil {
+		basis = append(basis, p.AdaLNBasis.T)
+	}
+	res, err := graphexec.Call(ex.time, graphexec.Pack(&args, basis...)...)
 	if err != nil {
 		return nil, err
 	}
 	cond := res[0]
-	defer gx.Finalize(cond)
+	defer graphexec.Finalize(cond)
 	if m.trace != nil {
 		if err := m.emit("temb", res[1]); err != nil {
 			return nil, err
@@ -186,11 +190,11 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 				return nil, err
 			}
 		}
-		gx.Finalize(res[1])
+		graphexec.Finalize(res[1])
 	}
 	c = &AdaLNCache{Timesteps: ts}
 	for b := range p.Blocks {
-		r, err := gx.Call(ex.adaln, cond, p.Blocks[b].AdaLN.W.T, p.Blocks[b].AdaLN.B.T)
+		r, err := graphexec.Call(ex.adaln, cond, p.Blocks[b].AdaLN.W.T, p.Blocks[b].AdaLN.B.T)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -203,7 +207,7 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 			}
 		}
 	}
-	r, err := gx.Call(ex.normOut, cond, p.NormOut.W.T, p.NormOut.B.T)
+	r, err := graphexec.Call(ex.normOut, cond, p.NormOut.W.T, p.NormOut.B.T)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -213,7 +217,7 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 }
 
 // AdaLNManifest describes the AdaLN cache a converted checkpoint carries (the "adaln_cache" entry of
-// its manifest, h3.md §10.3).
+// its manifest, written by scripts/checkpoint_conversion/convert_minimax_h3_mlx.py).
 type AdaLNManifest struct {
 	// Timesteps are the cached keys, sorted ascending (float32).
 	Timesteps []float32 `json:"timesteps"`
@@ -296,9 +300,9 @@ func CheckAdaLNLadder(manifest *AdaLNManifest, steps int, ladders ...[]float32) 
 
 // cacheFromCheckpoint stacks the checkpoint's cache tensors into the layout the block executable takes.
 func (m *Model) cacheFromCheckpoint() (c *AdaLNCache, err error) {
-	defer gx.Recover(&err, "h3: AdaLN cache from the checkpoint")
+	defer graphexec.Recover(&err, "h3: AdaLN cache from the checkpoint")
 	pc := m.p.Cache
-	stack := gx.MustExec(m.backend, "h3.stack_tables", func(in []*Node) []*Node { return []*Node{Stack(in, 1)} })
+	stack := graphexec.MustExec(m.backend, "h3.stack_tables", func(in []*Node) []*Node { return []*Node{Stack(in, 1)} })
 	defer stack.Finalize()
 	c = &AdaLNCache{Timesteps: pc.TimestepsUsed}
 	for b := range pc.Tables {
@@ -306,7 +310,7 @@ func (m *Model) cacheFromCheckpoint() (c *AdaLNCache, err error) {
 		for k := range args {
 			args[k] = pc.Tables[b][k].T
 		}
-		r, err := gx.Call(stack, args...)
+		r, err := graphexec.Call(stack, args...)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -317,7 +321,7 @@ func (m *Model) cacheFromCheckpoint() (c *AdaLNCache, err error) {
 			pc.Tables[b][k].T = nil
 		}
 	}
-	r, err := gx.Call(stack, pc.NormOutShift.T, pc.NormOutScale.T)
+	r, err := graphexec.Call(stack, pc.NormOutShift.T, pc.NormOutScale.T)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -330,7 +334,7 @@ func (m *Model) cacheFromCheckpoint() (c *AdaLNCache, err error) {
 // compute dtype) and the manifest of a cache, for a converter that writes a checkpoint without the AdaLN
 // projections. steps records the ladder length for the error a mismatching run gets.
 func (m *Model) ExportAdaLNCache(c *AdaLNCache, steps int) (out []safetensors.Tensor, man AdaLNManifest, err error) {
-	defer gx.Recover(&err, "h3: exporting the AdaLN cache")
+	defer graphexec.Recover(&err, "h3: exporting the AdaLN cache")
 	if c == nil || c.normOut == nil {
 		return nil, man, fmt.Errorf("h3: no AdaLN cache to export")
 	}
@@ -341,7 +345,7 @@ func (m *Model) ExportAdaLNCache(c *AdaLNCache, steps int) (out []safetensors.Te
 		return nil, man, err
 	}
 	for b, t := range c.tables {
-		v, err := gx.HostF32(t) // [n·3, 6, D]
+		v, err := graphexec.HostF32(t) // [n·3, 6, D]
 		if err != nil {
 			return nil, man, err
 		}
@@ -356,7 +360,7 @@ func (m *Model) ExportAdaLNCache(c *AdaLNCache, steps int) (out []safetensors.Te
 				Data: weights.EncodeFloats(vals, m.dtype)})
 		}
 	}
-	v, err := gx.HostF32(c.normOut) // [n, 2, D]
+	v, err := graphexec.HostF32(c.normOut) // [n, 2, D]
 	if err != nil {
 		return nil, man, err
 	}

@@ -113,7 +113,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 }
 
 func TestCheckAdaLNLadder(t *testing.T) {
-	// FastH3 4-step ladders (h3.md §5.2) and the cache key set of §6.
+	// FastH3 4-step ladders (fastvideo/models/schedulers/scheduling_minimax_h3.py) and the MLX cache key set.
 	video4 := []float32{0, 0.027027010917663574, 0.07692307233810425, 0.19999998807907104}
 	audio4 := []float32{0, 0.10000002384185791, 0.25, 0.5}
 	keys := CacheTimesteps(video4, audio4)

@@ -43,7 +43,7 @@ type Config struct {
 	FinalNormEps       float64 `json:"final_norm_eps"`
 }
 
-// ReleaseConfig is the configuration of the released 33.1B MiniMax H3 transformer (h3.md §1.2).
+// ReleaseConfig is the configuration of the released 33.1B MiniMax H3 transformer (the released transformer/config.json).
 func ReleaseConfig() Config {
 	return Config{
 		NumLayers: 50, NumRefinerLayers: 2, HiddenSize: 5376, NumAttentionHeads: 56, AttentionHeadDim: 128,
@@ -94,7 +94,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, fmt.Errorf("h3: config.json: %w", err)
 	}
-	return c, c.Validate()
+	return modelcfg.Valid(c)
 }
 
 // ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of

@@ -18,29 +18,19 @@ import (
 //	go test -c -o .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
-	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
-			path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dt})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := m.Forward(fixtureInputs(t, fx))
-			m.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range []struct {
-				name string
-				got  []float32
-			}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
-				want, sh := fx.F32(t, c.name)
-				testutil.AssertAtDType(t, c.name+"/"+path.String(), dt, c.got, want, sh)
-			}
+	testutil.GPUFixtures(t, "h3_dit", func(t *testing.T, b compute.Backend, fx *testutil.Fixture, dt dtypes.DType) {
+		path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := testutil.Run(t, func() (*Model, error) { return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dt}) },
+			func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
+		for _, c := range []struct {
+			name string
+			got  []float32
+		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
+			want, sh := fx.F32(t, c.name)
+			testutil.AssertAtDType(t, c.name+"/"+path.String(), dt, c.got, want, sh)
 		}
 	})
 }
@@ -62,16 +52,8 @@ func TestQuantizedOnGPU(t *testing.T) {
 		refA, _ := fx.F32(t, "out.audio")
 		forward := func(be compute.Backend, dir string, dt dtypes.DType, d quant.Dispatch) ForwardOutputs {
 			t.Helper()
-			m, err := Load(be, dir, Options{DType: dt, Dispatch: d})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return out
+			return testutil.Run(t, func() (*Model, error) { return Load(be, dir, Options{DType: dt, Dispatch: d}) },
+				func(m *Model) (ForwardOutputs, error) { return m.Forward(in) })
 		}
 		snr := func(label string, bits int, out ForwardOutputs) {
 			t.Helper()

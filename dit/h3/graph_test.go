@@ -88,27 +88,36 @@ func TestShardedBlockPartialsSum(t *testing.T) {
 		}
 		return tensors.FromFlatDataAndDimensions(out, n, to-from)
 	}
-	sumA, sumF := make([]float32, l*d), make([]float32, l*d)
 	hl, fl := heads/shards, f/shards
-	for k := 0; k < shards; k++ {
+	assertShardsSum(t, "", shards, fullA, fullF, []int{l, d}, func(k int) ([]float32, []float32) {
 		q0, q1 := k*hl*dh, (k+1)*hl*dh
 		// FFN-in is [value F | gate F]: shard k keeps value rows and gate rows of its F slice together.
 		vIn := tensors.MustCopyFlatData[float32](rows(wIn, k*fl, (k+1)*fl))
 		gIn := tensors.MustCopyFlatData[float32](rows(wIn, f+k*fl, f+(k+1)*fl))
 		localIn := tensors.FromFlatDataAndDimensions(append(vIn, gIn...), 2*fl, d)
-		a, ff := run(spec(hl, fl), h, rows(wq, q0, q1), rows(wk, q0, q1), rows(wv, q0, q1), nq, nk, cols(wo, q0, q1),
+		return run(spec(hl, fl), h, rows(wq, q0, q1), rows(wk, q0, q1), rows(wv, q0, q1), nq, nk, cols(wo, q0, q1),
 			cosT, sinT, localIn, cols(wOut, k*fl, (k+1)*fl))
+	})
+}
+
+// assertShardsSum checks that the attention and FFN outputs of every tensor-parallel shard (shard(k),
+// k < shards) sum to the whole block's.
+func assertShardsSum(t *testing.T, label string, shards int, fullA, fullF []float32, shape []int, shard func(k int) (attn, ff []float32)) {
+	t.Helper()
+	sumA, sumF := make([]float32, len(fullA)), make([]float32, len(fullF))
+	for k := 0; k < shards; k++ {
+		a, ff := shard(k)
 		for i := range a {
 			sumA[i] += a[i]
 			sumF[i] += ff[i]
 		}
 	}
-	testutil.AssertClose(t, "attention partial sum", sumA, fullA, []int{l, d}, 1e-5)
-	testutil.AssertClose(t, "FFN partial sum", sumF, fullF, []int{l, d}, 1e-5)
+	testutil.AssertClose(t, label+"attention partial sum", sumA, fullA, shape, 1e-5)
+	testutil.AssertClose(t, label+"FFN partial sum", sumF, fullF, shape, 1e-5)
 }
 
 func TestHostTables(t *testing.T) {
-	// h3.md §13.12: inv_freq = 10^(−k/4) for the release (F = 16).
+	// inv_freq = 10^(−k/4) for the release (F = 16).
 	inv := RopeInvFreq(16, 10000)
 	for k, want := range []float32{1, 0.562341325, 0.316227766, 0.177827941, 0.1} {
 		if d := inv[k] - want; d > 1e-7 || d < -1e-7 {
@@ -225,21 +234,14 @@ func TestShardedQuantizedBlockPartialsSum(t *testing.T) {
 		return tensors.MustCopyFlatData[float32](out[0]), tensors.MustCopyFlatData[float32](out[1])
 	}
 	fullA, fullF := run(heads, f, [6]*quant.Affine{wq, wk, wv, wo, wIn, wOut})
-	sumA, sumF := make([]float32, l*d), make([]float32, l*d)
 	hl, fl := heads/shards, f/shards
-	for k := 0; k < shards; k++ {
+	assertShardsSum(t, "quantized ", shards, fullA, fullF, []int{l, d}, func(k int) ([]float32, []float32) {
 		q0, q1 := k*hl*dh, (k+1)*hl*dh
 		in := catRows(sliceAffine(t, wIn, k*fl, (k+1)*fl, 0, d), sliceAffine(t, wIn, f+k*fl, f+(k+1)*fl, 0, d))
-		a, ff := run(hl, fl, [6]*quant.Affine{
+		return run(hl, fl, [6]*quant.Affine{
 			sliceAffine(t, wq, q0, q1, 0, d), sliceAffine(t, wk, q0, q1, 0, d), sliceAffine(t, wv, q0, q1, 0, d),
 			sliceAffine(t, wo, 0, d, q0, q1), in, sliceAffine(t, wOut, 0, d, k*fl, (k+1)*fl)})
-		for i := range a {
-			sumA[i] += a[i]
-			sumF[i] += ff[i]
-		}
-	}
-	testutil.AssertClose(t, "quantized attention partial sum", sumA, fullA, []int{l, d}, 1e-5)
-	testutil.AssertClose(t, "quantized FFN partial sum", sumF, fullF, []int{l, d}, 1e-5)
+	})
 }
 
 // TestNewRandomQuantizedRuns draws a small quantized random model: the core linears are packed on the

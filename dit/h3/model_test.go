@@ -10,18 +10,12 @@ import (
 )
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	t.Helper()
-	m, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return testutil.Open(t, func() (*Model, error) {
+		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	})
 }
 
 func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {
@@ -95,7 +89,7 @@ func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 	})
 }
 
-// eulerStep is MiniMaxH3Scheduler.step (h3.md §5.3): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
+// eulerStep is MiniMaxH3Scheduler.step (fastvideo/models/schedulers/scheduling_minimax_h3.py): x0 = x + (1 − t)·v, r = σ'/σ, r·x + (1 − r)·x0, float32.
 func eulerStep(x, v []float32, t, sigma, sigmaNext float32) []float32 {
 	out := make([]float32, len(x))
 	s := 1 - t

@@ -10,15 +10,15 @@ import (
 	"fastvideo/quant"
 )
 
-// The parameter table of the transformer under its released (diffusers) names, h3.md §10.1. Shapes come
-// from the config; storage dtypes follow the reference precision map (§4.9): the five boundary modules
+// The parameter table of the transformer under its released (diffusers) names (fastvideo/models/dits/minimax_h3.py).
+// Shapes come from the config; storage dtypes follow the reference's precision: the five boundary modules
 // stay float32, everything else takes the compute dtype, and the rank-reduced AdaLN tensors are float16
 // whenever the compute dtype is a half type (they lose ~1.7x accuracy in bf16).
 
 type linearParams struct{ W, B *weights.Param }
 
 // coreParams are the weights shared by refiner and joint blocks. The six core linears are *quant.Weight:
-// dense, or affine-quantized when the checkpoint quantizes them (a converted MLX checkpoint, h3.md §10.3).
+// dense, or affine-quantized when the checkpoint quantizes them (a converted MLX checkpoint, see package quant).
 type coreParams struct {
 	Norm1, Norm2, NormQ, NormK *weights.Param
 	Q, K, V, Out, FFIn, FFOut  *quant.Weight
@@ -83,7 +83,7 @@ type params struct {
 }
 
 // cacheParams are the AdaLN cache tensors of a converted checkpoint (names as the MLX converter writes
-// them, h3.md §10.3): per block six tables [n·3, D], and norm_out shift/scale [n, D].
+// them, scripts/checkpoint_conversion/convert_minimax_h3_mlx.py): per block six tables [n·3, D], and norm_out shift/scale [n, D].
 type cacheParams struct {
 	Tables        [][6]*weights.Param
 	NormOutShift  *weights.Param
@@ -116,114 +116,156 @@ func schemesOf(src weights.Source) schemeFunc {
 // adaln_basis) from the table: they are then ignored if present. schemes (nil: all dense) says which of
 // the six core linears of the refiner and joint blocks are quantized; within each kind of block they must
 // all be quantized alike, since one executable serves every block of a kind.
+//
+// The declaration order is the checkpoint's; NewRandom draws in it, so it also fixes the random weights.
 func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest, schemes schemeFunc) (*params, error) {
-	s := weights.NewSet("")
-	p := &params{set: s}
-	d, inner, f := cfg.HiddenSize, cfg.InnerDim(), cfg.FFNDim
-	lin := func(name string, out, in int, bias bool) linearParams {
-		lp := linearParams{W: s.Add(name+".weight", out, in)}
-		if bias {
-			lp.B = s.Add(name+".bias", out)
-		}
-		return lp
-	}
-	lin32 := func(name string, out, in int) linearParams {
-		return linearParams{W: s.AddF32(name+".weight", out, in), B: s.AddF32(name+".bias", out)}
-	}
-	adalnDT := compute
+	dl := &declarer{s: weights.NewSet(""), cfg: cfg, compute: compute, adalnDT: compute, schemes: schemes}
 	if cfg.AdaLNRank > 0 && compute != dtypes.Float32 {
-		adalnDT = dtypes.Float16
+		dl.adalnDT = dtypes.Float16
 	}
-	linAda := func(name string, out, in int) linearParams {
-		return linearParams{W: s.AddTyped(name+".weight", adalnDT, out, in), B: s.AddTyped(name+".bias", adalnDT, out)}
-	}
-	core := func(prefix string) (coreParams, error) {
-		b := s.Sub(prefix)
-		dims := [numCoreLinears][2]int{{inner, d}, {inner, d}, {inner, d}, {d, inner}, {2 * f, d}, {d, f}} // [out, in]
-		var ws [numCoreLinears]*quant.Weight
-		var err error
-		linear := func(k int) {
-			if err != nil {
-				return
-			}
-			var sc *quant.Scheme
-			if schemes != nil {
-				sc = schemes(prefix + "." + coreLinearNames[k])
-			}
-			if ws[k], err = quant.Declare(b, coreLinearNames[k], dims[k][0], dims[k][1], sc); err != nil {
-				err = fmt.Errorf("h3: %w", err)
-			}
-		}
-		// The checkpoint's order (NewRandom draws in declaration order, so it fixes the random weights).
-		var c coreParams
-		c.Norm1 = b.Add("norm1.weight", d)
-		linear(0)
-		linear(1)
-		linear(2)
-		c.NormQ = b.Add("attn.norm_q.weight", cfg.AttentionHeadDim)
-		c.NormK = b.Add("attn.norm_k.weight", cfg.AttentionHeadDim)
-		linear(3)
-		c.Norm2 = b.Add("norm2.weight", d)
-		linear(4)
-		linear(5)
-		c.Q, c.K, c.V, c.Out, c.FFIn, c.FFOut = ws[0], ws[1], ws[2], ws[3], ws[4], ws[5]
-		return c, err
-	}
-
-	p.ProjIn = lin32("proj_in", d, cfg.VideoPatchDim())
-	p.AudioProjIn = lin32("audio_proj_in", d, cfg.AudioInChannels)
-	p.ContextEmbedder = lin("context_embedder", d, cfg.TextDim, true)
-	p.Time1 = lin32("time_embedder.linear_1", cfg.TimeEmbedHiddenDim, cfg.FreqDim)
-	p.Time2 = lin32("time_embedder.linear_2", cfg.TimeEmbedDim, cfg.TimeEmbedHiddenDim)
+	p := &params{set: dl.s}
+	d := cfg.HiddenSize
+	p.ProjIn = dl.lin32("proj_in", d, cfg.VideoPatchDim())
+	p.AudioProjIn = dl.lin32("audio_proj_in", d, cfg.AudioInChannels)
+	p.ContextEmbedder = dl.lin("context_embedder", d, cfg.TextDim)
+	p.Time1 = dl.lin32("time_embedder.linear_1", cfg.TimeEmbedHiddenDim, cfg.FreqDim)
+	p.Time2 = dl.lin32("time_embedder.linear_2", cfg.TimeEmbedDim, cfg.TimeEmbedHiddenDim)
 	for j := 0; j < cfg.NumRefinerLayers; j++ {
-		c, err := core(fmt.Sprintf("token_refiner.refiner_blocks.%d", j))
+		c, err := dl.core(fmt.Sprintf("token_refiner.refiner_blocks.%d", j))
 		if err != nil {
 			return nil, err
 		}
 		p.Refiner = append(p.Refiner, c)
 	}
-	p.RefinerFinalNorm = s.Add("token_refiner.final_norm.weight", d)
+	p.RefinerFinalNorm = dl.s.Add("token_refiner.final_norm.weight", d)
 	for i := 0; i < cfg.NumLayers; i++ {
-		name := fmt.Sprintf("transformer_blocks.%d", i)
-		c, err := core(name)
+		bp, err := dl.block(i, manifest == nil)
 		if err != nil {
 			return nil, err
 		}
-		bp := blockParams{coreParams: c}
-		if manifest == nil {
-			bp.AdaLN = linAda(name+".adaln_proj.linear", cfg.ModulationWidth(), cfg.AdaLNInDim())
-		} else {
-			s.Ignore(name + ".adaln_proj.")
-		}
-		// FastH3 students carry VSA gate matrices (quantized, with .scales/.biases, in a checkpoint
-		// converted with -include-vsa); the dense-attention forward does not use them.
-		s.Ignore(name + ".attn.to_gate_compress.")
 		p.Blocks = append(p.Blocks, bp)
 	}
-	p.NormOutNorm = s.Add("norm_out.norm.weight", d)
+	p.NormOutNorm = dl.s.Add("norm_out.norm.weight", d)
 	if manifest == nil {
-		p.NormOut = linAda("norm_out.linear", 2*d, cfg.AdaLNInDim())
-		if cfg.AdaLNRank > 0 {
-			p.AdaLNBasis = s.AddTyped("adaln_basis.weight", adalnDT, cfg.AdaLNRank, cfg.TimeEmbedDim)
-		}
+		dl.adaLNOut(p)
 	} else {
-		s.Ignore("norm_out.linear.", "adaln_basis.")
-		n := len(manifest.Timesteps)
-		c := &cacheParams{NumTimesteps: n, TimestepsUsed: append([]float32(nil), manifest.Timesteps...)}
-		for b := 0; b < cfg.NumLayers; b++ {
-			var t [6]*weights.Param
-			for k := range t {
-				t[k] = s.AddTyped(CacheTableName(b, k), compute, n*Modalities, d)
-			}
-			c.Tables = append(c.Tables, t)
-		}
-		c.NormOutShift = s.AddTyped(CacheNormOutShift, compute, n, d)
-		c.NormOutScale = s.AddTyped(CacheNormOutScale, compute, n, d)
-		p.Cache = c
+		p.Cache = dl.cache(manifest)
 	}
-	p.ProjOut = lin32("proj_out", cfg.VideoPatchDim(), d)
-	p.AudioProjOut = lin32("audio_proj_out", cfg.AudioInChannels, d)
+	p.ProjOut = dl.lin32("proj_out", cfg.VideoPatchDim(), d)
+	p.AudioProjOut = dl.lin32("audio_proj_out", cfg.AudioInChannels, d)
+	if err := p.setLayouts(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// declarer declares the parameters of the transformer's parts into one table.
+type declarer struct {
+	s                *weights.Set
+	cfg              Config
+	compute, adalnDT dtypes.DType // adalnDT: the AdaLN projections' (float16 for rank-r bases in half precision)
+	schemes          schemeFunc
+}
+
+// lin is a compute-dtype linear with bias.
+func (dl *declarer) lin(name string, out, in int) linearParams {
+	return linearParams{W: dl.s.Add(name+".weight", out, in), B: dl.s.Add(name+".bias", out)}
+}
+
+// lin32 is a linear kept in float32.
+func (dl *declarer) lin32(name string, out, in int) linearParams {
+	return linearParams{W: dl.s.AddF32(name+".weight", out, in), B: dl.s.AddF32(name+".bias", out)}
+}
+
+// linAda is an AdaLN projection.
+func (dl *declarer) linAda(name string, out, in int) linearParams {
+	return linearParams{W: dl.s.AddTyped(name+".weight", dl.adalnDT, out, in), B: dl.s.AddTyped(name+".bias", dl.adalnDT, out)}
+}
+
+// core declares the norms and the six core linears (dense or as the checkpoint quantizes them) of a
+// refiner or joint block.
+func (dl *declarer) core(prefix string) (coreParams, error) {
+	cfg := dl.cfg
+	d, inner, f := cfg.HiddenSize, cfg.InnerDim(), cfg.FFNDim
+	b := dl.s.Sub(prefix)
+	dims := [numCoreLinears][2]int{{inner, d}, {inner, d}, {inner, d}, {d, inner}, {2 * f, d}, {d, f}} // [out, in]
+	var ws [numCoreLinears]*quant.Weight
+	var err error
+	linear := func(k int) {
+		if err != nil {
+			return
+		}
+		var sc *quant.Scheme
+		if dl.schemes != nil {
+			sc = dl.schemes(prefix + "." + coreLinearNames[k])
+		}
+		if ws[k], err = quant.Declare(b, coreLinearNames[k], dims[k][0], dims[k][1], sc); err != nil {
+			err = fmt.Errorf("h3: %w", err)
+		}
+	}
+	var c coreParams
+	c.Norm1 = b.Add("norm1.weight", d)
+	linear(0)
+	linear(1)
+	linear(2)
+	c.NormQ = b.Add("attn.norm_q.weight", cfg.AttentionHeadDim)
+	c.NormK = b.Add("attn.norm_k.weight", cfg.AttentionHeadDim)
+	linear(3)
+	c.Norm2 = b.Add("norm2.weight", d)
+	linear(4)
+	linear(5)
+	c.Q, c.K, c.V, c.Out, c.FFIn, c.FFOut = ws[0], ws[1], ws[2], ws[3], ws[4], ws[5]
+	return c, err
+}
+
+// block declares joint block i, with its AdaLN projection when adaLN (else it is ignored).
+func (dl *declarer) block(i int, adaLN bool) (blockParams, error) {
+	name := fmt.Sprintf("transformer_blocks.%d", i)
+	c, err := dl.core(name)
+	if err != nil {
+		return blockParams{}, err
+	}
+	bp := blockParams{coreParams: c}
+	if adaLN {
+		bp.AdaLN = dl.linAda(name+".adaln_proj.linear", dl.cfg.ModulationWidth(), dl.cfg.AdaLNInDim())
+	} else {
+		dl.s.Ignore(name + ".adaln_proj.")
+	}
+	// FastH3 students carry VSA gate matrices (quantized, with .scales/.biases, in a checkpoint
+	// converted with -include-vsa); the dense-attention forward does not use them.
+	dl.s.Ignore(name + ".attn.to_gate_compress.")
+	return bp, nil
+}
+
+// adaLNOut declares norm_out's AdaLN projection and, for a rank-r AdaLN, the shared basis.
+func (dl *declarer) adaLNOut(p *params) {
+	cfg := dl.cfg
+	p.NormOut = dl.linAda("norm_out.linear", 2*cfg.HiddenSize, cfg.AdaLNInDim())
+	if cfg.AdaLNRank > 0 {
+		p.AdaLNBasis = dl.s.AddTyped("adaln_basis.weight", dl.adalnDT, cfg.AdaLNRank, cfg.TimeEmbedDim)
+	}
+}
+
+// cache declares the checkpoint-carried AdaLN tables of manifest's timesteps in place of the AdaLN
+// projections, which are then ignored.
+func (dl *declarer) cache(manifest *AdaLNManifest) *cacheParams {
+	dl.s.Ignore("norm_out.linear.", "adaln_basis.")
+	d, n := dl.cfg.HiddenSize, len(manifest.Timesteps)
+	c := &cacheParams{NumTimesteps: n, TimestepsUsed: append([]float32(nil), manifest.Timesteps...)}
+	for b := 0; b < dl.cfg.NumLayers; b++ {
+		var t [6]*weights.Param
+		for k := range t {
+			t[k] = dl.s.AddTyped(CacheTableName(b, k), dl.compute, n*Modalities, d)
+		}
+		c.Tables = append(c.Tables, t)
+	}
+	c.NormOutShift = dl.s.AddTyped(CacheNormOutShift, dl.compute, n, d)
+	c.NormOutScale = dl.s.AddTyped(CacheNormOutScale, dl.compute, n, d)
+	return c
+}
+
+// setLayouts records the quantization layout each kind of block shares.
+func (p *params) setLayouts() error {
 	refiners := make([]*coreParams, len(p.Refiner))
 	for j := range p.Refiner {
 		refiners[j] = &p.Refiner[j]
@@ -234,12 +276,10 @@ func declareParams(cfg Config, compute dtypes.DType, manifest *AdaLNManifest, sc
 	}
 	var err error
 	if p.RefinerLayout, err = uniformLayout("token_refiner.refiner_blocks", refiners); err != nil {
-		return nil, err
+		return err
 	}
-	if p.BlockLayout, err = uniformLayout("transformer_blocks", blocks); err != nil {
-		return nil, err
-	}
-	return p, nil
+	p.BlockLayout, err = uniformLayout("transformer_blocks", blocks)
+	return err
 }
 
 // uniformLayout returns the layout the blocks share, or an error naming the first block and linear that
@@ -262,16 +302,15 @@ func uniformLayout(kind string, blocks []*coreParams) (linearLayout, error) {
 	return first, nil
 }
 
-// ParamNames lists the checkpoint names and shapes the model binds for cfg (full AdaLN projections), in
-// declaration order. It is what a converter or a checkpoint check compares against.
-func ParamNames(cfg Config) map[string][]int {
-	out := map[string][]int{}
+// Params is the checkpoint parameter table of a released (dense) transformer for cfg, with the full
+// AdaLN projections, in declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	p, err := declareParams(cfg, dtypes.Float32, nil, nil)
-	if err != nil { // a dense table never fails to declare
-		return out
+	if err != nil {
+		return nil, err
 	}
-	for _, par := range p.set.Params() {
-		out[par.Name] = par.Shape
-	}
-	return out
+	return weights.ShapesOf(p.set.Params()), nil
 }

@@ -7,7 +7,9 @@ import (
 
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
 )
@@ -41,7 +43,7 @@ func NewRandomQuantized(backend compute.Backend, cfg Config, opts Options, schem
 }
 
 func newRandom(backend compute.Backend, cfg Config, opts Options, schemes schemeFunc, seed int64) (m *Model, err error) {
-	defer gx.Recover(&err, "h3: random weights")
+	defer graphexec.Recover(&err, "h3: random weights")
 	if opts.AdaLNManifest != nil {
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
@@ -49,12 +51,7 @@ func newRandom(backend compute.Backend, cfg Config, opts Options, schemes scheme
 	if err != nil {
 		return nil, err
 	}
-	if err := m.fillRandom(seed); err != nil {
-		m.p.set.Release()
-		return nil, err
-	}
-	if err := m.finish(); err != nil {
-		m.p.set.Release()
+	if err := modelkit.DrawRandom("h3", m.p.set, m.dtype, m.backend, seed, m.randomDraw(), m.finish); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -66,7 +63,9 @@ type quantRole struct {
 	scales bool
 }
 
-func (m *Model) fillRandom(seed int64) error {
+// randomDraw draws the scales and biases of quantized matrices with randomAffine and the rest as the
+// fixture generator does.
+func (m *Model) randomDraw() randweights.Draw {
 	roles := map[*weights.Param]quantRole{}
 	for _, c := range m.p.cores() {
 		for _, w := range c.linears() {
@@ -76,16 +75,12 @@ func (m *Model) fillRandom(seed int64) error {
 			}
 		}
 	}
-	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, func(p *weights.Param) (float32, float32) {
+	return func(p *weights.Param) (float32, float32) {
 		if r, ok := roles[p]; ok {
 			return randomAffine(r)
 		}
-		return gx.FixtureDraw(p)
-	})
-	if err != nil {
-		return fmt.Errorf("h3: %w", err)
+		return randweights.FixtureDraw(p)
 	}
-	return nil
 }
 
 // randomAffine returns (scale, offset) of the normal draw of a quantized matrix's scales or biases. With

@@ -36,7 +36,7 @@ type Config struct {
 const QKNormAcrossHeads = "rms_norm_across_heads"
 
 // Wan21T2V14B is the Wan2.1-T2V-14B transformer (also each Wan2.2-T2V-A14B expert). It is FastVideo's
-// WanVideoArchConfig default, so a config.json that omits a field keeps this value (wan.md §1.1).
+// WanVideoArchConfig default, so a config.json that omits a field keeps this value (fastvideo/configs/models/dits/wanvideo.py).
 func Wan21T2V14B() Config {
 	return Config{
 		NumLayers: 40, NumAttentionHeads: 40, AttentionHeadDim: 128, FFNDim: 13824,
@@ -82,7 +82,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, fmt.Errorf("wan: config.json: %w", err)
 	}
-	return c, c.Validate()
+	return modelcfg.Valid(c)
 }
 
 // ReadConfig reads dir/config.json.
@@ -158,7 +158,7 @@ func (c Config) Tokens(frames, height, width int) (t, h, w int, err error) {
 	return frames / c.PatchSize[0], height / c.PatchSize[1], width / c.PatchSize[2], nil
 }
 
-// ForwardFLOPs counts one forward's matmul FLOPs (2 per multiply-add) the way wan.md §9 does: every
+// ForwardFLOPs counts one forward's matmul FLOPs (2 per multiply-add) (computed, not measured): every
 // linear (patch embedding, condition embedder, Q/K/V/O of both attentions, FFN, proj_out), the dense
 // self-attention products QKᵀ and PV over tokens, and the cross-attention products over textTokens rows.
 // Norms, activations, softmax and RoPE are left out.

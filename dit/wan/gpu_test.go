@@ -3,6 +3,7 @@ package wan
 import (
 	"testing"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
@@ -15,24 +16,14 @@ import (
 //	go test -c -o .gpu/wan.test ./dit/wan
 //	cd dit/wan && FASTVIDEO_GPU_TEST=1 ../../.gpu/wan.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
-	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
-		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
-			path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dt})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := m.Forward(fixtureInputs(t, fx))
-			m.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, sh := fx.F32(t, "out.sample")
-			testutil.AssertAtDType(t, "out.sample/"+path.String(), dt, out, want, sh)
+	testutil.GPUFixtures(t, "wan_dit", func(t *testing.T, b compute.Backend, fx *testutil.Fixture, dt dtypes.DType) {
+		path, err := attention.Resolve(b, dt, fixtureConfig(t, fx).AttentionHeadDim, attention.Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
+		out := testutil.Run(t, func() (*Model, error) { return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dt}) },
+			func(m *Model) ([]float32, error) { return m.Forward(fixtureInputs(t, fx)) })
+		want, sh := fx.F32(t, "out.sample")
+		testutil.AssertAtDType(t, "out.sample/"+path.String(), dt, out, want, sh)
 	})
 }

@@ -11,18 +11,12 @@ import (
 )
 
 // fixtureConfig decodes the tiny config a fixture was generated with.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	t.Helper()
-	m, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return testutil.Open(t, func() (*Model, error) {
+		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	})
 }
 
 // fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and

@@ -9,11 +9,11 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// The parameter table of the transformer under its released (diffusers WanTransformer3DModel) names,
-// wan.md §4.1. Shapes come from the config. Storage: the large matrices (attention, FFN, text embedder,
+// The parameter table of the transformer under its released (diffusers WanTransformer3DModel) names
+// (fastvideo/models/dits/wanvideo.py). Shapes come from the config. Storage: the large matrices (attention, FFN, text embedder,
 // time_proj) take the compute dtype; the small boundary modules (patch embedding, time embedder,
 // proj_out) and every vector the reference keeps in float32 math (norm weights, scale_shift_table) stay
-// float32, which costs < 0.1 % of the weights. Biases are optional (wan.md §10: some exports are
+// float32, which costs < 0.1 % of the weights. Biases are optional (some diffusers exports are
 // bias-free); a missing bias is bound to zeros so the block executable keeps one signature.
 
 type linearParams struct{ W, B *weights.Param }
@@ -114,11 +114,11 @@ func declareParams(cfg Config) *params {
 	return p
 }
 
-// ParamNames lists the checkpoint names and shapes the model binds for cfg (biases included).
-func ParamNames(cfg Config) map[string][]int {
-	out := map[string][]int{}
-	for _, p := range declareParams(cfg).set.Params() {
-		out[p.Name] = p.Shape
+// Params is the checkpoint parameter table of a released transformer for cfg (biases included), in
+// declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return out
+	return weights.ShapesOf(declareParams(cfg).set.Params()), nil
 }

@@ -1,13 +1,14 @@
 package wan
 
 import (
-	"fmt"
 	"math"
 	"strings"
 
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
 
@@ -17,32 +18,22 @@ import (
 // embedding's fan-in is Cin·pt·ph·pw), biases 0.05·randn, scale_shift_tables randn/√D (their upstream
 // initialization), norm weights 1+0.1·randn.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m *Model, err error) {
-	defer gx.Recover(&err, "wan: random weights")
+	defer graphexec.Recover(&err, "wan: random weights")
 	m, err = newModel(backend, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.fillRandom(seed); err != nil {
-		m.p.set.Release()
+	if err := modelkit.DrawRandom("wan", m.p.set, m.dtype, m.backend, seed, randomScale, m.finish); err != nil {
 		return nil, err
 	}
-	m.finish()
 	return m, nil
 }
 
-func (m *Model) fillRandom(seed int64) error {
-	err := gx.FillRandom(m.backend, m.p.set, m.dtype, seed, randomScale)
-	if err != nil {
-		return fmt.Errorf("wan: %w", err)
-	}
-	return nil
-}
-
-// randomScale is gx.FixtureDraw but for the scale_shift_tables, drawn randn/√D as upstream initializes
+// randomScale is randweights.FixtureDraw but for the scale_shift_tables, drawn randn/√D as upstream initializes
 // them.
 func randomScale(p *weights.Param) (float32, float32) {
 	if strings.HasSuffix(p.Name, "scale_shift_table") {
 		return float32(1 / math.Sqrt(float64(p.Shape[len(p.Shape)-1]))), 0
 	}
-	return gx.FixtureDraw(p)
+	return randweights.FixtureDraw(p)
 }

@@ -47,7 +47,7 @@ func (m *memSource) Tensor(name string) (safetensors.Info, bool) {
 // biases 0.05·randn, SnakeBeta log-α/β 0.1·randn) and the real kaiser-sinc
 // filters, so the waveform stays finite and in range like a trained model's.
 func randomAudioVAE(cfg h3audio.Config, seed uint64, postGain float64) (*memSource, error) {
-	list, err := h3audio.CheckpointShapes(cfg, h3audio.Options{})
+	list, err := h3audio.Params(cfg)
 	if err != nil {
 		return nil, err
 	}

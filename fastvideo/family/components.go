@@ -121,3 +121,13 @@ type ownedEncoder struct {
 }
 
 func (e *ownedEncoder) Close() error { return e.close() }
+
+// Synthetic is a seeded random weight source over a model's own parameter table (Params): the
+// weights of the built-in toy models, each tensor a function of the seed and its name only.
+func Synthetic[C any](seed int64, params func(C) (weights.Shapes, error), cfg C, init weights.InitFunc) (*weights.Synthetic, error) {
+	shapes, err := params(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: toy model: %w", err)
+	}
+	return weights.NewSynthetic(seed, shapes.Map(), init), nil
+}

@@ -1,6 +1,7 @@
 package h3
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -107,19 +108,25 @@ type tinySource struct {
 	spec *Spec
 
 	once                  sync.Once
+	err                   error
 	dit, video, audio, te *weights.Synthetic
 }
 
 func newTinySource(spec *Spec) *tinySource { return &tinySource{spec: spec} }
 
-func (c *tinySource) sources() {
+// sources makes the synthetic weights from each model's own parameter table, once.
+func (c *tinySource) sources() error {
 	c.once.Do(func() {
 		seed := int64(tinyWeightsSeed)
-		c.dit = weights.NewSynthetic(seed, h3dit.ParamNames(c.spec.DiT), nil)
-		c.video = weights.NewSynthetic(seed+1, videoDecoderShapes(c.spec.VAE), nil)
-		c.audio = weights.NewSynthetic(seed+2, audioDecoderShapes(c.spec.AudioVAE), initAudioVAE)
-		c.te = weights.NewSynthetic(seed+3, textEncoderShapes(tinyTextEncoder()), nil)
+		s := c.spec
+		var errs [4]error
+		c.dit, errs[0] = family.Synthetic(seed, h3dit.Params, s.DiT, nil)
+		c.video, errs[1] = family.Synthetic(seed+1, h3video.Params, s.VAE, nil)
+		c.audio, errs[2] = family.Synthetic(seed+2, h3audio.Params, s.AudioVAE, initAudioVAE)
+		c.te, errs[3] = family.Synthetic(seed+3, qwen3vl.Params, tinyTextEncoder(), nil)
+		c.err = errors.Join(errs[:]...)
 	})
+	return c.err
 }
 
 func (c *tinySource) describe() string { return "tiny-h3 (random weights, in memory)" }
@@ -129,83 +136,31 @@ func (c *tinySource) check() error { return nil }
 func (c *tinySource) loadTokenizer() (*tokenizer.Tokenizer, error) { return qwen3data.Load() }
 
 func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, "", err
+	}
 	return family.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
 func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
 }
 
 func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return h3video.FromSource(e.Backend, c.spec.VAE, c.video, h3video.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (c *tinySource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return h3audio.FromSource(e.Backend, c.spec.AudioVAE, c.audio, h3audio.Options{})
-}
-
-// videoDecoderShapes lists the released names and shapes of the video VAE decoder for cfg (the
-// table h3video declares: post_quant_conv and the ViT decoder; the encoder is not needed).
-func videoDecoderShapes(c h3video.Config) map[string][]int {
-	lc, dim := c.LatentChannels, c.Width()
-	inner := dim * c.DecoderFFNMult
-	patchOut := c.OutChannels * c.TemporalRatio() * c.SpatialRatio() * c.SpatialRatio()
-	out := map[string][]int{
-		"post_quant_conv.weight":  {lc, lc, 1, 1, 1},
-		"post_quant_conv.bias":    {lc},
-		"decoder.proj_in.weight":  {dim, lc},
-		"decoder.proj_in.bias":    {dim},
-		"decoder.register_tokens": {1, c.DecoderNumRegisters, dim},
-		"decoder.norm_out.weight": {dim},
-		"decoder.norm_out.bias":   {dim},
-		"decoder.proj_out.weight": {patchOut, dim},
-		"decoder.proj_out.bias":   {patchOut},
-	}
-	for i := 0; i < c.DecoderNumLayers; i++ {
-		p := fmt.Sprintf("decoder.transformer_blocks.%d.", i)
-		for name, shape := range map[string][]int{
-			"norm1.weight": {dim}, "norm2.weight": {dim}, "scale1": {dim}, "scale2": {dim},
-			"attn.to_q.weight": {dim, dim}, "attn.to_q.bias": {dim},
-			"attn.to_k.weight": {dim, dim}, "attn.to_k.bias": {dim},
-			"attn.to_v.weight": {dim, dim}, "attn.to_v.bias": {dim},
-			"attn.to_out.0.weight": {dim, dim}, "attn.to_out.0.bias": {dim},
-			"ff.net.0.proj.weight": {2 * inner, dim}, "ff.net.0.proj.bias": {2 * inner},
-			"ff.net.2.weight": {dim, inner}, "ff.net.2.bias": {dim},
-		} {
-			out[p+name] = shape
-		}
-	}
-	return out
-}
-
-// audioDecoderShapes is h3audio's declared decoder table.
-func audioDecoderShapes(c h3audio.Config) map[string][]int {
-	list, err := h3audio.CheckpointShapes(c, h3audio.Options{})
-	return shapeTable(list, err, "audio VAE")
-}
-
-// shapeTable turns a decoder's declared tensor list into the name -> shape table of a synthetic
-// source; err is the declaring function's, which for tiny's constant configs tests rule out.
-func shapeTable[T ~struct {
-	Name  string
-	Shape []int
-}](list []T, err error, what string) map[string][]int {
-	if err != nil {
-		panic(fmt.Sprintf("fastvideo: tiny %s config: %v", what, err))
-	}
-	out := map[string][]int{}
-	for _, t := range list {
-		ts := struct {
-			Name  string
-			Shape []int
-		}(t)
-		out[ts.Name] = ts.Shape
-	}
-	return out
 }
 
 // numel is the number of elements of a tensor of the given shape.
@@ -241,17 +196,4 @@ func initAudioVAE(name string, shape []int, rng *rand.Rand) []float32 {
 		return nil
 	}
 	return v
-}
-
-// textEncoderShapes is the text stack a Qwen3-VL encoder reads: the embedding and the layers up to
-// the output index, under the released prefix.
-func textEncoderShapes(c qwen3vl.Config) map[string][]int {
-	out := map[string][]int{qwen3vl.DefaultPrefix + "embed_tokens.weight": {c.VocabSize, c.HiddenSize}}
-	shapes := qwen3vl.LayerTensorShapes(c)
-	for i := 0; i < c.OutputHiddenStateIndex; i++ {
-		for k, n := range qwen3vl.LayerTensorNames {
-			out[fmt.Sprintf("%slayers.%d.%s", qwen3vl.DefaultPrefix, i, n)] = shapes[k]
-		}
-	}
-	return out
 }

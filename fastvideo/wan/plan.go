@@ -113,7 +113,10 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	p.Details = d
 	perStep := float64(forwards) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
-	f32, half := paramGroups(s.DiT)
+	f32, half, err := paramGroups(s.DiT)
+	if err != nil {
+		return nil, err
+	}
 	p.DiTParams = f32 + half
 	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
 	if p.WeightsBytes, err = family.WeightBytes(f32, half, p.WeightsDType); err != nil {
@@ -126,10 +129,14 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 // the model keeps them in: the boundary modules (patch embedding, time embedder, proj_out) and
 // every vector the reference computes with in float32 (norm weights, scale_shift_tables) stay
 // float32; the rest takes the compute dtype.
-func paramGroups(cfg wandit.Config) (f32, half int64) {
-	for name, shape := range wandit.ParamNames(cfg) {
-		n := int64(1)
-		for _, d := range shape {
+func paramGroups(cfg wandit.Config) (f32, half int64, err error) {
+	params, err := wandit.Params(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range params {
+		name, n := t.Name, int64(1)
+		for _, d := range t.Shape {
 			n *= int64(d)
 		}
 		switch {
@@ -142,7 +149,7 @@ func paramGroups(cfg wandit.Config) (f32, half int64) {
 			half += n
 		}
 	}
-	return f32, half
+	return f32, half, nil
 }
 
 // WriteTable prints the plan as a readable table.

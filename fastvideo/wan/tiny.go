@@ -1,6 +1,7 @@
 package wan
 
 import (
+	"errors"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -179,21 +180,27 @@ type tinySource struct {
 	spec *Spec
 
 	once          sync.Once
+	err           error
 	dit, vae, te  *weights.Synthetic
 	tokenizerJSON []byte
 }
 
 func newTinySource(spec *Spec) *tinySource { return &tinySource{spec: spec} }
 
-func (c *tinySource) sources() {
+// sources makes the synthetic weights from each model's own parameter table, and the toy
+// tokenizer, once.
+func (c *tinySource) sources() error {
 	c.once.Do(func() {
 		seed := int64(tinyWanWeightsSeed)
 		s := c.spec
-		c.dit = weights.NewSynthetic(seed, wandit.ParamNames(s.DiT), initWanDiT)
-		c.vae = weights.NewSynthetic(seed+1, wanVAEShapes(s.VAE), initWanVAE)
-		c.te = weights.NewSynthetic(seed+2, umt5Shapes(s.TextEncoder), nil)
+		var errs [3]error
+		c.dit, errs[0] = family.Synthetic(seed, wandit.Params, s.DiT, initWanDiT)
+		c.vae, errs[1] = family.Synthetic(seed+1, wanvae.Params, s.VAE, initWanVAE)
+		c.te, errs[2] = family.Synthetic(seed+2, umt5.Params, s.TextEncoder, nil)
 		c.tokenizerJSON = tinyWanTokenizerJSON()
+		c.err = errors.Join(errs[:]...)
 	})
+	return c.err
 }
 
 func (c *tinySource) describe() string { return "tiny-wan (random weights, toy tokenizer, in memory)" }
@@ -201,52 +208,31 @@ func (c *tinySource) describe() string { return "tiny-wan (random weights, toy t
 func (c *tinySource) check() error { return nil }
 
 func (c *tinySource) loadTokenizer() (*unigram.Tokenizer, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return unigram.FromTokenizerJSON(c.tokenizerJSON, unigram.Options{})
 }
 
 func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, "", err
+	}
 	return family.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
 func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
-	c.sources()
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
 	return wanvae.FromSource(e.Backend, c.spec.VAE, c.vae, wanvae.Options{DType: e.DType})
-}
-
-// wanVAEShapes is vae/wan's declared decoder table.
-func wanVAEShapes(cfg wanvae.Config) map[string][]int {
-	list, err := wanvae.CheckpointShapes(cfg, false)
-	if err != nil {
-		panic(fmt.Sprintf("fastvideo: tiny Wan VAE config: %v", err)) // a constant config, checked by the tests
-	}
-	out := map[string][]int{}
-	for _, t := range list {
-		out[t.Name] = t.Shape
-	}
-	return out
-}
-
-// umt5Shapes lists the tensors a UMT5 encoder reads, under the released HF T5 names.
-func umt5Shapes(cfg umt5.Config) map[string][]int {
-	out := map[string][]int{
-		umt5.EmbeddingNames[0]:            {cfg.VocabSize, cfg.DModel},
-		"encoder.final_layer_norm.weight": {cfg.DModel},
-	}
-	shapes := umt5.BlockTensorShapes(cfg)
-	for i := 0; i < cfg.NumLayers; i++ {
-		for k, n := range umt5.BlockTensorNames(cfg) {
-			out[fmt.Sprintf("encoder.block.%d.%s", i, n)] = shapes[k]
-		}
-		out[umt5.RelativeBiasName(i)] = []int{cfg.NumBuckets, cfg.NumHeads}
-	}
-	return out
 }
 
 // initWanDiT draws the modulation tables like dit/wan's NewRandom (randn/sqrt(D), their upstream

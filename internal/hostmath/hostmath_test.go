@@ -6,7 +6,7 @@ import (
 )
 
 func TestTimestepSinusoidAtZero(t *testing.T) {
-	// h3.md §13.13: t = 0 gives [1×128, 0×128] for the release's 256 frequencies.
+	// t = 0 gives [1×128, 0×128] for the release's 256 frequencies.
 	e := TimestepSinusoid([]float32{0}, 256)
 	for i, v := range e {
 		want := float32(0)

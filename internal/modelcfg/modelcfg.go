@@ -5,6 +5,7 @@ package modelcfg
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,10 +48,30 @@ func (p *Problems) Positive(name string, v int) {
 	}
 }
 
+// PositiveFloat records field name unless v is a finite number > 0.
+func (p *Problems) PositiveFloat(name string, v float64) {
+	if !(v > 0) || math.IsInf(v, 0) {
+		p.Add("%s = %g must be a positive number", name, v)
+	}
+}
+
 // Err is nil without problems, else "<context>: invalid config: <problem>; <problem>…".
 func (p Problems) Err(context string) error {
 	if len(p) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%s: invalid config: %s", context, strings.Join(p, "; "))
+}
+
+// Validator is a parsed config.
+type Validator interface{ Validate() error }
+
+// Valid returns c when its Validate accepts it, else the zero config and Validate's error: the last
+// step of every ParseConfig.
+func Valid[C Validator](c C) (C, error) {
+	if err := c.Validate(); err != nil {
+		var zero C
+		return zero, err
+	}
+	return c, nil
 }

@@ -58,3 +58,21 @@ func TestProblems(t *testing.T) {
 		t.Errorf("Err = %v", err)
 	}
 }
+
+type checked struct{ ok bool }
+
+func (c checked) Validate() error {
+	if !c.ok {
+		return errors.New("bad")
+	}
+	return nil
+}
+
+func TestValid(t *testing.T) {
+	if c, err := Valid(checked{true}); err != nil || !c.ok {
+		t.Errorf("Valid(good) = %v, %v", c, err)
+	}
+	if c, err := Valid(checked{false}); err == nil || c != (checked{}) {
+		t.Errorf("Valid(bad) = %v, %v; want the zero config and the error", c, err)
+	}
+}

@@ -87,8 +87,13 @@ func TestRelativeHelpers(t *testing.T) {
 	if !math.IsNaN(MaxAbsDiff([]float32{float32(math.NaN())}, []float32{0})) {
 		t.Error("MaxAbsDiff must propagate NaN")
 	}
-	if r := AssertRelClose(t, "rel", []float32{1, 2.01}, []float32{1, 2}, 1e-2); math.Abs(r-0.005) > 1e-6 {
-		t.Errorf("relative error %v, want 0.005", r)
+	// The bound follows the dtype's precision and the reference's scale: 8 bf16 roundoffs (2^-8) of
+	// max|ref| = 100 is 3.125.
+	if tol := DTypeTol(dtypes.BFloat16, []float32{-100, 1}); tol != 3.125 {
+		t.Errorf("DTypeTol(bf16, max|ref| 100) = %v, want 3.125", tol)
+	}
+	if tol := DTypeTol(dtypes.Float32, []float32{-100, 1}); tol != ParityTol([]float32{-100}) {
+		t.Errorf("DTypeTol(f32) = %v, want the parity tolerance", tol)
 	}
 	// Within each dtype's bound: equal values in f32, a 0.25 % error in bf16.
 	AssertAtDType(t, "f32", dtypes.Float32, []float32{1, 2}, []float32{1, 2}, nil)

@@ -83,31 +83,24 @@ func (fx *Fixture) Info(t testing.TB, name string) safetensors.Info {
 
 // F32 reads a floating tensor as float32 with its shape.
 func (fx *Fixture) F32(t testing.TB, name string) ([]float32, []int) {
-	t.Helper()
-	info := fx.Info(t, name)
-	v, err := info.Float32s()
-	if err != nil {
-		t.Fatalf("fixture %s: %v", fx.Name, err)
-	}
-	return v, info.Shape
+	return read(t, fx, name, safetensors.Info.Float32s)
 }
 
 // F64 reads a floating tensor as float64 (exact for F64 tensors).
 func (fx *Fixture) F64(t testing.TB, name string) ([]float64, []int) {
-	t.Helper()
-	info := fx.Info(t, name)
-	v, err := info.Float64s()
-	if err != nil {
-		t.Fatalf("fixture %s: %v", fx.Name, err)
-	}
-	return v, info.Shape
+	return read(t, fx, name, safetensors.Info.Float64s)
 }
 
 // I64 reads an integer tensor of any width as int64.
 func (fx *Fixture) I64(t testing.TB, name string) ([]int64, []int) {
+	return read(t, fx, name, safetensors.Info.Int64s)
+}
+
+// read converts tensor name with convert and returns it with its shape; a failure fails the test.
+func read[T any](t testing.TB, fx *Fixture, name string, convert func(safetensors.Info) ([]T, error)) ([]T, []int) {
 	t.Helper()
 	info := fx.Info(t, name)
-	v, err := info.Int64s()
+	v, err := convert(info)
 	if err != nil {
 		t.Fatalf("fixture %s: %v", fx.Name, err)
 	}

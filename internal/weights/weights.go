@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -177,7 +178,7 @@ func Bind(src Source, set *Set, opts Options) error {
 			}
 			continue
 		}
-		if !equalShape(info.Shape, p.Shape) {
+		if !slices.Equal(info.Shape, p.Shape) {
 			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint shape %v, model expects %v", p.Name, info.Shape, p.Shape))
 			continue
 		}
@@ -238,18 +239,6 @@ func ignored(prefixes []string, name string) bool {
 		}
 	}
 	return false
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // STDType maps a safetensors dtype to the GoMLX dtype with the same bytes.
@@ -351,4 +340,47 @@ func EncodeFloats(vals []float64, dt dtypes.DType) []byte {
 		return out
 	}
 	panic(fmt.Sprintf("weights: EncodeFloats to %s", dt))
+}
+
+// TensorShape is one checkpoint tensor a model binds.
+type TensorShape struct {
+	Name  string
+	Shape []int
+}
+
+// Shapes is a model's checkpoint parameter table: the released tensor names it binds with their
+// shapes, in declaration order. Every model package offers its own as Params(cfg) (and, where it has
+// an encoder part, EncoderParams(cfg)); benchmarks build random checkpoints from it, converters and
+// tests check one against it.
+type Shapes []TensorShape
+
+// ShapesOf lists the declared shapes of ps, in order.
+func ShapesOf(ps []*Param) Shapes {
+	out := make(Shapes, len(ps))
+	for i, p := range ps {
+		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
+	}
+	return out
+}
+
+// Map is the table keyed by name (a Synthetic source's declaration).
+func (s Shapes) Map() map[string][]int {
+	out := make(map[string][]int, len(s))
+	for _, t := range s {
+		out[t.Name] = t.Shape
+	}
+	return out
+}
+
+// Count is the number of values of every tensor of the table.
+func (s Shapes) Count() int64 {
+	var n int64
+	for _, t := range s {
+		k := int64(1)
+		for _, d := range t.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	return n
 }

@@ -7,30 +7,21 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// TensorShape is one checkpoint tensor the audio VAE binds.
-type TensorShape struct {
-	Name  string
-	Shape []int
-}
-
-// CheckpointShapes lists, in graph order, the released tensor names and
-// shapes the audio VAE binds for cfg (weight-normed convs as their
-// weight_g/weight_v pair, as the release stores them). Benchmarks use it to
-// build random checkpoints; converters to check one.
-func CheckpointShapes(cfg Config, opts Options) ([]TensorShape, error) {
+// Params is the checkpoint parameter table of the audio VAE's decoder for cfg, in graph order
+// (weight-normed convs as their weight_g/weight_v pair, as the release stores them).
+func Params(cfg Config) (weights.Shapes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	set := weights.NewSet("")
-	ps := declareDecoder(cfg, set, emptySource{})
-	if opts.Encoder {
-		ps = append(ps, declareEncoder(cfg, set, emptySource{})...)
+	return weights.ShapesOf(declareDecoder(cfg, weights.NewSet(""), emptySource{})), nil
+}
+
+// EncoderParams is the checkpoint parameter table of the encoder (Options.Encoder), in graph order.
+func EncoderParams(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	out := make([]TensorShape, len(ps))
-	for i, p := range ps {
-		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
-	}
-	return out, nil
+	return weights.ShapesOf(declareEncoder(cfg, weights.NewSet(""), emptySource{})), nil
 }
 
 type emptySource struct{}

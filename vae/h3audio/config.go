@@ -49,7 +49,7 @@ type Config struct {
 	LatentsStd  []float64 `json:"latents_std"`
 }
 
-// DefaultConfig returns the released H3 audio VAE architecture (h3.md §1.6).
+// DefaultConfig returns the released H3 audio VAE architecture (fastvideo/models/vaes/minimax_h3_audio.py).
 // The latent statistics are not part of it: they come from the config file.
 func DefaultConfig() Config {
 	return Config{
@@ -74,7 +74,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("h3audio: config is not valid JSON for the audio VAE: %w", err)
 	}
-	return cfg, cfg.Validate()
+	return modelcfg.Valid(cfg)
 }
 
 // ReadConfig reads dir/config.json.
@@ -113,12 +113,15 @@ func (c Config) Std() []float64 {
 
 // Validate checks the invariants the graphs rely on; errors name the field.
 func (c Config) Validate() error {
-	pos := func(name string, v int) error {
-		if v <= 0 {
-			return fmt.Errorf("h3audio: config %s = %d, must be positive", name, v)
+	for _, check := range []func() error{c.checkSizes, c.checkDecoder, c.checkResblocks, c.checkEncoder, c.checkLatents} {
+		if err := check(); err != nil {
+			return err
 		}
-		return nil
 	}
+	return nil
+}
+
+func (c Config) checkSizes() error {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -127,10 +130,15 @@ func (c Config) Validate() error {
 		{"decoder_dim", c.DecoderDim}, {"encoder_dim", c.EncoderDim},
 		{"num_attention_heads", c.NumAttentionHeads}, {"sampling_rate", c.SamplingRate},
 	} {
-		if err := pos(f.name, f.v); err != nil {
-			return err
+		if f.v <= 0 {
+			return fmt.Errorf("h3audio: config %s = %d, must be positive", f.name, f.v)
 		}
 	}
+	return nil
+}
+
+// checkDecoder checks the upsampler stages: each transposed conv must multiply the length exactly.
+func (c Config) checkDecoder() error {
 	if len(c.DecoderRates) == 0 {
 		return fmt.Errorf("h3audio: config decoder_rates is empty; the release uses [5,5,2,2,2,2,2]")
 	}
@@ -149,6 +157,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("h3audio: config decoder_dim = %d is halved %d times (once per decoder rate) and must stay a positive integer",
 			c.DecoderDim, len(c.DecoderRates))
 	}
+	return nil
+}
+
+// checkResblocks checks the AMP resblocks: odd kernels (length-preserving) and positive dilations.
+func (c Config) checkResblocks() error {
 	if len(c.ResblockKernelSizes) == 0 || len(c.ResblockDilationSizes) != len(c.ResblockKernelSizes) {
 		return fmt.Errorf("h3audio: config resblock_kernel_sizes (%d entries) and resblock_dilation_sizes (%d entries) must be non-empty and pair up",
 			len(c.ResblockKernelSizes), len(c.ResblockDilationSizes))
@@ -166,6 +179,11 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkEncoder checks that the encoder downsamples by the hop the decoder upsamples by.
+func (c Config) checkEncoder() error {
 	if len(c.EncoderRates) == 0 {
 		return fmt.Errorf("h3audio: config encoder_rates is empty; the release uses [2,4,4,5,5]")
 	}
@@ -180,17 +198,23 @@ func (c Config) Validate() error {
 		return fmt.Errorf("h3audio: config decoder_rates multiply to %d but encoder_rates to %d; the decoder must upsample by the encoder hop",
 			c.HopLength(), hop)
 	}
+	return nil
+}
+
+func (c Config) checkLatents() error {
 	if c.LatentDim%c.LatentChannels != 0 {
 		return fmt.Errorf("h3audio: config latent_dim = %d is not a multiple of latent_channels = %d", c.LatentDim, c.LatentChannels)
 	}
 	if c.LatentDim%c.NumAttentionHeads != 0 {
 		return fmt.Errorf("h3audio: config latent_dim = %d is not a multiple of num_attention_heads = %d", c.LatentDim, c.NumAttentionHeads)
 	}
-	if c.LatentsMean != nil && len(c.LatentsMean) != c.LatentChannels {
-		return fmt.Errorf("h3audio: config latents_mean has %d values, want latent_channels = %d", len(c.LatentsMean), c.LatentChannels)
-	}
-	if c.LatentsStd != nil && len(c.LatentsStd) != c.LatentChannels {
-		return fmt.Errorf("h3audio: config latents_std has %d values, want latent_channels = %d", len(c.LatentsStd), c.LatentChannels)
+	for _, s := range []struct {
+		name string
+		v    []float64
+	}{{"latents_mean", c.LatentsMean}, {"latents_std", c.LatentsStd}} {
+		if s.v != nil && len(s.v) != c.LatentChannels {
+			return fmt.Errorf("h3audio: config %s has %d values, want latent_channels = %d", s.name, len(s.v), c.LatentChannels)
+		}
 	}
 	return nil
 }

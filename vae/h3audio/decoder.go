@@ -11,7 +11,8 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -28,11 +29,10 @@ type Decoder struct {
 	cfg     Config
 	backend compute.Backend
 
-	set    *weights.Set
-	dec    []*weights.Param // decoder inputs, in graph-input order
-	enc    []*weights.Param // encoder inputs (nil without Options.Encoder)
-	mu     sync.RWMutex
-	closed bool
+	set   *weights.Set
+	dec   []*weights.Param // decoder inputs, in graph-input order
+	enc   []*weights.Param // encoder inputs (nil without Options.Encoder)
+	guard modelkit.Guard
 
 	execMu  sync.Mutex
 	decExec *Exec
@@ -42,7 +42,7 @@ type Decoder struct {
 // Load reads the release's audio_vae/ folder: config.json and the safetensors
 // weights (a single file or a sharded index).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "h3audio", ReadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "h3audio", ReadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }
@@ -51,16 +51,13 @@ func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
 // `dec_in_proj.weight`, `decoder.conv_pre.weight_g`, …). Weight-normed convs may
 // come as the (weight_g, weight_v) pair or folded into a plain `weight`.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (d *Decoder, err error) {
-	if backend == nil {
-		return nil, errors.New("h3audio: FromSource needs a backend (see internal/backend.New)")
-	}
 	if src == nil {
 		return nil, errors.New("h3audio: FromSource needs a weight source")
 	}
-	if err := cfg.Validate(); err != nil {
+	if _, err := modelkit.Prepare("h3audio", cfg, backend, dtypes.Float32, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
 	}
-	defer gx.Recover(&err, "h3audio: binding the audio VAE")
+	defer graphexec.Recover(&err, "h3audio: binding the audio VAE")
 	set := weights.NewSet("")
 	dec := declareDecoder(cfg, set, src)
 	var enc []*weights.Param
@@ -69,8 +66,8 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	} else {
 		set.Ignore("encoder.", "pre_block.", "mean_proj.", "logs_proj.")
 	}
-	if err := weights.Bind(src, set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3audio: %w", err)
+	if err := modelkit.BindSource("h3audio", src, set, dtypes.Float32, backend, nil); err != nil {
+		return nil, err
 	}
 	return &Decoder{cfg: cfg, backend: backend, set: set, dec: dec, enc: enc}, nil
 }
@@ -80,18 +77,14 @@ func (d *Decoder) Config() Config { return d.cfg }
 
 // Close frees the weights. Decode fails afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	return d.guard.Close(func() error {
+		d.execMu.Lock()
+		graphexec.FinalizeExecs(d.decExec, d.encExec)
+		d.decExec, d.encExec = nil, nil
+		d.execMu.Unlock()
+		d.set.Release()
 		return nil
-	}
-	d.closed = true
-	d.execMu.Lock()
-	gx.FinalizeExecs(d.decExec, d.encExec)
-	d.decExec, d.encExec = nil, nil
-	d.execMu.Unlock()
-	d.set.Release()
-	return nil
+	})
 }
 
 // Decode turns normalized latents (as the DiT produces them) into waveforms.
@@ -166,12 +159,12 @@ func (d *Decoder) checkLatents(latents []float32, shape []int) (b, n int, err er
 // runDecode runs the decode graph. With tapNames it returns those
 // intermediates (names of decodeGraph's taps, "wave" for the output) instead.
 func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tensors.Tensor, err error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return nil, errors.New("h3audio: Decode on a closed Decoder")
+	unlock, err := d.guard.RLock("h3audio: Decode on a closed Decoder")
+	if err != nil {
+		return nil, err
 	}
-	defer gx.Recover(&err, "h3audio: decoding audio latents")
+	defer unlock()
+	defer graphexec.Recover(&err, "h3audio: decoding audio latents")
 	var exec *Exec
 	if tapNames == nil {
 		d.execMu.Lock()
@@ -202,7 +195,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(gx.ParamArgs([]any{z}, d.dec...)...)
+	return exec.Call(graphexec.ParamArgs([]any{z}, d.dec...)...)
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {

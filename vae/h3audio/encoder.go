@@ -10,7 +10,8 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/weights"
 )
 
@@ -97,7 +98,7 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	h := cfg.NumAttentionHeads
 	dh := d / h
 	bias := Concatenate([]*Node{p.get("pre_block.attn.q_bias"), ZerosLike(p.get("pre_block.attn.q_bias")), p.get("pre_block.attn.v_bias")}, 0)
-	qkv := Reshape(gx.Linear(x, p.get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
+	qkv := Reshape(nn.Linear(x, p.get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
 	q := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(0)), 2)
 	k := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(1)), 2)
 	v := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(2)), 2)
@@ -110,7 +111,7 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	out = ReduceMean(out, 2) // [b, t, dh]
 	pool := Const(g, adaptiveAvgPoolMatrix(dh, cfg.LatentChannels))
 	out = Einsum("btd,dc->btc", out, Reshape(pool, dh, cfg.LatentChannels))
-	return gx.Linear(out, p.get("pre_block.attn.proj.weight"), p.get("pre_block.attn.proj.bias"))
+	return nn.Linear(out, p.get("pre_block.attn.proj.weight"), p.get("pre_block.attn.proj.bias"))
 }
 
 // encodeGraph maps waveforms [B, 1, T] (T a multiple of the hop) to the
@@ -139,14 +140,14 @@ func encodeGraph(cfg Config, p params, x *Node, t taps) (mean, logs *Node) {
 	h := Transpose(x, 1, 2) // [B, T', latent_dim]
 	// torch's LayerNorm: eps 1e-5, affine.
 	ln := func(name string, y *Node) *Node {
-		return gx.LayerNorm(y, p.get(name+".weight"), p.get(name+".bias"), 1e-5)
+		return nn.LayerNorm(y, p.get(name+".weight"), p.get(name+".bias"), 1e-5)
 	}
-	h = Add(gx.Linear(ln("pre_block.norm3", h), p.get("pre_block.proj.weight"), p.get("pre_block.proj.bias")),
+	h = Add(nn.Linear(ln("pre_block.norm3", h), p.get("pre_block.proj.weight"), p.get("pre_block.proj.bias")),
 		causalAttention(cfg, p, ln("pre_block.norm1", h)))
 	m := ln("pre_block.mlp.norm", ln("pre_block.norm2", h))
-	m = Mul(gx.GeluTanh(gx.Linear(m, p.get("pre_block.mlp.w0.weight"), p.get("pre_block.mlp.w0.bias"))),
-		gx.Linear(m, p.get("pre_block.mlp.w1.weight"), p.get("pre_block.mlp.w1.bias")))
-	h = Add(h, gx.Linear(m, p.get("pre_block.mlp.w2.weight"), p.get("pre_block.mlp.w2.bias")))
+	m = Mul(nn.GeluTanh(nn.Linear(m, p.get("pre_block.mlp.w0.weight"), p.get("pre_block.mlp.w0.bias"))),
+		nn.Linear(m, p.get("pre_block.mlp.w1.weight"), p.get("pre_block.mlp.w1.bias")))
+	h = Add(h, nn.Linear(m, p.get("pre_block.mlp.w2.weight"), p.get("pre_block.mlp.w2.bias")))
 	t.put("pre_block_out", h)
 	h = Transpose(h, 1, 2)
 	mean = conv1d(h, p.get("mean_proj.weight"), p.get("mean_proj.bias"), 1, 0, 1)
@@ -219,15 +220,15 @@ func (d *Decoder) Encode(ctx context.Context, waves [][]float32) (*Posterior, er
 // runEncode runs the encode graph; with tapNames it returns those
 // intermediates ("mean", "logs" or encodeGraph's taps) instead.
 func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tensors.Tensor, err error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return nil, errors.New("h3audio: Encode on a closed Decoder")
+	unlock, err := d.guard.RLock("h3audio: Encode on a closed Decoder")
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
 	if x.DType() != dtypes.Float32 {
 		return nil, fmt.Errorf("h3audio: Encode input is %s, want float32", x.DType())
 	}
-	defer gx.Recover(&err, "h3audio: encoding audio")
+	defer graphexec.Recover(&err, "h3audio: encoding audio")
 	cached := tapNames == nil
 	if cached {
 		tapNames = []string{"mean", "logs"}
@@ -263,5 +264,5 @@ func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(gx.ParamArgs([]any{x}, d.enc...)...)
+	return exec.Call(graphexec.ParamArgs([]any{x}, d.enc...)...)
 }

@@ -3,6 +3,7 @@ package h3audio
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,9 +16,7 @@ import (
 
 const kind = "h3_audio_vae"
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "arch_config")
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func openFixtureDecoder(t *testing.T, fx *testutil.Fixture, src weights.Source, opts Options) *Decoder {
 	t.Helper()
@@ -71,24 +70,12 @@ func checkDecode(t *testing.T, fx *testutil.Fixture, d *Decoder) {
 	for i, name := range names {
 		w, shape := fx.F32(t, name)
 		g := tensors.MustCopyFlatData[float32](outs[i])
-		if !equalInts(outs[i].Shape().Dimensions, shape) {
+		if !slices.Equal(outs[i].Shape().Dimensions, shape) {
 			t.Errorf("%s: shape %v, want %v", name, outs[i].Shape().Dimensions, shape)
 			continue
 		}
 		testutil.AssertClose(t, name, g, w, shape, testutil.ParityTol(w))
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestDecodeParity(t *testing.T) {
@@ -194,7 +181,7 @@ func TestEncodeParity(t *testing.T) {
 			{"out.encode_mode_normalized", post.Normalized(cfg)},
 		} {
 			w, shape := fx.F32(t, c.name)
-			if !equalInts(post.Shape, shape) {
+			if !slices.Equal(post.Shape, shape) {
 				t.Fatalf("%s: shape %v, want %v", c.name, post.Shape, shape)
 			}
 			testutil.AssertClose(t, c.name, c.got, w, shape, testutil.ParityTol(w))
@@ -218,7 +205,7 @@ func TestEncodeParity(t *testing.T) {
 		}
 		for i, n := range names {
 			w, shape := fx.F32(t, "act."+n)
-			if !equalInts(outs[i].Shape().Dimensions, shape) {
+			if !slices.Equal(outs[i].Shape().Dimensions, shape) {
 				t.Errorf("act.%s: shape %v, want %v", n, outs[i].Shape().Dimensions, shape)
 				continue
 			}

@@ -2,6 +2,7 @@ package h3audio
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,22 +117,23 @@ func TestDefaultConfigIsRelease(t *testing.T) {
 	if cfg.HopLength() != 800 {
 		t.Errorf("hop %d, want 800 (40 latents/s at 32 kHz)", cfg.HopLength())
 	}
-	// h3.md §8: channels 1024 -> 8 over the 7 upsamplers.
+	// BigVGAN: channels 1024 -> 8 over the 7 upsamplers.
 	if cfg.DecoderDim>>len(cfg.DecoderRates) != 8 {
 		t.Errorf("last decoder width %d, want 8", cfg.DecoderDim>>len(cfg.DecoderRates))
 	}
 }
 
-func TestCheckpointShapesMatchFixture(t *testing.T) {
+func TestParamsMatchFixture(t *testing.T) {
 	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
-		list, err := CheckpointShapes(fixtureConfig(t, fx), Options{Encoder: true})
+		dec, err := Params(fixtureConfig(t, fx))
 		if err != nil {
 			t.Fatal(err)
 		}
-		declared := map[string][]int{}
-		for _, ts := range list {
-			declared[ts.Name] = ts.Shape
+		enc, err := EncoderParams(fixtureConfig(t, fx))
+		if err != nil {
+			t.Fatal(err)
 		}
+		declared := append(dec, enc...).Map()
 		src := fx.Weights()
 		for _, name := range src.Names() {
 			info, _ := src.Tensor(name)
@@ -139,7 +141,7 @@ func TestCheckpointShapesMatchFixture(t *testing.T) {
 			switch {
 			case !ok && name != "pre_block.attn.zero_k_bias":
 				t.Errorf("fixture tensor %s is not declared", name)
-			case ok && !equalInts(shape, info.Shape):
+			case ok && !slices.Equal(shape, info.Shape):
 				t.Errorf("%s: declared %v, fixture %v", name, shape, info.Shape)
 			}
 			delete(declared, name)

@@ -2,6 +2,7 @@ package h3audio
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -75,7 +76,7 @@ func TestConvTranspose1d(t *testing.T) {
 		want, n := convTransposeRef(x, 2, c.cin, c.l, w, c.cout, c.k, c.stride, pad)
 		got, shape := run2(t, func(x, w *Node) *Node { return convTranspose1d(x, w, nil, c.stride, pad) },
 			tensors.FromFlatDataAndDimensions(x, 2, c.cin, c.l), tensors.FromFlatDataAndDimensions(w, c.cin, c.cout, c.k))
-		if n != c.stride*c.l || !equalInts(shape, []int{2, c.cout, n}) {
+		if n != c.stride*c.l || !slices.Equal(shape, []int{2, c.cout, n}) {
 			t.Fatalf("k=%d stride=%d: shape %v, want [2 %d %d]", c.k, c.stride, shape, c.cout, c.stride*c.l)
 		}
 		testutil.AssertClose(t, "convTranspose1d", got, want, shape, 1e-5)
@@ -140,7 +141,7 @@ func TestAntiAliasResampling(t *testing.T) {
 	want, n := downsampleRef(x2, b*c, 2*l, f, 2)
 	got, shape = run2(t, func(x, f *Node) *Node { return downsample(x, f, 2) },
 		tensors.FromFlatDataAndDimensions(x2, b, c, 2*l), ft)
-	if n != l || !equalInts(shape, []int{b, c, l}) {
+	if n != l || !slices.Equal(shape, []int{b, c, l}) {
 		t.Fatalf("downsample shape %v, want [%d %d %d]", shape, b, c, l)
 	}
 	testutil.AssertClose(t, "downsample", got, want, shape, 1e-5)

@@ -118,10 +118,7 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 	}
 	c.fillTileDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return modelcfg.Valid(c)
 }
 
 // LoadConfig reads dir/config.json (dir is the released vae/ folder, or the config file itself).

@@ -11,8 +11,9 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
-	"fastvideo/internal/media"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/weights"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -90,11 +91,7 @@ func (c Config) OutputShape(latentShape []int) ([]int, error) {
 // and pixels, whatever T is. ctx is checked between decoder layers; an error from emit stops the
 // decode and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
-	z, err := d.cfg.DenormalizeLatents(latents, shape)
-	if err != nil {
-		return err
-	}
-	return d.DecodeDenormalized(ctx, z, shape, emit)
+	return modelkit.DecodeLatents(ctx, latents, shape, emit, d.cfg.DenormalizeLatents, d.DecodeDenormalized)
 }
 
 // errStopStream ends a decode when a Stream consumer stops ranging.
@@ -121,19 +118,7 @@ func (d *Decoder) Stream(ctx context.Context, latents []float32, shape []int) it
 // DecodeToPixels decodes DiT-space latents to the whole video [1, 3, frames, H, W] in [0, 1]
 // (the reference pipeline's decode_to_pixels output), and returns it with its shape.
 func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape []int) ([]float32, []int, error) {
-	out, err := d.cfg.OutputShape(shape)
-	if err != nil {
-		return nil, nil, err
-	}
-	nf, plane := out[2], out[3]*out[4]
-	pix := make([]float32, out[1]*nf*plane)
-	err = d.Decode(ctx, latents, shape, func(f Frames) error {
-		return media.PlaceFrames(pix, nf, f.Pixels(), f.Start, f.Count, plane)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pix, out, nil
+	return modelkit.DecodeToPixels(ctx, latents, shape, d.cfg.OutputShape, d.Decode)
 }
 
 // DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents).
@@ -142,12 +127,12 @@ func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape [
 // (copying tiles back, stitching, temporal blending and emit), which runs in the caller's goroutine:
 // each device execution blocks its caller until the device is done, so this is what keeps the
 // accelerator busy while the host stitches and the consumer handles the previous frames.
-func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) (err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errors.New("h3video: Decode called after Close")
+func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) error {
+	unlock, err := d.guard.Lock("h3video: Decode called after Close")
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	if emit == nil {
 		return errors.New("h3video: emit callback is nil")
 	}
@@ -167,33 +152,47 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 	if err != nil {
 		return err
 	}
-	pt := d.cfg.TemporalRatio()
-	hh, ww := cp.hh, cp.ww
-	chunkTokens, pre := d.cfg.TokensChunkSize(), d.cfg.FramePrePadding()
-	chunkEnd := chunkTokens * pt // first frame after a clip's kept run
-	plane := hh * ww
-	oc := d.cfg.OutChannels
-	clipFrames := cp.frames
-
-	// Device side: every batch of every clip, in order, handed over as device tensors.
-	type batchOut struct {
-		pix *tensors.Tensor
-		err error
+	results, stop := d.decodeOnDevice(ctx, lat, plan.Chunks, cp)
+	defer stop()
+	a := d.newClipAssembler(cp, plan.Frames, emit)
+	for k := 0; k < plan.Chunks; k++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := a.collect(ctx, results); err != nil {
+			return err
+		}
+		if err := a.emitClip(); err != nil {
+			return err
+		}
 	}
+	return a.finish()
+}
+
+// batchOut is one decoded batch of tiles, on the device, or the error that ended the decode.
+type batchOut struct {
+	pix *tensors.Tensor
+	err error
+}
+
+// decodeOnDevice decodes every batch of every clip, in order, in a goroutine of its own and hands
+// them over on results. stop ends it and frees what was not consumed.
+func (d *Decoder) decodeOnDevice(ctx context.Context, lat latentView, chunks int, cp *clipPlan) (results <-chan batchOut, stop func()) {
 	devCtx, cancel := context.WithCancel(ctx)
-	results := make(chan batchOut, 1)
+	out := make(chan batchOut, 1)
+	chunkTokens := d.cfg.TokensChunkSize()
 	var producer sync.WaitGroup
 	producer.Add(1)
 	go func() {
 		defer producer.Done()
-		defer close(results)
-		for k := 0; k < plan.Chunks; k++ {
+		defer close(out)
+		for k := 0; k < chunks; k++ {
 			for _, b := range cp.batches {
 				pix, err := d.runBatch(devCtx, lat, k*chunkTokens, cp, b)
 				select {
-				case results <- batchOut{pix, err}:
+				case out <- batchOut{pix, err}:
 				case <-devCtx.Done():
-					gx.Finalize(pix)
+					graphexec.Finalize(pix)
 					return
 				}
 				if err != nil {
@@ -202,77 +201,111 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 			}
 		}
 	}()
-	defer func() {
+	return out, func() {
 		cancel()
-		for r := range results {
-			gx.Finalize(r.pix)
+		for r := range out {
+			graphexec.Finalize(r.pix)
 		}
 		producer.Wait()
-	}()
+	}
+}
 
-	canvas := make([]float32, oc*clipFrames*plane)
-	st := newClipStitcher(d.backend, cp, canvas)
-	start := 0
-	var overlap []float32 // the previous clip's tail [oc][nOverlap][H][W]
-	nOverlap := 0
-	for k := 0; k < plan.Chunks; k++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		st.reset()
-		for bi := range cp.batches {
-			r, ok := <-results
-			if !ok {
-				st.wait()
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return errors.New("h3video: internal error: device goroutine stopped early")
-			}
-			if r.err != nil {
-				st.wait()
-				return r.err
-			}
-			err := st.add(bi, r.pix)
-			gx.Finalize(r.pix)
-			if err != nil {
-				st.wait()
-				return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
-			}
-		}
-		st.wait()
-		kept := chunkEnd - pre
-		run := make([]float32, oc*kept*plane)
-		for c := 0; c < oc; c++ {
-			copy(run[c*kept*plane:(c+1)*kept*plane], canvas[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
-		}
-		if overlap != nil {
-			blendFrames(overlap, nOverlap, run, kept, plane, oc, d.cfg.FrameOverlap())
-		}
-		count := min(kept, plan.Frames-start)
-		overlap, nOverlap = nil, 0
-		if d.cfg.TokenDrop > 0 {
-			nOverlap = max(clipFrames-(chunkEnd+pre), 0)
-			overlap = make([]float32, oc*nOverlap*plane)
-			for c := 0; c < oc; c++ {
-				copy(overlap[c*nOverlap*plane:(c+1)*nOverlap*plane], canvas[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
-			}
-		}
-		if count > 0 {
-			if err := emit(Frames{Start: start, Count: count, Height: hh, Width: ww, Sample: trimFrames(run, kept, count, plane, oc)}); err != nil {
+// clipAssembler stitches each clip's tiles on the host, blends it over the previous clip's tail
+// and emits the finished frames in order.
+type clipAssembler struct {
+	cfg                   Config
+	cp                    *clipPlan
+	emit                  func(Frames) error
+	canvas                []float32 // one clip [oc][clipFrames][H][W]
+	st                    *clipStitcher
+	oc, plane, clipFrames int
+	pre, chunkEnd, frames int
+	start                 int       // frames emitted so far
+	overlap               []float32 // the previous clip's tail [oc][nOverlap][H][W]
+	nOverlap              int
+}
+
+func (d *Decoder) newClipAssembler(cp *clipPlan, frames int, emit func(Frames) error) *clipAssembler {
+	a := &clipAssembler{
+		cfg: d.cfg, cp: cp, emit: emit, oc: d.cfg.OutChannels, plane: cp.hh * cp.ww, clipFrames: cp.frames,
+		pre: d.cfg.FramePrePadding(), chunkEnd: d.cfg.TokensChunkSize() * d.cfg.TemporalRatio(), frames: frames,
+	}
+	a.canvas = make([]float32, a.oc*a.clipFrames*a.plane)
+	a.st = newClipStitcher(d.backend, cp, a.canvas)
+	return a
+}
+
+// collect receives one clip's batches and stitches them into the canvas.
+func (a *clipAssembler) collect(ctx context.Context, results <-chan batchOut) error {
+	a.st.reset()
+	defer a.st.wait()
+	for bi := range a.cp.batches {
+		r, ok := <-results
+		if !ok {
+			a.st.wait()
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			start += count
+			return errors.New("h3video: internal error: device goroutine stopped early")
+		}
+		if r.err != nil {
+			return r.err
+		}
+		err := a.st.add(bi, r.pix)
+		graphexec.Finalize(r.pix)
+		if err != nil {
+			return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
 		}
 	}
-	if count := min(nOverlap, plan.Frames-start); overlap != nil && count > 0 {
-		if err := emit(Frames{Start: start, Count: count, Height: hh, Width: ww, Sample: trimFrames(overlap, nOverlap, count, plane, oc)}); err != nil {
+	return nil
+}
+
+// emitClip emits the kept frames of the stitched clip, blended over the previous clip's tail, and
+// keeps this clip's tail for the next one.
+func (a *clipAssembler) emitClip() error {
+	oc, plane, clipFrames, pre, chunkEnd := a.oc, a.plane, a.clipFrames, a.pre, a.chunkEnd
+	kept := chunkEnd - pre
+	run := make([]float32, oc*kept*plane)
+	for c := 0; c < oc; c++ {
+		copy(run[c*kept*plane:(c+1)*kept*plane], a.canvas[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
+	}
+	if a.overlap != nil {
+		blendFrames(a.overlap, a.nOverlap, run, kept, plane, oc, a.cfg.FrameOverlap())
+	}
+	count := min(kept, a.frames-a.start)
+	a.overlap, a.nOverlap = nil, 0
+	if a.cfg.TokenDrop > 0 {
+		a.nOverlap = max(clipFrames-(chunkEnd+pre), 0)
+		a.overlap = make([]float32, oc*a.nOverlap*plane)
+		for c := 0; c < oc; c++ {
+			copy(a.overlap[c*a.nOverlap*plane:(c+1)*a.nOverlap*plane], a.canvas[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
+		}
+	}
+	return a.emitRun(run, kept, count)
+}
+
+// emitRun emits the first count of the n frames of run [oc][n][H][W] (none when count ≤ 0).
+func (a *clipAssembler) emitRun(run []float32, n, count int) error {
+	if count <= 0 {
+		return nil
+	}
+	f := Frames{Start: a.start, Count: count, Height: a.cp.hh, Width: a.cp.ww, Sample: trimFrames(run, n, count, a.plane, a.oc)}
+	if err := a.emit(f); err != nil {
+		return err
+	}
+	a.start += count
+	return nil
+}
+
+// finish emits the last clip's tail and checks that every frame of the plan was emitted.
+func (a *clipAssembler) finish() error {
+	if a.overlap != nil {
+		if err := a.emitRun(a.overlap, a.nOverlap, min(a.nOverlap, a.frames-a.start)); err != nil {
 			return err
 		}
-		start += count
 	}
-	if start != plan.Frames {
-		return fmt.Errorf("h3video: internal error: decoded %d frames, the plan has %d", start, plan.Frames)
+	if a.start != a.frames {
+		return fmt.Errorf("h3video: internal error: decoded %d frames, the plan has %d", a.start, a.frames)
 	}
 	return nil
 }
@@ -565,7 +598,7 @@ func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas
 			return 0, err
 		}
 		err = st.add(bi, pix)
-		gx.Finalize(pix)
+		graphexec.Finalize(pix)
 		if err != nil {
 			return 0, err
 		}
@@ -633,9 +666,9 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 	if err != nil {
 		return nil, err
 	}
-	defer gx.Finalize(pix)
+	defer graphexec.Finalize(pix)
 	out := make([]float32, pix.Shape().Size())
-	err = gx.Catch("", func() error {
+	err = graphexec.Catch("", func() error {
 		b, err := pix.Buffer(d.backend, 0)
 		if err != nil {
 			return err
@@ -652,61 +685,82 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 // z [B, C, nt, h, w] (which it consumes) in one device call per graph, and returns their pixels
 // [B, oc, nt·pt, h·p, w·p] (normalized pixel space) on the device; the caller frees them. hook, when
 // set, sees intermediate tensors and must copy what it keeps before returning.
-func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHook) (pix *tensors.Tensor, err error) {
+func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHook) (*tensors.Tensor, error) {
 	dims := z.Shape().Dimensions
 	geom := [3]int{dims[2], dims[3], dims[4]}
-	var x *tensors.Tensor
-	defer func() { gx.Finalize(z, x) }()
-	err = gx.Catch("", func() error {
-		rope, err := d.ropeFor(geom)
-		if err != nil {
-			panic(err)
-		}
-		res, err := d.preExec.Call(z, d.pqW.T, d.pqB.T, d.piW.T, d.piB.T, d.registers.T)
-		if err != nil {
-			panic(err)
-		}
-		x = res[0]
-		if hook != nil {
-			hook("post_quant_conv", res[1])
-			hook("proj_in", x)
-		}
-		gx.Finalize(res[1])
-		args := make([]any, 3+numBlockTensors)
-		args[1], args[2] = rope[0], rope[1]
-		for i, blk := range d.blocks {
-			if err := ctx.Err(); err != nil {
-				panic(err)
-			}
-			args[0] = x
-			for k, p := range blk {
-				args[3+k] = p.T
-			}
-			y, err := d.blockExec.Call1(args...)
-			if err != nil {
-				panic(err)
-			}
-			gx.Finalize(x)
-			x = y
-			if hook != nil && i == 0 {
-				hook("block0", x)
-			}
-		}
-		post, err := d.postFor(geom)
-		if err != nil {
-			panic(err)
-		}
-		pix, err = post.Call1(x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
-		return err
-	})
+	x, err := d.runBlocks(ctx, z, geom, hook)
+	var pix *tensors.Tensor
+	if err == nil {
+		pix, err = d.project(x, geom)
+	}
 	if err != nil {
-		gx.Finalize(pix)
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return nil, ctxErr
 		}
 		return nil, fmt.Errorf("h3video: decoding %d latent tile(s) of %d×%d×%d: %w", dims[0], geom[0], geom[1], geom[2], err)
 	}
 	return pix, nil
+}
+
+// runBlocks runs post_quant_conv, proj_in and every transformer block on the tiles z (consumed) of
+// geometry geom, checking ctx between blocks, and returns the residual stream on the device.
+func (d *Decoder) runBlocks(ctx context.Context, z *tensors.Tensor, geom [3]int, hook actHook) (*tensors.Tensor, error) {
+	defer graphexec.Finalize(z)
+	rope, err := d.ropeFor(geom)
+	if err != nil {
+		return nil, err
+	}
+	res, err := graphexec.Call(d.preExec, z, d.pqW.T, d.pqB.T, d.piW.T, d.piB.T, d.registers.T)
+	if err != nil {
+		return nil, err
+	}
+	x := res[0]
+	if hook != nil {
+		hook("post_quant_conv", res[1])
+		hook("proj_in", x)
+	}
+	graphexec.Finalize(res[1])
+	for i, blk := range d.blocks {
+		if err := ctx.Err(); err != nil {
+			graphexec.Finalize(x)
+			return nil, err
+		}
+		args := blockInputs[*tensors.Tensor]{X: x, Cos: rope[0], Sin: rope[1]}
+		out, err := graphexec.Call(d.blockExec, graphexec.Pack(&args, paramTensors(blk[:])...)...)
+		graphexec.Finalize(x)
+		if err != nil {
+			return nil, err
+		}
+		x = out[0]
+		if hook != nil && i == 0 {
+			hook("block0", x)
+		}
+	}
+	return x, nil
+}
+
+// project runs norm_out, proj_out and the unpatchify of geometry geom on x (consumed): the pixels
+// [B, oc, nt·pt, h·p, w·p] on the device.
+func (d *Decoder) project(x *tensors.Tensor, geom [3]int) (*tensors.Tensor, error) {
+	defer graphexec.Finalize(x)
+	post, err := d.postFor(geom)
+	if err != nil {
+		return nil, err
+	}
+	out, err := graphexec.Call(post, x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// paramTensors lists the bound tensors of ps.
+func paramTensors(ps []*weights.Param) []*tensors.Tensor {
+	out := make([]*tensors.Tensor, len(ps))
+	for i, p := range ps {
+		out[i] = p.T
+	}
+	return out
 }
 
 // ropeFor returns the cached device RoPE tables of a tile geometry.
@@ -733,13 +787,7 @@ func (d *Decoder) ropeFor(geom [3]int) ([2]*tensors.Tensor, error) {
 // postFor returns the output graph of a tile geometry (the unpatchify needs t, h, w, which the token
 // count alone does not determine).
 func (d *Decoder) postFor(geom [3]int) (*Exec, error) {
-	if e, ok := d.postExecs[geom]; ok {
-		return e, nil
-	}
-	e, err := NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
-	if err != nil {
-		return nil, err
-	}
-	d.postExecs[geom] = e
-	return e, nil
+	return d.postExecs.Get(geom, func() (*Exec, error) {
+		return NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
+	})
 }

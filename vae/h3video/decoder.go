@@ -1,9 +1,7 @@
 package h3video
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -11,7 +9,8 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -58,16 +57,15 @@ type Decoder struct {
 	noW, noB, poW, poB            *weights.Param
 
 	preExec, blockExec *Exec
-	postExecs          map[[3]int]*Exec
+	postExecs          modelkit.ExecCache[[3]int]
 	ropes              map[[3]int][2]*tensors.Tensor
 
-	mu     sync.Mutex
-	closed bool
+	guard modelkit.Guard
 }
 
 // Load reads the released vae/ folder (config.json and the safetensors weights).
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }
@@ -80,11 +78,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3video: %w", err)
-	}
-	if err := d.build(); err != nil {
-		d.set.Release()
+	if err := modelkit.BindSource("h3video", src, d.set, d.opts.DType, backend, d.build); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -92,26 +86,18 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 
 // newDecoder validates the config and options and declares the parameters (unbound).
 func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
-	if backend == nil {
-		return nil, errors.New("h3video: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("h3video", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
 	}
 	if opts.TileBatch < 0 {
 		return nil, fmt.Errorf("h3video: Options.TileBatch=%d must not be negative (0 chooses automatically)", opts.TileBatch)
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("h3video: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
 	}
 	if _, err := attention.Resolve(backend, opts.DType, cfg.DecoderHeadDim, opts.Attention); err != nil {
 		return nil, fmt.Errorf("h3video: %w", err)
 	}
 	d := &Decoder{cfg: cfg, opts: opts, backend: backend,
-		postExecs: map[[3]int]*Exec{}, ropes: map[[3]int][2]*tensors.Tensor{}}
+		postExecs: modelkit.ExecCache[[3]int]{}, ropes: map[[3]int][2]*tensors.Tensor{}}
 	if err := checkTiles(cfg, opts); err != nil {
 		return nil, err
 	}
@@ -127,9 +113,9 @@ func (d *Decoder) build() error {
 		outChannels: cfg.OutChannels, patch: cfg.SpatialRatio(), patchT: cfg.TemporalRatio(),
 		eps: cfg.DecoderNormEps, attn: d.opts.Attention,
 	}
-	if err := gx.Catch("", func() error {
-		d.preExec = gx.MustExec(d.backend, "h3video.pre", d.gs.pre)
-		d.blockExec = gx.MustExec(d.backend, "h3video.block", func(in []*Node) []*Node { return []*Node{d.gs.block(in)} })
+	if err := graphexec.Catch("", func() error {
+		d.preExec = graphexec.MustExec(d.backend, "h3video.pre", d.gs.pre)
+		d.blockExec = graphexec.MustExec(d.backend, "h3video.block", func(in []*Node) []*Node { return []*Node{d.gs.block(in)} })
 		return nil
 	}); err != nil {
 		return fmt.Errorf("h3video: building graphs: %w", err)
@@ -215,21 +201,42 @@ func (d *Decoder) Config() Config { return d.cfg }
 
 // Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil
-	}
-	d.closed = true
+	return d.guard.Close(d.release)
+}
+
+func (d *Decoder) release() error {
 	if d.set != nil {
 		d.set.Release()
 	}
 	for _, r := range d.ropes {
-		gx.Finalize(r[:]...)
+		graphexec.Finalize(r[:]...)
 	}
-	for _, e := range d.postExecs {
-		e.Finalize()
-	}
-	gx.FinalizeExecs(d.preExec, d.blockExec)
+	d.postExecs.Finalize()
+	graphexec.FinalizeExecs(d.preExec, d.blockExec)
 	return nil
+}
+
+// Params is the checkpoint parameter table of the decoder (post_quant_conv and the ViT decoder) for
+// cfg, in declaration order.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Decoder{cfg: cfg}
+	d.declare()
+	return weights.ShapesOf(d.set.Params()), nil
+}
+
+// EncoderParams is the checkpoint parameter table of the encoder (quant_conv and the ViT encoder) for
+// cfg, in declaration order.
+func EncoderParams(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := encoderConfigCheck(cfg); err != nil {
+		return nil, err
+	}
+	e := &Encoder{cfg: cfg, index: map[*weights.Param]int{}}
+	e.declare()
+	return weights.ShapesOf(e.set.Params()), nil
 }

@@ -2,9 +2,7 @@ package h3video
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -12,7 +10,8 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/core/tensors/images"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -34,8 +33,7 @@ type Encoder struct {
 	exec     *Exec // moments only
 	execActs *Exec // moments, conv_in output, encoder output (parity tests)
 
-	mu     sync.Mutex
-	closed bool
+	guard modelkit.Guard
 }
 
 type encResnet struct {
@@ -58,7 +56,7 @@ type Posterior struct {
 
 // LoadEncoder reads the encoder from the released vae/ folder.
 func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	return weights.FromFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+	return modelkit.LoadFolder(dir, "h3video", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
 		return EncoderFromSource(backend, cfg, src, opts)
 	})
 }
@@ -66,16 +64,10 @@ func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, e
 // EncoderFromSource builds the encoder from released (diffusers) tensor names; decoder tensors are
 // ignored. Options.DType must be Float32 (or unset); the tiling options apply as for decoding.
 func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Encoder, error) {
-	if backend == nil {
-		return nil, errors.New("h3video: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("h3video", cfg, backend, opts.DType, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
 	}
-	if opts.DType != dtypes.InvalidDType && opts.DType != dtypes.Float32 {
-		return nil, fmt.Errorf("h3video: the encoder runs in Float32 only (Options.DType=%s)", opts.DType)
-	}
-	opts.DType = dtypes.Float32
 	if err := encoderConfigCheck(cfg); err != nil {
 		return nil, err
 	}
@@ -87,9 +79,9 @@ func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, 
 	if err := weights.Bind(src, e.set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
 		return nil, fmt.Errorf("h3video: encoder: %w", err)
 	}
-	if err := gx.Catch("", func() error {
-		e.exec = gx.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
-		e.execActs = gx.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
+	if err := graphexec.Catch("", func() error {
+		e.exec = graphexec.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
+		e.execActs = graphexec.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
 		return nil
 	}); err != nil {
 		e.set.Release()
@@ -259,15 +251,11 @@ func groupNormPerFrame(x, w, b *Node, groups int, eps float64) *Node {
 
 // Close releases the encoder's weights and graphs.
 func (e *Encoder) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	return e.guard.Close(func() error {
+		e.set.Release()
+		graphexec.FinalizeExecs(e.exec, e.execActs)
 		return nil
-	}
-	e.closed = true
-	e.set.Release()
-	gx.FinalizeExecs(e.exec, e.execActs)
-	return nil
+	})
 }
 
 // NormalizeLatents maps VAE-space latents to the DiT's space: (z − latents_mean[c]) / latents_std[c].
@@ -304,11 +292,11 @@ func (e *Encoder) EncodeKeyframe(ctx context.Context, pixels []float32, shape []
 }
 
 func (e *Encoder) encode(ctx context.Context, pixels []float32, shape []int, keyframe bool) (Posterior, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return Posterior{}, errors.New("h3video: encode called after Close")
+	unlock, err := e.guard.Lock("h3video: encode called after Close")
+	if err != nil {
+		return Posterior{}, err
 	}
+	defer unlock()
 	c := e.cfg
 	if len(shape) != 5 || shape[0] != 1 || shape[1] != c.InChannels || shape[2] <= 0 || shape[3] <= 0 || shape[4] <= 0 {
 		return Posterior{}, fmt.Errorf("h3video: pixel shape %v must be [1, %d, T, H, W]", shape, c.InChannels)
@@ -377,11 +365,10 @@ func (e *Encoder) encode(ctx context.Context, pixels []float32, shape []int, key
 // (pixel tiles, moments stitched in latent space with overlaps/ratio); hook receives the first tile's
 // conv_in and encoder outputs when set. It returns the moments [2C][T'][H/r][W/r] and T'.
 func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww int, hook actHook) ([]float32, int, error) {
-	c := e.cfg
-	r := c.SpatialRatio()
+	r := e.cfg.SpatialRatio()
 	ys, xs := Tiles{Starts: []int{0}, Sizes: []int{hh}}, Tiles{Starts: []int{0}, Sizes: []int{ww}}
 	if !e.opts.DisableTiling {
-		th, tw, oh, ow := tileGeometry(c, e.opts)
+		th, tw, oh, ow := tileGeometry(e.cfg, e.opts)
 		var err error
 		if ys, err = SplitTiles(hh, th, oh, r); err != nil {
 			return nil, 0, err
@@ -390,15 +377,9 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			return nil, 0, err
 		}
 	}
-	lh, lw := hh/r, ww/r
-	var canvas []float32
-	var tOut, planes int
+	m := &momentCanvas{lh: hh / r, lw: ww / r}
 	var prevRow []*tile
 	y := 0
-	args := make([]any, 1+len(e.index))
-	for p, i := range e.index {
-		args[1+i] = p.T
-	}
 	for ri := range ys.Starts {
 		row := make([]*tile, len(xs.Starts))
 		x, keptH := 0, 0
@@ -408,46 +389,17 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			}
 			y0, x0 := ys.Starts[ri], xs.Starts[ci]
 			th, tw := min(ys.Sizes[ri], hh-y0), min(xs.Sizes[ci], ww-x0)
-			in := make([]float32, c.InChannels*frames*th*tw)
-			k := 0
-			for p := 0; p < c.InChannels*frames; p++ {
-				for j := 0; j < th; j++ {
-					copy(in[k:k+tw], clip[(p*hh+y0+j)*ww+x0:])
-					k += tw
-				}
+			var tileHook actHook
+			if ri == 0 && ci == 0 {
+				tileHook = hook
 			}
-			args[0] = tensors.FromFlatDataAndDimensions(in, 1, c.InChannels, frames, th, tw)
-			var data []float32
-			var dims []int
-			err := gx.Catch("", func() error {
-				exec := e.exec
-				if hook != nil && ri == 0 && ci == 0 {
-					exec = e.execActs
-				}
-				res, err := exec.Call(args...)
-				if err != nil {
-					return err
-				}
-				defer gx.Finalize(res...)
-				if len(res) == 3 {
-					hook("encoder_conv_in", res[1])
-					hook("encoder_out", res[2])
-				}
-				dims = res[0].Shape().Dimensions
-				data = tensors.MustCopyFlatData[float32](res[0])
-				return nil
-			})
-			_ = args[0].(*tensors.Tensor).FinalizeAll()
+			cur, err := e.encodeTile(pixelWindow(clip, e.cfg.InChannels*frames, hh, ww, y0, th, x0, tw), frames, th, tw, tileHook)
 			if err != nil {
-				return nil, 0, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+				return nil, 0, err
 			}
-			if canvas == nil {
-				tOut, planes = dims[2], dims[1]*dims[2]
-				canvas = make([]float32, planes*lh*lw)
-			}
-			cur := &tile{data: data, h: dims[3], w: dims[4]}
-			row[ci] = cur
-			st := stitch{cur: cur, y: y, x: x, kh: cur.h, kw: cur.w}
+			m.init(cur)
+			row[ci] = cur.tile
+			st := stitch{cur: cur.tile, y: y, x: x, kh: cur.h, kw: cur.w}
 			if ri > 0 {
 				st.up, st.eUp = prevRow[ci], min(prevRow[ci].h, cur.h, ys.Overlaps[ri-1]/r)
 			}
@@ -460,13 +412,78 @@ func (e *Encoder) encodeClip(ctx context.Context, clip []float32, frames, hh, ww
 			if ci < len(xs.Starts)-1 {
 				st.kw -= xs.Overlaps[ci] / r
 			}
-			st.kh, st.kw = min(st.kh, lh-y), min(st.kw, lw-x)
-			st.run(canvas, planes, lh, lw)
+			st.kh, st.kw = min(st.kh, m.lh-y), min(st.kw, m.lw-x)
+			st.run(m.data, m.planes, m.lh, m.lw)
 			x += st.kw
 			keptH = st.kh
 		}
 		y += keptH
 		prevRow = row
 	}
-	return canvas, tOut, nil
+	return m.data, m.tOut, nil
+}
+
+// momentCanvas is a clip's moments [planes][lh][lw], allocated at the first encoded tile, which
+// gives the number of latent frames.
+type momentCanvas struct {
+	data         []float32
+	tOut, planes int
+	lh, lw       int
+}
+
+func (m *momentCanvas) init(t encodedTile) {
+	if m.data == nil {
+		m.tOut, m.planes = t.frames, t.planes
+		m.data = make([]float32, m.planes*m.lh*m.lw)
+	}
+}
+
+// encodedTile is one tile's moments [planes][h][w], planes = 2C·frames.
+type encodedTile struct {
+	*tile
+	frames, planes int
+}
+
+// pixelWindow copies the window [y0, y0+th)×[x0, x0+tw) of every plane of clip [planes][hh][ww].
+func pixelWindow(clip []float32, planes, hh, ww, y0, th, x0, tw int) []float32 {
+	in := make([]float32, planes*th*tw)
+	k := 0
+	for p := 0; p < planes; p++ {
+		for j := 0; j < th; j++ {
+			copy(in[k:k+tw], clip[(p*hh+y0+j)*ww+x0:])
+			k += tw
+		}
+	}
+	return in
+}
+
+// encodeTile runs the encoder on one pixel tile [Cin][frames][th][tw]; hook, when set, receives its
+// conv_in and encoder outputs.
+func (e *Encoder) encodeTile(pixels []float32, frames, th, tw int, hook actHook) (encodedTile, error) {
+	args := make([]any, 1+len(e.index))
+	for p, i := range e.index {
+		args[1+i] = p.T
+	}
+	in := tensors.FromFlatDataAndDimensions(pixels, 1, e.cfg.InChannels, frames, th, tw)
+	defer in.FinalizeAll()
+	args[0] = in
+	exec := e.exec
+	if hook != nil {
+		exec = e.execActs
+	}
+	res, err := graphexec.Call(exec, args...)
+	if err != nil {
+		return encodedTile{}, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+	}
+	defer graphexec.Finalize(res...)
+	if len(res) == 3 {
+		hook("encoder_conv_in", res[1])
+		hook("encoder_out", res[2])
+	}
+	dims := res[0].Shape().Dimensions
+	data, err := tensors.CopyFlatData[float32](res[0])
+	if err != nil {
+		return encodedTile{}, fmt.Errorf("h3video: encoding a %dx%d pixel tile: %w", th, tw, err)
+	}
+	return encodedTile{tile: &tile{data: data, h: dims[3], w: dims[4]}, frames: dims[2], planes: dims[1] * dims[2]}, nil
 }

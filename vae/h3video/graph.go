@@ -8,7 +8,8 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/nn"
 )
 
 // Index of each tensor of one decoder block in the slice the block graph receives.
@@ -58,18 +59,18 @@ type graphs struct {
 	attn                       attention.Options
 }
 
-// linearOut is gx.LinearF32 for the decoder blocks' big activations: with half-precision weights the
+// linearOut is nn.LinearF32 for the decoder blocks' big activations: with half-precision weights the
 // product is written in that dtype (as PyTorch's half-precision linears do) and widened to float32
 // only inside the fused elementwise consumer that adds the bias, so [tokens, 2·FFN] and the q/k/v
 // projections never exist in float32 in device memory (half the memory traffic, ~7% of the decode
-// on an H200). For float32 weights it is gx.LinearF32.
+// on an H200). For float32 weights it is nn.LinearF32.
 func linearOut(x, w, b *Node) *Node {
 	if w.DType() == dtypes.Float32 {
-		return gx.LinearF32(x, w, b)
+		return nn.LinearF32(x, w, b)
 	}
 	x = ConvertDType(x, w.DType())
 	y := ConvertDType(Dot(x, w).WithOutputDType(w.DType()).General([]int{x.Rank() - 1}, nil, []int{1}, nil), dtypes.Float32)
-	return gx.AddBias(y, b)
+	return nn.AddBias(y, b)
 }
 
 // rope rotates the first rot channels of each head (half-split pairs (i, i+rot/2)); x is
@@ -101,22 +102,29 @@ func (gs *graphs) pre(in []*Node) []*Node {
 	n := t * h * w
 	d := piW.Shape().Dim(0)
 	tok := Reshape(TransposeAllAxes(z, 0, 2, 3, 4, 1), b, n, c)
-	pq := gx.LinearF32(tok, Reshape(pqW, c, c), pqB)
-	x := gx.LinearF32(pq, piW, piB)
+	pq := nn.LinearF32(tok, Reshape(pqW, c, c), pqB)
+	x := nn.LinearF32(pq, piW, piB)
 	r := BroadcastToDims(ConvertDType(Reshape(reg, 1, gs.registers, d), dtypes.Float32), b, gs.registers, d)
 	zero := Zeros(x.Graph(), shapes.Make(dtypes.Float32, b, 1, d))
 	x = Concatenate([]*Node{x, r, zero}, 1)
 	return []*Node{x, pq}
 }
 
+// blockInputs feed one ViT block: X [B, L, D] f32, Cos and Sin [L, rot]; the numBlockTensors
+// weights follow.
+type blockInputs[T any] struct{ X, Cos, Sin T }
+
+func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Cos, &a.Sin} }
+
 // block is one ViT block: x + Attn(RMSNorm(x))·scale1, then + FFN(RMSNorm(x))·scale2.
-// in: x [B, L, D] f32, cos [L, rot], sin [L, rot], then the numBlockTensors weights.
 func (gs *graphs) block(in []*Node) *Node {
-	x, cos, sin, wt := in[0], in[1], in[2], in[3:]
+	var named blockInputs[*Node]
+	wt := graphexec.Unpack(in, &named)
+	x, cos, sin := named.X, named.Cos, named.Sin
 	b, l, d := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
 	dt := wt[bQW].DType()
 
-	h := gx.RMSNorm(x, wt[bNorm1], gs.eps)
+	h := nn.RMSNorm(x, wt[bNorm1], gs.eps)
 	// One matmul for q, k and v: the weights are concatenated in the graph (a 3·D² copy per call,
 	// negligible next to the matmul), which runs ~3% faster on an H200 than three matmuls.
 	qkv := linearOut(h, Concatenate([]*Node{wt[bQW], wt[bKW], wt[bVW]}, 0), Concatenate([]*Node{wt[bQB], wt[bKB], wt[bVB]}, 0))
@@ -129,7 +137,7 @@ func (gs *graphs) block(in []*Node) *Node {
 	a := linearOut(Reshape(o, b, l, d), wt[bOW], wt[bOB])
 	x = Add(x, Mul(a, ExpandLeftToRank(ConvertDType(wt[bScale1], dtypes.Float32), 3)))
 
-	h = gx.RMSNorm(x, wt[bNorm2], gs.eps)
+	h = nn.RMSNorm(x, wt[bNorm2], gs.eps)
 	f := linearOut(h, wt[bFF0W], wt[bFF0B])
 	inner := f.Shape().Dim(-1) / 2
 	val := Slice(f, AxisRange(), AxisRange(), AxisRange(0, inner))
@@ -154,7 +162,7 @@ func (gs *graphs) qkNorm(x, cos, sin *Node) *Node {
 func (gs *graphs) post(t, h, w int, in []*Node) *Node {
 	x, nw, nb, pw, pb := in[0], in[1], in[2], in[3], in[4]
 	b, n := x.Shape().Dim(0), t*h*w
-	y := gx.LinearF32(gx.LayerNorm(x, nw, nb, gs.eps), pw, pb)
+	y := nn.LinearF32(nn.LayerNorm(x, nw, nb, gs.eps), pw, pb)
 	y = Slice(y, AxisRange(), AxisRange(0, n), AxisRange())
 	c, pt, p := gs.outChannels, gs.patchT, gs.patch
 	y = Reshape(y, b, t, h, w, c, pt, p, p)

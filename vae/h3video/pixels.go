@@ -17,6 +17,9 @@ func (f Frames) Pixels() []float32 {
 	return out
 }
 
+// Span is the run's first frame, frame count and [0, 1] pixels (modelkit.FrameRun).
+func (f Frames) Span() (start, count int, pixels []float32) { return f.Start, f.Count, f.Pixels() }
+
 // RGB24 appends the frames to dst as interleaved 8-bit RGB, frame after frame, each row-major
 // [Height][Width][3] (ffmpeg's rgb24), and returns the extended slice.
 func (f Frames) RGB24(dst []byte) []byte {

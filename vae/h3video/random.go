@@ -1,11 +1,10 @@
 package h3video
 
 import (
-	"fmt"
-
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/randweights"
 )
 
 // NewRandom builds a decoder of the given geometry whose weights are drawn on the backend, without a
@@ -17,12 +16,7 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, gx.FixtureDraw); err != nil {
-		d.set.Release()
-		return nil, fmt.Errorf("h3video: random weights: %w", err)
-	}
-	if err := d.build(); err != nil {
-		d.set.Release()
+	if err := modelkit.DrawRandom("h3video", d.set, d.opts.DType, d.backend, seed, randweights.FixtureDraw, d.build); err != nil {
 		return nil, err
 	}
 	return d, nil

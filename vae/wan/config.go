@@ -103,10 +103,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(arch, &c); err != nil {
 		return Config{}, fmt.Errorf("wan: VAE config: %w", err)
 	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return modelcfg.Valid(c)
 }
 
 // LoadConfig reads dir/config.json (dir is the released vae/ folder).

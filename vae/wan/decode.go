@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
-	"fastvideo/internal/media"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
@@ -27,11 +28,7 @@ type Frames struct {
 // the 1 frame of the first latent frame and then 4 frames per latent frame. Memory stays flat in
 // T. ctx is checked between chunks and tiles; an error from emit stops the decode and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
-	z, err := d.cfg.DenormalizeLatents(latents, shape)
-	if err != nil {
-		return err
-	}
-	return d.DecodeDenormalized(ctx, z, shape, emit)
+	return modelkit.DecodeLatents(ctx, latents, shape, emit, d.cfg.DenormalizeLatents, d.DecodeDenormalized)
 }
 
 // DecodeDenormalized is Decode for latents already in VAE space (after DenormalizeLatents; what
@@ -47,19 +44,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 // (the reference decoding stage's (x/2 + 0.5).clamp(0, 1)) and returns it with its shape. It
 // holds the whole video in memory; stream with Decode for long videos.
 func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape []int) ([]float32, []int, error) {
-	out, err := d.cfg.OutputShape(shape)
-	if err != nil {
-		return nil, nil, err
-	}
-	nf, plane := out[2], out[3]*out[4]
-	pix := make([]float32, out[1]*nf*plane)
-	err = d.Decode(ctx, latents, shape, func(f Frames) error {
-		return media.PlaceFrames(pix, nf, f.Pixels(), f.Start, f.Count, plane)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pix, out, nil
+	return modelkit.DecodeToPixels(ctx, latents, shape, d.cfg.OutputShape, d.Decode)
 }
 
 // span is a run [start, start+size) of latent rows or columns decoded as one tile, of which the
@@ -99,12 +84,12 @@ type tapHook func(chunk int, name string, data []float32, shape []int)
 
 // decode runs the chunk loop: for every latent frame, every tile with its own feature cache, then
 // the tiles' blend into the frame canvas.
-func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit func(Frames) error, hook tapHook) (err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errors.New("wan: Decode called after Close")
+func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit func(Frames) error, hook tapHook) error {
+	unlock, err := d.guard.Lock("wan: Decode called after Close")
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -116,64 +101,17 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 	if hook != nil && (len(ys) > 1 || len(xs) > 1) {
 		return errors.New("wan: internal error: activation taps need a single tile")
 	}
+	fd := &frameDecoder{d: d, z: z, t: t, h: h, w: w, ys: ys, xs: xs, hook: hook,
+		caches: make([][]*tensors.Tensor, len(ys)*len(xs))}
+	defer fd.close()
 	r := d.cfg.SpatialRatio()
 	hh, ww, nc := h*r, w*r, d.cfg.PixelChannels()
 	blendPx := d.opts.TileSize - d.opts.TileStride // used only with several tiles
-	caches := make([][]*tensors.Tensor, len(ys)*len(xs))
-	defer func() {
-		for _, cs := range caches {
-			gx.Finalize(cs...)
-		}
-	}()
 	start := 0
 	for k := 0; k < t; k++ {
-		key := execKey{first: k == 0, taps: hook != nil}
-		exec, err := d.exec(key)
+		tiles, frames, err := fd.frame(ctx, k)
 		if err != nil {
 			return err
-		}
-		tiles := make([][]*pixTile, len(ys))
-		frames := 0
-		for i, ysp := range ys {
-			tiles[i] = make([]*pixTile, len(xs))
-			for j, xsp := range xs {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				slot := i*len(xs) + j
-				zt := latentTile(z, d.cfg.ZDim, t, h, w, k, ysp, xsp)
-				args := gx.ParamArgs([]any{zt}, d.params...)
-				outs, err := gx.Call(exec, gx.Args(args, caches[slot]...)...)
-				zt.FinalizeAll()
-				if err != nil {
-					return fmt.Errorf("wan: decoding latent frame %d (tile at %d,%d of %d×%d latents): %w", k, ysp.start, xsp.start, ysp.size, xsp.size, err)
-				}
-				nSlots := d.cfg.numCacheSlots()
-				gx.Finalize(caches[slot]...)
-				caches[slot] = outs[1 : 1+nSlots]
-				pix := outs[0]
-				frames = pix.Shape().Dim(2)
-				data, err := tensors.CopyFlatData[float32](pix)
-				pix.FinalizeAll()
-				if err != nil {
-					gx.Finalize(outs[1+nSlots:]...)
-					return fmt.Errorf("wan: reading decoded pixels: %w", err)
-				}
-				for n, name := range tapNames {
-					if !key.taps {
-						break
-					}
-					tt := outs[1+nSlots+n]
-					vals, err := tensors.CopyFlatData[float32](tt)
-					dims := tt.Shape().Dimensions
-					tt.FinalizeAll()
-					if err != nil {
-						return fmt.Errorf("wan: reading tap %s: %w", name, err)
-					}
-					hook(k, name, vals, dims)
-				}
-				tiles[i][j] = &pixTile{data: data, h: ysp.size * r, w: xsp.size * r}
-			}
 		}
 		var sample []float32
 		if len(ys) == 1 && len(xs) == 1 {
@@ -188,6 +126,89 @@ func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit fun
 	}
 	if start != d.cfg.NumFrames(t) {
 		return fmt.Errorf("wan: internal error: decoded %d frames, want %d", start, d.cfg.NumFrames(t))
+	}
+	return nil
+}
+
+// frameDecoder decodes a latent [z][t][h][w] one latent frame at a time over the tiles ys × xs, each
+// tile carrying its feature cache from frame to frame.
+type frameDecoder struct {
+	d       *Decoder
+	z       []float32
+	t, h, w int
+	ys, xs  []span
+	hook    tapHook
+	caches  [][]*tensors.Tensor // per tile
+}
+
+func (fd *frameDecoder) close() {
+	for _, cs := range fd.caches {
+		graphexec.Finalize(cs...)
+	}
+}
+
+// frame decodes latent frame k: every tile's pixels, and the number of frames they hold.
+func (fd *frameDecoder) frame(ctx context.Context, k int) (tiles [][]*pixTile, frames int, err error) {
+	key := execKey{first: k == 0, taps: fd.hook != nil}
+	exec, err := fd.d.exec(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	tiles = make([][]*pixTile, len(fd.ys))
+	for i, ysp := range fd.ys {
+		tiles[i] = make([]*pixTile, len(fd.xs))
+		for j, xsp := range fd.xs {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+			if tiles[i][j], frames, err = fd.tile(exec, key, k, i*len(fd.xs)+j, ysp, xsp); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return tiles, frames, nil
+}
+
+// tile decodes latent frame k of one tile (slot of the caches) and hands the taps to the hook.
+func (fd *frameDecoder) tile(exec *graph.Exec, key execKey, k, slot int, ysp, xsp span) (*pixTile, int, error) {
+	d, r := fd.d, fd.d.cfg.SpatialRatio()
+	zt := latentTile(fd.z, d.cfg.ZDim, fd.t, fd.h, fd.w, k, ysp, xsp)
+	args := graphexec.ParamArgs([]any{zt}, d.params...)
+	outs, err := graphexec.Call(exec, graphexec.Args(args, fd.caches[slot]...)...)
+	zt.FinalizeAll()
+	if err != nil {
+		return nil, 0, fmt.Errorf("wan: decoding latent frame %d (tile at %d,%d of %d×%d latents): %w", k, ysp.start, xsp.start, ysp.size, xsp.size, err)
+	}
+	nSlots := d.cfg.numCacheSlots()
+	graphexec.Finalize(fd.caches[slot]...)
+	fd.caches[slot] = outs[1 : 1+nSlots]
+	pix := outs[0]
+	frames := pix.Shape().Dim(2)
+	data, err := tensors.CopyFlatData[float32](pix)
+	pix.FinalizeAll()
+	if err != nil {
+		graphexec.Finalize(outs[1+nSlots:]...)
+		return nil, 0, fmt.Errorf("wan: reading decoded pixels: %w", err)
+	}
+	if key.taps {
+		if err := fd.taps(k, outs[1+nSlots:]); err != nil {
+			return nil, 0, err
+		}
+	}
+	return &pixTile{data: data, h: ysp.size * r, w: xsp.size * r}, frames, nil
+}
+
+// taps reads the intermediate outputs of latent frame k (named tapNames) into the hook.
+func (fd *frameDecoder) taps(k int, outs []*tensors.Tensor) error {
+	for n, name := range tapNames {
+		tt := outs[n]
+		vals, err := tensors.CopyFlatData[float32](tt)
+		dims := tt.Shape().Dimensions
+		tt.FinalizeAll()
+		if err != nil {
+			return fmt.Errorf("wan: reading tap %s: %w", name, err)
+		}
+		fd.hook(k, name, vals, dims)
 	}
 	return nil
 }

@@ -3,12 +3,12 @@ package wan
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -53,9 +53,8 @@ type Decoder struct {
 	params    []*weights.Param // decoder graph inputs after the latent chunk, in declaration order
 	encParams []*weights.Param // encoder graph inputs after the pixel chunk (Options.Encoder)
 
-	mu     sync.Mutex
-	closed bool
-	execs  map[execKey]*Exec
+	guard modelkit.Guard
+	execs modelkit.ExecCache[execKey]
 }
 
 // execKey picks one of the chunk graphs: decoder or encoder, the first chunk or a later one, with
@@ -65,7 +64,7 @@ type execKey struct{ first, taps, enc bool }
 // Load reads the released vae/ folder (config.json and the safetensors weights, single file or
 // sharded). Encoder tensors are skipped unless Options.Encoder is set.
 func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
-	return weights.FromFolder(dir, "wan", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
+	return modelkit.LoadFolder(dir, "wan", LoadConfig, func(cfg Config, src weights.Source) (*Decoder, error) {
 		return FromSource(backend, cfg, src, opts)
 	})
 }
@@ -82,25 +81,17 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := weights.Bind(src, d.set, weights.Options{DType: d.opts.DType, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("wan: %w", err)
+	if err := modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
 // newDecoder validates the config and options and declares the parameters (unbound).
 func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, error) {
-	if backend == nil {
-		return nil, errors.New("wan: backend is nil; create one with fastvideo/internal/backend")
-	}
-	if err := cfg.Validate(); err != nil {
+	var err error
+	if opts.DType, err = modelkit.Prepare("wan", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("wan: Options.DType=%s is not supported; use Float32, BFloat16 or Float16", opts.DType)
 	}
 	if opts.TileSize == 0 {
 		opts.TileSize = DefaultTileSize
@@ -117,7 +108,7 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 		return nil, fmt.Errorf("wan: Options.TileStride=%d is larger than TileSize=%d, which would leave gaps; lower the stride",
 			opts.TileStride, opts.TileSize)
 	}
-	d := &Decoder{cfg: cfg, opts: opts, backend: backend, execs: map[execKey]*Exec{}}
+	d := &Decoder{cfg: cfg, opts: opts, backend: backend, execs: modelkit.ExecCache[execKey]{}}
 	d.set, d.params = declare(cfg)
 	if opts.Encoder {
 		d.encParams = declareEncoder(cfg, d.set)
@@ -127,28 +118,23 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 	return d, nil
 }
 
-// TensorShape is one checkpoint tensor the decoder binds.
-type TensorShape struct {
-	Name  string
-	Shape []int
-}
-
-// CheckpointShapes lists the released tensor names and shapes the decoder (and with encoder, the
-// encoder and quant_conv) binds for cfg, in graph input order. Benchmarks use it to build random
-// checkpoints, converters to check one.
-func CheckpointShapes(cfg Config, encoder bool) ([]TensorShape, error) {
+// Params is the checkpoint parameter table of the decoder (post_quant_conv and decoder.*) for cfg, in
+// graph input order.
+func Params(cfg Config) (weights.Shapes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, ps := declare(cfg)
-	if encoder {
-		ps = append(ps, declareEncoder(cfg, s)...)
+	_, ps := declare(cfg)
+	return weights.ShapesOf(ps), nil
+}
+
+// EncoderParams is the checkpoint parameter table of the encoder (encoder.* and quant_conv.*, bound
+// with Options.Encoder) for cfg, in graph input order.
+func EncoderParams(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	out := make([]TensorShape, len(ps))
-	for i, p := range ps {
-		out[i] = TensorShape{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
-	}
-	return out, nil
+	return weights.ShapesOf(declareEncoder(cfg, weights.NewSet(""))), nil
 }
 
 // declare lists the decoder's parameters with shapes from the config. Norm gains stay float32;
@@ -227,18 +213,11 @@ func (d *Decoder) Options() Options { return d.opts }
 
 // Close releases the weights and compiled graphs. The decoder cannot be used afterwards.
 func (d *Decoder) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	return d.guard.Close(func() error {
+		d.execs.Finalize()
+		d.set.Release()
 		return nil
-	}
-	d.closed = true
-	for _, e := range d.execs {
-		e.Finalize()
-	}
-	d.execs = nil
-	d.set.Release()
-	return nil
+	})
 }
 
 // tapNames are the intermediate outputs of a taps graph, after the pixels and the caches.
@@ -250,9 +229,10 @@ var tapNames = []string{"post_quant_conv", "decoder"}
 // chunk and returns the posterior parameters [1, 2z, 1, h, w] and its caches. Each graph compiles
 // once per input geometry.
 func (d *Decoder) exec(key execKey) (*Exec, error) {
-	if e := d.execs[key]; e != nil {
-		return e, nil
-	}
+	return d.execs.Get(key, func() (*Exec, error) { return d.buildExec(key) })
+}
+
+func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 	ps := d.params
 	if key.enc {
 		ps = d.encParams
@@ -288,6 +268,5 @@ func (d *Decoder) exec(key execKey) (*Exec, error) {
 	e.WithName(fmt.Sprintf("wan.vae_chunk(encoder=%v, first=%v, taps=%v)", key.enc, key.first, key.taps))
 	// Tiles of up to four geometries (interior, right, bottom, corner) per graph.
 	e.SetMaxCache(16)
-	d.execs[key] = e
 	return e, nil
 }

@@ -10,7 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -277,11 +277,11 @@ func (g *chunkGraph) encode(x *Node) *Node {
 // first alone and then 4 at a time, each causal conv carrying its cache. It needs a decoder built
 // with Options.Encoder.
 func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mean, logvar []float32, latentShape []int, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, nil, nil, errors.New("wan: Encode called after Close")
+	unlock, err := d.guard.Lock("wan: Encode called after Close")
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	defer unlock()
 	if !d.opts.Encoder {
 		return nil, nil, nil, errors.New("wan: Encode needs the encoder weights; build the decoder with Options{Encoder: true}")
 	}
@@ -307,7 +307,7 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 	mean = make([]float32, z*nl*plane)
 	logvar = make([]float32, z*nl*plane)
 	var caches []*tensors.Tensor
-	defer func() { gx.Finalize(caches...) }()
+	defer func() { graphexec.Finalize(caches...) }()
 	for k := 0; k < nl; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, nil, err
@@ -325,13 +325,13 @@ func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mea
 			copy(chunk[c*fn*hh*ww:(c+1)*fn*hh*ww], video[(c*nf+f0)*hh*ww:(c*nf+f0+fn)*hh*ww])
 		}
 		xt := tensors.FromFlatDataAndDimensions(chunk, 1, pc, fn, hh, ww)
-		args := gx.ParamArgs([]any{xt}, d.encParams...)
-		outs, err := gx.Call(exec, gx.Args(args, caches...)...)
+		args := graphexec.ParamArgs([]any{xt}, d.encParams...)
+		outs, err := graphexec.Call(exec, graphexec.Args(args, caches...)...)
 		xt.FinalizeAll()
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("wan: encoding frames %d..%d: %w", f0, f0+fn-1, err)
 		}
-		gx.Finalize(caches...)
+		graphexec.Finalize(caches...)
 		caches = outs[1:]
 		post, err := tensors.CopyFlatData[float32](outs[0])
 		outs[0].FinalizeAll()

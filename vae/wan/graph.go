@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors/images"
 
 	"fastvideo/attention"
-	"fastvideo/internal/gx"
+	"fastvideo/internal/nn"
 )
 
 // params resolves released tensor names to graph inputs inside one graph build.
@@ -112,7 +112,7 @@ func rmsNorm(x, gamma *Node) *Node {
 
 // normAct is RMS norm then SiLU, computed in float32 and handed on in the compute dtype.
 func (g *chunkGraph) normAct(x *Node, gammaName string) *Node {
-	return ConvertDType(gx.SiLU(rmsNorm(x, g.p.get(gammaName))), g.dt)
+	return ConvertDType(nn.SiLU(rmsNorm(x, g.p.get(gammaName))), g.dt)
 }
 
 // resBlock is WanResidualBlock: conv2(act(norm2(conv1(act(norm1(x)))))) + shortcut(x).
@@ -132,13 +132,13 @@ func (g *chunkGraph) attentionBlock(x *Node, prefix string) *Node {
 	c, t, h, w := x.Shape().Dim(1), x.Shape().Dim(2), x.Shape().Dim(3), x.Shape().Dim(4)
 	xn := ConvertDType(rmsNorm(x, g.p.get(prefix+".norm.gamma")), g.dt)
 	tok := Reshape(TransposeAllAxes(xn, 0, 2, 3, 4, 1), t, h*w, c) // frames are the batch
-	qkv := gx.LinearF32(tok, Reshape(g.p.get(prefix+".to_qkv.weight"), 3*c, c), g.p.get(prefix+".to_qkv.bias"))
+	qkv := nn.LinearF32(tok, Reshape(g.p.get(prefix+".to_qkv.weight"), 3*c, c), g.p.get(prefix+".to_qkv.bias"))
 	part := func(i int) *Node {
 		return Reshape(Slice(qkv, AxisRange(), AxisRange(), AxisRange(i*c, (i+1)*c)), t, h*w, 1, c)
 	}
 	// The exact path: the fused kernel takes head widths up to 256, these heads are C wide (384, 1024).
 	o := attention.Exact(part(0), part(1), part(2), 1/math.Sqrt(float64(c)))
-	o = gx.LinearF32(Reshape(o, t, h*w, c), Reshape(g.p.get(prefix+".proj.weight"), c, c), g.p.get(prefix+".proj.bias"))
+	o = nn.LinearF32(Reshape(o, t, h*w, c), Reshape(g.p.get(prefix+".proj.weight"), c, c), g.p.get(prefix+".proj.bias"))
 	o = TransposeAllAxes(Reshape(o, 1, t, h, w, c), 0, 4, 1, 2, 3)
 	return Add(x, ConvertDType(o, x.DType()))
 }

@@ -1,12 +1,12 @@
 package wan
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/gomlx/compute"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
 
@@ -19,18 +19,17 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := gx.FillRandom(d.backend, d.set, d.opts.DType, seed, randomDraw); err != nil {
-		d.set.Release()
-		return nil, fmt.Errorf("wan: random weights: %w", err)
+	if err := modelkit.DrawRandom("wan", d.set, d.opts.DType, d.backend, seed, randomDraw, nil); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
 // randomDraw is the fixture generator's draw: the norm gains (".gamma", stored [C, 1, 1(, 1)] and so
-// not vectors by shape) are 1+0.1·randn; the rest follows gx.FixtureDraw.
+// not vectors by shape) are 1+0.1·randn; the rest follows randweights.FixtureDraw.
 func randomDraw(p *weights.Param) (scale, offset float32) {
 	if strings.HasSuffix(p.Name, ".gamma") {
 		return 0.1, 1
 	}
-	return gx.FixtureDraw(p)
+	return randweights.FixtureDraw(p)
 }

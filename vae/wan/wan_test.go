@@ -15,18 +15,12 @@ import (
 
 const kind = "wan_vae"
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig)
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig)
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	t.Helper()
-	d, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return testutil.Open(t, func() (*Decoder, error) {
+		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
+	})
 }
 
 // collect runs a streamed decode of VAE-space latents (hook optional) and concatenates the
@@ -179,33 +173,25 @@ func TestPipelinePath(t *testing.T) {
 	})
 }
 
-// TestCheckpointSizes checks the declared decoder (post_quant_conv included) against wan.md's
+// TestCheckpointSizes checks the declared decoder (post_quant_conv included) against the
 // parameter counts of the released VAEs.
 func TestCheckpointSizes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want int
+		want int64
 	}{{"wan21", DefaultConfig(), 73_295_603}, {"wan22", Wan22Config(), 555_051_580}} {
-		list, err := CheckpointShapes(tc.cfg, false)
+		list, err := Params(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, ts := range list {
-			k := 1
-			for _, v := range ts.Shape {
-				k *= v
-			}
-			n += k
-		}
-		if n != tc.want {
-			t.Errorf("%s: decoder has %d parameters, wan.md counts %d", tc.name, n, tc.want)
+		if n := list.Count(); n != tc.want {
+			t.Errorf("%s: decoder has %d parameters, want %d", tc.name, n, tc.want)
 		}
 	}
 }
 
-// TestDecodeGFLOP checks the FLOP walk against wan.md's computed figures (§5.2, §5.3).
+// TestDecodeGFLOP checks the FLOP walk against figures computed by hand from the released configs.
 func TestDecodeGFLOP(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -215,9 +201,9 @@ func TestDecodeGFLOP(t *testing.T) {
 	}{{"wan21 480x832x81", DefaultConfig(), 21, 60, 104, 275}, {"wan22 480x832x81", Wan22Config(), 21, 30, 52, 597},
 		{"wan22 704x1280x121", Wan22Config(), 31, 44, 80, 2011}} {
 		got := tc.cfg.DecodeGFLOP(tc.t, tc.h, tc.w) / 1e3
-		t.Logf("%s: %.1f TFLOP (wan.md %.0f)", tc.name, got, tc.want)
+		t.Logf("%s: %.1f TFLOP (computed %.0f)", tc.name, got, tc.want)
 		if math.Abs(got-tc.want) > 0.02*tc.want {
-			t.Errorf("%s: %.1f TFLOP, wan.md says about %.0f", tc.name, got, tc.want)
+			t.Errorf("%s: %.1f TFLOP, want about %.0f", tc.name, got, tc.want)
 		}
 	}
 }

@@ -2,7 +2,7 @@ package geometry
 
 import "testing"
 
-func TestWanTable(t *testing.T) { // wan.md §2
+func TestWanTable(t *testing.T) { // fastvideo/configs/pipelines/wan.py
 	for _, c := range []struct {
 		vae     VAE
 		h, w, f int

@@ -15,7 +15,8 @@ import (
 
 // H3HiddenStateIndex is the hidden state MiniMax H3 conditions on: hidden_states[50]
 // of the 64-layer text stack, the un-normalized output of decoder layer index 49
-// (FastVideo's output_hidden_state_index default, design h3.md §1.4 and §9).
+// (FastVideo's output_hidden_state_index default,
+// fastvideo/configs/models/encoders/minimax_h3_qwen3_vl.py).
 const H3HiddenStateIndex = 50
 
 // DefaultPrefix is the tensor-name prefix of the text decoder in released Qwen3-VL
@@ -128,10 +129,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	if cfg.NumKVHeads == 0 {
 		cfg.NumKVHeads = cfg.NumHeads
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
+	return modelcfg.Valid(cfg)
 }
 
 // LoadConfig reads dir/config.json (dir may also be the file itself).
@@ -156,9 +154,7 @@ func (c Config) Validate() error {
 	if c.HeadDim%2 != 0 {
 		bad.Add("head_dim = %d must be even for the half-split rotary embedding", c.HeadDim)
 	}
-	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
-		bad.Add("rms_norm_eps = %g must be a positive number", c.RMSNormEps)
-	}
+	bad.PositiveFloat("rms_norm_eps", c.RMSNormEps)
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
 		bad.Add("rope_theta = %g must be a finite number > 1", c.RopeTheta)
 	}
@@ -177,7 +173,7 @@ func (c Config) Validate() error {
 }
 
 // Q32B is the text geometry of the Qwen3-VL-32B-class encoder shipped with MiniMax
-// H3 (design h3.md §1.4), with H3's output index. It exists for benchmarks and
+// H3 (fastvideo/configs/models/encoders/minimax_h3_qwen3_vl.py), with H3's output index. It exists for benchmarks and
 // memory estimates with random weights; real runs read the snapshot's config.json.
 func Q32B() Config {
 	return Config{

@@ -11,8 +11,9 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
-	"fastvideo/internal/safetensors"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/weights"
 )
 
@@ -99,7 +100,7 @@ func NewEncoder(backend compute.Backend, cfg Config, w Weights, opts Options) (*
 		return nil, err
 	}
 	e.layer.WithName("qwen3vl_decoder_layer")
-	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
+	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
 	if err != nil {
 		return nil, err
 	}
@@ -124,21 +125,14 @@ func New(backend compute.Backend, cfg Config, src weights.Source, opts Options) 
 // Open opens a Qwen3-VL folder (config.json plus a single safetensors file or a
 // sharded checkpoint with its index JSON) and returns an encoder that owns it.
 func Open(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	cfg, err := LoadConfig(dir)
+	e, closeSrc, err := modelkit.OpenFolder(dir, "qwen3vl", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+		return New(backend, cfg, src, opts)
+	})
 	if err != nil {
-		return nil, err
-	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, err
-	}
-	e, err := New(backend, cfg, ck, opts)
-	if err != nil {
-		ck.Close()
 		return nil, err
 	}
 	wClose := e.closer
-	e.closer = func() error { return errors.Join(wClose(), ck.Close()) }
+	e.closer = func() error { return errors.Join(wClose(), closeSrc()) }
 	return e, nil
 }
 
@@ -152,7 +146,7 @@ func (e *Encoder) HiddenStateIndex() int { return e.index }
 func (e *Encoder) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	gx.FinalizeExecs(e.layer, e.norm)
+	graphexec.FinalizeExecs(e.layer, e.norm)
 	e.layer, e.norm = nil, nil
 	if e.closer != nil {
 		err := e.closer()
@@ -171,7 +165,7 @@ func (e *Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, erro
 		return nil, nil, err
 	}
 	defer t.FinalizeAll()
-	out, err := gx.HostF32(t)
+	out, err := graphexec.HostF32(t)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -191,7 +185,7 @@ func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor,
 // debugging: every state is copied to the host.
 func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
 	t, err := e.forward(ctx, ids, func(i int, h *tensors.Tensor) error {
-		v, err := gx.HostF32(h)
+		v, err := graphexec.HostF32(h)
 		if err != nil {
 			return err
 		}
@@ -221,7 +215,7 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 			x = nil
 		}
 	}()
-	err = gx.Catch("qwen3vl", func() error {
+	err = graphexec.Catch("qwen3vl", func() error {
 		var err error
 		x, err = e.weights.Embed(ids)
 		if err != nil {

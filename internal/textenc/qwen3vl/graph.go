@@ -1,12 +1,14 @@
 package qwen3vl
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/nn"
+	"fastvideo/internal/weights"
 )
 
 // LayerTensorNames are the per-layer checkpoint names (after
@@ -93,17 +95,38 @@ func DecoderLayer(cfg Config, x, cos, sin *Node, w []*Node) *Node {
 	eps := cfg.RMSNormEps
 	hd := cfg.HeadDim
 
-	h := gx.RMSNormCastFirst(x, w[wInputNorm], eps)
-	q := Reshape(gx.Project(h, w[wQ]), s, cfg.NumHeads, hd)
-	k := Reshape(gx.Project(h, w[wK]), s, cfg.NumKVHeads, hd)
-	v := Reshape(gx.Project(h, w[wV]), s, cfg.NumKVHeads, hd)
-	q = applyRope(gx.RMSNormCastFirst(q, w[wQNorm], eps), cos, sin)
-	k = applyRope(gx.RMSNormCastFirst(k, w[wKNorm], eps), cos, sin)
-	x = Add(x, gx.Project(causalGQA(q, k, v), w[wO]))
+	h := nn.RMSNormCastFirst(x, w[wInputNorm], eps)
+	q := Reshape(nn.Project(h, w[wQ]), s, cfg.NumHeads, hd)
+	k := Reshape(nn.Project(h, w[wK]), s, cfg.NumKVHeads, hd)
+	v := Reshape(nn.Project(h, w[wV]), s, cfg.NumKVHeads, hd)
+	q = applyRope(nn.RMSNormCastFirst(q, w[wQNorm], eps), cos, sin)
+	k = applyRope(nn.RMSNormCastFirst(k, w[wKNorm], eps), cos, sin)
+	x = Add(x, nn.Project(causalGQA(q, k, v), w[wO]))
 
-	h = gx.RMSNormCastFirst(x, w[wPostNorm], eps)
-	gate := gx.Project(h, w[wGate])
-	up := gx.Project(h, w[wUp])
+	h = nn.RMSNormCastFirst(x, w[wPostNorm], eps)
+	gate := nn.Project(h, w[wGate])
+	up := nn.Project(h, w[wUp])
 	act := Mul(Mul(gate, Sigmoid(gate)), up)
-	return Add(x, gx.Project(act, w[wDown]))
+	return Add(x, nn.Project(act, w[wDown]))
+}
+
+// Params is the checkpoint parameter table of the text stack an encoder with default Options reads
+// for cfg: the token embedding and the decoder layers up to the returned hidden state, under
+// DefaultPrefix.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n, err := Options{}.ResolveHiddenState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := weights.Shapes{{Name: DefaultPrefix + "embed_tokens.weight", Shape: []int{cfg.VocabSize, cfg.HiddenSize}}}
+	shapes := LayerTensorShapes(cfg)
+	for i := 0; i < n; i++ {
+		for k, name := range LayerTensorNames {
+			out = append(out, weights.TensorShape{Name: fmt.Sprintf("%slayers.%d.%s", DefaultPrefix, i, name), Shape: shapes[k]})
+		}
+	}
+	return out, nil
 }

@@ -15,10 +15,12 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// fixtureConfig parses the fixture's HF text config exactly as a checkpoint's
-// config.json would be parsed.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "config")
+// fixtureConfig parses the fixture's HF text config as a checkpoint's config.json.
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "config")
+
+// openEncoder builds an encoder on the test backend, closed when the test ends.
+func openEncoder(t testing.TB, cfg Config, src weights.Source, opts Options) *Encoder {
+	return testutil.Open(t, func() (*Encoder, error) { return New(testutil.Backend(t), cfg, src, opts) })
 }
 
 func fixtureIDs(t *testing.T, fx *testutil.Fixture) []int {
@@ -52,13 +54,9 @@ func conditionerIndex(t *testing.T, fx *testutil.Fixture, cfg Config) int {
 // walkAll returns every HF hidden state 0..N (N after the final norm).
 func walkAll(t *testing.T, fx *testutil.Fixture, cfg Config, resident bool) [][]float32 {
 	t.Helper()
-	enc, err := New(testutil.Backend(t), cfg, fx.Weights(), Options{Resident: resident, HiddenStateIndex: cfg.NumHiddenLayers, FinalNorm: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
+	enc := openEncoder(t, cfg, fx.Weights(), Options{Resident: resident, HiddenStateIndex: cfg.NumHiddenLayers, FinalNorm: true})
 	states := make([][]float32, cfg.NumHiddenLayers+1)
-	err = enc.Walk(context.Background(), fixtureIDs(t, fx), func(i int, h []float32) error {
+	err := enc.Walk(context.Background(), fixtureIDs(t, fx), func(i int, h []float32) error {
 		states[i] = h
 		return nil
 	})
@@ -90,11 +88,7 @@ func TestParity(t *testing.T) {
 
 		// The H3 conditioner path: streamed, stops early, no final norm.
 		idx := conditionerIndex(t, fx, cfg)
-		enc, err := New(testutil.Backend(t), cfg, fx.Weights(), Options{HiddenStateIndex: idx})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer enc.Close()
+		enc := openEncoder(t, cfg, fx.Weights(), Options{HiddenStateIndex: idx})
 		got, gotShape, err := enc.Encode(context.Background(), ids)
 		if err != nil {
 			t.Fatal(err)
@@ -283,11 +277,7 @@ func TestCheckpointMismatchIsReported(t *testing.T) {
 func TestEncodeErrors(t *testing.T) {
 	testutil.ForEachFixture(t, "qwen3vl_text", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
-		enc, err := New(testutil.Backend(t), cfg, fx.Weights(), Options{HiddenStateIndex: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer enc.Close()
+		enc := openEncoder(t, cfg, fx.Weights(), Options{HiddenStateIndex: 1})
 		if _, _, err := enc.Encode(context.Background(), nil); err == nil {
 			t.Error("empty prompt: want an error")
 		}

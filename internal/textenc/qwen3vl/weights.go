@@ -11,7 +11,8 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/embedrows"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
 
@@ -57,16 +58,14 @@ func nop() {}
 // the expected shapes, and reports every problem at once. In resident mode it
 // then uploads them all; in streamed mode it uploads nothing yet.
 func LoadWeights(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*CheckpointWeights, error) {
-	if err := cfg.Validate(); err != nil {
+	opts = opts.withDefaults()
+	var err error
+	if opts.DType, err = modelkit.Prepare("qwen3vl", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
 	index, err := opts.ResolveHiddenState(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("qwen3vl: compute dtype %s is not supported; use Float32 (CPU, parity) or BFloat16 (GPU)", opts.DType)
 	}
 	w := &CheckpointWeights{
 		cfg: cfg, src: src, backend: backend, prefix: opts.Prefix, dtype: opts.DType,
@@ -176,7 +175,7 @@ func (w *CheckpointWeights) loadResident() error {
 // two modes hand the first layer bit-identical inputs.
 func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if w.resident {
-		if err := gx.CheckTokenIDs(ids, w.cfg.VocabSize); err != nil {
+		if err := embedrows.CheckTokenIDs(ids, w.cfg.VocabSize); err != nil {
 			return nil, fmt.Errorf("qwen3vl: %w", err)
 		}
 		idx := make([]int32, len(ids))
@@ -191,7 +190,7 @@ func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("qwen3vl: checkpoint has no %q", w.embedName())
 	}
-	t, err := gx.LoadRows(table, ids, w.dtype, w.backend)
+	t, err := embedrows.LoadRows(table, ids, w.dtype, w.backend)
 	if err != nil {
 		return nil, fmt.Errorf("qwen3vl: %w", err)
 	}

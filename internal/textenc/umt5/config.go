@@ -98,10 +98,7 @@ func ParseConfig(raw []byte) (Config, error) {
 	if cfg.FeedForwardProj == "gated-gelu" {
 		cfg.Act = "gelu_new" // HF's special case: gated-gelu means the tanh approximation
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
+	return modelcfg.Valid(cfg)
 }
 
 // LoadConfig reads dir/config.json (dir may also be the file itself).
@@ -127,9 +124,7 @@ func (c Config) Validate() error {
 	if c.NumBuckets >= 4 && c.MaxDistance <= c.NumBuckets/4 {
 		bad.Add("relative_attention_max_distance = %d must exceed the exact range num_buckets/4 = %d", c.MaxDistance, c.NumBuckets/4)
 	}
-	if !(c.LayerNormEps > 0) || math.IsInf(c.LayerNormEps, 0) {
-		bad.Add("layer_norm_epsilon = %g must be a positive number", c.LayerNormEps)
-	}
+	bad.PositiveFloat("layer_norm_epsilon", c.LayerNormEps)
 	if !supportedActs[c.Act] {
 		bad.Add("feed_forward_proj = %q gives activation %q; supported: gelu_new, gelu, gelu_pytorch_tanh, relu, silu", c.FeedForwardProj, c.Act)
 	}

@@ -13,7 +13,10 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/embedrows"
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/modelkit"
+	"fastvideo/internal/nn"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -67,20 +70,13 @@ var ignoredPrefixes = []string{"decoder.", "lm_head."}
 // file, or shards with their *.safetensors.index.json) and returns an encoder
 // that owns it.
 func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	cfg, err := LoadConfig(dir)
+	e, closeSrc, err := modelkit.OpenFolder(dir, "umt5", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+		return FromSource(backend, cfg, src, opts)
+	})
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("umt5: %w", err)
-	}
-	e, err := FromSource(backend, cfg, ck, opts)
-	if err != nil {
-		ck.Close()
-		return nil, err
-	}
-	e.closer = ck.Close
+	e.closer = closeSrc
 	return e, nil
 }
 
@@ -90,20 +86,11 @@ func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
 // needs is checked (name, shape, float dtype) before anything is uploaded, and
 // all problems are reported in one *weights.BindError.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (e *Encoder, err error) {
-	if err := cfg.Validate(); err != nil {
+	if opts.DType, err = modelkit.Prepare("umt5", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
 		return nil, err
-	}
-	if backend == nil {
-		return nil, fmt.Errorf("umt5: backend is nil; pass a compute.Backend (e.g. from internal/backend)")
 	}
 	if src == nil {
 		return nil, fmt.Errorf("umt5: weight source is nil; pass an opened checkpoint")
-	}
-	if opts.DType == dtypes.InvalidDType {
-		opts.DType = dtypes.Float32
-	}
-	if opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16 && opts.DType != dtypes.Float16 {
-		return nil, fmt.Errorf("umt5: Options.DType = %s is not supported; use Float32 (CPU, parity) or BFloat16 (GPU)", opts.DType)
 	}
 	if opts.TextLen == 0 {
 		opts.TextLen = DefaultTextLen
@@ -121,7 +108,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			e = nil
 		}
 	}()
-	err = gx.Catch("umt5", func() error {
+	err = graphexec.Catch("umt5", func() error {
 		nRel := 1
 		if cfg.PerLayerBias() {
 			nRel = cfg.NumLayers
@@ -156,7 +143,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 			return err
 		}
 		e.block.WithName("umt5_block")
-		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return gx.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
+		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
 		if err != nil {
 			return err
 		}
@@ -276,7 +263,7 @@ func (e *Encoder) Close() error {
 }
 
 func (e *Encoder) release() {
-	gx.FinalizeExecs(e.block, e.norm)
+	graphexec.FinalizeExecs(e.block, e.norm)
 	e.block, e.norm = nil, nil
 	for _, s := range append(append([]*weights.Set{e.final}, e.rel...), e.blocks...) {
 		if s != nil {
@@ -299,7 +286,7 @@ func (e *Encoder) Encode(ctx context.Context, ids, mask []int) ([]float32, []int
 			return nil
 		}
 		var err error
-		out, err = gx.HostF32(h)
+		out, err = graphexec.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -318,7 +305,7 @@ func (e *Encoder) HiddenStates(ctx context.Context, ids, mask []int) ([][]float3
 	states := make([][]float32, e.cfg.NumLayers+1)
 	err := e.forward(ctx, ids, mask, func(i int, h *tensors.Tensor) error {
 		var err error
-		states[i], err = gx.HostF32(h)
+		states[i], err = graphexec.HostF32(h)
 		return err
 	})
 	if err != nil {
@@ -413,8 +400,8 @@ func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, 
 		return fmt.Errorf("umt5: encoder is closed")
 	}
 	s := len(ids)
-	return gx.Catch("umt5", func() error {
-		x, err := gx.LoadRows(e.embed, ids, e.dtype, e.backend)
+	return graphexec.Catch("umt5", func() error {
+		x, err := embedrows.LoadRows(e.embed, ids, e.dtype, e.backend)
 		if err != nil {
 			return err
 		}
@@ -482,7 +469,7 @@ func (e *Encoder) checkInputs(ids, mask []int) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("umt5: no token ids; encode at least one token (the tokenizer appends EOS)")
 	}
-	if err := gx.CheckTokenIDs(ids, e.cfg.VocabSize); err != nil {
+	if err := embedrows.CheckTokenIDs(ids, e.cfg.VocabSize); err != nil {
 		return fmt.Errorf("umt5: %w", err)
 	}
 	if mask == nil {

@@ -8,7 +8,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
-	"fastvideo/internal/gx"
+	"fastvideo/internal/nn"
+	"fastvideo/internal/weights"
 )
 
 // BlockTensorNames are the per-block checkpoint names (after
@@ -64,13 +65,13 @@ func activation(name string, x *Node) *Node {
 	var y *Node
 	switch name {
 	case "gelu_new", "gelu_pytorch_tanh":
-		y = gx.GeluTanh(xf)
+		y = nn.GeluTanh(xf)
 	case "gelu": // exact erf form
 		y = Mul(MulScalar(xf, 0.5), OnePlus(Erf(MulScalar(xf, 1/math.Sqrt2))))
 	case "relu":
 		y = Max(xf, ZerosLike(xf))
 	case "silu", "swish":
-		y = gx.SiLU(xf)
+		y = nn.SiLU(xf)
 	default:
 		panic(fmt.Sprintf("umt5: activation %q is not implemented", name)) // Config.Validate rejects it first
 	}
@@ -94,10 +95,10 @@ func Block(cfg Config, x, buckets, keyMask, relBias *Node, w []*Node) *Node {
 	dt := x.DType()
 	h, dk := cfg.NumHeads, cfg.DKV
 
-	n := gx.RMSNormCastFirst(x, w[wNorm0], cfg.LayerNormEps)
-	q := ConvertDType(Reshape(gx.Project(n, w[wQ]), s, h, dk), dtypes.Float32)
-	k := ConvertDType(Reshape(gx.Project(n, w[wK]), s, h, dk), dtypes.Float32)
-	v := ConvertDType(Reshape(gx.Project(n, w[wV]), s, h, dk), dtypes.Float32)
+	n := nn.RMSNormCastFirst(x, w[wNorm0], cfg.LayerNormEps)
+	q := ConvertDType(Reshape(nn.Project(n, w[wQ]), s, h, dk), dtypes.Float32)
+	k := ConvertDType(Reshape(nn.Project(n, w[wK]), s, h, dk), dtypes.Float32)
+	v := ConvertDType(Reshape(nn.Project(n, w[wV]), s, h, dk), dtypes.Float32)
 	scores := Einsum("qhd,khd->hqk", q, k)
 
 	// bias[h, i, j] = table[bucket(i, j), h]
@@ -107,14 +108,32 @@ func Block(cfg Config, x, buckets, keyMask, relBias *Node, w []*Node) *Node {
 	scores = Where(valid, scores, Scalar(x.Graph(), dtypes.Float32, -math.MaxFloat32))
 	p := Softmax(scores, -1)
 	o := ConvertDType(Reshape(Einsum("hqk,khd->qhd", p, v), s, h*dk), dt)
-	x = Add(x, gx.Project(o, w[wO]))
+	x = Add(x, nn.Project(o, w[wO]))
 
-	n = gx.RMSNormCastFirst(x, w[wNorm1], cfg.LayerNormEps)
+	n = nn.RMSNormCastFirst(x, w[wNorm1], cfg.LayerNormEps)
 	var ff *Node
 	if cfg.Gated {
-		ff = gx.Project(Mul(activation(cfg.Act, gx.Project(n, w[wFF])), gx.Project(n, w[wFF+1])), w[wFF+2])
+		ff = nn.Project(Mul(activation(cfg.Act, nn.Project(n, w[wFF])), nn.Project(n, w[wFF+1])), w[wFF+2])
 	} else {
-		ff = gx.Project(activation(cfg.Act, gx.Project(n, w[wFF])), w[wFF+1])
+		ff = nn.Project(activation(cfg.Act, nn.Project(n, w[wFF])), w[wFF+1])
 	}
 	return Add(x, ff)
+}
+
+// Params is the checkpoint parameter table of the encoder stack for cfg under the released HF T5
+// names: the token embedding (as EmbeddingNames[0]), every block with its relative-position table,
+// and the final norm.
+func Params(cfg Config) (weights.Shapes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	out := weights.Shapes{{Name: EmbeddingNames[0], Shape: []int{cfg.VocabSize, cfg.DModel}}}
+	shapes := BlockTensorShapes(cfg)
+	for i := 0; i < cfg.NumLayers; i++ {
+		for k, n := range BlockTensorNames(cfg) {
+			out = append(out, weights.TensorShape{Name: blockPrefix(i) + n, Shape: shapes[k]})
+		}
+		out = append(out, weights.TensorShape{Name: RelativeBiasName(i), Shape: []int{cfg.NumBuckets, cfg.NumHeads}})
+	}
+	return append(out, weights.TensorShape{Name: "encoder.final_layer_norm.weight", Shape: []int{cfg.DModel}}), nil
 }

@@ -18,10 +18,12 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// fixtureConfig parses the fixture's config exactly as a checkpoint's
-// config.json would be parsed.
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	return testutil.ParseConfig(t, fx, ParseConfig, "config")
+// fixtureConfig parses the fixture's config as a checkpoint's config.json.
+var fixtureConfig = testutil.ConfigReader(ParseConfig, "config")
+
+// openEncoder builds an encoder on the test backend, closed when the test ends.
+func openEncoder(t *testing.T, cfg Config, src weights.Source, opts Options) *Encoder {
+	return testutil.Open(t, func() (*Encoder, error) { return FromSource(testutil.Backend(t), cfg, src, opts) })
 }
 
 // fixtureInputs returns the batch-1 ids and attention mask.
@@ -54,11 +56,7 @@ func TestFixtureParity(t *testing.T) {
 		ids, mask := fixtureInputs(t, fx)
 		for _, resident := range []bool{false, true} {
 			t.Run(fmt.Sprintf("resident=%v", resident), func(t *testing.T) {
-				enc, err := FromSource(testutil.Backend(t), cfg, fx.Weights(), Options{Resident: resident})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer enc.Close()
+				enc := openEncoder(t, cfg, fx.Weights(), Options{Resident: resident})
 				states, shape, err := enc.HiddenStates(context.Background(), ids, mask)
 				if err != nil {
 					t.Fatal(err)
@@ -115,11 +113,7 @@ func TestWanZeroPadding(t *testing.T) {
 		wantPadded := make([]float32, textLen*d)
 		copy(wantPadded, want[:n*d])
 
-		enc, err := FromSource(testutil.Backend(t), cfg, fx.Weights(), Options{TextLen: textLen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer enc.Close()
+		enc := openEncoder(t, cfg, fx.Weights(), Options{TextLen: textLen})
 		h, shape, err := enc.Encode(context.Background(), ids, mask)
 		if err != nil {
 			t.Fatal(err)
@@ -348,11 +342,7 @@ func TestCheckpointErrors(t *testing.T) {
 			t.Fatalf("BindError = %v; want exactly %s missing and %s unexpected (decoder.* and the tied embedding copy are not unexpected)", be, dropped, src.extra)
 		}
 
-		enc, err := FromSource(testutil.Backend(t), cfg, fx.Weights(), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer enc.Close()
+		enc := openEncoder(t, cfg, fx.Weights(), Options{})
 		ctx := context.Background()
 		for _, c := range []struct {
 			ids, mask []int
@@ -406,11 +396,7 @@ func TestSharedBiasT5(t *testing.T) {
 		shared := &biasSource{Source: fx.Weights(), copies: true}
 		only0 := &biasSource{Source: fx.Weights()}
 		run := func(c Config, src weights.Source) []float32 {
-			enc, err := FromSource(testutil.Backend(t), c, src, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer enc.Close()
+			enc := openEncoder(t, c, src, Options{})
 			h, _, err := enc.Encode(context.Background(), ids, mask)
 			if err != nil {
 				t.Fatal(err)
@@ -464,23 +450,18 @@ func (s *biasSource) Tensor(name string) (safetensors.Info, bool) {
 	return s.Source.Tensor(name)
 }
 
-// TestBFloat16Smoke runs the GPU compute dtype on the test backend. bf16 keeps 8
-// mantissa bits, so this is a sanity bound (2e-2 of the output scale), not the
-// f32 parity tolerance.
+// TestBFloat16Smoke runs the GPU compute dtype on the test backend, at the bound
+// bfloat16's precision gives for the output's scale (testutil.DTypeTol).
 func TestBFloat16Smoke(t *testing.T) {
 	testutil.ForEachFixture(t, "umt5", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
 		ids, mask := fixtureInputs(t, fx)
-		enc, err := FromSource(testutil.Backend(t), cfg, fx.Weights(), Options{DType: dtypes.BFloat16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer enc.Close()
+		enc := openEncoder(t, cfg, fx.Weights(), Options{DType: dtypes.BFloat16})
 		got, shape, err := enc.Encode(context.Background(), ids, mask)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want, _ := fx.F32(t, "out.last_hidden_state")
-		testutil.AssertClose(t, "bf16 last_hidden_state", got, want, shape, 200*testutil.ParityTol(want))
+		testutil.AssertAtDType(t, "last_hidden_state", dtypes.BFloat16, got, want, shape)
 	})
 }

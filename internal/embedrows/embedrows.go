@@ -1,4 +1,6 @@
-package gx
+// Package embedrows reads the rows of an embedding table that a prompt's token ids select, straight
+// from the checkpoint bytes, for the text encoders that stream their weights.
+package embedrows
 
 import (
 	"fmt"

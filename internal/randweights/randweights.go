@@ -1,4 +1,6 @@
-package gx
+// Package randweights draws a model's weights on the device with GoMLX's RNG, so benchmarks and
+// release-size tests need neither a checkpoint nor a host copy of the weights.
+package randweights
 
 import (
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
 )
 
@@ -24,7 +27,7 @@ type Draw func(p *weights.Param) (scale, offset float32)
 // quantized words) get uniformly random bits, so every code is equally likely. On failure the
 // parameters already drawn stay bound: release the set.
 func FillRandom(backend compute.Backend, set *weights.Set, dt dtypes.DType, seed int64, draw Draw) (err error) {
-	defer Recover(&err, "drawing random weights")
+	defer graphexec.Recover(&err, "drawing random weights")
 	state, err := RNGStateFromSeed(seed)
 	if err != nil {
 		return err

@@ -1,11 +1,10 @@
-// Package gx is the GoMLX plumbing the model packages share, so that each of them does these things
-// one way: turning GoMLX panics into errors at a public boundary, building named executables and
-// running them, moving tensors to and from the device, freeing them, drawing random weights on the
-// device (random.go), and the few graph operations several models compute identically (ops.go).
+// Package graphexec is how model packages run GoMLX graphs, one way for all: turning GoMLX panics into
+// errors at a public boundary, building named executables and calling them, moving tensors to and from
+// the device, freeing them, and the tests' trace hook.
 //
 // GoMLX reports graph-building and execution failures by panicking. Model code builds graphs freely
-// and recovers once, where a public method returns: `defer gx.Recover(&err, "h3: forward")`.
-package gx
+// and recovers once, where a public method returns: `defer graphexec.Recover(&err, "h3: forward")`.
+package graphexec
 
 import (
 	"fmt"
@@ -22,7 +21,7 @@ import (
 )
 
 // Recover turns a panic into an error stored in *err, prefixed with context (e.g. "h3: forward").
-// It must be deferred directly: `defer gx.Recover(&err, "wan: forward")`. A panic with a non-error
+// It must be deferred directly: `defer graphexec.Recover(&err, "wan: forward")`. A panic with a non-error
 // value (a programming error, not a GoMLX report) keeps its stack in the message.
 func Recover(err *error, context string) {
 	r := recover()
@@ -59,7 +58,7 @@ func recovered(r any, context string) error {
 // MustExec creates the executable of fn named name (the name errors and profiles show) and panics
 // when GoMLX refuses it; call it under Recover. The graph is built and compiled at the first call
 // with each set of input shapes.
-func MustExec(backend compute.Backend, name string, fn func([]*Node) []*Node) *Exec {
+func MustExec[F ExecGraphFn](backend compute.Backend, name string, fn F) *Exec {
 	e, err := NewExec(backend, fn)
 	if err != nil {
 		panic(err)
@@ -151,18 +150,6 @@ func ParamArgs(args []any, ps ...*weights.Param) []any {
 	return args
 }
 
-// ComputeDType resolves a model's Options.DType: the zero value means Float32 (exact, the CPU choice);
-// BFloat16 is the GPU choice; anything else is refused, naming the field and the fix.
-func ComputeDType(dt dtypes.DType) (dtypes.DType, error) {
-	switch dt {
-	case dtypes.InvalidDType:
-		return dtypes.Float32, nil
-	case dtypes.Float32, dtypes.BFloat16:
-		return dt, nil
-	}
-	return dt, fmt.Errorf("Options.DType = %s; use Float32 or BFloat16", dt)
-}
-
 // Trace is a model's test hook: it receives named float32 copies of intermediates (the names of the
 // fixtures' act.* tensors). A nil Trace traces nothing, so models call Emit unconditionally.
 type Trace func(name string, shape []int, values []float32)
@@ -179,4 +166,31 @@ func (tr Trace) Emit(context, name string, t *tensors.Tensor) error {
 	}
 	tr(name, t.Shape().Dimensions, v)
 	return nil
+}
+
+// Inputs is an executable's inputs as a struct of named fields (graph nodes when building it, tensors
+// when calling it): Fields lists pointers to them in call order, the one place that order is written.
+type Inputs[T any] interface{ Fields() []*T }
+
+// Unpack fills a's fields from the graph inputs in order and returns the inputs after them (weights
+// passed as a list).
+func Unpack[T any](in []T, a Inputs[T]) []T {
+	fs := a.Fields()
+	for i, f := range fs {
+		*f = in[i]
+	}
+	return in[len(fs):]
+}
+
+// Pack lists a's fields in order as Exec.Call arguments, followed by rest.
+func Pack[T any](a Inputs[T], rest ...T) []any {
+	fs := a.Fields()
+	args := make([]any, 0, len(fs)+len(rest))
+	for _, f := range fs {
+		args = append(args, *f)
+	}
+	for _, r := range rest {
+		args = append(args, r)
+	}
+	return args
 }

@@ -1,4 +1,7 @@
-package gx
+// Package nn holds the graph operations several models compute the same way (linear layers, norms,
+// activations, AdaLN modulation). Weights use the PyTorch layout [out, in]; "over the last axis" means
+// per row of activations [..., width].
+package nn
 
 import (
 	"math"
@@ -6,9 +9,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 )
-
-// Graph operations that several models compute the same way. Weights use the PyTorch layout [out, in];
-// "over the last axis" means per row of activations [..., width].
 
 // F32 converts x to float32 (a no-op for float32 x).
 func F32(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
@@ -101,4 +101,16 @@ func Modulate(x, shift, scale *Node) *Node {
 func Project(x, w *Node) *Node {
 	w = ConvertDType(w, x.DType())
 	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+}
+
+// AllReduce is the hook a tensor-parallel block calls on its partial sums (after the attention output
+// projection and after FFN-out) to sum them across shards. nil means one device: identity.
+type AllReduce func(*Node) *Node
+
+// Apply sums x across the shards, or returns it unchanged when r is nil.
+func (r AllReduce) Apply(x *Node) *Node {
+	if r == nil {
+		return x
+	}
+	return r(x)
 }

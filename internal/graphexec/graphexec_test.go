@@ -1,0 +1,74 @@
+package graphexec
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/testutil"
+)
+
+func TestRecoverAndCatch(t *testing.T) {
+	boom := errors.New("boom")
+	f := func() (err error) {
+		defer Recover(&err, "pkg: step")
+		panic(boom)
+	}
+	if err := f(); !errors.Is(err, boom) || err.Error() != "pkg: step: boom" {
+		t.Errorf("Recover: %v", err)
+	}
+	err := Catch("pkg", func() error { panic("not an error") })
+	if err == nil || !strings.HasPrefix(err.Error(), "pkg: not an error\n") || !strings.Contains(err.Error(), "goroutine") {
+		t.Errorf("Catch of a non-error panic must keep the stack: %v", err)
+	}
+	if err := Catch("", func() error { return boom }); err != boom {
+		t.Errorf("Catch must return fn's error as is: %v", err)
+	}
+}
+
+func TestCallNamesTheExec(t *testing.T) {
+	b := testutil.Backend(t)
+	e := MustExec(b, "test.add", func(in []*Node) []*Node { return []*Node{Add(in[0], in[1])} })
+	defer FinalizeExecs(e, nil)
+	out, err := Call(e, tensors.FromValue([]float32{1, 2}), tensors.FromValue([]float32{3, 4}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Finalize(out...)
+	if v, _ := HostF32(out[0]); !slices.Equal(v, []float32{4, 6}) {
+		t.Errorf("sum %v", v)
+	}
+	if _, err := Call(e, tensors.FromValue([]float32{1, 2}), tensors.FromValue([]float32{3, 4, 5})); err == nil || !strings.Contains(err.Error(), "test.add") {
+		t.Errorf("a failing call must name the executable: %v", err)
+	}
+}
+
+func TestHostF32(t *testing.T) {
+	v, err := HostF32(tensors.FromValue(bfloat16.FromFloat32s(1.5, -2)))
+	if err != nil || !slices.Equal(v, []float32{1.5, -2}) {
+		t.Errorf("bf16: %v, %v", v, err)
+	}
+	if _, err := HostF32(tensors.FromValue([]int32{1})); err == nil {
+		t.Error("an int32 tensor must be refused")
+	}
+}
+
+func TestTrace(t *testing.T) {
+	var none Trace
+	if err := none.Emit("pkg", "x", tensors.FromValue([]int32{1})); err != nil {
+		t.Errorf("a nil Trace must read nothing: %v", err)
+	}
+	got := map[string][]float32{}
+	tr := Trace(func(name string, shape []int, v []float32) { got[name] = v })
+	if err := tr.Emit("pkg", "x", tensors.FromValue(bfloat16.FromFloat32s(0.5, 3))); err != nil || !slices.Equal(got["x"], []float32{0.5, 3}) {
+		t.Errorf("Emit: %v, %v", got, err)
+	}
+	if err := tr.Emit("pkg", "ids", tensors.FromValue([]int32{1})); err == nil || !strings.HasPrefix(err.Error(), "pkg: trace ids: ") {
+		t.Errorf("Emit of an int tensor must fail naming the context and the name: %v", err)
+	}
+}

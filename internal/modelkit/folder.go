@@ -1,0 +1,46 @@
+package modelkit
+
+import (
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+	"fmt"
+)
+
+// LoadFolder reads the config of a released component folder (vae/, audio_vae/, …) with readConfig,
+// opens its checkpoint (one file, a folder of files or shards with their index) and hands both to
+// build, which must copy what it keeps (weights.Bind does): the checkpoint closes when build returns.
+// what prefixes an open failure ("wan", "h3audio", …), as build's own errors are prefixed.
+func LoadFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, error) {
+	var zero T
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return zero, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return zero, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
+	defer ckpt.Close()
+	return build(cfg, ckpt)
+}
+
+// OpenFolder is LoadFolder for a model that keeps reading its checkpoint (a text encoder streaming
+// its layers) or may alias it (same-dtype host tensors on the Go backend): on success the checkpoint
+// stays open and its Close is returned for the model to call when it closes.
+func OpenFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, func() error, error) {
+	var zero T
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return zero, nil, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return zero, nil, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
+	m, err := build(cfg, ckpt)
+	if err != nil {
+		ckpt.Close()
+		return zero, nil, err
+	}
+	return m, ckpt.Close, nil
+}

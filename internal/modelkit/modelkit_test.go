@@ -1,0 +1,201 @@
+package modelkit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
+)
+
+func TestDType(t *testing.T) {
+	for _, c := range []struct {
+		in, want dtypes.DType
+		allowed  []dtypes.DType
+	}{
+		{dtypes.InvalidDType, dtypes.Float32, DiTDTypes}, {dtypes.Float32, dtypes.Float32, DiTDTypes},
+		{dtypes.BFloat16, dtypes.BFloat16, DiTDTypes}, {dtypes.Float16, dtypes.Float16, HalfDTypes},
+	} {
+		if got, err := DType(c.in, c.allowed); got != c.want || err != nil {
+			t.Errorf("DType(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	if _, err := DType(dtypes.Float16, DiTDTypes); err == nil || !strings.Contains(err.Error(), "Options.DType = Float16") {
+		t.Errorf("DType(Float16) for a DiT must name the field and value: %v", err)
+	}
+	if err := CheckBackend(nil); err == nil {
+		t.Error("a nil backend must be refused")
+	}
+}
+
+func writeFolder(t *testing.T) string {
+	dir := t.TempDir()
+	w := safetensors.Tensor{Name: "w", DType: safetensors.F32, Shape: []int{2}, Data: safetensors.F32Bytes([]float32{1, 2})}
+	if err := safetensors.WriteFile(filepath.Join(dir, "m.safetensors"), []safetensors.Tensor{w}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestLoadAndOpenFolder(t *testing.T) {
+	dir := writeFolder(t)
+	readCfg := func(d string) (string, error) { return "cfg:" + filepath.Base(d), nil }
+	build := func(cfg string, src weights.Source) (string, error) {
+		info, ok := src.Tensor("w")
+		if !ok || len(info.Shape) != 1 {
+			return "", errors.New("tensor w not found")
+		}
+		return cfg, nil
+	}
+	got, err := LoadFolder(dir, "test", readCfg, build)
+	if err != nil || got != "cfg:"+filepath.Base(dir) {
+		t.Fatalf("LoadFolder = %q, %v", got, err)
+	}
+	got, closeFn, err := OpenFolder(dir, "test", readCfg, build)
+	if err != nil || got != "cfg:"+filepath.Base(dir) || closeFn == nil {
+		t.Fatalf("OpenFolder = %q, %v", got, err)
+	}
+	if err := closeFn(); err != nil {
+		t.Error(err)
+	}
+
+	// A config failure is returned as is; a folder without weights names the caller.
+	bad := errors.New("bad config")
+	if _, err := LoadFolder(dir, "test", func(string) (string, error) { return "", bad }, build); !errors.Is(err, bad) {
+		t.Errorf("config failure = %v, want %v", err, bad)
+	}
+	if _, _, err := OpenFolder(t.TempDir(), "test", readCfg, build); err == nil || !strings.HasPrefix(err.Error(), "test: opening the weights") {
+		t.Errorf("empty folder = %v, want an error starting with the caller's name", err)
+	}
+	if _, _, err := OpenFolder(dir, "test", readCfg, func(string, weights.Source) (int, error) { return 0, bad }); !errors.Is(err, bad) {
+		t.Errorf("build failure = %v, want %v", err, bad)
+	}
+}
+
+type counter struct{ traced, finalized *int }
+
+func (c counter) Finalize() { *c.finalized++ }
+
+func TestStages(t *testing.T) {
+	var traced, finalized, built int
+	s := NewStages(func(tr bool) counter {
+		built++
+		if tr {
+			traced++
+		}
+		return counter{&traced, &finalized}
+	})
+	s.Get(false)
+	s.Get(true)
+	s.Get(true)
+	if built != 2 || traced != 1 {
+		t.Errorf("built %d sets (%d traced), want 2 (1 traced)", built, traced)
+	}
+	s.Finalize()
+	if finalized != 2 {
+		t.Errorf("finalized %d sets, want 2", finalized)
+	}
+}
+
+func TestRopeCacheAndTextRows(t *testing.T) {
+	b := testutil.Backend(t)
+	calls := 0
+	tables := func() ([]float32, []float32) { calls++; return []float32{1, 2}, []float32{3, 4} }
+	c := NewRopeCache(func(a, b [3]int) bool { return a == b })
+	defer c.Finalize()
+	cos, _, err := c.Tables(b, [3]int{1, 1, 2}, 1, 2, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := graphexec.HostF32(cos); !slices.Equal(v, []float32{1, 2}) {
+		t.Errorf("cos = %v", v)
+	}
+	_, _, _ = c.Tables(b, [3]int{1, 1, 2}, 1, 2, tables)
+	_, _, _ = c.Tables(b, [3]int{1, 2, 1}, 1, 2, tables)
+	if calls != 2 {
+		t.Errorf("tables computed %d times, want 2 (same geometry reused)", calls)
+	}
+
+	r := NewTextRows(3, tensors.FromValue([]float32{1, 2, 3}))
+	if r.Rows() != 3 || r.Tensor() == nil {
+		t.Errorf("TextRows: %d rows, tensor %v", r.Rows(), r.Tensor())
+	}
+	r.Close()
+	r.Close()
+	if r.Tensor() != nil {
+		t.Error("a closed TextRows must drop its tensor")
+	}
+	if n, err := TextCount(make([]float32, 6), 3, "text"); n != 2 || err != nil {
+		t.Errorf("TextCount = %d, %v", n, err)
+	}
+	if _, err := TextCount(make([]float32, 5), 3, "text"); err == nil {
+		t.Error("5 values of width 3 must be refused")
+	}
+	if err := CheckFinite("T", []float32{1, float32(math.Inf(1))}); err == nil || !strings.Contains(err.Error(), "T[1]") {
+		t.Errorf("CheckFinite: %v", err)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	var g Guard
+	unlock, err := g.Lock("closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	released := 0
+	release := func() error { released++; return nil }
+	if err := g.Close(release); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(release); err != nil || released != 1 {
+		t.Errorf("second Close: %v, released %d times, want once", err, released)
+	}
+	if _, err := g.RLock("decode after close"); err == nil || err.Error() != "decode after close" {
+		t.Errorf("RLock after Close = %v", err)
+	}
+}
+
+type run struct{ start, count int }
+
+func (r run) Span() (int, int, []float32) {
+	pix := make([]float32, 2*r.count) // 2 channels, 1×1 frames
+	for i := range pix {
+		pix[i] = float32(100*(i/r.count) + r.start + i%r.count)
+	}
+	return r.start, r.count, pix
+}
+
+func TestDecodeToPixels(t *testing.T) {
+	outShape := func([]int) ([]int, error) { return []int{1, 2, 3, 1, 1}, nil }
+	decode := func(_ context.Context, _ []float32, _ []int, emit func(run) error) error {
+		if err := emit(run{0, 2}); err != nil {
+			return err
+		}
+		return emit(run{2, 1})
+	}
+	video, shape, err := DecodeToPixels(context.Background(), nil, nil, outShape, decode)
+	if err != nil || !slices.Equal(shape, []int{1, 2, 3, 1, 1}) {
+		t.Fatal(shape, err)
+	}
+	if want := []float32{0, 1, 2, 100, 101, 102}; !slices.Equal(video, want) {
+		t.Errorf("video %v, want channel-major frames %v", video, want)
+	}
+	double := func(z []float32, _ []int) ([]float32, error) { return []float32{2 * z[0]}, nil }
+	var got float32
+	err = DecodeLatents(context.Background(), []float32{3}, nil, nil, double,
+		func(_ context.Context, z []float32, _ []int, _ func(run) error) error { got = z[0]; return nil })
+	if err != nil || got != 6 {
+		t.Errorf("DecodeLatents decoded %v (%v), want the de-normalized 6", got, err)
+	}
+}
