@@ -201,7 +201,6 @@ const maxFuncLines = 80
 var longFuncAllowed = map[string]string{}
 
 func TestFunctionsAreShort(t *testing.T) {
-	t.Skip("enabled after the issue-12 merge")
 	_, files := moduleFiles(t)
 	fset := token.NewFileSet()
 	seen := map[string]bool{}
