@@ -1,6 +1,7 @@
 package family
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -130,4 +131,33 @@ func Synthetic[C any](seed int64, params func(C) (weights.Shapes, error), cfg C,
 		return nil, fmt.Errorf("fastvideo: toy model: %w", err)
 	}
 	return weights.NewSynthetic(seed, shapes.Map(), init), nil
+}
+
+// ReadConfigJSON reads a small JSON file of a snapshot (a config, an index, a contract); a missing
+// file wraps os.ErrNotExist.
+func ReadConfigJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return fmt.Errorf("fastvideo: reading %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("fastvideo: parsing %s: %w", path, err)
+	}
+	return nil
+}
+
+// MissingOr turns a missing file of a snapshot (err wraps os.ErrNotExist) into invalid input for
+// the model field naming the file; other errors pass through.
+func MissingOr(dir, snapshot, file string, err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return &RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
+			"a complete %s snapshot: %s is missing", snapshot, filepath.Join(dir, file))}
+	}
+	if _, ok := err.(*RequestError); ok {
+		return err
+	}
+	return fmt.Errorf("fastvideo: %w", err)
 }

@@ -65,6 +65,21 @@ type PlanDetails interface {
 	WriteTable(w io.Writer, p *Plan) error
 }
 
+// NewPlan starts the plan of a resolution: its common fields, the output canvas, the video latent
+// [C, T, H, W] and the video ladder; the family adds the rest.
+func (r *Resolved) NewPlan(latent [4]int, sigmas, timesteps []float32) *Plan {
+	return &Plan{
+		Model: r.Model.Name, Preset: r.Preset, Family: r.Model.Family,
+		Height: r.Height, Width: r.Width, CanvasHeight: r.Height, CanvasWidth: r.Width,
+		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
+		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
+		LatentChannels: latent[0], VideoLatentFrames: latent[1], LatentHeight: latent[2], LatentWidth: latent[3],
+		LatentShape:   latent[:],
+		GuidanceScale: r.Guidance, ForwardsPerStep: 1,
+		VideoSigmas: sigmas, VideoTimesteps: timesteps,
+	}
+}
+
 // VideoNoiseLen is the length of Request.VideoNoise: C·T·Hl·Wl.
 func (p *Plan) VideoNoiseLen() int {
 	return p.LatentChannels * p.VideoLatentFrames * p.LatentHeight * p.LatentWidth

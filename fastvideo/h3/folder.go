@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,7 @@ const (
 	dirTextEncoder = "text_encoder"
 	dirTokenizer   = "tokenizer"
 	contractFile   = "fastvideo_inference.json"
+	snapshotName   = "MiniMax H3"
 )
 
 // Detect recognizes an H3 snapshot by its transformer (a config.json or a converted checkpoint's
@@ -85,20 +85,20 @@ func (s *Spec) readComponents(dir string) error {
 	// The DiT's own reader, so that a converted transformer/ (its config lives in the
 	// quantization manifest) reads like a released one.
 	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, dirTransformer)); err != nil {
-		return missingOr(dir, dirTransformer, err)
+		return family.MissingOr(dir, snapshotName, filepath.Join(dirTransformer, "config.json"), err)
 	}
 	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, dirTransformer)); err != nil {
 		return err
 	}
 	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, dirVAE)); err != nil {
-		return missingOr(dir, dirVAE, err)
+		return family.MissingOr(dir, snapshotName, filepath.Join(dirVAE, "config.json"), err)
 	}
 	if s.VAE.SpatialRatio() != packing.VAESpatialRatio || s.VAE.LatentChannels != s.DiT.InChannels {
 		return fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
 			filepath.Join(dir, dirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
 	}
 	if s.AudioVAE, err = h3audio.ReadConfig(filepath.Join(dir, dirAudioVAE)); err != nil {
-		return missingOr(dir, dirAudioVAE, err)
+		return family.MissingOr(dir, snapshotName, filepath.Join(dirAudioVAE, "config.json"), err)
 	}
 	if s.AudioVAE.LatentChannels != s.DiT.AudioInChannels {
 		return fmt.Errorf("fastvideo: %s: %d latent channels, but the DiT takes %d audio channels",
@@ -106,16 +106,6 @@ func (s *Spec) readComponents(dir string) error {
 	}
 	s.AudioSampleRate = s.AudioVAE.SamplingRate
 	return nil
-}
-
-// missingOr turns a missing component config into invalid input naming the file; other errors
-// pass through.
-func missingOr(dir, component string, err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
-			"a complete MiniMax H3 snapshot: %s is missing (%v)", filepath.Join(dir, component, "config.json"), err)}
-	}
-	return fmt.Errorf("fastvideo: %w", err)
 }
 
 // readSchedulers reads both ladders' shifts (12 and 3 released; the audio one defaults to 3 when
@@ -138,22 +128,11 @@ func (s *Spec) readSchedulers(dir string) error {
 
 // readJSON reads a small JSON file of the snapshot; a missing required file is invalid input.
 func readJSON(dir, rel string, v any, required bool) error {
-	path := filepath.Join(dir, rel)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			if !required {
-				return err
-			}
-			return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
-				"a complete MiniMax H3 snapshot: %s is missing", path)}
-		}
-		return fmt.Errorf("fastvideo: reading %s: %w", path, err)
+	err := family.ReadConfigJSON(filepath.Join(dir, rel), v)
+	if required && err != nil {
+		return family.MissingOr(dir, snapshotName, rel, err)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("fastvideo: parsing %s: %w", path, err)
-	}
-	return nil
+	return err
 }
 
 // readShift reads a MiniMaxH3Scheduler config; 0 when optional and absent.

@@ -57,17 +57,9 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 // planWith is Plan over a layout already built (a run builds it once, for the plan and the loop).
 func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan, error) {
 	s, g, sched := r.spec, r.Denoise, r.sched
-	p := &family.Plan{
-		Model: s.Name, Preset: r.Preset, Family: s.Family,
-		Height: r.Height, Width: r.Width, CanvasHeight: g.Height, CanvasWidth: g.Width,
-		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
-		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
-		VideoLatentFrames: g.LatentFrames, LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth,
-		LatentChannels: s.VAE.LatentChannels,
-		LatentShape:    []int{s.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
-		GuidanceScale:  r.Guidance, ForwardsPerStep: 1,
-		VideoSigmas: sched.Video.Sigmas, VideoTimesteps: sched.Video.Timesteps,
-	}
+	p := r.NewPlan([4]int{s.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
+		sched.Video.Sigmas, sched.Video.Timesteps)
+	p.CanvasHeight, p.CanvasWidth = g.Height, g.Width
 	p.Details = &PlanDetails{
 		AudioLatentFrames: g.AudioLatents, AudioLatentChannels: s.DiT.AudioInChannels,
 		AudioSamples: g.AudioLatents * s.AudioVAE.HopLength(),

@@ -1,7 +1,6 @@
 package wan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -47,34 +46,12 @@ func (Family) FolderLayout() string {
 		modelIndex, dirTransformer, dirVAE, dirTextEncoder, dirTokenizer)
 }
 
-// readJSON reads a small JSON file.
-func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("fastvideo: parsing %s: %w", path, err)
-	}
-	return nil
-}
-
-// missingOr turns a missing component config into invalid input naming the file; other errors
-// pass through.
-func missingOr(dir, component string, err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
-			"a complete Wan snapshot: %s is missing (%v)", filepath.Join(dir, component, "config.json"), err)}
-	}
-	return fmt.Errorf("fastvideo: %w", err)
-}
-
 // classNameOf reads the "_class_name" of a JSON config; "" when the file does not exist.
 func classNameOf(path string) (string, error) {
 	var c struct {
 		ClassName string `json:"_class_name"`
 	}
-	if err := readJSON(path, &c); err != nil {
+	if err := family.ReadConfigJSON(path, &c); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil
 		}
@@ -117,11 +94,11 @@ func readFolder(dir, cls string) (*Spec, error) {
 	}
 	dit, err := wandit.ReadConfig(filepath.Join(dir, dirTransformer))
 	if err != nil {
-		return nil, missingOr(dir, dirTransformer, err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirTransformer, "config.json"), err)
 	}
 	vae, err := wanvae.LoadConfig(filepath.Join(dir, dirVAE))
 	if err != nil {
-		return nil, missingOr(dir, dirVAE, err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirVAE, "config.json"), err)
 	}
 	if vae.ZDim != dit.InChannels || dit.OutChannels != dit.InChannels {
 		return nil, fmt.Errorf("fastvideo: %s: the VAE's z_dim %d must equal the transformer's in_channels %d and out_channels %d "+
@@ -130,7 +107,7 @@ func readFolder(dir, cls string) (*Spec, error) {
 	}
 	te, err := umt5.LoadConfig(filepath.Join(dir, dirTextEncoder))
 	if err != nil {
-		return nil, missingOr(dir, dirTextEncoder, err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirTextEncoder, "config.json"), err)
 	}
 	if te.DModel != dit.TextDim {
 		return nil, fmt.Errorf("fastvideo: the text encoder's d_model %d (%s) differs from the transformer's text_dim %d",

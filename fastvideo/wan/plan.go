@@ -87,20 +87,9 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	forwards := 1
+	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, l.sigmas, l.timesteps)
 	if r.CFG {
-		forwards = 2
-	}
-	p := &family.Plan{
-		Model: s.Name, Preset: r.Preset, Family: s.Family,
-		Height: r.Height, Width: r.Width, CanvasHeight: r.Height, CanvasWidth: r.Width,
-		RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
-		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed,
-		VideoLatentFrames: g.LatentFrames, LatentHeight: g.LatentHeight, LatentWidth: g.LatentWidth,
-		LatentChannels: g.VAE.LatentChannels,
-		LatentShape:    []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
-		GuidanceScale:  r.Guidance, CFG: r.CFG, ForwardsPerStep: forwards,
-		VideoSigmas: l.sigmas, VideoTimesteps: l.timesteps,
+		p.CFG, p.ForwardsPerStep = true, 2
 	}
 	d := &PlanDetails{
 		TokenGrid: []int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, Tokens: g.Tokens, TextTokens: s.TextLen,
@@ -111,7 +100,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		d.renoiseLen = (r.Steps - 1) * r.latentLen()
 	}
 	p.Details = d
-	perStep := float64(forwards) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
+	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
 	f32, half, err := paramGroups(s.DiT)
 	if err != nil {
