@@ -199,7 +199,7 @@ func TestRequestValidation(t *testing.T) {
 		{"spatial on 32x32", TinyName, family.Request{Prompt: "x", Height: 32, Width: 32, FastSpatial: true}, "fast_spatial_scale", "smaller than 32x32", false},
 		{"prompt tokens", "h3", family.Request{Prompt: "x", PromptTokens: -3}, "prompt_tokens", "token count", false},
 		{"side above the toy's", TinyName, family.Request{Prompt: "x", Height: 4096, Width: 96}, "height", "up to 256", false},
-		{"side above the release's", "h3", family.Request{Prompt: "x", Height: 320000, Width: 832}, "height", "up to 1920", false},
+		{"side above the release's", "h3", family.Request{Prompt: "x", Height: 320000, Width: 832}, "height", "up to 2048", false},
 		{"frames beyond int32", "h3", family.Request{Prompt: "x", NumFrames: math.MaxInt}, "num_frames", "124..345", false},
 		{"audio noise NaN", TinyName, family.Request{Prompt: "x", Options: &Options{AudioNoise: nanAt(2*32*37, 5)}}, "audio_noise", "finite", false},
 		{"audio noise length", TinyName, family.Request{Prompt: "x", Options: &Options{AudioNoise: make([]float32, 4)}}, "audio_noise", "[2][32][37]", false},
