@@ -319,6 +319,9 @@ func (w *MP4Writer) Close(audio [][]float32) error {
 	if w.ctx.Err() != nil {
 		return w.failLocked("finishing", w.ctxErr())
 	}
+	if err := verifyMP4(w.tmpFinal, w.frames); err != nil {
+		return w.failLocked("checking the finished file", err)
+	}
 	if err := os.Rename(w.tmpFinal, w.opts.Path); err != nil {
 		return w.failLocked("renaming the finished file", err)
 	}
@@ -507,9 +510,17 @@ func startProc(path string, args []string, stdin *os.File) (*proc, error) {
 	return p, nil
 }
 
+// wait returns ffmpeg's exit error, or, for an exit status 0, the write error it reported on
+// stderr: a full disk can end in "Error writing trailer ... No space left on device" and 0.
 func (p *proc) wait() error {
 	<-p.done
-	return p.err
+	if p.err != nil {
+		return p.err
+	}
+	if line := p.stderr.WriteError(); line != "" {
+		return fmt.Errorf("ffmpeg exited with status 0 but reported a write error: %s", line)
+	}
+	return nil
 }
 
 func (p *proc) kill() {
