@@ -163,8 +163,8 @@ func checkFolders(o options) error {
 	if _, err := os.Stat(filepath.Join(o.in, "config.json")); err != nil {
 		return usagef("-in %s has no config.json, so it is not a released transformer folder; %s", o.in, fix)
 	}
-	in, err1 := filepath.Abs(o.in)
-	out, err2 := filepath.Abs(o.out)
+	in, err1 := realPath(o.in)
+	out, err2 := realPath(o.out)
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
@@ -172,6 +172,26 @@ func checkFolders(o options) error {
 		return usagef("-out %s is -in %s or inside it; write the converted checkpoint to a folder outside the released one", o.out, o.in)
 	}
 	return nil
+}
+
+// realPath is the absolute path of p with symbolic links resolved, also when p does not exist
+// yet (an -out to be created): its deepest existing ancestor is resolved and the rest joined
+// on. Comparing real paths catches an -out that reaches -in through a link.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if filepath.Dir(dir) == dir {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // openSource reads the transformer config and opens the weights of -in, refusing a folder that is not
