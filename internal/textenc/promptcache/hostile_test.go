@@ -130,3 +130,14 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+// A shape whose product wraps (2^32 x 2^32 is 0 modulo 2^64) does not pass for empty data.
+func TestPutRejectsWrappingShape(t *testing.T) {
+	c, _ := newCache(t)
+	if err := c.Put(testKey(), nil, []int{1 << 32, 1 << 32}); err == nil {
+		t.Fatal("stored an entry whose shape wraps to zero values")
+	}
+	if err := c.Put(testKey(), nil, []int{1 << 40, 0}); err != nil {
+		t.Fatalf("an honest empty shape: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -167,14 +168,11 @@ func decode(r io.Reader, size int64, wantKey string) (data []float32, shape []in
 	if h.DType != "float32" {
 		return nil, nil, fmt.Sprintf("payload dtype %q", h.DType)
 	}
-	n := int64(1)
-	for _, d := range h.Shape {
-		if d < 0 || (d > 0 && n > math.MaxInt32/int64(d)) {
-			return nil, nil, fmt.Sprintf("shape %v out of range", h.Shape)
-		}
-		n *= int64(d)
+	n, ok := shapeProduct(h.Shape)
+	if !ok || n > math.MaxInt32 {
+		return nil, nil, fmt.Sprintf("shape %v out of range", h.Shape)
 	}
-	if len(h.Shape) == 0 || 4*n != h.PayloadBytes {
+	if len(h.Shape) == 0 || 4*int64(n) != h.PayloadBytes {
 		return nil, nil, fmt.Sprintf("shape %v does not match %d payload bytes", h.Shape, h.PayloadBytes)
 	}
 	if rest := size - 12 - int64(hlen); h.PayloadBytes != rest {
@@ -199,14 +197,32 @@ func decode(r io.Reader, size int64, wantKey string) (data []float32, shape []in
 	return data, h.Shape, ""
 }
 
-// encode builds an entry file image.
-func encode(keyHash string, data []float32, shape []int) ([]byte, error) {
-	n := 1
+// shapeProduct is the number of values of shape, computed without wrapping; ok is false for a
+// negative dimension or a product beyond MaxInt.
+func shapeProduct(shape []int) (n int, ok bool) {
 	for _, d := range shape {
 		if d < 0 {
-			return nil, fmt.Errorf("promptcache: negative dimension in shape %v", shape)
+			return 0, false
+		}
+	}
+	if slices.Contains(shape, 0) {
+		return 0, true
+	}
+	n = 1
+	for _, d := range shape {
+		if n > math.MaxInt/d {
+			return 0, false
 		}
 		n *= d
+	}
+	return n, true
+}
+
+// encode builds an entry file image.
+func encode(keyHash string, data []float32, shape []int) ([]byte, error) {
+	n, ok := shapeProduct(shape)
+	if !ok {
+		return nil, fmt.Errorf("promptcache: shape %v has a negative dimension or too many values", shape)
 	}
 	if len(shape) == 0 || n != len(data) {
 		return nil, fmt.Errorf("promptcache: shape %v holds %d values but %d were given", shape, n, len(data))
