@@ -387,7 +387,8 @@ func TestOptionsValidation(t *testing.T) {
 	}{
 		{"OddWidth", func(o *MP4Options) { o.Width = 63 }, "MP4Options.Width=63 is odd"},
 		{"OddHeight", func(o *MP4Options) { o.Height = 47 }, "MP4Options.Height=47 is odd"},
-		{"ZeroWidth", func(o *MP4Options) { o.Width = 0 }, "MP4Options.Width=0 must be positive"},
+		{"ZeroWidth", func(o *MP4Options) { o.Width = 0 }, "MP4Options.Width=0 must be in 1..16384"},
+		{"HugeHeight", func(o *MP4Options) { o.Height = 1 << 40 }, "MP4Options.Height=1099511627776 must be in 1..16384"},
 		{"NoPath", func(o *MP4Options) { o.Path = "" }, "MP4Options.Path is empty"},
 		{"PathIsDir", func(o *MP4Options) { o.Path = dir }, "is a directory"},
 		{"MissingDir", func(o *MP4Options) { o.Path = filepath.Join(dir, "nope", "a.mp4") }, "does not exist"},

@@ -26,6 +26,10 @@ const (
 	DefaultChannels     = 2
 )
 
+// MaxFrameSide bounds Width and Height: libx264 encodes at most 16384 pixels a side, and the
+// bound keeps Width*Height*3 far from overflowing.
+const MaxFrameSide = 16384
+
 // ErrAborted is the error of a writer ended with Abort.
 var ErrAborted = errors.New("media: writer aborted")
 
@@ -82,8 +86,8 @@ func (o MP4Options) withDefaults() (MP4Options, error) {
 		name string
 		v    int
 	}{{"Width", o.Width}, {"Height", o.Height}} {
-		if d.v <= 0 {
-			return o, fmt.Errorf("media: MP4Options.%s=%d must be positive", d.name, d.v)
+		if d.v <= 0 || d.v > MaxFrameSide {
+			return o, fmt.Errorf("media: MP4Options.%s=%d must be in 1..%d", d.name, d.v, MaxFrameSide)
 		}
 		if d.v%2 != 0 {
 			return o, fmt.Errorf("media: MP4Options.%s=%d is odd; H.264 yuv420p needs even width and height: crop or pad frames to %d or %d",
