@@ -128,3 +128,28 @@ func TestOversizedFileIsRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// FuzzFromSentencePiece: any bytes are read as a ModelProto without a panic, and a model
+// that is accepted encodes text to ids that name pieces.
+func FuzzFromSentencePiece(f *testing.F) {
+	cm := buildCharsmap(f, testRules, 0)
+	f.Add(spSpec{pieces: spVocab, eosID: 1, padID: 0, charsmap: cm, dummyPrefix: true, removeExtra: true, escape: true}.serialize())
+	f.Add(spSpec{pieces: spVocab, eosID: 1, padID: 0}.serialize())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := FromSentencePiece(data, Options{})
+		if err != nil {
+			return
+		}
+		for _, s := range []string{"ab c", "\xff</s>", "Ａ  b"} {
+			ids, err := tok.Encode(s)
+			if err != nil {
+				continue
+			}
+			for _, id := range ids {
+				if _, ok := tok.Piece(id); !ok {
+					t.Fatalf("Encode(%q) gave id %d that names no piece", s, id)
+				}
+			}
+		}
+	})
+}
