@@ -36,6 +36,7 @@ import (
 
 	"fastvideo/dit/h3"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/safefile"
 	"fastvideo/internal/safetensors"
 	"fastvideo/quant"
 	"fastvideo/schedule"
@@ -194,13 +195,19 @@ func realPath(p string) (string, error) {
 	}
 }
 
+// maxConfigBytes bounds config.json: a released one is a few KB.
+const maxConfigBytes = 1 << 20
+
 // openSource reads the transformer config and opens the weights of -in, refusing a folder that is not
 // an H3 transformer as invalid input.
 func openSource(o options) (json.RawMessage, h3.Config, *safetensors.Checkpoint, error) {
 	notH3 := func(err error) error {
 		return usageError{fmt.Errorf("-in %s is not a released H3 transformer folder: %w", o.in, err)}
 	}
-	config, err := os.ReadFile(filepath.Join(o.in, "config.json"))
+	config, err := safefile.ReadFile(filepath.Join(o.in, "config.json"), maxConfigBytes)
+	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
+		return nil, h3.Config{}, nil, notH3(err)
+	}
 	if err != nil {
 		return nil, h3.Config{}, nil, fmt.Errorf("reading the transformer config: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"fastvideo/dit/h3"
@@ -138,6 +139,10 @@ func TestConvertExitCodes(t *testing.T) {
 	if err := os.Symlink(in, link); err != nil {
 		t.Fatal(err)
 	}
+	fifoConfig := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifoConfig, "config.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	notH3 := t.TempDir()
 	if err := os.WriteFile(filepath.Join(notH3, "config.json"), []byte(`{"model_type": "wan"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -160,6 +165,7 @@ func TestConvertExitCodes(t *testing.T) {
 		{[]string{"-in", in, "-out", in}, 2, []string{"-out", in, "outside"}},
 		{[]string{"-in", in, "-out", filepath.Join(in, "int6")}, 2, []string{"-out", "inside"}},
 		{[]string{"-in", in, "-out", link}, 2, []string{"-out", link, "outside"}},
+		{[]string{"-in", fifoConfig, "-out", out}, 2, []string{"-in", "config.json", "not a regular file"}},
 		{[]string{"-in", in, "-out", filepath.Join(link, "new", "int6")}, 2, []string{"-out", "inside"}},
 	} {
 		var stderr strings.Builder
