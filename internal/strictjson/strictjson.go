@@ -23,7 +23,9 @@ func CheckUniqueKeys(data []byte) error {
 	if err := w.value(); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err == nil {
+	// Anything but white space after the value is an error (a Token call would stop at
+	// the first invalid byte without saying so).
+	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) != 0 {
 		return fmt.Errorf("data after the top-level JSON value")
 	}
 	return nil
