@@ -36,6 +36,7 @@ import (
 
 	"fastvideo/dit/h3"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/safefile"
 	"fastvideo/internal/safetensors"
 	"fastvideo/quant"
 	"fastvideo/schedule"
@@ -163,8 +164,8 @@ func checkFolders(o options) error {
 	if _, err := os.Stat(filepath.Join(o.in, "config.json")); err != nil {
 		return usagef("-in %s has no config.json, so it is not a released transformer folder; %s", o.in, fix)
 	}
-	in, err1 := filepath.Abs(o.in)
-	out, err2 := filepath.Abs(o.out)
+	in, err1 := realPath(o.in)
+	out, err2 := realPath(o.out)
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
@@ -174,13 +175,39 @@ func checkFolders(o options) error {
 	return nil
 }
 
+// realPath is the absolute path of p with symbolic links resolved, also when p does not exist
+// yet (an -out to be created): its deepest existing ancestor is resolved and the rest joined
+// on. Comparing real paths catches an -out that reaches -in through a link.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if filepath.Dir(dir) == dir {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
+// maxConfigBytes bounds config.json: a released one is a few KB.
+const maxConfigBytes = 1 << 20
+
 // openSource reads the transformer config and opens the weights of -in, refusing a folder that is not
 // an H3 transformer as invalid input.
 func openSource(o options) (json.RawMessage, h3.Config, *safetensors.Checkpoint, error) {
 	notH3 := func(err error) error {
 		return usageError{fmt.Errorf("-in %s is not a released H3 transformer folder: %w", o.in, err)}
 	}
-	config, err := os.ReadFile(filepath.Join(o.in, "config.json"))
+	config, err := safefile.ReadFile(filepath.Join(o.in, "config.json"), maxConfigBytes)
+	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
+		return nil, h3.Config{}, nil, notH3(err)
+	}
 	if err != nil {
 		return nil, h3.Config{}, nil, fmt.Errorf("reading the transformer config: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"fastvideo/dit/h3"
@@ -93,6 +94,13 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 	if len(ck.QuantizedKeys()) != 18 || cm.Quant.Quantization.Bits != 6 {
 		t.Fatalf("%d quantized keys, bits %d", len(ck.QuantizedKeys()), cm.Quant.Quantization.Bits)
 	}
+	// The converted checkpoint is shared like the release it came from (a temp file alone is 0600).
+	files, _ := os.ReadDir(out)
+	for _, f := range files {
+		if info, err := f.Info(); err != nil || info.Mode().Perm()&0o044 != 0o044 {
+			t.Errorf("%s is not readable by group and others: %v %v", f.Name(), info.Mode(), err)
+		}
+	}
 	// Converting the output again is refused as such, not as a folder without config.json.
 	if err := run([]string{"-in", out, "-out", t.TempDir()}, io.Discard); err == nil || !strings.Contains(err.Error(), "already a converted checkpoint") {
 		t.Errorf("converting a converted checkpoint: %v", err)
@@ -127,6 +135,14 @@ func TestConvertExitCodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(noConfig, "model.safetensors"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	link := filepath.Join(t.TempDir(), "link-to-in")
+	if err := os.Symlink(in, link); err != nil {
+		t.Fatal(err)
+	}
+	fifoConfig := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifoConfig, "config.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	notH3 := t.TempDir()
 	if err := os.WriteFile(filepath.Join(notH3, "config.json"), []byte(`{"model_type": "wan"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -148,6 +164,9 @@ func TestConvertExitCodes(t *testing.T) {
 		{[]string{"-in", notH3, "-out", out}, 2, []string{"-in", notH3, "not a released H3 transformer"}},
 		{[]string{"-in", in, "-out", in}, 2, []string{"-out", in, "outside"}},
 		{[]string{"-in", in, "-out", filepath.Join(in, "int6")}, 2, []string{"-out", "inside"}},
+		{[]string{"-in", in, "-out", link}, 2, []string{"-out", link, "outside"}},
+		{[]string{"-in", fifoConfig, "-out", out}, 2, []string{"-in", "config.json", "not a regular file"}},
+		{[]string{"-in", in, "-out", filepath.Join(link, "new", "int6")}, 2, []string{"-out", "inside"}},
 	} {
 		var stderr strings.Builder
 		if got := exitCode(run(c.args, io.Discard), &stderr); got != c.want {

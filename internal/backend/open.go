@@ -68,6 +68,9 @@ func (p *Plan) prepareXLA() error {
 	// go-xla read this at init already; the absolute plugin path is what really prevents a download.
 	// Setting it still covers child processes and any later GoMLX call without a spec.
 	setenvDefault("GOMLX_NO_AUTO_INSTALL", "1")
+	if err := checkLoadable(p.Plugin); err != nil {
+		return fmt.Errorf("PJRT plugin: %w", err)
+	}
 	p.LoadPath = p.Plugin
 	if !p.isCUDA() {
 		p.Config = xlaConfig(p.LoadPath, p.Options)
@@ -100,7 +103,7 @@ func (p *Plan) prepareXLA() error {
 				todo = append(todo, f)
 			}
 		}
-		loaded, failed := preloadAll(todo, dlopenGlobal)
+		loaded, failed := preloadAll(todo, checkedDlopen)
 		for _, f := range loaded {
 			preloadedLibs[f] = true
 		}
@@ -111,6 +114,14 @@ func (p *Plan) prepareXLA() error {
 		}
 	}
 	return nil
+}
+
+// checkedDlopen dlopens a library that passed checkLoadable.
+func checkedDlopen(path string) error {
+	if err := checkLoadable(path); err != nil {
+		return err
+	}
+	return dlopenGlobal(path)
 }
 
 func setenvDefault(k, v string) {

@@ -209,8 +209,34 @@ func (e *FFmpegError) Unwrap() error { return e.Err }
 // tailBuffer keeps the last bytes written to it, so a chatty ffmpeg cannot grow memory while
 // an error can still quote its final lines.
 type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
+	mu       sync.Mutex
+	buf      []byte
+	writeErr string // the first line reporting a write error, kept even when buf is trimmed
+}
+
+// WriteError returns the first line of ffmpeg's stderr that reports a failed write, or "".
+func (t *tailBuffer) WriteError() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.writeErr
+}
+
+// findWriteError returns the line of buf holding a write-error mark at or after from, or "".
+func findWriteError(buf []byte, from int) string {
+	for _, m := range writeErrorMarks {
+		i := bytes.Index(buf[from:], []byte(m))
+		if i < 0 {
+			continue
+		}
+		i += from
+		start := bytes.LastIndexAny(buf[:i], "\r\n") + 1
+		end := len(buf)
+		if j := bytes.IndexAny(buf[i:], "\r\n"); j >= 0 {
+			end = i + j
+		}
+		return strings.TrimSpace(string(buf[start:end]))
+	}
+	return ""
 }
 
 const (
@@ -220,10 +246,25 @@ const (
 
 func newTailBuffer() *tailBuffer { return &tailBuffer{} }
 
+// writeErrorMarks are what ffmpeg prints when writing its output failed. It may still exit 0
+// (after "Error writing trailer"), so the writer looks for these itself.
+var writeErrorMarks = []string{
+	"No space left on device", "Disk quota exceeded", "File too large", "Input/output error",
+	"I/O error", "Read-only file system", "Error writing trailer", "Error closing file",
+}
+
+// markOverlap is how far back a scan reaches into earlier writes: a mark split between two
+// writes is still found.
+const markOverlap = 64
+
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	from := max(0, len(t.buf)-markOverlap)
 	t.buf = append(t.buf, p...)
+	if t.writeErr == "" {
+		t.writeErr = findWriteError(t.buf, from)
+	}
 	if len(t.buf) > 2*tailKeepBytes {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailKeepBytes:]...)
 	}

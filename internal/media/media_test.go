@@ -387,7 +387,8 @@ func TestOptionsValidation(t *testing.T) {
 	}{
 		{"OddWidth", func(o *MP4Options) { o.Width = 63 }, "MP4Options.Width=63 is odd"},
 		{"OddHeight", func(o *MP4Options) { o.Height = 47 }, "MP4Options.Height=47 is odd"},
-		{"ZeroWidth", func(o *MP4Options) { o.Width = 0 }, "MP4Options.Width=0 must be positive"},
+		{"ZeroWidth", func(o *MP4Options) { o.Width = 0 }, "MP4Options.Width=0 must be in 1..16384"},
+		{"HugeHeight", func(o *MP4Options) { o.Height = 1 << 40 }, "MP4Options.Height=1099511627776 must be in 1..16384"},
 		{"NoPath", func(o *MP4Options) { o.Path = "" }, "MP4Options.Path is empty"},
 		{"PathIsDir", func(o *MP4Options) { o.Path = dir }, "is a directory"},
 		{"MissingDir", func(o *MP4Options) { o.Path = filepath.Join(dir, "nope", "a.mp4") }, "does not exist"},
@@ -517,6 +518,13 @@ func TestTailBuffer(t *testing.T) {
 // otherwise never reads its input, like an ffmpeg hung on a dead disk.
 func fakeFFmpeg(t *testing.T, encoders ...string) string {
 	t.Helper()
+	return fakeFFmpegRunning(t, "exec sleep 600", encoders...)
+}
+
+// fakeFFmpegRunning is a fake ffmpeg that lists encoders and otherwise runs the shell
+// commands of body, with $out the output file (ffmpeg's last argument without "file:").
+func fakeFFmpegRunning(t *testing.T, body string, encoders ...string) string {
+	t.Helper()
 	if runtime.GOOS == "windows" {
 		t.Skip("fake ffmpeg is a shell script")
 	}
@@ -525,7 +533,8 @@ func fakeFFmpeg(t *testing.T, encoders ...string) string {
 		fmt.Fprintf(&list, " V....D %s fake\\n", e)
 	}
 	path := filepath.Join(t.TempDir(), "ffmpeg")
-	script := "#!/bin/sh\ncase \"$*\" in *-encoders*) printf '" + list.String() + "'; exit 0;; esac\nexec sleep 600\n"
+	script := "#!/bin/sh\ncase \"$*\" in *-encoders*) printf '" + list.String() + "'; exit 0;; esac\n" +
+		"for a; do out=${a#file:}; done\n" + body + "\n"
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,10 @@ const (
 	DefaultChannels     = 2
 )
 
+// MaxFrameSide bounds Width and Height: libx264 encodes at most 16384 pixels a side, and the
+// bound keeps Width*Height*3 far from overflowing.
+const MaxFrameSide = 16384
+
 // ErrAborted is the error of a writer ended with Abort.
 var ErrAborted = errors.New("media: writer aborted")
 
@@ -82,8 +86,8 @@ func (o MP4Options) withDefaults() (MP4Options, error) {
 		name string
 		v    int
 	}{{"Width", o.Width}, {"Height", o.Height}} {
-		if d.v <= 0 {
-			return o, fmt.Errorf("media: MP4Options.%s=%d must be positive", d.name, d.v)
+		if d.v <= 0 || d.v > MaxFrameSide {
+			return o, fmt.Errorf("media: MP4Options.%s=%d must be in 1..%d", d.name, d.v, MaxFrameSide)
 		}
 		if d.v%2 != 0 {
 			return o, fmt.Errorf("media: MP4Options.%s=%d is odd; H.264 yuv420p needs even width and height: crop or pad frames to %d or %d",
@@ -319,6 +323,9 @@ func (w *MP4Writer) Close(audio [][]float32) error {
 	if w.ctx.Err() != nil {
 		return w.failLocked("finishing", w.ctxErr())
 	}
+	if err := verifyMP4(w.tmpFinal, w.frames); err != nil {
+		return w.failLocked("checking the finished file", err)
+	}
 	if err := os.Rename(w.tmpFinal, w.opts.Path); err != nil {
 		return w.failLocked("renaming the finished file", err)
 	}
@@ -507,9 +514,17 @@ func startProc(path string, args []string, stdin *os.File) (*proc, error) {
 	return p, nil
 }
 
+// wait returns ffmpeg's exit error, or, for an exit status 0, the write error it reported on
+// stderr: a full disk can end in "Error writing trailer ... No space left on device" and 0.
 func (p *proc) wait() error {
 	<-p.done
-	return p.err
+	if p.err != nil {
+		return p.err
+	}
+	if line := p.stderr.WriteError(); line != "" {
+		return fmt.Errorf("ffmpeg exited with status 0 but reported a write error: %s", line)
+	}
+	return nil
 }
 
 func (p *proc) kill() {

@@ -10,6 +10,9 @@ import (
 
 // Float32s decodes a floating tensor (F32, F16, BF16, F64) to float32.
 func (i Info) Float32s() ([]float32, error) {
+	if err := i.checkData(); err != nil {
+		return nil, err
+	}
 	n := i.NumElements()
 	out := make([]float32, n)
 	d := i.Data
@@ -49,6 +52,9 @@ func (i Info) Float64s() ([]float64, error) {
 		}
 		return out, nil
 	}
+	if err := i.checkData(); err != nil {
+		return nil, err
+	}
 	out := make([]float64, i.NumElements())
 	for k := range out {
 		out[k] = math.Float64frombits(binary.LittleEndian.Uint64(i.Data[8*k:]))
@@ -58,6 +64,9 @@ func (i Info) Float64s() ([]float64, error) {
 
 // Int64s decodes any integer or BOOL tensor, widening to int64.
 func (i Info) Int64s() ([]int64, error) {
+	if err := i.checkData(); err != nil {
+		return nil, err
+	}
 	n := i.NumElements()
 	out := make([]int64, n)
 	d := i.Data

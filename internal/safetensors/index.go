@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"fastvideo/internal/safefile"
+	"fastvideo/internal/strictjson"
 )
 
 // Checkpoint is a set of safetensors files read as one namespace: a sharded
@@ -48,17 +51,24 @@ func OpenCheckpoint(path string) (*Checkpoint, error) {
 	return openFiles(path, files)
 }
 
+// maxIndexBytes bounds a shard index: one line per tensor name, a few MB for the largest
+// released checkpoints.
+const maxIndexBytes = 64 << 20
+
 type indexFile struct {
 	Metadata  map[string]any    `json:"metadata"`
 	WeightMap map[string]string `json:"weight_map"`
 }
 
 func openIndex(indexPath string) (*Checkpoint, error) {
-	raw, err := os.ReadFile(indexPath)
+	raw, err := safefile.ReadFile(indexPath, maxIndexBytes)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	var idx indexFile
+	if err := strictjson.CheckUniqueKeys(raw); err != nil {
+		return nil, fmt.Errorf("safetensors: index %s: %v", indexPath, err)
+	}
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		return nil, fmt.Errorf("safetensors: index %s is not valid JSON: %v", indexPath, err)
 	}

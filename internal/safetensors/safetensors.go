@@ -11,10 +11,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
+	"math"
 	"sort"
 	"strings"
+
+	"fastvideo/internal/safefile"
+	"fastvideo/internal/strictjson"
 )
 
 // MaxHeaderBytes bounds the JSON header: real checkpoints stay far below it, and
@@ -73,6 +75,39 @@ func (i Info) NumElements() int {
 	return n
 }
 
+// checkData verifies that Data holds exactly the bytes the shape and dtype need, with
+// overflow-checked arithmetic, so that decoding can index it without bounds surprises
+// (an Info may be built by hand, not only by the parser).
+func (i Info) checkData() error {
+	want, ok := ByteSize(i.DType, i.Shape)
+	if !ok {
+		return fmt.Errorf("safetensors: tensor %q: shape %v of %s is too large or invalid", i.Name, i.Shape, i.DType)
+	}
+	if want != int64(len(i.Data)) {
+		return fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, has %d", i.Name, i.Shape, i.DType, want, len(i.Data))
+	}
+	return nil
+}
+
+// ByteSize is the number of bytes of a tensor of dtype and shape; ok is false for an unknown
+// dtype, a negative dimension, or a size beyond MaxInt64 (a product that would wrap).
+func ByteSize[D ~int | ~int64](dtype DType, shape []D) (n int64, ok bool) {
+	n = int64(dtype.Size())
+	if n == 0 {
+		return 0, false
+	}
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d != 0 && n > math.MaxInt64/int64(d) {
+			return 0, false
+		}
+		n *= int64(d)
+	}
+	return n, true
+}
+
 // File is an open safetensors file.
 type File struct {
 	Path     string
@@ -85,7 +120,7 @@ type File struct {
 
 // Open maps path and validates its header.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -146,8 +181,8 @@ func parse(data []byte) (*File, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("header is not a JSON object: %v", err)
 	}
-	if err := checkUniqueKeys(header); err != nil {
-		return nil, err
+	if err := strictjson.CheckUniqueKeys(header); err != nil {
+		return nil, fmt.Errorf("header: %v", err)
 	}
 
 	f := &File{tensors: make(map[string]Info, len(raw))}
@@ -221,20 +256,23 @@ func parseEntry(name string, msg json.RawMessage, body []byte) (Info, span, erro
 	if end > int64(len(body)) {
 		return Info{}, span{}, fmt.Errorf("tensor %q: data_offsets [%d, %d] run past the %d-byte data section: truncated file", name, start, end, len(body))
 	}
-	elems := int64(1)
 	shape := make([]int, len(e.Shape))
 	for i, d := range e.Shape {
 		if d < 0 {
 			return Info{}, span{}, fmt.Errorf("tensor %q: negative dimension in shape %v", name, e.Shape)
 		}
-		// Guard the product against overflow before it is compared with the byte range.
-		if d != 0 && elems > (1<<62)/d {
-			return Info{}, span{}, fmt.Errorf("tensor %q: shape %v is too large", name, e.Shape)
+		if int64(int(d)) != d {
+			return Info{}, span{}, fmt.Errorf("tensor %q: dimension %d of shape %v does not fit an int", name, d, e.Shape)
 		}
-		elems *= d
 		shape[i] = int(d)
 	}
-	if want := elems * int64(size); want != end-start {
+	// The byte size is computed with overflow checks: a wrapped product (F32 [2^31, 2^31]
+	// is 2^64 bytes, 0 modulo 2^64) would otherwise match empty data_offsets.
+	want, ok := ByteSize(dt, e.Shape)
+	if !ok {
+		return Info{}, span{}, fmt.Errorf("tensor %q: shape %v of %s is too large: its byte size overflows int64", name, e.Shape, dt)
+	}
+	if want != end-start {
 		return Info{}, span{}, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] hold %d", name, e.Shape, dt, want, start, end, end-start)
 	}
 	return Info{Name: name, DType: dt, Shape: shape, Data: body[start:end:end]}, span{name, start, end}, nil
@@ -261,35 +299,6 @@ func checkNoOverlap(spans []span) error {
 		if cur.end > last.end {
 			last = cur
 		}
-	}
-	return nil
-}
-
-// checkUniqueKeys rejects duplicate top-level names, which encoding/json would
-// otherwise resolve silently in favour of the last one.
-func checkUniqueKeys(header []byte) error {
-	dec := json.NewDecoder(strings.NewReader(string(header)))
-	if _, err := dec.Token(); err != nil { // '{'
-		return fmt.Errorf("header is not a JSON object: %v", err)
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("header is not valid JSON: %v", err)
-		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return fmt.Errorf("tensor name %q appears twice in the header", key)
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return fmt.Errorf("header is not valid JSON: %v", err)
-		}
-	}
-	if _, err := dec.Token(); err != nil && err != io.EOF {
-		return fmt.Errorf("header is not valid JSON: %v", err)
 	}
 	return nil
 }

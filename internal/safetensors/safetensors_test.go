@@ -2,10 +2,16 @@ package safetensors
 
 import (
 	"encoding/binary"
+	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"fastvideo/internal/safefile"
 )
 
 func image(header string, body []byte) []byte {
@@ -41,6 +47,9 @@ func TestCorruptFiles(t *testing.T) {
 		{"three offsets", image(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}}`, make([]byte, 2)), "must hold 2 values"},
 		{"metadata not strings", image(`{"__metadata__":{"x":1}}`, nil), "__metadata__"},
 		{"shape overflow", image(`{"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,8]}}`, make([]byte, 8)), "too large"},
+		// 2^62 elements of 4 bytes and [2^31, 2^31] F32 are 2^64 bytes: 0 once wrapped.
+		{"byte size wraps to zero", image(`{"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}}`, nil), "[4611686018427387904] of F32 is too large"},
+		{"2^31 x 2^31 wraps to zero", image(`{"a":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}}`, nil), "[2147483648 2147483648] of F32 is too large"},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -183,16 +192,73 @@ func FuzzParseHeader(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add(image(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8)))
+	f.Add(image(`{"a":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}}`, nil))
+	f.Add(image(`{"a":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}`, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		infos, _, err := ParseHeader(data)
 		if err != nil {
 			return
 		}
-		// Whatever was accepted must be internally consistent.
+		// Whatever was accepted must be internally consistent, by arithmetic that cannot wrap.
 		for _, in := range infos {
-			if len(in.Data) != in.NumElements()*in.DType.Size() {
-				t.Fatalf("accepted %s with %d bytes for shape %v", in.Name, len(in.Data), in.Shape)
+			want := big.NewInt(int64(in.DType.Size()))
+			for _, d := range in.Shape {
+				want.Mul(want, big.NewInt(int64(d)))
 			}
+			if want.Cmp(big.NewInt(int64(len(in.Data)))) != 0 {
+				t.Fatalf("accepted %s with %d bytes for shape %v of %s (%v bytes)", in.Name, len(in.Data), in.Shape, in.DType, want)
+			}
+			// Decoding must not panic, whatever the dtype.
+			_, _ = in.Int64s()
+			_, _ = in.Float32s()
 		}
 	})
+}
+
+// A FIFO named like a shard must be refused at once, not waited on (os.Open blocks until a
+// writer appears, forever in practice).
+func TestFIFOShardIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	shard := filepath.Join(dir, "model.safetensors")
+	if err := syscall.Mkfifo(shard, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := OpenCheckpoint(dir); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), shard) {
+			t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, shard)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("OpenCheckpoint blocked on a FIFO shard")
+	}
+}
+
+// Hand-built Infos are checked before decoding: a wrapped size must not reach make.
+func TestDecodeChecksHandBuiltInfo(t *testing.T) {
+	in := Info{Name: "w", DType: F32, Shape: []int{1 << 31, 1 << 31}}
+	if _, err := in.Float32s(); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("Float32s: got %v", err)
+	}
+	in = Info{Name: "w", DType: I32, Shape: []int{3}, Data: make([]byte, 8)}
+	if _, err := in.Int64s(); err == nil || !strings.Contains(err.Error(), "needs 12 bytes") {
+		t.Fatalf("Int64s: got %v", err)
+	}
+}
+
+// Checkpoints are written readable by everyone, like any download (os.CreateTemp gives 0600).
+func TestWriteFileMode(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
+	path := filepath.Join(t.TempDir(), "out.safetensors")
+	if err := WriteFile(path, []Tensor{{Name: "a", DType: U8, Shape: []int{1}, Data: []byte{1}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, want 0644", st.Mode().Perm())
+	}
 }

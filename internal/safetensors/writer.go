@@ -38,12 +38,12 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 		if size == 0 {
 			return nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", t.Name, t.DType)
 		}
-		n := 1
-		for _, d := range t.Shape {
-			n *= d
+		want, ok := ByteSize(t.DType, t.Shape)
+		if !ok {
+			return nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s is too large or has a negative dimension", t.Name, t.Shape, t.DType)
 		}
-		if n*size != len(t.Data) {
-			return nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, got %d", t.Name, t.Shape, t.DType, n*size, len(t.Data))
+		if want != int64(len(t.Data)) {
+			return nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, got %d", t.Name, t.Shape, t.DType, want, len(t.Data))
 		}
 		shape := t.Shape
 		if shape == nil {
@@ -80,19 +80,24 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	return WriteAtomic(path, data)
 }
 
-// WriteAtomic writes data to path through a temp file and a rename.
+// OutputMode is the permission of files written by WriteAtomic: checkpoints and outputs are
+// shared like any download (os.CreateTemp alone would leave them private, 0600).
+const OutputMode = 0o644
+
+// WriteAtomic writes data to path through a temp file and a rename; the file gets OutputMode.
 func WriteAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	name := tmp.Name()
+	merr := tmp.Chmod(OutputMode)
 	_, werr := tmp.Write(data)
 	serr := tmp.Sync()
 	cerr := tmp.Close()
-	if werr != nil || serr != nil || cerr != nil {
+	if merr != nil || werr != nil || serr != nil || cerr != nil {
 		os.Remove(name)
-		return fmt.Errorf("safetensors: writing %s: %v", path, firstErr(werr, serr, cerr))
+		return fmt.Errorf("safetensors: writing %s: %v", path, firstErr(merr, werr, serr, cerr))
 	}
 	if err := os.Rename(name, path); err != nil {
 		os.Remove(name)

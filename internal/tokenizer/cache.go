@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"fastvideo/internal/safefile"
 	"fastvideo/internal/safetensors"
 )
 
@@ -256,6 +257,20 @@ func (c *compiled) readAdded(r *cacheReader) error {
 		c.Added = append(c.Added, t)
 	}
 	return nil
+}
+
+// maxCacheBytes bounds a cache file read: it holds less than the tokenizer.json it was
+// compiled from (3.4 MB for Qwen3's 11 MB).
+const maxCacheBytes = 2 * MaxJSONBytes
+
+// readCache loads the compiled tokenizer stored for key. A missing, corrupt or non-regular
+// file is an error (errors.Is(err, safefile.ErrNotRegular) tells the last apart).
+func readCache(dir string, key [32]byte) (*compiled, error) {
+	data, err := safefile.ReadFile(cachePath(dir, key), maxCacheBytes)
+	if err != nil {
+		return nil, err
+	}
+	return decodeCompiled(data, key)
 }
 
 // writeCache stores the compiled tokenizer with safetensors.WriteAtomic's temp file and rename,

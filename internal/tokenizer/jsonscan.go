@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"fastvideo/internal/strictjson"
 )
 
 // A Qwen tokenizer.json is 11 MB, nearly all of it model.vocab (151k
@@ -11,7 +13,9 @@ import (
 // most of a cold load on reflection there. jsonScan walks the document itself,
 // decodes those two fields directly, and hands every other value, as raw
 // bytes, to encoding/json. Keys are matched exactly (case-sensitive, like HF's
-// serde); a repeated key keeps its last value, like both.
+// serde); a key repeated in one object is an error at any depth, where both
+// would keep one value silently (serde the first or the last depending on the
+// field's type, encoding/json the last).
 type jsonScan struct {
 	b   []byte
 	pos int
@@ -139,7 +143,24 @@ func (s *jsonScan) validRaw(start int) (json.RawMessage, error) {
 	if !json.Valid(raw) {
 		return nil, fmt.Errorf("JSON at byte %d: invalid value %.40q", start, raw)
 	}
+	if raw[0] == '{' || raw[0] == '[' {
+		if err := strictjson.CheckUniqueKeys(raw); err != nil {
+			return nil, fmt.Errorf("JSON at byte %d: %v", start, err)
+		}
+	}
 	return raw, nil
+}
+
+// uniqueObject is object with every key checked against the earlier ones.
+func (s *jsonScan) uniqueObject(where string, field func(key string) error) error {
+	seen := map[string]bool{}
+	return s.object(func(key string) error {
+		if seen[key] {
+			return s.errorf("key %q appears twice in %s; remove one of them", key, where)
+		}
+		seen[key] = true
+		return field(key)
+	})
 }
 
 // object calls field for every key of an object; field must consume the value.
@@ -249,7 +270,7 @@ func parseTokenizerJSON(data []byte) (*fileJSON, error) {
 		"truncation": &f.Truncation, "padding": &f.Padding, "normalizer": &f.Normalizer,
 		"pre_tokenizer": &f.PreTokenizer, "post_processor": &f.PostProcessor, "decoder": &f.Decoder,
 	}
-	err := s.object(func(key string) error {
+	err := s.uniqueObject("the top-level object", func(key string) error {
 		if p, ok := raws[key]; ok {
 			raw, err := s.rawValue()
 			*p = raw
@@ -285,16 +306,22 @@ func parseModelJSON(s *jsonScan, m *modelJSON) error {
 		"continuing_subword_prefix": &m.ContinuingSubwordPrefix, "end_of_word_suffix": &m.EndOfWordSuffix,
 		"byte_fallback": &m.ByteFallback, "ignore_merges": &m.IgnoreMerges,
 	}
-	return s.object(func(key string) error {
+	return s.uniqueObject("model", func(key string) error {
 		if p, ok := fields[key]; ok {
 			return s.decodeValue(p)
 		}
 		switch key {
 		case "vocab":
 			m.Vocab = make(map[string]int, 1<<17)
+			// The vocabulary map finds repeats itself (an insert that does not grow it),
+			// without a second set of 151k keys or a second lookup.
 			return s.object(func(tok string) error {
 				id, err := s.intValue()
+				n := len(m.Vocab)
 				m.Vocab[tok] = id
+				if len(m.Vocab) == n {
+					return s.errorf("token %q appears twice in model.vocab; remove one of them", tok)
+				}
 				return err
 			})
 		case "merges":

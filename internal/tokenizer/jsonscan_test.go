@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -74,7 +75,8 @@ func TestJSONScanRejectsMalformed(t *testing.T) {
 	}
 }
 
-// FuzzCompileJSON: no byte string makes the loader panic.
+// FuzzCompileJSON: no byte string makes the loader panic or hang, and a tokenizer it
+// accepts encodes, decodes and survives the cache round trip.
 func FuzzCompileJSON(f *testing.F) {
 	flags, err := os.ReadFile(filepath.Join(flagsDir, "tokenizer.json"))
 	if err != nil {
@@ -82,15 +84,26 @@ func FuzzCompileJSON(f *testing.F) {
 	}
 	f.Add(flags)
 	f.Add([]byte(`{"model": {"vocab": {"a": 1}, "merges": ["a b"]}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "model": null}`))
+	f.Add([]byte(`{"added_tokens": [{"id": 1, "content": "x", "content": "y"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := compileJSON(data, [32]byte{})
 		if err != nil {
 			return
 		}
 		tk := newFromCompiled(c)
-		ids := tk.Encode(string(data[:min(len(data), 64)]))
+		text := string(data[:min(len(data), 64)])
+		ids := tk.Encode(text)
 		if _, err := tk.Decode(ids); err != nil {
 			t.Fatalf("Decode(Encode(...)) of a loaded tokenizer: %v", err)
+		}
+		var key [32]byte
+		back, err := decodeCompiled(encodeCompiled(key, c), key)
+		if err != nil {
+			t.Fatalf("the cache form of an accepted tokenizer does not decode: %v", err)
+		}
+		if !slices.Equal(newFromCompiled(back).Encode(text), ids) {
+			t.Fatal("the cache round trip changed the tokenization")
 		}
 	})
 }

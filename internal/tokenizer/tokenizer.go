@@ -29,14 +29,16 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"fastvideo/internal/safefile"
 )
 
 // Tokenizer encodes text to token ids and back. It is immutable after Load
@@ -78,9 +80,9 @@ func LoadWith(path string, opts Options) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.ReadFile(file)
+	raw, err := safefile.ReadFile(file, MaxJSONBytes)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %v", err)
+		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	key := sha256.Sum256(raw)
 	dir := opts.CacheDir
@@ -89,23 +91,18 @@ func LoadWith(path string, opts Options) (*Tokenizer, error) {
 	}
 	useCache := !opts.NoCache && dir != ""
 	if useCache {
-		if data, err := os.ReadFile(cachePath(dir, key)); err == nil {
-			if c, err := decodeCompiled(data, key); err == nil {
-				t := newFromCompiled(c)
-				t.fromCache = true
-				return t, nil
-			}
+		c, err := readCache(dir, key)
+		if err == nil {
+			t := newFromCompiled(c)
+			t.fromCache = true
+			return t, nil
 		}
+		// Something other than a file at our cache name (a FIFO, a folder) is not ours to replace.
+		useCache = !errors.Is(err, safefile.ErrNotRegular)
 	}
-	text := raw
-	if len(raw) >= 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("tokenizer %s: %v", file, err)
-		}
-		if text, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("tokenizer %s: gunzip: %v", file, err)
-		}
+	text, err := inflate(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
 	}
 	c, err := compileJSON(text, sha256.Sum256(text))
 	if err != nil {
@@ -116,6 +113,26 @@ func LoadWith(path string, opts Options) (*Tokenizer, error) {
 		_ = writeCache(dir, key, c) // best effort: a read-only cache only costs time
 	}
 	return t, nil
+}
+
+// MaxJSONBytes bounds a tokenizer.json, as a file and after gunzip: the largest released
+// tokenizers are tens of MB (Qwen3's is 11 MB), and a small gzip bomb must not exhaust memory.
+const MaxJSONBytes = 64 << 20
+
+// inflate returns raw, or its gunzipped content when raw is gzip (detected from the content).
+func inflate(raw []byte) ([]byte, error) {
+	if len(raw) < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
+		return raw, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	text, err := safefile.ReadAll(zr, MaxJSONBytes)
+	if err != nil {
+		return nil, fmt.Errorf("gunzip: %w (a tokenizer.json may hold at most %d MiB)", err, MaxJSONBytes>>20)
+	}
+	return text, nil
 }
 
 // resolvePath accepts a file or a folder holding tokenizer.json(.gz).

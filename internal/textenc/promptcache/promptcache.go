@@ -23,9 +23,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	"fastvideo/internal/safefile"
 )
 
 // Key is what a cached hidden state depends on. Every field is part of the hash.
@@ -90,6 +94,7 @@ func (c *Cache) Path(key Key) string { return filepath.Join(c.Dir, key.Hash()+".
 // Get returns the cached hidden state of key and its shape. A missing, unreadable
 // or corrupt entry is a miss; a corrupt one is removed so that it is recomputed.
 func (c *Cache) Get(key Key) ([]float32, []int, bool) {
+	c.sweepOnce()
 	data, shape, err := c.read(key)
 	if err == nil {
 		return data, shape, true
@@ -112,27 +117,32 @@ func (e *corruptError) Error() string {
 
 func (c *Cache) read(key Key) ([]float32, []int, error) {
 	path := c.Path(key)
-	f, err := os.Open(path)
+	// A FIFO or device in place of an entry is refused without blocking and left alone: it
+	// is not ours to remove.
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	data, shape, why := decode(f, key.Hash())
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	data, shape, why := decode(f, st.Size(), key.Hash())
 	if why == "" {
 		return data, shape, nil
 	}
 	// Remove only the file we read: a writer may have renamed a good entry over
 	// it in the meantime, and that one must stay.
-	if st, err := f.Stat(); err == nil {
-		if cur, err := os.Stat(path); err == nil && os.SameFile(st, cur) {
-			os.Remove(path)
-		}
+	if cur, err := os.Stat(path); err == nil && os.SameFile(st, cur) {
+		os.Remove(path)
 	}
 	return nil, nil, &corruptError{path, why}
 }
 
-// decode validates and reads one entry; why is empty on success.
-func decode(r io.Reader, wantKey string) (data []float32, shape []int, why string) {
+// decode validates and reads one entry of size bytes; why is empty on success. Every length
+// the entry claims is checked against size before anything is allocated for it.
+func decode(r io.Reader, size int64, wantKey string) (data []float32, shape []int, why string) {
 	var pre [12]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, nil, "truncated before the header"
@@ -141,8 +151,8 @@ func decode(r io.Reader, wantKey string) (data []float32, shape []int, why strin
 		return nil, nil, "bad magic"
 	}
 	hlen := binary.LittleEndian.Uint32(pre[8:])
-	if hlen == 0 || hlen > maxHeader {
-		return nil, nil, fmt.Sprintf("header length %d out of range", hlen)
+	if hlen == 0 || hlen > maxHeader || int64(hlen) > size-12 {
+		return nil, nil, fmt.Sprintf("header length %d out of range for a %d-byte file", hlen, size)
 	}
 	hb := make([]byte, hlen)
 	if _, err := io.ReadFull(r, hb); err != nil {
@@ -158,15 +168,15 @@ func decode(r io.Reader, wantKey string) (data []float32, shape []int, why strin
 	if h.DType != "float32" {
 		return nil, nil, fmt.Sprintf("payload dtype %q", h.DType)
 	}
-	n := int64(1)
-	for _, d := range h.Shape {
-		if d < 0 || (d > 0 && n > math.MaxInt32/int64(d)) {
-			return nil, nil, fmt.Sprintf("shape %v out of range", h.Shape)
-		}
-		n *= int64(d)
+	n, ok := shapeProduct(h.Shape)
+	if !ok || n > math.MaxInt32 {
+		return nil, nil, fmt.Sprintf("shape %v out of range", h.Shape)
 	}
-	if len(h.Shape) == 0 || 4*n != h.PayloadBytes {
+	if len(h.Shape) == 0 || 4*int64(n) != h.PayloadBytes {
 		return nil, nil, fmt.Sprintf("shape %v does not match %d payload bytes", h.Shape, h.PayloadBytes)
+	}
+	if rest := size - 12 - int64(hlen); h.PayloadBytes != rest {
+		return nil, nil, fmt.Sprintf("header claims %d payload bytes but the file holds %d after it", h.PayloadBytes, rest)
 	}
 	payload := make([]byte, h.PayloadBytes)
 	if _, err := io.ReadFull(r, payload); err != nil {
@@ -187,14 +197,32 @@ func decode(r io.Reader, wantKey string) (data []float32, shape []int, why strin
 	return data, h.Shape, ""
 }
 
-// encode builds an entry file image.
-func encode(keyHash string, data []float32, shape []int) ([]byte, error) {
-	n := 1
+// shapeProduct is the number of values of shape, computed without wrapping; ok is false for a
+// negative dimension or a product beyond MaxInt.
+func shapeProduct(shape []int) (n int, ok bool) {
 	for _, d := range shape {
 		if d < 0 {
-			return nil, fmt.Errorf("promptcache: negative dimension in shape %v", shape)
+			return 0, false
+		}
+	}
+	if slices.Contains(shape, 0) {
+		return 0, true
+	}
+	n = 1
+	for _, d := range shape {
+		if n > math.MaxInt/d {
+			return 0, false
 		}
 		n *= d
+	}
+	return n, true
+}
+
+// encode builds an entry file image.
+func encode(keyHash string, data []float32, shape []int) ([]byte, error) {
+	n, ok := shapeProduct(shape)
+	if !ok {
+		return nil, fmt.Errorf("promptcache: shape %v has a negative dimension or too many values", shape)
 	}
 	if len(shape) == 0 || n != len(data) {
 		return nil, fmt.Errorf("promptcache: shape %v holds %d values but %d were given", shape, n, len(data))
@@ -235,6 +263,7 @@ func (c *Cache) Put(key Key, data []float32, shape []int) error {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return fmt.Errorf("promptcache: %w", err)
 	}
+	c.sweepOnce()
 	tmp, err := os.CreateTemp(c.Dir, tempPrefix+key.Hash()[:16]+"-*")
 	if err != nil {
 		return fmt.Errorf("promptcache: %w", err)
@@ -279,6 +308,26 @@ func (c *Cache) Remove(key Key) error {
 	return nil
 }
 
+// StaleTempAge is the age beyond which a temp file is taken for the leftover of a writer that
+// died (an entry is written in well under a minute), and removed when a folder is first used.
+const StaleTempAge = time.Hour
+
+// swept records the folders whose stale temp files this process has removed already.
+var swept sync.Map
+
+// sweepOnce removes stale temp files the first time this process uses c.Dir.
+func (c *Cache) sweepOnce() {
+	if c.Dir == "" {
+		return
+	}
+	if _, done := swept.LoadOrStore(c.Dir, true); done {
+		return
+	}
+	if err := c.CleanTemp(StaleTempAge); err != nil {
+		c.warn(err)
+	}
+}
+
 // CleanTemp removes temp files older than age, left by writers that crashed
 // between create and rename. Younger ones may belong to a writer still running.
 func (c *Cache) CleanTemp(age time.Duration) error {
@@ -311,6 +360,10 @@ func (c *Cache) warn(err error) {
 	}
 }
 
+// maxConfigBytes bounds each JSON file FolderIdentity reads: configs and shard indexes are
+// kilobytes to a few megabytes.
+const maxConfigBytes = 64 << 20
+
 // FolderIdentity fingerprints a model folder without reading its weights: the
 // bytes of its JSON files (config.json, index, ...) and the name, size and
 // modification time of every other regular file in it. Replacing, rewriting or
@@ -334,7 +387,7 @@ func FolderIdentity(dir string) (string, error) {
 			continue
 		}
 		if strings.HasSuffix(name, ".json") {
-			b, err := os.ReadFile(path)
+			b, err := safefile.ReadFile(path, maxConfigBytes)
 			if err != nil {
 				return "", fmt.Errorf("promptcache: %w", err)
 			}

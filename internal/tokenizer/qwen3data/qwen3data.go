@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"fastvideo/internal/safefile"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/tokenizer"
 )
@@ -60,7 +61,7 @@ func materialize() (string, error) {
 	var errs []error
 	for _, dir := range dirs {
 		p := filepath.Join(dir, name)
-		if data, err := os.ReadFile(p); err == nil && bytes.Equal(data, gz) {
+		if data, err := safefile.ReadFile(p, int64(len(gz))); err == nil && bytes.Equal(data, gz) {
 			return p, nil
 		}
 		if err := writeAtomic(dir, name, gz); err != nil {

@@ -14,7 +14,7 @@ import (
 // then the NUL-terminated replacements. rootBase > 0 forces the root's children
 // block there (a multiple of 256 >= 1<<21 exercises the extended offset
 // encoding).
-func buildCharsmap(t *testing.T, rules map[string]string, rootBase int) []byte {
+func buildCharsmap(t testing.TB, rules map[string]string, rootBase int) []byte {
 	t.Helper()
 	keys := make([]string, 0, len(rules))
 	for k := range rules {
@@ -243,7 +243,7 @@ type hfSpec struct {
 	added        []map[string]any
 }
 
-func (h hfSpec) json(t *testing.T) []byte {
+func (h hfSpec) json(t testing.TB) []byte {
 	t.Helper()
 	m := map[string]any{
 		"version":        "1.0",

@@ -11,6 +11,8 @@ import (
 
 	"github.com/dlclark/regexp2/v2"
 	"golang.org/x/text/unicode/norm"
+
+	"fastvideo/internal/strictjson"
 )
 
 // The tokenizer.json pipeline of HF tokenizers: added tokens are split out of
@@ -586,6 +588,10 @@ func parseTemplate(raw json.RawMessage, opts Options) (prefix, suffix []int, ok 
 // ---- loading ----
 
 func fromHFJSON(data []byte, opts Options) (*Tokenizer, error) {
+	// encoding/json keeps the last of two equal keys; a file saying two things is refused.
+	if err := strictjson.CheckUniqueKeys(data); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %v", err)
+	}
 	var f hfFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer.json is not valid JSON: %v", err)

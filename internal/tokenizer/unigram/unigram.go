@@ -34,6 +34,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"fastvideo/internal/safefile"
 )
 
 // Options configure loading.
@@ -66,6 +68,9 @@ type Tokenizer struct {
 	fingerprint string
 }
 
+// MaxFileBytes bounds a tokenizer.json or spiece.model: T5's are 2.4 MB and 0.8 MB.
+const MaxFileBytes = 64 << 20
+
 // Load reads a tokenizer from a folder (tokenizer.json, else spiece.model) or
 // from one of those files.
 func Load(path string, opts Options) (*Tokenizer, error) {
@@ -82,7 +87,7 @@ func Load(path string, opts Options) (*Tokenizer, error) {
 		}
 		return nil, fmt.Errorf("unigram: %s has neither tokenizer.json nor spiece.model; point at a released tokenizer/ folder", path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("unigram: %w", err)
 	}

@@ -36,7 +36,7 @@ var hfVocab = [][2]any{
 	{"▁fi", -3.5},  // 21
 }
 
-func mustHF(t *testing.T, h hfSpec, opts Options) *Tokenizer {
+func mustHF(t testing.TB, h hfSpec, opts Options) *Tokenizer {
 	t.Helper()
 	tok, err := FromTokenizerJSON(h.json(t), opts)
 	if err != nil {
