@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -20,6 +21,11 @@ import (
 //	denoise    the family's DiT and sampling loop
 //	decode     the family's VAEs; video frames stream through the frame filters into the encoder
 //	mux        finish the H.264 stream, add the audio track, move the file to its final name
+//
+// staleStaging is the age after which a staging file in the output folder belongs to a run that
+// was killed, not to one still running.
+const staleStaging = time.Hour
+
 type pipelineRun struct {
 	g     *VideoGenerator
 	req   Request
@@ -147,6 +153,10 @@ func (p *pipelineRun) validate(context.Context) error {
 	if !req.SkipSave {
 		if p.target, err = outputTarget(req.OutputPath, c.Prompt); err != nil {
 			return err
+		}
+		// Staging files of runs that were killed (SIGKILL, a power cut) would stay hidden forever.
+		if _, err := media.SweepStaging(filepath.Dir(p.target), staleStaging); err != nil {
+			return fmt.Errorf("fastvideo: clearing stale temporary files: %w", err)
 		}
 		if err := g.engine.Media.Check(); err != nil {
 			return fmt.Errorf("fastvideo: %w", err)

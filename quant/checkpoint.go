@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 )
 
@@ -198,7 +199,7 @@ func (m *Manifest) Validate(where string) error {
 // ReadManifest reads and validates dir's manifest.
 func (f Format) ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, f.ManifestFile)
-	data, err := os.ReadFile(path)
+	data, err := modelcfg.ReadJSON(path)
 	if err != nil {
 		return nil, fmt.Errorf("quant: %w", err)
 	}

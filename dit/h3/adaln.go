@@ -15,6 +15,7 @@ import (
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/hostmath"
+	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -252,7 +253,7 @@ var AdaLNManifestFiles = []string{"adaln_cache.json", ManifestFile}
 func ReadAdaLNManifest(dir string) (*AdaLNManifest, error) {
 	for _, name := range AdaLNManifestFiles {
 		path := filepath.Join(dir, name)
-		data, err := os.ReadFile(path)
+		data, err := modelcfg.ReadJSON(path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
@@ -136,7 +137,7 @@ func Synthetic[C any](seed int64, params func(C) (weights.Shapes, error), cfg C,
 // ReadConfigJSON reads a small JSON file of a snapshot (a config, an index, a contract); a missing
 // file wraps os.ErrNotExist.
 func ReadConfigJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	data, err := modelcfg.ReadJSON(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return err

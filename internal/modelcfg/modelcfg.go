@@ -9,7 +9,28 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"fastvideo/internal/safefile"
+	"fastvideo/internal/strictjson"
 )
+
+// MaxJSONBytes bounds a model folder's JSON file (a config, a manifest, a contract): far above
+// any real one, small enough that a hostile file costs nothing.
+const MaxJSONBytes = 16 << 20
+
+// ReadJSON reads a model folder's JSON file the untrusting way: a regular file only (a FIFO is
+// refused without blocking), at most MaxJSONBytes, and no key repeated in any object (which one
+// would win is a parser's accident). A missing file wraps os.ErrNotExist.
+func ReadJSON(path string) ([]byte, error) {
+	data, err := safefile.ReadFile(path, MaxJSONBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := strictjson.CheckUniqueKeys(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, nil
+}
 
 // Read parses path/config.json (or path itself when it is a file or names a .json file) with parse. A read failure is
 // reported as "<context>: <error> (<hint>)" (without the parenthesis when hint is empty), a parse
@@ -18,7 +39,7 @@ func Read[C any](path string, parse func([]byte) (C, error), context, hint strin
 	if st, err := os.Stat(path); (err == nil && st.IsDir()) || (err != nil && filepath.Ext(path) != ".json") {
 		path = filepath.Join(path, "config.json") // a missing folder is reported by its config.json
 	}
-	data, err := os.ReadFile(path)
+	data, err := ReadJSON(path)
 	if err != nil {
 		var zero C
 		if hint != "" {
