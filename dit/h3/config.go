@@ -128,12 +128,15 @@ func (c Config) Validate() error {
 		{"rope_freq_dim", c.RopeFreqDim},
 	}
 	for _, f := range pos {
-		if f.v <= 0 {
-			return fmt.Errorf("h3: config %s = %d, must be positive", f.name, f.v)
+		if err := modelcfg.CheckSize("h3", f.name, f.v, modelcfg.MaxSize); err != nil {
+			return err
 		}
 	}
-	if c.NumRefinerLayers < 0 {
-		return fmt.Errorf("h3: config num_refiner_layers = %d, must be >= 0", c.NumRefinerLayers)
+	if err := modelcfg.CheckSize("h3", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
+		return err
+	}
+	if c.NumRefinerLayers < 0 || c.NumRefinerLayers > modelcfg.MaxLayers {
+		return fmt.Errorf("h3: config num_refiner_layers = %d, must be in 0..%d", c.NumRefinerLayers, modelcfg.MaxLayers)
 	}
 	if len(c.PatchSize) != 3 || c.PatchSize[0] <= 0 || c.PatchSize[1] <= 0 || c.PatchSize[2] <= 0 {
 		return fmt.Errorf("h3: config patch_size = %v, want three positive ints (t, h, w)", c.PatchSize)

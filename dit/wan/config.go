@@ -100,9 +100,12 @@ func (c Config) Validate() error {
 		{"attention_head_dim", c.AttentionHeadDim}, {"ffn_dim", c.FFNDim}, {"in_channels", c.InChannels},
 		{"out_channels", c.OutChannels}, {"text_dim", c.TextDim}, {"freq_dim", c.FreqDim},
 	} {
-		if f.v <= 0 {
-			return fmt.Errorf("wan: config %s = %d, must be positive", f.name, f.v)
+		if err := modelcfg.CheckSize("wan", f.name, f.v, modelcfg.MaxSize); err != nil {
+			return err
 		}
+	}
+	if err := modelcfg.CheckSize("wan", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
+		return err
 	}
 	if len(c.PatchSize) != 3 || c.PatchSize[0] <= 0 || c.PatchSize[1] <= 0 || c.PatchSize[2] <= 0 {
 		return fmt.Errorf("wan: config patch_size = %v, want three positive ints (t, h, w)", c.PatchSize)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
@@ -35,6 +37,39 @@ func (s Snapshot) CheckWeights(dirs ...string) error {
 		ck.Close()
 	}
 	return nil
+}
+
+// CheckParams checks, from the headers alone, that the checkpoint in the component folder dir holds
+// every parameter of the model's table (from its config) at the table's shape: a config that claims
+// more layers or other widths than the weights present fails here, in New, instead of exhausting
+// memory or failing halfway through a load. Tensors the table does not name are allowed.
+func (s Snapshot) CheckParams(dir string, params weights.Shapes) error {
+	ck, err := safetensors.OpenCheckpoint(s.Path(dir))
+	if err != nil {
+		return fmt.Errorf("fastvideo: model folder %s: %s/ weights: %w", s.Dir, dir, err)
+	}
+	defer ck.Close()
+	var problems []string
+	for _, p := range params {
+		info, ok := ck.Tensor(p.Name)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s missing", p.Name))
+		case !slices.Equal(info.Shape, p.Shape):
+			problems = append(problems, fmt.Sprintf("%s is %v, the config says %v", p.Name, info.Shape, p.Shape))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	const shown = 5
+	more := ""
+	if len(problems) > shown {
+		more = fmt.Sprintf(" (and %d more)", len(problems)-shown)
+		problems = problems[:shown]
+	}
+	return &RequestError{Field: "model", Value: s.Dir, Allowed: fmt.Sprintf(
+		"a snapshot whose %s/config.json matches its weights: %s%s", dir, strings.Join(problems, "; "), more)}
 }
 
 // HasFile reports whether the component folder dir holds one of the regular files names.

@@ -80,6 +80,15 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	if !h3dit.IsConverted(f.Path(dirTransformer)) { // a converted checkpoint's names and packing differ
+		params, err := h3dit.Params(s.DiT)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.CheckParams(dirTransformer, params); err != nil {
+			return nil, err
+		}
+	}
 	c.src = f
 	return c, nil
 }

@@ -65,6 +65,13 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	params, err := wandit.Params(s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.CheckParams(dirTransformer, params); err != nil {
+		return nil, err
+	}
 	c.src = f
 	return c, nil
 }

@@ -62,11 +62,33 @@ type Problems []string
 // Add records one problem.
 func (p *Problems) Add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
 
-// Positive records field name unless v > 0.
+// Bounds a config from the internet may claim: a width or count above MaxSize, or a stack deeper
+// than MaxLayers, is no real model and would only exhaust memory once loading starts.
+const (
+	MaxSize   = 1 << 20
+	MaxLayers = 1024
+)
+
+// Positive records field name unless 0 < v <= MaxSize.
 func (p *Problems) Positive(name string, v int) {
-	if v <= 0 {
-		p.Add("%s = %d must be positive", name, v)
+	if v <= 0 || v > MaxSize {
+		p.Add("%s = %d must be in 1..%d", name, v, MaxSize)
 	}
+}
+
+// Layers records field name unless 0 < v <= MaxLayers.
+func (p *Problems) Layers(name string, v int) {
+	if v <= 0 || v > MaxLayers {
+		p.Add("%s = %d must be in 1..%d", name, v, MaxLayers)
+	}
+}
+
+// CheckSize is Positive for validators that stop at the first problem: nil when 0 < v <= max.
+func CheckSize(context, name string, v, max int) error {
+	if v <= 0 || v > max {
+		return fmt.Errorf("%s: config %s = %d, must be in 1..%d", context, name, v, max)
+	}
+	return nil
 }
 
 // PositiveFloat records field name unless v is a finite number > 0.

@@ -53,9 +53,17 @@ func TestProblems(t *testing.T) {
 	}
 	p.Positive("width", 3)
 	p.Positive("depth", 0)
+	p.Positive("vocab", MaxSize+1) // a claim no real model makes, that would only exhaust memory
+	p.Layers("layers", 1e9)
+	p.Layers("blocks", MaxLayers)
 	p.Add("eps = %g must be positive", -1.0)
-	if err := p.Err("pkg"); err == nil || err.Error() != "pkg: invalid config: depth = 0 must be positive; eps = -1 must be positive" {
+	want := "pkg: invalid config: depth = 0 must be in 1..1048576; vocab = 1048577 must be in 1..1048576; " +
+		"layers = 1000000000 must be in 1..1024; eps = -1 must be positive"
+	if err := p.Err("pkg"); err == nil || err.Error() != want {
 		t.Errorf("Err = %v", err)
+	}
+	if err := CheckSize("pkg", "clip_length", 1<<40, 1024); err == nil || !strings.Contains(err.Error(), "clip_length = 1099511627776, must be in 1..1024") {
+		t.Errorf("CheckSize = %v", err)
 	}
 }
 

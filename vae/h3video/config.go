@@ -126,13 +126,18 @@ func LoadConfig(dir string) (Config, error) {
 	return modelcfg.Read(dir, ParseConfig, "h3video", "pass the released vae/ folder, which holds config.json")
 }
 
+// maxClipLength bounds clip_length (17 released).
+const maxClipLength = 1024
+
 // Validate checks the fields the decoder depends on.
 func (c Config) Validate() error {
-	pos := func(name string, v int) error {
-		if v <= 0 {
-			return fmt.Errorf("h3video: config %s=%d must be positive", name, v)
-		}
-		return nil
+	pos := func(name string, v int) error { return modelcfg.CheckSize("h3video", name, v, modelcfg.MaxSize) }
+	if err := modelcfg.CheckSize("h3video", "decoder_num_layers", c.DecoderNumLayers, modelcfg.MaxLayers); err != nil {
+		return err
+	}
+	// A clip is 17 frames released; the decode plan walks clips frame by frame.
+	if err := modelcfg.CheckSize("h3video", "clip_length", c.ClipLength, maxClipLength); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		n string

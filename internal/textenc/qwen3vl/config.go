@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 	pos("vocab_size", c.VocabSize)
 	pos("hidden_size", c.HiddenSize)
 	pos("intermediate_size", c.IntermediateSize)
-	pos("num_hidden_layers", c.NumHiddenLayers)
+	bad.Layers("num_hidden_layers", c.NumHiddenLayers)
 	pos("num_attention_heads", c.NumHeads)
 	pos("num_key_value_heads", c.NumKVHeads)
 	pos("head_dim", c.HeadDim)

@@ -116,7 +116,7 @@ func (c Config) Validate() error {
 	pos("d_model", c.DModel)
 	pos("d_kv", c.DKV)
 	pos("d_ff", c.DFF)
-	pos("num_layers", c.NumLayers)
+	bad.Layers("num_layers", c.NumLayers)
 	pos("num_heads", c.NumHeads)
 	if c.NumBuckets < 4 || c.NumBuckets%2 != 0 {
 		bad.Add("relative_attention_num_buckets = %d must be an even number >= 4 (half per direction, half of those exact)", c.NumBuckets)
