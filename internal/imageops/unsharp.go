@@ -67,29 +67,12 @@ func GaussianBlur(src Image, sigma float64) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	w, h, n, half := src.Width, src.Height, src.Width*Channels, len(k)/2
-	// Column offsets of every tap, reflected at the edges once, so the row loop has no branches.
-	xs := make([]int, w*len(k))
-	for x := 0; x < w; x++ {
-		for j := range k {
-			xs[x*len(k)+j] = reflect101(x-half+j, w) * Channels
-		}
-	}
+	w, h, n := src.Width, src.Height, src.Width*Channels
 	rows := make([]int32, h*n)
 	for y := 0; y < h; y++ {
-		srow, out := src.Pix[y*n:(y+1)*n], rows[y*n:(y+1)*n]
-		for x := 0; x < w; x++ {
-			var r, g, b int32
-			for j, c := range k {
-				o := xs[x*len(k)+j]
-				r += c * int32(srow[o])
-				g += c * int32(srow[o+1])
-				b += c * int32(srow[o+2])
-			}
-			out[x*Channels], out[x*Channels+1], out[x*Channels+2] = r, g, b
-		}
+		blurRow(src.Pix[y*n:(y+1)*n], rows[y*n:(y+1)*n], k)
 	}
-	dst := NewImage(w, h)
+	dst, half := NewImage(w, h), len(k)/2
 	acc := make([]int32, n)
 	for y := 0; y < h; y++ {
 		clear(acc)
@@ -105,6 +88,35 @@ func GaussianBlur(src Image, sigma float64) (Image, error) {
 		}
 	}
 	return dst, nil
+}
+
+// blurRow is the horizontal pass of GaussianBlur over one row (any channel count: each value's
+// taps are Channels apart): reflected taps at the edges, the symmetric kernel folded inside.
+func blurRow(row []byte, out []int32, k []int32) {
+	n, half := len(row), len(k)/2
+	tap := func(i, j int) int32 { // value i's tap j, reflected at the row's ends
+		x := reflect101(i/Channels-half+j, n/Channels)
+		return int32(row[x*Channels+i%Channels])
+	}
+	edge := min(half*Channels, n)
+	for i := 0; i < n; i++ {
+		if i == edge && n-edge > edge {
+			i = n - edge // the interior is done below
+		}
+		var v int32
+		for j, c := range k {
+			v += c * tap(i, j)
+		}
+		out[i] = v
+	}
+	center := k[half]
+	for i := edge; i < n-edge; i++ {
+		v := center * int32(row[i])
+		for d := 1; d <= half; d++ {
+			v += k[half-d] * (int32(row[i-d*Channels]) + int32(row[i+d*Channels]))
+		}
+		out[i] = v
+	}
 }
 
 // UnsharpSigma is the blur of upstream's unsharp pass (frame_upsample.unsharp).
