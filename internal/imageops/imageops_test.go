@@ -29,8 +29,8 @@ func fixtureImage(t *testing.T, fx *testutil.Fixture, name string) Image {
 
 // TestFrameResizeParity runs every frame_resize fixture: cv2.resize (then the unsharp pass when
 // sharpen > 0) against Resize and Unsharp. Nearest must be exact; every other kernel and the
-// unsharp pass within 1 LSB on every pixel (OpenCV's vector paths round a few sums differently
-// from its scalar ones).
+// unsharp pass within 1 LSB on every pixel (OpenCV's vector paths may order and round a few sums
+// differently; today only a few cubic values differ).
 func TestFrameResizeParity(t *testing.T) {
 	testutil.ForEachFixture(t, "frame_resize", func(t *testing.T, fx *testutil.Fixture) {
 		var cases map[string]frameResizeCase
