@@ -34,18 +34,20 @@ type FastPixelKnobs struct {
 // defaults: each knob is invalid unless a mode that uses it is on (Upsample: the spatial mode;
 // Sharpen: either), Sharpen must be finite and >= 0 (plan_fast_spatial rejects a negative one).
 func ResolveFastPixelKnobs(req Request) (FastPixelKnobs, error) {
-	k := FastPixelKnobs{Upsample: imageops.Lanczos}
+	var k FastPixelKnobs
+	name := DefaultUpsample
 	if req.Upsample != "" {
 		if !req.FastSpatial {
 			return k, &RequestError{Field: "upsample", Value: req.Upsample, Allowed: "empty unless the spatial fast mode is on"}
 		}
-		mode, err := imageops.ParseInterpolation(req.Upsample)
-		if err != nil {
-			return k, &RequestError{Field: "upsample", Value: req.Upsample,
-				Allowed: strings.Join(imageops.InterpolationNames, ", ") + " (OpenCV's INTER_LANCZOS4, INTER_CUBIC, INTER_LINEAR, INTER_NEAREST)"}
-		}
-		k.Upsample = mode
+		name = req.Upsample
 	}
+	mode, err := imageops.ParseInterpolation(name)
+	if err != nil {
+		return k, &RequestError{Field: "upsample", Value: req.Upsample,
+			Allowed: strings.Join(imageops.InterpolationNames, ", ") + " (OpenCV's INTER_LANCZOS4, INTER_CUBIC, INTER_LINEAR, INTER_NEAREST)"}
+	}
+	k.Upsample = mode
 	switch {
 	case req.Sharpen != nil && !req.Fast && !req.FastSpatial:
 		return k, &RequestError{Field: "sharpen", Value: *req.Sharpen, Allowed: "unset unless a fast mode is on"}
