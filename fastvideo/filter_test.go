@@ -3,11 +3,14 @@ package fastvideo
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/imageops"
 )
 
 // invertFilter inverts every colour and takes a little time, so that its share shows.
@@ -106,5 +109,81 @@ func TestPromptCacheWarning(t *testing.T) {
 	res, warnings = run()
 	if len(warnings) != 0 || len(res.Warnings) != 0 {
 		t.Errorf("second run repeats: events %q, result %q", warnings, res.Warnings)
+	}
+}
+
+// sizeFilter records the size of the frames it is given and passes them on.
+type sizeFilter struct{ sizes map[[2]int]int }
+
+func (sizeFilter) Name() string { return "size" }
+func (s sizeFilter) Filter(_ context.Context, in Frames) (Frames, error) {
+	s.sizes[[2]int{in.Width, in.Height}] += in.Count
+	return in, nil
+}
+func (sizeFilter) Flush(context.Context) (Frames, error) { return Frames{}, nil }
+
+// TestGenerateFastSpatial runs the spatial fast mode through the API: tiny-h3 at 128x192 denoises
+// and decodes its 64x96 canvas (tiny-h3's default size, so the same seed gives the same decoded
+// frames as a plain run there), the plan's filter resizes and sharpens them before the caller's
+// filter sees them, and the MP4 has the plan's frame count, size and duration.
+func TestGenerateFastSpatial(t *testing.T) {
+	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7), NumInferenceSteps: 1, Height: 128, Width: 192,
+		FastSpatial: true, Upsample: "bilinear", ReturnFrames: true, OutputPath: t.TempDir()}
+	plan, err := tinyGenerator(t).Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.CanvasHeight != 64 || plan.CanvasWidth != 96 || fmt.Sprint(plan.FrameFilters) != "[bilinear to 128x192, sharpen 0.4]" {
+		t.Fatalf("plan canvas %dx%d, filters %q", plan.CanvasHeight, plan.CanvasWidth, plan.FrameFilters)
+	}
+	sizes := sizeFilter{sizes: map[[2]int]int{}}
+	g, err := newTiny(WithFrameFilter(sizes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	res, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes.sizes) != 1 || sizes.sizes[[2]int{192, 128}] != plan.NumFrames {
+		t.Errorf("the caller's filter saw %v, want %d frames of 192x128", sizes.sizes, plan.NumFrames)
+	}
+	info, err := probe(res.OutputPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := info.Video; v == nil || v.Width != 192 || v.Height != 128 || v.Frames != plan.NumFrames ||
+		math.Abs(v.Duration-plan.DurationSeconds) > 0.5/float64(plan.FPS) {
+		t.Fatalf("video stream %+v, plan %d frames lasting %.3f s", info.Video, plan.NumFrames, plan.DurationSeconds)
+	}
+	checkUpsampledFrames(t, res.Frames, req)
+}
+
+// checkUpsampledFrames compares fast-spatial frames with a plain run at the canvas size passed
+// through the same pixel steps.
+func checkUpsampledFrames(t *testing.T, got [][]byte, req Request) {
+	t.Helper()
+	plain := Request{Prompt: req.Prompt, Seed: req.Seed, NumInferenceSteps: req.NumInferenceSteps, SkipSave: true, ReturnFrames: true}
+	ref, err := tinyGenerator(t).Generate(context.Background(), plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ref.Frames) {
+		t.Fatalf("%d frames, the plain run %d", len(got), len(ref.Frames))
+	}
+	f, err := family.NewPixelFilter(family.PixelSteps{Width: 192, Height: 128, Interpolation: imageops.Bilinear,
+		Sharpen: family.SpatialSharpen}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, frame := range ref.Frames {
+		want, err := f.Filter(context.Background(), Frames{Width: 96, Height: 64, Count: 1, RGB: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[i], want.RGB) {
+			t.Fatalf("frame %d differs from the plain run's frame resized and sharpened", i)
+		}
 	}
 }

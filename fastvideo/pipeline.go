@@ -34,8 +34,9 @@ type pipelineRun struct {
 	start time.Time
 	sess  *family.Session
 
-	r      family.Resolution
-	stages family.Stages
+	r       family.Resolution
+	stages  family.Stages
+	filters []family.FrameFilter // the resolution's, then the generator's
 
 	target  string // final output path
 	staging string // the writer's finished file before placeFile
@@ -145,10 +146,9 @@ func (p *pipelineRun) validate(context.Context) error {
 		return err
 	}
 	c := r.Common()
-	if req.Fast || req.FastSpatial {
-		field := map[bool]string{true: "fast", false: "fast_spatial"}[req.Fast]
-		return &RequestError{Field: field, Value: true, Allowed: "false: the fast modes need a frame interpolator and a " +
-			"pixel-space upsampler, which this SDK does not ship yet (Plan shows their geometry)"}
+	if req.Fast {
+		return &RequestError{Field: "fast", Value: true, Allowed: "false: the temporal fast mode needs a frame " +
+			"interpolator (RIFE), which this SDK does not ship yet (Plan shows its geometry)"}
 	}
 	if !req.SkipSave {
 		if p.target, err = outputTarget(req.OutputPath, c.Prompt); err != nil {
@@ -169,6 +169,7 @@ func (p *pipelineRun) validate(context.Context) error {
 		return err
 	}
 	p.r = r
+	p.filters = append(append([]family.FrameFilter(nil), c.Filters...), g.filters...)
 	res := p.res
 	res.Prompt, res.Seed, res.Width, res.Height, res.NumFrames, res.FPS = c.Prompt, c.Seed, c.Width, c.Height, c.NumFrames, c.FPS
 	res.SampleRate = c.Model.AudioSampleRate
@@ -214,14 +215,14 @@ func (p *pipelineRun) decode(ctx context.Context) ([][]float32, error) {
 
 // filter passes frames through filters i.. and on to the output.
 func (p *pipelineRun) filter(ctx context.Context, i int, f family.Frames) error {
-	if i == len(p.g.filters) {
+	if i == len(p.filters) {
 		return p.output(f)
 	}
 	t0 := time.Now()
-	out, err := p.g.filters[i].Filter(ctx, f)
+	out, err := p.filters[i].Filter(ctx, f)
 	p.res.Timings.Add(family.StageFilter, time.Since(t0))
 	if err != nil {
-		return fmt.Errorf("fastvideo: frame filter %s: %w", p.g.filters[i].Name(), err)
+		return fmt.Errorf("fastvideo: frame filter %s: %w", p.filters[i].Name(), err)
 	}
 	if out.Count == 0 {
 		return nil
@@ -231,7 +232,7 @@ func (p *pipelineRun) filter(ctx context.Context, i int, f family.Frames) error 
 
 // flushFilters drains the filters in order, each flush going through the filters after it.
 func (p *pipelineRun) flushFilters(ctx context.Context) error {
-	for i, f := range p.g.filters {
+	for i, f := range p.filters {
 		t0 := time.Now()
 		out, err := f.Flush(ctx)
 		p.res.Timings.Add(family.StageFilter, time.Since(t0))

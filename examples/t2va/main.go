@@ -4,6 +4,7 @@
 //	go run ./examples/t2va -prompt "a red fox" -out clip.mp4                 # tiny-h3: random weights, seconds on a CPU
 //	go run ./examples/t2va -model /models/FastH3 -prompt "a red fox" -out clip.mp4 -backend xla:cuda
 //	go run ./examples/t2va -plan -json -model fasth3 -height 480 -width 832 -frames 124 -steps 4
+//	go run ./examples/t2va -prompt "a red fox" -out clip.mp4 -height 128 -width 192 -fast-spatial -upsample cubic
 //
 // The default model, tiny-h3, is the H3 architecture at toy width with seeded random weights made in
 // memory: it runs anywhere without a download and its output is noise. Pass a MiniMax H3 or FastH3
@@ -39,9 +40,16 @@ var command = cli.Command{
 	},
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		fast := fs.Bool("fast", false, "temporal fast mode (with -plan only: needs a frame interpolator)")
-		spatial := fs.Bool("fast-spatial", false, "spatial fast mode (with -plan only: needs a pixel upsampler)")
-		return func(req *fastvideo.Request, _ map[string]bool) error {
+		spatial := fs.Bool("fast-spatial", false, "spatial fast mode: denoise a smaller canvas, then resize and sharpen the frames")
+		scale := fs.Int("spatial-scale", 0, "with -fast-spatial: how many times smaller each side is denoised (0: 2)")
+		upsample := fs.String("upsample", "", "with -fast-spatial: resize kernel lanczos, cubic, bilinear or nearest (empty: lanczos)")
+		sharpen := fs.Float64("sharpen", 0, "with a fast mode: unsharp strength, 0 for none (default: 0.4 spatial, 0.6 temporal, 0.6 both)")
+		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.Fast, req.FastSpatial = *fast, *spatial
+			req.FastSpatialScale, req.Upsample = *scale, *upsample
+			if set["sharpen"] {
+				req.Sharpen = sharpen
+			}
 			return nil
 		}
 	},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,12 @@ func TestExitCodes(t *testing.T) {
 		{"-plan -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
 		{"-plan -model h3 -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
 		{"-plan -height 9223372036854775776 -width 32", 2, "invalid -height 9223372036854775776"},
+		{"-plan -height 128 -width 192 -fast-spatial -upsample area", 2, `invalid -upsample "area"`},
+		{"-plan -height 128 -width 192 -fast-spatial -sharpen -1", 2, "invalid -sharpen -1"},
+		{"-plan -upsample cubic", 2, "invalid -upsample"},
+		{"-plan -sharpen 0.5", 2, "invalid -sharpen"},
+		{"-plan -spatial-scale 3", 2, "invalid -spatial-scale"},
+		{"-plan -fast-spatial -spatial-scale 1", 2, "invalid -spatial-scale 1"},
 	})
 	if names, _ := os.ReadDir(dir); len(names) != 1 {
 		t.Errorf("failed runs left files: %v", names)
@@ -106,4 +113,40 @@ func TestGenerate(t *testing.T) {
 	}
 	// Running it again never overwrites: the new file gets a suffix.
 	clitest.CheckNoOverwrite(t, run, out, "clip_1.mp4", "-steps", "1")
+}
+
+// TestGenerateFastSpatial is the spatial fast mode end to end: the DiT and VAEs run on the reduced
+// canvas, the frame filter brings the frames back to the requested size, and the MP4 has the
+// plan's frame count, size and duration.
+func TestGenerateFastSpatial(t *testing.T) {
+	args := strings.Fields("-height 128 -width 192 -fast-spatial -upsample cubic -sharpen 0.5 -steps 1")
+	var plan struct {
+		CanvasHeight    int      `json:"canvas_height"`
+		CanvasWidth     int      `json:"canvas_width"`
+		NumFrames       int      `json:"num_frames"`
+		FPS             int      `json:"fps"`
+		DurationSeconds float64  `json:"duration_seconds"`
+		FrameFilters    []string `json:"frame_filters"`
+	}
+	clitest.RunJSON(t, run, &plan, append([]string{"-plan", "-json"}, args...)...)
+	if plan.CanvasHeight != 64 || plan.CanvasWidth != 96 || len(plan.FrameFilters) != 1 ||
+		plan.FrameFilters[0] != "cubic to 128x192, sharpen 0.5" {
+		t.Fatalf("plan %+v", plan)
+	}
+	out := filepath.Join(t.TempDir(), "clip.mp4")
+	var res clitest.Generated
+	clitest.RunJSON(t, run, &res, append([]string{"-prompt", "a red fox", "-out", out, "-json"}, args...)...)
+	tools, err := media.FindTools("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := info.Video
+	if v == nil || v.Width != 192 || v.Height != 128 || v.Frames != plan.NumFrames || res.NumFrames != plan.NumFrames ||
+		math.Abs(v.Duration-plan.DurationSeconds) > 0.5/float64(plan.FPS) {
+		t.Fatalf("probe %+v, plan %+v", v, plan)
+	}
 }

@@ -55,6 +55,10 @@ type Plan struct {
 	// resident while denoising.
 	WeightsBytes int64 `json:"weights_bytes"`
 
+	// FrameFilters names the frame filters the resolution adds before the caller's, in order (the
+	// fast modes' crop, resize and sharpen).
+	FrameFilters []string `json:"frame_filters,omitempty"`
+
 	// Details are the family's own fields (e.g. *h3.PlanDetails, *wan.PlanDetails).
 	Details PlanDetails `json:"-"`
 }

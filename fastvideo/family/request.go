@@ -49,10 +49,17 @@ type Request struct {
 	// (the frame interpolator is not in the SDK yet).
 	Fast       bool `json:"fast,omitempty"`
 	FastFactor int  `json:"fast_factor,omitempty"` // 0: 2
-	// FastSpatial enables the spatial fast mode: denoise and decode on a smaller canvas, then
-	// resample in pixel space (MLX --fast-spatial). Plan only for now, like Fast.
+	// FastSpatial enables the spatial fast mode: denoise and decode on a canvas FastSpatialScale
+	// times smaller, then center-crop, resize and sharpen the decoded frames in pixel space (MLX
+	// --fast-spatial, fastvideo/mlx_runtime/fast_spatial.py).
 	FastSpatial      bool `json:"fast_spatial,omitempty"`
 	FastSpatialScale int  `json:"fast_spatial_scale,omitempty"` // 0: 2
+	// Upsample is the spatial mode's resize kernel: "lanczos" (empty: the default), "cubic",
+	// "bilinear" or "nearest", with OpenCV's INTER_* semantics.
+	Upsample string `json:"upsample,omitempty"`
+	// Sharpen is the strength of the fast modes' unsharp pass; nil takes upstream's rule (0.4 after
+	// the spatial mode, 0.6 after the temporal one, the larger when both run), 0 turns it off.
+	Sharpen *float64 `json:"sharpen,omitempty"`
 
 	// SkipSave generates without writing a file (FastVideo's save_video=false); set at least one
 	// of the Return fields then. A decoder whose output nothing uses is not run.

@@ -27,6 +27,11 @@ type Resolved struct {
 
 	PromptTokens          int
 	PromptTokensEstimated bool
+
+	// Filters are the frame filters the resolution needs (the fast modes' resize and sharpen),
+	// run on the decoded frames before the caller's own (fastvideo.WithFrameFilter). The family
+	// makes fresh ones for every resolution: a filter may hold state for one run.
+	Filters []FrameFilter
 }
 
 // MaxPromptBytes bounds a prompt (and a negative prompt) before any tokenizer sees it: far above

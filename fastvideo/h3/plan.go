@@ -26,6 +26,10 @@ type PlanDetails struct {
 
 	FastTemporal *packing.FastTemporalPlan `json:"fast_temporal,omitempty"`
 	FastSpatial  *packing.FastSpatialPlan  `json:"fast_spatial,omitempty"`
+	// FullDiTTFLOPsTotal is, when a fast mode is on, what the DiT would cost over the whole
+	// denoise without it (the output canvas, every frame): the saving is this against
+	// Plan.DiTTFLOPsTotal.
+	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
 }
 
 // AudioNoiseLen is the length of Options.AudioNoise: 2·C·N (stereo).
@@ -60,7 +64,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	p := r.NewPlan([4]int{s.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
 		sched.Video.Sigmas, sched.Video.Timesteps)
 	p.CanvasHeight, p.CanvasWidth = g.Height, g.Width
-	p.Details = &PlanDetails{
+	d := &PlanDetails{
 		AudioLatentFrames: g.AudioLatents, AudioLatentChannels: s.DiT.AudioInChannels,
 		AudioSamples: g.AudioLatents * s.AudioVAE.HopLength(),
 		Rows: RowCounts{
@@ -71,14 +75,18 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 		AdaLNTimesteps: sched.VisitedTimesteps(schedule.Conditions{}),
 		FastTemporal:   r.FastTemporal, FastSpatial: r.FastSpatial,
 	}
-	perStep, total := 0.0, 0.0
-	for k := 0; k < sched.Steps(); k++ {
-		f := ditForwardFLOPs(s.DiT, l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
-			len(sched.StepTimesteps(k, schedule.Conditions{})), s.VSAGates)
-		total += f
-		perStep = max(perStep, f)
+	p.Details = d
+	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = r.ditTFLOPs(l)
+	if r.FastSpatial != nil || r.FastTemporal != nil {
+		full, err := r.fullLayout()
+		if err != nil {
+			return nil, err
+		}
+		_, d.FullDiTTFLOPsTotal = r.ditTFLOPs(full)
 	}
-	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, total/1e12
+	for _, f := range r.Filters {
+		p.FrameFilters = append(p.FrameFilters, f.Name())
+	}
 	fp32, half := ditParamGroups(s.DiT, s.VSAGates)
 	p.DiTParams = fp32 + half
 	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
@@ -87,6 +95,32 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 		return nil, err
 	}
 	return p, nil
+}
+
+// ditTFLOPs is the DiT's cost over the denoise of layout l: its costliest step and the total,
+// in TFLOP.
+func (r *resolved) ditTFLOPs(l *packing.Layout) (perStep, total float64) {
+	s, sched := r.spec, r.sched
+	for k := 0; k < sched.Steps(); k++ {
+		f := ditForwardFLOPs(s.DiT, l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
+			len(sched.StepTimesteps(k, schedule.Conditions{})), s.VSAGates)
+		total += f
+		perStep = max(perStep, f)
+	}
+	return perStep / 1e12, total / 1e12
+}
+
+// fullLayout is the packed sequence the request would have without its fast modes.
+func (r *resolved) fullLayout() (*packing.Layout, error) {
+	g, err := r.geometry(r.Height, r.Width)
+	if err != nil {
+		return nil, err
+	}
+	l, err := packing.Build(g.Request(nil, r.PromptTokens))
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: packing: %w", err)
+	}
+	return l, nil
 }
 
 // ditForwardFLOPs counts one DiT forward over S text rows, Rv video rows
@@ -190,6 +224,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 		row("fast temporal", "factor %d: %d source frames (%d latents) interpolated to %d, time scale %.6f",
 			ft.Factor, ft.SourceFrames, ft.SourceLatentFrames, ft.TargetFrames, ft.VideoTemporalScale)
 	}
+	for i, f := range p.FrameFilters {
+		row(map[bool]string{true: "frame filters", false: ""}[i == 0], "%d. %s", i+1, f)
+	}
 	row("video latent", "%d x %d x %d x %d (C x T x H x W)", p.LatentChannels, p.VideoLatentFrames, p.LatentHeight, p.LatentWidth)
 	row("audio latent", "2 x %d (stereo), %d samples per channel", d.AudioLatentFrames, d.AudioSamples)
 	est := ""
@@ -203,6 +240,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	row("audio sigmas", "%s", family.Floats(d.AudioSigmas))
 	row("adaln timesteps", "%s", family.Floats(d.AdaLNTimesteps))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
+	if full := d.FullDiTTFLOPsTotal; full > 0 {
+		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
+	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	return tw.Flush()
 }

@@ -171,6 +171,34 @@ func TestPlanFastModes(t *testing.T) {
 	}
 }
 
+// TestPlanFastSaving: a fast plan's full-cost figure is the DiT cost of the same request without
+// its fast modes, and the spatial plan lists its frame filter with upstream's defaults.
+func TestPlanFastSaving(t *testing.T) {
+	full, fd := mustPlan(t, "fasth3", family.Request{PromptTokens: 93})
+	if fd.FullDiTTFLOPsTotal != 0 || len(full.FrameFilters) != 0 {
+		t.Fatalf("a plan without fast modes has a saving (%g) or filters %q", fd.FullDiTTFLOPsTotal, full.FrameFilters)
+	}
+	for _, req := range []family.Request{
+		{FastSpatial: true, PromptTokens: 93},
+		{Fast: true, PromptTokens: 93},
+		{Fast: true, FastSpatial: true, FastSpatialScale: 3, PromptTokens: 93},
+	} {
+		p, d := mustPlan(t, "fasth3", req)
+		if d.FullDiTTFLOPsTotal != full.DiTTFLOPsTotal || !(p.DiTTFLOPsTotal < full.DiTTFLOPsTotal) {
+			t.Errorf("%+v: %.1f TFLOP, full %.1f; want full = %.1f (the plain plan's) and more", req,
+				p.DiTTFLOPsTotal, d.FullDiTTFLOPsTotal, full.DiTTFLOPsTotal)
+		}
+	}
+	p, _ := mustPlan(t, "fasth3", family.Request{FastSpatial: true, PromptTokens: 93})
+	if want := "center-crop 240x416, lanczos to 480x832, sharpen 0.4"; len(p.FrameFilters) != 1 || p.FrameFilters[0] != want {
+		t.Errorf("filters %q, want [%q]", p.FrameFilters, want)
+	}
+	p, _ = mustPlan(t, "fasth3", family.Request{FastSpatial: true, Upsample: "nearest", Sharpen: family.Ptr(0.0), PromptTokens: 93})
+	if want := "center-crop 240x416, nearest to 480x832"; len(p.FrameFilters) != 1 || p.FrameFilters[0] != want {
+		t.Errorf("filters %q, want [%q]", p.FrameFilters, want)
+	}
+}
+
 func TestRequestValidation(t *testing.T) {
 	cases := []struct {
 		name   string

@@ -42,7 +42,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		r.opts = *o
 	}
 	for _, step := range []func(family.Request, family.Preset) error{
-		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.checkNoise,
+		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveFilters, r.checkNoise,
 	} {
 		if err := step(req, preset); err != nil {
 			return nil, err
@@ -175,9 +175,9 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		r.FastSpatial = &p
 		h, w = p.CanvasHeight, p.CanvasWidth
 	}
-	g, err := packing.NewGeometry(h, w, r.NumFrames)
+	g, err := r.geometry(h, w)
 	if err != nil {
-		return fmt.Errorf("fastvideo: geometry: %w", err)
+		return err
 	}
 	if req.Fast {
 		factor := family.OrPreset(req.FastFactor, 2)
@@ -196,13 +196,47 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		g.NumFrames, g.LatentFrames = p.SourceFrames, p.SourceLatentFrames
 		r.VideoTemporalScale = p.VideoTemporalScale
 	}
+	r.Denoise = g
+	return nil
+}
+
+// geometry is the packing geometry of the clip at h x w with the DiT's patch.
+func (r *resolved) geometry(h, w int) (packing.Geometry, error) {
+	g, err := packing.NewGeometry(h, w, r.NumFrames)
+	if err != nil {
+		return g, fmt.Errorf("fastvideo: geometry: %w", err)
+	}
 	for i := range g.PatchSize {
 		g.PatchSize[i] = packing.DefaultPatchSize[i]
 		if len(r.spec.DiT.PatchSize) == 3 {
 			g.PatchSize[i] = r.spec.DiT.PatchSize[i]
 		}
 	}
-	r.Denoise = g
+	return g, nil
+}
+
+// resolveFilters validates the fast modes' pixel knobs and, in the spatial mode, adds the frame
+// filter that turns the decoded canvas into the requested frames: center-crop to the stage-1
+// size, resize to the target, one unsharp pass (fastvideo/mlx_runtime/fast_spatial.py,
+// apply_fast_spatial_upsample). The temporal mode's interpolation and sharpening come with its
+// interpolator.
+func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
+	k, err := family.ResolveFastPixelKnobs(req)
+	if err != nil {
+		return err
+	}
+	r.Filters = nil
+	if fs := r.FastSpatial; fs != nil {
+		steps := family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample, Sharpen: k.Sharpen}
+		if fs.Stage1Width != fs.CanvasWidth || fs.Stage1Height != fs.CanvasHeight {
+			steps.CropWidth, steps.CropHeight = fs.Stage1Width, fs.Stage1Height
+		}
+		f, err := family.NewPixelFilter(steps, 0)
+		if err != nil {
+			return err
+		}
+		r.Filters = append(r.Filters, f)
+	}
 	return nil
 }
 

@@ -59,6 +59,10 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 
 // rejectFastModes: the fast modes are not available for Wan yet.
 func (r *resolved) rejectFastModes(req family.Request) error {
+	var sharpen any
+	if req.Sharpen != nil {
+		sharpen = *req.Sharpen
+	}
 	for _, f := range []struct {
 		name string
 		set  bool
@@ -66,6 +70,7 @@ func (r *resolved) rejectFastModes(req family.Request) error {
 	}{
 		{"fast", req.Fast, req.Fast}, {"fast_factor", req.FastFactor != 0, req.FastFactor},
 		{"fast_spatial", req.FastSpatial, req.FastSpatial}, {"fast_spatial_scale", req.FastSpatialScale != 0, req.FastSpatialScale},
+		{"upsample", req.Upsample != "", req.Upsample}, {"sharpen", req.Sharpen != nil, sharpen},
 	} {
 		if f.set {
 			return &family.RequestError{Field: f.name, Value: f.v, Allowed: "unset: the fast modes are not available for Wan models"}

@@ -208,6 +208,7 @@ var flagNames = map[string]string{
 	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
 	"memory": "-memory", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
+	"upsample": "-upsample", "sharpen": "-sharpen",
 }
 
 // fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1
