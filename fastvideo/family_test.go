@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/testutil"
 )
 
 // fakeFamily is a third model family written in the test: one built-in model, "fake-tiny", whose
@@ -128,7 +129,7 @@ func TestFakeFamily(t *testing.T) {
 	if _, err := Plan("fake-tiny", Request{}); !errors.As(err, &re) || re.Field != "model" {
 		t.Errorf("fake-tiny without its family: %v", err)
 	}
-	g, err := New(ctx, "fake-tiny", opt, WithBackend(testBackend()))
+	g, err := New(ctx, "fake-tiny", opt, WithBackend(testutil.BackendSpec()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func (badSizeFilter) Flush(context.Context) (Frames, error) { return Frames{}, n
 
 // TestFilterOfWrongSize: a filter that changes the frame size fails the run, leaving no file.
 func TestFilterOfWrongSize(t *testing.T) {
-	g, err := New(context.Background(), "fake-tiny", WithFamily(fakeFamily{}), WithFrameFilter(badSizeFilter{}), WithBackend(testBackend()))
+	g, err := New(context.Background(), "fake-tiny", WithFamily(fakeFamily{}), WithFrameFilter(badSizeFilter{}), WithBackend(testutil.BackendSpec()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,18 +37,9 @@ func (s *sharedGenerator) get(t *testing.T, open func(...Option) (*VideoGenerato
 	return s.g
 }
 
-// testBackend is the backend the tests run on: the pure-Go one unless FASTVIDEO_TEST_BACKEND says
-// otherwise (as for the parity tests).
-func testBackend() string {
-	if v := os.Getenv(testutil.TestBackendEnv); v != "" {
-		return v
-	}
-	return "go:ops_sequential"
-}
-
 // newTiny opens tiny-h3 on the test backend.
 func newTiny(opts ...Option) (*VideoGenerator, error) {
-	return New(context.Background(), "tiny-h3", append([]Option{WithBackend(testBackend())}, opts...)...)
+	return New(context.Background(), "tiny-h3", append([]Option{WithBackend(testutil.BackendSpec())}, opts...)...)
 }
 
 func tinyGenerator(t *testing.T) *VideoGenerator {
@@ -105,7 +96,7 @@ func TestGenerateMP4(t *testing.T) {
 			rows, res.Seed, res.Prompt)
 	}
 	checkTimings(t, res.Timings, true)
-	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testBackend() {
+	if res.PeakHostBytes == 0 || res.PeakDeviceBytes != -1 || res.DeviceMemory == "" || res.Backend != testutil.BackendSpec() {
 		t.Errorf("memory %d / %d (%s), backend %s %s", res.PeakHostBytes, res.PeakDeviceBytes, res.DeviceMemory, res.Backend, res.DType)
 	}
 	checkSummary(t, res, "a_red_fox.mp4")
@@ -440,18 +431,6 @@ func latentsOnly(t *testing.T, g *VideoGenerator, req Request) *Result {
 	return res
 }
 
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 // sharedResult is a reference run made once for several tests.
 type sharedResult struct {
 	once sync.Once
@@ -506,7 +485,7 @@ func TestDeterminism(t *testing.T) {
 	ref := seed7Latents(t)
 	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
 	for i, r := range concurrentRuns(t, g, req) {
-		if r == nil || !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
+		if r == nil || !testutil.SameBits(r.Latents.Video, ref.Video) || !testutil.SameBits(r.Latents.Audio, ref.Audio) {
 			t.Fatalf("concurrent run %d: latents differ from the first run with the same seed", i)
 		}
 	}
@@ -523,16 +502,16 @@ func TestDeterminism(t *testing.T) {
 	inj.VideoNoise = GaussianNoise(7, VideoNoise, plan.VideoNoiseLen())
 	inj.Options = &h3.Options{AudioNoise: GaussianNoise(7, AudioNoise, audioLen)}
 	same := latentsOnly(t, g, inj).Latents
-	if !sameBits(same.Video, ref.Video) || !sameBits(same.Audio, ref.Audio) {
+	if !testutil.SameBits(same.Video, ref.Video) || !testutil.SameBits(same.Audio, ref.Audio) {
 		t.Fatal("injecting the seed's own noise changed the latents")
 	}
 
 	inj.VideoNoise = GaussianNoise(8, VideoNoise, plan.VideoNoiseLen())
 	other := latentsOnly(t, g, inj).Latents
-	if sameBits(other.Video, ref.Video) {
+	if testutil.SameBits(other.Video, ref.Video) {
 		t.Fatal("different injected video noise gave the same video latents")
 	}
-	if sameBits(other.Audio, ref.Audio) {
+	if testutil.SameBits(other.Audio, ref.Audio) {
 		t.Fatal("different injected video noise left the audio latents bit-identical (the modalities attend to each other)")
 	}
 }
@@ -558,7 +537,7 @@ func TestAllResidentAndPromptCache(t *testing.T) {
 		t.Errorf("prompt cache hits: first %v, second %v", first.PromptCached, second.PromptCached)
 	}
 	for i, r := range []*Result{first, second} {
-		if !sameBits(r.Latents.Video, ref.Video) || !sameBits(r.Latents.Audio, ref.Audio) {
+		if !testutil.SameBits(r.Latents.Video, ref.Video) || !testutil.SameBits(r.Latents.Audio, ref.Audio) {
 			t.Errorf("run %d: AllResident latents differ from the OneResident ones", i)
 		}
 	}

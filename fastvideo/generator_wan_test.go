@@ -11,6 +11,7 @@ import (
 
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
+	"fastvideo/internal/testutil"
 )
 
 // One tiny-wan generator serves most Wan tests (its synthetic weights are made once); TestMain
@@ -18,7 +19,7 @@ import (
 var wanShared sharedGenerator
 
 func newTinyWan(opts ...Option) (*VideoGenerator, error) {
-	return New(context.Background(), "tiny-wan", append([]Option{WithBackend(testBackend())}, opts...)...)
+	return New(context.Background(), "tiny-wan", append([]Option{WithBackend(testutil.BackendSpec())}, opts...)...)
 }
 
 func tinyWanGenerator(t *testing.T) *VideoGenerator {
@@ -92,7 +93,7 @@ func TestWanDeterminism(t *testing.T) {
 	ref := seed1024WanLatents(t)
 	req := Request{Prompt: "a red fox"}
 	for i, r := range concurrentRuns(t, g, req) {
-		if r == nil || !sameBits(r.Latents.Video, ref.Latents.Video) {
+		if r == nil || !testutil.SameBits(r.Latents.Video, ref.Latents.Video) {
 			t.Fatalf("concurrent run %d differs from the first run with the same seed", i)
 		}
 	}
@@ -102,14 +103,14 @@ func TestWanDeterminism(t *testing.T) {
 	inj := req
 	inj.VideoNoise = all[:plan.VideoNoiseLen()]
 	inj.Options = &wan.Options{RenoiseNoise: all[plan.VideoNoiseLen():]}
-	if !sameBits(latentsOnly(t, g, inj).Latents.Video, ref.Latents.Video) {
+	if !testutil.SameBits(latentsOnly(t, g, inj).Latents.Video, ref.Latents.Video) {
 		t.Fatal("injecting the seed's own noise changed the latents")
 	}
 	inj.Options = &wan.Options{RenoiseNoise: GaussianNoise(5, VideoNoise, renoiseLen)}
-	if sameBits(latentsOnly(t, g, inj).Latents.Video, ref.Latents.Video) {
+	if testutil.SameBits(latentsOnly(t, g, inj).Latents.Video, ref.Latents.Video) {
 		t.Fatal("different re-noise gave the same latents")
 	}
-	if sameBits(latentsOnly(t, g, Request{Prompt: "a red fox", Seed: Ptr[int64](7)}).Latents.Video, ref.Latents.Video) {
+	if testutil.SameBits(latentsOnly(t, g, Request{Prompt: "a red fox", Seed: Ptr[int64](7)}).Latents.Video, ref.Latents.Video) {
 		t.Fatal("seed 7 gave the latents of seed 1024")
 	}
 }
@@ -207,7 +208,7 @@ func TestWanAllResidentAndPromptCache(t *testing.T) {
 		t.Errorf("prompt cache hits: first %v, second %v", first.PromptCached, second.PromptCached)
 	}
 	for i, r := range []*Result{first, second} {
-		if !sameBits(r.Latents.Video, ref.Latents.Video) {
+		if !testutil.SameBits(r.Latents.Video, ref.Latents.Video) {
 			t.Errorf("run %d: AllResident latents differ from the OneResident ones", i)
 		}
 	}

@@ -3,7 +3,6 @@ package fastvideo
 import (
 	"context"
 	"errors"
-	"fastvideo/fastvideo/family"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
+	"fastvideo/internal/testutil"
 )
 
 // TestModelLookup: unknown names and folders no family recognizes are invalid input naming what
@@ -46,7 +47,7 @@ func TestModelLookup(t *testing.T) {
 	checkModelError := func(label, dir string, want ...string) {
 		t.Helper()
 		_, planErr := Plan(dir, Request{})
-		_, newErr := New(context.Background(), dir, WithBackend(testBackend()))
+		_, newErr := New(context.Background(), dir, WithBackend(testutil.BackendSpec()))
 		for _, err := range []error{planErr, newErr} {
 			if !errors.As(err, &re) || re.Field != "model" {
 				t.Errorf("%s: %v, want a model RequestError", label, err)

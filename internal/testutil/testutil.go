@@ -301,16 +301,18 @@ var (
 	backendErr  error
 )
 
+// BackendSpec is the backend tests run on: $FASTVIDEO_TEST_BACKEND, else the pure-Go backend.
+func BackendSpec() string {
+	if v := os.Getenv(TestBackendEnv); v != "" {
+		return v
+	}
+	return "go:ops_sequential"
+}
+
 // Backend returns the shared backend for tests.
 func Backend(t testing.TB) compute.Backend {
 	t.Helper()
-	backendOnce.Do(func() {
-		cfg := os.Getenv(TestBackendEnv)
-		if cfg == "" {
-			cfg = "go:ops_sequential"
-		}
-		backendVal, backendErr = backend.New(cfg)
-	})
+	backendOnce.Do(func() { backendVal, backendErr = backend.New(BackendSpec()) })
 	if backendErr != nil {
 		t.Fatalf("test backend: %v", backendErr)
 	}

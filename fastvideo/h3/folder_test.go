@@ -1,0 +1,124 @@
+package h3_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	h3dit "fastvideo/dit/h3"
+	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/h3"
+	"fastvideo/internal/testutil"
+	"fastvideo/internal/tokenizer/qwen3data"
+)
+
+// open opens model (a built-in name or a folder) on the test backend; Close runs at the test's end.
+func open(t *testing.T, model string) *fastvideo.VideoGenerator {
+	t.Helper()
+	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+// latentsOnly runs req without decoding or saving and returns its result with the latents.
+func latentsOnly(t *testing.T, g *fastvideo.VideoGenerator, req fastvideo.Request) *fastvideo.Result {
+	t.Helper()
+	req.SkipSave, req.ReturnLatents = true, true
+	res, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Latents == nil {
+		t.Fatal("a latents-only run returned no latents")
+	}
+	return res
+}
+
+// writeTinyFolder writes tiny-h3 as a diffusers-style snapshot: the same configs and weights a
+// real MiniMax H3 folder holds (MiniMaxAI/MiniMax-H3's layout), at toy size.
+func writeTinyFolder(t *testing.T, dir string) {
+	t.Helper()
+	spec := h3.TinySpec()
+	tw, err := h3.NewTinyWeights(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := testutil.SnapshotWriter{T: t, Dir: dir}
+	w.Config("transformer/config.json", "", spec.DiT)
+	w.Weights("transformer/diffusion_pytorch_model.safetensors", tw.DiT)
+	w.Config("vae/config.json", "", spec.VAE)
+	w.Weights("vae/diffusion_pytorch_model.safetensors", tw.VideoVAE)
+	w.Config("audio_vae/config.json", "", spec.AudioVAE)
+	w.Weights("audio_vae/diffusion_pytorch_model.safetensors", tw.AudioVAE)
+	w.Config("text_encoder/config.json", "", h3.TinyTextEncoder())
+	w.Weights("text_encoder/model.safetensors", tw.TextEncoder)
+	w.File("tokenizer/tokenizer.json.gz", qwen3data.Gzip())
+	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`))
+	w.File("audio_scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 3.0}`))
+}
+
+// TestModelFolder loads tiny-h3 written as a snapshot folder through the real-checkpoint path
+// (configs, safetensors, tokenizer folder, streamed text encoder) and checks that it denoises to the
+// very latents of the in-memory model; New names each missing file before loading anything.
+func TestModelFolder(t *testing.T) {
+	dir := t.TempDir()
+	writeTinyFolder(t, dir)
+	g := open(t, dir)
+	if m := g.Model(); m.Dir != dir || m.Family != h3.FamilyName || m.Variant != "h3" || m.DefaultPreset != "minimax_h3_t2va" ||
+		m.Presets[0].NumFrames != 124 {
+		t.Fatalf("folder model %+v", m)
+	}
+	// Planning and loading read one config: the folder's DiT is what the DiT package loads.
+	m, err := fastvideo.LookupModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := m.(*h3.Spec)
+	if c, err := h3dit.ReadConfig(filepath.Join(dir, "transformer")); err != nil || spec.DiT.HiddenSize != 128 || !reflect.DeepEqual(c, spec.DiT) {
+		t.Fatalf("folder DiT %+v, h3.ReadConfig %+v (%v)", spec.DiT, c, err)
+	}
+	// A folder model keeps the released 5-15 s window: 124 frames.
+	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 124, NumInferenceSteps: 1, Seed: fastvideo.Ptr[int64](7)}
+	res := latentsOnly(t, g, req)
+	got := res.Latents
+	want := latentsOnly(t, open(t, h3.TinyName), req).Latents
+	t.Logf("folder model: %+v", res.Timings)
+	if len(want.Video) == 0 || len(want.Audio) == 0 {
+		t.Fatalf("tiny-h3 returned %d video and %d audio latents", len(want.Video), len(want.Audio))
+	}
+	if !testutil.SameBits(got.Video, want.Video) || !testutil.SameBits(got.Audio, want.Audio) {
+		t.Fatal("the folder model's latents differ from tiny-h3's")
+	}
+
+	// A missing config or tokenizer is invalid input for the model field; missing weights are an
+	// error naming the component folder.
+	testutil.CheckEachMissing(t, dir, []testutil.MissingFile{
+		{Remove: "audio_vae/diffusion_pytorch_model.safetensors", Named: filepath.Join(dir, "audio_vae"), Invalid: false},
+		{Remove: "tokenizer/tokenizer.json.gz", Named: filepath.Join(dir, "tokenizer", "tokenizer.json"), Invalid: true},
+		{Remove: "vae/config.json", Named: filepath.Join(dir, "vae", "config.json"), Invalid: true},
+	}, func() error { return newError(dir) }, isModelError)
+}
+
+// newError is New's error for model (nil: New succeeded, and the generator is closed again).
+func newError(model string) error {
+	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
+	if err == nil {
+		return g.Close()
+	}
+	return err
+}
+
+// isModelError reports whether err is invalid input for the model field.
+func isModelError(err error) bool {
+	var re *fastvideo.RequestError
+	return errors.As(err, &re) && re.Field == "model"
+}
