@@ -135,21 +135,18 @@ func (s *Server) admit(r *http.Request) (*Video, fastvideo.Request, error) {
 	if err != nil {
 		return nil, req, err
 	}
-	id, err := newVideoID()
-	if err != nil {
-		return nil, req, err
-	}
-	// Validate sees the job's real output path, so the SDK checks what it will write.
-	check := req
-	check.OutputPath = filepath.Join(s.videosDir, outputName(id))
-	plan, err := s.gen.Plan(check)
-	if err == nil {
-		err = fastvideo.Validate(s.info.Name, check)
-	}
+	// Plan applies the SDK's request rules without loading anything (the prompt's presence is
+	// checked above, the output path is the server's). Generate alone rejects the fast modes, which
+	// the SDK plans but cannot run yet: such a job fails with error.param "fast".
+	plan, err := s.gen.Plan(req)
 	var re *fastvideo.RequestError
 	if errors.As(err, &re) {
 		return nil, req, invalid(re.Field, "%s", re.Error())
 	}
+	if err != nil {
+		return nil, req, err
+	}
+	id, err := newVideoID()
 	if err != nil {
 		return nil, req, err
 	}

@@ -34,7 +34,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, id string)
 		if _, err := fmt.Fprintf(w, "event: video.%s\ndata: %s\n\n", v.Status, data); err != nil {
 			return
 		}
-		if rc.Flush() != nil || v.finished() {
+		if rc.Flush() != nil || v.finished() || s.isStopping() {
 			return
 		}
 		if !s.waitChange(w, rc, changed, r, tick) {
@@ -46,8 +46,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, id string)
 	}
 }
 
-// waitChange waits for the job to change, writing heartbeats meanwhile; false means the stream
-// ends (the client left, or the server stops).
+// waitChange waits for the job to change, writing heartbeats meanwhile; false means the client
+// left. When the server stops, the stream sends the job's last state and ends.
 func (s *Server) waitChange(w http.ResponseWriter, rc *http.ResponseController, changed <-chan struct{}, r *http.Request, tick *time.Ticker) bool {
 	for {
 		select {
@@ -56,7 +56,7 @@ func (s *Server) waitChange(w http.ResponseWriter, rc *http.ResponseController, 
 		case <-r.Context().Done():
 			return false
 		case <-s.stopping:
-			return false
+			return true
 		case <-tick.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return false
@@ -76,4 +76,13 @@ func (s *Server) watch(id string) (*Video, <-chan struct{}, error) {
 	s.mu.Unlock()
 	v, _, err := s.st.get(id)
 	return v, nil, err
+}
+
+func (s *Server) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
 }

@@ -88,6 +88,7 @@ func (s *Server) next() (*job, context.Context) {
 			j := s.pending[0]
 			s.pending[0] = nil
 			s.pending = s.pending[1:]
+			s.queueMovedLocked()
 			ctx, cancel := context.WithCancelCause(context.Background())
 			j.cancel, s.running = cancel, j
 			j.v.Status, j.v.StartedAt = statusInProgress, fastvideo.Ptr(time.Now().Unix())
@@ -239,6 +240,13 @@ func (s *Server) cancel(id string, wait time.Duration) bool {
 	return true
 }
 
+// queueMovedLocked tells the waiting jobs' event streams that their places changed.
+func (s *Server) queueMovedLocked() {
+	for _, j := range s.pending {
+		j.notifyLocked()
+	}
+}
+
 // settleQueuedLocked ends a job that never ran (cancelled, or failed at shutdown): it leaves the
 // queue and settle says how it ended. It reports false if the job started or ended meanwhile.
 func (s *Server) settleQueuedLocked(j *job, settle func(v *Video, now time.Time)) (Video, bool) {
@@ -249,6 +257,7 @@ func (s *Server) settleQueuedLocked(j *job, settle func(v *Video, now time.Time)
 	for i, x := range s.pending {
 		if x == j {
 			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			s.queueMovedLocked()
 			break
 		}
 	}
