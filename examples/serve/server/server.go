@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,23 +150,33 @@ func (s *Server) recover() error {
 	if n > 0 {
 		s.log.Info("marked jobs of a stopped server failed", "jobs", n)
 	}
-	if err := s.removeOrphans(); err != nil {
+	if err := s.removeOrphans(false); err != nil {
 		return err
 	}
 	return s.expire()
 }
 
-// removeOrphans deletes files in the videos folder that no job owns: staging files of a process
-// that died mid-write and outputs whose job was deleted. Files younger than a lease may belong to
-// a live process sharing the folder and are left alone.
-func (s *Server) removeOrphans() error {
+// removeOrphans deletes files in the videos folder that no job owns: staging files (hidden names)
+// of a process that died mid-write and, unless stagingOnly, outputs whose job was deleted. A
+// staging file is stale once unchanged for longer than a job may run (a day without -timeout):
+// until then a job of this or another process sharing the folder may still be writing it. An
+// output younger than a lease may be about to be recorded by its process.
+func (s *Server) removeOrphans(stagingOnly bool) error {
+	stagingStale := 24 * time.Hour
+	if s.cfg.JobTimeout > 0 {
+		stagingStale = max(s.cfg.JobTimeout, leaseTTL)
+	}
 	entries, err := os.ReadDir(s.videosDir)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", s.videosDir, err)
 	}
 	for _, e := range entries {
 		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() || time.Since(info.ModTime()) < leaseTTL {
+		staging := strings.HasPrefix(e.Name(), ".")
+		if err != nil || !info.Mode().IsRegular() || (stagingOnly && !staging) {
+			continue
+		}
+		if age := time.Since(info.ModTime()); age < leaseTTL || (staging && age < stagingStale) {
 			continue
 		}
 		owned, err := s.st.hasFile(e.Name())
@@ -180,8 +191,8 @@ func (s *Server) removeOrphans() error {
 	return nil
 }
 
-// tend renews this process's leases, settles jobs abandoned by other processes and expires old
-// ones until the server stops.
+// tend renews this process's leases, settles jobs abandoned by other processes, expires old ones
+// and removes stale staging files until the server stops.
 func (s *Server) tend() {
 	defer s.janitor.Done()
 	tick := time.NewTicker(leaseTTL / 3)
@@ -201,6 +212,9 @@ func (s *Server) tend() {
 		}
 		if err := s.expire(); err != nil {
 			s.log.Error("expiring jobs", "err", err)
+		}
+		if err := s.removeOrphans(true); err != nil {
+			s.log.Error("removing staging files", "err", err)
 		}
 	}
 }

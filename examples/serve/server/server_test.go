@@ -416,7 +416,7 @@ func TestShutdown(t *testing.T) {
 
 // TestRestart: a second server on the same data folder while the first one is stuck in a job
 // (as if it had crashed: same host, its owner no longer the running process) serves the finished
-// job and reports the running one failed, and removes a stale staging file.
+// job and reports the running one failed, and removes a stale staging file but not a fresh one.
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
 	first := start(t, dir, nil)
@@ -431,8 +431,13 @@ func TestRestart(t *testing.T) {
 	if err := os.WriteFile(stale, []byte("half a video"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	old := time.Now().Add(-2 * leaseTTL)
+	old := time.Now().Add(-48 * time.Hour)
 	os.Chtimes(stale, old, old)
+	// A staging file being written now may be another live process's: it stays.
+	fresh := filepath.Join(dir, "videos", ".video_89abcdef0123456789abcdef.mp4.fastvideo-000000000000.mp4")
+	if err := os.WriteFile(fresh, []byte("a quarter of a video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	second := start(t, dir, nil)
 	if v := second.get(done.ID); v.Status != statusCompleted {
@@ -445,6 +450,9 @@ func TestRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale staging file kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh staging file removed: %v", err)
 	}
 	first.stop() // the first server wakes up: it must not overwrite the verdict
 	if v := second.get(stuck.ID); v.Error == nil || v.Error.Code != "server_restarted" {
