@@ -419,9 +419,38 @@ func TestShutdown(t *testing.T) {
 	running := h.create(`{"prompt": "first"}`)
 	queued := h.create(`{"prompt": "second"}`)
 	wait(t, reached, "the first job's decode")
+	lastEvent := make(chan string, 1) // the queued job's event stream, read to its end
+	streaming := make(chan struct{})
+	go func() {
+		resp, err := http.Get(h.http.URL + "/v1/videos/" + queued.ID + "/events")
+		if err != nil {
+			lastEvent <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		last := ""
+		for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				if last == "" {
+					close(streaming)
+				}
+				last = name
+			}
+		}
+		lastEvent <- last
+	}()
+	wait(t, streaming, "the queued job's event stream")
 	begin := time.Now()
 	if err := h.s.Shutdown(300 * time.Millisecond); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case last := <-lastEvent:
+		if last != "video.failed" {
+			t.Errorf("the queued job's stream ended with %q", last)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("an event stream outlived the shutdown")
 	}
 	if took := time.Since(begin); took < 300*time.Millisecond {
 		t.Errorf("shutdown took %v, less than the grace period", took)
