@@ -1,0 +1,553 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"fastvideo/fastvideo"
+)
+
+// gen is the tiny-h3 generator every test's server shares (Generate serializes its calls).
+var gen *fastvideo.VideoGenerator
+
+func TestMain(m *testing.M) {
+	var err error
+	gen, err = fastvideo.New(context.Background(), "tiny-h3", fastvideo.WithBackend("go:ops_sequential"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	gen.Close()
+	os.Exit(code)
+}
+
+// harness is a server on httptest with its data folder.
+type harness struct {
+	t    *testing.T
+	s    *Server
+	http *httptest.Server
+	dir  string
+	key  string
+}
+
+func start(t *testing.T, dir string, edit func(*Config)) *harness {
+	t.Helper()
+	cfg := Config{Generator: gen, DataDir: dir}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, s: s, http: httptest.NewServer(s.Handler()), dir: dir, key: cfg.APIKey}
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	h.s.Shutdown(0)
+	h.http.Close()
+}
+
+// do sends a request and decodes a JSON answer into out (when not nil).
+func (h *harness) do(method, path, contentType, body string, out any) *http.Response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if h.key != "" {
+		req.Header.Set("Authorization", "Bearer "+h.key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			h.t.Fatalf("%s %s: %d %s: %v", method, path, resp.StatusCode, data, err)
+		}
+	}
+	return resp
+}
+
+// create submits a job and fails the test unless it is accepted.
+func (h *harness) create(body string) *Video {
+	h.t.Helper()
+	var v Video
+	if resp := h.do("POST", "/v1/videos", "application/json", body, &v); resp.StatusCode != 200 {
+		h.t.Fatalf("POST /v1/videos %s: %d", body, resp.StatusCode)
+	}
+	return &v
+}
+
+func (h *harness) get(id string) *Video {
+	h.t.Helper()
+	var v Video
+	if resp := h.do("GET", "/v1/videos/"+id, "", "", &v); resp.StatusCode != 200 {
+		h.t.Fatalf("GET %s: %d", id, resp.StatusCode)
+	}
+	return &v
+}
+
+// events reads a job's event stream to its end.
+func (h *harness) events(id string) []Video {
+	h.t.Helper()
+	resp, err := http.Get(h.http.URL + "/v1/videos/" + id + "/events")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		h.t.Fatalf("events Content-Type %q", ct)
+	}
+	var out []Video
+	var event string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if name, ok := strings.CutPrefix(line, "event: "); ok {
+			event = name
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var v Video
+			if err := json.Unmarshal([]byte(data), &v); err != nil {
+				h.t.Fatal(err)
+			}
+			if event != "video."+v.Status {
+				h.t.Errorf("event %q carries status %q", event, v.Status)
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// files lists the videos folder, hidden staging files included.
+func (h *harness) files() []string {
+	h.t.Helper()
+	entries, err := os.ReadDir(filepath.Join(h.dir, "videos"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// blockAt makes the next generation stop at the first event of kind until its context ends;
+// the returned channel is closed when it gets there.
+func blockAt(s *Server, kind fastvideo.EventKind) <-chan struct{} {
+	reached := make(chan struct{})
+	blocked := false
+	s.progressHook = func(ctx context.Context, e fastvideo.Event) {
+		if e.Kind != kind || blocked {
+			return
+		}
+		blocked = true
+		close(reached)
+		<-ctx.Done()
+	}
+	return reached
+}
+
+func wait(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestCreateEventsContent(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	v := h.create(`{"model": "tiny-h3", "prompt": "a red fox", "size": "96x64", "seconds": "0.5", "seed": 7}`)
+	if v.Object != "video" || v.finished() || v.Size != "96x64" || v.NumFrames != 22 || v.Seed != 7 {
+		t.Fatalf("created %+v", v)
+	}
+	evs := h.events(v.ID)
+	last := evs[len(evs)-1]
+	if last.Status != statusCompleted || last.Progress != 100 || last.CompletedAt == nil || len(last.Timings) == 0 {
+		t.Fatalf("last event %+v", last)
+	}
+	sawRunning := false
+	for i, e := range evs {
+		sawRunning = sawRunning || e.Status == statusInProgress
+		if i > 0 && e.Progress < evs[i-1].Progress {
+			t.Errorf("progress went back: %d then %d", evs[i-1].Progress, e.Progress)
+		}
+	}
+	if !sawRunning || len(evs) < 3 {
+		t.Errorf("%d events, in_progress seen: %v", len(evs), sawRunning)
+	}
+	checkContent(t, h, v.ID)
+
+	var list struct {
+		Object string  `json:"object"`
+		Data   []Video `json:"data"`
+	}
+	h.do("GET", "/v1/videos?limit=5", "", "", &list)
+	if list.Object != "list" || len(list.Data) != 1 || list.Data[0].ID != v.ID {
+		t.Errorf("list %+v", list)
+	}
+	var deleted map[string]any
+	h.do("DELETE", "/v1/videos/"+v.ID, "", "", &deleted)
+	if deleted["deleted"] != true || len(h.files()) != 0 {
+		t.Errorf("delete: %v, files left %v", deleted, h.files())
+	}
+	if resp := h.do("GET", "/v1/videos/"+v.ID, "", "", nil); resp.StatusCode != 404 {
+		t.Errorf("GET after DELETE: %d", resp.StatusCode)
+	}
+}
+
+// checkContent downloads a completed job's MP4, probes it and asks for a byte range.
+func checkContent(t *testing.T, h *harness, id string) {
+	t.Helper()
+	resp, err := http.Get(h.http.URL + "/v1/videos/" + id + "/content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "video/mp4" {
+		t.Fatalf("content: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	path := filepath.Join(t.TempDir(), "got.mp4")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe(t, path); got != "video h264 96x64 22 frames; audio aac" {
+		t.Errorf("ffprobe: %s", got)
+	}
+	req, _ := http.NewRequest("GET", h.http.URL+"/v1/videos/"+id+"/content", nil)
+	req.Header.Set("Range", "bytes=100-199")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf("bytes 100-199/%d", len(data))
+	if resp.StatusCode != http.StatusPartialContent || resp.Header.Get("Content-Range") != want || string(part) != string(data[100:200]) {
+		t.Errorf("range: %d %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Range"), len(part))
+	}
+}
+
+// probe describes an MP4's streams as ffprobe ($FASTVIDEO_FFPROBE, else the one on PATH) reads
+// them.
+func probe(t *testing.T, path string) string {
+	t.Helper()
+	ffprobe := os.Getenv("FASTVIDEO_FFPROBE")
+	if ffprobe == "" {
+		ffprobe = "ffprobe"
+	}
+	out, err := exec.Command(ffprobe, "-v", "error", "-count_frames", "-print_format", "json",
+		"-show_entries", "stream=codec_type,codec_name,width,height,nb_read_frames", path).Output()
+	if err != nil {
+		t.Fatalf("ffprobe %s: %v", path, err)
+	}
+	var info struct {
+		Streams []struct {
+			CodecType string `json:"codec_type"`
+			CodecName string `json:"codec_name"`
+			Width     int    `json:"width"`
+			Height    int    `json:"height"`
+			Frames    string `json:"nb_read_frames"`
+		}
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, s := range info.Streams {
+		if s.CodecType == "video" {
+			parts = append(parts, fmt.Sprintf("video %s %dx%d %s frames", s.CodecName, s.Width, s.Height, s.Frames))
+		} else {
+			parts = append(parts, s.CodecType+" "+s.CodecName)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func TestBadRequests(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.MaxPromptBytes = 64; c.MaxBodyBytes = 1024 })
+	cases := []struct {
+		name, contentType, body string
+		status                  int
+		param                   string
+	}{
+		{"no prompt", "application/json", `{"size": "96x64"}`, 400, "prompt"},
+		{"blank prompt", "application/json", `{"prompt": "  "}`, 400, "prompt"},
+		{"long prompt", "application/json", `{"prompt": "` + strings.Repeat("a", 65) + `"}`, 400, "prompt"},
+		{"other model", "application/json", `{"prompt": "x", "model": "sora-2"}`, 400, "model"},
+		{"size not WxH", "application/json", `{"prompt": "x", "size": "large"}`, 400, "size"},
+		{"size off the VAE grid", "application/json", `{"prompt": "x", "size": "100x64"}`, 400, "width"},
+		{"seconds and frames", "application/json", `{"prompt": "x", "seconds": 1, "num_frames": 22}`, 400, "seconds"},
+		{"negative seconds", "application/json", `{"prompt": "x", "seconds": -1}`, 400, "seconds"},
+		{"frames out of range", "application/json", `{"prompt": "x", "num_frames": 100000}`, 400, "num_frames"},
+		{"fps the model cannot", "application/json", `{"prompt": "x", "fps": 30}`, 400, "fps"},
+		{"steps not a number", "application/json", `{"prompt": "x", "num_inference_steps": "four"}`, 400, "num_inference_steps"},
+		{"steps twice", "application/json", `{"prompt": "x", "steps": 2, "num_inference_steps": 2}`, 400, "steps"},
+		{"seed not a number", "application/json", `{"prompt": "x", "seed": "abc"}`, 400, "seed"},
+		{"unknown preset", "application/json", `{"prompt": "x", "preset": "nope"}`, 400, "preset"},
+		{"negative prompt without guidance", "application/json", `{"prompt": "x", "negative_prompt": "blur"}`, 400, "negative_prompt"},
+		{"a path", "application/json", `{"prompt": "x", "output_path": "/etc/passwd"}`, 400, "output_path"},
+		{"an image", "application/json", `{"prompt": "x", "input_reference": "cat.png"}`, 400, "input_reference"},
+		{"not JSON", "application/json", `{"prompt": `, 400, ""},
+		{"form field twice", "application/x-www-form-urlencoded", `prompt=a&prompt=b`, 400, "prompt"},
+		{"form number", "application/x-www-form-urlencoded", `prompt=a&num_frames=many`, 400, "num_frames"},
+		{"too large", "application/json", `{"prompt": "` + strings.Repeat("a", 2000) + `"}`, 413, ""},
+		{"XML", "application/xml", `<prompt/>`, 415, ""},
+	}
+	for _, c := range cases {
+		var body struct{ Error APIError }
+		resp := h.do("POST", "/v1/videos", c.contentType, c.body, &body)
+		if resp.StatusCode != c.status || body.Error.Param != c.param || body.Error.Message == "" {
+			t.Errorf("%s: %d %+v, want %d with param %q", c.name, resp.StatusCode, body.Error, c.status, c.param)
+		}
+	}
+	for _, path := range []string{"/v1/videos/video_000000000000000000000000", "/v1/videos/..%2Findex.db", "/v1/videos/x/content"} {
+		if resp := h.do("GET", path, "", "", nil); resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
+	if n := len(h.files()); n != 0 {
+		t.Errorf("bad requests left %d files", n)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.APIKey = "sesame" })
+	if resp := h.do("GET", "/v1/models", "", "", nil); resp.StatusCode != 200 {
+		t.Errorf("with the key: %d", resp.StatusCode)
+	}
+	h.key = "wrong"
+	if resp := h.do("GET", "/v1/models", "", "", nil); resp.StatusCode != 401 {
+		t.Errorf("with a wrong key: %d", resp.StatusCode)
+	}
+	if resp := h.do("GET", "/", "", "", nil); resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Errorf("the page: %d", resp.StatusCode)
+	}
+}
+
+// TestQueueFullAndCancel holds the first job in its decode stage (its staging file written) and
+// fills the one-place queue behind it: the next request gets 429; cancelling the queued job and
+// then the running one leaves no file.
+func TestQueueFullAndCancel(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.QueueSize = 1 })
+	reached := blockAt(h.s, fastvideo.DecodeProgress)
+	running := h.create(`{"prompt": "first"}`)
+	queued := h.create(`{"prompt": "second"}`)
+	wait(t, reached, "the first job's decode")
+	if len(h.files()) == 0 {
+		t.Errorf("no staging file while decoding")
+	}
+	var body struct{ Error APIError }
+	resp := h.do("POST", "/v1/videos", "application/json", `{"prompt": "third"}`, &body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || body.Error.Code != "queue_full" {
+		t.Fatalf("full queue: %d Retry-After %q %+v", resp.StatusCode, resp.Header.Get("Retry-After"), body.Error)
+	}
+	if q := h.get(queued.ID); q.Status != statusQueued || q.QueuePosition == nil || *q.QueuePosition != 1 {
+		t.Errorf("queued job: %+v", q)
+	}
+	if r := h.get(running.ID); r.Status != statusInProgress || r.Stage != "decode" || r.Progress < 85 {
+		t.Errorf("running job: %+v", r)
+	}
+	var v Video
+	h.do("DELETE", "/v1/videos/"+queued.ID, "", "", &v)
+	if v.Status != statusCancelled {
+		t.Errorf("cancelled queued job: %+v", v)
+	}
+	h.do("DELETE", "/v1/videos/"+running.ID, "", "", &v)
+	if v.Status != statusCancelled || v.Error != nil {
+		t.Errorf("cancelled running job: %+v", v)
+	}
+	if files := h.files(); len(files) != 0 {
+		t.Errorf("files left after cancelling: %v", files)
+	}
+	for _, id := range []string{queued.ID, running.ID} {
+		if got := h.get(id); got.Status != statusCancelled {
+			t.Errorf("%s reads %s", id, got.Status)
+		}
+	}
+	if evs := h.events(running.ID); len(evs) != 1 || evs[0].Status != statusCancelled {
+		t.Errorf("events of a cancelled job: %+v", evs)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.JobTimeout = 200 * time.Millisecond })
+	blockAt(h.s, fastvideo.DenoiseStep)
+	v := h.create(`{"prompt": "slow"}`)
+	evs := h.events(v.ID)
+	last := evs[len(evs)-1]
+	if last.Status != statusFailed || last.Error == nil || last.Error.Code != "timeout" || len(h.files()) != 0 {
+		t.Errorf("timed out job: %+v, files %v", last, h.files())
+	}
+}
+
+// TestShutdown: queued jobs fail at once, the running one gets the grace period and is then
+// cancelled without leaving a file, and no job is accepted afterwards.
+func TestShutdown(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	reached := blockAt(h.s, fastvideo.DecodeProgress)
+	running := h.create(`{"prompt": "first"}`)
+	queued := h.create(`{"prompt": "second"}`)
+	wait(t, reached, "the first job's decode")
+	lastEvent := make(chan string, 1) // the queued job's event stream, read to its end
+	streaming := make(chan struct{})
+	go func() {
+		resp, err := http.Get(h.http.URL + "/v1/videos/" + queued.ID + "/events")
+		if err != nil {
+			lastEvent <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		last := ""
+		for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				if last == "" {
+					close(streaming)
+				}
+				last = name
+			}
+		}
+		lastEvent <- last
+	}()
+	wait(t, streaming, "the queued job's event stream")
+	begin := time.Now()
+	if err := h.s.Shutdown(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case last := <-lastEvent:
+		if last != "video.failed" {
+			t.Errorf("the queued job's stream ended with %q", last)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("an event stream outlived the shutdown")
+	}
+	if took := time.Since(begin); took < 300*time.Millisecond {
+		t.Errorf("shutdown took %v, less than the grace period", took)
+	}
+	if files := h.files(); len(files) != 0 {
+		t.Errorf("files left: %v", files)
+	}
+	var body struct{ Error APIError }
+	if resp := h.do("POST", "/v1/videos", "application/json", `{"prompt": "late"}`, &body); resp.StatusCode != 503 {
+		t.Errorf("POST after shutdown: %d", resp.StatusCode)
+	}
+	st, err := openStore(h.dir, "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	for _, id := range []string{running.ID, queued.ID} {
+		v, _, err := st.get(id)
+		if err != nil || v.Status != statusFailed || v.Error.Code != "server_shutdown" {
+			t.Errorf("%s after shutdown: %+v %v", id, v, err)
+		}
+	}
+}
+
+// TestRestart: a second server on the same data folder while the first one is stuck in a job
+// (as if it had crashed: same host, its owner no longer the running process) serves the finished
+// job and reports the running one failed, and removes a stale staging file but not a fresh one.
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, nil)
+	done := first.create(`{"prompt": "finished before the crash"}`)
+	if evs := first.events(done.ID); evs[len(evs)-1].Status != statusCompleted {
+		t.Fatalf("first job: %+v", evs[len(evs)-1])
+	}
+	reached := blockAt(first.s, fastvideo.DenoiseStep)
+	stuck := first.create(`{"prompt": "running at the crash"}`)
+	wait(t, reached, "the second job's denoising")
+	stale := filepath.Join(dir, "videos", ".video_0123456789abcdef01234567.mp4.fastvideo-000000000000.mp4")
+	if err := os.WriteFile(stale, []byte("half a video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(stale, old, old)
+	// A staging file being written now may be another live process's: it stays.
+	fresh := filepath.Join(dir, "videos", ".video_89abcdef0123456789abcdef.mp4.fastvideo-000000000000.mp4")
+	if err := os.WriteFile(fresh, []byte("a quarter of a video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	second := start(t, dir, nil)
+	if v := second.get(done.ID); v.Status != statusCompleted {
+		t.Errorf("finished job after restart: %+v", v)
+	}
+	checkContent(t, second, done.ID)
+	v := second.get(stuck.ID)
+	if v.Status != statusFailed || v.Error == nil || v.Error.Code != "server_restarted" || v.CompletedAt == nil {
+		t.Errorf("running job after restart: %+v", v)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale staging file kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh staging file removed: %v", err)
+	}
+	first.stop() // the first server wakes up: it must not overwrite the verdict
+	if v := second.get(stuck.ID); v.Error == nil || v.Error.Code != "server_restarted" {
+		t.Errorf("the first server overwrote the verdict: %+v", v)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	now := time.Now()
+	add := func(age time.Duration, size int) string {
+		id, _ := newVideoID()
+		v := &Video{ID: id, Object: "video", Status: statusQueued, CreatedAt: now.Add(-age).Unix()}
+		if err := h.s.st.insert(v, fastvideo.Request{Prompt: "x"}, now); err != nil {
+			t.Fatal(err)
+		}
+		v.Status = statusCompleted
+		if err := h.s.st.update(v, outputName(id), int64(size)); err != nil {
+			t.Fatal(err)
+		}
+		h.s.st.db.Exec(`UPDATE jobs SET finished_at = ? WHERE id = ?`, now.Add(-age).UnixMilli(), id)
+		os.WriteFile(filepath.Join(h.dir, "videos", outputName(id)), make([]byte, size), 0o644)
+		return id
+	}
+	oldest, older, newer, newest := add(3*time.Hour, 100), add(2*time.Hour, 100), add(time.Hour, 100), add(0, 100)
+	h.s.keep = keepPolicy{maxAge: 150 * time.Minute, maxBytes: 250}
+	if err := h.s.expire(); err != nil {
+		t.Fatal(err)
+	}
+	for id, kept := range map[string]bool{oldest: false, older: false, newer: true, newest: true} {
+		_, _, err := h.s.st.get(id)
+		_, serr := os.Stat(filepath.Join(h.dir, "videos", outputName(id)))
+		if (err == nil) != kept || (serr == nil) != kept {
+			t.Errorf("%s: row %v, file %v, want kept %v", id, err, serr, kept)
+		}
+	}
+}
