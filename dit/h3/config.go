@@ -117,6 +117,9 @@ func ReadConfig(dir string) (Config, error) {
 
 // Validate checks the fields the forward depends on.
 func (c Config) Validate() error {
+	if err := modelcfg.CheckSize("h3", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
+		return err
+	}
 	pos := []struct {
 		name string
 		v    int
@@ -131,9 +134,6 @@ func (c Config) Validate() error {
 		if err := modelcfg.CheckSize("h3", f.name, f.v, modelcfg.MaxSize); err != nil {
 			return err
 		}
-	}
-	if err := modelcfg.CheckSize("h3", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
-		return err
 	}
 	if c.NumRefinerLayers < 0 || c.NumRefinerLayers > modelcfg.MaxLayers {
 		return fmt.Errorf("h3: config num_refiner_layers = %d, must be in 0..%d", c.NumRefinerLayers, modelcfg.MaxLayers)

@@ -92,6 +92,9 @@ func ReadConfig(dir string) (Config, error) {
 
 // Validate checks the fields the forward depends on.
 func (c Config) Validate() error {
+	if err := modelcfg.CheckSize("wan", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -103,9 +106,6 @@ func (c Config) Validate() error {
 		if err := modelcfg.CheckSize("wan", f.name, f.v, modelcfg.MaxSize); err != nil {
 			return err
 		}
-	}
-	if err := modelcfg.CheckSize("wan", "num_layers", c.NumLayers, modelcfg.MaxLayers); err != nil {
-		return err
 	}
 	if len(c.PatchSize) != 3 || c.PatchSize[0] <= 0 || c.PatchSize[1] <= 0 || c.PatchSize[2] <= 0 {
 		return fmt.Errorf("wan: config patch_size = %v, want three positive ints (t, h, w)", c.PatchSize)

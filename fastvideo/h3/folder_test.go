@@ -5,7 +5,9 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo"
@@ -121,4 +123,43 @@ func newError(model string) error {
 func isModelError(err error) bool {
 	var re *fastvideo.RequestError
 	return errors.As(err, &re) && re.Field == "model"
+}
+
+// TestHostileConfigsFailInNew: a folder whose DiT config claims what its weights do not hold (a
+// billion layers, or one layer more than the checkpoint has, or other widths) fails in New, from
+// configs and headers alone, instead of exhausting memory or failing halfway through a load.
+func TestHostileConfigsFailInNew(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(cfg *h3dit.Config)
+		want string
+	}{
+		{"a billion layers", func(cfg *h3dit.Config) { cfg.NumLayers = 1e9 }, "num_layers = 1000000000, must be in 1..1024"},
+		{"one layer more than the weights", func(cfg *h3dit.Config) { cfg.NumLayers++ }, "transformer_blocks.2."},
+		{"other widths", func(cfg *h3dit.Config) { cfg.FFNDim *= 2 }, "the config says"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeTinyFolder(t, dir)
+			cfg := h3.TinySpec().DiT
+			c.edit(&cfg)
+			testutil.SnapshotWriter{T: t, Dir: dir}.Config("transformer/config.json", "", cfg)
+			done := make(chan error, 1)
+			go func() {
+				g, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend(testutil.BackendSpec()))
+				if err == nil {
+					g.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("New: %v, want an error mentioning %q", err, c.want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("New did not return")
+			}
+		})
+	}
 }

@@ -382,6 +382,17 @@ func TestReadFolder(t *testing.T) {
 	if err != nil || p.Steps != 8 || len(p.VideoSigmas) != 9 {
 		t.Fatalf("contract plan %+v, %v", p, err)
 	}
+	// A contract of 100k rungs is refused with a short message (it used to echo every rung).
+	rungs := strings.TrimSuffix(strings.Repeat("999, ", 100000), ", ")
+	contract := `{"schema_version": "fasth3-inference-contract-v1", "video_scheduler_shift": 12.0,
+		"audio_scheduler_shift": 3.0, "dmd_denoising_steps": [` + rungs + `], "transformer_forwards": 100000, "num_inference_steps": 100001}`
+	write("fastvideo_inference.json", contract)
+	if _, err := (Family{}).ReadFolder(dir); err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), "100000 DMD rungs") {
+		t.Fatalf("100k-rung contract: %.300v", err)
+	}
+	write("fastvideo_inference.json", `{"schema_version": "fasth3-inference-contract-v1", "video_scheduler_shift": 12.0,
+		"audio_scheduler_shift": 3.0, "dmd_denoising_steps": [1000, 937, 875, 750, 625, 500, 375, 250],
+		"transformer_forwards": 8, "num_inference_steps": 9}`)
 	// A converted (quantized) transformer/ keeps its config in the quantization manifest, not in
 	// config.json; the folder reader takes it from there like h3.Load does.
 	if err := os.Remove(filepath.Join(dir, "transformer", "config.json")); err != nil {

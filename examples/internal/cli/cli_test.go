@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"strings"
+	"testing"
+
+	"fastvideo/fastvideo"
+)
+
+// A panic anywhere below Run is an internal error, exit 1: never the invalid-input code 2, which
+// Go's own crash status would otherwise collide with.
+func TestPanicExitsOne(t *testing.T) {
+	c := Command{Name: "t", Summary: "a test", DefaultModel: "tiny-h3",
+		Extra: func(*flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
+			return func(*fastvideo.Request, map[string]bool) error { panic("boom") }
+		}}
+	var out, errs bytes.Buffer
+	if code := c.Run(context.Background(), []string{"-plan"}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "internal error: boom") {
+		t.Fatalf("exit %d, stderr %q", code, errs.String())
+	}
+}
+
+// Invalid input is reported under the flag the user typed, not the library's field name.
+func TestMessagesNameFlags(t *testing.T) {
+	c := Command{Name: "t", Summary: "a test", DefaultModel: "tiny-h3"}
+	var out, errs bytes.Buffer
+	if code := c.Run(context.Background(), []string{"-plan", "-frames", "9223372036854775807"}, &out, &errs); code != 2 ||
+		!strings.Contains(errs.String(), "invalid -frames 9223372036854775807") {
+		t.Fatalf("exit %d, stderr %q", code, errs.String())
+	}
+}
+
+// -h says in one line what the binary does, then the flags; it is not an error.
+func TestHelpSummary(t *testing.T) {
+	c := Command{Name: "t", Summary: "generate things", DefaultModel: "tiny-h3"}
+	var out, errs bytes.Buffer
+	if code := c.Run(context.Background(), []string{"-h"}, &out, &errs); code != 0 || !strings.HasPrefix(errs.String(), "t: generate things\n") {
+		t.Fatalf("exit %d, stderr %q", code, errs.String())
+	}
+}
