@@ -7,32 +7,18 @@ import (
 	"testing"
 
 	"fastvideo/examples/internal/clitest"
+	"fastvideo/fastvideo/h3"
 	"fastvideo/internal/media"
 )
 
 func TestPlanJSON(t *testing.T) {
-	var p struct {
-		CanvasHeight      int       `json:"canvas_height"`
-		CanvasWidth       int       `json:"canvas_width"`
-		NumFrames         int       `json:"num_frames"`
-		VideoLatentFrames int       `json:"video_latent_frames"`
-		AudioLatentFrames int       `json:"audio_latent_frames"`
-		LatentHeight      int       `json:"latent_height"`
-		LatentWidth       int       `json:"latent_width"`
-		VideoSigmas       []float32 `json:"video_sigmas"`
-		AudioSigmas       []float32 `json:"audio_sigmas"`
-		DiTTFLOPs         float64   `json:"dit_tflops_per_step"`
-		WeightsBytes      int64     `json:"weights_bytes"`
-		Rows              struct {
-			Text, Audio, Video, Total int
-		} `json:"rows"`
-	}
-	clitest.RunJSON(t, run, &p, strings.Fields("-plan -json -model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4")...)
+	var d h3.PlanDetails
+	p := clitest.RunPlan(t, run, &d, strings.Fields("-model fasth3 -height 480 -width 832 -frames 124 -fps 24 -steps 4")...)
 	if p.CanvasHeight != 480 || p.CanvasWidth != 832 || p.NumFrames != 124 || p.VideoLatentFrames != 37 ||
-		p.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || p.Rows.Audio != 414 ||
-		p.Rows.Video != 14430 || p.Rows.Total != 14844 || len(p.VideoSigmas) != 5 || len(p.AudioSigmas) != 5 ||
-		p.DiTTFLOPs <= 0 || p.WeightsBytes <= 0 {
-		t.Fatalf("plan %+v", p)
+		d.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || d.Rows.Audio != 414 ||
+		d.Rows.Video != 14430 || d.Rows.Total != 14844 || len(p.VideoSigmas) != 5 || len(d.AudioSigmas) != 5 ||
+		p.DiTTFLOPsPerStep <= 0 || p.WeightsBytes <= 0 {
+		t.Fatalf("plan %+v %+v", p, d)
 	}
 }
 

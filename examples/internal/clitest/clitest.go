@@ -9,6 +9,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"fastvideo/fastvideo"
 )
 
 // RunFunc is a binary's testable entry point: it parses args and returns the exit code.
@@ -24,12 +26,29 @@ func Run(run RunFunc, args ...string) (code int, stdout, stderr string) {
 // RunJSON runs run on args, which must succeed, and decodes its stdout into v.
 func RunJSON(t *testing.T, run RunFunc, v any, args ...string) {
 	t.Helper()
+	decodeOutput(t, run, args, v)
+}
+
+// RunPlan runs run with -plan -json and args, and decodes the plan's one flat JSON object twice:
+// into the common plan and into the family's details (e.g. *h3.PlanDetails, *wan.PlanDetails).
+func RunPlan(t *testing.T, run RunFunc, details any, args ...string) *fastvideo.GenerationPlan {
+	t.Helper()
+	var p fastvideo.GenerationPlan
+	decodeOutput(t, run, append([]string{"-plan", "-json"}, args...), &p, details)
+	return &p
+}
+
+// decodeOutput runs run on args, which must succeed, and decodes its stdout into each of vs.
+func decodeOutput(t *testing.T, run RunFunc, args []string, vs ...any) {
+	t.Helper()
 	code, out, errs := Run(run, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		t.Fatalf("%v in:\n%s", err, out)
+	for _, v := range vs {
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Fatalf("%v in:\n%s", err, out)
+		}
 	}
 }
 
