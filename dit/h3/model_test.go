@@ -13,9 +13,7 @@ import (
 var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.Open(t, func() (*Model, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
+	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
 }
 
 func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {

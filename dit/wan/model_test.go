@@ -14,9 +14,7 @@ import (
 var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
 
 func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.Open(t, func() (*Model, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
+	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
 }
 
 // fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and

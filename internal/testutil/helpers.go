@@ -319,6 +319,18 @@ func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, 
 	AssertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
 }
 
+// AssertReportsUnexpected checks that build, binding src with the extra tensors added, fails naming
+// bogus as unexpected and never mentions ignored (tensors a loader skips on purpose, e.g. the VSA gate
+// projections of distilled students).
+func AssertReportsUnexpected(t testing.TB, src weights.Source, extra map[string]safetensors.Info, bogus, ignored string,
+	build func(*EditSource) error) {
+	t.Helper()
+	err := build(&EditSource{Base: src, Replace: extra})
+	if err == nil || !strings.Contains(err.Error(), "unexpected: "+bogus) || strings.Contains(err.Error(), ignored) {
+		t.Errorf("want exactly %s reported as unexpected, got %v", bogus, err)
+	}
+}
+
 // SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
 // 10·log10(Σ ref² / Σ (got − ref)²) (+Inf when they are equal).
 func SNRdB(got, ref []float32) float64 {
@@ -395,6 +407,14 @@ func Open[M Closer](t testing.TB, build func() (M, error)) M {
 	}
 	t.Cleanup(func() { _ = m.Close() })
 	return m
+}
+
+// OpenFromFixture opens a model with a package's FromSource on the CPU test backend, from the
+// fixture's config (as config reads it) and weights, and closes it when the test ends.
+func OpenFromFixture[C, O any, M Closer](t testing.TB, fx *Fixture, config func(testing.TB, *Fixture) C,
+	fromSource func(compute.Backend, C, weights.Source, O) (M, error), opts O) M {
+	t.Helper()
+	return Open(t, func() (M, error) { return fromSource(Backend(t), config(t, fx), fx.Weights(), opts) })
 }
 
 // Run builds a model with build, runs it once with run and closes it, failing the test on any error.

@@ -18,23 +18,10 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	raw, err := jsonOf(fx.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
+var fixtureConfig = testutil.ConfigReader(ParseConfig)
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	return testutil.Open(t, func() (*Decoder, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
+	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
 }
 
 // collect runs a streamed decode and concatenates the emitted samples into [3, frames, H, W],

@@ -18,9 +18,7 @@ const kind = "wan_vae"
 var fixtureConfig = testutil.ConfigReader(ParseConfig)
 
 func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	return testutil.Open(t, func() (*Decoder, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
+	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
 }
 
 // collect runs a streamed decode of VAE-space latents (hook optional) and concatenates the
