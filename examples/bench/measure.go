@@ -19,13 +19,50 @@ import (
 
 // parseDType reads a compute-dtype flag value: bf16 (bfloat16) or f32 (float32).
 func parseDType(flagName, v string) (dtypes.DType, error) {
+	dt, err := dtypeOf(v)
+	if err != nil {
+		return dt, fmt.Errorf("-%s %w", flagName, err)
+	}
+	return dt, nil
+}
+
+func dtypeOf(v string) (dtypes.DType, error) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "bf16", "bfloat16":
 		return dtypes.BFloat16, nil
 	case "f32", "float32":
 		return dtypes.Float32, nil
 	}
-	return dtypes.InvalidDType, fmt.Errorf("-%s %q is not bf16 or f32", flagName, v)
+	return dtypes.InvalidDType, fmt.Errorf("%q is not bf16 or f32", v)
+}
+
+// parseList reads a comma-separated flag value, each item with parse.
+func parseList[T any](flagName, v string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, s := range strings.Split(v, ",") {
+		x, err := parse(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("-%s %q: %w", flagName, v, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// parseDTypes reads a comma-separated list of compute dtypes (see parseDType).
+func parseDTypes(flagName, v string) ([]dtypes.DType, error) {
+	return parseList(flagName, v, dtypeOf)
+}
+
+// intAtLeast parses an integer of at least least.
+func intAtLeast(least int) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < least {
+			return 0, fmt.Errorf("%q is not an integer of at least %d", s, least)
+		}
+		return n, nil
+	}
 }
 
 // randnSource returns a generator of standard-normal float32 inputs: stream separates the inputs of

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -30,13 +28,13 @@ var (
 
 func init() {
 	register("quantlinear", func(b compute.Backend, c common) error {
-		ns, err := quantInts("-quant-n", *quantN)
+		ns, err := parseList("quant-n", *quantN, intAtLeast(1))
 		if err != nil {
-			return err
+			return fmt.Errorf("quantlinear bench: %w", err)
 		}
-		ms, err := quantInts("-quant-m", *quantM)
+		ms, err := parseList("quant-m", *quantM, intAtLeast(1))
 		if err != nil {
-			return err
+			return fmt.Errorf("quantlinear bench: %w", err)
 		}
 		dt, err := parseDType("quant-dtype", *quantDT)
 		if err != nil {
@@ -44,18 +42,6 @@ func init() {
 		}
 		return benchQuantLinear(b, *quantBits, *quantK, ns, ms, dt, c)
 	})
-}
-
-func quantInts(name, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("quantlinear bench: %s %q: want positive integers separated by commas", name, s)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // benchQuantLinear times y = x·wᵀ for an affine-quantized w [N, K] (group 64,

@@ -56,12 +56,8 @@ func init() {
 		}
 		var steps []int
 		if s := strings.TrimSpace(*wanditSteps); s != "" {
-			for _, f := range strings.Split(s, ",") {
-				v, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil {
-					return fmt.Errorf("wandit bench: -wandit-steps %q: %v", *wanditSteps, err)
-				}
-				steps = append(steps, v)
+			if steps, err = parseList("wandit-steps", s, strconv.Atoi); err != nil {
+				return fmt.Errorf("wandit bench: %w", err)
 			}
 		}
 		return benchWanDiT(b, cfg, dt, vaeStride, *wanditHeight, *wanditWidth, *wanditFrames, *wanditText, steps, *wanditRuns, c)
