@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -44,16 +45,10 @@ var (
 
 func init() {
 	register("h3vae", func(b compute.Backend, c common) error {
-		frames, err := parseList("h3vae-frames", *h3vaeFrames, intAtLeast(1))
-		if err != nil {
-			return fmt.Errorf("h3vae bench: %w", err)
-		}
-		dts, err := parseDTypes("h3vae-dtypes", *h3vaeDTypes)
-		if err != nil {
-			return fmt.Errorf("h3vae bench: %w", err)
-		}
-		batches, err := parseList("h3vae-tile-batch", *h3vaeBatch, intAtLeast(0))
-		if err != nil {
+		frames, errFrames := parseList("h3vae-frames", *h3vaeFrames, intAtLeast(1))
+		dts, errDTypes := parseDTypes("h3vae-dtypes", *h3vaeDTypes)
+		batches, errBatches := parseList("h3vae-tile-batch", *h3vaeBatch, intAtLeast(0))
+		if err := errors.Join(errFrames, errDTypes, errBatches); err != nil {
 			return fmt.Errorf("h3vae bench: %w", err)
 		}
 		return benchH3VideoVAE(b, dts, frames, batches, *h3vaeHeight, *h3vaeWidth, *h3vaeTile, c)

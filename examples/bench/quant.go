@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -28,16 +29,10 @@ var (
 
 func init() {
 	register("quantlinear", func(b compute.Backend, c common) error {
-		ns, err := parseList("quant-n", *quantN, intAtLeast(1))
-		if err != nil {
-			return fmt.Errorf("quantlinear bench: %w", err)
-		}
-		ms, err := parseList("quant-m", *quantM, intAtLeast(1))
-		if err != nil {
-			return fmt.Errorf("quantlinear bench: %w", err)
-		}
-		dt, err := parseDType("quant-dtype", *quantDT)
-		if err != nil {
+		ns, errN := parseList("quant-n", *quantN, intAtLeast(1))
+		ms, errM := parseList("quant-m", *quantM, intAtLeast(1))
+		dt, errDType := parseDType("quant-dtype", *quantDT)
+		if err := errors.Join(errN, errM, errDType); err != nil {
 			return fmt.Errorf("quantlinear bench: %w", err)
 		}
 		return benchQuantLinear(b, *quantBits, *quantK, ns, ms, dt, c)
