@@ -18,19 +18,6 @@ func relTol(want []float32) float64 {
 	return 1e-6 * math.Max(1, m)
 }
 
-func bitExact(t *testing.T, label string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d (%v vs %v)", label, len(got), len(want), got, want)
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s[%d] = %v (0x%08x), want %v (0x%08x): not bit-exact", label, i, got[i],
-				math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-		}
-	}
-}
-
 // countDiffBits reports how many elements are not bit-identical.
 func countDiffBits(got, want []float32) int {
 	n := 0
@@ -86,9 +73,9 @@ func TestH3ScheduleFixtures(t *testing.T) {
 					t.Fatal(err)
 				}
 				want, _ := fx.F32(t, "out."+name+".sigmas")
-				bitExact(t, "sigmas", lad.Sigmas, want)
+				testutil.AssertBitExact(t, "sigmas", lad.Sigmas, want)
 				wantT, _ := fx.F32(t, "out."+name+".timesteps")
-				bitExact(t, "timesteps", lad.Timesteps, wantT)
+				testutil.AssertBitExact(t, "timesteps", lad.Timesteps, wantT)
 
 				// The ladder is stateless: each step starts from the reference sample.
 				_, worst, diff := checkTrajectory(t, fx, name, "velocities", lad.Steps(), true,
@@ -115,9 +102,9 @@ func TestH3ScheduleFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bitExact(t, "sigmas", lad.Sigmas, want)
+			testutil.AssertBitExact(t, "sigmas", lad.Sigmas, want)
 			wantT, _ := fx.F32(t, "out.explicit.timesteps")
-			bitExact(t, "timesteps", lad.Timesteps, wantT)
+			testutil.AssertBitExact(t, "timesteps", lad.Timesteps, wantT)
 		})
 		t.Run("scale_noise", func(t *testing.T) {
 			if !fx.Has("out.scale_noise.t0.999") {
@@ -130,7 +117,7 @@ func TestH3ScheduleFixtures(t *testing.T) {
 			if err := ScaleNoise(clean, noise, 0.999, got); err != nil {
 				t.Fatal(err)
 			}
-			bitExact(t, "scale_noise", got, want)
+			testutil.AssertBitExact(t, "scale_noise", got, want)
 		})
 	})
 }
@@ -152,7 +139,7 @@ func TestWanUniPCFixtures(t *testing.T) {
 					t.Fatal(err)
 				}
 				want, _ := fx.F32(t, "out."+name+".sigmas")
-				bitExact(t, "sigmas", u.Sigmas, want)
+				testutil.AssertBitExact(t, "sigmas", u.Sigmas, want)
 				wantT, _ := fx.I64(t, "out."+name+".timesteps")
 				for i := range wantT {
 					if u.Timesteps[i] != wantT[i] || u.Timesteps[i] != c.Timesteps[i] {

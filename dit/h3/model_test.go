@@ -9,12 +9,9 @@ import (
 	"fastvideo/quant"
 )
 
-// fixtureConfig decodes the tiny config a fixture was generated with.
-var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
-
-func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; fixtureModel opens the model of
+// a fixture on the test backend.
+var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSource, "arch_config")
 
 func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {
 	t.Helper()

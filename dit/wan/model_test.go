@@ -10,12 +10,9 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// fixtureConfig decodes the tiny config a fixture was generated with.
-var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
-
-func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; fixtureModel opens the model of
+// a fixture on the test backend.
+var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSource, "arch_config")
 
 // fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and
 // in.timestep ([1] int64 or [1, L] float) as one sample.

@@ -103,6 +103,21 @@ func MaxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
+// AssertBitExact fails the test at the first value of got whose bits differ from want's, or on a
+// length mismatch: for results that must be bit-identical to the reference, not merely close.
+func AssertBitExact(t testing.TB, label string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", label, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %v (0x%08x), want %v (0x%08x): not bit-exact", label, i, got[i],
+				math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
 // UnitRoundoff is the largest relative error of rounding a real number to dt: 2^-p for a dtype of p
 // significant bits (24 for float32, 11 for float16, 8 for bfloat16).
 func UnitRoundoff(dt dtypes.DType) float64 {
@@ -409,12 +424,17 @@ func Open[M Closer](t testing.TB, build func() (M, error)) M {
 	return m
 }
 
-// OpenFromFixture opens a model with a package's FromSource on the CPU test backend, from the
-// fixture's config (as config reads it) and weights, and closes it when the test ends.
-func OpenFromFixture[C, O any, M Closer](t testing.TB, fx *Fixture, config func(testing.TB, *Fixture) C,
-	fromSource func(compute.Backend, C, weights.Source, O) (M, error), opts O) M {
-	t.Helper()
-	return Open(t, func() (M, error) { return fromSource(Backend(t), config(t, fx), fx.Weights(), opts) })
+// FixtureReaders returns the fixture readers of a model package's tests: fixtureConfig hands the
+// fixture's config (at path, see ParseConfig) to parse, and fixtureModel opens a model with
+// fromSource (the package's FromSource) on the CPU test backend from that config and the fixture's
+// weights, closed when the test ends.
+func FixtureReaders[C, O any, M Closer](parse func([]byte) (C, error), fromSource func(compute.Backend, C, weights.Source, O) (M, error),
+	path ...string) (fixtureConfig func(testing.TB, *Fixture) C, fixtureModel func(testing.TB, *Fixture, O) M) {
+	fixtureConfig = ConfigReader(parse, path...)
+	return fixtureConfig, func(t testing.TB, fx *Fixture, opts O) M {
+		t.Helper()
+		return Open(t, func() (M, error) { return fromSource(Backend(t), fixtureConfig(t, fx), fx.Weights(), opts) })
+	}
 }
 
 // Run builds a model with build, runs it once with run and closes it, failing the test on any error.

@@ -18,11 +18,9 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-var fixtureConfig = testutil.ConfigReader(ParseConfig)
-
-func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; openDecoder opens the decoder of
+// a fixture on the test backend.
+var fixtureConfig, openDecoder = testutil.FixtureReaders(ParseConfig, FromSource)
 
 // collect runs a streamed decode and concatenates the emitted samples into [3, frames, H, W],
 // checking that runs arrive in order and without gaps.

@@ -15,11 +15,9 @@ import (
 
 const kind = "wan_vae"
 
-var fixtureConfig = testutil.ConfigReader(ParseConfig)
-
-func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	return testutil.OpenFromFixture(t, fx, fixtureConfig, FromSource, opts)
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; openDecoder opens the decoder of
+// a fixture on the test backend.
+var fixtureConfig, openDecoder = testutil.FixtureReaders(ParseConfig, FromSource)
 
 // collect runs a streamed decode of VAE-space latents (hook optional) and concatenates the
 // emitted samples into [3, frames, H, W], checking that runs arrive in order, 1 frame first and
