@@ -111,12 +111,7 @@ func stepIndex(t *testing.T, sigmas []float32, ts float32) int {
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := testutil.Trace{}
-		m.trace = acts.Record
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 		wantV, shV := fx.F32(t, "out.video")
 		wantA, shA := fx.F32(t, "out.audio")
 		testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))

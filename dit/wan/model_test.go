@@ -50,12 +50,7 @@ func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := testutil.Trace{}
-		m.trace = acts.Record
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out, acts := testutil.TracedForward(t, &m.trace, func() ([]float32, error) { return m.Forward(fixtureInputs(t, fx)) })
 		want, sh := fx.F32(t, "out.sample")
 		testutil.AssertClose(t, "out.sample", out, want, sh, testutil.ParityTol(want))
 		checkActs(t, fx, acts)

@@ -190,6 +190,19 @@ func (tr Trace) Record(name string, shape []int, values []float32) {
 	tr[name] = Traced{append([]int(nil), shape...), append([]float32(nil), values...)}
 }
 
+// TracedForward sets a model's trace hook to record into a new Trace, runs forward once and returns
+// its output with the intermediates it traced.
+func TracedForward[O any, H ~func(string, []int, []float32)](t testing.TB, hook *H, forward func() (O, error)) (O, Trace) {
+	t.Helper()
+	tr := Trace{}
+	*hook = H(tr.Record)
+	out, err := forward()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, tr
+}
+
 // CheckActs compares every act.* tensor of the fixture with the intermediate traced under the same
 // name without the prefix (row-major values; the fixture's batch axis of 1 is implicit), at the parity
 // tolerance. layout, when set, returns a traced value in the fixture's layout, or nil when it checked
