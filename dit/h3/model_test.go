@@ -46,6 +46,12 @@ func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts ConvertOp
 	t.Helper()
 	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
 	opts.ScaleDType = safetensors.BF16
+	return writeConvertedFixture(t, fx, opts)
+}
+
+// writeConvertedFixture writes the fixture's weights converted with opts to a new folder.
+func writeConvertedFixture(t *testing.T, fx *testutil.Fixture, opts ConvertOptions) string {
+	t.Helper()
 	ts, man, err := Convert(fx.Weights(), fixtureArch(t, fx), opts)
 	if err != nil {
 		t.Fatal(err)

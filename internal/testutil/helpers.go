@@ -475,3 +475,40 @@ func GPUFixtures(t *testing.T, kind string, fn func(t *testing.T, b compute.Back
 		}
 	})
 }
+
+// FrameCollector assembles the runs of frames a streaming video decoder emits (each channel-major
+// [C, count, H, W]) into one [C, frames, H, W] buffer, checking that they arrive in order, without
+// gaps and of the decoded size.
+type FrameCollector struct {
+	shape []int // [1, C, frames, H, W]
+	buf   []float32
+	next  int
+}
+
+// NewFrameCollector collects a decode whose output shape is [1, C, frames, H, W].
+func NewFrameCollector(shape []int) *FrameCollector {
+	return &FrameCollector{shape: shape, buf: make([]float32, shape[1]*shape[2]*shape[3]*shape[4])}
+}
+
+// Add copies one run of count frames starting at frame start.
+func (c *FrameCollector) Add(t testing.TB, start, count, height, width int, sample []float32) {
+	t.Helper()
+	nc, nf, plane := c.shape[1], c.shape[2], c.shape[3]*c.shape[4]
+	if start != c.next || height != c.shape[3] || width != c.shape[4] || len(sample) != nc*count*plane || start+count > nf {
+		t.Fatalf("run start %d count %d %dx%d (len %d), want start %d %dx%d", start, count, height, width, len(sample),
+			c.next, c.shape[3], c.shape[4])
+	}
+	for ch := 0; ch < nc; ch++ {
+		copy(c.buf[(ch*nf+start)*plane:(ch*nf+start+count)*plane], sample[ch*count*plane:(ch+1)*count*plane])
+	}
+	c.next += count
+}
+
+// Frames checks that every frame arrived and returns them as [C, frames, H, W].
+func (c *FrameCollector) Frames(t testing.TB) []float32 {
+	t.Helper()
+	if c.next != c.shape[2] {
+		t.Fatalf("streamed %d frames, want %d", c.next, c.shape[2])
+	}
+	return c.buf
+}
