@@ -71,21 +71,28 @@ func forEachPatchElement(c, t, h, w int, p [3]int, fn func(src, dst int)) {
 
 // PackAudio turns stereo latents (2, C, N) into rows (2N, C): row ch*N + n.
 func PackAudio(latents []float32, channels, n int) ([]float32, error) {
-	if !holdsExactly(len(latents), AudioChannels, channels, n) {
-		return nil, fmt.Errorf("packing: audio latents hold %d values, which do not fill (2,%d,%d)", len(latents), channels, n)
-	}
-	out := make([]float32, len(latents))
-	eachAudioValue(channels, n, func(latent, row int) { out[row] = latents[latent] })
-	return out, nil
+	return permuteAudio(latents, channels, n, false)
 }
 
 // UnpackAudio is the inverse of PackAudio: rows (2N, C) -> latents (2, C, N).
 func UnpackAudio(rows []float32, channels, n int) ([]float32, error) {
-	if !holdsExactly(len(rows), AudioChannels, channels, n) {
-		return nil, fmt.Errorf("packing: audio rows hold %d values, which do not fill (2*%d,%d)", len(rows), n, channels)
+	return permuteAudio(rows, channels, n, true)
+}
+
+// permuteAudio moves the values of stereo latents into rows, or of rows back into latents (toLatent).
+func permuteAudio(in []float32, channels, n int, toLatent bool) ([]float32, error) {
+	if !holdsExactly(len(in), AudioChannels, channels, n) {
+		if toLatent {
+			return nil, fmt.Errorf("packing: audio rows hold %d values, which do not fill (2*%d,%d)", len(in), n, channels)
+		}
+		return nil, fmt.Errorf("packing: audio latents hold %d values, which do not fill (2,%d,%d)", len(in), channels, n)
 	}
-	out := make([]float32, len(rows))
-	eachAudioValue(channels, n, func(latent, row int) { out[latent] = rows[row] })
+	out := make([]float32, len(in))
+	move := func(latent, row int) { out[row] = in[latent] }
+	if toLatent {
+		move = func(latent, row int) { out[latent] = in[row] }
+	}
+	eachAudioValue(channels, n, move)
 	return out, nil
 }
 
