@@ -61,13 +61,8 @@ func TestExitCodes(t *testing.T) {
 		{"-plan -fps 500", 2, "invalid -fps 500"},
 		{"-plan -steps 4", 2, "invalid -steps 4"},
 		{"-plan -guidance-scale 3", 2, "invalid -guidance-scale 3"},
-		{"-plan -negative-prompt blurry", 2, "invalid -negative-prompt"},
 		{"-plan -preset tiny_wan_t2v -warp-denoising-steps", 2, "invalid -warp-denoising-steps"},
-		{"-plan -model wan", 2, `invalid -model "wan"`},
 		{"-plan -preset nope", 2, "invalid -preset"},
-		{"-plan -dtype f8", 2, "invalid -dtype"},
-		{"-no-such-flag", 2, "not defined"},
-		{"-plan extra", 2, "unexpected argument"},
 		{"-out " + out, 2, "invalid -prompt"},
 		{"-prompt hi -height 40 -width 64 -out " + out, 2, "invalid -height"},
 		{"-prompt hi -model wan2.1-t2v-1.3b -out " + out, 2, "snapshot folder"},
@@ -78,9 +73,7 @@ func TestExitCodes(t *testing.T) {
 		{"-prompt hi -out " + filepath.Join(dir, "clip.txt"), 2, "invalid -out"},
 		{"-prompt hi -model " + empty + " -out " + out, 2, "invalid -model"},
 		{"-prompt hi -model " + filepath.Join(dir, "no-such-model") + " -out " + out, 2, "invalid -model"},
-		{"-plan -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
 		{"-plan -model wan2.1-t2v-1.3b -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
-		{"-plan -height 9223372036854775776 -width 32", 2, "invalid -height 9223372036854775776"},
 	})
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed run left %s (%v)", out, err)

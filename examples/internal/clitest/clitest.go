@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,10 +61,23 @@ type ExitCase = struct {
 	Msg  string
 }
 
-// CheckExitCodes runs each case and reports those whose exit code or message differ.
+// SharedExitCases are the invalid command lines both generation binaries (t2v, t2va) reject the same
+// way: the flags and arguments they parse in common.
+var SharedExitCases = []ExitCase{
+	{"-plan -model wan", 2, `invalid -model "wan"`},
+	{"-plan -negative-prompt blurry", 2, "invalid -negative-prompt"},
+	{"-plan -dtype f8", 2, "invalid -dtype"},
+	{"-no-such-flag", 2, "not defined"},
+	{"-plan extra", 2, "unexpected argument"},
+	{"-plan -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
+	{"-plan -height 9223372036854775776 -width 32", 2, "invalid -height 9223372036854775776"},
+}
+
+// CheckExitCodes runs each case, then each of SharedExitCases, and reports those whose exit code or
+// message differ.
 func CheckExitCodes(t *testing.T, run RunFunc, cases []ExitCase) {
 	t.Helper()
-	for _, c := range cases {
+	for _, c := range slices.Concat(cases, SharedExitCases) {
 		code, _, errs := Run(run, strings.Fields(c.Args)...)
 		if code != c.Code || !strings.Contains(errs, c.Msg) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.Args, code, errs, c.Code, c.Msg)
