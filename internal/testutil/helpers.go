@@ -300,10 +300,10 @@ func WriteReleaseFolder(t testing.TB, fx *Fixture, opts ReleaseFolder) string {
 	return dir
 }
 
-// AssertBindsExactly binds src into set (float32 on the pure-Go test backend's host) and fails the
+// assertBindsExactly binds src into set (float32 on the pure-Go test backend's host) and fails the
 // test unless every declared parameter is bound and every tensor of src is declared: the parameter
 // table and the checkpoint names agree. The set is released afterwards.
-func AssertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
+func assertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
 	t.Helper()
 	if err := weights.Bind(src, set, weights.Options{}); err != nil {
 		t.Fatal(err)
@@ -323,8 +323,8 @@ func AssertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
 	}
 }
 
-// AssertErrorLists fails the test unless err is an error whose message contains every one of want.
-func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
+// assertErrorLists fails the test unless err is an error whose message contains every one of want.
+func assertErrorLists(t testing.TB, err error, what string, want ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s must fail", what)
@@ -336,27 +336,62 @@ func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
 	}
 }
 
-// AssertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
+// assertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
 // error: build (binding src) must fail naming the tensor gone (hidden from src) and the tensor
 // reshaped (given shape instead), and the counts of both.
-func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(*EditSource) error) {
+func assertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(*EditSource) error) {
 	t.Helper()
 	info, _ := src.Tensor(reshaped)
 	info.Shape = shape
 	bad := &EditSource{Base: src, Hide: func(n string) bool { return n == gone }, Replace: map[string]safetensors.Info{reshaped: info}}
-	AssertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
+	assertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
 }
 
-// AssertReportsUnexpected checks that build, binding src with the extra tensors added, fails naming
+// assertReportsUnexpected checks that build, binding src with the extra tensors added, fails naming
 // bogus as unexpected and never mentions ignored (tensors a loader skips on purpose, e.g. the VSA gate
 // projections of distilled students).
-func AssertReportsUnexpected(t testing.TB, src weights.Source, extra map[string]safetensors.Info, bogus, ignored string,
+func assertReportsUnexpected(t testing.TB, src weights.Source, extra map[string]safetensors.Info, bogus, ignored string,
 	build func(*EditSource) error) {
 	t.Helper()
 	err := build(&EditSource{Base: src, Replace: extra})
 	if err == nil || !strings.Contains(err.Error(), "unexpected: "+bogus) || strings.Contains(err.Error(), ignored) {
 		t.Errorf("want exactly %s reported as unexpected, got %v", bogus, err)
 	}
+}
+
+// Binding is a model package's checkpoint-binding contract, which CheckBinding checks on every
+// fixture of Kind.
+type Binding struct {
+	Kind string
+	// Declared is the parameter set the package declares for the fixture's config.
+	Declared func(t *testing.T, fx *Fixture) *weights.Set
+	// Open builds the model from src with the fixture's config.
+	Open func(t *testing.T, fx *Fixture, src weights.Source) error
+	// Gone is hidden and Reshaped given Reshape(its shape): a single error must name both.
+	Gone, Reshaped string
+	Reshape        func(shape []int) []int
+	// Extra tensors (copies of ExtraOf) are added: Bogus, one of them, must be reported as
+	// unexpected, and no name containing Ignored (tensors the loader skips on purpose).
+	Extra                   []string
+	ExtraOf, Bogus, Ignored string
+}
+
+// CheckBinding checks that every tensor of each fixture binds and every declared parameter is in
+// it, and that the binding errors list every problem of a damaged checkpoint.
+func CheckBinding(t *testing.T, b Binding) {
+	ForEachFixture(t, b.Kind, func(t *testing.T, fx *Fixture) {
+		src := fx.Weights()
+		assertBindsExactly(t, src, b.Declared(t, fx))
+		build := func(s *EditSource) error { return b.Open(t, fx, s) }
+		info, _ := src.Tensor(b.Reshaped)
+		assertBindReports(t, src, b.Gone, b.Reshaped, b.Reshape(info.Shape), build)
+		like, _ := src.Tensor(b.ExtraOf)
+		extra := map[string]safetensors.Info{}
+		for _, n := range b.Extra {
+			extra[n] = like
+		}
+		assertReportsUnexpected(t, src, extra, b.Bogus, b.Ignored, build)
+	})
 }
 
 // SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
