@@ -10,7 +10,6 @@ import (
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/wan"
-	"fastvideo/internal/media"
 )
 
 func plan(t *testing.T, args ...string) (*fastvideo.GenerationPlan, *wan.PlanDetails) {
@@ -86,14 +85,7 @@ func TestGenerate(t *testing.T) {
 	p, _ := plan(t)
 	out := filepath.Join(t.TempDir(), "fox.mp4")
 	res := clitest.Generate(t, run, out, p.NumFrames)
-	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := tools.Probe(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := clitest.Probe(t, out)
 	if v := info.Video; v == nil || v.Codec != "h264" || v.Width != p.Width || v.Height != p.Height || v.Frames != p.NumFrames ||
 		v.FPS != float64(p.FPS) || info.Audio != nil {
 		t.Fatalf("probe %+v %+v, want h264 %dx%d, %d frames at %d fps, no audio", info.Video, info.Audio, p.Width, p.Height, p.NumFrames, p.FPS)

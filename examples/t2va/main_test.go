@@ -8,7 +8,6 @@ import (
 
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo/h3"
-	"fastvideo/internal/media"
 )
 
 func TestPlanJSON(t *testing.T) {
@@ -71,14 +70,7 @@ func TestExitCodes(t *testing.T) {
 func TestGenerate(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "clip.mp4")
 	clitest.Generate(t, run, out, 22)
-	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := tools.Probe(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := clitest.Probe(t, out)
 	if v, a := info.Video, info.Audio; v == nil || a == nil || v.Width != 96 || v.Height != 64 || v.Frames != 22 ||
 		a.Channels != 2 || a.SampleRate != 32000 {
 		t.Fatalf("probe %+v %+v", info.Video, info.Audio)

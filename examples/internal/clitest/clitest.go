@@ -7,11 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"fastvideo/fastvideo"
+	"fastvideo/internal/media"
 )
 
 // RunFunc is a binary's testable entry point: it parses args and returns the exit code.
@@ -104,6 +106,20 @@ func Generate(t *testing.T, run RunFunc, out string, frames int) Generated {
 		t.Fatalf("result %+v", res)
 	}
 	return res
+}
+
+// Probe reads the streams of a written media file with ffprobe (found as media.FindTools finds it).
+func Probe(t *testing.T, path string) *media.ProbeInfo {
+	t.Helper()
+	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
 }
 
 // CheckNoOverwrite runs "-prompt a red fox -out out" with extra arguments once more: it must
