@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from benchutil import print_forward_rate, setup, sync, time_runs, timestep_proj
 
-# Release architecture (h3.md §1.2).
+# Release architecture (the released transformer/config.json; fastvideo/configs/models/dits/minimax_h3.py).
 HIDDEN = 5376
 HEADS = 56
 HEAD_DIM = 128
@@ -96,7 +96,7 @@ def make_weights(layers, refiner_layers, dt, dev):
     return w
 
 
-# ---- geometry (h3.md §3): rows [text | audio ch0 | audio ch1 | video] -------------------------------
+# ---- geometry (fastvideo/pipelines/basic/minimax_h3/packing.py): rows [text | audio ch0 | audio ch1 | video]
 
 def layout(height, width, frames, text_tokens):
     t_lat = (frames - 5) // 17 * 5 + 2

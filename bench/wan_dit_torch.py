@@ -11,7 +11,7 @@ modulation, RoPE and gated residual adds; everything else in the compute dtype. 
 and uses the same shapes: Wan2.1-1.3B at 480x832x81 -> latent 16x21x60x104 -> 32,760 tokens, 512 text rows,
 random weights drawn on the GPU (matrices randn/sqrt(fan_in), biases 0.05 randn, scale_shift_tables
 randn/sqrt(D), norm weights 1 + 0.1 randn). The text embedding is computed once and reused, as the
-pipeline does. Prints seconds per forward (median after warm-up), TFLOP/s counted as wan.md §9 does, the
+pipeline does. Prints seconds per forward (median after warm-up), TFLOP/s counted as forward_flops does, the
 FastWan 3-step DMD denoise total (timesteps 1000, 757, 522, no CFG), and the peak memory torch allocated.
 
     python3 bench/wan_dit_torch.py                       # 1.3B, bf16, 480x832x81
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from benchutil import print_forward_rate, setup, sync, time_runs, timed, timestep_proj
 
-MODELS = {  # wan.md §1.1: layers, heads, ffn, channels, VAE spatial stride
+MODELS = {  # each checkpoint's transformer/config.json: layers, heads, ffn, channels, VAE spatial stride
     "1.3b": dict(layers=30, heads=12, ffn=8960, channels=16, vae_stride=8),
     "14b": dict(layers=40, heads=40, ffn=13824, channels=16, vae_stride=8),
     "5b": dict(layers=30, heads=24, ffn=14336, channels=48, vae_stride=16),
@@ -179,7 +179,7 @@ def forward(latent, timesteps, ctx, w, cfg, tables, dt, block_fn=block):
 
 
 def forward_flops(cfg, tokens, text_rows):
-    """wan.md §9: every linear, dense self-attention QK^T and PV, cross-attention over all text rows."""
+    """Matmul FLOPs (2 per multiply-add): every linear, dense self-attention QK^T and PV, cross-attention over all text rows."""
     l, s, d, f = tokens, text_rows, cfg["dim"], cfg["ffn"]
     pv = math.prod(cfg["patch"])
     blk = 2 * l * d * d * 6 + 2 * s * d * d * 2 + 2 * l * d * f * 2 + 4 * l * l * d + 4 * l * s * d
@@ -188,7 +188,7 @@ def forward_flops(cfg, tokens, text_rows):
 
 
 def dmd_sigmas(steps, shift=8.0):
-    """sigma(t) on the shift-8 training grid (nearest grid timestep, first on ties), wan.md §6.4."""
+    """sigma(t) on the shift-8 training grid (nearest grid timestep, first on ties), as DmdDenoisingStage in fastvideo/pipelines/stages/denoising.py does."""
     grid = []
     for i in range(1000):
         s = (1000 - i) / 1000
