@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import weight_norm
 
-# Release architecture (h3.md §1.6; MiniMaxH3AudioVAEArchConfig defaults).
+# Release architecture (MiniMaxH3AudioVAEArchConfig defaults; fastvideo/models/vaes/minimax_h3_audio.py).
 LATENT_CHANNELS = 32
 LATENT_DIM = 2048
 DECODER_DIM = 1024

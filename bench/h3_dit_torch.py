@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
-# Release architecture (h3.md §1.2).
+from benchutil import print_forward_rate, setup, sync, time_runs, timestep_proj
+
+# Release architecture (the released transformer/config.json; fastvideo/configs/models/dits/minimax_h3.py).
 HIDDEN = 5376
 HEADS = 56
 HEAD_DIM = 128
@@ -95,7 +96,7 @@ def make_weights(layers, refiner_layers, dt, dev):
     return w
 
 
-# ---- geometry (h3.md §3): rows [text | audio ch0 | audio ch1 | video] -------------------------------
+# ---- geometry (fastvideo/pipelines/basic/minimax_h3/packing.py): rows [text | audio ch0 | audio ch1 | video]
 
 def layout(height, width, frames, text_tokens):
     t_lat = (frames - 5) // 17 * 5 + 2
@@ -139,13 +140,6 @@ def rope_tables(pos, dev, dt):
     freqs = torch.cat(freqs.unbind(dim=1), dim=-1)
     freqs = torch.cat((freqs, freqs), dim=-1)
     return freqs.cos().to(dt), freqs.sin().to(dt)
-
-
-def timestep_proj(t):
-    half = FREQ_DIM // 2
-    exponent = -math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half
-    emb = t[:, None].float() * torch.exp(exponent)[None, :]
-    return torch.cat([torch.cos(emb), torch.sin(emb)], dim=-1)
 
 
 # ---- the block math (FastVideo eager path) --------------------------------------------------------
@@ -214,11 +208,7 @@ def main():
     if args.iters < 3:
         ap.error("--iters must be >= 3 for a median")
 
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dt = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    torch.backends.cuda.matmul.allow_tf32 = not args.no_tf32
-    torch.backends.cudnn.allow_tf32 = not args.no_tf32
-    torch.manual_seed(args.seed)
+    dev, dt = setup(args.dtype, not args.no_tf32, args.seed)
 
     pos, tags, s, n_audio, n_video = layout(args.height, args.width, args.frames, args.text)
     L = len(pos)
@@ -228,8 +218,7 @@ def main():
     t0 = time.perf_counter()
     with torch.inference_mode():
         w = make_weights(args.layers, args.refiner_layers, dt, dev)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+    sync(dev)
     print(f"random weights on {dev} in {time.perf_counter() - t0:.2f} s")
 
     # FastH3 4-step ladder, step 1: text/video rows at t_v, audio rows at t_a.
@@ -256,7 +245,7 @@ def main():
         text = F.rms_norm(text, (HIDDEN,), w["final_norm"], EPS)  # cached across steps, as FastVideo does
 
         def adaln_tables(ts):
-            temb = F.linear(F.silu(F.linear(timestep_proj(ts), *w["time1"])), *w["time2"])
+            temb = F.linear(F.silu(F.linear(timestep_proj(ts, FREQ_DIM), *w["time1"])), *w["time2"])
             a = F.silu(temb).to(dt)
             return a, [modulation(a, b) for b in w["blocks"]]
 
@@ -270,7 +259,7 @@ def main():
             x.index_copy_(1, video_idx, ve.to(dt))
             x.index_copy_(1, audio_idx, ae.to(dt))
             if cached is None:
-                a = F.silu(F.linear(F.silu(F.linear(timestep_proj(timestep), *w["time1"])), *w["time2"])).to(dt)
+                a = F.silu(F.linear(F.silu(F.linear(timestep_proj(timestep, FREQ_DIM), *w["time1"])), *w["time2"])).to(dt)
                 tables = None
             else:
                 a, tables = cached
@@ -284,33 +273,12 @@ def main():
             au = F.linear(y.index_select(1, audio_idx), *w["audio_proj_out"])
             return v, au
 
-        def timed():
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            out = forward()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            return time.perf_counter() - t, out
+        first, times, out = time_runs(forward, args.warmup, args.iters, dev)
 
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        first, _ = timed()
-        for _ in range(args.warmup):
-            timed()
-        times = []
-        out = None
-        for _ in range(args.iters):
-            dt_s, out = timed()
-            times.append(dt_s)
-
-    med = statistics.median(times)
     inner = HEADS * HEAD_DIM
     tflop = args.layers * (L * (8 * HIDDEN * inner + 6 * HIDDEN * FFN) + 4 * L * L * inner) / 1e12
     v = out[0].float()
-    print(f"first forward {first:.2f} s (includes compile/autotune with --compile)")
-    print(f"forward min {min(times):.3f} s, median {med:.3f} s over {args.iters} runs; {tflop:.1f} TFLOP -> "
-          f"{tflop / med:.0f} TFLOP/s ({100 * tflop / med / 790:.0f}% of 790)")
+    print_forward_rate(first, times, tflop)
     if dev.type == "cuda":
         print(f"peak memory allocated by torch: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     print(f"video rms {v.pow(2).mean().sqrt().item():.4f}, non-finite {(~torch.isfinite(v)).sum().item()}")

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+
+from benchutil import gpu_mem_mib, peak_memory, time_runs
 
 PIXEL_MEAN = (0.485, 0.456, 0.406)
 PIXEL_STD = (0.229, 0.224, 0.225)
@@ -240,19 +240,6 @@ def decode_to_pixels(cfg: Cfg, W: dict, z: torch.Tensor, out: torch.Tensor, rope
     assert start == total, (start, total)
 
 
-def gpu_mem_mib() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return -1
-    for line in out.splitlines():
-        f = [s.strip() for s in line.split(",")]
-        if len(f) == 2 and f[0] == str(os.getpid()):
-            return int(f[1])
-    return -1
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", choices=("f32", "bf16", "fp16"), default="bf16")
@@ -289,20 +276,11 @@ def main() -> None:
         nl = latent_frames(nf)
         z = torch.randn(1, cfg.latent, nl, args.height // cfg.patch, args.width // cfg.patch, generator=g, device=device)
         out = torch.empty(1, 3, nf, args.height, args.width, dtype=torch.float32, pin_memory=True)
-        torch.cuda.reset_peak_memory_stats()
-        times = []
         with torch.inference_mode():
-            for i in range(1 + args.warmup + args.iters):
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                decode_to_pixels(cfg, W, z, out, ropes)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-        timed = times[1 + args.warmup:]
-        print(f"{nf} frames (asked {req}) = {nl} latents, {args.height}x{args.width}: first {times[0]:.3f} s, "
+            first, timed, _ = time_runs(lambda: decode_to_pixels(cfg, W, z, out, ropes), args.warmup, args.iters, device)
+        print(f"{nf} frames (asked {req}) = {nl} latents, {args.height}x{args.width}: first {first:.3f} s, "
               f"min {min(timed):.3f} s, median {statistics.median(timed):.3f} s over {len(timed)} runs")
-        print(f"  peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB, "
-              f"peak reserved {torch.cuda.max_memory_reserved() / 2**20:.0f} MiB, nvidia-smi now {gpu_mem_mib()} MiB; "
+        print(f"  {peak_memory()}; "
               f"mean pixel {out.mean().item():.4f}, NaN {int(torch.isnan(out).sum())}")
 
 

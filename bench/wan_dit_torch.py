@@ -11,7 +11,7 @@ modulation, RoPE and gated residual adds; everything else in the compute dtype. 
 and uses the same shapes: Wan2.1-1.3B at 480x832x81 -> latent 16x21x60x104 -> 32,760 tokens, 512 text rows,
 random weights drawn on the GPU (matrices randn/sqrt(fan_in), biases 0.05 randn, scale_shift_tables
 randn/sqrt(D), norm weights 1 + 0.1 randn). The text embedding is computed once and reused, as the
-pipeline does. Prints seconds per forward (median after warm-up), TFLOP/s counted as wan.md §9 does, the
+pipeline does. Prints seconds per forward (median after warm-up), TFLOP/s counted as forward_flops does, the
 FastWan 3-step DMD denoise total (timesteps 1000, 757, 522, no CFG), and the peak memory torch allocated.
 
     python3 bench/wan_dit_torch.py                       # 1.3B, bf16, 480x832x81
@@ -34,7 +34,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-MODELS = {  # wan.md §1.1: layers, heads, ffn, channels, VAE spatial stride
+from benchutil import print_forward_rate, setup, sync, time_runs, timed, timestep_proj
+
+MODELS = {  # each checkpoint's transformer/config.json: layers, heads, ffn, channels, VAE spatial stride
     "1.3b": dict(layers=30, heads=12, ffn=8960, channels=16, vae_stride=8),
     "14b": dict(layers=40, heads=40, ffn=13824, channels=16, vae_stride=8),
     "5b": dict(layers=30, heads=24, ffn=14336, channels=48, vae_stride=16),
@@ -108,13 +110,6 @@ def rope_tables(cfg, nt, nh, nw, dev):
     return ang.cos().float().to(dev), ang.sin().float().to(dev)
 
 
-def timestep_proj(t, freq_dim):
-    half = freq_dim // 2
-    exponent = -math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half
-    emb = t[:, None].float() * torch.exp(exponent)[None, :]
-    return torch.cat([torch.cos(emb), torch.sin(emb)], dim=-1)
-
-
 # ---- the forward ---------------------------------------------------------------------------------
 
 def rope(x, cos, sin):
@@ -184,7 +179,7 @@ def forward(latent, timesteps, ctx, w, cfg, tables, dt, block_fn=block):
 
 
 def forward_flops(cfg, tokens, text_rows):
-    """wan.md §9: every linear, dense self-attention QK^T and PV, cross-attention over all text rows."""
+    """Matmul FLOPs (2 per multiply-add): every linear, dense self-attention QK^T and PV, cross-attention over all text rows."""
     l, s, d, f = tokens, text_rows, cfg["dim"], cfg["ffn"]
     pv = math.prod(cfg["patch"])
     blk = 2 * l * d * d * 6 + 2 * s * d * d * 2 + 2 * l * d * f * 2 + 4 * l * l * d + 4 * l * s * d
@@ -193,7 +188,7 @@ def forward_flops(cfg, tokens, text_rows):
 
 
 def dmd_sigmas(steps, shift=8.0):
-    """sigma(t) on the shift-8 training grid (nearest grid timestep, first on ties), wan.md §6.4."""
+    """sigma(t) on the shift-8 training grid (nearest grid timestep, first on ties), as DmdDenoisingStage in fastvideo/pipelines/stages/denoising.py does."""
     grid = []
     for i in range(1000):
         s = (1000 - i) / 1000
@@ -263,11 +258,7 @@ def main():
     if args.iters < 3:
         ap.error("--iters must be >= 3 for a median")
 
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dt = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    torch.backends.cuda.matmul.allow_tf32 = not args.no_tf32
-    torch.backends.cudnn.allow_tf32 = not args.no_tf32
-    torch.manual_seed(args.seed)
+    dev, dt = setup(args.dtype, not args.no_tf32, args.seed)
     m = dict(MODELS[args.model])
     stride = m.pop("vae_stride")
     if args.layers > 0:
@@ -284,8 +275,7 @@ def main():
     t0 = time.perf_counter()
     with torch.inference_mode():
         w = random_weights(cfg, dt, dev)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+    sync(dev)
     print(f"random weights on {dev} in {time.perf_counter() - t0:.2f} s")
 
     latent = torch.randn(cfg["cin"], lt, lh, lw, device=dev)
@@ -293,34 +283,15 @@ def main():
     tables = rope_tables(cfg, nt, nh, nw, dev)
     block_fn = torch.compile(block) if args.compile else block
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     with torch.inference_mode():
         ctx = embed_text(text, w, dt)  # once per prompt
 
-        def timed(x, t):
-            sync()
-            s = time.perf_counter()
-            out = forward(x, torch.tensor([t], dtype=torch.float32, device=dev), ctx, w, cfg, tables, dt, block_fn)
-            sync()
-            return time.perf_counter() - s, out
+        def step(x, t):
+            return forward(x, torch.tensor([t], dtype=torch.float32, device=dev), ctx, w, cfg, tables, dt, block_fn)
 
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        first, _ = timed(latent, 757.0)
-        for _ in range(args.warmup):
-            timed(latent, 757.0)
-        times, out = [], None
-        for _ in range(args.iters):
-            s, out = timed(latent, 757.0)
-            times.append(s)
-        med = statistics.median(times)
+        first, times, out = time_runs(lambda: step(latent, 757.0), args.warmup, args.iters, dev)
         tflop = forward_flops(cfg, tokens, args.text) / 1e12
-        print(f"first forward {first:.2f} s (includes compile/autotune with --compile)")
-        print(f"forward min {min(times):.3f} s, median {med:.3f} s over {args.iters} runs; {tflop:.1f} TFLOP -> "
-              f"{tflop / med:.0f} TFLOP/s ({100 * tflop / med / 790:.0f}% of 790)")
+        print_forward_rate(first, times, tflop)
         print(f"output rms {out.pow(2).mean().sqrt().item():.4f}, non-finite {(~torch.isfinite(out)).sum().item()}")
 
         steps = [int(s) for s in args.steps.split(",") if s.strip()]
@@ -330,14 +301,14 @@ def main():
             totals = []
             for _ in range(args.denoise_runs):
                 x = latent.clone()
-                sync()
+                sync(dev)
                 s = time.perf_counter()
                 for k, t in enumerate(steps):
-                    _, v = timed(x, float(t))
+                    _, v = timed(lambda: step(x, float(t)), dev)
                     x0 = (x.double() - sig[k] * v.double()).float()
                     if k + 1 < len(steps):
                         x = (1 - sig[k + 1]) * x0 + sig[k + 1] * noise[k]
-                sync()
+                sync(dev)
                 totals.append(time.perf_counter() - s)
             tm = statistics.median(totals)
             total = tflop * len(steps)

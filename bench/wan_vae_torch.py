@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+
+from benchutil import gpu_mem_mib, peak_memory, time_runs
 
 
 def wan21():
@@ -259,19 +259,6 @@ def decode(cfg, W, dtype, z, out) -> None:
     assert start == out.shape[2], (start, out.shape)
 
 
-def gpu_mem_mib() -> int:
-    try:
-        res = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return -1
-    for line in res.splitlines():
-        f = [s.strip() for s in line.split(",")]
-        if len(f) == 2 and f[0] == str(os.getpid()):
-            return int(f[1])
-    return -1
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="bf16")
@@ -306,22 +293,13 @@ def main() -> None:
     z = torch.randn(1, cfg["z_dim"], nl, args.height // r, args.width // r, generator=g, device=device)
     out = torch.empty(1, 3, args.frames, args.height, args.width, dtype=torch.float32, pin_memory=True)
     gflop = decode_gflop(cfg, nl, args.height // r, args.width // r)
-    torch.cuda.reset_peak_memory_stats()
-    times = []
     with torch.inference_mode():
-        for _ in range(1 + args.warmup + args.iters):
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            decode(cfg, W, dtype, z, out)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-    timed = times[1 + args.warmup:]
+        first, timed, _ = time_runs(lambda: decode(cfg, W, dtype, z, out), args.warmup, args.iters, device)
     med = statistics.median(timed)
-    print(f"{args.frames} frames = {nl} latents, {args.height}x{args.width}: first {times[0]:.3f} s, "
+    print(f"{args.frames} frames = {nl} latents, {args.height}x{args.width}: first {first:.3f} s, "
           f"min {min(timed):.3f} s, median {med:.3f} s over {len(timed)} runs; {gflop:.0f} GFLOP -> "
           f"{gflop / med / 1e3:.1f} TFLOP/s")
-    print(f"  peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB, "
-          f"peak reserved {torch.cuda.max_memory_reserved() / 2**20:.0f} MiB, nvidia-smi now {gpu_mem_mib()} MiB; "
+    print(f"  {peak_memory()}; "
           f"mean sample {out.mean().item():.4f}, NaN {int(torch.isnan(out).sum())}")
 
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -17,21 +16,8 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// memSource is an in-memory weights.Source.
-type memSource map[string]safetensors.Info
-
-func (m memSource) Names() []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (m memSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m[name]; return i, ok }
-
-func (m memSource) add(r *rand.Rand, name string, shape ...int) {
+// addRandom adds a random float32 tensor to m.
+func addRandom(m weights.MapSource, r *rand.Rand, name string, shape ...int) {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -55,13 +41,13 @@ type toyMetadata struct {
 
 // tinySource has two matrices the toy model quantizes (one of them 96 wide, which group 64 cannot
 // split), a vector and a dense matrix.
-func tinySource() memSource {
+func tinySource() weights.MapSource {
 	r := rand.New(rand.NewPCG(21, 22))
-	m := memSource{}
-	m.add(r, "model.layers.0.q.weight", 32, 128)
-	m.add(r, "model.layers.0.narrow.weight", 16, 96)
-	m.add(r, "model.layers.0.norm.weight", 64)
-	m.add(r, "model.proj_in.weight", 64, 96)
+	m := weights.MapSource{}
+	addRandom(m, r, "model.layers.0.q.weight", 32, 128)
+	addRandom(m, r, "model.layers.0.narrow.weight", 16, 96)
+	addRandom(m, r, "model.layers.0.norm.weight", 64)
+	addRandom(m, r, "model.proj_in.weight", 64, 96)
 	return m
 }
 
@@ -247,7 +233,7 @@ func TestConvertRoundTrip(t *testing.T) {
 }
 
 // checkReadBack compares the tensor name of the converted checkpoint c with the source's.
-func checkReadBack(t *testing.T, c *Checkpoint, src memSource, name string, bits int) {
+func checkReadBack(t *testing.T, c *Checkpoint, src weights.MapSource, name string, bits int) {
 	t.Helper()
 	want := src[name]
 	s, quantized := c.Scheme(name)

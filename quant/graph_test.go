@@ -2,7 +2,6 @@ package quant
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -65,18 +64,6 @@ func f32s(t *testing.T, x *tensors.Tensor) []float32 {
 	return nil
 }
 
-func sameBits(t *testing.T, label string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", label, len(got), len(want))
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s: value %d = %v (%#08x), want %v (%#08x)", label, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-		}
-	}
-}
-
 func TestGraphUnpackDequantizeMatchHost(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, bits := range []int{8, 6, 4} {
@@ -104,12 +91,12 @@ func TestGraphUnpackDequantizeMatchHost(t *testing.T) {
 					}
 				}
 				host, _ := a.Dequantize()
-				sameBits(t, "graph f32 dequantization", f32s(t, out[1]), host)
+				testutil.AssertBitExact(t, "graph f32 dequantization", f32s(t, out[1]), host)
 				hostBF := make([]float32, len(host))
 				for i, v := range host {
 					hostBF[i] = bfloat16.FromFloat32(v).Float32()
 				}
-				sameBits(t, "graph bf16 dequantization", f32s(t, out[2]), hostBF)
+				testutil.AssertBitExact(t, "graph bf16 dequantization", f32s(t, out[2]), hostBF)
 			})
 		}
 	}
@@ -176,7 +163,7 @@ func TestLinearPaths(t *testing.T) {
 			tol := testutil.ParityTol(want) / 10
 			testutil.AssertClose(t, "quantized path vs float64", f32s(t, out[0]), want, shape, tol)
 			testutil.AssertClose(t, "dequant-gemm path vs float64", f32s(t, out[1]), want, shape, tol)
-			sameBits(t, "dequant-gemm path vs dense GEMM on the host-dequantized weight", f32s(t, out[1]), f32s(t, out[2]))
+			testutil.AssertBitExact(t, "dequant-gemm path vs dense GEMM on the host-dequantized weight", f32s(t, out[1]), f32s(t, out[2]))
 		})
 	}
 }
@@ -261,19 +248,19 @@ func TestDisabledDispatch(t *testing.T) {
 
 	disabled := eval(big, parse("0"))
 	expectPath("quantized")
-	sameBits(t, "FASTVIDEO_DQ_GEMM=0 at M=800 vs PathQuantized at M=800", disabled, eval(big, Dispatch{Path: PathQuantized}))
+	testutil.AssertBitExact(t, "FASTVIDEO_DQ_GEMM=0 at M=800 vs PathQuantized at M=800", disabled, eval(big, Dispatch{Path: PathQuantized}))
 	expectPath("quantized")
 
 	small := eval(16, Dispatch{})
 	expectPath("quantized")
-	sameBits(t, "rows 0..15 at M=16 vs the same rows at M=800 (disabled)", small, disabled[:16*n])
+	testutil.AssertBitExact(t, "rows 0..15 at M=16 vs the same rows at M=800 (disabled)", small, disabled[:16*n])
 	one := eval(1, Dispatch{})
 	expectPath("quantized")
-	sameBits(t, "row 0 at M=1 vs the same row at M=800 (disabled)", one, disabled[:n])
+	testutil.AssertBitExact(t, "row 0 at M=1 vs the same row at M=800 (disabled)", one, disabled[:n])
 
 	dq := eval(big, Dispatch{})
 	expectPath("dequant-gemm")
-	sameBits(t, "default dispatch at M=800 vs PathDequantGEMM", dq, eval(big, Dispatch{Path: PathDequantGEMM}))
+	testutil.AssertBitExact(t, "default dispatch at M=800 vs PathDequantGEMM", dq, eval(big, Dispatch{Path: PathDequantGEMM}))
 	expectPath("dequant-gemm")
 	testutil.AssertClose(t, "dequant-gemm vs quantized at M=800", dq, disabled, []int{big, n}, testutil.ParityTol(disabled)/10)
 

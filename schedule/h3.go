@@ -130,11 +130,8 @@ func (l *H3Ladder) Steps() int { return len(l.Timesteps) }
 // purpose), r = sigma[k+1]/sigma[k], out = r*x + (1 - r)*x0, each operation
 // rounded to float32 as the reference does. out may alias sample.
 func (l *H3Ladder) Step(k int, velocity, sample, out []float32) error {
-	if k < 0 || k >= l.Steps() {
-		return fmt.Errorf("schedule: step %d out of range [0, %d)", k, l.Steps())
-	}
-	if len(velocity) != len(sample) || len(out) != len(sample) {
-		return fmt.Errorf("schedule: velocity (%d), sample (%d) and out (%d) lengths differ", len(velocity), len(sample), len(out))
+	if err := checkStep(k, l.Steps(), velocity, sample, out); err != nil {
+		return err
 	}
 	sigmaT := 1 - l.Timesteps[k]
 	ratio := l.Sigmas[k+1] / l.Sigmas[k]
@@ -142,6 +139,17 @@ func (l *H3Ladder) Step(k int, velocity, sample, out []float32) error {
 	for i, x := range sample {
 		x0 := x + float32(sigmaT*velocity[i])
 		out[i] = float32(ratio*x) + float32(keep*x0)
+	}
+	return nil
+}
+
+// checkStep checks that k is one of steps steps and that velocity, sample and out have one length.
+func checkStep(k, steps int, velocity, sample, out []float32) error {
+	if k < 0 || k >= steps {
+		return fmt.Errorf("schedule: step %d out of range [0, %d)", k, steps)
+	}
+	if len(velocity) != len(sample) || len(out) != len(sample) {
+		return fmt.Errorf("schedule: velocity (%d), sample (%d) and out (%d) lengths differ", len(velocity), len(sample), len(out))
 	}
 	return nil
 }

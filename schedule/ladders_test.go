@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"fastvideo/internal/testutil"
 )
 
 // Ladders computed from the reference schedulers: FastVideo
@@ -17,10 +19,10 @@ func TestH3FourStepLadder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bitExact(t, "video sigma", s.Video.Sigmas, []float32{1, 0.9729729890823364, 0.9230769276618958, 0.800000011920929, 0})
-	bitExact(t, "audio sigma", s.Audio.Sigmas, []float32{1, 0.8999999761581421, 0.75, 0.5, 0})
-	bitExact(t, "video t", s.Video.Timesteps, []float32{0, math.Float32frombits(0x3CDD67C0), math.Float32frombits(0x3D9D89D8), math.Float32frombits(0x3E4CCCCC)})
-	bitExact(t, "audio t", s.Audio.Timesteps, []float32{0, math.Float32frombits(0x3DCCCCD0), 0.25, 0.5})
+	testutil.AssertBitExact(t, "video sigma", s.Video.Sigmas, []float32{1, 0.9729729890823364, 0.9230769276618958, 0.800000011920929, 0})
+	testutil.AssertBitExact(t, "audio sigma", s.Audio.Sigmas, []float32{1, 0.8999999761581421, 0.75, 0.5, 0})
+	testutil.AssertBitExact(t, "video t", s.Video.Timesteps, []float32{0, math.Float32frombits(0x3CDD67C0), math.Float32frombits(0x3D9D89D8), math.Float32frombits(0x3E4CCCCC)})
+	testutil.AssertBitExact(t, "audio t", s.Audio.Timesteps, []float32{0, math.Float32frombits(0x3DCCCCD0), 0.25, 0.5})
 	if s.Video.Sigmas[1] != float32(36.0/37) || s.Video.Sigmas[2] != float32(12.0/13) {
 		t.Error("video sigmas 1, 2 must be f32(36/37), f32(12/13)")
 	}
@@ -80,7 +82,7 @@ func TestH3FortyNineStepLadder(t *testing.T) { // to 7 significant digits
 func TestH3AdaLNCacheKeys(t *testing.T) {
 	s, _ := NewH3Schedule(FastH3Steps)
 	keys := s.AdaLNCacheTimesteps()
-	bitExact(t, "union", keys, []float32{0, 0.027027010917663574, 0.07692307233810425, 0.10000002384185791,
+	testutil.AssertBitExact(t, "union", keys, []float32{0, 0.027027010917663574, 0.07692307233810425, 0.10000002384185791,
 		0.19999998807907104, 0.25, 0.5, 1})
 	for k, want := range [][]int{{0}, {1, 3}, {2, 5}, {4, 6}} {
 		pos, err := CachePositions(keys, s.StepTimesteps(k, Conditions{}))
@@ -111,7 +113,7 @@ func TestH3AdaLNCacheKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bitExact(t, "contract sigmas", d.Sigmas, c.lad.Sigmas)
+		testutil.AssertBitExact(t, "contract sigmas", d.Sigmas, c.lad.Sigmas)
 		for i, r := range []float64{1, 0.75, 0.5, 0.25} {
 			if want := float32(1 - FlowShift(c.shift, r)); d.Timesteps[i] != want {
 				t.Errorf("contract t[%d] = %v, want %v", i, d.Timesteps[i], want)

@@ -18,19 +18,6 @@ func relTol(want []float32) float64 {
 	return 1e-6 * math.Max(1, m)
 }
 
-func bitExact(t *testing.T, label string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d (%v vs %v)", label, len(got), len(want), got, want)
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s[%d] = %v (0x%08x), want %v (0x%08x): not bit-exact", label, i, got[i],
-				math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-		}
-	}
-}
-
 // countDiffBits reports how many elements are not bit-identical.
 func countDiffBits(got, want []float32) int {
 	n := 0
@@ -40,6 +27,35 @@ func countDiffBits(got, want []float32) int {
 		}
 	}
 	return n
+}
+
+// checkTrajectory runs steps steps of step from the fixture's in.<name>.sample0, feeding step k the
+// k-th slice of in.<name>.<inputs> (velocities or model outputs), and compares each result with the
+// k-th of out.<name>.samples. With followReference each step starts from the reference sample,
+// else from the previous result. It returns the last result, the largest error and the count of
+// elements that are not bit-identical.
+func checkTrajectory(t *testing.T, fx *testutil.Fixture, name, inputs string, steps int, followReference bool,
+	step func(k int, in, x []float32) ([]float32, error)) (last []float32, worst float64, diff int) {
+	t.Helper()
+	x, shape := fx.F32(t, "in."+name+".sample0")
+	in, _ := fx.F32(t, "in."+name+"."+inputs)
+	samples, _ := fx.F32(t, "out."+name+".samples")
+	n := len(x)
+	for k := 0; k < steps; k++ {
+		next, err := step(k, in[k*n:(k+1)*n], x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := samples[k*n : (k+1)*n]
+		d := testutil.AssertClose(t, fmt.Sprintf("step %d", k), next, ref, shape, relTol(ref))
+		worst = math.Max(worst, d.MaxAbs)
+		diff += countDiffBits(next, ref)
+		x = next
+		if followReference {
+			x = ref
+		}
+	}
+	return x, worst, diff
 }
 
 func TestH3ScheduleFixtures(t *testing.T) {
@@ -57,26 +73,16 @@ func TestH3ScheduleFixtures(t *testing.T) {
 					t.Fatal(err)
 				}
 				want, _ := fx.F32(t, "out."+name+".sigmas")
-				bitExact(t, "sigmas", lad.Sigmas, want)
+				testutil.AssertBitExact(t, "sigmas", lad.Sigmas, want)
 				wantT, _ := fx.F32(t, "out."+name+".timesteps")
-				bitExact(t, "timesteps", lad.Timesteps, wantT)
+				testutil.AssertBitExact(t, "timesteps", lad.Timesteps, wantT)
 
-				x, shape := fx.F32(t, "in."+name+".sample0")
-				vel, _ := fx.F32(t, "in."+name+".velocities")
-				samples, _ := fx.F32(t, "out."+name+".samples")
-				n := len(x)
-				diff, worst := 0, 0.0
-				for k := 0; k < lad.Steps(); k++ {
-					next := make([]float32, n)
-					if err := lad.Step(k, vel[k*n:(k+1)*n], x, next); err != nil {
-						t.Fatal(err)
-					}
-					ref := samples[k*n : (k+1)*n]
-					d := testutil.AssertClose(t, fmt.Sprintf("step %d", k), next, ref, shape, relTol(ref))
-					worst = math.Max(worst, d.MaxAbs)
-					diff += countDiffBits(next, ref)
-					x = ref // follow the reference trajectory
-				}
+				// The ladder is stateless: each step starts from the reference sample.
+				_, worst, diff := checkTrajectory(t, fx, name, "velocities", lad.Steps(), true,
+					func(k int, velocity, x []float32) ([]float32, error) {
+						next := make([]float32, len(x))
+						return next, lad.Step(k, velocity, x, next)
+					})
 				t.Logf("%s: %d-point grid bit-exact; %d steps, max abs error %.3g, %d non-identical elements",
 					name, points, lad.Steps(), worst, diff)
 			})
@@ -96,9 +102,9 @@ func TestH3ScheduleFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bitExact(t, "sigmas", lad.Sigmas, want)
+			testutil.AssertBitExact(t, "sigmas", lad.Sigmas, want)
 			wantT, _ := fx.F32(t, "out.explicit.timesteps")
-			bitExact(t, "timesteps", lad.Timesteps, wantT)
+			testutil.AssertBitExact(t, "timesteps", lad.Timesteps, wantT)
 		})
 		t.Run("scale_noise", func(t *testing.T) {
 			if !fx.Has("out.scale_noise.t0.999") {
@@ -111,7 +117,7 @@ func TestH3ScheduleFixtures(t *testing.T) {
 			if err := ScaleNoise(clean, noise, 0.999, got); err != nil {
 				t.Fatal(err)
 			}
-			bitExact(t, "scale_noise", got, want)
+			testutil.AssertBitExact(t, "scale_noise", got, want)
 		})
 	})
 }
@@ -133,36 +139,22 @@ func TestWanUniPCFixtures(t *testing.T) {
 					t.Fatal(err)
 				}
 				want, _ := fx.F32(t, "out."+name+".sigmas")
-				bitExact(t, "sigmas", u.Sigmas, want)
+				testutil.AssertBitExact(t, "sigmas", u.Sigmas, want)
 				wantT, _ := fx.I64(t, "out."+name+".timesteps")
 				for i := range wantT {
 					if u.Timesteps[i] != wantT[i] || u.Timesteps[i] != c.Timesteps[i] {
 						t.Fatalf("timesteps[%d] = %d, want %d", i, u.Timesteps[i], wantT[i])
 					}
 				}
-				x, shape := fx.F32(t, "in."+name+".sample0")
-				outs, _ := fx.F32(t, "in."+name+".model_outputs")
-				samples, _ := fx.F32(t, "out."+name+".samples")
-				n := len(x)
-				diff, worst := 0, 0.0
 				// The solver carries history, so it runs on its own
 				// trajectory: errors would accumulate, not hide.
-				for k := 0; k < u.Steps(); k++ {
-					next, err := u.Step(outs[k*n:(k+1)*n], x)
-					if err != nil {
-						t.Fatal(err)
-					}
-					ref := samples[k*n : (k+1)*n]
-					d := testutil.AssertClose(t, fmt.Sprintf("step %d", k), next, ref, shape, relTol(ref))
-					worst = math.Max(worst, d.MaxAbs)
-					diff += countDiffBits(next, ref)
-					x = next
-				}
-				if _, err := u.Step(outs[:n], x); err == nil {
+				x, worst, diff := checkTrajectory(t, fx, name, "model_outputs", u.Steps(), false,
+					func(_ int, modelOutput, x []float32) ([]float32, error) { return u.Step(modelOutput, x) })
+				if _, err := u.Step(x, x); err == nil {
 					t.Error("a step past the end must fail")
 				}
 				t.Logf("%s: sigmas bit-exact, timesteps exact; %d steps, max abs error %.3g, %d of %d elements not bit-identical",
-					name, u.Steps(), worst, diff, len(samples))
+					name, u.Steps(), worst, diff, u.Steps()*len(x))
 			})
 		}
 	})

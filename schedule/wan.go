@@ -97,11 +97,8 @@ func (f *FlowMatchEuler) Steps() int { return len(f.Timesteps) }
 // Step updates float32 rows: out = x + dt*v with dt = sigma[k+1]-sigma[k].
 // out may alias sample.
 func (f *FlowMatchEuler) Step(k int, velocity, sample, out []float32) error {
-	if k < 0 || k >= f.Steps() {
-		return fmt.Errorf("schedule: step %d out of range [0, %d)", k, f.Steps())
-	}
-	if len(velocity) != len(sample) || len(out) != len(sample) {
-		return fmt.Errorf("schedule: velocity (%d), sample (%d) and out (%d) lengths differ", len(velocity), len(sample), len(out))
+	if err := checkStep(k, f.Steps(), velocity, sample, out); err != nil {
+		return err
 	}
 	dt := f.Sigmas[k+1] - f.Sigmas[k]
 	for i, x := range sample {
@@ -180,11 +177,8 @@ func (d *DMDLadder) Steps() int { return len(d.Timesteps) }
 // PredictX0 is pred_noise_to_pred_video for step k: x0 = x - sigma*v in
 // float64, rounded to float32. out may alias x.
 func (d *DMDLadder) PredictX0(k int, velocity, x, out []float32) error {
-	if k < 0 || k >= d.Steps() {
-		return fmt.Errorf("schedule: step %d out of range [0, %d)", k, d.Steps())
-	}
-	if len(velocity) != len(x) || len(out) != len(x) {
-		return fmt.Errorf("schedule: velocity (%d), sample (%d) and out (%d) lengths differ", len(velocity), len(x), len(out))
+	if err := checkStep(k, d.Steps(), velocity, x, out); err != nil {
+		return err
 	}
 	s := d.sigma64[k]
 	for i := range x {

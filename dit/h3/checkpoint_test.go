@@ -39,15 +39,7 @@ func TestNames(t *testing.T) {
 // opens the folder; the checkpoint is closed when the test ends.
 func openFixtureConverted(t *testing.T, fx *testutil.Fixture, opts ConvertOptions) (*quant.Checkpoint, *ConvertedManifest) {
 	t.Helper()
-	ts, m, err := Convert(fx.Weights(), fixtureArch(t, fx), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := WriteConverted(dir, ts, m); err != nil {
-		t.Fatal(err)
-	}
-	ck, man, err := OpenConverted(dir)
+	ck, man, err := OpenConverted(writeConvertedFixture(t, fx, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,16 +126,9 @@ func TestHostTables(t *testing.T) {
 	}
 }
 
-func TestNewRandomRuns(t *testing.T) {
-	cfg := Config{NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 32, NumAttentionHeads: 2, AttentionHeadDim: 16,
-		FFNDim: 48, InChannels: 4, AudioInChannels: 8, PatchSize: []int{1, 2, 2}, TextDim: 16, FreqDim: 32,
-		TimeEmbedHiddenDim: 24, TimeEmbedDim: 12, RopeFreqDim: 2, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5}
-	m, err := NewRandom(testutil.Backend(t), cfg, Options{}, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	// 3 text, 2 audio, 4 video rows, one timestep.
+// tinyInputs is one forward of a tiny model (hidden 32, patch features 16, audio 8, text 16): 3 text,
+// 2 audio and 4 video rows at one timestep, the video rows non-zero.
+func tinyInputs() ForwardInputs {
 	in := ForwardInputs{
 		VideoRows: make([]float32, 4*16), AudioRows: make([]float32, 2*8), Text: make([]float32, 3*16),
 		Timesteps: []float32{0.25}, TimestepIndices: make([]int32, 9),
@@ -146,6 +139,19 @@ func TestNewRandomRuns(t *testing.T) {
 	for i := range in.VideoRows {
 		in.VideoRows[i] = float32(i%7) - 3
 	}
+	return in
+}
+
+func TestNewRandomRuns(t *testing.T) {
+	cfg := Config{NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 32, NumAttentionHeads: 2, AttentionHeadDim: 16,
+		FFNDim: 48, InChannels: 4, AudioInChannels: 8, PatchSize: []int{1, 2, 2}, TextDim: 16, FreqDim: 32,
+		TimeEmbedHiddenDim: 24, TimeEmbedDim: 12, RopeFreqDim: 2, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5}
+	m, err := NewRandom(testutil.Backend(t), cfg, Options{}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in := tinyInputs()
 	out, err := m.Forward(in)
 	if err != nil {
 		t.Fatal(err)
@@ -292,16 +298,7 @@ func TestNewRandomQuantizedRuns(t *testing.T) {
 		t.Errorf("dequantized ff.net.2: mean %.4g, rms %.4g; want ≈ 0 and ≈ 1/√%d = %.4g", mean, std, w.In, sigma)
 	}
 
-	in := ForwardInputs{
-		VideoRows: make([]float32, 4*16), AudioRows: make([]float32, 2*8), Text: make([]float32, 3*16),
-		Timesteps: []float32{0.25}, TimestepIndices: make([]int32, 9),
-		TokenTags:   []int32{1, 1, 1, 2, 2, 0, 0, 0, 0},
-		PositionIDs: make([]float64, 27),
-		TextIndices: []int32{0, 1, 2}, AudioIndices: []int32{3, 4}, VideoIndices: []int32{5, 6, 7, 8},
-	}
-	for i := range in.VideoRows {
-		in.VideoRows[i] = float32(i%7) - 3
-	}
+	in := tinyInputs()
 	for i := range in.Text {
 		in.Text[i] = float32(i%5) - 2
 	}

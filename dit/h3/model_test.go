@@ -9,14 +9,9 @@ import (
 	"fastvideo/quant"
 )
 
-// fixtureConfig decodes the tiny config a fixture was generated with.
-var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
-
-func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.Open(t, func() (*Model, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; fixtureModel opens the model of
+// a fixture on the test backend.
+var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSource, "arch_config")
 
 func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {
 	t.Helper()
@@ -51,6 +46,12 @@ func convertFixture(t *testing.T, fx *testutil.Fixture, bits int, opts ConvertOp
 	t.Helper()
 	opts.Scheme = quant.Scheme{Bits: bits, GroupSize: quant.DefaultGroupSize}
 	opts.ScaleDType = safetensors.BF16
+	return writeConvertedFixture(t, fx, opts)
+}
+
+// writeConvertedFixture writes the fixture's weights converted with opts to a new folder.
+func writeConvertedFixture(t *testing.T, fx *testutil.Fixture, opts ConvertOptions) string {
+	t.Helper()
 	ts, man, err := Convert(fx.Weights(), fixtureArch(t, fx), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -116,12 +117,7 @@ func stepIndex(t *testing.T, sigmas []float32, ts float32) int {
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := testutil.Trace{}
-		m.trace = acts.Record
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 		wantV, shV := fx.F32(t, "out.video")
 		wantA, shA := fx.F32(t, "out.audio")
 		testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))

@@ -7,40 +7,29 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
 )
 
 func TestBindingListsEveryProblem(t *testing.T) {
-	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		cfg := fixtureConfig(t, fx)
-		src := fx.Weights()
-
-		// Every w.* tensor binds, and every declared parameter is in the file.
-		p, err := declareParams(cfg, dtypes.Float32, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testutil.AssertBindsExactly(t, src, p.set)
-
-		// One name removed and one shape changed: a single error names both.
-		info, _ := src.Tensor("audio_proj_out.weight")
-		testutil.AssertBindReports(t, src, "transformer_blocks.1.attn.norm_k.weight", "audio_proj_out.weight",
-			[]int{info.Shape[0] / 2, info.Shape[1] * 2}, func(s *testutil.EditSource) error {
-				_, err := FromSource(testutil.Backend(t), cfg, s, Options{})
-				return err
-			})
-
-		// An unexpected tensor is reported too; VSA gate matrices of FastH3 students are ignored.
-		extra := &testutil.EditSource{Base: src, Replace: map[string]safetensors.Info{
-			"transformer_blocks.0.attn.to_gate_compress.weight": info,
-			"transformer_blocks.0.attn.bogus":                   info,
-		}}
-		_, err = FromSource(testutil.Backend(t), cfg, extra, Options{})
-		if err == nil || !strings.Contains(err.Error(), "unexpected: transformer_blocks.0.attn.bogus") ||
-			strings.Contains(err.Error(), "to_gate_compress") {
-			t.Errorf("want exactly the bogus name reported as unexpected, got %v", err)
-		}
+	testutil.CheckBinding(t, testutil.Binding{
+		Kind: "h3_dit",
+		Declared: func(t *testing.T, fx *testutil.Fixture) *weights.Set {
+			p, err := declareParams(fixtureConfig(t, fx), dtypes.Float32, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.set
+		},
+		Open: func(t *testing.T, fx *testutil.Fixture, src weights.Source) error {
+			_, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), src, Options{})
+			return err
+		},
+		Gone: "transformer_blocks.1.attn.norm_k.weight", Reshaped: "audio_proj_out.weight",
+		Reshape: func(s []int) []int { return []int{s[0] / 2, s[1] * 2} },
+		// VSA gate matrices of FastH3 students are ignored.
+		Extra:   []string{"transformer_blocks.0.attn.to_gate_compress.weight", "transformer_blocks.0.attn.bogus"},
+		ExtraOf: "audio_proj_out.weight", Bogus: "transformer_blocks.0.attn.bogus", Ignored: "to_gate_compress",
 	})
 }
 

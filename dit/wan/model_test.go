@@ -10,14 +10,9 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// fixtureConfig decodes the tiny config a fixture was generated with.
-var fixtureConfig = testutil.ConfigReader(ParseConfig, "arch_config")
-
-func fixtureModel(t *testing.T, fx *testutil.Fixture, opts Options) *Model {
-	return testutil.Open(t, func() (*Model, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; fixtureModel opens the model of
+// a fixture on the test backend.
+var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSource, "arch_config")
 
 // fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and
 // in.timestep ([1] int64 or [1, L] float) as one sample.
@@ -55,12 +50,7 @@ func checkActs(t *testing.T, fx *testutil.Fixture, acts testutil.Trace) {
 func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
-		acts := testutil.Trace{}
-		m.trace = acts.Record
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out, acts := testutil.TracedForward(t, &m.trace, func() ([]float32, error) { return m.Forward(fixtureInputs(t, fx)) })
 		want, sh := fx.F32(t, "out.sample")
 		testutil.AssertClose(t, "out.sample", out, want, sh, testutil.ParityTol(want))
 		checkActs(t, fx, acts)

@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
 	"fastvideo/vae/h3audio"
 )
 
@@ -30,30 +31,18 @@ func init() {
 	})
 }
 
-// memSource is an in-memory weights.Source.
-type memSource struct {
-	names []string
-	infos map[string]safetensors.Info
-}
-
-func (m *memSource) Names() []string { return m.names }
-func (m *memSource) Tensor(name string) (safetensors.Info, bool) {
-	i, ok := m.infos[name]
-	return i, ok
-}
-
 // randomAudioVAE fills the released audio-VAE tensor table with random values
 // of the fixture generator's scales (weight-norm g 1+0.1·randn, v randn/√fan_in,
 // biases 0.05·randn, SnakeBeta log-α/β 0.1·randn) and the real kaiser-sinc
 // filters, so the waveform stays finite and in range like a trained model's.
-func randomAudioVAE(cfg h3audio.Config, seed uint64, postGain float64) (*memSource, error) {
+func randomAudioVAE(cfg h3audio.Config, seed uint64, postGain float64) (weights.MapSource, error) {
 	list, err := h3audio.Params(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := rand.New(rand.NewPCG(seed, 0x4833617564696f))
 	filter := h3audio.KaiserSincFilter(0.25, 0.3, 12)
-	src := &memSource{infos: map[string]safetensors.Info{}}
+	src := weights.MapSource{}
 	for _, ts := range list {
 		n := 1
 		for _, d := range ts.Shape {
@@ -86,8 +75,7 @@ func randomAudioVAE(cfg h3audio.Config, seed uint64, postGain float64) (*memSour
 				v[i] = float32(s * r.NormFloat64())
 			}
 		}
-		src.names = append(src.names, ts.Name)
-		src.infos[ts.Name] = safetensors.Info{Name: ts.Name, DType: safetensors.F32, Shape: ts.Shape, Data: safetensors.F32Bytes(v)}
+		src[ts.Name] = safetensors.Info{Name: ts.Name, DType: safetensors.F32, Shape: ts.Shape, Data: safetensors.F32Bytes(v)}
 	}
 	return src, nil
 }
@@ -143,15 +131,15 @@ func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) 
 }
 
 // randomAudioBenchWeights draws the decoder's random weights and prints their size.
-func randomAudioBenchWeights(cfg h3audio.Config, seed uint64) (*memSource, error) {
+func randomAudioBenchWeights(cfg h3audio.Config, seed uint64) (weights.MapSource, error) {
 	t0 := time.Now()
 	src, err := randomAudioVAE(cfg, seed, *audioGScale)
 	if err != nil {
 		return nil, err
 	}
 	var bytes int
-	for _, n := range src.names {
-		bytes += len(src.infos[n].Data)
+	for _, info := range src {
+		bytes += len(info.Data)
 	}
 	fmt.Printf("h3audio: release config, decoder weights %.1f MB f32 (random, generated in %.2f s)\n",
 		float64(bytes)/1e6, time.Since(t0).Seconds())
@@ -241,10 +229,10 @@ func waveformStats(out [][]float32) (rms float64, peak float32, clipped, nonFini
 
 // dumpAudioBench writes what the PyTorch script needs to run the same decode
 // and compare: the weights under released names, the latents and Go's waveform.
-func dumpAudioBench(dir string, src *memSource, z []float32, shape []int, out [][]float32) error {
+func dumpAudioBench(dir string, src weights.MapSource, z []float32, shape []int, out [][]float32) error {
 	var ts []safetensors.Tensor
-	for _, n := range src.names {
-		i := src.infos[n]
+	for _, n := range src.Names() {
+		i := src[n]
 		ts = append(ts, safetensors.Tensor{Name: n, DType: i.DType, Shape: i.Shape, Data: i.Data})
 	}
 	wpath := filepath.Join(dir, "h3audio_weights.safetensors")

@@ -15,13 +15,8 @@ import (
 )
 
 var (
-	h3ditHeight = flag.Int("h3dit-height", 480, "h3dit: canvas height in pixels (multiple of 32)")
-	h3ditWidth  = flag.Int("h3dit-width", 832, "h3dit: canvas width in pixels (multiple of 32)")
-	h3ditFrames = flag.Int("h3dit-frames", 124, "h3dit: pixel frames (17n+5)")
-	h3ditText   = flag.Int("h3dit-text", 93, "h3dit: prompt tokens (93 gives the 14,937-row document at 832x480x124)")
-	h3ditLayers = flag.Int("h3dit-layers", 0, "h3dit: joint blocks (0: the release's 50; fewer only for smoke tests)")
-	h3ditDType  = flag.String("h3dit-dtype", "bf16", "h3dit: compute dtype, bf16 or f32")
-	h3ditTiny   = flag.Bool("h3dit-tiny", false, "h3dit: shrink hidden/heads/FFN/text widths (CPU smoke test of the program only)")
+	h3ditFlags = newDiTFlags("h3dit", " (multiple of 32)", 124, "(17n+5)", 93,
+		"prompt tokens (93 gives the 14,937-row document at 832x480x124)")
 	h3ditCached = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
 	h3ditQBits  = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
 )
@@ -29,14 +24,14 @@ var (
 func init() {
 	register("h3dit", func(b compute.Backend, c common) error {
 		cfg := h3.ReleaseConfig()
-		if *h3ditLayers > 0 {
-			cfg.NumLayers = *h3ditLayers
+		if *h3ditFlags.layers > 0 {
+			cfg.NumLayers = *h3ditFlags.layers
 		}
-		if *h3ditTiny {
+		if *h3ditFlags.tiny {
 			cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim = 64, 2, 32, 128
 			cfg.TextDim, cfg.TimeEmbedHiddenDim, cfg.TimeEmbedDim, cfg.RopeFreqDim = 32, 64, 32, 4
 		}
-		dt, err := parseDType("h3dit-dtype", *h3ditDType)
+		dt, err := h3ditFlags.dtype()
 		if err != nil {
 			return fmt.Errorf("h3dit bench: %w", err)
 		}
@@ -48,7 +43,7 @@ func init() {
 		default:
 			return fmt.Errorf("h3dit bench: -h3dit-quant-bits %d; use 8, 6, 4 or 0 (dense)", *h3ditQBits)
 		}
-		return benchH3DiT(b, cfg, dt, scheme, *h3ditHeight, *h3ditWidth, *h3ditFrames, *h3ditText, c)
+		return benchH3DiT(b, cfg, dt, scheme, *h3ditFlags.height, *h3ditFlags.width, *h3ditFlags.frames, *h3ditFlags.text, c)
 	})
 }
 
@@ -192,12 +187,7 @@ func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // measureH3DiT times m's forward on in and prints the measurement and a summary line.
 func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) error {
-	var out h3.ForwardOutputs
-	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
-		var err error
-		out, err = m.Forward(in)
-		return err
-	})
+	tm, out, err := timeForward(c, func() (h3.ForwardOutputs, error) { return m.Forward(in) })
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -46,32 +45,11 @@ var (
 
 func init() {
 	register("h3vae", func(b compute.Backend, c common) error {
-		var frames []int
-		for _, s := range strings.Split(*h3vaeFrames, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n <= 0 {
-				return fmt.Errorf("h3vae bench: -h3vae-frames %q: %q is not a positive integer", *h3vaeFrames, s)
-			}
-			frames = append(frames, n)
-		}
-		var dts []dtypes.DType
-		for _, s := range strings.Split(*h3vaeDTypes, ",") {
-			switch strings.TrimSpace(strings.ToLower(s)) {
-			case "f32", "float32":
-				dts = append(dts, dtypes.Float32)
-			case "bf16", "bfloat16":
-				dts = append(dts, dtypes.BFloat16)
-			default:
-				return fmt.Errorf("h3vae bench: -h3vae-dtypes %q: %q is not f32 or bf16", *h3vaeDTypes, s)
-			}
-		}
-		var batches []int
-		for _, s := range strings.Split(*h3vaeBatch, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 0 {
-				return fmt.Errorf("h3vae bench: -h3vae-tile-batch %q: %q is not a non-negative integer", *h3vaeBatch, s)
-			}
-			batches = append(batches, n)
+		frames, errFrames := parseList("h3vae-frames", *h3vaeFrames, intAtLeast(1))
+		dts, errDTypes := parseDTypes("h3vae-dtypes", *h3vaeDTypes)
+		batches, errBatches := parseList("h3vae-tile-batch", *h3vaeBatch, intAtLeast(0))
+		if err := errors.Join(errFrames, errDTypes, errBatches); err != nil {
+			return fmt.Errorf("h3vae bench: %w", err)
 		}
 		return benchH3VideoVAE(b, dts, frames, batches, *h3vaeHeight, *h3vaeWidth, *h3vaeTile, c)
 	})

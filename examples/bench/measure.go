@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -19,13 +20,78 @@ import (
 
 // parseDType reads a compute-dtype flag value: bf16 (bfloat16) or f32 (float32).
 func parseDType(flagName, v string) (dtypes.DType, error) {
+	dt, err := dtypeOf(v)
+	if err != nil {
+		return dt, fmt.Errorf("-%s %w", flagName, err)
+	}
+	return dt, nil
+}
+
+func dtypeOf(v string) (dtypes.DType, error) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "bf16", "bfloat16":
 		return dtypes.BFloat16, nil
 	case "f32", "float32":
 		return dtypes.Float32, nil
 	}
-	return dtypes.InvalidDType, fmt.Errorf("-%s %q is not bf16 or f32", flagName, v)
+	return dtypes.InvalidDType, fmt.Errorf("%q is not bf16 or f32", v)
+}
+
+// ditFlags are the flags both DiT benchmarks take, each named -<bench>-<flag>: the video size, the
+// text rows, the depth, the compute dtype and the CPU smoke-test shrink.
+type ditFlags struct {
+	bench                               string
+	height, width, frames, text, layers *int
+	dtypeName                           *string
+	tiny                                *bool
+}
+
+// newDiTFlags registers a DiT benchmark's flags; sizeRule and framesRule say which sizes the model
+// takes, textHelp what the text rows are.
+func newDiTFlags(bench, sizeRule string, frames int, framesRule string, text int, textHelp string) ditFlags {
+	name := func(flag string) string { return bench + "-" + flag }
+	return ditFlags{
+		bench:     bench,
+		height:    flag.Int(name("height"), 480, bench+": video height in pixels"+sizeRule),
+		width:     flag.Int(name("width"), 832, bench+": video width in pixels"+sizeRule),
+		frames:    flag.Int(name("frames"), frames, bench+": pixel frames "+framesRule),
+		text:      flag.Int(name("text"), text, bench+": "+textHelp),
+		layers:    flag.Int(name("layers"), 0, bench+": blocks (0: the model's own; fewer only for smoke tests)"),
+		dtypeName: flag.String(name("dtype"), "bf16", bench+": compute dtype, bf16 or f32"),
+		tiny:      flag.Bool(name("tiny"), false, bench+": shrink the widths (CPU smoke test of the program only)"),
+	}
+}
+
+// dtype reads -<bench>-dtype.
+func (f ditFlags) dtype() (dtypes.DType, error) { return parseDType(f.bench+"-dtype", *f.dtypeName) }
+
+// parseList reads a comma-separated flag value, each item with parse.
+func parseList[T any](flagName, v string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, s := range strings.Split(v, ",") {
+		x, err := parse(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("-%s %q: %w", flagName, v, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// parseDTypes reads a comma-separated list of compute dtypes (see parseDType).
+func parseDTypes(flagName, v string) ([]dtypes.DType, error) {
+	return parseList(flagName, v, dtypeOf)
+}
+
+// intAtLeast parses an integer of at least least.
+func intAtLeast(least int) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < least {
+			return 0, fmt.Errorf("%q is not an integer of at least %d", s, least)
+		}
+		return n, nil
+	}
 }
 
 // randnSource returns a generator of standard-normal float32 inputs: stream separates the inputs of
@@ -53,6 +119,17 @@ type timing struct {
 
 func (t timing) Min() float64    { return t.Sorted[0] }
 func (t timing) Median() float64 { return t.Sorted[len(t.Sorted)/2] }
+
+// timeForward is timeRuns of a forward pass, keeping its last output.
+func timeForward[O any](c common, forward func() (O, error)) (timing, O, error) {
+	var out O
+	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
+		var err error
+		out, err = forward()
+		return err
+	})
+	return tm, out, err
+}
 
 // timeRuns runs run once, warmup more times untimed, then iters timed times.
 func timeRuns(warmup, iters int, run func() error) (timing, error) {

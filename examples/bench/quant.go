@@ -1,12 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -30,32 +29,14 @@ var (
 
 func init() {
 	register("quantlinear", func(b compute.Backend, c common) error {
-		ns, err := quantInts("-quant-n", *quantN)
-		if err != nil {
-			return err
-		}
-		ms, err := quantInts("-quant-m", *quantM)
-		if err != nil {
-			return err
-		}
-		dt, err := parseDType("quant-dtype", *quantDT)
-		if err != nil {
+		ns, errN := parseList("quant-n", *quantN, intAtLeast(1))
+		ms, errM := parseList("quant-m", *quantM, intAtLeast(1))
+		dt, errDType := parseDType("quant-dtype", *quantDT)
+		if err := errors.Join(errN, errM, errDType); err != nil {
 			return fmt.Errorf("quantlinear bench: %w", err)
 		}
 		return benchQuantLinear(b, *quantBits, *quantK, ns, ms, dt, c)
 	})
-}
-
-func quantInts(name, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("quantlinear bench: %s %q: want positive integers separated by commas", name, s)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // benchQuantLinear times y = x·wᵀ for an affine-quantized w [N, K] (group 64,

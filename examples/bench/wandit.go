@@ -18,16 +18,10 @@ import (
 )
 
 var (
-	wanditModel  = flag.String("wandit-model", "1.3b", "wandit: transformer geometry, 1.3b (Wan2.1/FastWan2.1), 14b (Wan2.1-14B, each A14B expert) or 5b (Wan2.2-TI2V)")
-	wanditHeight = flag.Int("wandit-height", 480, "wandit: video height in pixels")
-	wanditWidth  = flag.Int("wandit-width", 832, "wandit: video width in pixels")
-	wanditFrames = flag.Int("wandit-frames", 81, "wandit: pixel frames (4n+1)")
-	wanditText   = flag.Int("wandit-text", 512, "wandit: text rows (Wan pads the prompt to 512)")
-	wanditLayers = flag.Int("wandit-layers", 0, "wandit: blocks (0: the model's own; fewer only for smoke tests)")
-	wanditDType  = flag.String("wandit-dtype", "bf16", "wandit: compute dtype, bf16 or f32")
-	wanditTiny   = flag.Bool("wandit-tiny", false, "wandit: shrink heads/FFN/text widths (CPU smoke test of the program only)")
-	wanditSteps  = flag.String("wandit-steps", "1000,757,522", "wandit: DMD timesteps of the FastWan denoise loop (empty: skip it)")
-	wanditRuns   = flag.Int("wandit-denoise-runs", 3, "wandit: timed runs of the whole denoise loop")
+	wanditModel = flag.String("wandit-model", "1.3b", "wandit: transformer geometry, 1.3b (Wan2.1/FastWan2.1), 14b (Wan2.1-14B, each A14B expert) or 5b (Wan2.2-TI2V)")
+	wanditFlags = newDiTFlags("wandit", "", 81, "(4n+1)", 512, "text rows (Wan pads the prompt to 512)")
+	wanditSteps = flag.String("wandit-steps", "1000,757,522", "wandit: DMD timesteps of the FastWan denoise loop (empty: skip it)")
+	wanditRuns  = flag.Int("wandit-denoise-runs", 3, "wandit: timed runs of the whole denoise loop")
 )
 
 func init() {
@@ -44,27 +38,23 @@ func init() {
 		default:
 			return fmt.Errorf("wandit bench: -wandit-model %q is not 1.3b, 14b or 5b", *wanditModel)
 		}
-		if *wanditLayers > 0 {
-			cfg.NumLayers = *wanditLayers
+		if *wanditFlags.layers > 0 {
+			cfg.NumLayers = *wanditFlags.layers
 		}
-		if *wanditTiny {
+		if *wanditFlags.tiny {
 			cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, cfg.TextDim = 2, 32, 128, 32
 		}
-		dt, err := parseDType("wandit-dtype", *wanditDType)
+		dt, err := wanditFlags.dtype()
 		if err != nil {
 			return fmt.Errorf("wandit bench: %w", err)
 		}
 		var steps []int
 		if s := strings.TrimSpace(*wanditSteps); s != "" {
-			for _, f := range strings.Split(s, ",") {
-				v, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil {
-					return fmt.Errorf("wandit bench: -wandit-steps %q: %v", *wanditSteps, err)
-				}
-				steps = append(steps, v)
+			if steps, err = parseList("wandit-steps", s, strconv.Atoi); err != nil {
+				return fmt.Errorf("wandit bench: %w", err)
 			}
 		}
-		return benchWanDiT(b, cfg, dt, vaeStride, *wanditHeight, *wanditWidth, *wanditFrames, *wanditText, steps, *wanditRuns, c)
+		return benchWanDiT(b, cfg, dt, vaeStride, *wanditFlags.height, *wanditFlags.width, *wanditFlags.frames, *wanditFlags.text, steps, *wanditRuns, c)
 	})
 }
 
@@ -113,12 +103,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	in := wan.ForwardInputs{Latent: randn(latentSize), Frames: lt, Height: lh, Width: lw,
 		Timesteps: []float32{757}, TextState: text}
 	tflop := cfg.ForwardFLOPs(tokens, textRows) / 1e12
-	var out []float32
-	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
-		var err error
-		out, err = m.Forward(in)
-		return err
-	})
+	tm, out, err := timeForward(c, func() ([]float32, error) { return m.Forward(in) })
 	if err != nil {
 		return err
 	}

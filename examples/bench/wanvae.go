@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -25,13 +24,9 @@ var (
 
 func init() {
 	register("wanvae", func(b compute.Backend, c common) error {
-		var dts []dtypes.DType
-		for _, s := range strings.Split(*wanvaeDTypes, ",") {
-			dt, err := parseDType("wanvae-dtypes", s)
-			if err != nil {
-				return fmt.Errorf("wanvae bench: %w", err)
-			}
-			dts = append(dts, dt)
+		dts, err := parseDTypes("wanvae-dtypes", *wanvaeDTypes)
+		if err != nil {
+			return fmt.Errorf("wanvae bench: %w", err)
 		}
 		var cfg wan.Config
 		switch *wanvaeVariant {

@@ -114,6 +114,12 @@ func parseFlags(args []string, w io.Writer) (options, error) {
 	return o, o.parseValues()
 }
 
+// scaleDTypes are the values of -scale-dtype; "" keeps each weight's own dtype.
+var scaleDTypes = map[string]safetensors.DType{"": "", "bf16": safetensors.BF16, "f16": safetensors.F16, "f32": safetensors.F32}
+
+// adalnDTypes are the values of -adaln-dtype.
+var adalnDTypes = map[string]dtypes.DType{"bf16": dtypes.BFloat16, "f32": dtypes.Float32}
+
 // parseValues checks the numeric and dtype flags.
 func (o *options) parseValues() error {
 	if err := (quant.Scheme{Bits: o.bits, GroupSize: o.group}).Validate(); err != nil {
@@ -122,23 +128,11 @@ func (o *options) parseValues() error {
 	if o.adalnSteps < 0 {
 		return usagef("-adaln-steps = %d; use 0 (keep the AdaLN projections) or a positive step count", o.adalnSteps)
 	}
-	switch o.scaleDTypeS {
-	case "":
-	case "bf16":
-		o.scaleDType = safetensors.BF16
-	case "f16":
-		o.scaleDType = safetensors.F16
-	case "f32":
-		o.scaleDType = safetensors.F32
-	default:
+	var ok bool
+	if o.scaleDType, ok = scaleDTypes[o.scaleDTypeS]; !ok {
 		return usagef("-scale-dtype %q: use bf16, f16, f32 or leave it empty", o.scaleDTypeS)
 	}
-	switch o.adalnDTypeS {
-	case "bf16":
-		o.adalnDType = dtypes.BFloat16
-	case "f32":
-		o.adalnDType = dtypes.Float32
-	default:
+	if o.adalnDType, ok = adalnDTypes[o.adalnDTypeS]; !ok {
 		return usagef("-adaln-dtype %q: use bf16 or f32", o.adalnDTypeS)
 	}
 	return nil

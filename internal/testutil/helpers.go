@@ -103,6 +103,21 @@ func MaxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
+// AssertBitExact fails the test at the first value of got whose bits differ from want's, or on a
+// length mismatch: for results that must be bit-identical to the reference, not merely close.
+func AssertBitExact(t testing.TB, label string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", label, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %v (0x%08x), want %v (0x%08x): not bit-exact", label, i, got[i],
+				math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
 // UnitRoundoff is the largest relative error of rounding a real number to dt: 2^-p for a dtype of p
 // significant bits (24 for float32, 11 for float16, 8 for bfloat16).
 func UnitRoundoff(dt dtypes.DType) float64 {
@@ -173,6 +188,19 @@ type Trace map[string]Traced
 // Record is a trace hook: it keeps copies of the shape and values under name.
 func (tr Trace) Record(name string, shape []int, values []float32) {
 	tr[name] = Traced{append([]int(nil), shape...), append([]float32(nil), values...)}
+}
+
+// TracedForward sets a model's trace hook to record into a new Trace, runs forward once and returns
+// its output with the intermediates it traced.
+func TracedForward[O any, H ~func(string, []int, []float32)](t testing.TB, hook *H, forward func() (O, error)) (O, Trace) {
+	t.Helper()
+	tr := Trace{}
+	*hook = H(tr.Record)
+	out, err := forward()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, tr
 }
 
 // CheckActs compares every act.* tensor of the fixture with the intermediate traced under the same
@@ -272,10 +300,10 @@ func WriteReleaseFolder(t testing.TB, fx *Fixture, opts ReleaseFolder) string {
 	return dir
 }
 
-// AssertBindsExactly binds src into set (float32 on the pure-Go test backend's host) and fails the
+// assertBindsExactly binds src into set (float32 on the pure-Go test backend's host) and fails the
 // test unless every declared parameter is bound and every tensor of src is declared: the parameter
 // table and the checkpoint names agree. The set is released afterwards.
-func AssertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
+func assertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
 	t.Helper()
 	if err := weights.Bind(src, set, weights.Options{}); err != nil {
 		t.Fatal(err)
@@ -295,8 +323,8 @@ func AssertBindsExactly(t testing.TB, src weights.Source, set *weights.Set) {
 	}
 }
 
-// AssertErrorLists fails the test unless err is an error whose message contains every one of want.
-func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
+// assertErrorLists fails the test unless err is an error whose message contains every one of want.
+func assertErrorLists(t testing.TB, err error, what string, want ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s must fail", what)
@@ -308,15 +336,62 @@ func AssertErrorLists(t testing.TB, err error, what string, want ...string) {
 	}
 }
 
-// AssertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
+// assertBindReports checks that a model's weight binding reports every problem of a checkpoint in one
 // error: build (binding src) must fail naming the tensor gone (hidden from src) and the tensor
 // reshaped (given shape instead), and the counts of both.
-func AssertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(*EditSource) error) {
+func assertBindReports(t testing.TB, src weights.Source, gone, reshaped string, shape []int, build func(*EditSource) error) {
 	t.Helper()
 	info, _ := src.Tensor(reshaped)
 	info.Shape = shape
 	bad := &EditSource{Base: src, Hide: func(n string) bool { return n == gone }, Replace: map[string]safetensors.Info{reshaped: info}}
-	AssertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
+	assertErrorLists(t, build(bad), "binding an incomplete checkpoint", "missing: "+gone, "mismatched: "+reshaped, "1 missing", "1 mismatched")
+}
+
+// assertReportsUnexpected checks that build, binding src with the extra tensors added, fails naming
+// bogus as unexpected and never mentions ignored (tensors a loader skips on purpose, e.g. the VSA gate
+// projections of distilled students).
+func assertReportsUnexpected(t testing.TB, src weights.Source, extra map[string]safetensors.Info, bogus, ignored string,
+	build func(*EditSource) error) {
+	t.Helper()
+	err := build(&EditSource{Base: src, Replace: extra})
+	if err == nil || !strings.Contains(err.Error(), "unexpected: "+bogus) || strings.Contains(err.Error(), ignored) {
+		t.Errorf("want exactly %s reported as unexpected, got %v", bogus, err)
+	}
+}
+
+// Binding is a model package's checkpoint-binding contract, which CheckBinding checks on every
+// fixture of Kind.
+type Binding struct {
+	Kind string
+	// Declared is the parameter set the package declares for the fixture's config.
+	Declared func(t *testing.T, fx *Fixture) *weights.Set
+	// Open builds the model from src with the fixture's config.
+	Open func(t *testing.T, fx *Fixture, src weights.Source) error
+	// Gone is hidden and Reshaped given Reshape(its shape): a single error must name both.
+	Gone, Reshaped string
+	Reshape        func(shape []int) []int
+	// Extra tensors (copies of ExtraOf) are added: Bogus, one of them, must be reported as
+	// unexpected, and no name containing Ignored (tensors the loader skips on purpose).
+	Extra                   []string
+	ExtraOf, Bogus, Ignored string
+}
+
+// CheckBinding checks that every tensor of each fixture binds and every declared parameter is in
+// it, and that the binding errors list every problem of a damaged checkpoint.
+func CheckBinding(t *testing.T, b Binding) {
+	ForEachFixture(t, b.Kind, func(t *testing.T, fx *Fixture) {
+		src := fx.Weights()
+		assertBindsExactly(t, src, b.Declared(t, fx))
+		build := func(s *EditSource) error { return b.Open(t, fx, s) }
+		info, _ := src.Tensor(b.Reshaped)
+		assertBindReports(t, src, b.Gone, b.Reshaped, b.Reshape(info.Shape), build)
+		like, _ := src.Tensor(b.ExtraOf)
+		extra := map[string]safetensors.Info{}
+		for _, n := range b.Extra {
+			extra[n] = like
+		}
+		assertReportsUnexpected(t, src, extra, b.Bogus, b.Ignored, build)
+	})
 }
 
 // SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
@@ -397,6 +472,19 @@ func Open[M Closer](t testing.TB, build func() (M, error)) M {
 	return m
 }
 
+// FixtureReaders returns the fixture readers of a model package's tests: fixtureConfig hands the
+// fixture's config (at path, see ParseConfig) to parse, and fixtureModel opens a model with
+// fromSource (the package's FromSource) on the CPU test backend from that config and the fixture's
+// weights, closed when the test ends.
+func FixtureReaders[C, O any, M Closer](parse func([]byte) (C, error), fromSource func(compute.Backend, C, weights.Source, O) (M, error),
+	path ...string) (fixtureConfig func(testing.TB, *Fixture) C, fixtureModel func(testing.TB, *Fixture, O) M) {
+	fixtureConfig = ConfigReader(parse, path...)
+	return fixtureConfig, func(t testing.TB, fx *Fixture, opts O) M {
+		t.Helper()
+		return Open(t, func() (M, error) { return fromSource(Backend(t), fixtureConfig(t, fx), fx.Weights(), opts) })
+	}
+}
+
 // Run builds a model with build, runs it once with run and closes it, failing the test on any error.
 func Run[M Closer, O any](t testing.TB, build func() (M, error), run func(M) (O, error)) O {
 	t.Helper()
@@ -421,4 +509,41 @@ func GPUFixtures(t *testing.T, kind string, fn func(t *testing.T, b compute.Back
 			fn(t, b, fx, dt)
 		}
 	})
+}
+
+// FrameCollector assembles the runs of frames a streaming video decoder emits (each channel-major
+// [C, count, H, W]) into one [C, frames, H, W] buffer, checking that they arrive in order, without
+// gaps and of the decoded size.
+type FrameCollector struct {
+	shape []int // [1, C, frames, H, W]
+	buf   []float32
+	next  int
+}
+
+// NewFrameCollector collects a decode whose output shape is [1, C, frames, H, W].
+func NewFrameCollector(shape []int) *FrameCollector {
+	return &FrameCollector{shape: shape, buf: make([]float32, shape[1]*shape[2]*shape[3]*shape[4])}
+}
+
+// Add copies one run of count frames starting at frame start.
+func (c *FrameCollector) Add(t testing.TB, start, count, height, width int, sample []float32) {
+	t.Helper()
+	nc, nf, plane := c.shape[1], c.shape[2], c.shape[3]*c.shape[4]
+	if start != c.next || height != c.shape[3] || width != c.shape[4] || len(sample) != nc*count*plane || start+count > nf {
+		t.Fatalf("run start %d count %d %dx%d (len %d), want start %d %dx%d", start, count, height, width, len(sample),
+			c.next, c.shape[3], c.shape[4])
+	}
+	for ch := 0; ch < nc; ch++ {
+		copy(c.buf[(ch*nf+start)*plane:(ch*nf+start+count)*plane], sample[ch*count*plane:(ch+1)*count*plane])
+	}
+	c.next += count
+}
+
+// Frames checks that every frame arrived and returns them as [C, frames, H, W].
+func (c *FrameCollector) Frames(t testing.TB) []float32 {
+	t.Helper()
+	if c.next != c.shape[2] {
+		t.Fatalf("streamed %d frames, want %d", c.next, c.shape[2])
+	}
+	return c.buf
 }

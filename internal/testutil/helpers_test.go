@@ -12,24 +12,11 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
 )
 
-// memSource is a tiny weights.Source.
-type memSource map[string]safetensors.Info
-
-func (m memSource) Names() []string {
-	var out []string
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (m memSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m[name]; return i, ok }
-
 func TestEditSource(t *testing.T) {
-	base := memSource{"a": {Name: "a", Shape: []int{1}}, "b": {Name: "b", Shape: []int{2}}}
+	base := weights.MapSource{"a": {Name: "a", Shape: []int{1}}, "b": {Name: "b", Shape: []int{2}}}
 	e := &EditSource{Base: base, Hide: func(n string) bool { return n == "a" },
 		Replace: map[string]safetensors.Info{"b": {Name: "b", Shape: []int{3}}, "c": {Name: "c"}}}
 	if got := e.Names(); !slices.Equal(got, []string{"b", "c"}) {

@@ -179,14 +179,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 		exec, err = NewExec(d.backend, func(in []*Node) []*Node {
 			t := taps{}
 			t["wave"] = decodeGraph(d.cfg, bindNodes(d.dec, in[1:]), in[0], t)
-			out := make([]*Node, len(tapNames))
-			for i, name := range tapNames {
-				if t[name] == nil {
-					panic(fmt.Errorf("h3audio: no decoder tap %q", name))
-				}
-				out[i] = t[name]
-			}
-			return out
+			return t.outputs(tapNames, "decoder")
 		})
 		if exec != nil {
 			defer exec.Finalize()

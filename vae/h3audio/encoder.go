@@ -237,14 +237,7 @@ func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tenso
 		return NewExec(d.backend, func(in []*Node) []*Node {
 			t := taps{}
 			t["mean"], t["logs"] = encodeGraph(d.cfg, bindNodes(d.enc, in[1:]), in[0], t)
-			out := make([]*Node, len(tapNames))
-			for i, name := range tapNames {
-				if t[name] == nil {
-					panic(fmt.Errorf("h3audio: no encoder tap %q", name))
-				}
-				out[i] = t[name]
-			}
-			return out
+			return t.outputs(tapNames, "encoder")
 		})
 	}
 	var exec *Exec

@@ -196,6 +196,19 @@ func (p params) ampBlock(prefix string, x *Node, kernel int, dilations []int) *N
 // taps collects named intermediates for the parity tests; nil in production.
 type taps map[string]*Node
 
+// outputs lists the tapped nodes of names, in order, for a graph's outputs. A missing tap is a
+// programming error; panics are recovered at the API boundary.
+func (t taps) outputs(names []string, what string) []*Node {
+	out := make([]*Node, len(names))
+	for i, name := range names {
+		if t[name] == nil {
+			panic(fmt.Errorf("h3audio: no %s tap %q", what, name))
+		}
+		out[i] = t[name]
+	}
+	return out
+}
+
 func (t taps) put(name string, n *Node) {
 	if t != nil {
 		t[name] = n

@@ -84,22 +84,11 @@ func TestDecodeParity(t *testing.T) {
 	})
 }
 
-// foldedSource serves a source with every weight_g/weight_v pair folded into
-// a plain weight (g·v/‖v‖ in float64), as a checkpoint without weight norm has.
-type foldedSource struct {
-	names []string
-	infos map[string]safetensors.Info
-}
-
-func (f *foldedSource) Names() []string { return f.names }
-func (f *foldedSource) Tensor(name string) (safetensors.Info, bool) {
-	i, ok := f.infos[name]
-	return i, ok
-}
-
-func foldWeightNorm(t *testing.T, src weights.Source) (*foldedSource, int) {
+// foldWeightNorm serves src with every weight_g/weight_v pair folded into a plain weight
+// (g·v/‖v‖ in float64), as a checkpoint without weight norm has, and counts the folded pairs.
+func foldWeightNorm(t *testing.T, src weights.Source) (weights.MapSource, int) {
 	t.Helper()
-	out := &foldedSource{infos: map[string]safetensors.Info{}}
+	out := weights.MapSource{}
 	folded := 0
 	for _, name := range src.Names() {
 		info, _ := src.Tensor(name)
@@ -134,8 +123,7 @@ func foldWeightNorm(t *testing.T, src weights.Source) (*foldedSource, int) {
 			info = safetensors.Info{Name: name, DType: safetensors.F32, Shape: info.Shape, Data: safetensors.F32Bytes(w)}
 			folded++
 		}
-		out.names = append(out.names, name)
-		out.infos[name] = info
+		out[name] = info
 	}
 	return out, folded
 }

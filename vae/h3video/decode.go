@@ -52,6 +52,15 @@ func (c Config) LatentDims(shape []int, n int) (ch, t, h, w int, err error) {
 // DenormalizeLatents maps DiT-space latents [1, C, T, H, W] to VAE space: z·latents_std[c] +
 // latents_mean[c], rounded per operation in float32 like the reference.
 func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, error) {
+	return c.mapChannels(latents, shape, func(k int) func(float32) float32 {
+		std, mean := f32(c.LatentsStd[k]), f32(c.LatentsMean[k])
+		return func(z float32) float32 { return float32(z*std) + mean }
+	})
+}
+
+// mapChannels applies channel k's map (perChannel(k)) to every value of channel k of latents
+// [1, C, T, H, W].
+func (c Config) mapChannels(latents []float32, shape []int, perChannel func(k int) func(float32) float32) ([]float32, error) {
 	ch, t, h, w, err := c.LatentDims(shape, len(latents))
 	if err != nil {
 		return nil, err
@@ -59,9 +68,9 @@ func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, e
 	out := make([]float32, len(latents))
 	plane := t * h * w
 	for k := 0; k < ch; k++ {
-		std, mean := f32(c.LatentsStd[k]), f32(c.LatentsMean[k])
+		f := perChannel(k)
 		for i := k * plane; i < (k+1)*plane; i++ {
-			out[i] = float32(latents[i]*std) + mean
+			out[i] = f(latents[i])
 		}
 	}
 	return out, nil

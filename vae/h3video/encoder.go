@@ -260,19 +260,10 @@ func (e *Encoder) Close() error {
 
 // NormalizeLatents maps VAE-space latents to the DiT's space: (z − latents_mean[c]) / latents_std[c].
 func (c Config) NormalizeLatents(z []float32, shape []int) ([]float32, error) {
-	ch, t, h, w, err := c.LatentDims(shape, len(z))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(z))
-	plane := t * h * w
-	for k := 0; k < ch; k++ {
+	return c.mapChannels(z, shape, func(k int) func(float32) float32 {
 		mean, std := f32(c.LatentsMean[k]), f32(c.LatentsStd[k])
-		for i := k * plane; i < (k+1)*plane; i++ {
-			out[i] = (z[i] - mean) / std
-		}
-	}
-	return out, nil
+		return func(z float32) float32 { return (z - mean) / std }
+	})
 }
 
 // EncodePixels encodes a video [1, 3, T, H, W] of [0, 1] pixels like the reference's encode_pixels:

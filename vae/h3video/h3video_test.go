@@ -18,24 +18,9 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-func fixtureConfig(t *testing.T, fx *testutil.Fixture) Config {
-	t.Helper()
-	raw, err := jsonOf(fx.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-func openDecoder(t *testing.T, fx *testutil.Fixture, opts Options) *Decoder {
-	return testutil.Open(t, func() (*Decoder, error) {
-		return FromSource(testutil.Backend(t), fixtureConfig(t, fx), fx.Weights(), opts)
-	})
-}
+// fixtureConfig decodes the tiny config a fixture was generated with; openDecoder opens the decoder of
+// a fixture on the test backend.
+var fixtureConfig, openDecoder = testutil.FixtureReaders(ParseConfig, FromSource)
 
 // collect runs a streamed decode and concatenates the emitted samples into [3, frames, H, W],
 // checking that runs arrive in order and without gaps.
@@ -45,27 +30,15 @@ func collect(t *testing.T, d *Decoder, z []float32, shape []int) ([]float32, []i
 	if err != nil {
 		t.Fatal(err)
 	}
-	nf, plane := out[2], out[3]*out[4]
-	buf := make([]float32, 3*nf*plane)
-	next := 0
+	frames := testutil.NewFrameCollector(out)
 	err = d.DecodeDenormalized(context.Background(), z, shape, func(f Frames) error {
-		if f.Start != next || f.Height != out[3] || f.Width != out[4] || len(f.Sample) != 3*f.Count*plane {
-			t.Fatalf("run start %d count %d %dx%d (len %d), want start %d %dx%d", f.Start, f.Count, f.Height, f.Width,
-				len(f.Sample), next, out[3], out[4])
-		}
-		for c := 0; c < 3; c++ {
-			copy(buf[(c*nf+f.Start)*plane:], f.Sample[c*f.Count*plane:(c+1)*f.Count*plane])
-		}
-		next += f.Count
+		frames.Add(t, f.Start, f.Count, f.Height, f.Width, f.Sample)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next != nf {
-		t.Fatalf("streamed %d frames, want %d", next, nf)
-	}
-	return buf, out
+	return frames.Frames(t), out
 }
 
 func TestParity(t *testing.T) {

@@ -1,6 +1,7 @@
 package packing
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -9,49 +10,62 @@ import (
 	"fastvideo/internal/testutil"
 )
 
+// fixtureRequest is one request of the packing fixture, under the fixture's keys: its inputs and
+// the counts FastVideo's packing produced (numbers), and its lists.
 type fixtureRequest struct {
-	Height, Width      int
-	FPS                int      `json:"fps"`
-	NumFramesRequested int      `json:"num_frames_requested"`
-	NumFramesAligned   int      `json:"num_frames_aligned"`
-	LatentFrames       int      `json:"latent_frames"`
-	LatentH            int      `json:"latent_h"`
-	LatentW            int      `json:"latent_w"`
-	RowsPerFrame       int      `json:"rows_per_frame"`
-	NumAudioLatents    int      `json:"num_audio_latents"`
-	NumTextTokens      int      `json:"num_text_tokens"`
-	TextTokenTags      []uint8  `json:"-"`
-	KeyframeAnchors    []string `json:"-"`
-	SequenceLength     int      `json:"sequence_length"`
-	NumTextRows        int      `json:"num_text_rows"`
-	NumCondRows        int      `json:"num_condition_video_rows"`
-	NumAudioRows       int      `json:"num_audio_rows"`
-	NumVideoRowsAll    int      `json:"num_video_rows(incl. cond)"`
-	Plan               []struct {
-		VideoT float64   `json:"video_t"`
-		AudioT float64   `json:"audio_t"`
-		Unique []float64 `json:"unique"`
-	} `json:"row_timestep_plan(FastH3 grid 5)"`
+	name    string
+	numbers map[string]any
+	lists   struct {
+		TextTokenTags   []uint8Value `json:"text_token_tags"`
+		KeyframeAnchors []Anchor     `json:"keyframe_anchors"`
+		Plan            []struct {
+			VideoT float64 `json:"video_t"`
+			AudioT float64 `json:"audio_t"`
+		} `json:"row_timestep_plan(FastH3 grid 5)"`
+	}
 }
 
-// decodeRequest maps the fixture's snake_case keys (json tags cover the rest).
-func decodeRequest(t *testing.T, fx *testutil.Fixture, name string) fixtureRequest {
-	var r fixtureRequest
-	if err := fx.DecodeConfig(&r, "requests", name); err != nil {
+// uint8Value decodes one JSON number: a []uint8 field would expect base64.
+type uint8Value uint8
+
+func decodeRequest(t *testing.T, fx *testutil.Fixture, name string) *fixtureRequest {
+	t.Helper()
+	r := &fixtureRequest{name: name}
+	if err := errors.Join(fx.DecodeConfig(&r.numbers, "requests", name), fx.DecodeConfig(&r.lists, "requests", name)); err != nil {
 		t.Fatal(err)
 	}
-	var raw struct {
-		Tags    []int    `json:"text_token_tags"` // not []uint8: JSON decodes that as base64
-		Anchors []string `json:"keyframe_anchors"`
-	}
-	if err := fx.DecodeConfig(&raw, "requests", name); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range raw.Tags {
-		r.TextTokenTags = append(r.TextTokenTags, uint8(v))
-	}
-	r.KeyframeAnchors = raw.Anchors
 	return r
+}
+
+// int is the fixture's integer under key.
+func (r *fixtureRequest) int(t *testing.T, key string) int {
+	t.Helper()
+	v, ok := r.numbers[key].(float64)
+	if !ok {
+		t.Fatalf("fixture request %s: no number %q", r.name, key)
+	}
+	return int(v)
+}
+
+// checkCounts compares each of our counts with the fixture's under its key.
+func (r *fixtureRequest) checkCounts(t *testing.T, what string, got map[string]int) {
+	t.Helper()
+	for key, n := range got {
+		if want := r.int(t, key); n != want {
+			t.Errorf("%s %s = %d, fixture %d", what, key, n, want)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func (r *fixtureRequest) textTokenTags() []uint8 {
+	tags := make([]uint8, len(r.lists.TextTokenTags))
+	for i, v := range r.lists.TextTokenTags {
+		tags[i] = uint8(v)
+	}
+	return tags
 }
 
 func TestPackingFixtures(t *testing.T) {
@@ -69,38 +83,37 @@ func TestPackingFixtures(t *testing.T) {
 
 func checkFixtureRequest(t *testing.T, fx *testutil.Fixture, name string) {
 	r := decodeRequest(t, fx, name)
-	h, w, err := ResolveTargetCanvas(r.Height, r.Width, [2]float64{16, 9}, VAESpatialRatio)
-	if err != nil || h != r.Height || w != r.Width {
-		t.Fatalf("ResolveTargetCanvas(%d,%d) = %d,%d,%v", r.Height, r.Width, h, w, err)
+	height, width := r.int(t, "height"), r.int(t, "width")
+	h, w, err := ResolveTargetCanvas(height, width, [2]float64{16, 9}, VAESpatialRatio)
+	if err != nil || h != height || w != width {
+		t.Fatalf("ResolveTargetCanvas(%d,%d) = %d,%d,%v", height, width, h, w, err)
 	}
-	frames, err := ResolveTargetNumFrames(r.NumFramesRequested)
-	if err != nil || frames != r.NumFramesAligned {
-		t.Fatalf("ResolveTargetNumFrames(%d) = %d,%v want %d", r.NumFramesRequested, frames, err, r.NumFramesAligned)
+	requested, aligned := r.int(t, "num_frames_requested"), r.int(t, "num_frames_aligned")
+	frames, err := ResolveTargetNumFrames(requested)
+	if err != nil || frames != aligned {
+		t.Fatalf("ResolveTargetNumFrames(%d) = %d,%v want %d", requested, frames, err, aligned)
 	}
 	g, err := NewGeometry(h, w, frames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.LatentFrames != r.LatentFrames || g.LatentHeight != r.LatentH || g.LatentWidth != r.LatentW ||
-		g.AudioLatents != r.NumAudioLatents || g.RowsPerFrame() != r.RowsPerFrame {
-		t.Fatalf("geometry %+v (rows/frame %d) differs from fixture %+v", g, g.RowsPerFrame(), r)
+	r.checkCounts(t, "geometry", map[string]int{
+		"latent_frames": g.LatentFrames, "latent_h": g.LatentHeight, "latent_w": g.LatentWidth,
+		"num_audio_latents": g.AudioLatents, "rows_per_frame": g.RowsPerFrame(),
+	})
+	tags := r.textTokenTags()
+	if n := r.int(t, "num_text_tokens"); len(tags) != n {
+		t.Fatalf("fixture has %d tags for %d tokens", len(tags), n)
 	}
-	var anchors []Anchor
-	for _, a := range r.KeyframeAnchors {
-		anchors = append(anchors, Anchor(a))
-	}
-	if len(r.TextTokenTags) != r.NumTextTokens {
-		t.Fatalf("fixture has %d tags for %d tokens", len(r.TextTokenTags), r.NumTextTokens)
-	}
-	l, err := Build(g.Request(r.TextTokenTags, 0, anchors...))
+	l, err := Build(g.Request(tags, 0, r.lists.KeyframeAnchors...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.SequenceLength != r.SequenceLength || l.NumTextRows != r.NumTextRows || l.NumConditionVideoRows != r.NumCondRows ||
-		l.NumAudioRows != r.NumAudioRows || l.NumVideoRows+l.NumConditionVideoRows != r.NumVideoRowsAll {
-		t.Fatalf("counts: L=%d text=%d cond=%d audio=%d video=%d; fixture %+v", l.SequenceLength, l.NumTextRows,
-			l.NumConditionVideoRows, l.NumAudioRows, l.NumVideoRows, r)
-	}
+	r.checkCounts(t, "layout", map[string]int{
+		"sequence_length": l.SequenceLength, "num_text_rows": l.NumTextRows,
+		"num_condition_video_rows": l.NumConditionVideoRows, "num_audio_rows": l.NumAudioRows,
+		"num_video_rows(incl. cond)": l.NumVideoRows + l.NumConditionVideoRows,
+	})
 
 	pre := "out." + name + "."
 	pos, shape := fx.F64(t, pre+"position_ids")
@@ -129,7 +142,7 @@ func checkFixtureRequest(t *testing.T, fx *testutil.Fixture, name string) {
 	equalInts(t, "audio_indices", i32s(l.AudioIndices), ints(t, fx, pre+"audio_indices"))
 	equalInts(t, "text_indices", i32s(l.TextIndices), ints(t, fx, pre+"text_indices"))
 
-	for k, step := range r.Plan {
+	for k, step := range r.lists.Plan {
 		tv, ta := float32(step.VideoT), float32(step.AudioT)
 		uniq, idx := RowTimesteps(l, tv, ta, ConditionVideoTimestep(tv), 1.0)
 		wantU, _ := fx.F32(t, fmt.Sprintf("%sstep%d.unique_timesteps", pre, k))

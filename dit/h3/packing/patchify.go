@@ -7,23 +7,30 @@ import "fmt"
 // (feature = ((c*pt + it)*ph + ih)*pw + iw), the checkpoint contract; the
 // common patch-major order would silently scramble every feature.
 func PatchifyVideo(latent []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
-	p, err := checkVideo("latent has", len(latent), c, t, h, w, patch)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(latent))
-	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[dst] = latent[src] })
-	return out, nil
+	return permuteVideo(latent, c, t, h, w, patch, false)
 }
 
 // UnpatchifyVideo is the exact inverse of PatchifyVideo.
 func UnpatchifyVideo(rows []float32, c, t, h, w int, patch [3]int) ([]float32, error) {
-	p, err := checkVideo("rows hold", len(rows), c, t, h, w, patch)
+	return permuteVideo(rows, c, t, h, w, patch, true)
+}
+
+// permuteVideo moves the values of a latent into rows, or of rows back into the latent (toLatent).
+func permuteVideo(in []float32, c, t, h, w int, patch [3]int, toLatent bool) ([]float32, error) {
+	what := "latent has"
+	if toLatent {
+		what = "rows hold"
+	}
+	p, err := checkVideo(what, len(in), c, t, h, w, patch)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(rows))
-	forEachPatchElement(c, t, h, w, p, func(src, dst int) { out[src] = rows[dst] })
+	out := make([]float32, len(in))
+	move := func(src, dst int) { out[dst] = in[src] }
+	if toLatent {
+		move = func(src, dst int) { out[src] = in[dst] }
+	}
+	forEachPatchElement(c, t, h, w, p, move)
 	return out, nil
 }
 
@@ -64,34 +71,41 @@ func forEachPatchElement(c, t, h, w int, p [3]int, fn func(src, dst int)) {
 
 // PackAudio turns stereo latents (2, C, N) into rows (2N, C): row ch*N + n.
 func PackAudio(latents []float32, channels, n int) ([]float32, error) {
-	if !holdsExactly(len(latents), AudioChannels, channels, n) {
-		return nil, fmt.Errorf("packing: audio latents hold %d values, which do not fill (2,%d,%d)", len(latents), channels, n)
-	}
-	out := make([]float32, len(latents))
-	for ch := 0; ch < AudioChannels; ch++ {
-		for ci := 0; ci < channels; ci++ {
-			for k := 0; k < n; k++ {
-				out[(ch*n+k)*channels+ci] = latents[(ch*channels+ci)*n+k]
-			}
-		}
-	}
-	return out, nil
+	return permuteAudio(latents, channels, n, false)
 }
 
 // UnpackAudio is the inverse of PackAudio: rows (2N, C) -> latents (2, C, N).
 func UnpackAudio(rows []float32, channels, n int) ([]float32, error) {
-	if !holdsExactly(len(rows), AudioChannels, channels, n) {
-		return nil, fmt.Errorf("packing: audio rows hold %d values, which do not fill (2*%d,%d)", len(rows), n, channels)
+	return permuteAudio(rows, channels, n, true)
+}
+
+// permuteAudio moves the values of stereo latents into rows, or of rows back into latents (toLatent).
+func permuteAudio(in []float32, channels, n int, toLatent bool) ([]float32, error) {
+	if !holdsExactly(len(in), AudioChannels, channels, n) {
+		if toLatent {
+			return nil, fmt.Errorf("packing: audio rows hold %d values, which do not fill (2*%d,%d)", len(in), n, channels)
+		}
+		return nil, fmt.Errorf("packing: audio latents hold %d values, which do not fill (2,%d,%d)", len(in), channels, n)
 	}
-	out := make([]float32, len(rows))
+	out := make([]float32, len(in))
+	move := func(latent, row int) { out[row] = in[latent] }
+	if toLatent {
+		move = func(latent, row int) { out[latent] = in[row] }
+	}
+	eachAudioValue(channels, n, move)
+	return out, nil
+}
+
+// eachAudioValue calls fn with the index of every value in the stereo latents (2, C, N) and its
+// index in the rows (2N, C).
+func eachAudioValue(channels, n int, fn func(latent, row int)) {
 	for ch := 0; ch < AudioChannels; ch++ {
 		for ci := 0; ci < channels; ci++ {
 			for k := 0; k < n; k++ {
-				out[(ch*channels+ci)*n+k] = rows[(ch*n+k)*channels+ci]
+				fn((ch*channels+ci)*n+k, (ch*n+k)*channels+ci)
 			}
 		}
 	}
-	return out, nil
 }
 
 // holdsExactly reports whether n values fill a tensor of the given

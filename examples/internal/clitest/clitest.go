@@ -7,8 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"fastvideo/fastvideo"
+	"fastvideo/internal/media"
 )
 
 // RunFunc is a binary's testable entry point: it parses args and returns the exit code.
@@ -24,12 +29,29 @@ func Run(run RunFunc, args ...string) (code int, stdout, stderr string) {
 // RunJSON runs run on args, which must succeed, and decodes its stdout into v.
 func RunJSON(t *testing.T, run RunFunc, v any, args ...string) {
 	t.Helper()
+	decodeOutput(t, run, args, v)
+}
+
+// RunPlan runs run with -plan -json and args, and decodes the plan's one flat JSON object twice:
+// into the common plan and into the family's details (e.g. *h3.PlanDetails, *wan.PlanDetails).
+func RunPlan(t *testing.T, run RunFunc, details any, args ...string) *fastvideo.GenerationPlan {
+	t.Helper()
+	var p fastvideo.GenerationPlan
+	decodeOutput(t, run, append([]string{"-plan", "-json"}, args...), &p, details)
+	return &p
+}
+
+// decodeOutput runs run on args, which must succeed, and decodes its stdout into each of vs.
+func decodeOutput(t *testing.T, run RunFunc, args []string, vs ...any) {
+	t.Helper()
 	code, out, errs := Run(run, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		t.Fatalf("%v in:\n%s", err, out)
+	for _, v := range vs {
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Fatalf("%v in:\n%s", err, out)
+		}
 	}
 }
 
@@ -41,10 +63,23 @@ type ExitCase = struct {
 	Msg  string
 }
 
-// CheckExitCodes runs each case and reports those whose exit code or message differ.
+// SharedExitCases are the invalid command lines both generation binaries (t2v, t2va) reject the same
+// way: the flags and arguments they parse in common.
+var SharedExitCases = []ExitCase{
+	{"-plan -model wan", 2, `invalid -model "wan"`},
+	{"-plan -negative-prompt blurry", 2, "invalid -negative-prompt"},
+	{"-plan -dtype f8", 2, "invalid -dtype"},
+	{"-no-such-flag", 2, "not defined"},
+	{"-plan extra", 2, "unexpected argument"},
+	{"-plan -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
+	{"-plan -height 9223372036854775776 -width 32", 2, "invalid -height 9223372036854775776"},
+}
+
+// CheckExitCodes runs each case, then each of SharedExitCases, and reports those whose exit code or
+// message differ.
 func CheckExitCodes(t *testing.T, run RunFunc, cases []ExitCase) {
 	t.Helper()
-	for _, c := range cases {
+	for _, c := range slices.Concat(cases, SharedExitCases) {
 		code, _, errs := Run(run, strings.Fields(c.Args)...)
 		if code != c.Code || !strings.Contains(errs, c.Msg) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.Args, code, errs, c.Code, c.Msg)
@@ -71,6 +106,20 @@ func Generate(t *testing.T, run RunFunc, out string, frames int) Generated {
 		t.Fatalf("result %+v", res)
 	}
 	return res
+}
+
+// Probe reads the streams of a written media file with ffprobe (found as media.FindTools finds it).
+func Probe(t *testing.T, path string) *media.ProbeInfo {
+	t.Helper()
+	tools, err := media.FindTools(os.Getenv(media.EnvFFmpeg), os.Getenv(media.EnvFFprobe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tools.Probe(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
 }
 
 // CheckNoOverwrite runs "-prompt a red fox -out out" with extra arguments once more: it must

@@ -81,7 +81,7 @@ func TestParity(t *testing.T) {
 			name := fmt.Sprintf("act.hidden_states.%d", i)
 			want, shape := fx.F32(t, name)
 			testutil.AssertClose(t, name, resident[i], want, shape, testutil.ParityTol(want))
-			assertBitEqual(t, name+" streamed vs resident", streamed[i], resident[i])
+			testutil.AssertBitExact(t, name+" streamed vs resident", streamed[i], resident[i])
 		}
 		want, shape := fx.F32(t, "out.last_hidden_state")
 		testutil.AssertClose(t, "out.last_hidden_state", resident[cfg.NumHiddenLayers], want, shape, testutil.ParityTol(want))
@@ -98,22 +98,8 @@ func TestParity(t *testing.T) {
 			t.Fatalf("Encode shape %v, reference %v", gotShape, shape)
 		}
 		testutil.AssertClose(t, "out.fastvideo_h3_conditioner_hidden", got, want, shape, testutil.ParityTol(want))
-		assertBitEqual(t, "Encode vs Walk state", got, resident[idx])
+		testutil.AssertBitExact(t, "Encode vs Walk state", got, resident[idx])
 	})
-}
-
-func assertBitEqual(t *testing.T, label string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d values vs %d", label, len(got), len(want))
-		return
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Errorf("%s: not bit-equal at %d: %v vs %v", label, i, got[i], want[i])
-			return
-		}
-	}
 }
 
 // liveWeights wraps Weights and records how many layers are resident at once and

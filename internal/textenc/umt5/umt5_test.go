@@ -331,15 +331,18 @@ func TestCheckpointErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ck.Close()
-		src := &extraSource{Source: ck, extra: "encoder.block.0.layer.0.SelfAttention.qkv.weight"}
+		const extra = "encoder.block.0.layer.0.SelfAttention.qkv.weight"
+		info, _ := ck.Tensor("encoder.block.0.layer.0.SelfAttention.q.weight")
+		info.Name = extra
+		src := &testutil.EditSource{Base: ck, Replace: map[string]safetensors.Info{extra: info}}
 		cfg := fixtureConfig(t, fx)
 		_, err = FromSource(testutil.Backend(t), cfg, src, Options{})
 		var be *weights.BindError
 		if !errors.As(err, &be) {
 			t.Fatalf("FromSource on a broken checkpoint: err = %v, want a *weights.BindError", err)
 		}
-		if len(be.Missing) != 1 || !strings.HasPrefix(be.Missing[0], dropped) || len(be.Unexpected) != 1 || be.Unexpected[0] != src.extra {
-			t.Fatalf("BindError = %v; want exactly %s missing and %s unexpected (decoder.* and the tied embedding copy are not unexpected)", be, dropped, src.extra)
+		if len(be.Missing) != 1 || !strings.HasPrefix(be.Missing[0], dropped) || len(be.Unexpected) != 1 || be.Unexpected[0] != extra {
+			t.Fatalf("BindError = %v; want exactly %s missing and %s unexpected (decoder.* and the tied embedding copy are not unexpected)", be, dropped, extra)
 		}
 
 		enc := openEncoder(t, cfg, fx.Weights(), Options{})
@@ -366,21 +369,6 @@ func TestCheckpointErrors(t *testing.T) {
 	})
 }
 
-type extraSource struct {
-	weights.Source
-	extra string
-}
-
-func (s *extraSource) Names() []string { return append(s.Source.Names(), s.extra) }
-func (s *extraSource) Tensor(name string) (safetensors.Info, bool) {
-	if name == s.extra {
-		info, _ := s.Source.Tensor("encoder.block.0.layer.0.SelfAttention.q.weight")
-		info.Name = name
-		return info, true
-	}
-	return s.Source.Tensor(name)
-}
-
 // TestSharedBiasT5 checks the original-T5 path (model_type "t5": block 0's
 // relative-position table serves every block) against the UMT5 path on a source
 // whose every block carries a copy of block 0's table: both must agree exactly.
@@ -393,8 +381,17 @@ func TestSharedBiasT5(t *testing.T) {
 		ids, mask := fixtureInputs(t, fx)
 		t5 := cfg
 		t5.ModelType = "t5"
-		shared := &biasSource{Source: fx.Weights(), copies: true}
-		only0 := &biasSource{Source: fx.Weights()}
+		// Every block serves block 0's relative_attention_bias (shared), or only block 0 has one
+		// (only0: the T5 layout).
+		table0, _ := fx.Weights().Tensor(RelativeBiasName(0))
+		copies := map[string]safetensors.Info{}
+		for i := 1; i < cfg.NumLayers; i++ {
+			info := table0
+			info.Name = RelativeBiasName(i)
+			copies[info.Name] = info
+		}
+		shared := &testutil.EditSource{Base: fx.Weights(), Replace: copies}
+		only0 := &testutil.EditSource{Base: fx.Weights(), Hide: func(n string) bool { return copies[n].Name != "" }}
 		run := func(c Config, src weights.Source) []float32 {
 			enc := openEncoder(t, c, src, Options{})
 			h, _, err := enc.Encode(context.Background(), ids, mask)
@@ -414,40 +411,6 @@ func TestSharedBiasT5(t *testing.T) {
 			t.Fatalf("UMT5 config on a T5-layout checkpoint: err = %v", err)
 		}
 	})
-}
-
-// biasSource serves block 0's relative_attention_bias for every block (copies)
-// or only for block 0 (the T5 layout).
-type biasSource struct {
-	weights.Source
-	copies bool
-}
-
-func isRelBias(n string) bool {
-	return strings.HasSuffix(n, ".relative_attention_bias.weight")
-}
-
-func (s *biasSource) Names() []string {
-	var out []string
-	for _, n := range s.Source.Names() {
-		if isRelBias(n) && n != RelativeBiasName(0) && !s.copies {
-			continue
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-func (s *biasSource) Tensor(name string) (safetensors.Info, bool) {
-	if isRelBias(name) && name != RelativeBiasName(0) {
-		if !s.copies {
-			return safetensors.Info{}, false
-		}
-		info, ok := s.Source.Tensor(RelativeBiasName(0))
-		info.Name = name
-		return info, ok
-	}
-	return s.Source.Tensor(name)
 }
 
 // TestBFloat16Smoke runs the GPU compute dtype on the test backend, at the bound
