@@ -16,8 +16,35 @@ import (
 	"fastvideo/internal/weights"
 )
 
+// Source is where a model's components come from: a snapshot folder, or a toy model's in-memory
+// weights.
+type Source interface {
+	// Describe names the source for messages.
+	Describe() string
+	// Check re-validates, cheaply, that the files a run needs are still there.
+	Check() error
+}
+
+// Opened is what every family's opened components share: the engine they load on and the source
+// they load from, whose description and check are theirs.
+type Opened[S Source] struct {
+	Engine *Engine
+	Src    S
+}
+
+func (o *Opened[S]) Describe() string { return o.Src.Describe() }
+func (o *Opened[S]) Check() error     { return o.Src.Check() }
+
 // WeightOpener opens a component's weights; the returned function closes them.
 type WeightOpener func() (weights.Source, func() error, error)
+
+// Component folders every diffusers-style snapshot has (the families add their own).
+const (
+	DirTransformer = "transformer"
+	DirVAE         = "vae"
+	DirTextEncoder = "text_encoder"
+	DirTokenizer   = "tokenizer"
+)
 
 // Snapshot is a diffusers-style model folder, as every family's folder components read it.
 type Snapshot struct{ Dir string }
@@ -37,6 +64,15 @@ func (s Snapshot) CheckWeights(dirs ...string) error {
 		ck.Close()
 	}
 	return nil
+}
+
+// CheckTransformer is CheckParams on the transformer/ folder, taking the DiT's Params(cfg) result
+// as it is.
+func (s Snapshot) CheckTransformer(params weights.Shapes, err error) error {
+	if err != nil {
+		return err
+	}
+	return s.CheckParams(DirTransformer, params)
 }
 
 // CheckParams checks, from the headers alone, that the checkpoint in the component folder dir holds
@@ -114,6 +150,26 @@ func LoadFrom[T any](s Snapshot, dir string, build func(weights.Source) (T, erro
 // InMemory is the weight opener of an in-memory source, which needs no closing.
 func InMemory(src weights.Source) WeightOpener {
 	return func() (weights.Source, func() error, error) { return src, func() error { return nil }, nil }
+}
+
+// TextParts are what a conditioner is built from: the tokenizer, and the text encoder's weights
+// with their prompt-cache identity.
+type TextParts[T any] struct {
+	Tokenizer T
+	Open      WeightOpener
+	Identity  string
+}
+
+// LoadTextParts loads the tokenizer and locates the text encoder's weights (opened later, on the
+// first prompt-cache miss).
+func LoadTextParts[T any](tokenizer func() (T, error), textWeights func() (WeightOpener, string, error)) (TextParts[T], error) {
+	var p TextParts[T]
+	var err error
+	if p.Tokenizer, err = tokenizer(); err != nil {
+		return p, err
+	}
+	p.Open, p.Identity, err = textWeights()
+	return p, err
 }
 
 // TextEncoder is what a conditioner needs of a text encoder: a way to build it on opened weights.

@@ -21,8 +21,7 @@ import (
 // source is where an H3 model's components come from: a snapshot folder, or tiny-h3's in-memory
 // random weights. Each load builds a fresh instance that the caller owns.
 type source interface {
-	describe() string
-	check() error
+	family.Source
 	loadTokenizer() (*tokenizer.Tokenizer, error)
 	textWeights() (family.WeightOpener, string, error)
 	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
@@ -33,9 +32,8 @@ type source interface {
 // components are an opened H3 model: its source, its text encoder config and the resident slots
 // of the AllResident memory policy.
 type components struct {
+	family.Opened[source]
 	spec    *Spec
-	engine  *family.Engine
-	src     source
 	textCfg qwen3vl.Config
 
 	cond  *textenc.Conditioner
@@ -43,9 +41,6 @@ type components struct {
 	video *h3video.Decoder
 	audio *h3audio.Decoder
 }
-
-func (c *components) Describe() string { return c.src.describe() }
-func (c *components) Check() error     { return c.src.check() }
 
 // Close releases the resident components.
 func (c *components) Close() error {
@@ -55,71 +50,64 @@ func (c *components) Close() error {
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
 // and every weight checkpoint's headers and the tokenizer are checked; nothing heavy is loaded.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
-	c := &components{spec: s, engine: e}
+	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
 	if s.Dir == "" {
 		if s.Name != TinyName {
 			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
 				"%s or a MiniMax H3 snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
 					"download the checkpoint and pass its folder (%s)", TinyName, s.Name, Family{}.FolderLayout())}
 		}
-		c.src, c.textCfg = newTinySource(s), tinyTextEncoder()
+		c.Src, c.textCfg = newTinySource(s), tinyTextEncoder()
 		return c, nil
 	}
 	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
 	var err error
-	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(dirTextEncoder)); err != nil {
+	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(family.DirTextEncoder)); err != nil {
 		return nil, fmt.Errorf("fastvideo: %w (the snapshot's text_encoder/ holds the Qwen3-VL config.json and weights)", err)
 	}
 	if _, err := textOptions(c.textCfg, dtypes.Float32).ResolveHiddenState(c.textCfg); err != nil {
-		return nil, fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(dirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
+		return nil, fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(family.DirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
 	}
 	if c.textCfg.HiddenSize != s.DiT.TextDim {
 		return nil, fmt.Errorf("fastvideo: the text encoder's hidden_size %d (%s) differs from the transformer's text_dim %d",
-			c.textCfg.HiddenSize, f.Path(dirTextEncoder, "config.json"), s.DiT.TextDim)
+			c.textCfg.HiddenSize, f.Path(family.DirTextEncoder, "config.json"), s.DiT.TextDim)
 	}
-	if err := f.check(); err != nil {
+	if err := f.Check(); err != nil {
 		return nil, err
 	}
-	if !h3dit.IsConverted(f.Path(dirTransformer)) { // a converted checkpoint's names and packing differ
-		params, err := h3dit.Params(s.DiT)
-		if err != nil {
-			return nil, err
-		}
-		if err := f.CheckParams(dirTransformer, params); err != nil {
+	// A converted checkpoint's names and packing differ from the released table.
+	if !h3dit.IsConverted(f.Path(family.DirTransformer)) {
+		if err := f.CheckTransformer(h3dit.Params(s.DiT)); err != nil {
 			return nil, err
 		}
 	}
-	c.src = f
+	c.Src = f
 	return c, nil
 }
 
 // conditioner builds the tokenizer -> Qwen3-VL -> prompt cache chain.
 func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
-	tok, err := c.src.loadTokenizer()
+	parts, err := family.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
 	if err != nil {
 		return nil, err
 	}
-	open, identity, err := c.src.textWeights()
-	if err != nil {
-		return nil, err
-	}
-	cfg, dt := c.textCfg, c.engine.DType
+	cfg, dt := c.textCfg, c.Engine.DType
 	opts := textOptions(cfg, dt)
-	opts.Resident = c.engine.Resident()
+	opts.Resident = c.Engine.Resident()
 	index, err := opts.ResolveHiddenState(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return family.NewConditioner(s, tokenizerAdapter{tok}, family.TextEncoder{
-		Open: open,
+	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer}, family.TextEncoder{
+		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
-			enc, err := qwen3vl.New(c.engine.Backend, cfg, src, opts)
+			enc, err := qwen3vl.New(c.Engine.Backend, cfg, src, opts)
 			if err != nil {
 				return nil, nil, err
 			}
 			return enc, enc.Close, nil
 		},
-		CacheKey: promptcache.Key{Model: identity, Layer: index, DType: dt.String(), Variant: "prefix=" + qwen3vl.DefaultPrefix},
+		CacheKey: promptcache.Key{Model: parts.Identity, Layer: index, DType: dt.String(), Variant: "prefix=" + qwen3vl.DefaultPrefix},
 	}), nil
 }
 
@@ -145,33 +133,33 @@ type folder struct {
 	spec *Spec
 }
 
-func (f *folder) describe() string { return f.Dir }
+func (f *folder) Describe() string { return f.Dir }
 
-func (f *folder) check() error {
-	if err := f.CheckWeights(dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder); err != nil {
+func (f *folder) Check() error {
+	if err := f.CheckWeights(family.DirTransformer, family.DirVAE, dirAudioVAE, family.DirTextEncoder); err != nil {
 		return err
 	}
-	if f.HasFile(dirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
+	if f.HasFile(family.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
 		return nil
 	}
 	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
-		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, dirTokenizer, "tokenizer.json"))}
+		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, family.DirTokenizer, "tokenizer.json"))}
 }
 
 func (f *folder) loadTokenizer() (*tokenizer.Tokenizer, error) {
-	return tokenizer.Load(f.Path(dirTokenizer))
+	return tokenizer.Load(f.Path(family.DirTokenizer))
 }
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
-	return f.Weights(dirTextEncoder, "qwen3vl")
+	return f.Weights(family.DirTextEncoder, "qwen3vl")
 }
 
 func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
-	return h3dit.Load(e.Backend, f.Path(dirTransformer), opts)
+	return h3dit.Load(e.Backend, f.Path(family.DirTransformer), opts)
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
-	return family.LoadFrom(f.Snapshot, dirVAE, func(src weights.Source) (*h3video.Decoder, error) {
+	return family.LoadFrom(f.Snapshot, family.DirVAE, func(src weights.Source) (*h3video.Decoder, error) {
 		return h3video.FromSource(e.Backend, f.spec.VAE, src, h3video.Options{DType: e.DType, Attention: e.Attention})
 	})
 }

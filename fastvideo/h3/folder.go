@@ -16,15 +16,11 @@ import (
 	"fastvideo/vae/h3video"
 )
 
-// Component folders of a diffusers-style MiniMax H3 snapshot (MiniMaxAI/MiniMax-H3's layout).
+// The MiniMax H3 snapshot's own parts (MiniMaxAI/MiniMax-H3's layout), beside family.Dir*.
 const (
-	dirTransformer = "transformer"
-	dirVAE         = "vae"
-	dirAudioVAE    = "audio_vae"
-	dirTextEncoder = "text_encoder"
-	dirTokenizer   = "tokenizer"
-	contractFile   = "fastvideo_inference.json"
-	snapshotName   = "MiniMax H3"
+	dirAudioVAE  = "audio_vae"
+	contractFile = "fastvideo_inference.json"
+	snapshotName = "MiniMax H3"
 )
 
 // Detect recognizes an H3 snapshot by its transformer (a config.json or a converted checkpoint's
@@ -33,7 +29,7 @@ func (Family) Detect(dir string) (bool, error) {
 	if !isDir(filepath.Join(dir, dirAudioVAE)) {
 		return false, nil
 	}
-	return isDir(filepath.Join(dir, dirTransformer)), nil
+	return isDir(filepath.Join(dir, family.DirTransformer)), nil
 }
 
 func isDir(path string) bool {
@@ -56,7 +52,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 		return nil, err
 	}
 	var err error
-	if s.VSAGates, err = hasGateWeights(filepath.Join(dir, dirTransformer)); err != nil {
+	if s.VSAGates, err = hasGateWeights(filepath.Join(dir, family.DirTransformer)); err != nil {
 		return nil, err
 	}
 	if err := s.readContract(dir); err != nil {
@@ -84,18 +80,18 @@ func (s *Spec) readComponents(dir string) error {
 	var err error
 	// The DiT's own reader, so that a converted transformer/ (its config lives in the
 	// quantization manifest) reads like a released one.
-	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, dirTransformer)); err != nil {
-		return family.MissingOr(dir, snapshotName, filepath.Join(dirTransformer, "config.json"), err)
+	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, family.DirTransformer)); err != nil {
+		return family.MissingOr(dir, snapshotName, filepath.Join(family.DirTransformer, "config.json"), err)
 	}
-	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, dirTransformer)); err != nil {
+	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, family.DirTransformer)); err != nil {
 		return err
 	}
-	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, dirVAE)); err != nil {
-		return family.MissingOr(dir, snapshotName, filepath.Join(dirVAE, "config.json"), err)
+	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, family.DirVAE)); err != nil {
+		return family.MissingOr(dir, snapshotName, filepath.Join(family.DirVAE, "config.json"), err)
 	}
 	if s.VAE.SpatialRatio() != packing.VAESpatialRatio || s.VAE.LatentChannels != s.DiT.InChannels {
 		return fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
-			filepath.Join(dir, dirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
+			filepath.Join(dir, family.DirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
 	}
 	if s.AudioVAE, err = h3audio.ReadConfig(filepath.Join(dir, dirAudioVAE)); err != nil {
 		return family.MissingOr(dir, snapshotName, filepath.Join(dirAudioVAE, "config.json"), err)
@@ -210,7 +206,7 @@ const maxContractRungs = family.MaxSteps
 // readContract applies a shift-declaring fastvideo_inference.json (at the folder root or in
 // transformer/); four-step sidecars without shifts keep the uniform ladder.
 func (s *Spec) readContract(dir string) error {
-	for _, rel := range []string{contractFile, filepath.Join(dirTransformer, contractFile)} {
+	for _, rel := range []string{contractFile, filepath.Join(family.DirTransformer, contractFile)} {
 		var c inferenceContract
 		if err := readJSON(dir, rel, &c, false); err != nil {
 			if errors.Is(err, os.ErrNotExist) {

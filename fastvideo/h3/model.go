@@ -160,5 +160,5 @@ func (Family) Lookup(name string) (family.Model, bool) {
 // FolderLayout names the files of an H3 snapshot.
 func (Family) FolderLayout() string {
 	return fmt.Sprintf("a MiniMax H3 snapshot holds %s/config.json, %s/config.json, %s/config.json, %s/, %s/ and scheduler/scheduler_config.json",
-		dirTransformer, dirVAE, dirAudioVAE, dirTextEncoder, dirTokenizer)
+		family.DirTransformer, family.DirVAE, dirAudioVAE, family.DirTextEncoder, family.DirTokenizer)
 }

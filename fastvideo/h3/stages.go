@@ -63,7 +63,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
 		return fmt.Errorf("fastvideo: packing: %w", err)
 	}
-	if res.Plan, err = r.planWith(p.layout, family.DTypeOf(c.engine.DType)); err != nil {
+	if res.Plan, err = r.planWith(p.layout, family.DTypeOf(c.Engine.DType)); err != nil {
 		return err
 	}
 	p.hidden = out
@@ -76,8 +76,8 @@ func (p *run) Condition(ctx context.Context) error {
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
-		return c.src.loadDiT(c.engine, h3dit.Options{DType: c.engine.DType, AdaLNManifest: c.spec.AdaLN,
-			Attention: c.engine.Attention, Dispatch: c.engine.QuantDispatch})
+		return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
+			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch})
 	})
 	if err != nil {
 		return err
@@ -201,7 +201,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 	c, req := p.c, p.s.Request
 	var wave [][]float32
 	if !req.SkipSave || req.ReturnAudio {
-		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.src.loadAudioVAE(c.engine) })
+		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +219,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 	if sink == nil {
 		return wave, nil
 	}
-	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.src.loadVideoVAE(c.engine) })
+	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
 	if err != nil {
 		return nil, err
 	}

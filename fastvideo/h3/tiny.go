@@ -129,9 +129,9 @@ func (c *tinySource) sources() error {
 	return c.err
 }
 
-func (c *tinySource) describe() string { return "tiny-h3 (random weights, in memory)" }
+func (c *tinySource) Describe() string { return "tiny-h3 (random weights, in memory)" }
 
-func (c *tinySource) check() error { return nil }
+func (c *tinySource) Check() error { return nil }
 
 func (c *tinySource) loadTokenizer() (*tokenizer.Tokenizer, error) { return qwen3data.Load() }
 

@@ -19,8 +19,7 @@ import (
 // source is where a Wan model's components come from: a snapshot folder, or tiny-wan's in-memory
 // random weights. Each load builds a fresh instance that the caller owns.
 type source interface {
-	describe() string
-	check() error
+	family.Source
 	loadTokenizer() (*unigram.Tokenizer, error)
 	textWeights() (family.WeightOpener, string, error)
 	loadDiT(e *family.Engine) (*wandit.Model, error)
@@ -30,17 +29,13 @@ type source interface {
 // components are an opened Wan model: its source and the resident slots of the AllResident memory
 // policy.
 type components struct {
-	spec   *Spec
-	engine *family.Engine
-	src    source
+	family.Opened[source]
+	spec *Spec
 
 	cond *textenc.Conditioner
 	dit  *wandit.Model
 	vae  *wanvae.Decoder
 }
-
-func (c *components) Describe() string { return c.src.describe() }
-func (c *components) Check() error     { return c.src.check() }
 
 // Close releases the resident components.
 func (c *components) Close() error {
@@ -50,7 +45,7 @@ func (c *components) Close() error {
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight
 // checkpoint's headers open and the tokenizer file exists.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
-	c := &components{spec: s, engine: e}
+	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
 	if s.Dir == "" {
 		if s.Name != TinyName {
 			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
@@ -58,21 +53,17 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 					"download the checkpoint (%s) and pass its folder (%s)", TinyName, s.Name,
 				joinIDs(s.presets[s.DefaultPreset].ModelIDs), Family{}.FolderLayout())}
 		}
-		c.src = newTinySource(s)
+		c.Src = newTinySource(s)
 		return c, nil
 	}
 	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
-	if err := f.check(); err != nil {
+	if err := f.Check(); err != nil {
 		return nil, err
 	}
-	params, err := wandit.Params(s.DiT)
-	if err != nil {
+	if err := f.CheckTransformer(wandit.Params(s.DiT)); err != nil {
 		return nil, err
 	}
-	if err := f.CheckParams(dirTransformer, params); err != nil {
-		return nil, err
-	}
-	c.src = f
+	c.Src = f
 	return c, nil
 }
 
@@ -91,25 +82,21 @@ func joinIDs(ids []string) string {
 // encoder's last hidden state over the prompt's own tokens ([n, d_model], </s> included); the
 // denoise stage zero-pads it to TextLen rows.
 func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
-	tok, err := c.src.loadTokenizer()
+	parts, err := family.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
 	if err != nil {
 		return nil, err
 	}
-	open, identity, err := c.src.textWeights()
-	if err != nil {
-		return nil, err
-	}
-	cfg, textLen, dt := c.spec.TextEncoder, c.spec.TextLen, c.engine.DType
-	return family.NewConditioner(s, tokenizerAdapter{tok, textLen}, family.TextEncoder{
-		Open: open,
+	cfg, textLen, dt := c.spec.TextEncoder, c.spec.TextLen, c.Engine.DType
+	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer, textLen}, family.TextEncoder{
+		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
-			enc, err := umt5.FromSource(c.engine.Backend, cfg, src, umt5.Options{DType: dt, Resident: c.engine.Resident(), TextLen: textLen})
+			enc, err := umt5.FromSource(c.Engine.Backend, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Resident(), TextLen: textLen})
 			if err != nil {
 				return nil, nil, err
 			}
 			return umt5Encoder{enc}, enc.Close, nil
 		},
-		CacheKey: promptcache.Key{Model: identity, Layer: cfg.NumLayers, DType: dt.String(), Variant: "umt5 last_hidden_state"},
+		CacheKey: promptcache.Key{Model: parts.Identity, Layer: cfg.NumLayers, DType: dt.String(), Variant: "umt5 last_hidden_state"},
 	}), nil
 }
 
@@ -140,34 +127,34 @@ type folder struct {
 	spec *Spec
 }
 
-func (f *folder) describe() string { return f.Dir }
+func (f *folder) Describe() string { return f.Dir }
 
-func (f *folder) check() error {
-	if err := f.CheckWeights(dirTransformer, dirVAE, dirTextEncoder); err != nil {
+func (f *folder) Check() error {
+	if err := f.CheckWeights(family.DirTransformer, family.DirVAE, family.DirTextEncoder); err != nil {
 		return err
 	}
-	if f.HasFile(dirTokenizer, "tokenizer.json", "spiece.model") {
+	if f.HasFile(family.DirTokenizer, "tokenizer.json", "spiece.model") {
 		return nil
 	}
 	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
 		"a complete Wan snapshot: neither %s nor %s (the UMT5 tokenizer) exists",
-		filepath.Join(f.Dir, dirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, dirTokenizer, "spiece.model"))}
+		filepath.Join(f.Dir, family.DirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, family.DirTokenizer, "spiece.model"))}
 }
 
 func (f *folder) loadTokenizer() (*unigram.Tokenizer, error) {
-	return unigram.Load(f.Path(dirTokenizer), unigram.Options{})
+	return unigram.Load(f.Path(family.DirTokenizer), unigram.Options{})
 }
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
-	return f.Weights(dirTextEncoder, "umt5")
+	return f.Weights(family.DirTextEncoder, "umt5")
 }
 
 func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
-	return wandit.Load(e.Backend, f.Path(dirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
+	return wandit.Load(e.Backend, f.Path(family.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
-	return family.LoadFrom(f.Snapshot, dirVAE, func(src weights.Source) (*wanvae.Decoder, error) {
+	return family.LoadFrom(f.Snapshot, family.DirVAE, func(src weights.Source) (*wanvae.Decoder, error) {
 		return wanvae.FromSource(e.Backend, f.spec.VAE, src, wanvae.Options{DType: e.DType})
 	})
 }

@@ -14,14 +14,10 @@ import (
 	wanvae "fastvideo/vae/wan"
 )
 
-// Component folders of a diffusers-style Wan snapshot (Wan-AI/Wan2.1-T2V-1.3B-Diffusers' layout).
+// The Wan snapshot's own parts (Wan-AI/Wan2.1-T2V-1.3B-Diffusers' layout), beside family.Dir*.
 const (
 	modelIndex       = "model_index.json"
-	dirTransformer   = "transformer"
 	dirTransformer2  = "transformer_2"
-	dirVAE           = "vae"
-	dirTextEncoder   = "text_encoder"
-	dirTokenizer     = "tokenizer"
 	transformerClass = "WanTransformer3DModel"
 )
 
@@ -43,7 +39,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 // FolderLayout names the files of a Wan snapshot.
 func (Family) FolderLayout() string {
 	return fmt.Sprintf("a Wan snapshot holds %s (a Wan pipeline class), %s/config.json, %s/config.json, %s/config.json and %s/",
-		modelIndex, dirTransformer, dirVAE, dirTextEncoder, dirTokenizer)
+		modelIndex, family.DirTransformer, family.DirVAE, family.DirTextEncoder, family.DirTokenizer)
 }
 
 // classNameOf reads the "_class_name" of a JSON config; "" when the file does not exist.
@@ -70,7 +66,7 @@ func detect(dir string) (isWan bool, pipeline string, err error) {
 	if pipeline != "" {
 		return strings.HasPrefix(pipeline, "Wan"), pipeline, nil
 	}
-	cls, err := classNameOf(filepath.Join(dir, dirTransformer, "config.json"))
+	cls, err := classNameOf(filepath.Join(dir, family.DirTransformer, "config.json"))
 	if err != nil {
 		return false, "", err
 	}
@@ -92,26 +88,26 @@ func readFolder(dir, cls string) (*Spec, error) {
 	if strings.Contains(strings.ToLower(cls), "imagetovideo") || strings.Contains(strings.ToLower(cls), "i2v") {
 		return nil, fmt.Errorf("fastvideo: %s: pipeline %q is image-to-video, which is not supported; use a text-to-video snapshot", dir, cls)
 	}
-	dit, err := wandit.ReadConfig(filepath.Join(dir, dirTransformer))
+	dit, err := wandit.ReadConfig(filepath.Join(dir, family.DirTransformer))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirTransformer, "config.json"), err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirTransformer, "config.json"), err)
 	}
-	vae, err := wanvae.LoadConfig(filepath.Join(dir, dirVAE))
+	vae, err := wanvae.LoadConfig(filepath.Join(dir, family.DirVAE))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirVAE, "config.json"), err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirVAE, "config.json"), err)
 	}
 	if vae.ZDim != dit.InChannels || dit.OutChannels != dit.InChannels {
 		return nil, fmt.Errorf("fastvideo: %s: the VAE's z_dim %d must equal the transformer's in_channels %d and out_channels %d "+
 			"(text-to-video; 36- or 96-channel transformers take image or video conditions, which are not supported)",
-			filepath.Join(dir, dirVAE, "config.json"), vae.ZDim, dit.InChannels, dit.OutChannels)
+			filepath.Join(dir, family.DirVAE, "config.json"), vae.ZDim, dit.InChannels, dit.OutChannels)
 	}
-	te, err := umt5.LoadConfig(filepath.Join(dir, dirTextEncoder))
+	te, err := umt5.LoadConfig(filepath.Join(dir, family.DirTextEncoder))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(dirTextEncoder, "config.json"), err)
+		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirTextEncoder, "config.json"), err)
 	}
 	if te.DModel != dit.TextDim {
 		return nil, fmt.Errorf("fastvideo: the text encoder's d_model %d (%s) differs from the transformer's text_dim %d",
-			te.DModel, filepath.Join(dir, dirTextEncoder, "config.json"), dit.TextDim)
+			te.DModel, filepath.Join(dir, family.DirTextEncoder, "config.json"), dit.TextDim)
 	}
 
 	// The whole path, not the base name: a Hugging Face cache keeps the repository name above the

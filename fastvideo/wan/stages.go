@@ -49,7 +49,7 @@ func (p *run) Condition(ctx context.Context) error {
 		res.PromptCached = res.PromptCached && cached
 	}
 	r.PromptTokens = res.PromptTokens
-	res.Plan, err = r.Plan(family.DTypeOf(c.engine.DType))
+	res.Plan, err = r.Plan(family.DTypeOf(c.Engine.DType))
 	return err
 }
 
@@ -73,7 +73,7 @@ func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string
 // then re-noise with the seed's stream).
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
-	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.src.loadDiT(c.engine) })
+	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine) })
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		return nil, nil
 	}
 	c, g := p.c, p.r.Geometry
-	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.src.loadVAE(c.engine) })
+	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
 	if err != nil {
 		return nil, err
 	}

@@ -203,9 +203,9 @@ func (c *tinySource) sources() error {
 	return c.err
 }
 
-func (c *tinySource) describe() string { return "tiny-wan (random weights, toy tokenizer, in memory)" }
+func (c *tinySource) Describe() string { return "tiny-wan (random weights, toy tokenizer, in memory)" }
 
-func (c *tinySource) check() error { return nil }
+func (c *tinySource) Check() error { return nil }
 
 func (c *tinySource) loadTokenizer() (*unigram.Tokenizer, error) {
 	if err := c.sources(); err != nil {
