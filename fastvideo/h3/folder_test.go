@@ -2,7 +2,6 @@ package h3_test
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -11,39 +10,11 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/tokenizer/qwen3data"
 )
-
-// open opens model (a built-in name or a folder) on the test backend; Close runs at the test's end.
-func open(t *testing.T, model string) *fastvideo.VideoGenerator {
-	t.Helper()
-	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return g
-}
-
-// latentsOnly runs req without decoding or saving and returns its result with the latents.
-func latentsOnly(t *testing.T, g *fastvideo.VideoGenerator, req fastvideo.Request) *fastvideo.Result {
-	t.Helper()
-	req.SkipSave, req.ReturnLatents = true, true
-	res, err := g.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Latents == nil {
-		t.Fatal("a latents-only run returned no latents")
-	}
-	return res
-}
 
 // writeTinyFolder writes tiny-h3 as a diffusers-style snapshot: the same configs and weights a
 // real MiniMax H3 folder holds (MiniMaxAI/MiniMax-H3's layout), at toy size.
@@ -74,7 +45,7 @@ func writeTinyFolder(t *testing.T, dir string) {
 func TestModelFolder(t *testing.T) {
 	dir := t.TempDir()
 	writeTinyFolder(t, dir)
-	g := open(t, dir)
+	g := fvtest.Open(t, dir)
 	if m := g.Model(); m.Dir != dir || m.Family != h3.FamilyName || m.Variant != "h3" || m.DefaultPreset != "minimax_h3_t2va" ||
 		m.Presets[0].NumFrames != 124 {
 		t.Fatalf("folder model %+v", m)
@@ -90,9 +61,9 @@ func TestModelFolder(t *testing.T) {
 	}
 	// A folder model keeps the released 5-15 s window: 124 frames.
 	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 124, NumInferenceSteps: 1, Seed: fastvideo.Ptr[int64](7)}
-	res := latentsOnly(t, g, req)
+	res := fvtest.LatentsOnly(t, g, req)
 	got := res.Latents
-	want := latentsOnly(t, open(t, h3.TinyName), req).Latents
+	want := fvtest.LatentsOnly(t, fvtest.Open(t, h3.TinyName), req).Latents
 	t.Logf("folder model: %+v", res.Timings)
 	if len(want.Video) == 0 || len(want.Audio) == 0 {
 		t.Fatalf("tiny-h3 returned %d video and %d audio latents", len(want.Video), len(want.Audio))
@@ -107,22 +78,7 @@ func TestModelFolder(t *testing.T) {
 		{Remove: "audio_vae/diffusion_pytorch_model.safetensors", Named: filepath.Join(dir, "audio_vae"), Invalid: false},
 		{Remove: "tokenizer/tokenizer.json.gz", Named: filepath.Join(dir, "tokenizer", "tokenizer.json"), Invalid: true},
 		{Remove: "vae/config.json", Named: filepath.Join(dir, "vae", "config.json"), Invalid: true},
-	}, func() error { return newError(dir) }, isModelError)
-}
-
-// newError is New's error for model (nil: New succeeded, and the generator is closed again).
-func newError(model string) error {
-	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
-	if err == nil {
-		return g.Close()
-	}
-	return err
-}
-
-// isModelError reports whether err is invalid input for the model field.
-func isModelError(err error) bool {
-	var re *fastvideo.RequestError
-	return errors.As(err, &re) && re.Field == "model"
+	}, func() error { return fvtest.NewError(dir) }, fvtest.IsModelError)
 }
 
 // TestHostileConfigsFailInNew: a folder whose DiT config claims what its weights do not hold (a

@@ -1,46 +1,16 @@
 package wan_test
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/testutil"
 )
-
-// open opens model (a built-in name or a folder) on the test backend; Close runs at the test's end.
-func open(t *testing.T, model string) *fastvideo.VideoGenerator {
-	t.Helper()
-	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return g
-}
-
-// latentsOnly runs req without decoding or saving and returns its result with the latents.
-func latentsOnly(t *testing.T, g *fastvideo.VideoGenerator, req fastvideo.Request) *fastvideo.Result {
-	t.Helper()
-	req.SkipSave, req.ReturnLatents = true, true
-	res, err := g.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Latents == nil || len(res.Latents.Video) == 0 {
-		t.Fatal("a latents-only run returned no latents")
-	}
-	return res
-}
 
 // writeTinyWanFolder writes tiny-wan as a diffusers-style Wan snapshot (model_index.json naming
 // pipelineClass, transformer/, vae/, text_encoder/, tokenizer/, scheduler/), the layout of
@@ -77,7 +47,7 @@ func TestWanModelFolder(t *testing.T) {
 		t.Run(c.class, func(t *testing.T) {
 			dir := t.TempDir()
 			writeTinyWanFolder(t, dir, c.class)
-			g := open(t, dir)
+			g := fvtest.Open(t, dir)
 			m := g.Model()
 			if m.Family != wan.FamilyName || m.Variant != c.variant || m.DefaultPreset != c.preset ||
 				len(m.Notes) != 1 || !strings.Contains(m.Notes[0], "neither 1.3B") {
@@ -91,10 +61,10 @@ func TestWanModelFolder(t *testing.T) {
 			if c.class == "WanPipeline" {
 				req.NumInferenceSteps, req.GuidanceScale = 4, 5
 			}
-			got := latentsOnly(t, g, req).Latents.Video
+			got := fvtest.LatentsOnly(t, g, req).Latents.Video
 			tiny := req
 			tiny.Preset = c.tinyPreset
-			want := latentsOnly(t, open(t, wan.TinyName), tiny).Latents.Video
+			want := fvtest.LatentsOnly(t, fvtest.Open(t, wan.TinyName), tiny).Latents.Video
 			if !testutil.SameBits(got, want) {
 				t.Fatal("the folder model's latents differ from tiny-wan's")
 			}
@@ -113,7 +83,7 @@ func TestWanModelFolderErrors(t *testing.T) {
 		{Remove: "text_encoder/model.safetensors", Named: filepath.Join(dir, "text_encoder"), Invalid: false},
 		{Remove: "tokenizer/tokenizer.json", Named: filepath.Join(dir, "tokenizer", "tokenizer.json"), Invalid: true},
 		{Remove: "vae/config.json", Named: filepath.Join(dir, "vae", "config.json"), Invalid: true},
-	}, func() error { return newError(dir) }, isModelError)
+	}, func() error { return fvtest.NewError(dir) }, fvtest.IsModelError)
 
 	te := filepath.Join(dir, "text_encoder", "config.json")
 	orig, err := os.ReadFile(te)
@@ -127,7 +97,7 @@ func TestWanModelFolderErrors(t *testing.T) {
 	if err := os.WriteFile(te, []byte(wide), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := newError(dir); err == nil || !strings.Contains(err.Error(), "d_model 48") || !strings.Contains(err.Error(), "text_dim 32") {
+	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "d_model 48") || !strings.Contains(err.Error(), "text_dim 32") {
 		t.Errorf("a 48-wide text encoder: %v", err)
 	}
 	if err := os.WriteFile(te, orig, 0o644); err != nil {
@@ -136,7 +106,7 @@ func TestWanModelFolderErrors(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "transformer_2"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := newError(dir); err == nil || !strings.Contains(err.Error(), "transformer_2") || !strings.Contains(err.Error(), "A14B") {
+	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "transformer_2") || !strings.Contains(err.Error(), "A14B") {
 		t.Errorf("a two-expert snapshot: %v", err)
 	}
 }
@@ -153,19 +123,4 @@ func lookup(t *testing.T, dir string) *wan.Spec {
 		t.Fatalf("%s reads as a %T", dir, m)
 	}
 	return spec
-}
-
-// newError is New's error for model (nil: New succeeded, and the generator is closed again).
-func newError(model string) error {
-	g, err := fastvideo.New(context.Background(), model, fastvideo.WithBackend(testutil.BackendSpec()))
-	if err == nil {
-		return g.Close()
-	}
-	return err
-}
-
-// isModelError reports whether err is invalid input for the model field.
-func isModelError(err error) bool {
-	var re *fastvideo.RequestError
-	return errors.As(err, &re) && re.Field == "model"
 }

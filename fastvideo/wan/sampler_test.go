@@ -9,6 +9,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/textenc/umt5"
@@ -160,9 +161,9 @@ func (r *reference) dmd(prompt string, warped bool, seed int64, renoise []float3
 // preset's English negative prompt in the unconditional forward), bit for bit as written out by
 // hand; the negative prompt and the guidance scale both matter.
 func TestWanUniPCWithCFG(t *testing.T) {
-	g, ref := open(t, wan.TinyName), newReference(t)
+	g, ref := fvtest.Open(t, wan.TinyName), newReference(t)
 	req := fastvideo.Request{Prompt: "a red fox", Preset: "tiny_wan_t2v"}
-	res := latentsOnly(t, g, req)
+	res := fvtest.LatentsOnly(t, g, req)
 	p, d := res.Plan, res.Plan.Details.(*wan.PlanDetails)
 	if d.Sampler != wan.SamplerUniPC || !p.CFG || p.ForwardsPerStep != 2 || p.GuidanceScale != 5 || p.Steps != 4 ||
 		d.NegativePrompt != wan.NegativePromptEN || len(p.VideoSigmas) != 5 || p.VideoSigmas[4] != 0 || res.Seed != 1024 {
@@ -174,7 +175,7 @@ func TestWanUniPCWithCFG(t *testing.T) {
 	}
 	blurry := req
 	blurry.NegativePrompt = "blurry"
-	other := latentsOnly(t, g, blurry).Latents.Video
+	other := fvtest.LatentsOnly(t, g, blurry).Latents.Video
 	if testutil.SameBits(other, want) {
 		t.Error("the negative prompt does not change the result")
 	}
@@ -183,7 +184,7 @@ func TestWanUniPCWithCFG(t *testing.T) {
 	}
 	noGuidance := req
 	noGuidance.GuidanceScale = 1
-	noCFG := latentsOnly(t, g, noGuidance)
+	noCFG := fvtest.LatentsOnly(t, g, noGuidance)
 	if noCFG.Plan.CFG || noCFG.Plan.ForwardsPerStep != 1 || noCFG.Plan.Details.(*wan.PlanDetails).NegativePrompt != "" ||
 		testutil.SameBits(noCFG.Latents.Video, want) {
 		t.Errorf("guidance 1: plan %+v", noCFG.Plan)
@@ -195,8 +196,8 @@ func TestWanUniPCWithCFG(t *testing.T) {
 // RenoiseNoise; the warped ladder feeds the shift-3 grid's timesteps and gives another result. Each
 // is bit for bit the hand-written ladder.
 func TestWanDMD(t *testing.T) {
-	g, ref := open(t, wan.TinyName), newReference(t)
-	res := latentsOnly(t, g, fastvideo.Request{Prompt: "a red fox"})
+	g, ref := fvtest.Open(t, wan.TinyName), newReference(t)
+	res := fvtest.LatentsOnly(t, g, fastvideo.Request{Prompt: "a red fox"})
 	p, d := res.Plan, res.Plan.Details.(*wan.PlanDetails)
 	n := latentC * latentT * latentH * latentW
 	eq := func(label string, got []float32, want ...float32) {
@@ -216,12 +217,12 @@ func TestWanDMD(t *testing.T) {
 	}
 
 	renoise := fastvideo.GaussianNoise(5, fastvideo.VideoNoise, 2*n)
-	injected := latentsOnly(t, g, fastvideo.Request{Prompt: "a red fox", Options: &wan.Options{RenoiseNoise: renoise}})
+	injected := fvtest.LatentsOnly(t, g, fastvideo.Request{Prompt: "a red fox", Options: &wan.Options{RenoiseNoise: renoise}})
 	if want := ref.dmd("a red fox", false, 1024, renoise); !testutil.SameBits(injected.Latents.Video, want) || testutil.SameBits(want, raw) {
 		t.Error("DMD latents with the request's re-noise differ from the hand-written ladder's, or equal the seed's")
 	}
 
-	warped := latentsOnly(t, g, fastvideo.Request{Prompt: "a red fox", Options: &wan.Options{WarpDenoisingSteps: fastvideo.Ptr(true)}})
+	warped := fvtest.LatentsOnly(t, g, fastvideo.Request{Prompt: "a red fox", Options: &wan.Options{WarpDenoisingSteps: fastvideo.Ptr(true)}})
 	ladder, err := schedule.NewWarpedDMDLadder(schedule.FastWanDMDSteps, schedule.Wan21T2V480PShift)
 	if err != nil {
 		t.Fatal(err)

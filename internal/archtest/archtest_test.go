@@ -23,6 +23,10 @@ const module = "fastvideo"
 // package drives; it sits below the families.
 const contract = module + "/fastvideo/family"
 
+// testHelpers is the helper package of the tests that drive the SDK through its public API; only
+// test files may import it.
+const testHelpers = module + "/fastvideo/fvtest"
+
 // Ranks of the layers: a package may import only lower ranks, or its own
 // rank except across families.
 const (
@@ -52,7 +56,7 @@ func layer(pkg string) int {
 		return rankExamples
 	case "fastvideo":
 		switch {
-		case pkg == module+"/fastvideo":
+		case pkg == module+"/fastvideo", pkg == testHelpers:
 			return rankRoot
 		case pkg == contract || strings.HasPrefix(pkg, contract+"/"):
 			return rankContract
@@ -164,6 +168,9 @@ func TestImportsFlowOneWay(t *testing.T) {
 			}
 			if !strings.HasPrefix(target, module+"/") {
 				continue
+			}
+			if target == testHelpers && !gf.test {
+				t.Errorf("%s imports %s: only tests import the test helpers", gf.rel, target)
 			}
 			if why := importViolation(from, target); why != "" {
 				t.Errorf("%s (%s) imports %s: %s", gf.rel, gf.pkg, target, why)
