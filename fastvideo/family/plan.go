@@ -84,6 +84,25 @@ func (r *Resolved) NewPlan(latent [4]int, sigmas, timesteps []float32) *Plan {
 	}
 }
 
+// PlanModel resolves req against m without requiring a prompt, plans it at dtype and returns the
+// family's details as their own type D (e.g. *h3.PlanDetails).
+func PlanModel[D PlanDetails](m Model, req Request, dtype DType) (*Plan, D, error) {
+	var none D
+	r, err := m.Resolve(req, false)
+	if err != nil {
+		return nil, none, err
+	}
+	p, err := r.Plan(dtype)
+	if err != nil {
+		return nil, none, err
+	}
+	d, ok := p.Details.(D)
+	if !ok {
+		return nil, none, fmt.Errorf("fastvideo: the plan of %s has details %T, not %T", p.Model, p.Details, none)
+	}
+	return p, d, nil
+}
+
 // VideoNoiseLen is the length of Request.VideoNoise: C·T·Hl·Wl.
 func (p *Plan) VideoNoiseLen() int {
 	return p.LatentChannels * p.VideoLatentFrames * p.LatentHeight * p.LatentWidth

@@ -20,29 +20,31 @@ import (
 // Validate's rule (the prompt is required), false Plan's.
 func resolve(t *testing.T, model string, req family.Request, needPrompt bool) (family.Resolution, error) {
 	t.Helper()
-	m, ok := Family{}.Lookup(model)
-	if !ok {
-		var err error
-		if m, err = (Family{}).ReadFolder(model); err != nil {
-			t.Fatalf("model %s: %v", model, err)
-		}
+	m, err := lookup(t, model)
+	if err != nil {
+		t.Fatalf("model %s: %v", model, err)
 	}
 	return m.Resolve(req, needPrompt)
+}
+
+// lookup is a built-in model or, for a path, the folder's model.
+func lookup(t *testing.T, model string) (family.Model, error) {
+	t.Helper()
+	if m, ok := (Family{}).Lookup(model); ok {
+		return m, nil
+	}
+	return Family{}.ReadFolder(model)
 }
 
 // plan is the package-level Plan of fastvideo for an H3 model: the request resolved without a
 // prompt and planned at dtype.
 func plan(t *testing.T, model string, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails, error) {
 	t.Helper()
-	r, err := resolve(t, model, req, false)
+	m, err := lookup(t, model)
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := r.Plan(dtype)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Details.(*PlanDetails), nil
+	return family.PlanModel[*PlanDetails](m, req, dtype)
 }
 
 // mustPlan is plan for a request that must be valid.

@@ -14,15 +14,7 @@ import (
 // plan is the package-level Plan of fastvideo for the Wan model s: req resolved without a prompt and planned at dtype.
 func plan(t *testing.T, s *Spec, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails, error) {
 	t.Helper()
-	r, err := s.Resolve(req, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := r.Plan(dtype)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Details.(*PlanDetails), nil
+	return family.PlanModel[*PlanDetails](s, req, dtype)
 }
 
 // builtin is a built-in Wan model.
