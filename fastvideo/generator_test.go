@@ -18,34 +18,42 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// One tiny-h3 generator serves most tests (its synthetic weights are made once); TestMain closes it.
-var shared sharedGenerator
+// One generator of each toy model serves most tests (its synthetic weights are made once);
+// TestMain closes them.
+var (
+	shared    = sharedGenerator{open: newTiny}
+	wanShared = sharedGenerator{open: newTinyWan}
+
+	newTiny    = opener("tiny-h3")
+	newTinyWan = opener("tiny-wan")
+)
+
+// opener opens a built-in model on the test backend with extra options.
+func opener(model string) func(...Option) (*VideoGenerator, error) {
+	return func(opts ...Option) (*VideoGenerator, error) {
+		return New(context.Background(), model, append([]Option{WithBackend(testutil.BackendSpec())}, opts...)...)
+	}
+}
 
 // sharedGenerator is a generator opened once for many tests of one family.
 type sharedGenerator struct {
+	open func(...Option) (*VideoGenerator, error)
 	once sync.Once
 	g    *VideoGenerator
 	err  error
 }
 
-func (s *sharedGenerator) get(t *testing.T, open func(...Option) (*VideoGenerator, error)) *VideoGenerator {
+func (s *sharedGenerator) get(t *testing.T) *VideoGenerator {
 	t.Helper()
-	s.once.Do(func() { s.g, s.err = open() })
+	s.once.Do(func() { s.g, s.err = s.open() })
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
 	return s.g
 }
 
-// newTiny opens tiny-h3 on the test backend.
-func newTiny(opts ...Option) (*VideoGenerator, error) {
-	return New(context.Background(), "tiny-h3", append([]Option{WithBackend(testutil.BackendSpec())}, opts...)...)
-}
-
-func tinyGenerator(t *testing.T) *VideoGenerator {
-	t.Helper()
-	return shared.get(t, newTiny)
-}
+func tinyGenerator(t *testing.T) *VideoGenerator    { t.Helper(); return shared.get(t) }
+func tinyWanGenerator(t *testing.T) *VideoGenerator { t.Helper(); return wanShared.get(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -14,19 +14,6 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// One tiny-wan generator serves most Wan tests (its synthetic weights are made once); TestMain
-// closes it.
-var wanShared sharedGenerator
-
-func newTinyWan(opts ...Option) (*VideoGenerator, error) {
-	return New(context.Background(), "tiny-wan", append([]Option{WithBackend(testutil.BackendSpec())}, opts...)...)
-}
-
-func tinyWanGenerator(t *testing.T) *VideoGenerator {
-	t.Helper()
-	return wanShared.get(t, newTinyWan)
-}
-
 // TestWanGenerateMP4 runs tiny-wan's default (DMD) preset to a file and checks the container with
 // ffprobe: H.264 at the planned size, frame count and rate, and no audio stream.
 func TestWanGenerateMP4(t *testing.T) {
