@@ -13,6 +13,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
 
@@ -282,24 +283,11 @@ func nanAt(n, i int) []float32 {
 	return v
 }
 
-// planJSON is the plan as its JSON object, the form -plan -json prints.
-func planJSON(t *testing.T, p *family.Plan) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // TestPlanJSONNames: the H3 details join the common plan fields in one flat JSON object.
 func TestPlanJSONNames(t *testing.T) {
 	p, d := mustPlan(t, "fasth3", family.Request{Prompt: "A cat plays the piano."})
-	m := planJSON(t, p)
+	m := testutil.JSONObject(t, p)
 	for _, k := range []string{"canvas_height", "canvas_width", "num_frames", "video_latent_frames", "audio_latent_frames",
 		"latent_height", "latent_width", "rows", "video_sigmas", "audio_sigmas", "dit_tflops_per_step", "weights_bytes",
 		"family", "latent_shape", "forwards_per_step", "adaln_timesteps"} {

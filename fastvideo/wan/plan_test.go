@@ -1,7 +1,6 @@
 package wan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/testutil"
 )
 
 // plan is the package-level Plan of fastvideo for the Wan model s: req resolved without a prompt and planned at dtype.
@@ -184,14 +184,7 @@ func TestRequestValidation(t *testing.T) {
 
 func TestPlanJSONAndTable(t *testing.T) {
 	p, _ := mustPlan(t, TinyName, family.Request{Preset: "tiny_wan_t2v"}, family.DTypeAuto)
-	b, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := testutil.JSONObject(t, p)
 	for _, k := range []string{"family", "latent_shape", "token_grid", "tokens", "text_tokens", "sampler", "cfg", "guidance_scale",
 		"forwards_per_step", "video_sigmas", "video_timesteps", "dit_tflops_per_step", "weights_bytes", "negative_prompt"} {
 		if _, ok := m[k]; !ok {

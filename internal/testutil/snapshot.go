@@ -101,3 +101,18 @@ func CheckEachMissing(t testing.TB, dir string, files []MissingFile, open func()
 func SameBits(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
+
+// JSONObject is v marshalled and read back as a JSON object: the keys and values a client of the
+// JSON sees.
+func JSONObject(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
