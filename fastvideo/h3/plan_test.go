@@ -283,7 +283,6 @@ func nanAt(n, i int) []float32 {
 	return v
 }
 
-
 // TestPlanJSONNames: the H3 details join the common plan fields in one flat JSON object.
 func TestPlanJSONNames(t *testing.T) {
 	p, d := mustPlan(t, "fasth3", family.Request{Prompt: "A cat plays the piano."})
