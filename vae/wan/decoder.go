@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
@@ -238,11 +239,7 @@ func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 		ps = d.encParams
 	}
 	e, err := NewExec(d.backend, func(in []*Node) []*Node {
-		p := make(params, len(ps))
-		for i, prm := range ps {
-			p[prm.Name] = in[1+i]
-		}
-		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, first: key.first, p: p}
+		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, first: key.first, p: graphexec.Bind(ps, in[1:])}
 		if !key.first {
 			g.cache = in[1+len(ps):]
 		}
