@@ -1,9 +1,9 @@
 package tokenizer
 
 import (
-	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,20 +46,18 @@ func TestFIFOCacheFileIsAMiss(t *testing.T) {
 // A small gzip file inflating beyond MaxJSONBytes is refused by a bounded read, whose error
 // states the bound.
 func TestGzipBombIsRefused(t *testing.T) {
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	chunk := make([]byte, 1<<20)
-	for i := int64(0); i <= MaxJSONBytes>>20; i++ {
-		zw.Write(chunk)
-	}
-	zw.Close()
-	p := filepath.Join(t.TempDir(), "tokenizer.json.gz")
-	if err := os.WriteFile(p, gz.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p, size := writeGzipTokenizer(t, gzip.BestSpeed, func(w io.Writer) error {
+		chunk := make([]byte, 1<<20)
+		for i := int64(0); i <= MaxJSONBytes>>20; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	_, err := LoadWith(p, Options{NoCache: true})
 	if err == nil || !strings.Contains(err.Error(), "at most 64 MiB") {
-		t.Fatalf("a %d-byte gzip of %d MiB: got %v, want an error stating the 64 MiB bound", gz.Len(), MaxJSONBytes>>20+1, err)
+		t.Fatalf("a %d-byte gzip of %d MiB: got %v, want an error stating the 64 MiB bound", size, MaxJSONBytes>>20+1, err)
 	}
 }
 
