@@ -91,14 +91,9 @@ func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
 // FromSource binds the weights of src (released diffusers names) for cfg.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer graphexec.Recover(&err, "wan: building the model")
-	m, err = newModel(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("wan", src, m.p.set, m.dtype, backend, m.finishBound); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts) }, func(m *Model) error {
+		return modelkit.BindSource("wan", src, m.p.set, m.dtype, backend, m.finishBound)
+	})
 }
 
 // newModel validates the configuration and options and declares the parameter table (nothing bound).

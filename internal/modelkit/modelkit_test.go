@@ -199,3 +199,30 @@ func TestDecodeToPixels(t *testing.T) {
 		t.Errorf("DecodeLatents decoded %v (%v), want the de-normalized 6", got, err)
 	}
 }
+
+// A constructor returns the model only when both declaring and filling succeed, and the first error.
+func TestPopulate(t *testing.T) {
+	model := new(int)
+	declareErr, fillErr := errors.New("declare"), errors.New("fill")
+	ok := func() (*int, error) { return model, nil }
+	for _, c := range []struct {
+		name    string
+		declare func() (*int, error)
+		fill    error
+		want    *int
+		wantErr error
+	}{
+		{"both succeed", ok, nil, model, nil},
+		{"declare fails", func() (*int, error) { return model, declareErr }, nil, nil, declareErr},
+		{"fill fails", ok, fillErr, nil, fillErr},
+	} {
+		filled := false
+		got, err := Populate(c.declare, func(m *int) error { filled = m == model; return c.fill })
+		if got != c.want || !errors.Is(err, c.wantErr) || (err == nil) != (c.wantErr == nil) {
+			t.Errorf("%s: got (%v, %v), want (%v, %v)", c.name, got, err, c.want, c.wantErr)
+		}
+		if filled != (c.wantErr != declareErr) {
+			t.Errorf("%s: fill called with the declared model: %v", c.name, filled)
+		}
+	}
+}

@@ -78,14 +78,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if src == nil {
 		return nil, errors.New("wan: FromSource needs a weight source")
 	}
-	d, err := newDecoder(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
+		return modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil)
+	})
 }
 
 // newDecoder validates the config and options and declares the parameters (unbound).
