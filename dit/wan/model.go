@@ -76,16 +76,11 @@ func (m *Model) DType() dtypes.DType { return m.dtype }
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors, any float
 // storage dtype) and binds its weights on backend.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
-	m, closeSrc, err := modelkit.OpenFolder(dir, "wan", ReadConfig, func(cfg Config, src weights.Source) (*Model, error) {
-		return FromSource(backend, cfg, src, opts)
-	})
-	if err != nil {
-		return nil, err
-	}
 	// Weights were copied (or uploaded) by Bind, except same-dtype host tensors on the Go backend which may
 	// alias the mapping: keep the checkpoint open for the model's lifetime.
-	m.closeSrc = closeSrc
-	return m, nil
+	return modelkit.OpenFolder(dir, "wan", ReadConfig, func(cfg Config, src weights.Source) (*Model, error) {
+		return FromSource(backend, cfg, src, opts)
+	}, func(m *Model, closeSrc func() error) { m.closeSrc = closeSrc })
 }
 
 // FromSource binds the weights of src (released diffusers names) for cfg.

@@ -61,7 +61,9 @@ func TestLoadAndOpenFolder(t *testing.T) {
 	if err != nil || got != "cfg:"+filepath.Base(dir) {
 		t.Fatalf("LoadFolder = %q, %v", got, err)
 	}
-	got, closeFn, err := OpenFolder(dir, "test", readCfg, build)
+	var closeFn func() error
+	keep := func(_ string, c func() error) { closeFn = c }
+	got, err = OpenFolder(dir, "test", readCfg, build, keep)
 	if err != nil || got != "cfg:"+filepath.Base(dir) || closeFn == nil {
 		t.Fatalf("OpenFolder = %q, %v", got, err)
 	}
@@ -74,10 +76,11 @@ func TestLoadAndOpenFolder(t *testing.T) {
 	if _, err := LoadFolder(dir, "test", func(string) (string, error) { return "", bad }, build); !errors.Is(err, bad) {
 		t.Errorf("config failure = %v, want %v", err, bad)
 	}
-	if _, _, err := OpenFolder(t.TempDir(), "test", readCfg, build); err == nil || !strings.HasPrefix(err.Error(), "test: opening the weights") {
+	if _, err := OpenFolder(t.TempDir(), "test", readCfg, build, keep); err == nil || !strings.HasPrefix(err.Error(), "test: opening the weights") {
 		t.Errorf("empty folder = %v, want an error starting with the caller's name", err)
 	}
-	if _, _, err := OpenFolder(dir, "test", readCfg, func(string, weights.Source) (int, error) { return 0, bad }); !errors.Is(err, bad) {
+	if _, err := OpenFolder(dir, "test", readCfg, func(string, weights.Source) (int, error) { return 0, bad },
+		func(int, func() error) { t.Error("keep called after a failed build") }); !errors.Is(err, bad) {
 		t.Errorf("build failure = %v, want %v", err, bad)
 	}
 }
