@@ -161,14 +161,9 @@ func openTransformer(dir string) (Config, weights.Source, func() error, error) {
 // biases) and run through quant.Linear; the rest of the model is unchanged.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer graphexec.Recover(&err, "h3: building the model")
-	m, err = newModel(backend, cfg, opts, schemesOf(src))
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("h3", src, m.p.set, m.dtype, backend, m.finish); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemesOf(src)) }, func(m *Model) error {
+		return modelkit.BindSource("h3", src, m.p.set, m.dtype, backend, m.finish)
+	})
 }
 
 // newModel validates the configuration and options and declares the parameter table (nothing bound);

@@ -21,10 +21,7 @@ func TestBindingListsEveryProblem(t *testing.T) {
 			}
 			return p.set
 		},
-		Open: func(t *testing.T, fx *testutil.Fixture, src weights.Source) error {
-			_, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), src, Options{})
-			return err
-		},
+		Open: testutil.OpenSource(fixtureConfig, FromSource),
 		Gone: "transformer_blocks.1.attn.norm_k.weight", Reshaped: "audio_proj_out.weight",
 		Reshape: func(s []int) []int { return []int{s[0] / 2, s[1] * 2} },
 		// VSA gate matrices of FastH3 students are ignored.

@@ -47,14 +47,9 @@ func newRandom(backend compute.Backend, cfg Config, opts Options, schemes scheme
 	if opts.AdaLNManifest != nil {
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
-	m, err = newModel(backend, cfg, opts, schemes)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.DrawRandom("h3", m.p.set, m.dtype, m.backend, seed, m.randomDraw(), m.finish); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemes) }, func(m *Model) error {
+		return modelkit.DrawRandom("h3", m.p.set, m.dtype, m.backend, seed, m.randomDraw(), m.finish)
+	})
 }
 
 // quantRole records, for the scales and biases of a quantized weight, the matrix they belong to.

@@ -76,29 +76,19 @@ func (m *Model) DType() dtypes.DType { return m.dtype }
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors, any float
 // storage dtype) and binds its weights on backend.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {
-	m, closeSrc, err := modelkit.OpenFolder(dir, "wan", ReadConfig, func(cfg Config, src weights.Source) (*Model, error) {
-		return FromSource(backend, cfg, src, opts)
-	})
-	if err != nil {
-		return nil, err
-	}
 	// Weights were copied (or uploaded) by Bind, except same-dtype host tensors on the Go backend which may
 	// alias the mapping: keep the checkpoint open for the model's lifetime.
-	m.closeSrc = closeSrc
-	return m, nil
+	return modelkit.OpenFolder(dir, "wan", ReadConfig, func(cfg Config, src weights.Source) (*Model, error) {
+		return FromSource(backend, cfg, src, opts)
+	}, func(m *Model, closeSrc func() error) { m.closeSrc = closeSrc })
 }
 
 // FromSource binds the weights of src (released diffusers names) for cfg.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer graphexec.Recover(&err, "wan: building the model")
-	m, err = newModel(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("wan", src, m.p.set, m.dtype, backend, m.finishBound); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts) }, func(m *Model) error {
+		return modelkit.BindSource("wan", src, m.p.set, m.dtype, backend, m.finishBound)
+	})
 }
 
 // newModel validates the configuration and options and declares the parameter table (nothing bound).

@@ -18,10 +18,7 @@ func TestBindingListsEveryProblem(t *testing.T) {
 		Declared: func(t *testing.T, fx *testutil.Fixture) *weights.Set {
 			return declareParams(fixtureConfig(t, fx)).set
 		},
-		Open: func(t *testing.T, fx *testutil.Fixture, src weights.Source) error {
-			_, err := FromSource(testutil.Backend(t), fixtureConfig(t, fx), src, Options{})
-			return err
-		},
+		Open: testutil.OpenSource(fixtureConfig, FromSource),
 		Gone: "blocks.1.attn2.norm_k.weight", Reshaped: "blocks.0.ffn.net.2.weight",
 		Reshape: func(s []int) []int { return []int{s[1], s[0]} },
 		Extra:   []string{"blocks.0.to_gate_compress.weight", "blocks.1.attn1.to_gate_compress.weight", "blocks.0.attn1.bogus"},

@@ -19,14 +19,9 @@ import (
 // initialization), norm weights 1+0.1·randn.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (m *Model, err error) {
 	defer graphexec.Recover(&err, "wan: random weights")
-	m, err = newModel(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.DrawRandom("wan", m.p.set, m.dtype, m.backend, seed, randomScale, m.finish); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts) }, func(m *Model) error {
+		return modelkit.DrawRandom("wan", m.p.set, m.dtype, m.backend, seed, randomScale, m.finish)
+	})
 }
 
 // randomScale is randweights.FixtureDraw but for the scale_shift_tables, drawn randn/√D as upstream initializes

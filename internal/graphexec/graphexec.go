@@ -150,6 +150,28 @@ func ParamArgs(args []any, ps ...*weights.Param) []any {
 	return args
 }
 
+// Bound maps weight names to their graph inputs inside one graph build.
+type Bound map[string]*Node
+
+// Bind maps each of ps to its graph input, in[i] for ps[i].
+func Bind(ps []*weights.Param, in []*Node) Bound {
+	b := make(Bound, len(ps))
+	for i, p := range ps {
+		b[p.Name] = in[i]
+	}
+	return b
+}
+
+// Get is the graph input of the weight name. The graph and the binding read the same list of names,
+// so a missing name is a programming error; the panic is recovered at the API boundary.
+func (b Bound) Get(name string) *Node {
+	n, ok := b[name]
+	if !ok {
+		panic(fmt.Errorf("graph needs %q, which was not bound", name))
+	}
+	return n
+}
+
 // Trace is a model's test hook: it receives named float32 copies of intermediates (the names of the
 // fixtures' act.* tensors). A nil Trace traces nothing, so models call Emit unconditionally.
 type Trace func(name string, shape []int, values []float32)

@@ -245,10 +245,12 @@ func TestWriteMP4VideoOnly(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	tools := requireTools(t)
-	opts := func(dir string) MP4Options {
-		return MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
-	}
-	start := func(t *testing.T, ctx context.Context, o MP4Options) *MP4Writer {
+	// cancelled starts a writer in a fresh folder, writes half the frames and cancels its context with
+	// cause (nil: context.Canceled).
+	cancelled := func(t *testing.T, cause error) (w *MP4Writer, dir string) {
+		dir = t.TempDir()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		o := MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
 		w, err := tools.NewMP4Writer(ctx, o)
 		if err != nil {
 			t.Fatal(err)
@@ -258,13 +260,11 @@ func TestCancel(t *testing.T) {
 				t.Fatalf("frame %d: %v", i, err)
 			}
 		}
-		return w
+		cancel(cause)
+		return w, dir
 	}
 	t.Run("WriteFrame", func(t *testing.T) {
-		dir := t.TempDir()
-		ctx, cancel := context.WithCancel(context.Background())
-		w := start(t, ctx, opts(dir))
-		cancel()
+		w, dir := cancelled(t, nil)
 		err := w.WriteFrame(makeFrame(0))
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("WriteFrame after cancel: %v, want context.Canceled", err)
@@ -275,10 +275,7 @@ func TestCancel(t *testing.T) {
 		assertDir(t, dir)
 	})
 	t.Run("Close", func(t *testing.T) {
-		dir := t.TempDir()
-		ctx, cancel := context.WithCancel(context.Background())
-		w := start(t, ctx, opts(dir))
-		cancel()
+		w, dir := cancelled(t, nil)
 		if err := w.Close(sineAudio(1)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Close after cancel: %v, want context.Canceled", err)
 		}
@@ -286,11 +283,7 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("NoFurtherCall", func(t *testing.T) {
 		// Cancellation alone must clean up; Abort only waits for that cleanup here.
-		dir := t.TempDir()
-		ctx, cancel := context.WithCancelCause(context.Background())
-		w := start(t, ctx, opts(dir))
-		cause := errors.New("user pressed stop")
-		cancel(cause)
+		w, dir := cancelled(t, errors.New("user pressed stop"))
 		w.Abort()
 		err := w.Close(nil)
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrAborted) {

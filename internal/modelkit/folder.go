@@ -11,14 +11,10 @@ import (
 // build, which must copy what it keeps (weights.Bind does): the checkpoint closes when build returns.
 // what prefixes an open failure ("wan", "h3audio", …), as build's own errors are prefixed.
 func LoadFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, error) {
-	var zero T
-	cfg, err := readConfig(dir)
+	cfg, ckpt, err := openFolder(dir, what, readConfig)
 	if err != nil {
+		var zero T
 		return zero, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return zero, fmt.Errorf("%s: opening the weights: %w", what, err)
 	}
 	defer ckpt.Close()
 	return build(cfg, ckpt)
@@ -26,21 +22,32 @@ func LoadFolder[C, T any](dir, what string, readConfig func(string) (C, error), 
 
 // OpenFolder is LoadFolder for a model that keeps reading its checkpoint (a text encoder streaming
 // its layers) or may alias it (same-dtype host tensors on the Go backend): on success the checkpoint
-// stays open and its Close is returned for the model to call when it closes.
-func OpenFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, func() error, error) {
+// stays open and keep hands its Close to the model, to call when the model closes.
+func OpenFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error),
+	keep func(T, func() error)) (T, error) {
 	var zero T
-	cfg, err := readConfig(dir)
+	cfg, ckpt, err := openFolder(dir, what, readConfig)
 	if err != nil {
-		return zero, nil, err
-	}
-	ckpt, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return zero, nil, fmt.Errorf("%s: opening the weights: %w", what, err)
+		return zero, err
 	}
 	m, err := build(cfg, ckpt)
 	if err != nil {
 		ckpt.Close()
-		return zero, nil, err
+		return zero, err
 	}
-	return m, ckpt.Close, nil
+	keep(m, ckpt.Close)
+	return m, nil
+}
+
+// openFolder reads a component folder's config and opens its checkpoint.
+func openFolder[C any](dir, what string, readConfig func(string) (C, error)) (C, *safetensors.Checkpoint, error) {
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return cfg, nil, err
+	}
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
+	return cfg, ckpt, nil
 }

@@ -61,7 +61,9 @@ func TestLoadAndOpenFolder(t *testing.T) {
 	if err != nil || got != "cfg:"+filepath.Base(dir) {
 		t.Fatalf("LoadFolder = %q, %v", got, err)
 	}
-	got, closeFn, err := OpenFolder(dir, "test", readCfg, build)
+	var closeFn func() error
+	keep := func(_ string, c func() error) { closeFn = c }
+	got, err = OpenFolder(dir, "test", readCfg, build, keep)
 	if err != nil || got != "cfg:"+filepath.Base(dir) || closeFn == nil {
 		t.Fatalf("OpenFolder = %q, %v", got, err)
 	}
@@ -74,10 +76,11 @@ func TestLoadAndOpenFolder(t *testing.T) {
 	if _, err := LoadFolder(dir, "test", func(string) (string, error) { return "", bad }, build); !errors.Is(err, bad) {
 		t.Errorf("config failure = %v, want %v", err, bad)
 	}
-	if _, _, err := OpenFolder(t.TempDir(), "test", readCfg, build); err == nil || !strings.HasPrefix(err.Error(), "test: opening the weights") {
+	if _, err := OpenFolder(t.TempDir(), "test", readCfg, build, keep); err == nil || !strings.HasPrefix(err.Error(), "test: opening the weights") {
 		t.Errorf("empty folder = %v, want an error starting with the caller's name", err)
 	}
-	if _, _, err := OpenFolder(dir, "test", readCfg, func(string, weights.Source) (int, error) { return 0, bad }); !errors.Is(err, bad) {
+	if _, err := OpenFolder(dir, "test", readCfg, func(string, weights.Source) (int, error) { return 0, bad },
+		func(int, func() error) { t.Error("keep called after a failed build") }); !errors.Is(err, bad) {
 		t.Errorf("build failure = %v, want %v", err, bad)
 	}
 }
@@ -197,5 +200,32 @@ func TestDecodeToPixels(t *testing.T) {
 		func(_ context.Context, z []float32, _ []int, _ func(run) error) error { got = z[0]; return nil })
 	if err != nil || got != 6 {
 		t.Errorf("DecodeLatents decoded %v (%v), want the de-normalized 6", got, err)
+	}
+}
+
+// A constructor returns the model only when both declaring and filling succeed, and the first error.
+func TestPopulate(t *testing.T) {
+	model := new(int)
+	declareErr, fillErr := errors.New("declare"), errors.New("fill")
+	ok := func() (*int, error) { return model, nil }
+	for _, c := range []struct {
+		name    string
+		declare func() (*int, error)
+		fill    error
+		want    *int
+		wantErr error
+	}{
+		{"both succeed", ok, nil, model, nil},
+		{"declare fails", func() (*int, error) { return model, declareErr }, nil, nil, declareErr},
+		{"fill fails", ok, fillErr, nil, fillErr},
+	} {
+		filled := false
+		got, err := Populate(c.declare, func(m *int) error { filled = m == model; return c.fill })
+		if got != c.want || !errors.Is(err, c.wantErr) || (err == nil) != (c.wantErr == nil) {
+			t.Errorf("%s: got (%v, %v), want (%v, %v)", c.name, got, err, c.want, c.wantErr)
+		}
+		if filled != (c.wantErr != declareErr) {
+			t.Errorf("%s: fill called with the declared model: %v", c.name, filled)
+		}
 	}
 }

@@ -45,6 +45,20 @@ func DrawRandom(what string, set *weights.Set, dt dtypes.DType, backend compute.
 	}, finish)
 }
 
+// Populate is a model constructor: declare validates the options and declares the parameters, and fill
+// binds them (BindSource, DrawRandom). A failure of either returns no model.
+func Populate[M any](declare func() (M, error), fill func(M) error) (M, error) {
+	var none M
+	m, err := declare()
+	if err != nil {
+		return none, err
+	}
+	if err := fill(m); err != nil {
+		return none, err
+	}
+	return m, nil
+}
+
 func populate(set *weights.Set, fill, finish func() error) error {
 	err := fill()
 	if err == nil && finish != nil {

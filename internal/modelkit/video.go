@@ -6,6 +6,40 @@ import (
 	"fastvideo/internal/media"
 )
 
+// Frames is a run of consecutive decoded frames of a video VAE, handed to its Decode callback in video
+// order. Each VAE names its own instance (h3video.Frames, wan.Frames), whose pixel space M maps to
+// [0, 1].
+type Frames[M PixelSpace] struct {
+	Start  int // index of the first frame in the whole video
+	Count  int
+	Height int
+	Width  int
+	// Sample is the decoder output [3][Count][Height][Width] in the VAE's pixel space M. The callback
+	// owns it.
+	Sample []float32
+}
+
+// PixelSpace is a video VAE's output space: ToUnit maps a sample [3][plane] to [0, 1] pixels, NaN
+// staying NaN as with torch.clamp.
+type PixelSpace interface {
+	ToUnit(sample []float32, plane int) []float32
+}
+
+// Pixels maps the frames to [0, 1] as the VAE's pipeline does. The layout stays [3][Count][Height][Width].
+func (f Frames[M]) Pixels() []float32 {
+	var space M
+	return space.ToUnit(f.Sample, f.Count*f.Height*f.Width)
+}
+
+// Span is the run's first frame, frame count and [0, 1] pixels (FrameRun).
+func (f Frames[M]) Span() (start, count int, pixels []float32) { return f.Start, f.Count, f.Pixels() }
+
+// RGB24 appends the frames to dst as interleaved 8-bit RGB, frame after frame, each row-major
+// [Height][Width][3] (ffmpeg's rgb24), and returns the extended slice.
+func (f Frames[M]) RGB24(dst []byte) []byte {
+	return media.AppendRGB24(dst, f.Pixels(), f.Count*f.Height*f.Width)
+}
+
 // FrameRun is a run of consecutive decoded frames of a video VAE.
 type FrameRun interface {
 	// Span is the run's first frame, its frame count and its [0, 1] pixels [C][count][H][W].

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fastvideo/internal/safefile"
+	"fastvideo/internal/testutil/fifotest"
 )
 
 func image(header string, body []byte) []byte {
@@ -220,18 +221,10 @@ func FuzzParseHeader(f *testing.F) {
 func TestFIFOShardIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	shard := filepath.Join(dir, "model.safetensors")
-	if err := syscall.Mkfifo(shard, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := OpenCheckpoint(dir); done <- err }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), shard) {
-			t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, shard)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("OpenCheckpoint blocked on a FIFO shard")
+	fifotest.Make(t, shard)
+	err := fifotest.Within(t, 2*time.Second, func() error { _, err := OpenCheckpoint(dir); return err })
+	if !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), shard) {
+		t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, shard)
 	}
 }
 

@@ -376,6 +376,21 @@ type Binding struct {
 	ExtraOf, Bogus, Ignored string
 }
 
+// OpenSource is a Binding.Open for a model package: it builds the model with fromSource (the package's
+// FromSource) from src, the fixture's config read by fixtureConfig and default options on the test
+// backend, and closes it.
+func OpenSource[C, O any, M Closer](fixtureConfig func(testing.TB, *Fixture) C,
+	fromSource func(compute.Backend, C, weights.Source, O) (M, error)) func(*testing.T, *Fixture, weights.Source) error {
+	return func(t *testing.T, fx *Fixture, src weights.Source) error {
+		var opts O
+		m, err := fromSource(Backend(t), fixtureConfig(t, fx), src, opts)
+		if err != nil {
+			return err
+		}
+		return m.Close()
+	}
+}
+
 // CheckBinding checks that every tensor of each fixture binds and every declared parameter is in
 // it, and that the binding errors list every problem of a damaged checkpoint.
 func CheckBinding(t *testing.T, b Binding) {

@@ -1,44 +1,24 @@
 package tokenizer
 
 import (
-	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"fastvideo/internal/testutil/fifotest"
 )
-
-// within fails t when call has not returned after d (a read blocked on a FIFO).
-func within(t *testing.T, d time.Duration, call func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- call() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		t.Fatal("blocked: the call did not return")
-		return nil
-	}
-}
-
-func mkfifo(t *testing.T, path string) {
-	t.Helper()
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-}
 
 // A FIFO named tokenizer.json is a named error at once.
 func TestFIFOTokenizerJSONIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tokenizer.json")
-	mkfifo(t, p)
-	err := within(t, 2*time.Second, func() error { _, err := LoadWith(dir, Options{NoCache: true}); return err })
+	fifotest.Make(t, p)
+	err := fifotest.Within(t, 2*time.Second, func() error { _, err := LoadWith(dir, Options{NoCache: true}); return err })
 	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, p)
 	}
@@ -53,8 +33,8 @@ func TestFIFOCacheFileIsAMiss(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cache := cachePath(dir, sha256.Sum256(raw))
-	mkfifo(t, cache)
-	err = within(t, 2*time.Second, func() error { _, err := LoadWith(flagsDir, Options{CacheDir: dir}); return err })
+	fifotest.Make(t, cache)
+	err = fifotest.Within(t, 2*time.Second, func() error { _, err := LoadWith(flagsDir, Options{CacheDir: dir}); return err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +46,18 @@ func TestFIFOCacheFileIsAMiss(t *testing.T) {
 // A small gzip file inflating beyond MaxJSONBytes is refused by a bounded read, whose error
 // states the bound.
 func TestGzipBombIsRefused(t *testing.T) {
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	chunk := make([]byte, 1<<20)
-	for i := int64(0); i <= MaxJSONBytes>>20; i++ {
-		zw.Write(chunk)
-	}
-	zw.Close()
-	p := filepath.Join(t.TempDir(), "tokenizer.json.gz")
-	if err := os.WriteFile(p, gz.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p, size := writeGzipTokenizer(t, gzip.BestSpeed, func(w io.Writer) error {
+		chunk := make([]byte, 1<<20)
+		for i := int64(0); i <= MaxJSONBytes>>20; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	_, err := LoadWith(p, Options{NoCache: true})
 	if err == nil || !strings.Contains(err.Error(), "at most 64 MiB") {
-		t.Fatalf("a %d-byte gzip of %d MiB: got %v, want an error stating the 64 MiB bound", gz.Len(), MaxJSONBytes>>20+1, err)
+		t.Fatalf("a %d-byte gzip of %d MiB: got %v, want an error stating the 64 MiB bound", size, MaxJSONBytes>>20+1, err)
 	}
 }
 

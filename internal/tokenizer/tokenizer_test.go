@@ -336,6 +336,28 @@ func TestVocabSizeAndFingerprint(t *testing.T) {
 	}
 }
 
+// writeGzipTokenizer writes what fill writes, gzip-compressed at level, to tokenizer.json.gz in a fresh
+// folder, and returns its path and compressed size.
+func writeGzipTokenizer(t *testing.T, level int, fill func(io.Writer) error) (path string, size int) {
+	t.Helper()
+	var gz bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&gz, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(zw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "tokenizer.json.gz")
+	if err := os.WriteFile(path, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, gz.Len()
+}
+
 // TestGzipAndPlainAgree: the .json and .json.gz of a tokenizer load alike and
 // share a fingerprint; a folder resolves to its tokenizer file.
 func TestGzipAndPlainAgree(t *testing.T) {
@@ -344,14 +366,10 @@ func TestGzipAndPlainAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(data)
-	zw.Close()
-	gzPath := filepath.Join(t.TempDir(), "tokenizer.json.gz")
-	if err := os.WriteFile(gzPath, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gzPath, _ := writeGzipTokenizer(t, gzip.DefaultCompression, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 	a, err := LoadWith(plain, Options{NoCache: true})
 	if err != nil {
 		t.Fatal(err)

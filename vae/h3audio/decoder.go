@@ -192,11 +192,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {
-	p := make(params, len(ps))
-	for i, prm := range ps {
-		p[prm.Name] = in[i]
-	}
-	return p
+	return params{graphexec.Bind(ps, in)}
 }
 
 // splitItems copies a [B, 1, L] result into one slice per item.

@@ -97,8 +97,8 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	b, t, d := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
 	h := cfg.NumAttentionHeads
 	dh := d / h
-	bias := Concatenate([]*Node{p.get("pre_block.attn.q_bias"), ZerosLike(p.get("pre_block.attn.q_bias")), p.get("pre_block.attn.v_bias")}, 0)
-	qkv := Reshape(nn.Linear(x, p.get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
+	bias := Concatenate([]*Node{p.Get("pre_block.attn.q_bias"), ZerosLike(p.Get("pre_block.attn.q_bias")), p.Get("pre_block.attn.v_bias")}, 0)
+	qkv := Reshape(nn.Linear(x, p.Get("pre_block.attn.qkv.weight"), bias), b, t, 3, h, dh)
 	q := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(0)), 2)
 	k := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(1)), 2)
 	v := Squeeze(Slice(qkv, AxisRange(), AxisRange(), AxisElem(2)), 2)
@@ -111,47 +111,47 @@ func causalAttention(cfg Config, p params, x *Node) *Node {
 	out = ReduceMean(out, 2) // [b, t, dh]
 	pool := Const(g, adaptiveAvgPoolMatrix(dh, cfg.LatentChannels))
 	out = Einsum("btd,dc->btc", out, Reshape(pool, dh, cfg.LatentChannels))
-	return nn.Linear(out, p.get("pre_block.attn.proj.weight"), p.get("pre_block.attn.proj.bias"))
+	return nn.Linear(out, p.Get("pre_block.attn.proj.weight"), p.Get("pre_block.attn.proj.bias"))
 }
 
 // encodeGraph maps waveforms [B, 1, T] (T a multiple of the hop) to the
 // posterior mean and log-std [B, C, T/hop].
 func encodeGraph(cfg Config, p params, x *Node, t taps) (mean, logs *Node) {
-	x = conv1d(x, p.wnWeight("encoder.block.0"), p.get("encoder.block.0.bias"), 1, 3, 1)
+	x = conv1d(x, p.wnWeight("encoder.block.0"), p.Get("encoder.block.0.bias"), 1, 3, 1)
 	for i, s := range cfg.EncoderRates {
 		blk := fmt.Sprintf("encoder.block.%d.block", i+1)
 		for u, dil := range encoderDilations {
 			ru := fmt.Sprintf("%s.%d.block", blk, u)
-			r := snake(x, p.get(ru+".0.alpha"))
-			r = conv1d(r, p.wnWeight(ru+".1"), p.get(ru+".1.bias"), 1, 3*dil, dil)
-			r = snake(r, p.get(ru+".2.alpha"))
-			r = conv1d(r, p.wnWeight(ru+".3"), p.get(ru+".3.bias"), 1, 0, 1)
+			r := snake(x, p.Get(ru+".0.alpha"))
+			r = conv1d(r, p.wnWeight(ru+".1"), p.Get(ru+".1.bias"), 1, 3*dil, dil)
+			r = snake(r, p.Get(ru+".2.alpha"))
+			r = conv1d(r, p.wnWeight(ru+".3"), p.Get(ru+".3.bias"), 1, 0, 1)
 			x = Add(x, r) // same length: the residual convs pad (7-1)·dil/2
 		}
-		x = snake(x, p.get(blk+".3.alpha"))
-		x = conv1d(x, p.wnWeight(blk+".4"), p.get(blk+".4.bias"), s, (s+1)/2, 1)
+		x = snake(x, p.Get(blk+".3.alpha"))
+		x = conv1d(x, p.wnWeight(blk+".4"), p.Get(blk+".4.bias"), s, (s+1)/2, 1)
 	}
 	n := len(cfg.EncoderRates)
-	x = snake(x, p.get(fmt.Sprintf("encoder.block.%d.alpha", n+1)))
+	x = snake(x, p.Get(fmt.Sprintf("encoder.block.%d.alpha", n+1)))
 	last := fmt.Sprintf("encoder.block.%d", n+2)
-	x = conv1d(x, p.wnWeight(last), p.get(last+".bias"), 1, 1, 1)
+	x = conv1d(x, p.wnWeight(last), p.Get(last+".bias"), 1, 1, 1)
 	t.put("encoder_out", x)
 
 	h := Transpose(x, 1, 2) // [B, T', latent_dim]
 	// torch's LayerNorm: eps 1e-5, affine.
 	ln := func(name string, y *Node) *Node {
-		return nn.LayerNorm(y, p.get(name+".weight"), p.get(name+".bias"), 1e-5)
+		return nn.LayerNorm(y, p.Get(name+".weight"), p.Get(name+".bias"), 1e-5)
 	}
-	h = Add(nn.Linear(ln("pre_block.norm3", h), p.get("pre_block.proj.weight"), p.get("pre_block.proj.bias")),
+	h = Add(nn.Linear(ln("pre_block.norm3", h), p.Get("pre_block.proj.weight"), p.Get("pre_block.proj.bias")),
 		causalAttention(cfg, p, ln("pre_block.norm1", h)))
 	m := ln("pre_block.mlp.norm", ln("pre_block.norm2", h))
-	m = Mul(nn.GeluTanh(nn.Linear(m, p.get("pre_block.mlp.w0.weight"), p.get("pre_block.mlp.w0.bias"))),
-		nn.Linear(m, p.get("pre_block.mlp.w1.weight"), p.get("pre_block.mlp.w1.bias")))
-	h = Add(h, nn.Linear(m, p.get("pre_block.mlp.w2.weight"), p.get("pre_block.mlp.w2.bias")))
+	m = Mul(nn.GeluTanh(nn.Linear(m, p.Get("pre_block.mlp.w0.weight"), p.Get("pre_block.mlp.w0.bias"))),
+		nn.Linear(m, p.Get("pre_block.mlp.w1.weight"), p.Get("pre_block.mlp.w1.bias")))
+	h = Add(h, nn.Linear(m, p.Get("pre_block.mlp.w2.weight"), p.Get("pre_block.mlp.w2.bias")))
 	t.put("pre_block_out", h)
 	h = Transpose(h, 1, 2)
-	mean = conv1d(h, p.get("mean_proj.weight"), p.get("mean_proj.bias"), 1, 0, 1)
-	logs = conv1d(h, p.get("logs_proj.weight"), p.get("logs_proj.bias"), 1, 0, 1)
+	mean = conv1d(h, p.Get("mean_proj.weight"), p.Get("mean_proj.bias"), 1, 0, 1)
+	logs = conv1d(h, p.Get("logs_proj.weight"), p.Get("logs_proj.bias"), 1, 0, 1)
 	return mean, logs
 }
 

@@ -5,24 +5,16 @@ import (
 
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads like math
 	"github.com/gomlx/gomlx/core/tensors/images"
+
+	"fastvideo/internal/graphexec"
 )
 
 // params resolves checkpoint names to graph nodes inside one graph build.
 // A weight-normed conv is either folded (`<name>.weight`) or the pair
 // (`<name>.weight_g`, `<name>.weight_v`), whichever the checkpoint holds.
-type params map[string]*Node
+type params struct{ graphexec.Bound }
 
-func (p params) get(name string) *Node {
-	n, ok := p[name]
-	if !ok {
-		// Cannot happen after binding succeeded: binding and graph read the
-		// same name lists. Panics are recovered at the API boundary.
-		panic(fmt.Errorf("h3audio: graph needs %q, which was not bound", name))
-	}
-	return n
-}
-
-func (p params) opt(name string) *Node { return p[name] }
+func (p params) opt(name string) *Node { return p.Bound[name] }
 
 // wnWeight returns the effective weight of a (possibly weight-normed) conv:
 // g·v/‖v‖ with the norm over every axis but 0, computed like torch's
@@ -31,7 +23,7 @@ func (p params) wnWeight(prefix string) *Node {
 	if w := p.opt(prefix + ".weight"); w != nil {
 		return w
 	}
-	g, v := p.get(prefix+".weight_g"), p.get(prefix+".weight_v")
+	g, v := p.Get(prefix+".weight_g"), p.Get(prefix+".weight_v")
 	axes := make([]int, v.Rank()-1)
 	for i := range axes {
 		axes[i] = i + 1
@@ -174,9 +166,9 @@ func snake(x, alpha *Node) *Node {
 // activation1d is the alias-free SnakeBeta: upsample ×2, SnakeBeta, downsample ×2.
 func (p params) activation1d(prefix string, x *Node) *Node {
 	const ratio = 2 // fixed by BigVGAN's Activation1d as H3 builds it
-	y := upsample(x, p.get(prefix+".upsample.filter"), ratio)
-	y = snakeBeta(y, p.get(prefix+".act.alpha"), p.get(prefix+".act.beta"))
-	return downsample(y, p.get(prefix+".downsample.lowpass.filter"), ratio)
+	y := upsample(x, p.Get(prefix+".upsample.filter"), ratio)
+	y = snakeBeta(y, p.Get(prefix+".act.alpha"), p.Get(prefix+".act.beta"))
+	return downsample(y, p.Get(prefix+".downsample.lowpass.filter"), ratio)
 }
 
 // ampBlock is one AMPBlock1: for each dilation, x += conv2(act(conv1(act(x)))).
@@ -184,10 +176,10 @@ func (p params) ampBlock(prefix string, x *Node, kernel int, dilations []int) *N
 	for j, d := range dilations {
 		r := p.activation1d(fmt.Sprintf("%s.activations.%d", prefix, 2*j), x)
 		c1 := fmt.Sprintf("%s.convs1.%d", prefix, j)
-		r = conv1d(r, p.wnWeight(c1), p.get(c1+".bias"), 1, (kernel*d-d)/2, d)
+		r = conv1d(r, p.wnWeight(c1), p.Get(c1+".bias"), 1, (kernel*d-d)/2, d)
 		r = p.activation1d(fmt.Sprintf("%s.activations.%d", prefix, 2*j+1), r)
 		c2 := fmt.Sprintf("%s.convs2.%d", prefix, j)
-		r = conv1d(r, p.wnWeight(c2), p.get(c2+".bias"), 1, (kernel-1)/2, 1)
+		r = conv1d(r, p.wnWeight(c2), p.Get(c2+".bias"), 1, (kernel-1)/2, 1)
 		x = Add(x, r)
 	}
 	return x
@@ -233,15 +225,15 @@ func denormalize(cfg Config, z *Node) *Node {
 func decodeGraph(cfg Config, p params, z *Node, t taps) *Node {
 	z = denormalize(cfg, z)
 	t.put("latents_denormalized", z)
-	x := conv1d(z, p.get("dec_in_proj.weight"), p.get("dec_in_proj.bias"), 1, 0, 1)
+	x := conv1d(z, p.Get("dec_in_proj.weight"), p.Get("dec_in_proj.bias"), 1, 0, 1)
 	t.put("dec_in_proj", x)
-	x = conv1d(x, p.wnWeight("decoder.conv_pre"), p.get("decoder.conv_pre.bias"), 1, 3, 1)
+	x = conv1d(x, p.wnWeight("decoder.conv_pre"), p.Get("decoder.conv_pre.bias"), 1, 3, 1)
 	t.put("decoder_conv_pre", x)
 	numKernels := len(cfg.ResblockKernelSizes)
 	for i, rate := range cfg.DecoderRates {
 		name := fmt.Sprintf("decoder.ups.%d.0", i)
 		kernel := cfg.DecoderKernelSizes[i]
-		x = convTranspose1d(x, p.wnWeight(name), p.get(name+".bias"), rate, (kernel-rate)/2)
+		x = convTranspose1d(x, p.wnWeight(name), p.Get(name+".bias"), rate, (kernel-rate)/2)
 		t.put(fmt.Sprintf("decoder_up%d", i), x)
 		var sum *Node
 		for j, k := range cfg.ResblockKernelSizes {

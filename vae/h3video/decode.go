@@ -16,16 +16,10 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
-type Frames struct {
-	Start  int // index of the first frame in the whole video
-	Count  int
-	Height int
-	Width  int
-	// Sample is the decoder output [3][Count][Height][Width] in normalized pixel space (the
-	// reference's decode().sample, before de-normalization and clamping). The callback owns it.
-	Sample []float32
-}
+// Frames is a run of consecutive decoded frames, handed to the Decode callback in video order. Its
+// Sample is in normalized pixel space (the reference's decode().sample, before de-normalization and
+// clamping); Pixels de-normalizes it.
+type Frames = modelkit.Frames[imagenetPixels]
 
 // LatentDims checks a latent shape [1, C, T, Hl, Wl] against the config and returns C, T, Hl, Wl.
 func (c Config) LatentDims(shape []int, n int) (ch, t, h, w int, err error) {

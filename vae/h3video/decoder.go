@@ -74,14 +74,9 @@ func Load(backend compute.Backend, dir string, opts Options) (*Decoder, error) {
 // Encoder tensors in the source are ignored. The tensors are copied to the backend, so the source
 // may be closed afterwards.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Decoder, error) {
-	d, err := newDecoder(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("h3video", src, d.set, d.opts.DType, backend, d.build); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
+		return modelkit.BindSource("h3video", src, d.set, d.opts.DType, backend, d.build)
+	})
 }
 
 // newDecoder validates the config and options and declares the parameters (unbound).

@@ -12,12 +12,7 @@ import (
 // weights. The scales are those of the golden-fixture generator, so activations stay in a realistic
 // range: matrices randn/√fan_in, biases 0.05·randn, norm weights and other vectors 1+0.1·randn.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*Decoder, error) {
-	d, err := newDecoder(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.DrawRandom("h3video", d.set, d.opts.DType, d.backend, seed, randweights.FixtureDraw, d.build); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
+		return modelkit.DrawRandom("h3video", d.set, d.opts.DType, d.backend, seed, randweights.FixtureDraw, d.build)
+	})
 }

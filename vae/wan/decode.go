@@ -12,16 +12,9 @@ import (
 	"fastvideo/internal/modelkit"
 )
 
-// Frames is a run of consecutive decoded frames, handed to the Decode callback in video order.
-type Frames struct {
-	Start  int // index of the first frame in the whole video
-	Count  int
-	Height int
-	Width  int
-	// Sample is the decoder output [3][Count][Height][Width] clamped to [-1, 1] (the reference's
-	// AutoencoderKLWan.decode). The callback owns it.
-	Sample []float32
-}
+// Frames is a run of consecutive decoded frames, handed to the Decode callback in video order. Its
+// Sample is clamped to [-1, 1] (the reference's AutoencoderKLWan.decode); Pixels maps it to [0, 1].
+type Frames = modelkit.Frames[signedPixels]
 
 // Decode de-normalizes DiT-space latents [1, z, T, h, w] (z·latents_std + latents_mean, as the
 // pipeline's decoding stage does) and decodes them one latent frame at a time, calling emit with

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
 )
@@ -77,14 +78,9 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	if src == nil {
 		return nil, errors.New("wan: FromSource needs a weight source")
 	}
-	d, err := newDecoder(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
+		return modelkit.BindSource("wan", src, d.set, d.opts.DType, backend, nil)
+	})
 }
 
 // newDecoder validates the config and options and declares the parameters (unbound).
@@ -238,11 +234,7 @@ func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 		ps = d.encParams
 	}
 	e, err := NewExec(d.backend, func(in []*Node) []*Node {
-		p := make(params, len(ps))
-		for i, prm := range ps {
-			p[prm.Name] = in[1+i]
-		}
-		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, first: key.first, p: p}
+		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, first: key.first, p: graphexec.Bind(ps, in[1:])}
 		if !key.first {
 			g.cache = in[1+len(ps):]
 		}

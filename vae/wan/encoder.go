@@ -186,9 +186,9 @@ func patchify(x *Node, p int) *Node {
 // over the previous chunk's last frame and this chunk. The first chunk skips the time conv and only
 // caches its last frame, as the reference does.
 func (g *chunkGraph) downsample(x *Node, prefix string, mode int) *Node {
-	w := g.p.get(prefix + ".resample.1.weight")
+	w := g.p.Get(prefix + ".resample.1.weight")
 	ws := w.Shape()
-	x = convGeneral(x, Reshape(w, ws.Dim(0), ws.Dim(1), 1, ws.Dim(2), ws.Dim(3)), g.p.get(prefix+".resample.1.bias"),
+	x = convGeneral(x, Reshape(w, ws.Dim(0), ws.Dim(1), 1, ws.Dim(2), ws.Dim(3)), g.p.Get(prefix+".resample.1.bias"),
 		[][2]int{{0, 0}, {0, 1}, {0, 1}}, []int{1, 2, 2})
 	if mode != down3D {
 		return x
@@ -201,7 +201,7 @@ func (g *chunkGraph) downsample(x *Node, prefix string, mode int) *Node {
 	}
 	full := Concatenate([]*Node{ConvertDType(g.cache[len(g.next)], x.DType()), x}, 2)
 	g.next = append(g.next, last)
-	return convGeneral(full, g.p.get(prefix+".time_conv.weight"), g.p.get(prefix+".time_conv.bias"),
+	return convGeneral(full, g.p.Get(prefix+".time_conv.weight"), g.p.Get(prefix+".time_conv.bias"),
 		[][2]int{{0, 0}, {0, 0}, {0, 0}}, []int{2, 1, 1})
 }
 
@@ -266,7 +266,7 @@ func (g *chunkGraph) encode(x *Node) *Node {
 	if len(g.next) != cfg.numEncCacheSlots() {
 		panic(fmt.Errorf("wan: internal error: the encoder graph used %d cache slots, the config counts %d", len(g.next), cfg.numEncCacheSlots()))
 	}
-	x = conv3d(x, g.p.get("quant_conv.weight"), g.p.get("quant_conv.bias"))
+	x = conv3d(x, g.p.Get("quant_conv.weight"), g.p.Get("quant_conv.bias"))
 	return ConvertDType(x, dtypes.Float32)
 }
 

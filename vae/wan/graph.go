@@ -10,21 +10,9 @@ import (
 	"github.com/gomlx/gomlx/core/tensors/images"
 
 	"fastvideo/attention"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/nn"
 )
-
-// params resolves released tensor names to graph inputs inside one graph build.
-type params map[string]*Node
-
-func (p params) get(name string) *Node {
-	n, ok := p[name]
-	if !ok {
-		// Binding and graph read the same declaration table, so this is a programming error;
-		// panics are recovered at the API boundary.
-		panic(fmt.Errorf("wan: graph needs %q, which was not declared", name))
-	}
-	return n
-}
 
 // chunkGraph builds the decoder for one latent frame (one temporal chunk).
 //
@@ -44,7 +32,7 @@ type chunkGraph struct {
 	cfg   Config
 	dt    dtypes.DType // weight / activation dtype; norms, softmax and the output are float32
 	first bool
-	p     params
+	p     graphexec.Bound
 	cache []*Node // the caches coming in (nil on the first chunk)
 	next  []*Node // the caches going out, in slot order
 	taps  map[string]*Node
@@ -91,7 +79,7 @@ func (g *chunkGraph) cachedConv(x *Node, name string) *Node {
 	full := Concatenate([]*Node{prefix, x}, 2)
 	t := full.Shape().Dim(2)
 	g.next = append(g.next, Slice(full, AxisRange(), AxisRange(), AxisRange(t-2, t)))
-	return conv3d(full, g.p.get(name+".weight"), g.p.get(name+".bias"))
+	return conv3d(full, g.p.Get(name+".weight"), g.p.Get(name+".bias"))
 }
 
 // rmsNorm is WanRMS_norm over the channel axis 1: x / max(‖x‖₂, 1e-12) · √C · γ, in float32.
@@ -112,14 +100,14 @@ func rmsNorm(x, gamma *Node) *Node {
 
 // normAct is RMS norm then SiLU, computed in float32 and handed on in the compute dtype.
 func (g *chunkGraph) normAct(x *Node, gammaName string) *Node {
-	return ConvertDType(nn.SiLU(rmsNorm(x, g.p.get(gammaName))), g.dt)
+	return ConvertDType(nn.SiLU(rmsNorm(x, g.p.Get(gammaName))), g.dt)
 }
 
 // resBlock is WanResidualBlock: conv2(act(norm2(conv1(act(norm1(x)))))) + shortcut(x).
 func (g *chunkGraph) resBlock(x *Node, prefix string, in, out int) *Node {
 	h := x
 	if in != out {
-		h = conv3d(x, g.p.get(prefix+".conv_shortcut.weight"), g.p.get(prefix+".conv_shortcut.bias"))
+		h = conv3d(x, g.p.Get(prefix+".conv_shortcut.weight"), g.p.Get(prefix+".conv_shortcut.bias"))
 	}
 	y := g.cachedConv(g.normAct(x, prefix+".norm1.gamma"), prefix+".conv1")
 	y = g.cachedConv(g.normAct(y, prefix+".norm2.gamma"), prefix+".conv2")
@@ -130,15 +118,15 @@ func (g *chunkGraph) resBlock(x *Node, prefix string, in, out int) *Node {
 // positions (scale 1/√C) of the RMS-normed input, then a 1×1 projection and the residual.
 func (g *chunkGraph) attentionBlock(x *Node, prefix string) *Node {
 	c, t, h, w := x.Shape().Dim(1), x.Shape().Dim(2), x.Shape().Dim(3), x.Shape().Dim(4)
-	xn := ConvertDType(rmsNorm(x, g.p.get(prefix+".norm.gamma")), g.dt)
+	xn := ConvertDType(rmsNorm(x, g.p.Get(prefix+".norm.gamma")), g.dt)
 	tok := Reshape(TransposeAllAxes(xn, 0, 2, 3, 4, 1), t, h*w, c) // frames are the batch
-	qkv := nn.LinearF32(tok, Reshape(g.p.get(prefix+".to_qkv.weight"), 3*c, c), g.p.get(prefix+".to_qkv.bias"))
+	qkv := nn.LinearF32(tok, Reshape(g.p.Get(prefix+".to_qkv.weight"), 3*c, c), g.p.Get(prefix+".to_qkv.bias"))
 	part := func(i int) *Node {
 		return Reshape(Slice(qkv, AxisRange(), AxisRange(), AxisRange(i*c, (i+1)*c)), t, h*w, 1, c)
 	}
 	// The exact path: the fused kernel takes head widths up to 256, these heads are C wide (384, 1024).
 	o := attention.Exact(part(0), part(1), part(2), 1/math.Sqrt(float64(c)))
-	o = nn.LinearF32(Reshape(o, t, h*w, c), Reshape(g.p.get(prefix+".proj.weight"), c, c), g.p.get(prefix+".proj.bias"))
+	o = nn.LinearF32(Reshape(o, t, h*w, c), Reshape(g.p.Get(prefix+".proj.weight"), c, c), g.p.Get(prefix+".proj.bias"))
 	o = TransposeAllAxes(Reshape(o, 1, t, h, w, c), 0, 4, 1, 2, 3)
 	return Add(x, ConvertDType(o, x.DType()))
 }
@@ -173,9 +161,9 @@ func (g *chunkGraph) resample(x *Node, prefix string, mode int) *Node {
 		x = g.timeConv(x, prefix+".time_conv")
 	}
 	x = upsample2x(x)
-	w := g.p.get(prefix + ".resample.1.weight") // Conv2d [Cout, Cin, 3, 3] as a depth-1 Conv3d
+	w := g.p.Get(prefix + ".resample.1.weight") // Conv2d [Cout, Cin, 3, 3] as a depth-1 Conv3d
 	ws := w.Shape()
-	return conv3d(x, Reshape(w, ws.Dim(0), ws.Dim(1), 1, ws.Dim(2), ws.Dim(3)), g.p.get(prefix+".resample.1.bias"))
+	return conv3d(x, Reshape(w, ws.Dim(0), ws.Dim(1), 1, ws.Dim(2), ws.Dim(3)), g.p.Get(prefix+".resample.1.bias"))
 }
 
 // dupUp3D is Wan2.2's parameter-free shortcut: each input channel repeated, the repeats laid out
@@ -212,7 +200,7 @@ func unpatchify(x *Node, p int) *Node {
 // the clamped pixels [1, 3, frames, H, W] in float32.
 func (g *chunkGraph) decode(z *Node) *Node {
 	cfg := g.cfg
-	x := conv3d(ConvertDType(z, g.dt), g.p.get("post_quant_conv.weight"), g.p.get("post_quant_conv.bias"))
+	x := conv3d(ConvertDType(z, g.dt), g.p.Get("post_quant_conv.weight"), g.p.Get("post_quant_conv.bias"))
 	g.tap("post_quant_conv", x)
 	x = g.cachedConv(x, "decoder.conv_in")
 	dims := cfg.dims()

@@ -15,14 +15,9 @@ import (
 // are the golden-fixture generator's, which keep activations in a realistic range: convolution
 // weights randn/√fan_in, biases 0.05·randn, norm gains 1+0.1·randn.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*Decoder, error) {
-	d, err := newDecoder(backend, cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := modelkit.DrawRandom("wan", d.set, d.opts.DType, d.backend, seed, randomDraw, nil); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
+		return modelkit.DrawRandom("wan", d.set, d.opts.DType, d.backend, seed, randomDraw, nil)
+	})
 }
 
 // randomDraw is the fixture generator's draw: the norm gains (".gamma", stored [C, 1, 1(, 1)] and so

@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
+
+	"fastvideo/internal/testutil/fifotest"
 )
 
 // A FIFO in place of an entry is a miss at once, and stays: it is not the cache's to remove.
@@ -19,18 +20,9 @@ func TestFIFOEntryIsAMiss(t *testing.T) {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(c.Path(key), 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	done := make(chan bool, 1)
-	go func() { _, _, ok := c.Get(key); done <- ok }()
-	select {
-	case ok := <-done:
-		if ok {
-			t.Fatal("a FIFO was a hit")
-		}
-	case <-time.After(time.Second):
-		t.Fatal("Get blocked on a FIFO entry")
+	fifotest.Make(t, c.Path(key))
+	if fifotest.Within(t, time.Second, func() bool { _, _, ok := c.Get(key); return ok }) {
+		t.Fatal("a FIFO was a hit")
 	}
 	if st, err := os.Lstat(c.Path(key)); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
 		t.Fatalf("the FIFO was removed or replaced: %v", err)

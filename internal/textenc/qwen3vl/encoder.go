@@ -125,15 +125,12 @@ func New(backend compute.Backend, cfg Config, src weights.Source, opts Options) 
 // Open opens a Qwen3-VL folder (config.json plus a single safetensors file or a
 // sharded checkpoint with its index JSON) and returns an encoder that owns it.
 func Open(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	e, closeSrc, err := modelkit.OpenFolder(dir, "qwen3vl", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+	return modelkit.OpenFolder(dir, "qwen3vl", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
 		return New(backend, cfg, src, opts)
+	}, func(e *Encoder, closeSrc func() error) {
+		wClose := e.closer
+		e.closer = func() error { return errors.Join(wClose(), closeSrc()) }
 	})
-	if err != nil {
-		return nil, err
-	}
-	wClose := e.closer
-	e.closer = func() error { return errors.Join(wClose(), closeSrc()) }
-	return e, nil
 }
 
 // Config returns the decoder geometry.

@@ -70,14 +70,9 @@ var ignoredPrefixes = []string{"decoder.", "lm_head."}
 // file, or shards with their *.safetensors.index.json) and returns an encoder
 // that owns it.
 func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
-	e, closeSrc, err := modelkit.OpenFolder(dir, "umt5", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
+	return modelkit.OpenFolder(dir, "umt5", LoadConfig, func(cfg Config, src weights.Source) (*Encoder, error) {
 		return FromSource(backend, cfg, src, opts)
-	})
-	if err != nil {
-		return nil, err
-	}
-	e.closer = closeSrc
-	return e, nil
+	}, func(e *Encoder, closeSrc func() error) { e.closer = closeSrc })
 }
 
 // FromSource builds an encoder over the HF-named tensors of src (a checkpoint, a

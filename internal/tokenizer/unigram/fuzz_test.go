@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"fastvideo/internal/testutil/fifotest"
 )
 
 // fuzzTokenizers are the T5 pipeline read from tokenizer.json and a SentencePiece model with
@@ -90,18 +91,10 @@ func TestDuplicateKeysAreRefused(t *testing.T) {
 func TestFIFOTokenizerJSONIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tokenizer.json")
-	if err := syscall.Mkfifo(p, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := Load(dir, Options{}); done <- err }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a regular file") {
-			t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, p)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Load blocked on a FIFO")
+	fifotest.Make(t, p)
+	err := fifotest.Within(t, 2*time.Second, func() error { _, err := Load(dir, Options{}); return err })
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, p)
 	}
 }
 

@@ -105,18 +105,18 @@ func Load(path string, opts Options) (*Tokenizer, error) {
 
 // FromTokenizerJSON reads an HF tokenizer.json whose model is Unigram.
 func FromTokenizerJSON(data []byte, opts Options) (*Tokenizer, error) {
-	t, err := fromHFJSON(data, opts)
-	if err != nil {
-		return nil, fmt.Errorf("unigram: %w", err)
-	}
-	t.fingerprint = fingerprint(t.kind, data, opts)
-	return t, nil
+	return fromFormat(fromHFJSON, data, opts)
 }
 
 // FromSentencePiece reads a serialized SentencePiece ModelProto (spiece.model)
 // of a Unigram model.
 func FromSentencePiece(data []byte, opts Options) (*Tokenizer, error) {
-	t, err := fromSentencePiece(data, opts)
+	return fromFormat(fromSentencePiece, data, opts)
+}
+
+// fromFormat parses data with parse (one of the file formats) and fingerprints the tokenizer.
+func fromFormat(parse func([]byte, Options) (*Tokenizer, error), data []byte, opts Options) (*Tokenizer, error) {
+	t, err := parse(data, opts)
 	if err != nil {
 		return nil, fmt.Errorf("unigram: %w", err)
 	}
