@@ -212,15 +212,7 @@ func (g *VideoGenerator) String() string {
 // Options may set the weight dtype (WithDType) used for WeightsBytes; the default is the
 // checkpoint's own precision.
 func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
-	o, err := applyOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	m, err := lookup(model, o.families())
-	if err != nil {
-		return nil, err
-	}
-	r, err := m.Resolve(req, false)
+	o, r, err := resolveWith(model, req, false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -230,21 +222,25 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 // Validate checks a generation request against a model without loading anything heavy; unlike
 // Plan it also requires a prompt, and it checks the output path.
 func Validate(model string, req Request, opts ...Option) error {
-	o, err := applyOptions(opts)
-	if err != nil {
+	_, r, err := resolveWith(model, req, true, opts)
+	if err != nil || req.SkipSave {
 		return err
-	}
-	m, err := lookup(model, o.families())
-	if err != nil {
-		return err
-	}
-	r, err := m.Resolve(req, true)
-	if err != nil {
-		return err
-	}
-	if req.SkipSave {
-		return nil
 	}
 	_, err = outputTarget(req.OutputPath, r.Common().Prompt)
 	return err
+}
+
+// resolveWith applies opts, looks the model up and resolves req against it (needPrompt: Validate's
+// rule, the prompt is required).
+func resolveWith(model string, req Request, needPrompt bool, opts []Option) (Options, family.Resolution, error) {
+	o, err := applyOptions(opts)
+	if err != nil {
+		return o, nil, err
+	}
+	m, err := lookup(model, o.families())
+	if err != nil {
+		return o, nil, err
+	}
+	r, err := m.Resolve(req, needPrompt)
+	return o, r, err
 }
