@@ -135,18 +135,6 @@ func (s Snapshot) Weights(dir, kind string) (WeightOpener, string, error) {
 	return open, kind + ":" + id, nil
 }
 
-// LoadFrom opens the checkpoint in the component folder dir, builds a component from it with a
-// config the caller already read, and closes the checkpoint (the component holds its own copy).
-func LoadFrom[T any](s Snapshot, dir string, build func(weights.Source) (T, error)) (T, error) {
-	var zero T
-	ck, err := safetensors.OpenCheckpoint(s.Path(dir))
-	if err != nil {
-		return zero, err
-	}
-	c, err := build(ck)
-	return c, errors.Join(err, ck.Close())
-}
-
 // InMemory is the weight opener of an in-memory source, which needs no closing.
 func InMemory(src weights.Source) WeightOpener {
 	return func() (weights.Source, func() error, error) { return src, func() error { return nil }, nil }

@@ -9,6 +9,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
 	"fastvideo/internal/textenc/qwen3vl"
@@ -159,13 +160,13 @@ func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, er
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
-	return family.LoadFrom(f.Snapshot, family.DirVAE, func(src weights.Source) (*h3video.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "h3video", func(src weights.Source) (*h3video.Decoder, error) {
 		return h3video.FromSource(e.Backend, f.spec.VAE, src, h3video.Options{DType: e.DType, Attention: e.Attention})
 	})
 }
 
 func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
-	return family.LoadFrom(f.Snapshot, dirAudioVAE, func(src weights.Source) (*h3audio.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(dirAudioVAE), "h3audio", func(src weights.Source) (*h3audio.Decoder, error) {
 		return h3audio.FromSource(e.Backend, f.spec.AudioVAE, src, h3audio.Options{})
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
 	"fastvideo/internal/textenc/umt5"
@@ -154,7 +155,7 @@ func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
-	return family.LoadFrom(f.Snapshot, family.DirVAE, func(src weights.Source) (*wanvae.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
 		return wanvae.FromSource(e.Backend, f.spec.VAE, src, wanvae.Options{DType: e.DType})
 	})
 }

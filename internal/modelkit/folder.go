@@ -11,13 +11,25 @@ import (
 // build, which must copy what it keeps (weights.Bind does): the checkpoint closes when build returns.
 // what prefixes an open failure ("wan", "h3audio", …), as build's own errors are prefixed.
 func LoadFolder[C, T any](dir, what string, readConfig func(string) (C, error), build func(C, weights.Source) (T, error)) (T, error) {
-	cfg, ckpt, err := openFolder(dir, what, readConfig)
+	cfg, err := readConfig(dir)
 	if err != nil {
 		var zero T
 		return zero, err
 	}
+	return LoadCheckpoint(dir, what, func(src weights.Source) (T, error) { return build(cfg, src) })
+}
+
+// LoadCheckpoint opens the checkpoint in dir, builds a model on it with a config the caller already
+// read (a model folder's configs are read once, when the folder is opened) and closes it: the
+// model holds its own copy of the weights.
+func LoadCheckpoint[T any](dir, what string, build func(weights.Source) (T, error)) (T, error) {
+	ckpt, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: opening the weights: %w", what, err)
+	}
 	defer ckpt.Close()
-	return build(cfg, ckpt)
+	return build(ckpt)
 }
 
 // OpenFolder is LoadFolder for a model that keeps reading its checkpoint (a text encoder streaming
