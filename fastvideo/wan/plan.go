@@ -43,7 +43,7 @@ type ladder struct {
 	timesteps, sigmas []float32
 }
 
-func (r *resolved) ladder() (*ladder, error) {
+func (r *resolved) newLadder() (*ladder, error) {
 	l := &ladder{}
 	switch r.Sampler {
 	case SamplerUniPC:
@@ -83,10 +83,7 @@ func (r *resolved) ladder() (*ladder, error) {
 // Plan computes the plan of a resolved request.
 func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	s, g := r.spec, r.Geometry
-	l, err := r.ladder()
-	if err != nil {
-		return nil, err
-	}
+	l := r.steps
 	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, l.sigmas, l.timesteps)
 	if r.CFG {
 		p.CFG, p.ForwardsPerStep = true, 2

@@ -29,6 +29,9 @@ type resolved struct {
 	FlowShift          float64
 	// Geometry is the latent and token grid of the clip.
 	Geometry geometry.Geometry
+	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
+	// UniPC solver is stateful, and every run resolves its request afresh).
+	steps *ladder
 }
 
 func (r *resolved) Common() *family.Resolved { return &r.Resolved }
@@ -147,7 +150,7 @@ func (r *resolved) resolveSampler(req family.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.ladder(); err != nil {
+	if r.steps, err = r.newLadder(); err != nil {
 		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
 	return nil

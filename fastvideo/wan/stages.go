@@ -81,10 +81,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l, err := p.r.ladder()
-	if err != nil {
-		return err
-	}
+	l := p.r.steps
 	// Initial noise: injected, or the start of the seed's video stream, which the DMD re-noise
 	// draws continue (FastVideo draws both from one generator).
 	noise := family.NewGaussianStream(p.r.Seed, family.VideoNoise)
