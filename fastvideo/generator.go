@@ -105,7 +105,7 @@ func openEngine(o Options) (*family.Engine, error) {
 	}
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: family.OrPreset(o.Memory, OneResident), PromptCacheDir: o.PromptCacheDir,
-		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch}
+		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights}
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32

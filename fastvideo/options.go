@@ -36,6 +36,9 @@ type Options struct {
 	// QuantDispatch chooses the kernel of quantized linears; the zero value means
 	// $FASTVIDEO_DQ_GEMM, else by row count.
 	QuantDispatch quant.Dispatch
+	// RandomWeights, when set, draws every model's weights from this seed instead of reading
+	// checkpoints (see WithRandomWeights).
+	RandomWeights *int64
 }
 
 // Option edits Options.
@@ -158,6 +161,15 @@ func WithQuantDispatch(d quant.Dispatch) Option {
 		o.QuantDispatch = d
 		return nil
 	}
+}
+
+// WithRandomWeights runs models with weights drawn from seed instead of their checkpoints: a
+// built-in model ("fasth3", "fastwan2.1-t2v-1.3b", ...) runs at release size without its download,
+// and a snapshot folder at the geometry of its configs without its weight files. Large weights are
+// drawn on the device. The output is noise, but every stage runs as in a real generation, so its
+// timings and memory are real: for benchmarks and for tests on small configs.
+func WithRandomWeights(seed int64) Option {
+	return func(o *Options) error { o.RandomWeights = &seed; return nil }
 }
 
 // WithFamily adds a model family, looked up before the built-in ones (a third-party family, or a

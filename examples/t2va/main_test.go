@@ -105,3 +105,16 @@ func TestGenerateFastSpatial(t *testing.T) {
 		t.Fatalf("probe %+v, plan %+v", v, plan)
 	}
 }
+
+// TestGenerateRandomWeights is -random-weights on the CPU: tiny-h3's geometry with weights drawn
+// from the seed runs every stage into an MP4 with audio (on the GPU machine, the same flag runs
+// fasth3 at release size).
+func TestGenerateRandomWeights(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "clip.mp4")
+	var res clitest.Generated
+	clitest.RunJSON(t, run, &res, "-prompt", "a red fox", "-out", out, "-json", "-random-weights", "-weights-seed", "5", "-steps", "1")
+	info := clitest.Probe(t, out)
+	if v, a := info.Video, info.Audio; v == nil || a == nil || v.Frames != 22 || res.NumFrames != 22 || a.Channels != 2 {
+		t.Fatalf("probe %+v %+v, result %+v", info.Video, info.Audio, res)
+	}
+}

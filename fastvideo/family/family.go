@@ -153,6 +153,11 @@ type Engine struct {
 	// Attention and QuantDispatch are the kernel choices every model is built with.
 	Attention     attention.Options
 	QuantDispatch quant.Dispatch
+	// RandomWeights, when set, replaces every checkpoint by weights drawn from this seed (on the
+	// device where the model is large): a built-in model runs at release size without its
+	// download, a folder at the geometry of its configs without its weight files. The output is
+	// noise; the work and its timings are real.
+	RandomWeights *int64
 }
 
 // Resident reports whether components stay loaded between runs.

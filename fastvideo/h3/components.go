@@ -25,6 +25,7 @@ type source interface {
 	family.Source
 	loadTokenizer() (*tokenizer.Tokenizer, error)
 	textWeights() (family.WeightOpener, string, error)
+	newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error)
 	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
 	loadVideoVAE(e *family.Engine) (*h3video.Decoder, error)
 	loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error)
@@ -52,6 +53,9 @@ func (c *components) Close() error {
 // and every weight checkpoint's headers and the tokenizer are checked; nothing heavy is loaded.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
+	if e.RandomWeights != nil {
+		return c, c.openRandom(*e.RandomWeights)
+	}
 	if s.Dir == "" {
 		if s.Name != TinyName {
 			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
@@ -62,16 +66,8 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return c, nil
 	}
 	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
-	var err error
-	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(family.DirTextEncoder)); err != nil {
-		return nil, fmt.Errorf("fastvideo: %w (the snapshot's text_encoder/ holds the Qwen3-VL config.json and weights)", err)
-	}
-	if _, err := textOptions(c.textCfg, dtypes.Float32).ResolveHiddenState(c.textCfg); err != nil {
-		return nil, fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(family.DirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
-	}
-	if c.textCfg.HiddenSize != s.DiT.TextDim {
-		return nil, fmt.Errorf("fastvideo: the text encoder's hidden_size %d (%s) differs from the transformer's text_dim %d",
-			c.textCfg.HiddenSize, f.Path(family.DirTextEncoder, "config.json"), s.DiT.TextDim)
+	if err := c.readTextConfig(f); err != nil {
+		return nil, err
 	}
 	if err := f.Check(); err != nil {
 		return nil, err
@@ -84,6 +80,40 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	}
 	c.Src = f
 	return c, nil
+}
+
+// readTextConfig reads the folder's text encoder config and checks it against the DiT.
+func (c *components) readTextConfig(f *folder) error {
+	var err error
+	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(family.DirTextEncoder)); err != nil {
+		return fmt.Errorf("fastvideo: %w (the snapshot's text_encoder/ holds the Qwen3-VL config.json and weights)", err)
+	}
+	if _, err := textOptions(c.textCfg, dtypes.Float32).ResolveHiddenState(c.textCfg); err != nil {
+		return fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(family.DirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
+	}
+	if c.textCfg.HiddenSize != c.spec.DiT.TextDim {
+		return fmt.Errorf("fastvideo: the text encoder's hidden_size %d (%s) differs from the transformer's text_dim %d",
+			c.textCfg.HiddenSize, f.Path(family.DirTextEncoder, "config.json"), c.spec.DiT.TextDim)
+	}
+	return nil
+}
+
+// openRandom sources every component from random weights (Engine.RandomWeights): a built-in
+// model at its geometry (the release's, or tiny-h3's: then drawn from the seed rather than its
+// fixed weights) with its text stack, a folder at its configs' geometry without reading its
+// weight files.
+func (c *components) openRandom(seed int64) error {
+	c.textCfg = qwen3vl.Q32B()
+	if c.spec.Name == TinyName {
+		c.textCfg = tinyTextEncoder()
+	}
+	if c.spec.Dir != "" {
+		if err := c.readTextConfig(&folder{Snapshot: family.Snapshot{Dir: c.spec.Dir}, spec: c.spec}); err != nil {
+			return err
+		}
+	}
+	c.Src = newRandomSource(c.spec, c.textCfg, seed)
+	return nil
 }
 
 // conditioner builds the tokenizer -> Qwen3-VL -> prompt cache chain.
@@ -102,7 +132,7 @@ func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error
 	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer}, family.TextEncoder{
 		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
-			enc, err := qwen3vl.New(c.Engine.Backend, cfg, src, opts)
+			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, opts)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -153,6 +183,10 @@ func (f *folder) loadTokenizer() (*tokenizer.Tokenizer, error) {
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
 	return f.Weights(family.DirTextEncoder, "qwen3vl")
+}
+
+func (f *folder) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
+	return qwen3vl.New(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {

@@ -142,6 +142,10 @@ func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 	return family.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
+func (c *tinySource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
+	return qwen3vl.New(e.Backend, cfg, src, opts)
+}
+
 func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
 	if err := c.sources(); err != nil {
 		return nil, err

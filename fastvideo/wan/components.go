@@ -23,6 +23,7 @@ type source interface {
 	family.Source
 	loadTokenizer() (*unigram.Tokenizer, error)
 	textWeights() (family.WeightOpener, string, error)
+	newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error)
 	loadDiT(e *family.Engine) (*wandit.Model, error)
 	loadVAE(e *family.Engine) (*wanvae.Decoder, error)
 }
@@ -47,6 +48,10 @@ func (c *components) Close() error {
 // checkpoint's headers open and the tokenizer file exists.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
+	if e.RandomWeights != nil {
+		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}
+		return c, nil
+	}
 	if s.Dir == "" {
 		if s.Name != TinyName {
 			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
@@ -91,7 +96,7 @@ func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error
 	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer, textLen}, family.TextEncoder{
 		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
-			enc, err := umt5.FromSource(c.Engine.Backend, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Resident(), TextLen: textLen})
+			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Resident(), TextLen: textLen})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -148,6 +153,10 @@ func (f *folder) loadTokenizer() (*unigram.Tokenizer, error) {
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
 	return f.Weights(family.DirTextEncoder, "umt5")
+}
+
+func (f *folder) newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
+	return umt5.FromSource(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {

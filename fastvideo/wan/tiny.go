@@ -221,6 +221,10 @@ func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 	return family.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
+func (c *tinySource) newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
+	return umt5.FromSource(e.Backend, cfg, src, opts)
+}
+
 func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
 	if err := c.sources(); err != nil {
 		return nil, err

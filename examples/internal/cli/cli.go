@@ -56,7 +56,8 @@ type flags struct {
 	height, width, frames, fps, steps  *int
 	seed                               *int64
 	out, backend, dtype, cache, memory *string
-	plan, asJSON                       *bool
+	plan, asJSON, randomWeights        *bool
+	weightsSeed                        *int64
 	applyExtra                         func(*fastvideo.Request, map[string]bool) error
 }
 
@@ -92,6 +93,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(*f.backend), fastvideo.WithDType(fastvideo.DType(*f.dtype)),
 		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory))}
+	if *f.randomWeights {
+		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
+	}
 	if *f.plan {
 		return c.plan(stdout, stderr, *f.model, req, opts, *f.asJSON)
 	}
@@ -119,6 +123,10 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		memory:   fs.String("memory", "", `"one_resident" (default: one heavyweight component loaded at a time) or "all_resident"`),
 		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
 		asJSON:   fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout"),
+		randomWeights: fs.Bool("random-weights", false, "draw the model's weights from -weights-seed instead of reading checkpoints: "+
+			"a built-in model (e.g. fasth3) runs at release size without its download, a folder at the geometry of its configs; "+
+			"the video is noise, the timings are real"),
+		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
 	}
 	if c.Extra != nil {
 		f.applyExtra = c.Extra(fs)

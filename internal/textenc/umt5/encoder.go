@@ -17,6 +17,7 @@ import (
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/nn"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -80,30 +81,65 @@ func Load(backend compute.Backend, dir string, opts Options) (*Encoder, error) {
 // embedding rows are read from it on every Encode. Every tensor the forward pass
 // needs is checked (name, shape, float dtype) before anything is uploaded, and
 // all problems are reported in one *weights.BindError.
-func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (e *Encoder, err error) {
-	if opts.DType, err = modelkit.Prepare("umt5", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
-		return nil, err
-	}
+func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Encoder, error) {
 	if src == nil {
 		return nil, fmt.Errorf("umt5: weight source is nil; pass an opened checkpoint")
+	}
+	opts, err := prepare(backend, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	e := &Encoder{cfg: cfg, backend: backend, src: src, dtype: opts.DType, textLen: opts.TextLen, resident: opts.Resident}
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.build(func(_ int, s *weights.Set) error { return e.bind(s) })
+}
+
+// NewRandom builds a resident encoder with weights drawn from seed instead of read from a
+// checkpoint: the blocks on the device by GoMLX's RNG (the fixture generator's scales), the
+// embedding table, relative biases and final norm on the host. The table has cfg.VocabSize rows:
+// keep it small (the ids of the tokenizer in use) for a release-size encoder, whose released
+// 256k-row table would cost gigabytes of host memory for a gather of a few rows.
+func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*Encoder, error) {
+	opts, err := prepare(backend, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	small := map[string][]int{EmbeddingNames[0]: {cfg.VocabSize, cfg.DModel}, "encoder.final_layer_norm.weight": {cfg.DModel}}
+	for i := 0; i < cfg.NumLayers; i++ {
+		if i == 0 || cfg.PerLayerBias() {
+			small[RelativeBiasName(i)] = []int{cfg.NumBuckets, cfg.NumHeads}
+		}
+	}
+	src := weights.NewSynthetic(seed, small, nil)
+	e := &Encoder{cfg: cfg, backend: backend, src: src, dtype: opts.DType, textLen: opts.TextLen, resident: true}
+	e.embed, _ = src.Tensor(EmbeddingNames[0])
+	return e.build(func(i int, s *weights.Set) error {
+		return randweights.FillRandom(backend, s, e.dtype, seed+int64(i)+1, randweights.FixtureDraw)
+	})
+}
+
+// prepare validates the options against cfg and the backend and fills their defaults.
+func prepare(backend compute.Backend, cfg Config, opts Options) (Options, error) {
+	var err error
+	if opts.DType, err = modelkit.Prepare("umt5", cfg, backend, opts.DType, modelkit.HalfDTypes); err != nil {
+		return opts, err
 	}
 	if opts.TextLen == 0 {
 		opts.TextLen = DefaultTextLen
 	}
 	if opts.TextLen < 0 {
-		return nil, fmt.Errorf("umt5: Options.TextLen = %d must be positive (Wan uses %d)", opts.TextLen, DefaultTextLen)
+		return opts, fmt.Errorf("umt5: Options.TextLen = %d must be positive (Wan uses %d)", opts.TextLen, DefaultTextLen)
 	}
-	e = &Encoder{cfg: cfg, backend: backend, src: src, dtype: opts.DType, textLen: opts.TextLen, resident: opts.Resident}
-	if err := e.check(); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			e.release()
-			e = nil
-		}
-	}()
-	err = graphexec.Catch("umt5", func() error {
+	return opts, nil
+}
+
+// build uploads the relative biases and the final norm, the blocks through bindBlock when
+// resident, and compiles the block and norm graphs.
+func (e *Encoder) build(bindBlock func(i int, s *weights.Set) error) (*Encoder, error) {
+	cfg, backend := e.cfg, e.backend
+	err := graphexec.Catch("umt5", func() error {
 		nRel := 1
 		if cfg.PerLayerBias() {
 			nRel = cfg.NumLayers
@@ -124,7 +160,7 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 		if e.resident {
 			for i := 0; i < cfg.NumLayers; i++ {
 				s := e.blockSet(i)
-				if err := e.bind(s); err != nil {
+				if err := bindBlock(i, s); err != nil {
 					return err
 				}
 				e.blocks = append(e.blocks, s)
@@ -139,12 +175,13 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 		}
 		e.block.WithName("umt5_block")
 		e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.LayerNormEps) })
-		if err != nil {
-			return err
-		}
 		return err
 	})
-	return e, err
+	if err != nil {
+		e.release()
+		return nil, err
+	}
+	return e, nil
 }
 
 func (e *Encoder) blockSet(i int) *weights.Set {

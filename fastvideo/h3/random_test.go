@@ -1,0 +1,69 @@
+package h3_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/h3"
+	"fastvideo/internal/testutil"
+)
+
+// writeConfigsOnly writes tiny-h3's configs as a snapshot folder without a single weight file or
+// tokenizer: what -random-weights needs of a folder.
+func writeConfigsOnly(t *testing.T, dir string) {
+	t.Helper()
+	spec := h3.TinySpec()
+	w := testutil.SnapshotWriter{T: t, Dir: dir}
+	w.Config("transformer/config.json", "", spec.DiT)
+	w.Config("vae/config.json", "", spec.VAE)
+	w.Config("audio_vae/config.json", "", spec.AudioVAE)
+	w.Config("text_encoder/config.json", "", h3.TinyTextEncoder())
+	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`))
+	w.File("audio_scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 3.0}`))
+}
+
+// TestRandomWeightsFolder runs the whole pipeline on a folder that holds configs only, with
+// weights drawn from a seed: the same seed gives the same latents, another seed others, and
+// without random weights the folder is refused for its missing weights.
+func TestRandomWeightsFolder(t *testing.T) {
+	dir := t.TempDir()
+	writeConfigsOnly(t, dir)
+	if _, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go")); err == nil ||
+		!strings.Contains(err.Error(), "transformer") {
+		t.Fatalf("a folder without weights opened without random weights: %v", err)
+	}
+	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 124, NumInferenceSteps: 1,
+		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
+	run := func(seed int64, audio bool) *fastvideo.Result {
+		g, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go"), fastvideo.WithRandomWeights(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		r := req
+		r.ReturnAudio = audio
+		res, err := g.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b, c := run(3, true), run(3, false), run(4, false)
+	if len(a.Latents.Video) == 0 || len(a.Audio) == 0 {
+		t.Fatalf("%d video latents, %d audio samples", len(a.Latents.Video), len(a.Audio))
+	}
+	for _, v := range append(append([]float32(nil), a.Latents.Video...), a.Audio[0]...) {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatal("random weights gave a non-finite value")
+		}
+	}
+	if !testutil.SameBits(a.Latents.Video, b.Latents.Video) || !testutil.SameBits(a.Latents.Audio, b.Latents.Audio) {
+		t.Fatal("the same weights seed gave different outputs")
+	}
+	if testutil.SameBits(a.Latents.Video, c.Latents.Video) {
+		t.Fatal("another weights seed gave the same latents")
+	}
+}

@@ -1,0 +1,64 @@
+package wan
+
+import (
+	"fmt"
+
+	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc/umt5"
+	"fastvideo/internal/tokenizer/unigram"
+	"fastvideo/internal/weights"
+	wanvae "fastvideo/vae/wan"
+)
+
+// randomSource stands in for a checkpoint when the engine asks for random weights: the DiT, the
+// VAE and the UMT5 blocks are built at the spec's geometry (the release's for a built-in model, a
+// folder's configs otherwise) with weights drawn on the device from the seed. No UMT5 vocabulary
+// ships with the SDK, so the prompt goes through tiny-wan's toy tokenizer and the embedding table
+// has the toy vocabulary's rows: the encoder's blocks, its cost, run at full size over the
+// prompt's tokens; only which rows are gathered differs. The output is noise; the work is a real
+// run's.
+type randomSource struct {
+	spec *Spec
+	seed int64
+}
+
+func (r *randomSource) Describe() string {
+	where := "release geometry"
+	if r.spec.Dir != "" {
+		where = "the configs of " + r.spec.Dir
+	}
+	return fmt.Sprintf("%s with random weights (seed %d, %s)", r.spec.Name, r.seed, where)
+}
+
+// Check has nothing to re-validate: no file is read.
+func (r *randomSource) Check() error { return nil }
+
+func (r *randomSource) loadTokenizer() (*unigram.Tokenizer, error) {
+	return unigram.FromTokenizerJSON(tinyWanTokenizerJSON(), unigram.Options{})
+}
+
+// textWeights opens nothing (newTextEncoder draws them); the identity keys the prompt cache by
+// seed and geometry, so a random model never reads a real one's cached prompts.
+func (r *randomSource) textWeights() (family.WeightOpener, string, error) {
+	return family.InMemory(weights.MapSource{}), fmt.Sprintf("random:seed=%d:%+v", r.seed, r.textConfig()), nil
+}
+
+// textConfig is the spec's UMT5 with the toy vocabulary's row count.
+func (r *randomSource) textConfig() umt5.Config {
+	c := r.spec.TextEncoder
+	c.VocabSize = len(tinyWanVocab())
+	return c
+}
+
+func (r *randomSource) newTextEncoder(e *family.Engine, _ umt5.Config, _ weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
+	return umt5.NewRandom(e.Backend, r.textConfig(), opts, r.seed+2)
+}
+
+func (r *randomSource) loadDiT(e *family.Engine) (*wandit.Model, error) {
+	return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention}, r.seed)
+}
+
+func (r *randomSource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
+	return wanvae.NewRandom(e.Backend, r.spec.VAE, wanvae.Options{DType: e.DType}, r.seed+1)
+}
