@@ -32,6 +32,17 @@ type common struct {
 
 var benches = map[string]func(b compute.Backend, c common) error{}
 
+// specBenches open their backend themselves (through fastvideo.New) from the -backend spec.
+var specBenches = map[string]func(spec string, c common) error{}
+
+// registerSpec adds a benchmark that opens its own backend.
+func registerSpec(name string, fn func(spec string, c common) error) {
+	if _, dup := specBenches[name]; dup {
+		panic("bench: " + name + " registered twice")
+	}
+	specBenches[name] = fn
+}
+
 // register adds a benchmark under name (called from each file's init).
 func register(name string, fn func(b compute.Backend, c common) error) {
 	if _, dup := benches[name]; dup {
@@ -43,6 +54,9 @@ func register(name string, fn func(b compute.Backend, c common) error) {
 func names() string {
 	var n []string
 	for k := range benches {
+		n = append(n, k)
+	}
+	for k := range specBenches {
 		n = append(n, k)
 	}
 	sort.Strings(n)
@@ -58,13 +72,20 @@ func main() {
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
 	flag.Parse()
 	fn := benches[*what]
-	if fn == nil {
+	if fn == nil && specBenches[*what] == nil {
 		fmt.Fprintf(os.Stderr, "bench: -what %q is unknown; registered: %s\n", *what, names())
 		os.Exit(2)
 	}
 	if err := c.readEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if sfn := specBenches[*what]; sfn != nil {
+		if err := sfn(*spec, c); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	b, err := backend.New(*spec)
 	if err != nil {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"fastvideo/fastvideo"
+)
+
+// The whole-clip benchmark times what a user waits for: Generate from prompt to MP4 through the
+// public API, with a model's random weights (release size for a built-in name), in a fresh
+// process. The first call pays compilation and the loads; later calls show the warm wait (with a
+// prompt cache, the repeated prompt skips the text encoder). Each call reports its stages, its
+// component loads and its peak device (nvidia-smi, the XLA pool's high-water mark) and host memory.
+var (
+	clipModel  = flag.String("clip-model", "fasth3", "clip: model name or folder (random weights are drawn for it)")
+	clipPrompt = flag.String("clip-prompt", "A red fox trots through fresh snow at dawn, its breath steaming, as a distant owl calls.", "clip: prompt")
+	clipHeight = flag.Int("clip-height", 0, "clip: height (0: the preset's)")
+	clipWidth  = flag.Int("clip-width", 0, "clip: width (0: the preset's)")
+	clipFrames = flag.Int("clip-frames", 0, "clip: frames (0: the preset's)")
+	clipSteps  = flag.Int("clip-steps", 0, "clip: denoising steps (0: the preset's)")
+	clipMemory = flag.String("clip-memory", "all_resident", `clip: memory policy ("all_resident" keeps every component between calls, "one_resident")`)
+	clipCache  = flag.Bool("clip-prompt-cache", true, "clip: cache encoded prompts, so warm calls skip the text encoder")
+	clipOut    = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
+	clipFast   = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
+	clipFastSp = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
+)
+
+func init() {
+	registerSpec("clip", benchClip)
+}
+
+// clipRecord is one Generate call, printed as a JSON line for BENCHMARKS.md.
+type clipRecord struct {
+	Model      string             `json:"model"`
+	Call       int                `json:"call"`
+	Cold       bool               `json:"cold"`
+	Size       string             `json:"size"`
+	Total      float64            `json:"total_s"`
+	Stages     map[string]float64 `json:"stages_s"`
+	Loads      map[string]float64 `json:"loads_s,omitempty"`
+	Cached     bool               `json:"prompt_cached"`
+	PeakGPUMiB int                `json:"peak_gpu_mib"`
+	PeakHost   float64            `json:"peak_host_gib"`
+	Output     string             `json:"output"`
+}
+
+func benchClip(spec string, c common) error {
+	out, cleanup, err := clipFolders()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	opts := []fastvideo.Option{fastvideo.WithBackend(spec), fastvideo.WithRandomWeights(int64(c.Seed)),
+		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*clipMemory)), fastvideo.WithAttention(c.Attention.Path),
+		fastvideo.WithQuantDispatch(c.Dispatch)}
+	if *clipCache {
+		opts = append(opts, fastvideo.WithPromptCache(filepath.Join(out, "prompt-cache")))
+	}
+	poll := startGPUMemPoller()
+	defer poll.stop()
+	t0 := time.Now()
+	g, err := fastvideo.New(context.Background(), *clipModel, opts...)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	be, dt := g.Backend()
+	fmt.Printf("clip: %s opened in %.2f s on %s (%s)\n", *clipModel, time.Since(t0).Seconds(), be, dt)
+	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
+		NumInferenceSteps: *clipSteps, Fast: *clipFast, FastSpatial: *clipFastSp, OutputPath: out + string(filepath.Separator)}
+	for call := 1; call <= 1+c.Warmup+c.Iters; call++ {
+		poll.resetPeak()
+		res, err := g.Generate(context.Background(), req)
+		if err != nil {
+			return fmt.Errorf("clip call %d: %w", call, err)
+		}
+		peak, _, _ := poll.read()
+		rec := clipRecord{Model: *clipModel, Call: call, Cold: call == 1, Size: fmt.Sprintf("%dx%dx%d", res.Width, res.Height, res.NumFrames),
+			Total: res.Timings.Total.Seconds(), Stages: map[string]float64{}, Loads: map[string]float64{}, Cached: res.PromptCached,
+			PeakGPUMiB: peak, PeakHost: float64(res.PeakHostBytes) / (1 << 30), Output: filepath.Base(res.OutputPath)}
+		for _, st := range res.Timings.Stages {
+			rec.Stages[string(st.Stage)] = st.Elapsed.Seconds()
+		}
+		for _, st := range res.Timings.Loads {
+			rec.Loads[string(st.Stage)] = st.Elapsed.Seconds()
+		}
+		line, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("clip record: %s\n", line)
+	}
+	return nil
+}
+
+// clipFolders is the output folder (the flag's, or a temporary one removed by cleanup).
+func clipFolders() (out string, cleanup func(), err error) {
+	if *clipOut != "" {
+		return *clipOut, func() {}, os.MkdirAll(*clipOut, 0o755)
+	}
+	dir, err := os.MkdirTemp("", "fastvideo-clip-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
