@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -26,44 +27,54 @@ type Draw func(p *weights.Param) (scale, offset float32)
 // stored in the parameter's dtype (dt for compute-dtype parameters); uint32 parameters (packed
 // quantized words) get uniformly random bits, so every code is equally likely. On failure the
 // parameters already drawn stay bound: release the set.
-func FillRandom(backend compute.Backend, set *weights.Set, dt dtypes.DType, seed int64, draw Draw) (err error) {
+func FillRandom(backend compute.Backend, set *weights.Set, dt dtypes.DType, seed int64, draw Draw) error {
+	d := NewDrawer(backend)
+	defer d.Close()
+	return d.Fill(set, dt, seed, draw)
+}
+
+// Drawer is FillRandom with its executables (one per dtype and shape) kept across calls: a model
+// drawn set by set (a text stack layer by layer) repeats a few shapes many times, and compiling
+// them again for every set costs far more than drawing. Safe for concurrent use.
+type Drawer struct {
+	backend compute.Backend
+	mu      sync.Mutex
+	execs   map[string]*Exec
+}
+
+// NewDrawer makes a drawer on backend; Close frees its executables.
+func NewDrawer(backend compute.Backend) *Drawer {
+	return &Drawer{backend: backend, execs: map[string]*Exec{}}
+}
+
+// Close frees the executables.
+func (d *Drawer) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range d.execs {
+		e.Finalize()
+	}
+	d.execs = map[string]*Exec{}
+}
+
+// Fill is FillRandom (see there) with the drawer's executables.
+func (d *Drawer) Fill(set *weights.Set, dt dtypes.DType, seed int64, draw Draw) (err error) {
 	defer graphexec.Recover(&err, "drawing random weights")
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	state, err := RNGStateFromSeed(seed)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = state.FinalizeAll() }()
-	// One executable per (dtype, shape): a model repeats a few shapes many times.
-	execs := map[string]*Exec{}
-	defer func() {
-		for _, e := range execs {
-			e.Finalize()
-		}
-	}()
 	for _, p := range set.Params() {
 		pdt := p.Storage
 		if pdt == dtypes.InvalidDType {
 			pdt = dt
 		}
-		key := fmt.Sprint(pdt, p.Shape)
-		e := execs[key]
-		if e == nil {
-			if pdt == dtypes.Uint32 {
-				shape := shapes.Make(dtypes.Uint32, p.Shape...)
-				e, err = NewExec(backend, func(st, _, _ *Node) (*Node, *Node) {
-					return RandomIntN(st, uint64(1)<<32, shape)
-				})
-			} else {
-				shape := shapes.Make(dtypes.Float32, p.Shape...)
-				e, err = NewExec(backend, func(st, scale, offset *Node) (*Node, *Node) {
-					next, v := RandomNormal(st, shape)
-					return next, ConvertDType(Add(Mul(v, scale), offset), pdt)
-				})
-			}
-			if err != nil {
-				return err
-			}
-			execs[key] = e
+		e, err := d.exec(pdt, p.Shape)
+		if err != nil {
+			return err
 		}
 		scale, offset := draw(p)
 		out, err := e.Call(state, scale, offset)
@@ -74,6 +85,33 @@ func FillRandom(backend compute.Backend, set *weights.Set, dt dtypes.DType, seed
 		state, p.T = out[0], out[1]
 	}
 	return nil
+}
+
+// exec is the generator of one dtype and shape, compiled once.
+func (d *Drawer) exec(pdt dtypes.DType, dims []int) (*Exec, error) {
+	key := fmt.Sprint(pdt, dims)
+	if e := d.execs[key]; e != nil {
+		return e, nil
+	}
+	var e *Exec
+	var err error
+	if pdt == dtypes.Uint32 {
+		shape := shapes.Make(dtypes.Uint32, dims...)
+		e, err = NewExec(d.backend, func(st, _, _ *Node) (*Node, *Node) {
+			return RandomIntN(st, uint64(1)<<32, shape)
+		})
+	} else {
+		shape := shapes.Make(dtypes.Float32, dims...)
+		e, err = NewExec(d.backend, func(st, scale, offset *Node) (*Node, *Node) {
+			next, v := RandomNormal(st, shape)
+			return next, ConvertDType(Add(Mul(v, scale), offset), pdt)
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.execs[key] = e
+	return e, nil
 }
 
 // FanIn is the fan-in of a PyTorch weight [out, in, k...]: the product of every axis but the first.

@@ -28,6 +28,7 @@ type RandomWeights struct {
 	backend  compute.Backend
 	dtype    dtypes.DType
 	seed     int64
+	drawer   *randweights.Drawer
 	resident []*weights.Set
 	norm     *weights.Set
 }
@@ -59,7 +60,7 @@ func NewRandomWeights(backend compute.Backend, cfg Config, opts Options, seed in
 	if err != nil {
 		return nil, err
 	}
-	w = &RandomWeights{cfg: cfg, backend: backend, dtype: opts.DType, seed: seed}
+	w = &RandomWeights{cfg: cfg, backend: backend, dtype: opts.DType, seed: seed, drawer: randweights.NewDrawer(backend)}
 	if !opts.Resident {
 		return w, nil
 	}
@@ -83,7 +84,7 @@ func (w *RandomWeights) drawLayer(i int) (*weights.Set, error) {
 	for k, shape := range LayerTensorShapes(w.cfg) {
 		set.Add(LayerTensorNames[k], shape...)
 	}
-	if err := randweights.FillRandom(w.backend, set, w.dtype, w.seed+int64(i)+1, randweights.FixtureDraw); err != nil {
+	if err := w.drawer.Fill(set, w.dtype, w.seed+int64(i)+1, randweights.FixtureDraw); err != nil {
 		set.Release()
 		return nil, fmt.Errorf("qwen3vl: drawing layer %d: %w", i, err)
 	}
@@ -133,7 +134,7 @@ func (w *RandomWeights) FinalNorm() (*tensors.Tensor, func(), error) {
 	if w.norm == nil {
 		w.norm = weights.NewSet("model.language_model.")
 		w.norm.Add("norm.weight", w.cfg.HiddenSize)
-		if err := randweights.FillRandom(w.backend, w.norm, w.dtype, w.seed, randweights.FixtureDraw); err != nil {
+		if err := w.drawer.Fill(w.norm, w.dtype, w.seed, randweights.FixtureDraw); err != nil {
 			w.norm.Release()
 			w.norm = nil
 			return nil, nil, fmt.Errorf("qwen3vl: drawing the final norm: %w", err)
@@ -152,6 +153,7 @@ func (w *RandomWeights) Close() error {
 		w.norm.Release()
 		w.norm = nil
 	}
+	w.drawer.Close()
 	return nil
 }
 

@@ -115,8 +115,10 @@ func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*
 	src := weights.NewSynthetic(seed, small, nil)
 	e := &Encoder{cfg: cfg, backend: backend, src: src, dtype: opts.DType, textLen: opts.TextLen, resident: true}
 	e.embed, _ = src.Tensor(EmbeddingNames[0])
+	drawer := randweights.NewDrawer(backend)
+	defer drawer.Close()
 	return e.build(func(i int, s *weights.Set) error {
-		return randweights.FillRandom(backend, s, e.dtype, seed+int64(i)+1, randweights.FixtureDraw)
+		return drawer.Fill(s, e.dtype, seed+int64(i)+1, randweights.FixtureDraw)
 	})
 }
 
