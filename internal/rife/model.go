@@ -119,16 +119,22 @@ func (m *Model) Forward(a, b []float32, n, h, w int, t []float32) (out []float32
 	if err := checkPair(len(a), len(b), n, h, w, t); err != nil {
 		return nil, err
 	}
+	return call(m, m.floatExec, a, b, n, h, w, t, graphexec.HostF32)
+}
+
+// call runs e on a batch of pairs and the weights, and reads its one output back with read.
+func call[T float32 | byte, O any](m *Model, e *Exec, a, b []T, n, h, w int, t []float32, read func(*tensors.Tensor) (O, error)) (O, error) {
 	args := []any{
 		tensors.FromFlatDataAndDimensions(a, n, h, w, 3), tensors.FromFlatDataAndDimensions(b, n, h, w, 3),
 		tensors.FromFlatDataAndDimensions(t, n),
 	}
-	res, err := graphexec.Call(m.floatExec, graphexec.ParamArgs(args, m.set.Params()...)...)
+	res, err := graphexec.Call(e, graphexec.ParamArgs(args, m.set.Params()...)...)
 	if err != nil {
-		return nil, err
+		var none O
+		return none, err
 	}
 	defer graphexec.Finalize(res...)
-	return graphexec.HostF32(res[0])
+	return read(res[0])
 }
 
 // Interpolate makes, for each pair i, the frame at fraction t[i] between a's frame i and b's frame
@@ -144,16 +150,7 @@ func (m *Model) Interpolate(a, b []byte, n, h, w int, t []float64) (out []byte, 
 	if err := checkPair(len(a), len(b), n, h, w, ts); err != nil {
 		return nil, err
 	}
-	args := []any{
-		tensors.FromFlatDataAndDimensions(a, n, h, w, 3), tensors.FromFlatDataAndDimensions(b, n, h, w, 3),
-		tensors.FromFlatDataAndDimensions(ts, n),
-	}
-	res, err := graphexec.Call(m.byteExec, graphexec.ParamArgs(args, m.set.Params()...)...)
-	if err != nil {
-		return nil, err
-	}
-	defer graphexec.Finalize(res...)
-	return tensors.CopyFlatData[byte](res[0])
+	return call(m, m.byteExec, a, b, n, h, w, ts, tensors.CopyFlatData[byte])
 }
 
 // checkPair validates the sizes of a batch of frame pairs.
