@@ -34,6 +34,10 @@ type VideoGenerator struct {
 	comps   family.Components
 	engine  *family.Engine
 	filters []FrameFilter
+	// rife opens the temporal fast mode's RIFE weights (WithRIFE, else the model's own; nil: none);
+	// interp is the loaded interpolator while resident.
+	rife   family.WeightOpener
+	interp family.Interpolator
 
 	mu       sync.Mutex
 	closed   bool
@@ -86,10 +90,29 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		return nil, err
 	}
 	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters}
+	if g.rife, err = rifeWeights(o, m); err != nil {
+		comps.Close()
+		e.Backend.Finalize()
+		return nil, err
+	}
 	if w := checkPromptCache(e.PromptCacheDir); w != "" {
 		g.warnings = append(g.warnings, w)
 	}
 	return g, nil
+}
+
+// rifeWeights are the interpolator weights: the folder of WithRIFE, else the model's own (the tiny
+// models'), else none.
+func rifeWeights(o Options, m family.Model) (family.WeightOpener, error) {
+	if o.RIFEDir != "" {
+		return family.RIFEFolder("rife", o.RIFEDir)
+	}
+	if b, ok := m.(family.BuiltinInterpolator); ok {
+		if src := b.InterpolatorWeights(); src != nil {
+			return family.InMemory(src), nil
+		}
+	}
+	return nil, nil
 }
 
 // openEngine starts the backend and fixes the dtype and the memory policy.
@@ -189,7 +212,7 @@ func (g *VideoGenerator) Close() error {
 		return nil
 	}
 	g.closed = true
-	err := g.comps.Close()
+	err := errors.Join(g.comps.Close(), family.Release(&g.interp))
 	g.engine.Backend.Finalize()
 	return err
 }

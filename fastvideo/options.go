@@ -24,6 +24,10 @@ type Options struct {
 	PromptCacheDir string
 	// Filters run on the decoded frames, in order, between decode and mux.
 	Filters []FrameFilter
+	// RIFEDir holds the RIFE 4.25 weights the temporal fast mode (Request.Fast) interpolates with:
+	// mlx-community/RIFE-4.25 (model.safetensors) or Practical-RIFE's flownet saved as
+	// safetensors. Empty: the model's own (the tiny models carry a small random one), else none.
+	RIFEDir string
 	// Families are model families tried before the built-in ones.
 	Families []family.Family
 
@@ -137,6 +141,18 @@ func WithFrameFilter(f FrameFilter) Option {
 			return &RequestError{Field: "frame_filter", Value: nil, Allowed: "a non-nil FrameFilter"}
 		}
 		o.Filters = append(o.Filters, f)
+		return nil
+	}
+}
+
+// WithRIFE sets Options.RIFEDir: the RIFE 4.25 checkpoint (a safetensors file or folder) of the
+// temporal fast mode. New checks its tensor names and shapes.
+func WithRIFE(dir string) Option {
+	return func(o *Options) error {
+		if dir == "" {
+			return &RequestError{Field: "rife", Value: dir, Allowed: "a RIFE 4.25 checkpoint folder or file"}
+		}
+		o.RIFEDir = dir
 		return nil
 	}
 }

@@ -146,9 +146,8 @@ func (p *pipelineRun) validate(context.Context) error {
 		return err
 	}
 	c := r.Common()
-	if req.Fast {
-		return &RequestError{Field: "fast", Value: true, Allowed: "false: the temporal fast mode needs a frame " +
-			"interpolator (RIFE), which this SDK does not ship yet (Plan shows its geometry)"}
+	if err := p.bindInterpolator(c.Filters); err != nil {
+		return err
 	}
 	if !req.SkipSave {
 		if p.target, err = outputTarget(req.OutputPath, c.Prompt); err != nil {
@@ -178,6 +177,32 @@ func (p *pipelineRun) validate(context.Context) error {
 		res.DeviceMemory = "not reported by the XLA backend (GoMLX exposes no device memory statistics)"
 	} else {
 		res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
+	}
+	return nil
+}
+
+// interpolatorUser is a frame filter that needs the generator's interpolator (the temporal fast
+// mode's family.TemporalFilter).
+type interpolatorUser interface {
+	UseInterpolator(load func() (family.Interpolator, error))
+}
+
+// bindInterpolator gives the filters that interpolate the generator's RIFE, loaded when the first
+// frame needs it (timed as the "rife" load, released with the decode stage unless resident).
+func (p *pipelineRun) bindInterpolator(filters []family.FrameFilter) error {
+	g := p.g
+	for _, f := range filters {
+		u, ok := f.(interpolatorUser)
+		if !ok {
+			continue
+		}
+		if g.rife == nil {
+			return &RequestError{Field: "fast", Value: true, Allowed: "false, or RIFE 4.25 weights given to New " +
+				"(fastvideo.WithRIFE(dir), -rife DIR: mlx-community/RIFE-4.25 or Practical-RIFE's flownet as safetensors)"}
+		}
+		u.UseInterpolator(func() (family.Interpolator, error) {
+			return family.Acquire(p.sess, &g.interp, "rife", func() (family.Interpolator, error) { return family.LoadRIFE(g.engine, g.rife) })
+		})
 	}
 	return nil
 }

@@ -5,6 +5,7 @@
 //	go run ./examples/t2va -model /models/FastH3 -prompt "a red fox" -out clip.mp4 -backend xla:cuda
 //	go run ./examples/t2va -plan -json -model fasth3 -height 480 -width 832 -frames 124 -steps 4
 //	go run ./examples/t2va -prompt "a red fox" -out clip.mp4 -height 128 -width 192 -fast-spatial -upsample cubic
+//	go run ./examples/t2va -prompt "a red fox" -out clip.mp4 -frames 39 -fast -fast-spatial   # tiny-h3 carries a random RIFE
 //
 // The default model, tiny-h3, is the H3 architecture at toy width with seeded random weights made in
 // memory: it runs anywhere without a download and its output is noise. Pass a MiniMax H3 or FastH3
@@ -15,11 +16,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 
 	"fastvideo/examples/internal/cli"
-	"fastvideo/fastvideo"
 )
 
 var command = cli.Command{
@@ -37,21 +36,6 @@ var command = cli.Command{
 		FPS:      "frames per second; H3 generates 24 (0: preset)",
 		Steps:    "DiT forwards: 4 for FastH3, 49 for the base model (0: preset)",
 		Seed:     "random seed (default: the preset's, 0)",
-	},
-	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
-		fast := fs.Bool("fast", false, "temporal fast mode (with -plan only: needs a frame interpolator)")
-		spatial := fs.Bool("fast-spatial", false, "spatial fast mode: denoise a smaller canvas, then resize and sharpen the frames")
-		scale := fs.Int("spatial-scale", 0, "with -fast-spatial: how many times smaller each side is denoised (0: 2)")
-		upsample := fs.String("upsample", "", "with -fast-spatial: resize kernel lanczos, cubic, bilinear or nearest (empty: lanczos)")
-		sharpen := fs.Float64("sharpen", 0, "with a fast mode: unsharp strength, 0 for none (default: 0.4 spatial, 0.6 temporal, 0.6 both)")
-		return func(req *fastvideo.Request, set map[string]bool) error {
-			req.Fast, req.FastSpatial = *fast, *spatial
-			req.FastSpatialScale, req.Upsample = *scale, *upsample
-			if set["sharpen"] {
-				req.Sharpen = sharpen
-			}
-			return nil
-		}
 	},
 }
 

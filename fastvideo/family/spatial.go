@@ -196,3 +196,33 @@ func (f *PixelFilter) frame(rgb []byte, w, h int, dst []byte) error {
 
 // Flush has nothing to release: every frame leaves Filter.
 func (f *PixelFilter) Flush(context.Context) (Frames, error) { return Frames{}, nil }
+
+// FastFilters are the fast modes' frame filters in the MLX runtime's order
+// (examples/inference/basic/mlx_wan_prompt_to_video.py, _postprocess_video; the FastH3 runtime
+// crops first): pixel's center-crop, then the temporal filter (nil: none) at the reduced size, then
+// pixel's resize and one unsharp pass of strength sharpen. No step, no filter.
+func FastFilters(pixel PixelSteps, temporal FrameFilter, sharpen float64) ([]FrameFilter, error) {
+	var out []FrameFilter
+	add := func(s PixelSteps) error {
+		if s.CropWidth == 0 && s.Width == 0 && s.Sharpen == 0 {
+			return nil
+		}
+		f, err := NewPixelFilter(s, 0)
+		if err == nil {
+			out = append(out, f)
+		}
+		return err
+	}
+	if temporal != nil {
+		if err := add(PixelSteps{CropWidth: pixel.CropWidth, CropHeight: pixel.CropHeight}); err != nil {
+			return nil, err
+		}
+		pixel.CropWidth, pixel.CropHeight = 0, 0
+		out = append(out, temporal)
+	}
+	pixel.Sharpen = sharpen
+	if err := add(pixel); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

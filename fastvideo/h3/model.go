@@ -11,6 +11,7 @@
 package h3
 
 import (
+	"fastvideo/internal/weights"
 	"fmt"
 	"sort"
 
@@ -55,7 +56,13 @@ type Spec struct {
 	MaxSide int
 
 	presets map[string]family.Preset
+
+	// rife is the tiny model's random RIFE (nil for released models: WithRIFE gives theirs).
+	rife weights.Source
 }
+
+// InterpolatorWeights are the tiny model's RIFE weights (family.BuiltinInterpolator), nil for others.
+func (s *Spec) InterpolatorWeights() weights.Source { return s.rife }
 
 // Info describes the model.
 func (s *Spec) Info() family.ModelInfo { return s.ModelInfo }

@@ -215,29 +215,33 @@ func (r *resolved) geometry(h, w int) (packing.Geometry, error) {
 	return g, nil
 }
 
-// resolveFilters validates the fast modes' pixel knobs and, in the spatial mode, adds the frame
-// filter that turns the decoded canvas into the requested frames: center-crop to the stage-1
-// size, resize to the target, one unsharp pass (fastvideo/mlx_runtime/fast_spatial.py,
-// apply_fast_spatial_upsample). The temporal mode's interpolation and sharpening come with its
-// interpolator.
+// resolveFilters validates the fast modes' pixel knobs and adds the frame filters that turn the
+// decoded frames into the requested ones, in the MLX runtime's order: center-crop the canvas to
+// the stage-1 size, interpolate the source frames to the target count (RIFE at the reduced size),
+// resize to the target size, then one unsharp pass (fastvideo/mlx_runtime/fast_spatial.py,
+// apply_fast_spatial_upsample; examples/inference/basic/mlx_wan_prompt_to_video.py,
+// _postprocess_video).
 func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
 	k, err := family.ResolveFastPixelKnobs(req)
 	if err != nil {
 		return err
 	}
 	r.Filters = nil
+	var pixel family.PixelSteps
 	if fs := r.FastSpatial; fs != nil {
-		steps := family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample, Sharpen: k.Sharpen}
+		pixel = family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
 		if fs.Stage1Width != fs.CanvasWidth || fs.Stage1Height != fs.CanvasHeight {
-			steps.CropWidth, steps.CropHeight = fs.Stage1Width, fs.Stage1Height
+			pixel.CropWidth, pixel.CropHeight = fs.Stage1Width, fs.Stage1Height
 		}
-		f, err := family.NewPixelFilter(steps, 0)
-		if err != nil {
+	}
+	var temporal family.FrameFilter
+	if ft := r.FastTemporal; ft != nil {
+		if temporal, err = family.NewTemporalFilter(family.PositionSources(ft.InterpolationPositions(), ft.SourceFrames), ft.SourceFrames); err != nil {
 			return err
 		}
-		r.Filters = append(r.Filters, f)
 	}
-	return nil
+	r.Filters, err = family.FastFilters(pixel, temporal, k.Sharpen)
+	return err
 }
 
 // checkNoise validates injected initial noise against the denoise geometry.

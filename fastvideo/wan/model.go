@@ -12,6 +12,7 @@
 package wan
 
 import (
+	"fastvideo/internal/weights"
 	"sort"
 	"strings"
 
@@ -73,7 +74,13 @@ type Spec struct {
 	MaxSide, MaxFrames int
 
 	presets map[string]Preset
+
+	// rife is the tiny model's random RIFE (nil for released models: WithRIFE gives theirs).
+	rife weights.Source
 }
+
+// InterpolatorWeights are the tiny model's RIFE weights (family.BuiltinInterpolator), nil for others.
+func (s *Spec) InterpolatorWeights() weights.Source { return s.rife }
 
 // Info describes the model.
 func (s *Spec) Info() family.ModelInfo { return s.ModelInfo }

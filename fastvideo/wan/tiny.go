@@ -86,6 +86,7 @@ func tinySpec() *Spec {
 			Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 4, GuidanceScale: 5, Seed: defaultSeed},
 			Sampler: SamplerUniPC, NegativePrompt: NegativePromptEN},
 	)
+	s.rife, _ = family.TinyRIFE(tinyWanWeightsSeed + 4) // a fixed, valid table: it cannot fail
 	return s
 }
 

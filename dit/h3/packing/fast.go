@@ -2,7 +2,6 @@ package packing
 
 import (
 	"fmt"
-	"math"
 
 	"fastvideo/internal/hostmath"
 )
@@ -99,31 +98,4 @@ func PlanFastSpatial(height, width, scale int) (FastSpatialPlan, error) {
 		TargetHeight: height, TargetWidth: width, Stage1Height: s1h, Stage1Width: s1w,
 		CanvasHeight: ch, CanvasWidth: cw, Scale: scale,
 	}, nil
-}
-
-// FrameSource says how output frame j of a temporal fast plan is made: copy
-// source frame Left when Frac is 0, else interpolate Left and Left+1 at Frac.
-type FrameSource struct {
-	Left int
-	Frac float64
-}
-
-// FrameSources resolves InterpolationPositions the way the MLX runtime does
-// (fractions below 1e-12 copy; the last frame is always copied).
-func (p FastTemporalPlan) FrameSources() []FrameSource {
-	pos := p.InterpolationPositions()
-	out := make([]FrameSource, len(pos))
-	for j, x := range pos {
-		l := int(math.Floor(x))
-		if l >= p.SourceFrames-1 {
-			out[j] = FrameSource{Left: p.SourceFrames - 1}
-			continue
-		}
-		f := x - float64(l)
-		if f <= 1e-12 {
-			f = 0
-		}
-		out[j] = FrameSource{Left: l, Frac: f}
-	}
-	return out
 }

@@ -58,7 +58,39 @@ type flags struct {
 	out, backend, dtype, cache, memory *string
 	plan, asJSON, randomWeights        *bool
 	weightsSeed                        *int64
+	fast                               fastFlags
 	applyExtra                         func(*fastvideo.Request, map[string]bool) error
+}
+
+// fastFlags are the fast modes' flags, mirroring the MLX runtime's --fast, --fast-factor,
+// --fast-spatial, --fast-spatial-scale, --fast-spatial-upsample-mode, --fast-sharpen and
+// --rife-weights-dir.
+type fastFlags struct {
+	fast, spatial     *bool
+	factor, scale     *int
+	upsample, rifeDir *string
+	sharpen           *float64
+}
+
+func defineFast(fs *flag.FlagSet) fastFlags {
+	return fastFlags{
+		fast:     fs.Bool("fast", false, "temporal fast mode: denoise fewer frames, then interpolate them with RIFE 4.25 (needs -rife for released models)"),
+		factor:   fs.Int("fast-factor", 0, "with -fast: how many times fewer frames are denoised (0: 2)"),
+		rifeDir:  fs.String("rife", "", "RIFE 4.25 weights for -fast: mlx-community/RIFE-4.25 (model.safetensors) or Practical-RIFE's flownet as safetensors (the tiny models carry their own)"),
+		spatial:  fs.Bool("fast-spatial", false, "spatial fast mode: denoise a smaller canvas, then resize and sharpen the frames"),
+		scale:    fs.Int("spatial-scale", 0, "with -fast-spatial: how many times smaller each side is denoised (0: 2)"),
+		upsample: fs.String("upsample", "", "with -fast-spatial: resize kernel lanczos, cubic, bilinear or nearest (empty: lanczos)"),
+		sharpen:  fs.Float64("sharpen", 0, "with a fast mode: unsharp strength, 0 for none (default: 0.4 spatial, 0.6 temporal, 0.6 both)"),
+	}
+}
+
+// apply sets the request's fast-mode fields.
+func (f fastFlags) apply(req *fastvideo.Request, set map[string]bool) {
+	req.Fast, req.FastFactor, req.FastSpatial = *f.fast, *f.factor, *f.spatial
+	req.FastSpatialScale, req.Upsample = *f.scale, *f.upsample
+	if set["sharpen"] {
+		req.Sharpen = f.sharpen
+	}
 }
 
 // Run is Main without the process: it returns the exit code (0 success, 2 invalid input, 1 any
@@ -96,6 +128,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	if *f.randomWeights {
 		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
 	}
+	if *f.fast.rifeDir != "" {
+		opts = append(opts, fastvideo.WithRIFE(*f.fast.rifeDir))
+	}
 	if *f.plan {
 		return c.plan(stdout, stderr, *f.model, req, opts, *f.asJSON)
 	}
@@ -127,6 +162,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"a built-in model (e.g. fasth3) runs at release size without its download, a folder at the geometry of its configs; "+
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
+		fast:        defineFast(fs),
 	}
 	if c.Extra != nil {
 		f.applyExtra = c.Extra(fs)
@@ -145,6 +181,7 @@ func (f *flags) request(fs *flag.FlagSet) (fastvideo.Request, error) {
 	if set["seed"] {
 		req.Seed = fastvideo.Ptr(*f.seed)
 	}
+	f.fast.apply(&req, set)
 	if f.applyExtra != nil {
 		if err := f.applyExtra(&req, set); err != nil {
 			return req, err
@@ -216,7 +253,7 @@ var flagNames = map[string]string{
 	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
 	"memory": "-memory", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
-	"upsample": "-upsample", "sharpen": "-sharpen",
+	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife",
 }
 
 // fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1
