@@ -101,11 +101,7 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 				}
 				return tensors.MustCopyFlatData[float32](out)
 			}
-			fused, exact := run(PathFused), run(pathGathered)
-			worst := 0.0
-			for i := range exact {
-				worst = math.Max(worst, math.Abs(float64(fused[i])-float64(exact[i])))
-			}
+			worst := testutil.MaxAbsDiff(run(PathFused), run(pathGathered))
 			t.Logf("E=%d %v: fused vs gathered exact: max abs diff %.3g", e, mode, worst)
 			if worst > 3e-2 {
 				t.Errorf("E=%d %v: fused sparse path differs by %.3g (> 3e-2)", e, mode, worst)
