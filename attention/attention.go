@@ -77,6 +77,10 @@ type Options struct {
 	Scale float64
 	// Path forces an implementation; PathAuto (zero) chooses by backend, dtype and head width.
 	Path Path
+	// Sparse, when set, makes the attention block-sparse (Video Sparse Attention, see Sparse). The fused
+	// path then runs the fused kernel on each query tile's gathered key tiles; the exact path is the
+	// masked dense oracle (small sequences: it materializes [H, L, L]).
+	Sparse *Sparse
 }
 
 // Resolve returns the path Attend will take for inputs of the given dtype and head width on backend, or an
@@ -118,7 +122,8 @@ func fusedAvailable(backend compute.Backend, dtype dtypes.DType, headDim int) (b
 	return true, ""
 }
 
-// Attend computes softmax(scale·q·kᵀ)·v without a mask.
+// Attend computes softmax(scale·q·kᵀ)·v without a mask, or with Options.Sparse the block-sparse
+// attention it describes.
 //
 // q is [B, Lq, H, D]; k and v are [B, Lk, H, D] (Lk may differ from Lq). The result is [B, Lq, H, D] in
 // the dtype of q. Attend panics (graph-building convention) when the forced path cannot run; callers
@@ -130,9 +135,15 @@ func Attend(q, k, v *Node, opts Options) *Node {
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(headDim))
 	}
+	if opts.Sparse != nil && opts.Path == pathGathered {
+		return attendSparse(q, k, v, opts.Sparse, scale, pathGathered)
+	}
 	path, err := Resolve(q.Graph().Backend(), q.DType(), headDim, opts)
 	if err != nil {
 		panic(err)
+	}
+	if opts.Sparse != nil {
+		return attendSparse(q, k, v, opts.Sparse, scale, path)
 	}
 	if path == PathFused {
 		out, _ := gmattn.Core(q, k, v, gmattn.LayoutBSHD, gmattn.CoreOptions{Scale: scale})

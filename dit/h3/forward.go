@@ -211,6 +211,8 @@ type ForwardInputs struct {
 	// AdaLN, when set, supplies the modulation tables (PrepareAdaLN); every timestep must be in its ladder.
 	// Without it the tables are computed from the AdaLN projections (or taken from the checkpoint cache).
 	AdaLN *AdaLNCache
+	// VSA, when set, runs the joint blocks with Video Sparse Attention.
+	VSA *VSA
 }
 
 // ForwardOutputs are the predicted velocities, float32.
@@ -305,6 +307,10 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	if err != nil {
 		return out, err
 	}
+	vsa, err := m.planVSA(&in, lay)
+	if err != nil {
+		return out, err
+	}
 	ada, err := m.stepAdaLN(&in, lay)
 	if err != nil {
 		return out, err
@@ -328,7 +334,7 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	if err != nil {
 		return out, err
 	}
-	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{RowIdx: ada.rowIdx, Cos: cos, Sin: sin}, ada.cache); err != nil {
+	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{RowIdx: ada.rowIdx, Cos: cos, Sin: sin}, ada.cache, vsa); err != nil {
 		return out, err
 	}
 	return m.project(x, &in, lay, ada)
@@ -431,12 +437,13 @@ func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*ten
 }
 
 // runBlocks runs every joint block on x (consumed), with args' row indices and RoPE tables and each
-// block's tables of cache.
-func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) (*tensors.Tensor, error) {
-	ex, blocks := m.execs(), m.p.Blocks
+// block's tables of cache, with VSA when vsa is set.
+func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
+	blocks := m.p.Blocks
 	for b := range blocks {
 		args.X, args.Mod = x, cache.tables[b]
-		res, err := graphexec.Call(ex.block, graphexec.Pack(&args, blocks[b].tensors()...)...)
+		exec, extra := m.blockExec(vsa, b)
+		res, err := graphexec.Call(exec, graphexec.Pack(&args, append(blocks[b].tensors(), extra...)...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err

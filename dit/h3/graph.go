@@ -41,6 +41,8 @@ type blockSpec struct {
 type attnWeights struct {
 	Q, K, V, Out quant.GraphWeight
 	NormQ, NormK *Node
+	// Gate is the VSA compression gate to_gate_compress [inner, D], or nil.
+	Gate *Node
 }
 
 // coreWeights are the graph inputs shared by refiner and joint blocks.
@@ -126,7 +128,15 @@ func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	q := qkNormRope(heads(quant.Linear(h, w.Q, nil, s.Dispatch)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
 	k := qkNormRope(heads(quant.Linear(h, w.K, nil, s.Dispatch)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
 	v := heads(quant.Linear(h, w.V, nil, s.Dispatch))
-	o := attention.Attend(q, k, v, s.Attention)
+	opts := s.Attention
+	if opts.Sparse != nil && w.Gate != nil {
+		// fastvideo/models/dits/minimax_h3.py MiniMaxH3Attention.forward: the gate projects the attention
+		// input, per head.
+		sparse := *opts.Sparse
+		sparse.Gate = heads(nn.Linear(h, w.Gate, nil))
+		opts.Sparse = &sparse
+	}
+	o := attention.Attend(q, k, v, opts)
 	o = Reshape(o, l, s.Heads*s.HeadDim)
 	return s.AllReduce.Apply(quant.Linear(o, w.Out, nil, s.Dispatch))
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
@@ -80,7 +81,9 @@ type Model struct {
 	closeSrc     func() error
 
 	stages *modelkit.Stages[*stageExecs]
-	rope   *modelkit.RopeCache[[]float64]
+	// vsaExecs are the joint-block executables of the VSA geometries met so far.
+	vsaExecs map[vsaKey]*graph.Exec
+	rope     *modelkit.RopeCache[[]float64]
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -220,6 +223,7 @@ func (m *Model) Close() error {
 		m.ckCache.Close()
 		m.ckCache = nil
 	}
+	m.closeVSA()
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err

@@ -2,6 +2,7 @@ package h3
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -51,6 +52,8 @@ func (c *coreParams) tensors() []*tensors.Tensor {
 type blockParams struct {
 	coreParams
 	AdaLN linearParams // nil W when the checkpoint carries an AdaLN cache instead
+	// Gate is FastH3's VSA gate to_gate_compress [inner, D]; unbound when the checkpoint has none.
+	Gate *weights.Param
 }
 
 // cores lists the core weights of every refiner block, then of every joint block: the linears that
@@ -231,9 +234,14 @@ func (dl *declarer) block(i int, adaLN bool) (blockParams, error) {
 	} else {
 		dl.s.Ignore(name + ".adaln_proj.")
 	}
-	// FastH3 students carry VSA gate matrices (quantized, with .scales/.biases, in a checkpoint
-	// converted with -include-vsa); the dense-attention forward does not use them.
-	dl.s.Ignore(name + ".attn.to_gate_compress.")
+	// FastH3 students carry VSA gate matrices, used by the VSA forward's compression branch. A checkpoint
+	// converted with -include-vsa stores them quantized (.scales/.biases), which the VSA forward does not
+	// read yet: those are ignored and the branch is off.
+	if dl.schemes != nil && dl.schemes(name+"."+gateSuffix) != nil {
+		dl.s.Ignore(name + ".attn.to_gate_compress.")
+	} else {
+		bp.Gate = dl.s.AddOptional(name+"."+gateSuffix, dl.cfg.InnerDim(), dl.cfg.HiddenSize)
+	}
 	return bp, nil
 }
 
@@ -312,5 +320,7 @@ func Params(cfg Config) (weights.Shapes, error) {
 	if err != nil {
 		return nil, err
 	}
-	return weights.ShapesOf(p.set.Params()), nil
+	// The optional VSA gates belong to FastH3 students, not to the released model.
+	released := slices.DeleteFunc(p.set.Params(), func(q *weights.Param) bool { return q.Optional })
+	return weights.ShapesOf(released), nil
 }

@@ -55,6 +55,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 	if s.VSAGates, err = hasGateWeights(filepath.Join(dir, family.DirTransformer)); err != nil {
 		return nil, err
 	}
+	s.VSASparsity, s.VSATileSize = 0.9, 64 // as the FastH3 students were trained (FastVideo PR #1776)
 	if err := s.readContract(dir); err != nil {
 		return nil, err
 	}
@@ -198,6 +199,9 @@ type inferenceContract struct {
 	DMDDenoisingSteps   []int    `json:"dmd_denoising_steps"`
 	TransformerForwards int      `json:"transformer_forwards"`
 	NumInferenceSteps   int      `json:"num_inference_steps"`
+	// VSA defaults, in FastVideo's request-knob names (an assumption: no released contract sets them yet).
+	VSASparsity *float64 `json:"vsa_sparsity"`
+	VSATileSize int      `json:"vsa_tile_size"`
 }
 
 // maxContractRungs bounds the rungs a contract may declare (a distilled student trains a few).
@@ -212,6 +216,9 @@ func (s *Spec) readContract(dir string) error {
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
+			return err
+		}
+		if err := s.applyContractVSA(&c, filepath.Join(dir, rel)); err != nil {
 			return err
 		}
 		if c.VideoShift == nil && c.AudioShift == nil {
@@ -242,6 +249,23 @@ func (c *inferenceContract) check(path string) error {
 		if _, err := schedule.NewH3LadderFromDMDSteps(shift, c.DMDDenoisingSteps); err != nil {
 			return fmt.Errorf("fastvideo: %s: %w", path, err)
 		}
+	}
+	return nil
+}
+
+// applyContractVSA takes the contract's VSA defaults, when it declares them.
+func (s *Spec) applyContractVSA(c *inferenceContract, path string) error {
+	if c.VSASparsity != nil {
+		if *c.VSASparsity < 0 || *c.VSASparsity >= 1 {
+			return fmt.Errorf("fastvideo: %s: vsa_sparsity %g is outside [0, 1)", path, *c.VSASparsity)
+		}
+		s.VSASparsity = *c.VSASparsity
+	}
+	if c.VSATileSize != 0 {
+		if c.VSATileSize != 64 && c.VSATileSize != 256 {
+			return fmt.Errorf("fastvideo: %s: vsa_tile_size %d is not 64 or 256", path, c.VSATileSize)
+		}
+		s.VSATileSize = c.VSATileSize
 	}
 	return nil
 }

@@ -42,6 +42,10 @@ type Spec struct {
 	// VSAGates is set for FastH3 students, whose transformer carries the trained
 	// attn.to_gate_compress matrices (an extra GEMM per block).
 	VSAGates bool
+	// VSASparsity and VSATileSize are the VSA defaults of a FastH3 checkpoint: as trained (0.9, 64),
+	// or its fastvideo_inference.json's vsa_sparsity / vsa_tile_size.
+	VSASparsity float64
+	VSATileSize int
 	// AdaLN is the converted checkpoint's fixed AdaLN cache manifest (nil: computed per run).
 	AdaLN *h3dit.AdaLNManifest
 	// WeightsDType is the DiT checkpoint precision: BF16 (the release: BF16 with the five boundary
@@ -126,6 +130,7 @@ var builtins = map[string]func() *Spec{
 	"fasth3": func() *Spec {
 		s := released()
 		s.Name, s.Variant, s.VSAGates = "fasth3", "fasth3", true
+		s.VSASparsity, s.VSATileSize = 0.9, 64
 		s.Description = "FastH3 (FastVideo/FastVideo-Minimax-FastH3-Preview): 4-step DMD student of MiniMax H3 with VSA gates"
 		s.setPresets("fasth3_t2va", fastH3Presets)
 		return s

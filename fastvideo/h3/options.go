@@ -9,7 +9,27 @@ type Options struct {
 	// stereo latent layout [2][C][N] (PlanDetails.AudioNoiseLen values). Inject the reference's
 	// noise to reproduce a PyTorch run.
 	AudioNoise []float32
+	// VSA tunes Video Sparse Attention (FastH3 checkpoints only; nil keeps the defaults).
+	VSA *VSA
 }
 
 // FamilyName tells the pipeline which family the options belong to.
 func (*Options) FamilyName() string { return FamilyName }
+
+// VSA are the Video Sparse Attention knobs (FastVideo's VSA_sparsity, VSA_tile_size, vsa_mode,
+// vsa_dense_first_n_steps, vsa_dense_layers). A FastH3 checkpoint runs with VSA by default, as trained
+// (sparsity 0.9, 64-row tiles, exempt prefix), or with its fastvideo_inference.json values.
+type VSA struct {
+	// Off runs dense attention (the trained gates then go unused).
+	Off bool
+	// Sparsity in [0, 1): the fraction of video key tiles each video query tile drops; nil keeps the default.
+	Sparsity *float64
+	// TileSize is 64 or 256 rows per tile (0: the default).
+	TileSize int
+	// Mode is "exempt" (prefix key tiles always attended) or "compete" ("" keeps the default).
+	Mode string
+	// DenseFirstSteps runs the first N denoising steps with every tile selected.
+	DenseFirstSteps int
+	// DenseLayers lists joint blocks that always select every tile.
+	DenseLayers []int
+}

@@ -30,6 +30,8 @@ type PlanDetails struct {
 	// denoise without it (the output canvas, every frame): the saving is this against
 	// Plan.DiTTFLOPsTotal.
 	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
+	// VSA is the Video Sparse Attention of the run (nil: dense attention).
+	VSA *VSAPlan `json:"vsa,omitempty"`
 }
 
 // AudioNoiseLen is the length of Options.AudioNoise: 2·C·N (stereo).
@@ -76,6 +78,10 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 		FastTemporal:   r.FastTemporal, FastSpatial: r.FastSpatial,
 	}
 	p.Details = d
+	var err error
+	if d.VSA, err = r.vsa.plan(l, len(sched.Video.Timesteps), s.DiT.NumLayers, s.DiT.NumAttentionHeads, s.DiT.AttentionHeadDim); err != nil {
+		return nil, err
+	}
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = r.ditTFLOPs(l)
 	if r.FastSpatial != nil || r.FastTemporal != nil {
 		full, err := r.fullLayout()
@@ -90,7 +96,6 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	fp32, half := ditParamGroups(s.DiT, s.VSAGates)
 	p.DiTParams = fp32 + half
 	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
-	var err error
 	if p.WeightsBytes, err = family.WeightBytes(fp32, half, p.WeightsDType); err != nil {
 		return nil, err
 	}

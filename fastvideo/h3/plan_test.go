@@ -414,3 +414,25 @@ func TestReadFolder(t *testing.T) {
 		t.Errorf("a Wan-like VAE must be rejected: %v", err)
 	}
 }
+
+// The FastH3 plan reports its VSA tiling: 832×480×124 with a 93-token prompt is 9 prefix + 280 video
+// tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256; the base model runs dense.
+func TestPlanVSATiles(t *testing.T) {
+	req := family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
+	_, d := mustPlan(t, "fasth3", req)
+	if v := d.VSA; v == nil || v.PrefixTiles != 9 || v.VideoTiles != 280 || v.TopK != 28 || v.AttentionTFLOPsSaved <= 0 {
+		t.Errorf("fasth3 VSA plan %+v, want 9 + 280 tiles, k 28, work saved", v)
+	}
+	req.Options = &Options{VSA: &VSA{TileSize: 256}}
+	if _, d = mustPlan(t, "fasth3", req); d.VSA == nil || d.VSA.PrefixTiles != 3 || d.VSA.VideoTiles != 80 {
+		t.Errorf("fasth3 E=256 VSA plan %+v, want 3 + 80 tiles", d.VSA)
+	}
+	req.Options = nil
+	if _, d = mustPlan(t, "h3", req); d.VSA != nil {
+		t.Errorf("base H3 plans VSA %+v; it has no gates", d.VSA)
+	}
+	req.Options = &Options{VSA: &VSA{Mode: "sideways"}}
+	if _, _, err := plan(t, "fasth3", req, family.DTypeAuto); err == nil {
+		t.Error("an unknown VSA mode must be rejected")
+	}
+}

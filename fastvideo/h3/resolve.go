@@ -25,6 +25,7 @@ type resolved struct {
 	FastSpatial        *packing.FastSpatialPlan
 
 	sched *schedule.H3Schedule
+	vsa   *vsaConfig // nil: dense attention
 }
 
 func (r *resolved) Common() *family.Resolved { return &r.Resolved }
@@ -42,7 +43,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		r.opts = *o
 	}
 	for _, step := range []func(family.Request, family.Preset) error{
-		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveFilters, r.checkNoise,
+		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveFilters, r.checkNoise, r.resolveVSA,
 	} {
 		if err := step(req, preset); err != nil {
 			return nil, err

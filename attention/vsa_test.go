@@ -1,0 +1,304 @@
+package attention
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/testutil"
+)
+
+func mustTiling(t *testing.T, prefix []int, grid [3]int, e int) *Tiling {
+	t.Helper()
+	tl, err := NewTiling(prefix, grid, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+// The plan's tile counts for 832×480×124 with a 93-token prompt: latent grid (37, 15, 26), prefix
+// text 93 + audio 2·207.
+func TestTileCountsH3Release(t *testing.T) {
+	for _, c := range []struct{ e, prefix, video int }{{64, 9, 280}, {256, 3, 80}} {
+		tl := mustTiling(t, []int{93, 0, 414}, [3]int{37, 15, 26}, c.e)
+		if tl.NumPrefix != c.prefix || tl.NumVideo != c.video {
+			t.Errorf("E=%d: %d prefix + %d video tiles, want %d + %d", c.e, tl.NumPrefix, tl.NumVideo, c.prefix, c.video)
+		}
+		if k := TopKTiles(0.9, tl.NumVideo); c.e == 64 && k != 28 {
+			t.Errorf("E=64: k at sparsity 0.9 = %d, want 28", k)
+		}
+	}
+	// Upstream's 720p check (test_vsa_h3_metadata.py test_geometry_720p): 11 prefix + 120 video tiles.
+	tl := mustTiling(t, []int{512, 1760, 400}, [3]int{30, 22, 40}, 256)
+	if tl.NumPrefix != 11 || tl.NumVideo != 120 || tl.Rows() != 512+1760+400+26400 {
+		t.Errorf("720p: %d + %d tiles over %d rows", tl.NumPrefix, tl.NumVideo, tl.Rows())
+	}
+}
+
+// Upstream's ragged (4,4,4) oracle (test_geometry_tile64_ragged_tails): prefix tails, per-tile sizes
+// as products of the clamped per-axis tails, every video row in the tile its coordinate names.
+func TestTilingRagged64(t *testing.T) {
+	tl := mustTiling(t, []int{70, 5, 130}, [3]int{9, 10, 13}, 64)
+	if got := tl.Sizes[:tl.NumPrefix]; !slices.Equal(got, []int32{64, 6, 5, 64, 64, 2}) {
+		t.Errorf("prefix sizes %v", got)
+	}
+	var want []int32
+	for tt := 0; tt < 3; tt++ {
+		for hh := 0; hh < 3; hh++ {
+			for ww := 0; ww < 4; ww++ {
+				want = append(want, int32(min(4, 9-4*tt)*min(4, 10-4*hh)*min(4, 13-4*ww)))
+			}
+		}
+	}
+	if !slices.Equal(tl.Sizes[tl.NumPrefix:], want) {
+		t.Errorf("video sizes %v, want %v", tl.Sizes[tl.NumPrefix:], want)
+	}
+	seen := map[int32]bool{}
+	for r, slot := range tl.RowSlot {
+		if seen[slot] || int(slot%64) >= int(tl.Sizes[slot/64]) {
+			t.Fatalf("row %d -> slot %d: not an injective map into valid slots", r, slot)
+		}
+		seen[slot] = true
+		if r >= 205 {
+			v := r - 205
+			rt, rh, rw := v/130, v/13%10, v%13
+			if tile := int(slot / 64); tile != 6+(rt/4*3+rh/4)*4+rw/4 {
+				t.Fatalf("video row %d (%d,%d,%d) in tile %d", v, rt, rh, rw, tile)
+			}
+		}
+	}
+}
+
+// vsaCase is a small random problem: q, k, v, gate [1, L, H, D].
+type vsaCase struct {
+	tl         *Tiling
+	h, d       int
+	q, k, v, g []float32
+}
+
+func newVSACase(t *testing.T, prefix []int, grid [3]int, e, h, d int, seed uint64) vsaCase {
+	tl := mustTiling(t, prefix, grid, e)
+	r := rand.New(rand.NewPCG(seed, 3))
+	n := tl.Rows() * h * d
+	return vsaCase{tl: tl, h: h, d: d, q: randn(r, n, 1), k: randn(r, n, 1), v: randn(r, n, 1), g: randn(r, n, 1)}
+}
+
+// run computes Attend with the sparse options (gate used when withGate) on path.
+func (c vsaCase) run(t *testing.T, topK int, mode Mode, withGate bool, path Path) []float32 {
+	t.Helper()
+	backend := testutil.Backend(t)
+	exec, err := NewExec(backend, func(q, k, v, g *Node) *Node {
+		s := &Sparse{Tiling: c.tl, TopK: topK, Mode: mode, HeadChunk: 1}
+		if withGate {
+			s.Gate = g
+		}
+		return Attend(q, k, v, Options{Path: path, Sparse: s})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.tl.Rows()
+	mk := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, 1, l, c.h, c.d) }
+	out, err := exec.Call1(mk(c.q), mk(c.k), mk(c.v), mk(c.g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tensors.MustCopyFlatData[float32](out)
+}
+
+// refVSA is the float64 host oracle of the VSA math (upstream's MiniMaxH3VSAImpl.forward with the
+// token-level reference of its tests): pooled tile means, scores, top-k selection, masked attention,
+// and the gated compression branch when gate != nil.
+func refVSA(c vsaCase, topK int, mode Mode, gate []float32) []float64 {
+	tl, h, d := c.tl, c.h, c.d
+	l, nT, p := tl.Rows(), tl.NumTiles(), tl.NumPrefix
+	tiles := tl.RowTiles()
+	at := func(x []float32, r, hh, j int) float64 { return float64(x[(r*h+hh)*d+j]) }
+	pool := func(x []float32, hh int) [][]float64 {
+		out := make([][]float64, nT)
+		for i := range out {
+			out[i] = make([]float64, d)
+		}
+		for r := 0; r < l; r++ {
+			for j := 0; j < d; j++ {
+				out[tiles[r]][j] += at(x, r, hh, j) / float64(tl.Sizes[tiles[r]])
+			}
+		}
+		return out
+	}
+	out := make([]float64, l*h*d)
+	for hh := 0; hh < h; hh++ {
+		qp, kp, vp := pool(c.q, hh), pool(c.k, hh), pool(c.v, hh)
+		scores := make([][]float64, nT)
+		for i := range scores {
+			scores[i] = make([]float64, nT)
+			for j := range scores[i] {
+				for e := 0; e < d; e++ {
+					scores[i][j] += qp[i][e] * kp[j][e]
+				}
+				scores[i][j] /= math.Sqrt(float64(d))
+			}
+		}
+		allow := refMask(scores, p, tl.NumVideo, topK, mode)
+		for r := 0; r < l; r++ {
+			w := make([]float64, l)
+			mx := math.Inf(-1)
+			for s := 0; s < l; s++ {
+				if !allow[tiles[r]][tiles[s]] {
+					continue
+				}
+				for e := 0; e < d; e++ {
+					w[s] += at(c.q, r, hh, e) * at(c.k, s, hh, e)
+				}
+				w[s] /= math.Sqrt(float64(d))
+				mx = math.Max(mx, w[s])
+			}
+			sum := 0.0
+			for s := range w {
+				if allow[tiles[r]][tiles[s]] {
+					w[s] = math.Exp(w[s] - mx)
+					sum += w[s]
+				} else {
+					w[s] = 0
+				}
+			}
+			comp := softmaxDot(scores[tiles[r]], vp)
+			for e := 0; e < d; e++ {
+				acc := 0.0
+				for s := range w {
+					acc += w[s] * at(c.v, s, hh, e)
+				}
+				out[(r*h+hh)*d+e] = acc / sum
+				if gate != nil {
+					out[(r*h+hh)*d+e] += comp[e] * at(gate, r, hh, e)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// refMask is upstream's _build_block_mask for one head.
+func refMask(scores [][]float64, p, nv, topK int, mode Mode) [][]bool {
+	n := len(scores)
+	m := make([][]bool, n)
+	for i := range m {
+		m[i] = make([]bool, n)
+		if i < p || topK >= nv {
+			for j := range m[i] {
+				m[i][j] = true
+			}
+			continue
+		}
+		from, k := p, topK
+		if mode == ModeCompete {
+			from, k = 0, min(topK+p, n)
+		} else {
+			for j := 0; j < p; j++ {
+				m[i][j] = true
+			}
+		}
+		cols := make([]int, 0, n)
+		for j := from; j < n; j++ {
+			cols = append(cols, j)
+		}
+		sort.SliceStable(cols, func(a, b int) bool { return scores[i][cols[a]] > scores[i][cols[b]] })
+		for _, j := range cols[:k] {
+			m[i][j] = true
+		}
+	}
+	return m
+}
+
+func softmaxDot(s []float64, v [][]float64) []float64 {
+	mx := slices.Max(s)
+	out := make([]float64, len(v[0]))
+	sum := 0.0
+	for j, x := range s {
+		w := math.Exp(x - mx)
+		sum += w
+		for e := range out {
+			out[e] += w * v[j][e]
+		}
+	}
+	for e := range out {
+		out[e] /= sum
+	}
+	return out
+}
+
+func maxDiff(got []float32, want []float64) (float64, float64) {
+	worst, scale := 0.0, 1.0
+	for i := range want {
+		worst = math.Max(worst, math.Abs(float64(got[i])-want[i]))
+		scale = math.Max(scale, math.Abs(want[i]))
+	}
+	return worst, scale
+}
+
+// Both sparse paths on the CPU (the masked oracle and the gathered-tile algorithm the GPU runs) against
+// the float64 oracle, on ragged geometries (partial prefix and video tiles, an empty condition segment),
+// both modes, with and without the gate.
+func TestSparseMatchesReference(t *testing.T) {
+	cases := []struct {
+		name   string
+		prefix []int
+		grid   [3]int
+		e      int
+	}{
+		{"e64_ragged", []int{70, 0, 5}, [3]int{5, 5, 6}, 64},
+		{"e64_no_prefix", nil, [3]int{6, 5, 9}, 64},
+		{"e256_ragged", []int{40, 3, 20}, [3]int{5, 9, 10}, 256},
+	}
+	for i, c := range cases {
+		vc := newVSACase(t, c.prefix, c.grid, c.e, 2, 8, uint64(10+i))
+		for _, mode := range []Mode{ModeExempt, ModeCompete} {
+			for _, withGate := range []bool{false, true} {
+				topK := max(1, vc.tl.NumVideo/3)
+				var gate []float32
+				if withGate {
+					gate = vc.g
+				}
+				want := refVSA(vc, topK, mode, gate)
+				for _, path := range []Path{PathExact, pathGathered} {
+					got := vc.run(t, topK, mode, withGate, path)
+					worst, scale := maxDiff(got, want)
+					if worst > 1e-4*scale {
+						t.Errorf("%s %v gate=%v path %d: max abs error %.3g (scale %.3g)", c.name, mode, withGate, path, worst, scale)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Sparsity 0 with a zero gate, and k = V, equal dense attention.
+func TestSparseDenseLimits(t *testing.T) {
+	vc := newVSACase(t, []int{70, 0, 5}, [3]int{5, 5, 6}, 64, 2, 8, 5)
+	dense := refAttention(vc.q, vc.k, vc.v, 1, vc.tl.Rows(), vc.tl.Rows(), 2, 8, 1/math.Sqrt(8))
+	k0 := TopKTiles(0, vc.tl.NumVideo)
+	if k0 != vc.tl.NumVideo {
+		t.Fatalf("sparsity 0 keeps %d of %d video tiles", k0, vc.tl.NumVideo)
+	}
+	zero := vc
+	zero.g = make([]float32, len(vc.g))
+	for _, path := range []Path{PathExact, pathGathered} {
+		for _, withGate := range []bool{false, true} {
+			got := zero.run(t, k0, ModeCompete, withGate, path)
+			if worst, scale := maxDiff(got, dense); worst > 1e-5*scale {
+				t.Errorf("path %d gate=%v: k = V differs from dense by %.3g", path, withGate, worst)
+			}
+		}
+	}
+	// k = V − 1 must actually be sparse (the test above would pass vacuously otherwise).
+	got := vc.run(t, vc.tl.NumVideo-1, ModeExempt, false, PathExact)
+	if worst, _ := maxDiff(got, dense); worst < 1e-3 {
+		t.Errorf("k = V−1 matches dense (%.3g): the selection does nothing", worst)
+	}
+}

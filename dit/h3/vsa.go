@@ -1,0 +1,130 @@
+package h3
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/attention"
+	"fastvideo/internal/graphexec"
+)
+
+// VSA turns Video Sparse Attention on for one forward, as FastVideo's VSA-H3 backend runs the joint
+// blocks (fastvideo/attention/backends/video_sparse_attn_h3.py; the token refiner stays dense). The
+// packed rows must be the prefix segments in order (text, condition video rows, audio) followed by the
+// generated video rows in (frame, height, width) row-major order, as dit/h3/packing lays them out.
+type VSA struct {
+	// Sparsity is the fraction of video key tiles each video query tile drops (0: every tile).
+	Sparsity float64
+	// TileSize is 64 (the trained setting) or 256 rows per tile.
+	TileSize int
+	// Mode routes the prefix key tiles (exempt or compete).
+	Mode attention.Mode
+	// DenseLayers run with every tile selected (the compression branch still runs).
+	DenseLayers []int
+	// Prefix holds the text, condition and audio row counts; Grid the generated video's (frames, height,
+	// width) token grid.
+	Prefix [3]int
+	Grid   [3]int
+}
+
+// Tiling returns the tile geometry of v's sequence.
+func (v *VSA) Tiling() (*attention.Tiling, error) {
+	return attention.NewTiling(v.Prefix[:], v.Grid, v.TileSize)
+}
+
+// vsaKey identifies one VSA joint-block executable: the geometry and routing are graph constants.
+type vsaKey struct {
+	prefix, grid [3]int
+	tile, topK   int
+	mode         attention.Mode
+	gate, trace  bool
+}
+
+// vsaPlan is one forward's VSA: its tiling, the top-k of sparse and of dense layers, and the layers
+// forced dense.
+type vsaPlan struct {
+	v     *VSA
+	tl    *attention.Tiling
+	topK  int
+	dense map[int]bool
+}
+
+func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
+	v := in.VSA
+	if v == nil {
+		return nil, nil
+	}
+	if v.Sparsity < 0 || v.Sparsity >= 1 {
+		return nil, fmt.Errorf("h3: VSA sparsity %g is outside [0, 1)", v.Sparsity)
+	}
+	tl, err := v.Tiling()
+	if err != nil {
+		return nil, fmt.Errorf("h3: %w", err)
+	}
+	if tl.Rows() != lay.l {
+		return nil, fmt.Errorf("h3: VSA segments %v + video grid %v cover %d rows, the sequence has %d; VSA needs the "+
+			"[text | condition | audio | video] packing", v.Prefix, v.Grid, tl.Rows(), lay.l)
+	}
+	for r := lay.l - v.Grid[0]*v.Grid[1]*v.Grid[2]; r < lay.l; r++ {
+		if in.TokenTags[r] != 0 {
+			return nil, fmt.Errorf("h3: VSA expects the generated video rows last, but packed row %d has tag %d", r, in.TokenTags[r])
+		}
+	}
+	p := &vsaPlan{v: v, tl: tl, topK: attention.TopKTiles(v.Sparsity, tl.NumVideo), dense: map[int]bool{}}
+	for _, b := range v.DenseLayers {
+		if b < 0 || b >= m.cfg.NumLayers {
+			return nil, fmt.Errorf("h3: VSA dense layer %d is outside 0..%d", b, m.cfg.NumLayers-1)
+		}
+		p.dense[b] = true
+	}
+	return p, nil
+}
+
+// blockExec returns the executable of joint block b and its extra weight inputs (the gate).
+func (m *Model) blockExec(p *vsaPlan, b int) (*Exec, []*tensors.Tensor) {
+	if p == nil {
+		return m.execs().block, nil
+	}
+	key := vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode,
+		gate: m.p.Blocks[b].Gate.Bound(), trace: m.trace != nil}
+	if p.dense[b] {
+		key.topK = p.tl.NumVideo
+	}
+	var extra []*tensors.Tensor
+	if key.gate {
+		extra = []*tensors.Tensor{m.p.Blocks[b].Gate.T}
+	}
+	if e, ok := m.vsaExecs[key]; ok {
+		return e, extra
+	}
+	spec := m.spec
+	spec.Attention.Sparse = &attention.Sparse{Tiling: p.tl, TopK: key.topK, Mode: key.mode}
+	layout, trace := m.p.BlockLayout, key.trace
+	e := graphexec.MustExec(m.backend, "h3.joint_block_vsa", func(in []*Node) []*Node {
+		var a blockInputs[*Node]
+		ws := graphexec.Unpack(in, &a)
+		var gate *Node
+		if key.gate {
+			ws, gate = ws[:len(ws)-1], ws[len(ws)-1]
+		}
+		w := coreFromSlice(ws, layout)
+		w.Attn.Gate = gate
+		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
+		return traced(trace, 1, out, attnOut, ffOut)
+	})
+	if m.vsaExecs == nil {
+		m.vsaExecs = map[vsaKey]*Exec{}
+	}
+	m.vsaExecs[key] = e
+	return e, extra
+}
+
+// closeVSA frees the VSA executables.
+func (m *Model) closeVSA() {
+	for _, e := range m.vsaExecs {
+		graphexec.FinalizeExecs(e)
+	}
+	m.vsaExecs = nil
+}
