@@ -263,6 +263,25 @@ func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, e
 	return out, nil
 }
 
+// NormalizeLatents maps VAE latents [1, z, T, H, W] to the diffusion space as FastVideo's pipelines
+// do after encoding: (z − shift_factor) · scaling_factor in float32, with shift_factor = mean and
+// scaling_factor = 1/std (fastvideo/configs/models/vaes/wanvae.py).
+func (c Config) NormalizeLatents(latents []float32, shape []int) ([]float32, error) {
+	t, h, w, err := c.LatentDims(shape, len(latents))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(latents))
+	plane := t * h * w
+	for k := 0; k < c.ZDim; k++ {
+		scale, mean := 1/float32(c.LatentsStd[k]), float32(c.LatentsMean[k])
+		for i := k * plane; i < (k+1)*plane; i++ {
+			out[i] = (latents[i] - mean) * scale
+		}
+	}
+	return out, nil
+}
+
 // Upsampling mode of an up block.
 const (
 	upNone = iota
