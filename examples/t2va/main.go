@@ -44,7 +44,9 @@ var command = cli.Command{
 		scale := fs.Int("spatial-scale", 0, "with -fast-spatial: how many times smaller each side is denoised (0: 2)")
 		upsample := fs.String("upsample", "", "with -fast-spatial: resize kernel lanczos, cubic, bilinear or nearest (empty: lanczos)")
 		sharpen := fs.Float64("sharpen", 0, "with a fast mode: unsharp strength, 0 for none (default: 0.4 spatial, 0.6 temporal, 0.6 both)")
+		lastImage := fs.String("last-image", "", "last-frame image (PNG or JPEG) for first/last-keyframe generation (FL2VA)")
 		return func(req *fastvideo.Request, set map[string]bool) error {
+			req.LastImagePath = *lastImage
 			req.Fast, req.FastSpatial = *fast, *spatial
 			req.FastSpatialScale, req.Upsample = *scale, *upsample
 			if set["sharpen"] {
