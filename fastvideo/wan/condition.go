@@ -154,9 +154,12 @@ func pinFirstFrame(x, z []float32, channels, frames int) {
 // roundBF16 rounds every value to bfloat16 (round to nearest even), as a cast there and back does.
 func roundBF16(x []float32) {
 	for i, v := range x {
-		x[i] = bfloat16.FromFloat32(v).Float32()
+		x[i] = bf16(v)
 	}
 }
+
+// bf16 is v rounded to bfloat16 (round to nearest even).
+func bf16(v float32) float32 { return bfloat16.FromFloat32(v).Float32() }
 
 // tokenTimesteps is the per-token timestep vector of an image-conditioned forward: 0 on the
 // first latent frame's tokens, t on the others.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomlx/compute/dtypes/bfloat16"
-
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/textenc"
@@ -181,7 +179,7 @@ func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, t
 	ts := []float32{t}
 	if st.imageLatent != nil {
 		if st.ladder.unipc != nil {
-			t = bfloat16.FromFloat32(t).Float32() // upstream's mask is bfloat16, and so is mask·t
+			t = bf16(t) // upstream's mask is bfloat16, and so is mask·t
 		}
 		ts = tokenTimesteps(t, geo.TokenHeight*geo.TokenWidth, geo.Tokens)
 	}
