@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -93,4 +98,78 @@ func TestGenerate(t *testing.T) {
 	t.Logf("%+v in %.2fs", *info.Video, res.Timings.Total)
 	// The base-style preset with CFG, and never overwriting: the new file gets a suffix.
 	clitest.CheckNoOverwrite(t, run, out, "fox_1.mp4", "-preset", "tiny_wan_t2v", "-steps", "2")
+}
+
+// badImages writes the bad condition images the issue names: a text file, a truncated PNG, a
+// PNG header of 0x0 and one of 100000x100000 pixels; and a good one.
+func badImages(t *testing.T, dir string) (good string, bad map[string]string) {
+	t.Helper()
+	var b bytes.Buffer
+	img := image.NewNRGBA(image.Rect(0, 0, 40, 30))
+	for i := range img.Pix {
+		img.Pix[i] = uint8(i * 7)
+	}
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	header := func(w, h uint32) []byte {
+		var out bytes.Buffer
+		out.WriteString("\x89PNG\r\n\x1a\n")
+		ihdr := make([]byte, 13)
+		binary.BigEndian.PutUint32(ihdr, w)
+		binary.BigEndian.PutUint32(ihdr[4:], h)
+		ihdr[8], ihdr[9] = 8, 2
+		binary.Write(&out, binary.BigEndian, uint32(13))
+		body := append([]byte("IHDR"), ihdr...)
+		out.Write(body)
+		binary.Write(&out, binary.BigEndian, crc32.ChecksumIEEE(body))
+		return out.Bytes()
+	}
+	files := map[string][]byte{
+		"cat.png": b.Bytes(), "notes.txt": []byte("a red fox\n"), "truncated.png": b.Bytes()[:b.Len()/2],
+		"zero.png": header(0, 0), "huge.png": header(100000, 100000),
+	}
+	bad = map[string]string{}
+	for name, data := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bad[name] = path
+	}
+	good = bad["cat.png"]
+	delete(bad, "cat.png")
+	return good, bad
+}
+
+// TestImageFlag: -image on tiny-wan2.2 writes an MP4 at the size the image picks (4:3 -> 96x64);
+// bad images are invalid input (exit 2) before anything loads, and so is an image for a text-only
+// model.
+func TestImageFlag(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := badImages(t, dir)
+	out := filepath.Join(dir, "never.mp4")
+	var cases []clitest.ExitCase
+	for name, path := range bad {
+		want := map[string]string{"notes.txt": "not a PNG or JPEG", "truncated.png": "damaged png", "zero.png": "invalid -image",
+			"huge.png": "over the limit"}[name]
+		cases = append(cases, clitest.ExitCase{Args: "-prompt hi -model tiny-wan2.2 -image " + path + " -out " + out, Code: 2, Msg: want})
+	}
+	cases = append(cases, clitest.ExitCase{Args: "-prompt hi -image " + good + " -out " + out, Code: 2, Msg: "takes no first-frame image"},
+		clitest.ExitCase{Args: "-plan -model tiny-wan2.2 -image " + good + " -height 64 -width 96", Code: 2, Msg: "invalid -height"})
+	clitest.CheckExitCodes(t, run, cases)
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a failed run left %s (%v)", out, err)
+	}
+	p, d := plan(t, "-model", "tiny-wan2.2", "-image", good)
+	if p.Width != 96 || p.Height != 64 || d.Image == nil || d.Image.Source != good {
+		t.Fatalf("plan %dx%d %+v", p.Width, p.Height, d.Image)
+	}
+	mp4 := filepath.Join(dir, "cat.mp4")
+	var res clitest.Generated
+	clitest.RunJSON(t, run, &res, "-model", "tiny-wan2.2", "-image", good, "-prompt", "a cat", "-out", mp4, "-json")
+	info := clitest.Probe(t, mp4)
+	if v := info.Video; v == nil || v.Width != 96 || v.Height != 64 || v.Frames != p.NumFrames {
+		t.Fatalf("probe %+v", info.Video)
+	}
 }

@@ -16,9 +16,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 
 	"fastvideo/examples/internal/cli"
+	"fastvideo/fastvideo"
 )
 
 var command = cli.Command{
@@ -36,6 +38,13 @@ var command = cli.Command{
 		FPS:      "frames per second; H3 generates 24 (0: preset)",
 		Steps:    "DiT forwards: 4 for FastH3, 49 for the base model (0: preset)",
 		Seed:     "random seed (default: the preset's, 0)",
+	},
+	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
+		lastImage := fs.String("last-image", "", "last-frame image (PNG or JPEG) for first/last-keyframe generation (FL2VA)")
+		return func(req *fastvideo.Request, _ map[string]bool) error {
+			req.LastImagePath = *lastImage
+			return nil
+		}
 	},
 }
 

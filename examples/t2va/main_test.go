@@ -118,3 +118,12 @@ func TestGenerateRandomWeights(t *testing.T) {
 		t.Fatalf("probe %+v %+v, result %+v", info.Video, info.Audio, res)
 	}
 }
+
+// TestImageFlagsRejected: -image and -last-image reach the request, and H3 refuses them (exit 2)
+// until its FL2VA conditioning is in.
+func TestImageFlagsRejected(t *testing.T) {
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
+		{"-plan -image a.png", 2, "invalid -image"},
+		{"-plan -last-image b.png", 2, "invalid -last-image"},
+	})
+}

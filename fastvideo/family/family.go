@@ -87,9 +87,13 @@ type ModelInfo struct {
 	DefaultPreset string   `json:"default_preset"`
 	Presets       []Preset `json:"presets"`
 	// AudioSampleRate and AudioChannels describe the generated audio (0 for video-only models).
-	AudioSampleRate int      `json:"audio_sample_rate,omitempty"`
-	AudioChannels   int      `json:"audio_channels,omitempty"`
-	Notes           []string `json:"notes,omitempty"` // defaults taken when a folder omits a file
+	AudioSampleRate int `json:"audio_sample_rate,omitempty"`
+	AudioChannels   int `json:"audio_channels,omitempty"`
+	// FirstImage and LastImage say which keyframes the model conditions on (Request.Image and
+	// Request.LastImage); a request with another is invalid.
+	FirstImage bool     `json:"first_image,omitempty"`
+	LastImage  bool     `json:"last_image,omitempty"`
+	Notes      []string `json:"notes,omitempty"` // defaults taken when a folder omits a file
 }
 
 // Preset holds a model's request defaults (FastVideo's presets), the part every family shares.

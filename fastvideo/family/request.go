@@ -2,6 +2,7 @@ package family
 
 import (
 	"fmt"
+	"image"
 	"unicode/utf8"
 )
 
@@ -70,6 +71,16 @@ type Request struct {
 	ReturnFrames  bool `json:"return_frames,omitempty"`
 	ReturnAudio   bool `json:"return_audio,omitempty"`
 	ReturnLatents bool `json:"return_latents,omitempty"`
+
+	// Image is the first-frame keyframe of image-to-video, given as a decoded image; ImagePath
+	// names a PNG or JPEG file instead (one of the two). LastImage / LastImagePath are the
+	// last-frame keyframe. The image is read as FastVideo reads it (EXIF orientation applied,
+	// converted to 8-bit RGB, alpha dropped), then resized and cropped by the model's own rule;
+	// models without image conditioning reject them.
+	Image         image.Image `json:"-"`
+	ImagePath     string      `json:"image_path,omitempty"`
+	LastImage     image.Image `json:"-"`
+	LastImagePath string      `json:"last_image_path,omitempty"`
 
 	// VideoNoise replaces the initial video noise drawn from Seed: C·T·Hl·Wl float32 values in the
 	// latent layout [C][T][Hl][Wl] (batch 1, the layout of PyTorch's randn(1, C, T, Hl, Wl));

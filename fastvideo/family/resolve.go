@@ -28,6 +28,10 @@ type Resolved struct {
 	PromptTokens          int
 	PromptTokensEstimated bool
 
+	// FirstImage and LastImage are the request's keyframes, read and converted to RGB (nil when
+	// absent); only models whose ModelInfo takes them get them.
+	FirstImage, LastImage *Keyframe
+
 	// Filters are the frame filters the resolution needs (the fast modes' resize and sharpen),
 	// run on the decoded frames before the caller's own (fastvideo.WithFrameFilter). The family
 	// makes fresh ones for every resolution: a filter may hold state for one run.
@@ -79,6 +83,9 @@ func ResolveCommon(info ModelInfo, req Request, needPrompt bool) (Preset, *Resol
 		Seed: preset.Seed, PromptTokens: req.PromptTokens}
 	if req.Seed != nil {
 		r.Seed = *req.Seed // a pointer: 0 is a seed, not "unset"
+	}
+	if err := resolveKeyframes(info, req, r); err != nil {
+		return Preset{}, nil, err
 	}
 	return preset, r, nil
 }

@@ -2,8 +2,10 @@ package wan
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
+	"github.com/gomlx/compute/dtypes"
 	"path/filepath"
 
 	wandit "fastvideo/dit/wan"
@@ -26,6 +28,8 @@ type source interface {
 	newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error)
 	loadDiT(e *family.Engine) (*wandit.Model, error)
 	loadVAE(e *family.Engine) (*wanvae.Decoder, error)
+	// loadEncoder loads the VAE with its encoder, in float32 (FastVideo encodes in fp32).
+	loadEncoder(e *family.Engine) (*wanvae.Decoder, error)
 }
 
 // components are an opened Wan model: its source and the resident slots of the AllResident memory
@@ -37,11 +41,12 @@ type components struct {
 	cond *textenc.Conditioner
 	dit  *wandit.Model
 	vae  *wanvae.Decoder
+	enc  *wanvae.Decoder // the VAE with its encoder (image-to-video)
 }
 
 // Close releases the resident components.
 func (c *components) Close() error {
-	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.vae))
+	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc))
 }
 
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight
@@ -53,7 +58,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return c, nil
 	}
 	if s.Dir == "" {
-		if s.Name != TinyName {
+		if s.Name != TinyName && s.Name != Tiny22Name {
 			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
 				"%s or a Wan snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
 					"download the checkpoint (%s) and pass its folder (%s)", TinyName, s.Name,
@@ -168,3 +173,12 @@ func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
 		return wanvae.FromSource(e.Backend, f.spec.VAE, src, wanvae.Options{DType: e.DType})
 	})
 }
+
+func (f *folder) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
+		return wanvae.FromSource(e.Backend, f.spec.VAE, src, encoderOptions)
+	})
+}
+
+// encoderOptions build the VAE for encoding: float32, FastVideo's VAE encode precision.
+var encoderOptions = wanvae.Options{DType: dtypes.Float32, Encoder: true}

@@ -24,3 +24,6 @@ func NewTinyWeights(spec *Spec) (*TinyWeights, error) {
 	}
 	return &TinyWeights{DiT: src.dit, VAE: src.vae, TextEncoder: src.te, TokenizerJSON: src.tokenizerJSON}, nil
 }
+
+// Tiny22Spec is tiny-wan2.2's specification.
+func Tiny22Spec() *Spec { return tiny22Spec() }

@@ -72,6 +72,9 @@ type Spec struct {
 	WeightsDType family.DType
 	// MaxSide bounds each output side in pixels; MaxFrames the frame count.
 	MaxSide, MaxFrames int
+	// ImageMaxArea is the canvas area a first-frame image is fitted to (Wan2.2 TI2V: 480·832, as
+	// fastvideo/pipelines/stages/input_validation.py); 0 for text-only models.
+	ImageMaxArea int
 
 	presets map[string]Preset
 
@@ -182,6 +185,9 @@ func (v variant) spec() *Spec {
 		DiT:       v.dit(), VAE: v.vae(), TextEncoder: umt5XXL(), TextLen: umt5.DefaultTextLen,
 		FlowShift: v.shift, WeightsDType: family.BF16, MaxSide: releasedMaxSide, MaxFrames: releasedMaxFrames,
 	}
+	if v.vae().IsResidual { // the Wan2.2 VAE: the TI2V models
+		s.ImageMaxArea, s.FirstImage = releasedImageArea, true
+	}
 	s.setPresets(releasedPresets()[v.preset])
 	return s
 }
@@ -209,7 +215,7 @@ func (Family) Name() string { return FamilyName }
 
 // Builtins lists the built-in model names.
 func (Family) Builtins() []string {
-	out := []string{TinyName}
+	out := []string{TinyName, Tiny22Name}
 	for _, v := range variants {
 		out = append(out, v.name)
 	}
@@ -219,8 +225,11 @@ func (Family) Builtins() []string {
 
 // Lookup returns a built-in model by name or Hugging Face id.
 func (Family) Lookup(name string) (family.Model, bool) {
-	if name == TinyName {
+	switch name {
+	case TinyName:
 		return tinySpec(), true
+	case Tiny22Name:
+		return tiny22Spec(), true
 	}
 	if alias, ok := modelAliases()[strings.ToLower(name)]; ok {
 		name = alias

@@ -8,6 +8,7 @@ import (
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
 	"fastvideo/schedule"
+	wanvae "fastvideo/vae/wan"
 )
 
 // PlanDetails are Wan's plan fields: the DiT's token grid (T', H', W') after the (1, 2, 2) patch,
@@ -25,8 +26,24 @@ type PlanDetails struct {
 	// them warped (the plan's VideoTimesteps are what it is fed either way).
 	DMDSteps           []int `json:"dmd_denoising_steps,omitempty"`
 	WarpDenoisingSteps bool  `json:"warp_denoising_steps,omitempty"`
+	// Image is the first-frame condition of image-to-video; nil for text-to-video.
+	Image *ImagePlan `json:"image_condition,omitempty"`
 
 	renoiseLen int
+}
+
+// ImagePlan is what an image condition adds to a run: the image's way to the canvas, the latent
+// frames and tokens it fixes (fed at timestep 0, restored after every step), and the extra
+// component, the VAE encoder, run once over one frame.
+type ImagePlan struct {
+	Source                  string `json:"source"` // the file, or "image" for an image.Image
+	ImageWidth              int    `json:"image_width"`
+	ImageHeight             int    `json:"image_height"`
+	ScaledWidth             int    `json:"scaled_width"` // after the Lanczos resize, before the center crop
+	ScaledHeight            int    `json:"scaled_height"`
+	ConditionedLatentFrames int    `json:"conditioned_latent_frames"`
+	ConditionedTokens       int    `json:"conditioned_tokens"`
+	EncoderParams           int64  `json:"encoder_params"` // run in float32
 }
 
 // RenoiseNoiseLen is the length of Options.RenoiseNoise: (steps-1)·C·T·Hl·Wl for a DMD sampler,
@@ -96,6 +113,12 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	if r.Sampler == SamplerDMD {
 		d.renoiseLen = (r.Steps - 1) * r.latentLen()
 	}
+	if r.image != nil {
+		var err error
+		if d.Image, err = r.imagePlan(); err != nil {
+			return nil, err
+		}
+	}
 	p.Details = d
 	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
@@ -109,6 +132,28 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+func (r *resolved) imagePlan() (*ImagePlan, error) {
+	img, g := r.image, r.Geometry
+	enc, err := wanvae.EncoderParams(r.spec.VAE)
+	if err != nil {
+		return nil, err
+	}
+	ip := &ImagePlan{Source: img.keyframe.Source, ImageWidth: img.keyframe.Pixels.Width, ImageHeight: img.keyframe.Pixels.Height,
+		ScaledWidth: img.scaledWidth, ScaledHeight: img.scaledHeight, ConditionedLatentFrames: 1,
+		ConditionedTokens: g.TokenHeight * g.TokenWidth}
+	if ip.Source == "" {
+		ip.Source = "image"
+	}
+	for _, t := range enc {
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= int64(d)
+		}
+		ip.EncoderParams += n
+	}
+	return ip, nil
 }
 
 // paramGroups splits the DiT's parameters (dit/wan's table, biases included) by the precision
@@ -158,6 +203,12 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			cfg = fmt.Sprintf("CFG %g (2 forwards per step)", p.GuidanceScale)
 		}
 		row("sampler", "UniPC, %d steps at shift %g, %s; seed %d", p.Steps, d.FlowShift, cfg, p.Seed)
+	}
+	if im := d.Image; im != nil {
+		row("condition", "first frame from %s (%dx%d, Lanczos to %dx%d, center crop %dx%d): %d latent frame, %d of %d tokens at timestep 0",
+			im.Source, im.ImageWidth, im.ImageHeight, im.ScaledWidth, im.ScaledHeight, p.Width, p.Height,
+			im.ConditionedLatentFrames, im.ConditionedTokens, d.Tokens)
+		row("extra", "VAE encoder, %.1f M params in f32, one pass over 1 frame", float64(im.EncoderParams)/1e6)
 	}
 	row("timesteps", "%s", family.Floats(p.VideoTimesteps))
 	row("sigmas", "%s", family.Floats(p.VideoSigmas))

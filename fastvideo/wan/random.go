@@ -62,3 +62,7 @@ func (r *randomSource) loadDiT(e *family.Engine) (*wandit.Model, error) {
 func (r *randomSource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
 	return wanvae.NewRandom(e.Backend, r.spec.VAE, wanvae.Options{DType: e.DType}, r.seed+1)
 }
+
+func (r *randomSource) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
+	return wanvae.NewRandom(e.Backend, r.spec.VAE, encoderOptions, r.seed+1)
+}

@@ -29,6 +29,8 @@ type resolved struct {
 	FlowShift          float64
 	// Geometry is the latent and token grid of the clip.
 	Geometry geometry.Geometry
+	// image is the first-frame condition (Wan2.2 TI2V), nil for text-to-video.
+	image *imageCondition
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
 	// UniPC solver is stateful, and every run resolves its request afresh).
 	steps *ladder
@@ -49,6 +51,9 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 	r := &resolved{Resolved: *common, spec: s, preset: s.presets[common.Preset], FlowShift: s.FlowShift}
 	if o, ok := req.Options.(*Options); ok && o != nil {
 		r.opts = *o
+	}
+	if err := r.resolveImage(&req); err != nil {
+		return nil, err
 	}
 	for _, step := range []func(family.Request) error{
 		r.rejectFastModes, r.resolveGrid, r.resolveSampler, r.checkNoise,

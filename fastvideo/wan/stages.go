@@ -18,7 +18,9 @@ type run struct {
 	r *resolved
 
 	cond, uncond []float32 // prompt embeddings [TextLen, text_dim], zero-padded (uncond: CFG only)
-	latents      []float32 // the final latent [C, T, H, W]
+	// imageLatent is the first-frame condition [C, 1, H, W], normalized (image-to-video only).
+	imageLatent []float32
+	latents     []float32 // the final latent [C, T, H, W]
 }
 
 // Start has nothing to check against the components: every Wan constraint is in the request.
@@ -49,7 +51,38 @@ func (p *run) Condition(ctx context.Context) error {
 		res.PromptCached = res.PromptCached && cached
 	}
 	r.PromptTokens = res.PromptTokens
+	if err := p.encodeImage(ctx); err != nil {
+		return err
+	}
 	res.Plan, err = r.Plan(family.DTypeOf(c.Engine.DType))
+	return err
+}
+
+// encodeImage preprocesses the first-frame image, encodes it with the VAE encoder (the posterior
+// mean) and normalizes it: (z − mean)·(1/std), as DenoisingStage does with the VAE's shift and
+// scaling factors (fastvideo/pipelines/stages/denoising.py).
+func (p *run) encodeImage(ctx context.Context) error {
+	img := p.r.image
+	if img == nil {
+		return nil
+	}
+	if err := p.s.Canceled(ctx); err != nil {
+		return err
+	}
+	pixels, err := Preprocess(img.keyframe.Pixels, img.width, img.height)
+	if err != nil {
+		return fmt.Errorf("fastvideo: preprocessing the image: %w", err)
+	}
+	c := p.c
+	enc, err := family.Acquire(p.s, &c.enc, "video_vae_encoder", func() (*wanvae.Decoder, error) { return c.Src.loadEncoder(c.Engine) })
+	if err != nil {
+		return err
+	}
+	mean, _, shape, err := enc.Encode(ctx, pixels, []int{1, 3, 1, img.height, img.width})
+	if err != nil {
+		return fmt.Errorf("fastvideo: encoding the image: %w", err)
+	}
+	p.imageLatent, err = c.spec.VAE.NormalizeLatents(mean, shape)
 	return err
 }
 
@@ -90,6 +123,10 @@ func (p *run) Denoise(ctx context.Context) error {
 	if v := p.s.Request.VideoNoise; v != nil {
 		copy(x, v)
 	}
+	if p.imageLatent != nil && l.unipc != nil {
+		roundBF16(x) // upstream blends the condition into latents cast to bfloat16
+	}
+	p.pin(x)
 	st := &sampler{run: p, dit: dit, text: text, negText: negText, ladder: l, noise: noise}
 	if err := p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) }); err != nil {
 		return err
@@ -137,11 +174,18 @@ func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, t
 		return nil, err
 	}
 	geo := st.r.Geometry
+	// One timestep for every token in text-to-video: Wan2.2 TI2V's per-token timesteps are then all
+	// equal, which is the same computation. An image gives the first frame's tokens 0.
+	ts := []float32{t}
+	if st.imageLatent != nil {
+		if st.ladder.unipc != nil {
+			t = bf16(t) // upstream's mask is bfloat16, and so is mask·t
+		}
+		ts = tokenTimesteps(t, geo.TokenHeight*geo.TokenWidth, geo.Tokens)
+	}
 	v, err := st.dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
-		// One timestep for every token: in text-to-video Wan2.2 TI2V's per-token timesteps are all
-		// equal (only an image condition gives frame 0 its own), which is the same computation.
-		Timesteps: []float32{t}, TextState: text,
+		Timesteps: ts, TextState: text,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, st.r.Steps, err)
@@ -166,11 +210,13 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 			guide(v, vu, float32(r.Guidance))
 		}
 		*x, err = st.ladder.unipc.Step(v, *x)
+		st.pin(*x)
 		return err
 	}
 	if err := st.ladder.dmd.PredictX0(k, v, *x, *x); err != nil {
 		return err
 	}
+	st.pin(*x)
 	if k+1 == r.Steps {
 		return nil
 	}
@@ -181,7 +227,19 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 	} else {
 		st.noise.Fill(eps)
 	}
-	return st.ladder.dmd.Renoise(k, *x, eps, *x)
+	if err := st.ladder.dmd.Renoise(k, *x, eps, *x); err != nil {
+		return err
+	}
+	st.pin(*x)
+	return nil
+}
+
+// pin puts the image condition back into the first latent frame (no-op for text-to-video).
+func (p *run) pin(x []float32) {
+	if p.imageLatent != nil {
+		g := p.r.Geometry
+		pinFirstFrame(x, p.imageLatent, g.VAE.LatentChannels, g.LatentFrames)
+	}
 }
 
 // guide is classifier-free guidance in float32, in the reference's operation order:

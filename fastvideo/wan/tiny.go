@@ -90,6 +90,49 @@ func tinySpec() *Spec {
 	return s
 }
 
+// Tiny22Name is the toy Wan2.2 TI2V model: the 48-channel DiT with per-token timesteps and the
+// Wan2.2 VAE (encoder included) at toy width, so image-to-video runs on a CPU.
+const Tiny22Name = "tiny-wan2.2"
+
+// tinyWan22DiT is the wan22_ti2v_dit_tiny fixture's configuration (48 latent channels).
+func tinyWan22DiT() wandit.Config {
+	c := tinyWanDiT()
+	c.InChannels, c.OutChannels = 48, 48
+	return c
+}
+
+// tinyWan22VAE is the wan22_vae_tiny fixture's VAE (base_dim 4, one residual block per stage, 16x
+// spatial with the patch of 2) with z_dim 48 and the released Wan2.2 latent statistics.
+func tinyWan22VAE() wanvae.Config {
+	c := wanvae.Wan22Config()
+	c.BaseDim, c.DecoderBaseDim, c.NumResBlocks = 4, 4, 1
+	return c
+}
+
+// tinyImageArea is tiny-wan2.2's canvas area for a first-frame image: 64x96's, where the released
+// model takes 480x832's.
+const tinyImageArea = 64 * 96
+
+// tiny22Spec is tiny-wan2.2's specification: a 64x96 canvas (4x6 latents, 2x3 tokens a frame), the
+// same two samplers as tiny-wan, and a first-frame image fitted to 64x96's area.
+func tiny22Spec() *Spec {
+	s := tinySpec()
+	s.ModelInfo.Name, s.ModelInfo.Variant = Tiny22Name, Tiny22Name
+	s.Description = "The Wan2.2 TI2V architecture (48-channel DiT, Wan2.2 VAE with its encoder) at toy width with seeded random weights and a toy tokenizer made in memory (no files; its output is noise), for image-to-video tests and smoke runs"
+	s.DiT, s.VAE = tinyWan22DiT(), tinyWan22VAE()
+	s.FlowShift = schedule.Wan22TI2V5BShift
+	s.ImageMaxArea, s.FirstImage = tinyImageArea, true
+	s.setPresets(
+		Preset{Preset: family.Preset{Name: "tiny_wan22_ti2v", Description: "64x96, 9 frames at 24 fps, 4 UniPC steps with CFG 5.0 (Wan2.2-TI2V-style)",
+			Height: 64, Width: 96, NumFrames: 9, FPS: 24, Steps: 4, GuidanceScale: 5, Seed: defaultSeed},
+			Sampler: SamplerUniPC, NegativePrompt: NegativePromptCN},
+		Preset{Preset: family.Preset{Name: "tiny_wan22_dmd", Description: "64x96, 9 frames at 24 fps, 3 DMD steps without guidance (FastWan2.2-style)",
+			Height: 64, Width: 96, NumFrames: 9, FPS: 24, Steps: 3, GuidanceScale: 1, Seed: defaultSeed},
+			Sampler: SamplerDMD, DMDSteps: schedule.FastWanDMDSteps},
+	)
+	return s
+}
+
 // tinyWanWords are the toy vocabulary's whole words.
 const tinyWanWords = `a an the and or of in on at to with through into over under near by from for as is are its his her
 their it this that red orange yellow green blue purple pink white black gray brown golden silver dark bright
@@ -196,7 +239,7 @@ func (c *tinySource) sources() error {
 		s := c.spec
 		var errs [3]error
 		c.dit, errs[0] = family.Synthetic(seed, wandit.Params, s.DiT, initWanDiT)
-		c.vae, errs[1] = family.Synthetic(seed+1, wanvae.Params, s.VAE, initWanVAE)
+		c.vae, errs[1] = family.Synthetic(seed+1, vaeWithEncoderParams, s.VAE, initWanVAE)
 		c.te, errs[2] = family.Synthetic(seed+2, umt5.Params, s.TextEncoder, nil)
 		c.tokenizerJSON = tinyWanTokenizerJSON()
 		c.err = errors.Join(errs[:]...)
@@ -238,6 +281,27 @@ func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
 		return nil, err
 	}
 	return wanvae.FromSource(e.Backend, c.spec.VAE, c.vae, wanvae.Options{DType: e.DType})
+}
+
+func (c *tinySource) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
+	return wanvae.FromSource(e.Backend, c.spec.VAE, c.vae, encoderOptions)
+}
+
+// vaeWithEncoderParams is the whole VAE checkpoint's table (decoder and encoder): each synthetic
+// tensor depends only on the seed and its name, so the decoder's are those of the decoder alone.
+func vaeWithEncoderParams(cfg wanvae.Config) (weights.Shapes, error) {
+	dec, err := wanvae.Params(cfg)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := wanvae.EncoderParams(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append(dec, enc...), nil
 }
 
 // initWanDiT draws the modulation tables like dit/wan's NewRandom (randn/sqrt(D), their upstream

@@ -248,6 +248,24 @@ func (c Config) OutputShape(latentShape []int) ([]int, error) {
 // DenormalizeLatents maps DiT-space latents to VAE space, z·latents_std[c] + latents_mean[c], in
 // float32 per operation like the reference pipeline's decoding stage.
 func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, error) {
+	return c.perChannel(latents, shape, func(k int) func(float32) float32 {
+		std, mean := float32(c.LatentsStd[k]), float32(c.LatentsMean[k])
+		return func(v float32) float32 { return float32(v*std) + mean }
+	})
+}
+
+// NormalizeLatents maps VAE latents [1, z, T, H, W] to the diffusion space as FastVideo's pipelines
+// do after encoding: (z − shift_factor) · scaling_factor in float32, with shift_factor = mean and
+// scaling_factor = 1/std (fastvideo/configs/models/vaes/wanvae.py).
+func (c Config) NormalizeLatents(latents []float32, shape []int) ([]float32, error) {
+	return c.perChannel(latents, shape, func(k int) func(float32) float32 {
+		scale, mean := 1/float32(c.LatentsStd[k]), float32(c.LatentsMean[k])
+		return func(v float32) float32 { return (v - mean) * scale }
+	})
+}
+
+// perChannel applies channel k's map to every value of channel k of latents [1, z, T, H, W].
+func (c Config) perChannel(latents []float32, shape []int, channel func(k int) func(float32) float32) ([]float32, error) {
 	t, h, w, err := c.LatentDims(shape, len(latents))
 	if err != nil {
 		return nil, err
@@ -255,9 +273,9 @@ func (c Config) DenormalizeLatents(latents []float32, shape []int) ([]float32, e
 	out := make([]float32, len(latents))
 	plane := t * h * w
 	for k := 0; k < c.ZDim; k++ {
-		std, mean := float32(c.LatentsStd[k]), float32(c.LatentsMean[k])
+		f := channel(k)
 		for i := k * plane; i < (k+1)*plane; i++ {
-			out[i] = float32(latents[i]*std) + mean
+			out[i] = f(latents[i])
 		}
 	}
 	return out, nil

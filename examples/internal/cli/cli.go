@@ -59,6 +59,7 @@ type flags struct {
 	plan, asJSON, randomWeights        *bool
 	weightsSeed                        *int64
 	fast                               fastFlags
+	image                              *string
 	applyExtra                         func(*fastvideo.Request, map[string]bool) error
 }
 
@@ -151,6 +152,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		fps:      fs.Int("fps", 0, h.FPS),
 		steps:    fs.Int("steps", 0, h.Steps),
 		seed:     fs.Int64("seed", 0, h.Seed),
+		image:    fs.String("image", "", "first-frame image (PNG or JPEG) for image-to-video; the models that take one size the video from it"),
 		out:      fs.String("out", "", `output .mp4 file, or a folder for a name made from the prompt (default "outputs/"); existing files are never overwritten`),
 		backend:  fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`),
 		dtype:    fs.String("dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`),
@@ -174,7 +176,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 func (f *flags) request(fs *flag.FlagSet) (fastvideo.Request, error) {
 	req := fastvideo.Request{
 		Prompt: *f.prompt, NegativePrompt: *f.negative, Height: *f.height, Width: *f.width, NumFrames: *f.frames,
-		FPS: *f.fps, NumInferenceSteps: *f.steps, OutputPath: *f.out, Preset: *f.preset,
+		FPS: *f.fps, NumInferenceSteps: *f.steps, OutputPath: *f.out, Preset: *f.preset, ImagePath: *f.image,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -253,7 +255,7 @@ var flagNames = map[string]string{
 	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
 	"memory": "-memory", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
-	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife",
+	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
 }
 
 // fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1
