@@ -185,17 +185,7 @@ func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor,
 // handed over last under the same index. It exists for parity tests and
 // debugging: every state is copied to the host.
 func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
-	t, err := e.forward(ctx, &forwardInputs{ids: ids, pos: TextPositions(len(ids))}, func(i int, h *tensors.Tensor) error {
-		v, err := graphexec.HostF32(h)
-		if err != nil {
-			return err
-		}
-		return fn(i, v)
-	})
-	if t != nil {
-		t.FinalizeAll()
-	}
-	return err
+	return e.walk(ctx, ids, 0, nil, fn, false)
 }
 
 // forwardInputs are one forward pass's token ids, rotary positions and, for prompts with

@@ -1,27 +1,10 @@
 package qwen3vl
 
-import "math"
+import (
+	"math"
 
-// linspaceF32 is torch.linspace(start, end, steps) in float32 as PyTorch's CPU kernel evaluates it:
-// the first half from the start (start + i·step), the second half back from the end
-// (end − (steps−1−i)·step), which keeps both ends exact.
-func linspaceF32(start, end float32, steps int) []float32 {
-	out := make([]float32, steps)
-	if steps == 1 {
-		out[0] = start
-		return out
-	}
-	step := (end - start) / float32(steps-1)
-	half := steps / 2
-	for i := range out {
-		if i < half {
-			out[i] = start + float32(step*float32(i))
-		} else {
-			out[i] = end - float32(step*float32(steps-1-i))
-		}
-	}
-	return out
-}
+	"fastvideo/internal/hostmath"
+)
 
 // positionInterpolation returns the four bilinear neighbours' rows of the learned position grid
 // and their weights [4][N], per patch in merge order, as fast_pos_embed_interpolate builds them
@@ -29,7 +12,7 @@ func linspaceF32(start, end float32, steps int) []float32 {
 func positionInterpolation(c VisionConfig, grid [3]int) ([]int32, []float32) {
 	side := c.gridSide()
 	t, h, w, m := grid[0], grid[1], grid[2], c.SpatialMergeSize
-	hs, wsF := linspaceF32(0, float32(side-1), h), linspaceF32(0, float32(side-1), w)
+	hs, wsF := hostmath.TorchLinspaceF32(0, float32(side-1), h), hostmath.TorchLinspaceF32(0, float32(side-1), w)
 	n := t * h * w
 	idx, wt := make([]int32, 4*n), make([]float32, 4*n)
 	row := 0

@@ -241,13 +241,6 @@ func TestPixelValuesLayout(t *testing.T) {
 	}
 }
 
-func TestLinspaceF32(t *testing.T) {
-	v := linspaceF32(0, 3, 7)
-	if v[0] != 0 || v[6] != 3 || v[3] != 1.5 {
-		t.Fatalf("linspace(0, 3, 7) = %v", v)
-	}
-}
-
 // TestVisionRandomWeights runs the tower on random weights: one token per 2x2 patches, every
 // output finite, and one DeepStack feature per index.
 func TestVisionRandomWeights(t *testing.T) {
