@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"fastvideo/internal/hostmath"
 )
 
 // MiniMax H3 scheduler constants.
@@ -44,7 +46,7 @@ func H3GridSigmas(shift float64, points int) ([]float32, error) {
 	if points < 2 {
 		return nil, fmt.Errorf("schedule: an H3 sigma grid needs at least 2 points (1 step), got %d", points)
 	}
-	base := torchLinspaceF32(1, 0, points)
+	base := hostmath.TorchLinspaceF32(1, 0, points)
 	sig := make([]float32, 0, points)
 	for _, b := range base {
 		s := shiftF32(shift, b)

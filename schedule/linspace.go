@@ -14,29 +14,6 @@ package schedule
 
 import "math"
 
-// torchLinspaceF32 is torch.linspace(start, end, steps, dtype=float32) on CPU:
-// step = (end-start)/(steps-1) in float32, then the first half counts up from
-// start and the second half down from end. PyTorch's compiled kernel contracts
-// start + step*i into one fused multiply-add (verified bit for bit against the
-// 50-point H3 grids), so the products are not rounded separately here.
-func torchLinspaceF32(start, end float32, steps int) []float32 {
-	out := make([]float32, steps)
-	if steps == 1 {
-		out[0] = start
-		return out
-	}
-	step := (end - start) / float32(steps-1)
-	half := steps / 2
-	for i := range out {
-		if i < half {
-			out[i] = fmaF32(step, float32(i), start)
-		} else {
-			out[i] = fmaF32(-step, float32(steps-i-1), end)
-		}
-	}
-	return out
-}
-
 func fmaF32(a, b, c float32) float32 {
 	// The exact product of two float32 values fits a float64, and an FMA in
 	// float64 followed by rounding to float32 equals a float32 FMA except for

@@ -218,6 +218,21 @@ func ForEachFixture(t *testing.T, kind string, fn func(t *testing.T, fx *Fixture
 	}
 }
 
+// ForEachPendingFixture is ForEachFixture for a fixture kind whose golden file is generated on the
+// GPU machine and committed after the code: while testdata/ holds none it skips, naming the
+// generator to run; once one is there it behaves exactly like ForEachFixture.
+func ForEachPendingFixture(t *testing.T, kind, generator string, fn func(t *testing.T, fx *Fixture)) {
+	t.Helper()
+	local, err := FixturePaths("testdata", kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(local) == 0 {
+		t.Skipf("no fixture of kind %q in testdata/ yet: generate it with %s on the GPU machine", kind, generator)
+	}
+	ForEachFixture(t, kind, fn)
+}
+
 // ParityTol is the project's f32 parity tolerance: 1e-4 x max(1, max|ref|).
 func ParityTol(want []float32) float64 {
 	m := 0.0

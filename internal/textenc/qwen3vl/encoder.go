@@ -73,7 +73,8 @@ type Encoder struct {
 	index     int
 	finalNorm bool
 
-	layer, norm *Exec
+	layer, norm    *Exec
+	splice, inject *Exec // multimodal prompts only
 
 	mu     sync.Mutex
 	closer func() error
@@ -102,6 +103,9 @@ func NewEncoder(backend compute.Backend, cfg Config, w Weights, opts Options) (*
 	e.layer.WithName("qwen3vl_decoder_layer")
 	e.norm, err = NewExec(backend, func(x, w *Node) *Node { return nn.RMSNormCastFirst(x, w, cfg.RMSNormEps) })
 	if err != nil {
+		return nil, err
+	}
+	if err := newSpliceExecs(e); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -143,8 +147,8 @@ func (e *Encoder) HiddenStateIndex() int { return e.index }
 func (e *Encoder) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	graphexec.FinalizeExecs(e.layer, e.norm)
-	e.layer, e.norm = nil, nil
+	graphexec.FinalizeExecs(e.layer, e.norm, e.splice, e.inject)
+	e.layer, e.norm, e.splice, e.inject = nil, nil, nil, nil
 	if e.closer != nil {
 		err := e.closer()
 		e.closer = nil
@@ -172,7 +176,7 @@ func (e *Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, erro
 // EncodeTensor is Encode leaving the result on the device, in the compute dtype.
 // The caller owns the tensor (FinalizeAll it when done).
 func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor, error) {
-	return e.forward(ctx, ids, nil)
+	return e.forward(ctx, &forwardInputs{ids: ids, pos: TextPositions(len(ids))}, nil)
 }
 
 // Walk runs the forward pass and hands every hidden state on the way to fn as
@@ -181,24 +185,22 @@ func (e *Encoder) EncodeTensor(ctx context.Context, ids []int) (*tensors.Tensor,
 // handed over last under the same index. It exists for parity tests and
 // debugging: every state is copied to the host.
 func (e *Encoder) Walk(ctx context.Context, ids []int, fn func(index int, hidden []float32) error) error {
-	t, err := e.forward(ctx, ids, func(i int, h *tensors.Tensor) error {
-		v, err := graphexec.HostF32(h)
-		if err != nil {
-			return err
-		}
-		return fn(i, v)
-	})
-	if t != nil {
-		t.FinalizeAll()
-	}
-	return err
+	return e.walk(ctx, ids, 0, nil, fn, false)
+}
+
+// forwardInputs are one forward pass's token ids, rotary positions and, for prompts with
+// images, the splice tensors.
+type forwardInputs struct {
+	ids []int
+	pos [3][]int
+	mm  *multimodalTensors
 }
 
 // forward runs the embedding and layers 0..index-1 one at a time, asking the
 // Weights for each layer's tensors right before it runs and releasing them right
 // after, so a streamed checkpoint keeps a single layer on the device.
-func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tensors.Tensor) error) (x *tensors.Tensor, err error) {
-	if len(ids) == 0 {
+func (e *Encoder) forward(ctx context.Context, in *forwardInputs, visit func(int, *tensors.Tensor) error) (x *tensors.Tensor, err error) {
+	if len(in.ids) == 0 {
 		return nil, fmt.Errorf("qwen3vl: the prompt has no tokens; encode at least one token id")
 	}
 	e.mu.Lock()
@@ -214,8 +216,7 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 	}()
 	err = graphexec.Catch("qwen3vl", func() error {
 		var err error
-		x, err = e.weights.Embed(ids)
-		if err != nil {
+		if x, err = e.embed(in); err != nil {
 			return err
 		}
 		if visit != nil {
@@ -223,57 +224,88 @@ func (e *Encoder) forward(ctx context.Context, ids []int, visit func(int, *tenso
 				return err
 			}
 		}
-		cos, sin, err := RopeTables(e.cfg, TextPositions(len(ids)))
+		cos, sin, err := RopeTables(e.cfg, in.pos)
 		if err != nil {
 			return err
 		}
-		cosT := tensors.FromFlatDataAndDimensions(cos, len(ids), e.cfg.HeadDim)
-		sinT := tensors.FromFlatDataAndDimensions(sin, len(ids), e.cfg.HeadDim)
+		s := len(in.ids)
+		cosT := tensors.FromFlatDataAndDimensions(cos, s, e.cfg.HeadDim)
+		sinT := tensors.FromFlatDataAndDimensions(sin, s, e.cfg.HeadDim)
 		defer cosT.FinalizeAll()
 		defer sinT.FinalizeAll()
 		for i := 0; i < e.index; i++ {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			ws, release, err := e.weights.Layer(i)
-			if err != nil {
+			if x, err = e.runLayer(i, x, cosT, sinT, in.mm); err != nil {
 				return err
 			}
-			args := make([]any, 0, 3+len(ws))
-			args = append(args, x, cosT, sinT)
-			for _, w := range ws {
-				args = append(args, w)
-			}
-			y, err := e.layer.Call1(args...)
-			release()
-			if err != nil {
-				return fmt.Errorf("qwen3vl: decoder layer %d: %w", i, err)
-			}
-			x.FinalizeAll()
-			x = y
 			if visit != nil && !(e.finalNorm && i+1 == e.index) {
 				if err := visit(i+1, x); err != nil {
 					return err
 				}
 			}
 		}
-		if e.finalNorm {
-			w, release, err := e.weights.FinalNorm()
-			if err != nil {
-				return err
-			}
-			y, err := e.norm.Call1(x, w)
-			release()
-			if err != nil {
-				return fmt.Errorf("qwen3vl: final norm: %w", err)
-			}
-			x.FinalizeAll()
-			x = y
-			if visit != nil {
-				return visit(e.index, x)
-			}
+		if !e.finalNorm {
+			return nil
+		}
+		if x, err = e.applyFinalNorm(x); err != nil {
+			return err
+		}
+		if visit != nil {
+			return visit(e.index, x)
 		}
 		return nil
 	})
 	return x, err
+}
+
+// embed gathers the prompt's embedding rows and, for a prompt with images, splices the vision
+// embeddings in at the placeholders.
+func (e *Encoder) embed(in *forwardInputs) (*tensors.Tensor, error) {
+	x, err := e.weights.Embed(in.ids)
+	if err != nil || in.mm == nil {
+		return x, err
+	}
+	return e.replace(x, func() (*tensors.Tensor, error) { return e.splice.Call1(x, in.mm.keep, in.mm.embeds) }, "splicing the vision embeddings")
+}
+
+// runLayer runs decoder layer i on x (consumed), then adds layer i's DeepStack features.
+func (e *Encoder) runLayer(i int, x, cosT, sinT *tensors.Tensor, mm *multimodalTensors) (*tensors.Tensor, error) {
+	ws, release, err := e.weights.Layer(i)
+	if err != nil {
+		x.FinalizeAll()
+		return nil, err
+	}
+	args := make([]any, 0, 3+len(ws))
+	args = append(args, x, cosT, sinT)
+	for _, w := range ws {
+		args = append(args, w)
+	}
+	x, err = e.replace(x, func() (*tensors.Tensor, error) { return e.layer.Call1(args...) }, fmt.Sprintf("decoder layer %d", i))
+	release()
+	if err != nil || mm == nil || i >= len(mm.deepstack) {
+		return x, err
+	}
+	return e.replace(x, func() (*tensors.Tensor, error) { return e.inject.Call1(x, mm.deepstack[i]) }, fmt.Sprintf("DeepStack features after layer %d", i))
+}
+
+func (e *Encoder) applyFinalNorm(x *tensors.Tensor) (*tensors.Tensor, error) {
+	w, release, err := e.weights.FinalNorm()
+	if err != nil {
+		x.FinalizeAll()
+		return nil, err
+	}
+	defer release()
+	return e.replace(x, func() (*tensors.Tensor, error) { return e.norm.Call1(x, w) }, "final norm")
+}
+
+// replace runs step on x and frees x, which the result replaces (x is freed on failure too).
+func (e *Encoder) replace(x *tensors.Tensor, step func() (*tensors.Tensor, error), what string) (*tensors.Tensor, error) {
+	y, err := step()
+	x.FinalizeAll()
+	if err != nil {
+		return nil, fmt.Errorf("qwen3vl: %s: %w", what, err)
+	}
+	return y, nil
 }
