@@ -179,6 +179,22 @@ def modulation(temb_silu, w):
     return F.linear(temb_silu, *w["ada"]).view(-1, 6 * HIDDEN).chunk(6, dim=-1)
 
 
+def embed_timesteps(timestep, w, dt):
+    """silu(time embedding) of the DiT's timestep input [nT] -> [nT, TIME_DIM] in dt: what every AdaLN
+    projection and the output norm take."""
+    temb = F.linear(F.silu(F.linear(timestep_proj(timestep, FREQ_DIM), *w["time1"])), *w["time2"])
+    return F.silu(temb).to(dt)
+
+
+def refine_text(text_feats, w):
+    """The prompt rows through the context projection, the refiner blocks and the final norm: once per
+    prompt, as FastVideo caches it across steps."""
+    text = F.linear(text_feats, *w["context"])
+    for rb in w["refiner"]:
+        text = refiner_block(text, rb)
+    return F.rms_norm(text, (HIDDEN,), w["final_norm"], EPS)
+
+
 def joint_block(x, tables, idx, cos, sin, w):
     shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (t.to(x.dtype) for t in tables)
     h = F.rms_norm(x, (HIDDEN,), w["norm1"], EPS)
@@ -187,6 +203,30 @@ def joint_block(x, tables, idx, cos, sin, w):
     h = F.rms_norm(x, (HIDDEN,), w["norm2"], EPS)
     h = h * (1.0 + scale_mlp.index_select(0, idx)) + shift_mlp.index_select(0, idx)
     return x + gate_mlp.index_select(0, idx) * feed_forward(h, w)
+
+
+def forward(w, text, video_rows, audio_rows, rows, a, tables, tidx, adaln_idx, cos, sin, block_fn=joint_block):
+    """One DiT forward on the packed sequence [text | audio | video]: rows = (text, audio, video) row indices,
+    text = refine_text's rows, a = embed_timesteps of the step's distinct timesteps, tables = every block's
+    modulation(a) (None: projected here, in every forward, as without an AdaLN cache), tidx = each row's
+    timestep index into a, adaln_idx = tidx * MODALITIES + modality tag. Returns the float32 velocities
+    (video rows [1, Nv, patch_dim], audio rows [1, Na, AUDIO_CHANNELS])."""
+    text_idx, audio_idx, video_idx = rows
+    ve = F.linear(video_rows, *w["proj_in"])
+    ae = F.linear(audio_rows, *w["audio_proj_in"])
+    x = text.new_empty((1, cos.shape[0], HIDDEN))
+    x.index_copy_(1, text_idx, text)
+    x.index_copy_(1, video_idx, ve.to(x.dtype))
+    x.index_copy_(1, audio_idx, ae.to(x.dtype))
+    for i, b in enumerate(w["blocks"]):
+        tab = modulation(a, b) if tables is None else tables[i]
+        x = block_fn(x, tab, adaln_idx, cos, sin, b)
+    shift, scale = F.linear(a, *w["norm_out_lin"]).chunk(2, dim=-1)
+    y = F.rms_norm(x, (HIDDEN,), w["norm_out"], EPS)
+    y = (y * (1.0 + scale.index_select(0, tidx)) + shift.index_select(0, tidx)).float()
+    v = F.linear(y.index_select(1, video_idx), *w["proj_out"])
+    au = F.linear(y.index_select(1, audio_idx), *w["audio_proj_out"])
+    return v, au
 
 
 def main():
@@ -239,41 +279,18 @@ def main():
     block_fn = torch.compile(joint_block) if args.compile else joint_block
 
     with torch.inference_mode():
-        text = F.linear(text_feats, *w["context"])
-        for rb in w["refiner"]:
-            text = refiner_block(text, rb)
-        text = F.rms_norm(text, (HIDDEN,), w["final_norm"], EPS)  # cached across steps, as FastVideo does
+        text = refine_text(text_feats, w)
+        rows = (text_idx, audio_idx, video_idx)
+        cached = None
+        if args.adaln_cache:
+            a = embed_timesteps(timestep, w, dt)
+            cached = (a, [modulation(a, b) for b in w["blocks"]])
 
-        def adaln_tables(ts):
-            temb = F.linear(F.silu(F.linear(timestep_proj(ts, FREQ_DIM), *w["time1"])), *w["time2"])
-            a = F.silu(temb).to(dt)
-            return a, [modulation(a, b) for b in w["blocks"]]
+        def run():
+            a, tables = cached if cached is not None else (embed_timesteps(timestep, w, dt), None)
+            return forward(w, text, video_rows, audio_rows, rows, a, tables, tidx, adaln_idx, cos, sin, block_fn)
 
-        cached = adaln_tables(timestep) if args.adaln_cache else None
-
-        def forward():
-            ve = F.linear(video_rows, *w["proj_in"])
-            ae = F.linear(audio_rows, *w["audio_proj_in"])
-            x = text.new_empty((1, L, HIDDEN))
-            x.index_copy_(1, text_idx, text)
-            x.index_copy_(1, video_idx, ve.to(dt))
-            x.index_copy_(1, audio_idx, ae.to(dt))
-            if cached is None:
-                a = F.silu(F.linear(F.silu(F.linear(timestep_proj(timestep, FREQ_DIM), *w["time1"])), *w["time2"])).to(dt)
-                tables = None
-            else:
-                a, tables = cached
-            for i, b in enumerate(w["blocks"]):
-                tab = modulation(a, b) if tables is None else tables[i]
-                x = block_fn(x, tab, adaln_idx, cos, sin, b)
-            shift, scale = F.linear(a, *w["norm_out_lin"]).chunk(2, dim=-1)
-            y = F.rms_norm(x, (HIDDEN,), w["norm_out"], EPS)
-            y = (y * (1.0 + scale.index_select(0, tidx)) + shift.index_select(0, tidx)).float()
-            v = F.linear(y.index_select(1, video_idx), *w["proj_out"])
-            au = F.linear(y.index_select(1, audio_idx), *w["audio_proj_out"])
-            return v, au
-
-        first, times, out = time_runs(forward, args.warmup, args.iters, dev)
+        first, times, out = time_runs(run, args.warmup, args.iters, dev)
 
     inner = HEADS * HEAD_DIM
     tflop = args.layers * (L * (8 * HIDDEN * inner + 6 * HIDDEN * FFN) + 4 * L * L * inner) / 1e12

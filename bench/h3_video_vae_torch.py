@@ -203,7 +203,13 @@ def decode_clip(cfg: Cfg, W: dict, z: torch.Tensor, ropes: dict) -> torch.Tensor
 
 
 def decode_to_pixels(cfg: Cfg, W: dict, z: torch.Tensor, out: torch.Tensor, ropes: dict) -> None:
-    """Temporal clips as in _decode_chunks; each finished run is de-normalized, clamped, copied to out."""
+    """decode_runs into out [1, 3, frames, H, W] (a pinned CPU float32 buffer in the benchmark)."""
+    decode_runs(cfg, W, z, out.shape[2], ropes, lambda start, px: out[:, :, start:start + px.shape[2]].copy_(px))
+
+
+def decode_runs(cfg: Cfg, W: dict, z: torch.Tensor, total: int, ropes: dict, emit) -> None:
+    """Temporal clips as in _decode_chunks; each finished run of frames is de-normalized, clamped to
+    [0, 1] and handed to emit(first frame index, pixels [1, 3, n, H, W] on the device), total frames in all."""
     chunk = math.ceil(cfg.clip_length / cfg.patch_t)
     pre = (-cfg.clip_length) % cfg.patch_t
     tok_overlap = (-cfg.token_drop) % chunk
@@ -214,7 +220,6 @@ def decode_to_pixels(cfg: Cfg, W: dict, z: torch.Tensor, out: torch.Tensor, rope
     chunks = (ntok + pad) // chunk - int(cfg.token_drop > 0)
     if chunks < 1:
         pad, chunks = pad + chunk, 1
-    total = out.shape[2]
     if pad > 0:
         z = torch.cat([z, z[:, :, -1:].repeat(1, 1, pad, 1, 1)], dim=2)
     mean = torch.tensor(PIXEL_MEAN, device=z.device).view(1, 3, 1, 1, 1)
@@ -225,7 +230,7 @@ def decode_to_pixels(cfg: Cfg, W: dict, z: torch.Tensor, out: torch.Tensor, rope
         nonlocal start
         n = min(run.shape[2], total - start)
         if n > 0:
-            out[:, :, start:start + n].copy_((run[:, :, :n] * std + mean).clamp_(0, 1))
+            emit(start, (run[:, :, :n] * std + mean).clamp_(0, 1))
             start += n
 
     for k in range(chunks):

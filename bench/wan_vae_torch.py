@@ -248,15 +248,27 @@ class Chunk:
 
 def decode(cfg, W, dtype, z, out) -> None:
     """z [1, z, T, h, w] VAE-space latents -> out [1, 3, F, H, W] (pinned CPU), chunk by chunk."""
-    cache, start = None, 0
+    start = 0
+
+    def put(frames):
+        nonlocal start
+        n = frames.shape[2]
+        out[:, :, start:start + n].copy_(frames, non_blocking=True)
+        start += n
+
+    decode_chunks(cfg, W, dtype, z, put)
+    assert start == out.shape[2], (start, out.shape)
+
+
+def decode_chunks(cfg, W, dtype, z, emit) -> None:
+    """z [1, z, T, h, w] VAE-space latents, one latent frame at a time: emit(frames [1, 3, n, H, W]
+    float32 in [-1, 1] on the device) for each chunk, in order (1 frame, then 4 per latent frame)."""
+    cache = None
     for k in range(z.shape[2]):
         ch = Chunk(cfg, W, dtype, k == 0, cache)
         frames = ch.run(z[:, :, k:k + 1])
         cache = ch.next
-        n = frames.shape[2]
-        out[:, :, start:start + n].copy_(frames, non_blocking=True)
-        start += n
-    assert start == out.shape[2], (start, out.shape)
+        emit(frames)
 
 
 def main() -> None:
