@@ -243,7 +243,7 @@ func TestBadRequestsLoadNothing(t *testing.T) {
 		{"another family's options", with(func(r *Request) { r.Options = &wan.Options{WarpDenoisingSteps: Ptr(false)} }), "options"},
 		{"height above the toy's", with(func(r *Request) { r.Height, r.Width = 4096, 96 }), "height"},
 		{"frames beyond any bound", with(func(r *Request) { r.NumFrames = math.MaxInt }), "num_frames"},
-		{"temporal fast mode", with(func(r *Request) { r.Fast, r.NumFrames = true, 39 }), "fast"},
+		{"fast factor without the temporal mode", with(func(r *Request) { r.FastFactor = 3 }), "fast_factor"},
 		{"spatial scale that reduces nothing", with(func(r *Request) { r.FastSpatial, r.FastSpatialScale = true, 1 }), "fast_spatial_scale"},
 		{"unknown upsample kernel", with(func(r *Request) { r.FastSpatial, r.Upsample = true, "area" }), "upsample"},
 		{"upsample without the spatial mode", with(func(r *Request) { r.Upsample = "cubic" }), "upsample"},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/h3"
 )
 
 // The whole-clip benchmark times what a user waits for: Generate from prompt to MP4 through the
@@ -29,6 +30,7 @@ var (
 	clipOut    = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
 	clipFast   = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
 	clipFastSp = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
+	clipDense  = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
 )
 
 func init() {
@@ -74,6 +76,9 @@ func benchClip(spec string, c common) error {
 	fmt.Printf("clip: %s opened in %.2f s on %s (%s)\n", *clipModel, time.Since(t0).Seconds(), be, dt)
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
 		NumInferenceSteps: *clipSteps, Fast: *clipFast, FastSpatial: *clipFastSp, OutputPath: out + string(filepath.Separator)}
+	if *clipDense {
+		req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
+	}
 	for call := 1; call <= 1+c.Warmup+c.Iters; call++ {
 		poll.resetPeak()
 		res, err := g.Generate(context.Background(), req)

@@ -56,7 +56,7 @@ func TestExitCodes(t *testing.T) {
 		{"-prompt hi -model fasth3", 2, "snapshot folder"},
 		{"-prompt hi -backend tpu", 2, "invalid -backend"},
 		{"-prompt hi -memory lots", 2, "invalid -memory"},
-		{"-prompt hi -fast -frames 39", 2, "invalid -fast"},
+		{"-prompt hi -fast-factor 3", 2, "invalid -fast-factor 3"},
 		{"-prompt hi -out " + filepath.Join(dir, "clip.txt"), 2, "invalid -out"},
 		{"-prompt hi -model " + empty, 2, "invalid -model"},
 		{"-prompt hi -model " + missing, 2, "invalid -model"},
