@@ -280,7 +280,11 @@ func padChannel(x, valid *Node, scale float64, first bool) *Node {
 	case valid != nil:
 		bias := Where(valid, Zeros(g, shapes.Make(x.DType(), valid.Shape().Dimensions...)),
 			BroadcastToDims(ConstAsDType(g, x.DType(), -1e4/scale), valid.Shape().Dimensions...))
-		c = BroadcastToDims(ExpandAxes(bias, -1), one...)
+		c = ExpandAxes(bias, -1) // [nT, E, 1]: the leading axes of x (heads) broadcast
+		for c.Rank() < len(one) {
+			c = ExpandAxes(c, 0)
+		}
+		c = BroadcastToDims(c, one...)
 	case first:
 		c = Ones(g, shapes.Make(x.DType(), one...))
 	default:
