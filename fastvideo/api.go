@@ -55,6 +55,7 @@ const (
 	F32       = family.F32
 	BF16      = family.BF16
 
+	AutoMemory  = family.AutoMemory
 	OneResident = family.OneResident
 	AllResident = family.AllResident
 

@@ -89,6 +89,7 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
+	e.Memory = chooseMemory(e, comps)
 	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters}
 	if g.rife, err = rifeWeights(o, m); err != nil {
 		comps.Close()
@@ -127,8 +128,9 @@ func openEngine(o Options) (*family.Engine, error) {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
-		Memory: family.OrPreset(o.Memory, OneResident), PromptCacheDir: o.PromptCacheDir,
-		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights}
+		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
+		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
+		DeviceMemory: bp.MemoryStats()}
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32
@@ -143,6 +145,31 @@ func openEngine(o Options) (*family.Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// activationHeadroom is the device memory AutoMemory leaves beside the resident weights for a
+// generation's activations and the compiled programs (a FastH3 832x480x124 run peaks near 15 GiB
+// above its weights).
+const activationHeadroom = 20 << 30
+
+// chooseMemory resolves AutoMemory: every component resident when the accelerator's free memory
+// holds all the weights plus activationHeadroom, else one at a time.
+func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
+	if e.Memory != AutoMemory {
+		return e.Memory
+	}
+	sizer, ok := comps.(family.ResidentSizer)
+	if !ok || e.DeviceMemory == nil {
+		return OneResident
+	}
+	used, total, err := e.DeviceMemory()
+	if err != nil || used > total {
+		return OneResident
+	}
+	if need := sizer.ResidentBytes(); need > 0 && uint64(need)+activationHeadroom <= total-used {
+		return AllResident
+	}
+	return OneResident
 }
 
 // checkPromptCache returns a warning when the prompt cache folder cannot be written: the cache is

@@ -12,14 +12,18 @@ type memSampler struct {
 	mu     sync.Mutex
 	sample [1]metrics.Sample
 	peak   uint64
-	stop   chan struct{}
-	done   chan struct{}
+	// device reads the accelerator's used memory (nil: none); devicePeak is its largest reading,
+	// XLA's pool high-water mark plus the CUDA context, process-wide.
+	device     func() (used, total uint64, err error)
+	devicePeak uint64
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 const memSampleEvery = 10 * time.Millisecond
 
-func newMemSampler() *memSampler {
-	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{})}
+func newMemSampler(device func() (used, total uint64, err error)) *memSampler {
+	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{}), device: device}
 	m.sample[0].Name = "/memory/classes/total:bytes"
 	m.take()
 	go func() {
@@ -45,6 +49,21 @@ func (m *memSampler) take() {
 	if m.sample[0].Value.Kind() == metrics.KindUint64 {
 		m.peak = max(m.peak, m.sample[0].Value.Uint64())
 	}
+	if m.device != nil {
+		if used, _, err := m.device(); err == nil {
+			m.devicePeak = max(m.devicePeak, used)
+		}
+	}
+}
+
+// devicePeakBytes is the accelerator's peak, -1 when it was not read.
+func (m *memSampler) devicePeakBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.device == nil || m.devicePeak == 0 {
+		return -1
+	}
+	return int64(m.devicePeak)
 }
 
 // finish stops the background sampling and returns the peak.

@@ -120,11 +120,11 @@ func WithDType(d DType) Option {
 func WithMemoryPolicy(p MemoryPolicy) Option {
 	return func(o *Options) error {
 		switch p {
-		case "", OneResident, AllResident:
+		case "", AutoMemory, OneResident, AllResident:
 			o.Memory = p
 			return nil
 		}
-		return &RequestError{Field: "memory", Value: string(p), Allowed: fmt.Sprintf("%q or %q", OneResident, AllResident)}
+		return &RequestError{Field: "memory", Value: string(p), Allowed: fmt.Sprintf("%q (default), %q or %q", AutoMemory, OneResident, AllResident)}
 	}
 }
 

@@ -45,7 +45,7 @@ type pipelineRun struct {
 }
 
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
-	p := &pipelineRun{g: g, req: req, mem: newMemSampler(), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
+	p := &pipelineRun{g: g, req: req, mem: newMemSampler(g.engine.DeviceMemory), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
 	p.sess = family.NewSession(g.engine, req, p.res, p.emit, g.noteLoad)
 	defer func() {
 		p.mem.finish()
@@ -81,6 +81,7 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 	}
 	p.res.Timings.Total = time.Since(p.start)
 	p.res.PeakHostBytes = p.mem.finish()
+	p.res.PeakDeviceBytes = p.mem.devicePeakBytes()
 	return p.res, nil
 }
 
@@ -173,9 +174,12 @@ func (p *pipelineRun) validate(context.Context) error {
 	res.Prompt, res.Seed, res.Width, res.Height, res.NumFrames, res.FPS = c.Prompt, c.Seed, c.Width, c.Height, c.NumFrames, c.FPS
 	res.SampleRate = c.Model.AudioSampleRate
 	res.Backend, res.DType = g.Backend()
-	if g.engine.Accelerated {
-		res.DeviceMemory = "not reported by the XLA backend (GoMLX exposes no device memory statistics)"
-	} else {
+	switch {
+	case g.engine.DeviceMemory != nil:
+		res.DeviceMemory = "the GPU's used memory, sampled every 10 ms (NVIDIA management library): XLA's pool high-water mark and the CUDA context, every process on the device"
+	case g.engine.Accelerated:
+		res.DeviceMemory = "not reported: no statistics for this accelerator (NVIDIA GPUs only, through the driver's management library)"
+	default:
 		res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
 	}
 	return nil

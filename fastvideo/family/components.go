@@ -241,3 +241,14 @@ func MissingOr(dir, snapshot, file string, err error) error {
 	}
 	return fmt.Errorf("fastvideo: %w", err)
 }
+
+// ParamBytes sizes a parameter table (a model's Params) at a given bytes per value; an error
+// sizes it 0. Used as ParamBytes(h3dit.Params(cfg))(2).
+func ParamBytes(s weights.Shapes, err error) func(bytesPerValue int64) int64 {
+	return func(b int64) int64 {
+		if err != nil {
+			return 0
+		}
+		return s.Count() * b
+	}
+}

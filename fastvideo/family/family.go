@@ -132,7 +132,11 @@ func DTypeOf(dt dtypes.DType) DType {
 type MemoryPolicy string
 
 const (
-	// OneResident (the default) loads the text encoder, the DiT and the VAEs one at a time and
+	// AutoMemory (the default) keeps every component resident (AllResident) on an accelerator
+	// whose free memory holds all of their weights with room for a generation's activations, and
+	// loads them one at a time (OneResident) otherwise, on the CPU backend too. New decides once.
+	AutoMemory MemoryPolicy = "auto"
+	// OneResident loads the text encoder, the DiT and the VAEs one at a time and
 	// releases each at the end of the stage that loaded it: peak memory is the largest component,
 	// not their sum.
 	OneResident MemoryPolicy = "one_resident"
@@ -162,6 +166,15 @@ type Engine struct {
 	// download, a folder at the geometry of its configs without its weight files. The output is
 	// noise; the work and its timings are real.
 	RandomWeights *int64
+	// DeviceMemory reads the accelerator's used and total memory in bytes (every process's, the
+	// XLA pool included); nil where the backend has no such statistics.
+	DeviceMemory func() (used, total uint64, err error)
+}
+
+// ResidentSizer is implemented by Components that can tell the device bytes of all their
+// weights at the engine's dtype (what AllResident keeps loaded).
+type ResidentSizer interface {
+	ResidentBytes() int64
 }
 
 // Resident reports whether components stay loaded between runs.

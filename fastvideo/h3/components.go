@@ -204,3 +204,16 @@ func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 		return h3audio.FromSource(e.Backend, f.spec.AudioVAE, src, h3audio.Options{})
 	})
 }
+
+// ResidentBytes is the device memory of every component's weights (family.ResidentSizer): the DiT,
+// the video VAE and the text layers up to the hidden state H3 reads at the engine's dtype, the
+// audio VAE in float32.
+func (c *components) ResidentBytes() int64 {
+	dt := int64(c.Engine.DType.Size())
+	text := family.ParamBytes(qwen3vl.Params(c.textCfg))(dt)
+	if index, err := textOptions(c.textCfg, c.Engine.DType).ResolveHiddenState(c.textCfg); err == nil && c.textCfg.NumHiddenLayers > 0 {
+		text = text * int64(index) / int64(c.textCfg.NumHiddenLayers)
+	}
+	return family.ParamBytes(h3dit.Params(c.spec.DiT))(dt) + family.ParamBytes(h3video.Params(c.spec.VAE))(dt) +
+		family.ParamBytes(h3audio.Params(c.spec.AudioVAE))(4) + text
+}

@@ -197,36 +197,72 @@ func (p *run) keepLatents(xv, xa []float32) error {
 }
 
 // Decode runs the audio VAE on the stereo rows when the file or the caller needs the waveform,
-// then the video VAE clip by clip into sink.
+// and the video VAE clip by clip into sink. With every component resident the two decoders run
+// at once (the audio beside the video clips, whose frames are encoded as they come); otherwise the
+// audio VAE is released before the video VAE loads.
 func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
 	c, req := p.c, p.s.Request
+	if req.SkipSave && !req.ReturnAudio {
+		p.audioRows = nil
+		return nil, p.decodeVideo(ctx, sink)
+	}
+	dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
+	if err != nil {
+		return nil, err
+	}
+	rows := p.audioRows
+	p.audioRows = nil
+	decodeAudio := func() ([][]float32, error) {
+		wave, err := dec.DecodeRows(ctx, rows, p.r.Denoise.AudioLatents)
+		if err != nil {
+			return nil, fmt.Errorf("fastvideo: audio decode: %w", err)
+		}
+		return wave, nil
+	}
 	var wave [][]float32
-	if !req.SkipSave || req.ReturnAudio {
-		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
+	if c.Engine.Resident() && sink != nil {
+		audio := make(chan error, 1)
+		go func() {
+			var err error
+			wave, err = decodeAudio()
+			audio <- err
+		}()
+		err := p.decodeVideo(ctx, sink)
+		if aerr := <-audio; err == nil {
+			err = aerr
+		}
 		if err != nil {
 			return nil, err
 		}
-		if wave, err = dec.DecodeRows(ctx, p.audioRows, p.r.Denoise.AudioLatents); err != nil {
-			return nil, fmt.Errorf("fastvideo: audio decode: %w", err)
-		}
-		if req.ReturnAudio {
-			p.s.Result.Audio = wave
+	} else {
+		if wave, err = decodeAudio(); err != nil {
+			return nil, err
 		}
 		if err := p.s.Release(); err != nil { // the audio VAE goes before the video VAE comes
 			return nil, err
 		}
+		if err := p.decodeVideo(ctx, sink); err != nil {
+			return nil, err
+		}
 	}
-	p.audioRows = nil
+	if req.ReturnAudio {
+		p.s.Result.Audio = wave
+	}
+	return wave, nil
+}
+
+// decodeVideo decodes the video latents clip by clip into sink (nothing when sink is nil).
+func (p *run) decodeVideo(ctx context.Context, sink family.FrameSink) error {
 	if sink == nil {
-		return wave, nil
+		return nil
 	}
+	c := p.c
 	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { p.videoLatents = nil }()
-	err = dec.Decode(ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
+	return dec.Decode(ctx, p.videoLatents, p.videoShape, func(f h3video.Frames) error {
 		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
 	})
-	return wave, err
 }

@@ -182,3 +182,11 @@ func (f *folder) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
 
 // encoderOptions build the VAE for encoding: float32, FastVideo's VAE encode precision.
 var encoderOptions = wanvae.Options{DType: dtypes.Float32, Encoder: true}
+
+// ResidentBytes is the device memory of every component's weights (family.ResidentSizer) at the
+// engine's dtype: the DiT, the VAE and the UMT5 encoder.
+func (c *components) ResidentBytes() int64 {
+	dt := int64(c.Engine.DType.Size())
+	return family.ParamBytes(wandit.Params(c.spec.DiT))(dt) + family.ParamBytes(wanvae.Params(c.spec.VAE))(dt) +
+		family.ParamBytes(umt5.Params(c.spec.TextEncoder))(dt)
+}

@@ -84,7 +84,11 @@ func (p *Plan) prepareXLA() error {
 		}
 		p.LoadPath = link
 	}
-	p.Config = xlaConfig(p.LoadPath, p.Options)
+	opts, err := cudaOptions(p.Options)
+	if err != nil {
+		return err
+	}
+	p.Config = xlaConfig(p.LoadPath, opts)
 	if p.CUDADataDir != "" {
 		flags := os.Getenv("XLA_FLAGS")
 		if !strings.Contains(flags, "--xla_gpu_cuda_data_dir") {
@@ -117,6 +121,61 @@ func (p *Plan) prepareXLA() error {
 }
 
 // checkedDlopen dlopens a library that passed checkLoadable.
+// DefaultMemoryFraction caps XLA's CUDA allocator at this fraction of the device's memory unless the
+// spec sets memory_fraction: go-xla's default (0.75) would leave a quarter of an H200 unused, too
+// little for FastH3's DiT and text encoder resident together.
+const DefaultMemoryFraction = "0.92"
+
+// OptionCompileCache is our own backend option (not go-xla's): compile_cache=DIR keeps XLA's GPU
+// autotuning results and compiled kernels in DIR across processes (XLA's
+// --xla_gpu_per_fusion_autotune_cache_dir and --xla_gpu_kernel_cache_file), so a fresh process
+// skips the autotuning and kernel compilation a previous one did.
+const OptionCompileCache = "compile_cache"
+
+// cudaOptions are the go-xla options of a CUDA spec: the memory fraction defaulted, and our own
+// compile_cache turned into XLA flags (and removed: go-xla would reject it).
+func cudaOptions(options string) (string, error) {
+	var kept []string
+	fraction := false
+	for _, o := range strings.Split(options, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(o), "=")
+		switch k {
+		case "":
+			continue
+		case OptionCompileCache:
+			if err := useCompileCache(v); err != nil {
+				return "", err
+			}
+			continue
+		case "memory_fraction":
+			fraction = true
+		}
+		kept = append(kept, strings.TrimSpace(o))
+	}
+	if !fraction {
+		kept = append(kept, "memory_fraction="+DefaultMemoryFraction)
+	}
+	return strings.Join(kept, ","), nil
+}
+
+// useCompileCache points XLA's GPU caches into dir (made if missing), unless XLA_FLAGS sets them.
+func useCompileCache(dir string) error {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return fmt.Errorf("%s=%q: give an absolute folder", OptionCompileCache, dir)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "autotune"), 0o755); err != nil {
+		return fmt.Errorf("%s: %w", OptionCompileCache, err)
+	}
+	flags := os.Getenv("XLA_FLAGS")
+	if !strings.Contains(flags, "--xla_gpu_per_fusion_autotune_cache_dir") {
+		flags += " --xla_gpu_per_fusion_autotune_cache_dir=" + filepath.Join(dir, "autotune")
+	}
+	if !strings.Contains(flags, "--xla_gpu_kernel_cache_file") {
+		flags += " --xla_gpu_kernel_cache_file=" + filepath.Join(dir, "kernels.bin")
+	}
+	return os.Setenv("XLA_FLAGS", strings.TrimSpace(flags))
+}
+
 func checkedDlopen(path string) error {
 	if err := checkLoadable(path); err != nil {
 		return err

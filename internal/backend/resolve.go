@@ -700,3 +700,15 @@ func globDirs(patterns []string) []string {
 	}
 	return out
 }
+
+// MemoryStats returns the reader of the plan's accelerator memory (NVIDIA GPUs, through the
+// driver's management library, device 0), or nil where there is none to read.
+func (p *Plan) MemoryStats() func() (used, total uint64, err error) {
+	if p.Backend != KindXLA || !p.isCUDA() {
+		return nil
+	}
+	if _, _, err := NVIDIAMemory(0); err != nil {
+		return nil
+	}
+	return func() (uint64, uint64, error) { return NVIDIAMemory(0) }
+}

@@ -157,7 +157,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		backend:  fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`),
 		dtype:    fs.String("dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`),
 		cache:    fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)"),
-		memory:   fs.String("memory", "", `"one_resident" (default: one heavyweight component loaded at a time) or "all_resident"`),
+		memory:   fs.String("memory", "", `"auto" (default: every component stays loaded where the GPU's free memory holds them all, else one at a time), "one_resident" or "all_resident"`),
 		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
 		asJSON:   fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout"),
 		randomWeights: fs.Bool("random-weights", false, "draw the model's weights from -weights-seed instead of reading checkpoints: "+
