@@ -130,7 +130,7 @@ func openEngine(o Options) (*family.Engine, error) {
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
-		DeviceMemory: bp.MemoryStats()}
+		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset}
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32

@@ -3,6 +3,7 @@ package fastvideo
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"fastvideo/attention"
@@ -43,6 +44,8 @@ type Options struct {
 	// RandomWeights, when set, draws every model's weights from this seed instead of reading
 	// checkpoints (see WithRandomWeights).
 	RandomWeights *int64
+	// X264Preset is libx264's speed preset for the MP4; empty means medium (upstream's mux).
+	X264Preset string
 }
 
 // Option edits Options.
@@ -186,6 +189,19 @@ func WithQuantDispatch(d quant.Dispatch) Option {
 // timings and memory are real: for benchmarks and for tests on small configs.
 func WithRandomWeights(seed int64) Option {
 	return func(o *Options) error { o.RandomWeights = &seed; return nil }
+}
+
+// WithX264Preset sets libx264's speed preset: "veryfast" takes most of the encoding off the wait
+// after the last frame (at a somewhat larger file for the same CRF); the default, medium, is
+// upstream's mux.
+func WithX264Preset(preset string) Option {
+	return func(o *Options) error {
+		if preset != "" && !slices.Contains(media.X264Presets, preset) {
+			return &RequestError{Field: "x264_preset", Value: preset, Allowed: fmt.Sprintf("one of %v", media.X264Presets)}
+		}
+		o.X264Preset = preset
+		return nil
+	}
 }
 
 // WithFamily adds a model family, looked up before the built-in ones (a third-party family, or a

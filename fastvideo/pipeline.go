@@ -316,7 +316,7 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 	}
 	p.writer, err = p.g.engine.Media.NewMP4Writer(ctx, media.MP4Options{
 		Path: p.staging, Width: c.Width, Height: c.Height, FPS: float64(c.FPS),
-		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels,
+		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels, Preset: p.g.engine.X264Preset,
 	})
 	return err
 }

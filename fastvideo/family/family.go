@@ -156,8 +156,10 @@ type Engine struct {
 	DType          dtypes.DType
 	Memory         MemoryPolicy
 	PromptCacheDir string // "" disables the prompt cache
-	// Media are the ffmpeg and ffprobe executables.
-	Media media.Tools
+	// Media are the ffmpeg and ffprobe executables; X264Preset the encoder's speed preset ("":
+	// medium).
+	Media      media.Tools
+	X264Preset string
 	// Attention and QuantDispatch are the kernel choices every model is built with.
 	Attention     attention.Options
 	QuantDispatch quant.Dispatch

@@ -33,7 +33,8 @@ const MaxFrameSide = 16384
 // ErrAborted is the error of a writer ended with Abort.
 var ErrAborted = errors.New("media: writer aborted")
 
-var x264Presets = []string{"ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo"}
+// X264Presets are libx264's speed presets, fastest first.
+var X264Presets = []string{"ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo"}
 
 // Sample rates the AAC encoder accepts (MPEG-4 sampling frequency table).
 var aacRates = []int{96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350}
@@ -126,8 +127,8 @@ func (o MP4Options) withDefaults() (MP4Options, error) {
 	if o.Preset == "" {
 		o.Preset = DefaultPreset
 	}
-	if !slices.Contains(x264Presets, o.Preset) {
-		return o, fmt.Errorf("media: MP4Options.Preset=%q is not a libx264 preset; use one of %v", o.Preset, x264Presets)
+	if !slices.Contains(X264Presets, o.Preset) {
+		return o, fmt.Errorf("media: MP4Options.Preset=%q is not a libx264 preset; use one of %v", o.Preset, X264Presets)
 	}
 	return o, nil
 }

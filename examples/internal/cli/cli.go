@@ -56,6 +56,7 @@ type flags struct {
 	height, width, frames, fps, steps  *int
 	seed                               *int64
 	out, backend, dtype, cache, memory *string
+	x264                               *string
 	plan, asJSON, randomWeights        *bool
 	weightsSeed                        *int64
 	fast                               fastFlags
@@ -125,7 +126,8 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		return c.fail(stderr, err)
 	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(*f.backend), fastvideo.WithDType(fastvideo.DType(*f.dtype)),
-		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory))}
+		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory)),
+		fastvideo.WithX264Preset(*f.x264)}
 	if *f.randomWeights {
 		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
 	}
@@ -164,6 +166,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"a built-in model (e.g. fasth3) runs at release size without its download, a folder at the geometry of its configs; "+
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
+		x264:        fs.String("x264-preset", "", `libx264 speed preset: "veryfast" finishes the MP4 sooner after the last frame (default: medium, upstream's)`),
 		fast:        defineFast(fs),
 	}
 	if c.Extra != nil {
@@ -253,7 +256,7 @@ var flagNames = map[string]string{
 	"model": "-model", "preset": "-preset", "prompt": "-prompt", "negative_prompt": "-negative-prompt",
 	"height": "-height", "width": "-width", "num_frames": "-frames", "fps": "-fps", "num_inference_steps": "-steps",
 	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
-	"memory": "-memory", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
+	"memory": "-memory", "x264_preset": "-x264-preset", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
 }
