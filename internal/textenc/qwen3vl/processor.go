@@ -177,3 +177,11 @@ func (c ProcessorConfig) Process(img imageops.Image) ([]float32, [3]int, error) 
 func (c ProcessorConfig) Tokens(grid [3]int) int {
 	return grid[0] * grid[1] * grid[2] / (c.MergeSize * c.MergeSize)
 }
+
+// Q32BProcessor is the Qwen3-VL image processor's preprocessor_config.json (patch 16, merge 2,
+// mean and std 0.5, size {shortest_edge: 65536, longest_edge: 16777216}), for plans and
+// random-weight runs; real runs read the snapshot's processor/.
+func Q32BProcessor() ProcessorConfig {
+	return ProcessorConfig{PatchSize: 16, TemporalPatchSize: 2, MergeSize: 2, ImageMean: [3]float64{0.5, 0.5, 0.5},
+		ImageStd: [3]float64{0.5, 0.5, 0.5}, RescaleFactor: 1.0 / 255, MinPixels: 65536, MaxPixels: 16777216}
+}
