@@ -1,6 +1,9 @@
 package main
 
 import (
+	"image"
+	"image/color"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -119,11 +122,43 @@ func TestGenerateRandomWeights(t *testing.T) {
 	}
 }
 
-// TestImageFlagsRejected: -image and -last-image reach the request, and H3 refuses them (exit 2)
-// until its FL2VA conditioning is in.
+// TestImageFlagsRejected: a keyframe that is not an image is invalid input (exit 2) naming its flag.
 func TestImageFlagsRejected(t *testing.T) {
 	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
 		{"-plan -image a.png", 2, "invalid -image"},
 		{"-plan -last-image b.png", 2, "invalid -last-image"},
 	})
+}
+
+// TestKeyframesToMP4: t2va -image a.png -last-image b.png runs FL2VA on tiny-h3 into an MP4 with
+// audio, with one frame of condition rows per keyframe in the plan.
+func TestKeyframesToMP4(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.png"), filepath.Join(dir, "b.png")
+	writePNG(t, a, 120, 90)
+	writePNG(t, b, 90, 120)
+	out := filepath.Join(dir, "clip.mp4")
+	var res clitest.Generated
+	clitest.RunJSON(t, run, &res, "-prompt", "a red fox", "-out", out, "-json", "-image", a, "-last-image", b, "-frames", "5")
+	if v := clitest.Probe(t, out); v.Video == nil || v.Audio == nil || v.Video.Frames != 5 || v.Video.Width != 96 {
+		t.Fatalf("probe %+v %+v", v.Video, v.Audio)
+	}
+}
+
+func writePNG(t *testing.T, path string, w, h int) {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			img.SetNRGBA(x, y, color.NRGBA{uint8(255 * x / w), uint8(255 * y / h), 90, 255})
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -203,6 +203,9 @@ type ownedEncoder struct {
 
 func (e *ownedEncoder) Close() error { return e.close() }
 
+// Unwrap gives callers the encoder's own type (textenc.Unwrap).
+func (e *ownedEncoder) Unwrap() textenc.Encoder { return e.Encoder }
+
 // Synthetic is a seeded random weight source over a model's own parameter table (Params): the
 // weights of the built-in toy models, each tensor a function of the seed and its name only.
 func Synthetic[C any](seed int64, params func(C) (weights.Shapes, error), cfg C, init weights.InitFunc) (*weights.Synthetic, error) {

@@ -12,6 +12,11 @@ type NoiseStream uint64
 const (
 	VideoNoise NoiseStream = 1
 	AudioNoise NoiseStream = 2
+	// KeyframeNoise is the noise mixed into H3's FL2VA condition rows (drawn from the request seed,
+	// one keyframe after the other); KeyframeSampleNoise samples a keyframe's VAE posterior and is
+	// seeded with a fixed value, restarted for every keyframe, as upstream does.
+	KeyframeNoise       NoiseStream = 3
+	KeyframeSampleNoise NoiseStream = 4
 )
 
 // GaussianNoise fills n standard-normal float32 values for (seed, stream).

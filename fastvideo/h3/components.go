@@ -29,6 +29,10 @@ type source interface {
 	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
 	loadVideoVAE(e *family.Engine) (*h3video.Decoder, error)
 	loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error)
+	// loadVision and loadVideoEncoder serve FL2VA keyframes: the Qwen3-VL vision tower (in the
+	// text encoder's checkpoint) and the video VAE's encoder, both in float32.
+	loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error)
+	loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error)
 }
 
 // components are an opened H3 model: its source, its text encoder config and the resident slots
@@ -38,15 +42,18 @@ type components struct {
 	spec    *Spec
 	textCfg qwen3vl.Config
 
-	cond  *textenc.Conditioner
-	dit   *h3dit.Model
-	video *h3video.Decoder
-	audio *h3audio.Decoder
+	cond    *textenc.Conditioner
+	vision  *qwen3vl.Vision
+	encoder *h3video.Encoder
+	dit     *h3dit.Model
+	video   *h3video.Decoder
+	audio   *h3audio.Decoder
 }
 
 // Close releases the resident components.
 func (c *components) Close() error {
-	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.video), family.Release(&c.audio))
+	return errors.Join(family.Release(&c.cond), family.Release(&c.vision), family.Release(&c.encoder), family.Release(&c.dit),
+		family.Release(&c.video), family.Release(&c.audio))
 }
 
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
@@ -217,3 +224,18 @@ func (c *components) ResidentBytes() int64 {
 	return family.ParamBytes(h3dit.Params(c.spec.DiT))(dt) + family.ParamBytes(h3video.Params(c.spec.VAE))(dt) +
 		family.ParamBytes(h3audio.Params(c.spec.AudioVAE))(4) + text
 }
+
+func (f *folder) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {
+	return modelkit.LoadCheckpoint(f.Path(family.DirTextEncoder), "qwen3vl", func(src weights.Source) (*qwen3vl.Vision, error) {
+		return qwen3vl.NewVision(e.Backend, cfg, src)
+	})
+}
+
+func (f *folder) loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "h3video", func(src weights.Source) (*h3video.Encoder, error) {
+		return h3video.EncoderFromSource(e.Backend, f.spec.VAE, src, encoderOptions)
+	})
+}
+
+// encoderOptions: FL2VA encodes keyframes in float32, the released precision.
+var encoderOptions = h3video.Options{DType: dtypes.Float32}

@@ -11,6 +11,7 @@ import (
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/safetensors"
+	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
@@ -49,6 +50,9 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 		return nil, err
 	}
 	if err := s.readSchedulers(dir); err != nil {
+		return nil, err
+	}
+	if err := s.readKeyframeConfigs(dir); err != nil {
 		return nil, err
 	}
 	var err error
@@ -267,5 +271,31 @@ func (s *Spec) applyContractVSA(c *inferenceContract, path string) error {
 		}
 		s.VSATileSize = c.VSATileSize
 	}
+	return nil
+}
+
+// dirProcessor holds the Qwen3-VL image processor's preprocessor_config.json.
+const dirProcessor = "processor"
+
+// readKeyframeConfigs reads the vision tower's and the image processor's configs when the
+// snapshot has processor/: without it the model takes no keyframes (T2VA only).
+func (s *Spec) readKeyframeConfigs(dir string) error {
+	s.setKeyframes(nil, nil)
+	if _, err := os.Stat(filepath.Join(dir, dirProcessor, "preprocessor_config.json")); err != nil {
+		return nil
+	}
+	vc, err := qwen3vl.LoadVisionConfig(filepath.Join(dir, family.DirTextEncoder))
+	if err != nil {
+		return fmt.Errorf("fastvideo: %w (FL2VA keyframes need the vision tower of %s)", err, filepath.Join(dir, family.DirTextEncoder))
+	}
+	pc, err := qwen3vl.LoadProcessorConfig(filepath.Join(dir, dirProcessor))
+	if err != nil {
+		return fmt.Errorf("fastvideo: %w", err)
+	}
+	if vc.OutHiddenSize != s.DiT.TextDim {
+		return fmt.Errorf("fastvideo: %s: the vision tower's out_hidden_size %d differs from the transformer's text_dim %d",
+			filepath.Join(dir, family.DirTextEncoder, "config.json"), vc.OutHiddenSize, s.DiT.TextDim)
+	}
+	s.setKeyframes(&vc, &pc)
 	return nil
 }

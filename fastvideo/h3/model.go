@@ -18,6 +18,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
@@ -60,6 +61,15 @@ type Spec struct {
 	MaxSide int
 
 	presets map[string]family.Preset
+
+	// Vision and Processor are the Qwen3-VL vision tower (text_encoder/config.json) and image
+	// processor (processor/preprocessor_config.json) that FL2VA keyframes go through; nil when
+	// the model takes no keyframes (a snapshot without processor/).
+	Vision    *qwen3vl.VisionConfig
+	Processor *qwen3vl.ProcessorConfig
+	// KeyframeCanvas sizes a keyframe request without a size from the first keyframe's aspect
+	// (packing.ResolveCanvasSize, upstream's rule); tiny-h3 keeps its preset's canvas instead.
+	KeyframeCanvas bool
 
 	// rife is the tiny model's random RIFE (nil for released models: WithRIFE gives theirs).
 	rife weights.Source
@@ -113,6 +123,12 @@ func (s *Spec) setPresets(defaultName string, presets []family.Preset) {
 	}
 }
 
+// setKeyframes enables FL2VA with the vision tower and image processor given (nil: none).
+func (s *Spec) setKeyframes(vc *qwen3vl.VisionConfig, pc *qwen3vl.ProcessorConfig) {
+	s.Vision, s.Processor = vc, pc
+	s.FirstImage, s.LastImage = vc != nil && pc != nil, vc != nil && pc != nil
+}
+
 // released is a released model's spec before its name, presets and variant are set.
 func released() *Spec {
 	s := &Spec{
@@ -121,7 +137,10 @@ func released() *Spec {
 		DiT: h3dit.ReleaseConfig(), VAE: h3video.DefaultConfig(), AudioVAE: h3audio.DefaultConfig(),
 		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: family.BF16,
 		MinAlignedFrames: releasedMinFrames, MaxAlignedFrames: releasedMaxFrames, MaxSide: releasedMaxSide,
+		KeyframeCanvas: true,
 	}
+	vc, pc := qwen3vl.Q32BVision(), qwen3vl.Q32BProcessor()
+	s.setKeyframes(&vc, &pc)
 	return s
 }
 

@@ -32,6 +32,26 @@ type PlanDetails struct {
 	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
 	// VSA is the Video Sparse Attention of the run (nil: dense attention).
 	VSA *VSAPlan `json:"vsa,omitempty"`
+	// Keyframes are FL2VA's condition images (none for T2VA); KeyframeDiTTFLOPsTotal is what their
+	// rows (condition video rows, labels and vision tokens) add to the DiT's total.
+	Keyframes              []KeyframePlan `json:"keyframes,omitempty"`
+	KeyframeDiTTFLOPsTotal float64        `json:"keyframe_dit_tflops_total,omitempty"`
+}
+
+// KeyframePlan is one keyframe's way onto the canvas and into the prompt.
+type KeyframePlan struct {
+	Anchor string `json:"anchor"` // "first" or "last"
+	Source string `json:"source"` // the file, or "image" for an image.Image
+	// ImageWidth x ImageHeight is resized (PIL Lanczos) to ResizeWidth x ResizeHeight, then
+	// cropped at (CropLeft, CropTop) to the canvas; an image of the canvas size is used as is.
+	ImageWidth   int `json:"image_width"`
+	ImageHeight  int `json:"image_height"`
+	ResizeWidth  int `json:"resize_width"`
+	ResizeHeight int `json:"resize_height"`
+	CropLeft     int `json:"crop_left"`
+	CropTop      int `json:"crop_top"`
+	// VisionTokens is how many Qwen3-VL vision tokens the keyframe adds to the prompt.
+	VisionTokens int `json:"vision_tokens"`
 }
 
 // AudioNoiseLen is the length of Options.AudioNoise: 2·C·N (stereo).
@@ -74,7 +94,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 			Audio: l.NumAudioRows, Video: l.NumVideoRows, Total: l.SequenceLength,
 		},
 		AudioSigmas: sched.Audio.Sigmas, AudioTimesteps: sched.Audio.Timesteps,
-		AdaLNTimesteps: sched.VisitedTimesteps(schedule.Conditions{}),
+		AdaLNTimesteps: sched.VisitedTimesteps(r.conditions()),
 		FastTemporal:   r.FastTemporal, FastSpatial: r.FastSpatial,
 	}
 	p.Details = d
@@ -83,6 +103,9 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 		return nil, err
 	}
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = r.ditTFLOPs(l)
+	if err := r.planKeyframes(d, p.DiTTFLOPsTotal); err != nil {
+		return nil, err
+	}
 	if r.FastSpatial != nil || r.FastTemporal != nil {
 		full, err := r.fullLayout()
 		if err != nil {
@@ -108,11 +131,41 @@ func (r *resolved) ditTFLOPs(l *packing.Layout) (perStep, total float64) {
 	s, sched := r.spec, r.sched
 	for k := 0; k < sched.Steps(); k++ {
 		f := ditForwardFLOPs(s.DiT, l.NumTextRows, l.NumVideoRows+l.NumConditionVideoRows, l.NumAudioRows,
-			len(sched.StepTimesteps(k, schedule.Conditions{})), s.VSAGates)
+			len(sched.StepTimesteps(k, r.conditions())), s.VSAGates)
 		total += f
 		perStep = max(perStep, f)
 	}
 	return perStep / 1e12, total / 1e12
+}
+
+// conditions are the condition rows the run's forwards carry.
+func (r *resolved) conditions() schedule.Conditions {
+	return schedule.Conditions{Video: len(r.keyframes) > 0}
+}
+
+// planKeyframes lists the keyframes and their extra DiT cost against the same request without them.
+func (r *resolved) planKeyframes(d *PlanDetails, total float64) error {
+	if len(r.keyframes) == 0 {
+		return nil
+	}
+	for _, k := range r.keyframes {
+		src := k.image.Source
+		if src == "" {
+			src = "image"
+		}
+		d.Keyframes = append(d.Keyframes, KeyframePlan{Anchor: string(k.anchor), Source: src,
+			ImageWidth: k.image.Pixels.Width, ImageHeight: k.image.Pixels.Height, ResizeWidth: k.resize.ResizeWidth,
+			ResizeHeight: k.resize.ResizeHeight, CropLeft: k.resize.CropLeft, CropTop: k.resize.CropTop, VisionTokens: r.visionTokens})
+	}
+	plain := *r
+	plain.keyframes, plain.textTags = nil, nil
+	l, err := packing.Build(plain.layoutRequest())
+	if err != nil {
+		return fmt.Errorf("fastvideo: packing: %w", err)
+	}
+	_, without := plain.ditTFLOPs(l)
+	d.KeyframeDiTTFLOPsTotal = total - without
+	return nil
 }
 
 // fullLayout is the packed sequence the request would have without its fast modes.
@@ -240,6 +293,13 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	}
 	row("rows", "%d total = %d text%s + %d condition + %d audio + %d video", d.Rows.Total, d.Rows.Text, est,
 		d.Rows.ConditionVideo, d.Rows.Audio, d.Rows.Video)
+	for _, k := range d.Keyframes {
+		row("keyframe "+k.Anchor, "%s %dx%d -> %dx%d, crop at (%d, %d); %d vision tokens", k.Source, k.ImageWidth, k.ImageHeight,
+			k.ResizeWidth, k.ResizeHeight, k.CropLeft, k.CropTop, k.VisionTokens)
+	}
+	if len(d.Keyframes) > 0 {
+		row("keyframe cost", "%.1f TFLOP of DiT compute (plus the vision tower and the VAE encoder)", d.KeyframeDiTTFLOPsTotal)
+	}
 	row("steps", "%d, seed %d", p.Steps, p.Seed)
 	row("video sigmas", "%s", family.Floats(p.VideoSigmas))
 	row("audio sigmas", "%s", family.Floats(d.AudioSigmas))

@@ -85,3 +85,12 @@ func (r *randomSource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) 
 	}
 	return h3audio.FromSource(e.Backend, r.spec.AudioVAE, r.audio, h3audio.Options{})
 }
+
+// loadVision draws the vision tower on the device (about 0.5B parameters at release size).
+func (r *randomSource) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {
+	return qwen3vl.NewRandomVision(e.Backend, cfg, r.seed+5)
+}
+
+func (r *randomSource) loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error) {
+	return h3video.NewRandomEncoder(e.Backend, r.spec.VAE, encoderOptions, r.seed+6)
+}

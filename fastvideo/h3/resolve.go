@@ -26,6 +26,12 @@ type resolved struct {
 
 	sched *schedule.H3Schedule
 	vsa   *vsaConfig // nil: dense attention
+
+	// keyframes are FL2VA's condition images (none: T2VA), each becoming visionTokens vision
+	// tokens; textTags are the prompt rows' tags once the condition stage has tokenized them.
+	keyframes    []keyframe
+	visionTokens int
+	textTags     []uint8
 }
 
 func (r *resolved) Common() *family.Resolved { return &r.Resolved }
@@ -43,7 +49,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		r.opts = *o
 	}
 	for _, step := range []func(family.Request, family.Preset) error{
-		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveFilters, r.checkNoise, r.resolveVSA,
+		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveKeyframes, r.resolveFilters, r.checkNoise, r.resolveVSA,
 	} {
 		if err := step(req, preset); err != nil {
 			return nil, err
@@ -73,9 +79,12 @@ func (r *resolved) resolveGuidance(req family.Request, preset family.Preset) err
 	return nil
 }
 
-// resolveSize: both or neither, positive multiples of 32 (the VAE's 16x compression times the
+// resolveSize: both or neither (with a keyframe and neither, the keyframe's aspect picks them), positive multiples of 32 (the VAE's 16x compression times the
 // DiT's 2x2 patch), bounded by the model's largest side.
 func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
+	if err := r.keyframeCanvas(&req); err != nil {
+		return err
+	}
 	var err error
 	r.Height, r.Width, err = family.ResolveSize(req, preset, family.SizeRule{
 		HeightMultiple: packing.CanvasMultiple, WidthMultiple: packing.CanvasMultiple, MaxSide: r.spec.MaxSide,
@@ -267,7 +276,14 @@ func checkPromptTokens(n int, prompt string) error {
 
 // layoutRequest is the packing request of this generation for its (exact or estimated) prompt.
 func (r *resolved) layoutRequest() packing.Request {
-	q := r.Denoise.Request(nil, r.PromptTokens)
-	q.VideoTemporalScale = r.VideoTemporalScale
-	return q
+	if len(r.keyframes) == 0 {
+		q := r.Denoise.Request(nil, r.PromptTokens)
+		q.VideoTemporalScale = r.VideoTemporalScale
+		return q
+	}
+	tags := r.textTags
+	if tags == nil {
+		tags = r.estimatedTextTags()
+	}
+	return r.Denoise.Request(tags, 0, r.anchors()...)
 }

@@ -7,6 +7,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/imageops"
 	"fastvideo/internal/textenc"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
@@ -20,6 +21,9 @@ type run struct {
 
 	hidden textenc.Result  // the conditioned prompt
 	layout *packing.Layout // the packed sequence, built once for the exact prompt length
+
+	frames     []imageops.Image // the keyframes fitted to the canvas, until encoded
+	keyLatents [][]float32      // their normalized latents [C, 1, h, w]
 
 	videoLatents []float32 // final latents [1, C, T, Hl, Wl]
 	videoShape   []int
@@ -50,7 +54,12 @@ func (p *run) Condition(ctx context.Context) error {
 	if err := checkPromptTokens(len(ids), r.Prompt); err != nil {
 		return err
 	}
-	out, err := cond.Condition(ctx, r.Prompt)
+	var out textenc.Result
+	if len(r.keyframes) == 0 {
+		out, err = cond.Condition(ctx, r.Prompt)
+	} else {
+		out, err = p.conditionKeyframes(ctx, cond, ids)
+	}
 	if err != nil {
 		return err
 	}
@@ -59,7 +68,7 @@ func (p *run) Condition(ctx context.Context) error {
 	}
 	res := p.s.Result
 	res.PromptTokens, res.PromptCached = out.Shape[0], out.Cached
-	r.PromptTokens, r.PromptTokensEstimated = out.Shape[0], false
+	r.PromptTokens, r.PromptTokensEstimated = len(ids), false
 	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
 		return fmt.Errorf("fastvideo: packing: %w", err)
 	}
@@ -67,7 +76,7 @@ func (p *run) Condition(ctx context.Context) error {
 		return err
 	}
 	p.hidden = out
-	return nil
+	return p.encodeKeyframes(ctx)
 }
 
 // Denoise loads the DiT (unless resident), refines the prompt, computes the AdaLN tables of the
@@ -86,14 +95,21 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Upstream draws the condition rows' noise before the video noise; the streams here are
+	// independent, so only the row order matters.
+	cond, err := p.conditionRows()
+	if err != nil {
+		return err
+	}
 	xv, xa, err := p.initialNoise()
 	if err != nil {
 		return err
 	}
+	xv = append(cond, xv...)
 	if err := p.sample(ctx, dit, in, xv, xa); err != nil {
 		return err
 	}
-	return p.keepLatents(xv, xa)
+	return p.keepLatents(xv[len(cond):], xa)
 }
 
 // forwardInputs prepares what every forward shares: the refined prompt, the AdaLN tables (unless
@@ -110,7 +126,7 @@ func (p *run) forwardInputs(dit *h3dit.Model) (h3dit.ForwardInputs, error) {
 	if p.c.spec.AdaLN == nil {
 		// Every (timestep, modality) modulation of the run, once, instead of once per step and block.
 		sched := p.r.sched
-		adaln, err := dit.PrepareAdaLN(sched.Video.Timesteps, sched.Audio.Timesteps)
+		adaln, err := dit.PrepareAdaLN(sched.Video.Timesteps, sched.Audio.Timesteps, p.conditionLadder())
 		if err != nil {
 			return h3dit.ForwardInputs{}, err
 		}
@@ -155,10 +171,12 @@ func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInpu
 	sched := p.r.sched
 	steps := sched.Steps()
 	idx := make([]int32, p.layout.SequenceLength)
+	cut := p.layout.NumConditionVideoRows * rowWidth(p.c.spec.DiT.InChannels, p.layout.PatchSize)
 	return p.s.DenoiseLoop(ctx, steps, func(k int) error {
 		tv, ta := sched.Video.Timesteps[k], sched.Audio.Timesteps[k]
-		// T2VA has no condition rows: text and video rows take the video time, audio rows the audio time.
-		uniq, rowIdx := packing.RowTimesteps(p.layout, tv, ta, tv, ta)
+		// Text and target video rows take the video time, audio rows the audio time, FL2VA's
+		// condition rows max(tv, 0.999) (there are no condition audio rows).
+		uniq, rowIdx := packing.RowTimesteps(p.layout, tv, ta, packing.ConditionVideoTimestep(tv), ta)
 		for i, v := range rowIdx {
 			idx[i] = int32(v)
 		}
@@ -168,7 +186,8 @@ func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInpu
 		if err != nil {
 			return fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, steps, err)
 		}
-		if err := sched.Video.Step(k, out.Video, xv, xv); err != nil {
+		// The condition rows stay as they are: only the target rows step.
+		if err := sched.Video.Step(k, out.Video[cut:], xv[cut:], xv[cut:]); err != nil {
 			return err
 		}
 		return sched.Audio.Step(k, out.Audio, xa, xa)
@@ -266,3 +285,6 @@ func (p *run) decodeVideo(ctx context.Context, sink family.FrameSink) error {
 		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
 	})
 }
+
+// rowWidth is the width of one patchified video row: channels times the patch volume.
+func rowWidth(channels int, patch [3]int) int { return channels * patch[0] * patch[1] * patch[2] }

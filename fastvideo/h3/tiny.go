@@ -83,6 +83,23 @@ func tinyTextEncoder() qwen3vl.Config {
 	}
 }
 
+// tinyVision is a 2-block, 32-wide Qwen3-VL vision tower with the released patch geometry (16-pixel
+// patches merged 2x2) and special token ids, emitting the text stack's width.
+func tinyVision() qwen3vl.VisionConfig {
+	vc := qwen3vl.Q32BVision()
+	vc.Depth, vc.HiddenSize, vc.IntermediateSize, vc.NumHeads = 2, 32, 64, 2
+	vc.OutHiddenSize, vc.NumPositionEmbeddings, vc.DeepstackVisualIndexes = tinyTextEncoder().HiddenSize, 16, []int{0}
+	return vc
+}
+
+// tinyProcessor is the released image processor with an area range that tiny canvases fit:
+// 64x96 stays 64x96 (6 vision tokens).
+func tinyProcessor() qwen3vl.ProcessorConfig {
+	pc := qwen3vl.Q32BProcessor()
+	pc.MinPixels, pc.MaxPixels = 32*32, 256*256
+	return pc
+}
+
 // TinyName is the built-in toy model of the family.
 const TinyName = "tiny-h3"
 
@@ -98,6 +115,8 @@ func tinySpec() *Spec {
 		MinAlignedFrames: 5, MaxAlignedFrames: releasedMaxFrames, MaxSide: tinyMaxSide,
 	}
 	s.setPresets("tiny_t2va", tinyH3Presets)
+	vc, pc := tinyVision(), tinyProcessor()
+	s.setKeyframes(&vc, &pc)
 	s.rife, _ = family.TinyRIFE(tinyWeightsSeed + 4) // a fixed, valid table: it cannot fail
 	return s
 }
@@ -108,9 +127,9 @@ func tinySpec() *Spec {
 type tinySource struct {
 	spec *Spec
 
-	once                  sync.Once
-	err                   error
-	dit, video, audio, te *weights.Synthetic
+	once                                   sync.Once
+	err                                    error
+	dit, video, audio, te, vision, encoder *weights.Synthetic
 }
 
 func newTinySource(spec *Spec) *tinySource { return &tinySource{spec: spec} }
@@ -120,11 +139,13 @@ func (c *tinySource) sources() error {
 	c.once.Do(func() {
 		seed := int64(tinyWeightsSeed)
 		s := c.spec
-		var errs [4]error
+		var errs [6]error
 		c.dit, errs[0] = family.Synthetic(seed, h3dit.Params, s.DiT, nil)
 		c.video, errs[1] = family.Synthetic(seed+1, h3video.Params, s.VAE, nil)
 		c.audio, errs[2] = family.Synthetic(seed+2, h3audio.Params, s.AudioVAE, initAudioVAE)
 		c.te, errs[3] = family.Synthetic(seed+3, qwen3vl.Params, tinyTextEncoder(), nil)
+		c.vision, errs[4] = family.Synthetic(seed+5, qwen3vl.VisionParams, *s.Vision, nil)
+		c.encoder, errs[5] = family.Synthetic(seed+6, h3video.EncoderParams, s.VAE, nil)
 		c.err = errors.Join(errs[:]...)
 	})
 	return c.err
@@ -201,4 +222,18 @@ func initAudioVAE(name string, shape []int, rng *rand.Rand) []float32 {
 		return nil
 	}
 	return v
+}
+
+func (c *tinySource) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
+	return qwen3vl.NewVision(e.Backend, cfg, c.vision)
+}
+
+func (c *tinySource) loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error) {
+	if err := c.sources(); err != nil {
+		return nil, err
+	}
+	return h3video.EncoderFromSource(e.Backend, c.spec.VAE, c.encoder, encoderOptions)
 }

@@ -7,7 +7,8 @@ import (
 
 // PIL's resampling (Pillow src/libImaging/Resample.c, ImagingResample for 8-bit images), which
 // upstream's image preprocessing uses (PIL.Image.resize(size, Image.LANCZOS) in FastVideo's
-// fastvideo/pipelines/stages/input_validation.py). It is not OpenCV's: the kernel is stretched by
+// fastvideo/pipelines/stages/input_validation.py; BICUBIC in the Qwen2-VL image processor that
+// fastvideo/pipelines/basic/minimax_h3/stages/minimax_h3_conditioning.py calls). It is not OpenCV's: the kernel is stretched by
 // the scale when shrinking (antialiasing), coefficients are normalized per output pixel and
 // rounded to 22-bit fixed point, and the passes run horizontal first, then vertical, each rounding
 // to uint8.
@@ -15,8 +16,16 @@ import (
 // pilPrecisionBits is Resample.c's PRECISION_BITS (32 - 8 - 2).
 const pilPrecisionBits = 32 - 8 - 2
 
-// pilLanczosSupport is the LANCZOS filter's support (a = 3).
-const pilLanczosSupport = 3.0
+// pilFilter is one of Resample.c's filters: the kernel and its support at scale 1.
+type pilFilter struct {
+	kernel  func(float64) float64
+	support float64
+}
+
+var (
+	pilLanczosFilter = pilFilter{pilLanczos, 3}
+	pilBicubicFilter = pilFilter{pilBicubic, 2}
+)
 
 func sinc(x float64) float64 {
 	if x == 0 {
@@ -34,6 +43,19 @@ func pilLanczos(x float64) float64 {
 	return 0
 }
 
+// pilBicubic is Resample.c's bicubic_filter: the cubic convolution kernel with a = -0.5.
+func pilBicubic(x float64) float64 {
+	const a = -0.5
+	x = math.Abs(x)
+	switch {
+	case x < 1:
+		return ((a+2)*x-(a+3))*x*x + 1
+	case x < 2:
+		return (((x-5)*x+8)*x - 4) * a
+	}
+	return 0
+}
+
 // pilCoeffs are one axis's taps: output i reads inputs start[i] .. start[i]+count[i]-1 with the
 // fixed-point weights k[i*ksize:].
 type pilCoeffs struct {
@@ -44,10 +66,10 @@ type pilCoeffs struct {
 
 // pilPrecompute is precompute_coeffs followed by normalize_coeffs_8bpc, for the whole input range
 // (box = (0, inSize)).
-func pilPrecompute(inSize, outSize int) pilCoeffs {
+func pilPrecompute(inSize, outSize int, f pilFilter) pilCoeffs {
 	scale := float64(inSize) / float64(outSize)
 	filterscale := max(scale, 1)
-	support := pilLanczosSupport * filterscale
+	support := f.support * filterscale
 	ksize := int(math.Ceil(support))*2 + 1
 	c := pilCoeffs{ksize: ksize, start: make([]int, outSize), count: make([]int, outSize), k: make([]int32, outSize*ksize)}
 	w := make([]float64, ksize)
@@ -58,7 +80,7 @@ func pilPrecompute(inSize, outSize int) pilCoeffs {
 		xmax := min(int(center+support+0.5), inSize) - xmin
 		ww := 0.0
 		for x := 0; x < xmax; x++ {
-			w[x] = pilLanczos((float64(x+xmin) - center + 0.5) * ss)
+			w[x] = f.kernel((float64(x+xmin) - center + 0.5) * ss)
 			ww += w[x]
 		}
 		for x := 0; x < xmax; x++ {
@@ -92,6 +114,15 @@ func pilClip8(v int64) byte {
 // ResizePIL returns src resized to width x height as Pillow's Image.resize((width, height),
 // Image.LANCZOS) does for an RGB image (default box, no reducing_gap): an unchanged size is a copy.
 func ResizePIL(src Image, width, height int) (Image, error) {
+	return pilResize(src, width, height, pilLanczosFilter)
+}
+
+// ResizePILBicubic is ResizePIL with Image.BICUBIC.
+func ResizePILBicubic(src Image, width, height int) (Image, error) {
+	return pilResize(src, width, height, pilBicubicFilter)
+}
+
+func pilResize(src Image, width, height int, f pilFilter) (Image, error) {
 	if err := src.check(); err != nil {
 		return Image{}, err
 	}
@@ -100,10 +131,10 @@ func ResizePIL(src Image, width, height int) (Image, error) {
 	}
 	out := src
 	if width != src.Width {
-		out = pilHorizontal(out, width, pilPrecompute(src.Width, width))
+		out = pilHorizontal(out, width, pilPrecompute(src.Width, width, f))
 	}
 	if height != src.Height {
-		out = pilVertical(out, height, pilPrecompute(src.Height, height))
+		out = pilVertical(out, height, pilPrecompute(src.Height, height, f))
 	}
 	if out.Width == src.Width && out.Height == src.Height {
 		out = Image{Width: src.Width, Height: src.Height, Pix: append([]byte(nil), src.Pix...)}

@@ -64,13 +64,7 @@ type Conditioner struct {
 
 // Condition returns the hidden state of prompt.
 func (c *Conditioner) Condition(ctx context.Context, prompt string) (Result, error) {
-	if c.Tokenizer == nil {
-		return Result{}, fmt.Errorf("textenc: Conditioner.Tokenizer is nil; set a tokenizer")
-	}
-	if prompt == "" {
-		return Result{}, fmt.Errorf("textenc: the prompt is empty; give the text to condition on")
-	}
-	compute := func(ctx context.Context) ([]float32, []int, error) {
+	return c.ConditionWith(ctx, prompt, "", func(ctx context.Context, enc Encoder) ([]float32, []int, error) {
 		ids, err := c.Tokenizer.Encode(prompt)
 		if err != nil {
 			return nil, nil, fmt.Errorf("textenc: tokenizing the prompt: %w", err)
@@ -78,14 +72,32 @@ func (c *Conditioner) Condition(ctx context.Context, prompt string) (Result, err
 		if len(ids) == 0 {
 			return nil, nil, fmt.Errorf("textenc: the prompt %q tokenizes to no tokens", prompt)
 		}
+		return enc.Encode(ctx, ids)
+	})
+}
+
+// Compute encodes a prompt with the opened encoder (Unwrap reaches the model's own type).
+type Compute func(ctx context.Context, enc Encoder) ([]float32, []int, error)
+
+// ConditionWith is Condition for a hidden state that also depends on inputs beside the text (an
+// FL2VA prompt's images): inputs identifies them in the cache key (a digest of their pixels), and
+// compute runs only on a cache miss, with the encoder opened.
+func (c *Conditioner) ConditionWith(ctx context.Context, prompt, inputs string, compute Compute) (Result, error) {
+	if c.Tokenizer == nil {
+		return Result{}, fmt.Errorf("textenc: Conditioner.Tokenizer is nil; set a tokenizer")
+	}
+	if prompt == "" {
+		return Result{}, fmt.Errorf("textenc: the prompt is empty; give the text to condition on")
+	}
+	run := func(ctx context.Context) ([]float32, []int, error) {
 		enc, err := c.encoder()
 		if err != nil {
 			return nil, nil, err
 		}
-		return enc.Encode(ctx, ids)
+		return compute(ctx, enc)
 	}
 	if c.Cache == nil {
-		h, s, err := compute(ctx)
+		h, s, err := run(ctx)
 		if err != nil {
 			return Result{}, err
 		}
@@ -94,11 +106,26 @@ func (c *Conditioner) Condition(ctx context.Context, prompt string) (Result, err
 	key := c.Key
 	key.Tokenizer = c.Tokenizer.Fingerprint()
 	key.Prompt = prompt
-	h, s, hit, err := c.Cache.GetOrCompute(ctx, key, compute)
+	if inputs != "" {
+		key.Variant += ";inputs=" + inputs
+	}
+	h, s, hit, err := c.Cache.GetOrCompute(ctx, key, run)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Hidden: h, Shape: s, Cached: hit}, nil
+}
+
+// Unwrap returns the encoder that wrappers (types with Unwrap() Encoder, such as the one that
+// closes an encoder's weights with it) hold.
+func Unwrap(e Encoder) Encoder {
+	for {
+		w, ok := e.(interface{ Unwrap() Encoder })
+		if !ok {
+			return e
+		}
+		e = w.Unwrap()
+	}
 }
 
 func (c *Conditioner) encoder() (Encoder, error) {

@@ -12,6 +12,7 @@ import (
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
 
@@ -64,6 +65,21 @@ func LoadEncoder(backend compute.Backend, dir string, opts Options) (*Encoder, e
 // EncoderFromSource builds the encoder from released (diffusers) tensor names; decoder tensors are
 // ignored. Options.DType must be Float32 (or unset); the tiling options apply as for decoding.
 func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Encoder, error) {
+	return modelkit.Populate(func() (*Encoder, error) { return newEncoder(backend, cfg, opts) }, func(e *Encoder) error {
+		return modelkit.BindSource("h3video: encoder", src, e.set, dtypes.Float32, backend, e.build)
+	})
+}
+
+// NewRandomEncoder is EncoderFromSource with weights drawn on the backend from seed (the decoder's
+// NewRandom scales), for random-weight runs that condition on keyframes.
+func NewRandomEncoder(backend compute.Backend, cfg Config, opts Options, seed int64) (*Encoder, error) {
+	return modelkit.Populate(func() (*Encoder, error) { return newEncoder(backend, cfg, opts) }, func(e *Encoder) error {
+		return modelkit.DrawRandom("h3video encoder", e.set, dtypes.Float32, backend, seed, randweights.FixtureDraw, e.build)
+	})
+}
+
+// newEncoder checks the options and geometry and declares the parameters.
+func newEncoder(backend compute.Backend, cfg Config, opts Options) (*Encoder, error) {
 	var err error
 	if opts.DType, err = modelkit.Prepare("h3video", cfg, backend, opts.DType, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
@@ -76,18 +92,16 @@ func EncoderFromSource(backend compute.Backend, cfg Config, src weights.Source, 
 	}
 	e := &Encoder{cfg: cfg, opts: opts, backend: backend, index: map[*weights.Param]int{}}
 	e.declare()
-	if err := weights.Bind(src, e.set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("h3video: encoder: %w", err)
-	}
-	if err := graphexec.Catch("", func() error {
-		e.exec = graphexec.MustExec(backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
-		e.execActs = graphexec.MustExec(backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
-		return nil
-	}); err != nil {
-		e.set.Release()
-		return nil, fmt.Errorf("h3video: building encoder graphs: %w", err)
-	}
 	return e, nil
+}
+
+// build compiles the encoder graphs over the bound parameters.
+func (e *Encoder) build() error {
+	return graphexec.Catch("", func() error {
+		e.exec = graphexec.MustExec(e.backend, "h3video.encoder", func(in []*Node) []*Node { return e.graph(in, false) })
+		e.execActs = graphexec.MustExec(e.backend, "h3video.encoder_acts", func(in []*Node) []*Node { return e.graph(in, true) })
+		return nil
+	})
 }
 
 func encoderConfigCheck(c Config) error {

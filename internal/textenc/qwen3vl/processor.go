@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"fastvideo/internal/imageops"
 	"fastvideo/internal/modelcfg"
 )
 
@@ -155,4 +156,32 @@ func (c ProcessorConfig) PixelValues(rgb []uint8, width, height int) ([]float32,
 		}
 	}
 	return out, [3]int{1, gh, gw}, nil
+}
+
+// Process is the image processor on one RGB image: SmartResize's size, Pillow's BICUBIC resize
+// (the processor's resample=3; transformers' own resize lands within one level of Pillow's), then
+// PixelValues. It returns the vision tower's rows and grid_thw.
+func (c ProcessorConfig) Process(img imageops.Image) ([]float32, [3]int, error) {
+	h, w, err := c.SmartResize(img.Height, img.Width)
+	if err != nil {
+		return nil, [3]int{}, err
+	}
+	resized, err := imageops.ResizePILBicubic(img, w, h)
+	if err != nil {
+		return nil, [3]int{}, fmt.Errorf("qwen3vl: %w", err)
+	}
+	return c.PixelValues(resized.Pix, w, h)
+}
+
+// Tokens is how many vision tokens an image of grid_thw becomes (one per merged block).
+func (c ProcessorConfig) Tokens(grid [3]int) int {
+	return grid[0] * grid[1] * grid[2] / (c.MergeSize * c.MergeSize)
+}
+
+// Q32BProcessor is the Qwen3-VL image processor's preprocessor_config.json (patch 16, merge 2,
+// mean and std 0.5, size {shortest_edge: 65536, longest_edge: 16777216}), for plans and
+// random-weight runs; real runs read the snapshot's processor/.
+func Q32BProcessor() ProcessorConfig {
+	return ProcessorConfig{PatchSize: 16, TemporalPatchSize: 2, MergeSize: 2, ImageMean: [3]float64{0.5, 0.5, 0.5},
+		ImageStd: [3]float64{0.5, 0.5, 0.5}, RescaleFactor: 1.0 / 255, MinPixels: 65536, MaxPixels: 16777216}
 }

@@ -13,6 +13,7 @@ import (
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/nn"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
 )
 
@@ -51,22 +52,34 @@ type VisionFeatures struct {
 // NewVision binds the vision tower from src (released names under VisionPrefix; the text decoder's
 // tensors are ignored).
 func NewVision(backend compute.Backend, cfg VisionConfig, src weights.Source) (*Vision, error) {
+	return modelkit.Populate(func() (*Vision, error) { return newVision(backend, cfg) }, func(v *Vision) error {
+		return modelkit.BindSource("qwen3vl vision", src, v.set, dtypes.Float32, backend, func() error { return v.build(backend) })
+	})
+}
+
+// NewRandomVision is NewVision with weights drawn on the backend from seed (random-weight runs:
+// the released tower has about 0.5B parameters, too many to draw on the host).
+func NewRandomVision(backend compute.Backend, cfg VisionConfig, seed int64) (*Vision, error) {
+	return modelkit.Populate(func() (*Vision, error) { return newVision(backend, cfg) }, func(v *Vision) error {
+		return modelkit.DrawRandom("qwen3vl vision", v.set, dtypes.Float32, backend, seed, randweights.FixtureDraw,
+			func() error { return v.build(backend) })
+	})
+}
+
+func newVision(backend compute.Backend, cfg VisionConfig) (*Vision, error) {
 	if _, err := modelkit.Prepare("qwen3vl vision", cfg, backend, dtypes.Float32, []dtypes.DType{dtypes.Float32}); err != nil {
 		return nil, err
 	}
 	v := &Vision{cfg: cfg, index: map[*weights.Param]int{}}
 	v.declare()
-	if err := weights.Bind(src, v.set, weights.Options{DType: dtypes.Float32, Backend: backend}); err != nil {
-		return nil, fmt.Errorf("qwen3vl vision: %w", err)
-	}
-	if err := graphexec.Catch("", func() error {
+	return v, nil
+}
+
+func (v *Vision) build(backend compute.Backend) error {
+	return graphexec.Catch("qwen3vl vision: building the graph", func() error {
 		v.exec = graphexec.MustExec(backend, "qwen3vl.vision", v.graph)
 		return nil
-	}); err != nil {
-		v.set.Release()
-		return nil, fmt.Errorf("qwen3vl vision: building the graph: %w", err)
-	}
-	return v, nil
+	})
 }
 
 // VisionParams is the checkpoint parameter table of the vision tower for cfg.

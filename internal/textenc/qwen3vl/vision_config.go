@@ -115,3 +115,13 @@ func (c VisionConfig) PatchDim() int {
 
 // MergeArea is how many patches merge into one vision token.
 func (c VisionConfig) MergeArea() int { return c.SpatialMergeSize * c.SpatialMergeSize }
+
+// Q32BVision is the vision tower shipped with MiniMax H3 (the vision_* defaults of
+// fastvideo/configs/models/encoders/minimax_h3_qwen3_vl.py), for plans and random-weight runs;
+// real runs read the snapshot's config.json.
+func Q32BVision() VisionConfig {
+	return VisionConfig{Depth: 27, HiddenSize: 1152, HiddenAct: "gelu_pytorch_tanh", IntermediateSize: 4304, NumHeads: 16,
+		InChannels: 3, PatchSize: 16, SpatialMergeSize: 2, TemporalPatchSize: 2, OutHiddenSize: 5120,
+		NumPositionEmbeddings: 2304, DeepstackVisualIndexes: []int{8, 16, 24},
+		ImageTokenID: 151655, VisionStartTokenID: 151652, VisionEndTokenID: 151653}
+}

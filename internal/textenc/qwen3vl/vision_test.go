@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"testing"
 
+	"fastvideo/internal/imageops"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/weights"
 )
@@ -50,6 +52,8 @@ func checkProcessorCases(t *testing.T, fx *testutil.Fixture, pc ProcessorConfig)
 		H  int `json:"height"`
 		RH int `json:"resized_height"`
 		RW int `json:"resized_width"`
+		// MaxDiff is how far transformers' resize strays from Pillow's BICUBIC.
+		MaxDiff int `json:"max_abs_resized_minus_pil"`
 	}
 	if err := fx.DecodeConfig(&cases, "processor_cases"); err != nil {
 		t.Fatal(err)
@@ -60,11 +64,8 @@ func checkProcessorCases(t *testing.T, fx *testutil.Fixture, pc ProcessorConfig)
 			t.Errorf("%s: SmartResize(%d, %d) = %d, %d, %v; processor %d, %d", name, c.H, c.W, h, w, err, c.RH, c.RW)
 			continue
 		}
-		resized, _ := fx.I64(t, "out."+name+".resized")
-		rgb := make([]uint8, len(resized))
-		for i, v := range resized {
-			rgb[i] = uint8(v)
-		}
+		rgb := fixtureRGB(t, fx, "out."+name+".resized")
+		checkBicubic(t, fx, name, w, h, rgb, c.MaxDiff)
 		pv, grid, err := pc.PixelValues(rgb, w, h)
 		if err != nil {
 			t.Fatal(err)
@@ -75,6 +76,40 @@ func checkProcessorCases(t *testing.T, fx *testutil.Fixture, pc ProcessorConfig)
 		}
 		want, shape := fx.F32(t, "out."+name+".pixel_values")
 		testutil.AssertClose(t, name+" pixel_values", pv, want, shape, testutil.ParityTol(want))
+	}
+}
+
+func fixtureRGB(t *testing.T, fx *testutil.Fixture, name string) []uint8 {
+	v, _ := fx.I64(t, name)
+	rgb := make([]uint8, len(v))
+	for i, x := range v {
+		rgb[i] = uint8(x)
+	}
+	return rgb
+}
+
+// checkBicubic: ResizePILBicubic is Pillow's BICUBIC bit for bit, and Process's resize stays within
+// the fixture's recorded distance (at most one level) of transformers' resize.
+func checkBicubic(t *testing.T, fx *testutil.Fixture, name string, w, h int, resized []uint8, maxDiff int) {
+	t.Helper()
+	in := fixtureRGB(t, fx, "in."+name+".image")
+	_, shape := fx.I64(t, "in."+name+".image")
+	got, err := imageops.ResizePILBicubic(imageops.Image{Width: shape[1], Height: shape[0], Pix: in}, w, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fixtureRGB(t, fx, "out."+name+".pil_bicubic"); string(got.Pix) != string(want) {
+		t.Errorf("%s: ResizePILBicubic differs from Pillow's BICUBIC", name)
+	}
+	if maxDiff > 1 {
+		t.Fatalf("%s: the fixture records transformers' resize %d levels from Pillow's", name, maxDiff)
+	}
+	worst := 0
+	for i := range resized {
+		worst = max(worst, int(math.Abs(float64(got.Pix[i])-float64(resized[i]))))
+	}
+	if worst > maxDiff {
+		t.Errorf("%s: the bicubic resize is %d levels from transformers', the fixture records %d", name, worst, maxDiff)
 	}
 }
 
