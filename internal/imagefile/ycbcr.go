@@ -45,28 +45,23 @@ type chromaSampling struct {
 	cw, ch int  // chroma samples per row and per column (jdinput.c's downsampled_width/height)
 }
 
+// chromaFactors is the pixels per chroma sample, across and down, of each subsampling ratio.
+var chromaFactors = map[image.YCbCrSubsampleRatio][2]int{
+	image.YCbCrSubsampleRatio444: {1, 1}, image.YCbCrSubsampleRatio422: {2, 1},
+	image.YCbCrSubsampleRatio420: {2, 2}, image.YCbCrSubsampleRatio440: {1, 2},
+	image.YCbCrSubsampleRatio411: {4, 1}, image.YCbCrSubsampleRatio410: {4, 2},
+}
+
 // samplingOf picks the upsampler jdsample.c's jinit_upsampler picks: h2v1 and h2v2 fancy only for
 // planes wider than 2 samples, h1v2 fancy always, and replication (int_upsample) for 4:1:1 and
 // 4:1:0. The triangle filter needs the image to start on a chroma sample (the decoder's images
 // start at (0, 0)); a caller's sub-image that does not is taken sample for sample.
 func samplingOf(m *image.YCbCr) (chromaSampling, error) {
-	var s chromaSampling
-	switch m.SubsampleRatio {
-	case image.YCbCrSubsampleRatio444:
-		s.h, s.v = 1, 1
-	case image.YCbCrSubsampleRatio422:
-		s.h, s.v = 2, 1
-	case image.YCbCrSubsampleRatio420:
-		s.h, s.v = 2, 2
-	case image.YCbCrSubsampleRatio440:
-		s.h, s.v = 1, 2
-	case image.YCbCrSubsampleRatio411:
-		s.h, s.v = 4, 1
-	case image.YCbCrSubsampleRatio410:
-		s.h, s.v = 4, 2
-	default:
-		return s, fmt.Errorf("a YCbCr image with an unknown chroma subsampling (%v)", m.SubsampleRatio)
+	f, ok := chromaFactors[m.SubsampleRatio]
+	if !ok {
+		return chromaSampling{}, fmt.Errorf("a YCbCr image with an unknown chroma subsampling (%v)", m.SubsampleRatio)
 	}
+	s := chromaSampling{h: f[0], v: f[1]}
 	b := m.Rect
 	s.cw, s.ch = (b.Dx()+s.h-1)/s.h, (b.Dy()+s.v-1)/s.v
 	aligned := b.Min.X >= 0 && b.Min.Y >= 0 && b.Min.X%s.h == 0 && b.Min.Y%s.v == 0
@@ -79,30 +74,40 @@ func samplingOf(m *image.YCbCr) (chromaSampling, error) {
 	return s, nil
 }
 
-// upsampled returns the chroma value a plane gives pixel (x, y), counted from the image's
-// top-left corner. The triangle filter weighs the nearer sample 3/4 and the next nearer 1/4 in
-// each subsampled direction; at the plane's edges the next nearer is the edge sample itself, which
-// reproduces both jdsample.c's first/last-column special cases and jdmainct.c's duplicated
-// context rows at the top and bottom of the image. Rounding alternates with the output parity as
-// jdsample.c's bias does: +1/+2 for h2v1 and h1v2, +8/+7 for h2v2.
-func (s chromaSampling) upsampled(plane []uint8, stride, x, y int) uint8 {
-	cx, cy := x/s.h, y/s.v
-	if !s.fancy || (s.h == 1 && s.v == 1) {
-		return plane[cy*stride+cx]
+// upsampleRow writes the chroma of output row y (counted from the image's top) into dst, one value
+// per pixel, for a fancy sampling. The triangle filter weighs the nearer sample 3/4 and the next
+// nearer 1/4 in each subsampled direction (h2v2 first sums columns, 3·nearer row + next nearer
+// row); at the plane's edges the next nearer is the edge sample itself, which reproduces both
+// jdsample.c's first/last-column special cases and jdmainct.c's duplicated context rows at the top
+// and bottom of the image. Rounding alternates with the output parity as jdsample.c's bias does:
+// +1/+2 for h2v1 and h1v2, +8/+7 for h2v2. sums is scratch of s.cw values.
+func (s chromaSampling) upsampleRow(dst []uint8, sums []int32, plane []uint8, stride, y int) {
+	cy := y / s.v
+	near := plane[cy*stride:][:s.cw]
+	far := near
+	if s.v == 2 {
+		far = plane[clampIndex(cy+2*(y%2)-1, s.ch)*stride:][:s.cw]
 	}
-	at := func(cx, cy int) int32 { return int32(plane[cy*stride+cx]) }
-	farX := clampIndex(cx+2*(x%2)-1, s.cw)
-	farY := clampIndex(cy+2*(y%2)-1, s.ch)
+	for i := range sums {
+		sums[i] = 3*int32(near[i]) + int32(far[i])
+	}
 	switch {
-	case s.v == 1: // h2v1_fancy_upsample
-		return uint8((3*at(cx, cy) + at(farX, cy) + 1 + int32(x%2)) >> 2)
 	case s.h == 1: // h1v2_fancy_upsample
-		return uint8((3*at(cx, cy) + at(cx, farY) + 1 + int32(y%2)) >> 2)
+		bias := 1 + int32(y%2)
+		for x := range dst {
+			dst[x] = uint8((sums[x] + bias) >> 2)
+		}
+	case s.v == 1: // h2v1_fancy_upsample: sums are 4·sample here, so weigh the samples themselves
+		for x := range dst {
+			cx, odd := x/2, x%2
+			dst[x] = uint8((3*int32(near[cx]) + int32(near[clampIndex(cx+2*odd-1, s.cw)]) + 1 + int32(odd)) >> 2)
+		}
+	default: // h2v2_fancy_upsample
+		for x := range dst {
+			cx, odd := x/2, x%2
+			dst[x] = uint8((3*sums[cx] + sums[clampIndex(cx+2*odd-1, s.cw)] + 8 - int32(odd)) >> 4)
+		}
 	}
-	// h2v2_fancy_upsample: column sums of the nearer and next nearer rows, then across.
-	near := 3*at(cx, cy) + at(cx, farY)
-	far := 3*at(farX, cy) + at(farX, farY)
-	return uint8((3*near + far + 8 - int32(x%2)) >> 4)
 }
 
 // clampIndex keeps a neighbor index inside [0, n).
@@ -122,22 +127,24 @@ func ycbcrToRGB(m *image.YCbCr) (imageops.Image, error) {
 		return imageops.Image{}, err
 	}
 	b := m.Rect
-	out := imageops.NewImage(b.Dx(), b.Dy())
+	w := b.Dx()
+	out := imageops.NewImage(w, b.Dy())
 	c0 := m.COffset(b.Min.X, b.Min.Y)
-	cb, cr := m.Cb[c0:], m.Cr[c0:]
-	i := 0
+	cbRow, crRow, sums := make([]uint8, w), make([]uint8, w), make([]int32, s.cw)
 	for y := 0; y < b.Dy(); y++ {
-		yRow := m.Y[m.YOffset(b.Min.X, b.Min.Y+y):]
-		for x := 0; x < b.Dx(); x++ {
-			var cbv, crv uint8
-			if s.fancy {
-				cbv, crv = s.upsampled(cb, m.CStride, x, y), s.upsampled(cr, m.CStride, x, y)
-			} else {
-				o := m.COffset(b.Min.X+x, b.Min.Y+y) - c0
-				cbv, crv = cb[o], cr[o]
+		if s.fancy {
+			s.upsampleRow(cbRow, sums, m.Cb[c0:], m.CStride, y)
+			s.upsampleRow(crRow, sums, m.Cr[c0:], m.CStride, y)
+		} else {
+			for x := range w {
+				o := m.COffset(b.Min.X+x, b.Min.Y+y)
+				cbRow[x], crRow[x] = m.Cb[o], m.Cr[o]
 			}
-			out.Pix[i], out.Pix[i+1], out.Pix[i+2] = yccToRGB(yRow[x], cbv, crv)
-			i += 3
+		}
+		yRow := m.Y[m.YOffset(b.Min.X, b.Min.Y+y):][:w]
+		px := out.Pix[3*w*y:][:3*w]
+		for x, yv := range yRow {
+			px[3*x], px[3*x+1], px[3*x+2] = yccToRGB(yv, cbRow[x], crRow[x])
 		}
 	}
 	return out, nil

@@ -53,14 +53,14 @@ func upsampledPlane(t *testing.T, m *image.YCbCr) []uint8 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]uint8, 0, m.Rect.Dx()*m.Rect.Dy())
+	w := m.Rect.Dx()
+	out := make([]uint8, w*m.Rect.Dy())
 	for y := 0; y < m.Rect.Dy(); y++ {
-		for x := 0; x < m.Rect.Dx(); x++ {
-			if s.fancy {
-				out = append(out, s.upsampled(m.Cb, m.CStride, x, y))
-			} else {
-				out = append(out, m.Cb[m.COffset(x, y)])
-			}
+		for x := 0; x < w; x++ {
+			out[y*w+x] = m.Cb[m.COffset(x, y)]
+		}
+		if s.fancy {
+			s.upsampleRow(out[y*w:][:w], make([]int32, s.cw), m.Cb, m.CStride, y)
 		}
 	}
 	return out
@@ -121,7 +121,7 @@ func TestToRGBYCbCr(t *testing.T) {
 
 // jdsampleReference transliterates jdsample.c's fancy routines row by row (special first and last
 // columns, context rows duplicated as jdmainct.c does) for a zero-origin image: an independent
-// check of the per-pixel form.
+// check of upsampleRow's neighbor clamping.
 func jdsampleReference(m *image.YCbCr, h, v int) []uint8 {
 	w, ht := m.Rect.Dx(), m.Rect.Dy()
 	cw, ch := (w+h-1)/h, (ht+v-1)/v
@@ -177,8 +177,7 @@ func expandRow(in []int, h, v, vBias int) []int {
 	return append(out, (in[n-1]*3+in[n-2]+even)>>shift, (in[n-1]*4+odd)>>shift)
 }
 
-// TestUpsamplingMatchesRowForm compares the per-pixel upsampler with the row-by-row
-// transliteration on random planes of every size up to 13x13 where jdsample.c goes fancy.
+// TestUpsamplingMatchesRowForm compares the upsampler with the row-by-row transliteration on random planes of every size up to 13x13 where jdsample.c goes fancy.
 func TestUpsamplingMatchesRowForm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 16))
 	for _, r := range []struct {
