@@ -110,8 +110,10 @@ func checkPreprocess(t *testing.T, fx *testutil.Fixture, c i2vFixture) {
 	}
 }
 
-// checkLoadImage: PNG modes and EXIF orientations exactly as load_image; a JPEG (decoded by
-// libjpeg upstream, by image/jpeg here, which upsamples chroma differently) to a measured bound.
+// checkLoadImage: PNG modes and EXIF orientations exactly as load_image; a JPEG to the bound its
+// one remaining difference leaves: image/jpeg's inverse DCT rounds a sample one level off
+// libjpeg-turbo's jidctint.c now and then (chroma upsampling and color conversion are libjpeg's,
+// see internal/imagefile/ycbcr.go). Measured on this fixture: max 2, mean 0.037 levels.
 func checkLoadImage(t *testing.T, fx *testutil.Fixture, c i2vFixture) {
 	for name, l := range c.LoadImage {
 		got, err := imagefile.Decode(fx.Info(t, l.File).Data)
@@ -128,7 +130,7 @@ func checkLoadImage(t *testing.T, fx *testutil.Fixture, c i2vFixture) {
 			worst, sum = max(worst, d), sum+d
 		}
 		mean := float64(sum) / float64(len(want.Pix))
-		if (l.Exact && worst != 0) || mean > 4 {
+		if (l.Exact && worst != 0) || worst > 2 || mean > 0.04 {
 			t.Errorf("%s: max abs %d, mean %.2f levels from PIL (exact: %v)", name, worst, mean, l.Exact)
 		}
 	}

@@ -105,8 +105,9 @@ func CheckSize(width, height int) error {
 // same file in: alpha is dropped (not composited onto a background), a palette is looked up,
 // grayscale is replicated, 16-bit color keeps the high byte (Pillow unpacks RGB;16B and LA;16B
 // that way), and 16-bit grayscale is clipped at 255 (Pillow opens it as mode I;16 and its
-// I;16 -> RGB conversion saturates rather than scales). CMYK is refused: Pillow's naive CMYK -> RGB
-// is not what the standard library computes.
+// I;16 -> RGB conversion saturates rather than scales), and YCbCr (a JPEG) is converted as the
+// libjpeg-turbo inside Pillow decodes it (see ycbcrToRGB). CMYK is refused: Pillow's naive
+// CMYK -> RGB is not what the standard library computes.
 func ToRGB(img image.Image) (imageops.Image, error) {
 	if img == nil {
 		return imageops.Image{}, errors.New("no image")
@@ -114,6 +115,9 @@ func ToRGB(img image.Image) (imageops.Image, error) {
 	b := img.Bounds()
 	if err := CheckSize(b.Dx(), b.Dy()); err != nil {
 		return imageops.Image{}, err
+	}
+	if m, ok := img.(*image.YCbCr); ok {
+		return ycbcrToRGB(m)
 	}
 	px, err := pixelReader(img)
 	if err != nil {
@@ -138,8 +142,6 @@ func pixelReader(img image.Image) (func(x, y int) (r, g, b uint8), error) {
 		return func(x, y int) (uint8, uint8, uint8) { v := m.GrayAt(x, y).Y; return v, v, v }, nil
 	case *image.Gray16:
 		return func(x, y int) (uint8, uint8, uint8) { v := uint8(min(m.Gray16At(x, y).Y, 255)); return v, v, v }, nil
-	case *image.YCbCr:
-		return func(x, y int) (uint8, uint8, uint8) { c := m.YCbCrAt(x, y); return color.YCbCrToRGB(c.Y, c.Cb, c.Cr) }, nil
 	case *image.NRGBA:
 		return func(x, y int) (uint8, uint8, uint8) { c := m.NRGBAAt(x, y); return c.R, c.G, c.B }, nil
 	case *image.NRGBA64:

@@ -17,7 +17,7 @@ import (
 	"fastvideo/internal/imageops"
 )
 
-func encodePNG(t *testing.T, img image.Image) []byte {
+func encodePNG(t testing.TB, img image.Image) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	if err := png.Encode(&b, img); err != nil {
