@@ -7,14 +7,15 @@ import (
 // net is the IFNet's weights inside one graph build, in convs order.
 type net struct {
 	layout Layout
+	matmul bool      // convolutions as matrix products (layer.apply)
 	head   []layer   // cnn0..cnn3
 	blocks [][]layer // per block: conv0 (2), residual (8), lastconv
 }
 
 // bindNet turns the weight inputs (weight, bias, [beta] per convolution, in declare order) into
 // layers.
-func bindNet(cfg Config, l Layout, in []*Node) net {
-	n := net{layout: l}
+func bindNet(cfg Config, l Layout, matmul bool, in []*Node) net {
+	n := net{layout: l, matmul: matmul}
 	cs := convs(cfg, l)
 	layers := make([]layer, len(cs))
 	k := 0
@@ -42,10 +43,10 @@ func numWeightInputs(cfg Config) int { return len(declare(cfg, PyTorch).Params()
 // vs-rife's Head.forward does (a no-op for frames read from uint8).
 func (n net) encode(img *Node) *Node {
 	x := ClipScalar(img, 0, 1)
-	x = leakyReLU(n.head[0].apply(x, n.layout, 2))
-	x = leakyReLU(n.head[1].apply(x, n.layout, 1))
-	x = leakyReLU(n.head[2].apply(x, n.layout, 1))
-	return n.head[3].apply(x, n.layout, 1)
+	x = leakyReLU(n.head[0].apply(x, n.layout, 2, n.matmul))
+	x = leakyReLU(n.head[1].apply(x, n.layout, 1, n.matmul))
+	x = leakyReLU(n.head[2].apply(x, n.layout, 1, n.matmul))
+	return n.head[3].apply(x, n.layout, 1, n.matmul)
 }
 
 // block is IFBlock.forward at pyramid scale s: it returns the flow (4: x,y towards img0, x,y
@@ -56,13 +57,13 @@ func (n net) block(b int, x, flow *Node, s int) (outFlow, mask, feat *Node) {
 	if flow != nil {
 		x = Concatenate([]*Node{x, DivScalar(resize(flow, s, true), float64(s))}, 3)
 	}
-	f := leakyReLU(ls[0].apply(x, n.layout, 2))
-	f = leakyReLU(ls[1].apply(f, n.layout, 2))
+	f := leakyReLU(ls[0].apply(x, n.layout, 2, n.matmul))
+	f = leakyReLU(ls[1].apply(f, n.layout, 2, n.matmul))
 	for _, r := range ls[2 : 2+resConvs] {
 		beta := Reshape(ConvertDType(r.beta, f.DType()), 1, 1, 1, r.c.out)
-		f = leakyReLU(Add(Mul(r.apply(f, n.layout, 1), beta), f))
+		f = leakyReLU(Add(Mul(r.apply(f, n.layout, 1, n.matmul), beta), f))
 	}
-	tmp := pixelShuffle(ls[2+resConvs].apply(f, n.layout, 1), 2)
+	tmp := pixelShuffle(ls[2+resConvs].apply(f, n.layout, 1, n.matmul), 2)
 	tmp = resize(tmp, s, false)
 	outFlow = MulScalar(SliceAxis(tmp, 3, AxisRange(0, 4)), float64(s))
 	mask = SliceAxis(tmp, 3, AxisRange(4, 5))
