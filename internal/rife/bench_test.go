@@ -14,7 +14,7 @@ import (
 func BenchmarkInterpolateTiny(b *testing.B) {
 	m := testutil.Open(b, func() (*Model, error) { return Random(testutil.Backend(b), Tiny(), dtypes.Float32, 3) })
 	rng := rand.New(rand.NewPCG(1, 2))
-	const n, h, w = 1, 64, 96
+	const n, h, w = 1, 64, 64
 	x, y := randomFrames(rng, n*h*w*3), randomFrames(rng, n*h*w*3)
 	if _, err := m.Interpolate(x, y, n, h, w, []float64{0.5}); err != nil {
 		b.Fatal(err)

