@@ -100,6 +100,18 @@ func TestGenerate(t *testing.T) {
 	clitest.CheckNoOverwrite(t, run, out, "fox_1.mp4", "-preset", "tiny_wan_t2v", "-steps", "2")
 }
 
+// TestGenerateFastModes runs Wan's fast modes end to end on tiny-wan: 9 frames from a 5-frame
+// source (RIFE 2x, cut to 9), a 64x96 clip denoised and decoded at 32x48, and both; the MP4 has
+// the plan's frame count, size and duration.
+func TestGenerateFastModes(t *testing.T) {
+	clitest.CheckFastModes(t, run, &wan.PlanDetails{}, []clitest.FastCase{
+		{"-fast", "48x64", []string{"RIFE 4.25 5 -> 9 frames", "sharpen 0.6"}},
+		{"-fast-spatial -height 64 -width 96", "32x48", []string{"lanczos to 64x96, sharpen 0.4"}},
+		{"-fast -fast-spatial -height 64 -width 96 -frames 11 -fast-factor 3 -upsample nearest", "32x48",
+			[]string{"RIFE 4.25 5 -> 11 frames", "nearest to 64x96, sharpen 0.6"}},
+	})
+}
+
 // badImages writes the bad condition images the issue names: a text file, a truncated PNG, a
 // PNG header of 0x0 and one of 100000x100000 pixels; and a good one.
 func badImages(t *testing.T, dir string) (good string, bad map[string]string) {

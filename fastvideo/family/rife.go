@@ -9,9 +9,27 @@ import (
 	"fastvideo/internal/weights"
 )
 
-// RIFEBatch bounds the frame pairs one interpolator call takes: enough to fill a GPU at 832x480,
-// few enough that the activations (about 0.1 GB a pair in f32 at that size) stay small.
+// RIFEBatch bounds the frame pairs one interpolator call takes on an accelerator: enough to fill a
+// GPU at 832x480, few enough that the activations (about 0.1 GB a pair in f32 at that size) stay
+// small. The pure-Go backend gains nothing from batching and takes one pair a call.
 const RIFEBatch = 8
+
+// RIFEBatches splits n pairs into calls of at most max pairs, each call's size a power of two (the
+// last padded up by repeating its last pair): every size is one compiled executable, so a stream
+// of clips with varying counts compiles at most log2(max)+1 of them. sizes are the calls' sizes,
+// used how many of each call's pairs are real.
+func RIFEBatches(n, max int) (sizes, used []int) {
+	for n > 0 {
+		k := min(n, max)
+		size := 1
+		for size < k {
+			size *= 2
+		}
+		sizes, used = append(sizes, size), append(used, k)
+		n -= k
+	}
+	return sizes, used
+}
 
 // BuiltinInterpolator is a model that carries its own interpolator weights (the tiny models' small
 // random RIFE), used when the generator is given none.
@@ -61,11 +79,18 @@ func LoadRIFE(e *Engine, open WeightOpener) (Interpolator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rifeInterpolator{m: m}, nil
+	batch := 1
+	if e.Accelerated {
+		batch = RIFEBatch
+	}
+	return &rifeInterpolator{m: m, batch: batch}, nil
 }
 
-// rifeInterpolator runs the pairs in batches of RIFEBatch on the device.
-type rifeInterpolator struct{ m *rife.Model }
+// rifeInterpolator runs the pairs in RIFEBatches of at most batch on the device.
+type rifeInterpolator struct {
+	m     *rife.Model
+	batch int
+}
 
 func (r *rifeInterpolator) Interpolate(ctx context.Context, a, b Frames, t []float64) (Frames, error) {
 	w, h := a.Width, a.Height
@@ -74,16 +99,23 @@ func (r *rifeInterpolator) Interpolate(ctx context.Context, a, b Frames, t []flo
 	}
 	out := Frames{Width: w, Height: h, Count: len(t), RGB: make([]byte, 0, len(t)*w*h*3)}
 	n := w * h * 3
-	for i := 0; i < len(t); i += RIFEBatch {
+	sizes, used := RIFEBatches(len(t), r.batch)
+	i := 0
+	for c, size := range sizes {
 		if err := ctx.Err(); err != nil {
 			return Frames{}, err
 		}
-		k := min(RIFEBatch, len(t)-i)
-		mid, err := r.m.Interpolate(a.RGB[i*n:(i+k)*n], b.RGB[i*n:(i+k)*n], k, h, w, t[i:i+k])
+		k := used[c]
+		pa, pb, pt := a.RGB[i*n:(i+k)*n], b.RGB[i*n:(i+k)*n], t[i:i+k]
+		for range size - k { // padding: the last real pair again, its result dropped
+			pa, pb, pt = append(pa[:len(pa):len(pa)], pa[len(pa)-n:]...), append(pb[:len(pb):len(pb)], pb[len(pb)-n:]...), append(pt[:len(pt):len(pt)], pt[len(pt)-1])
+		}
+		mid, err := r.m.Interpolate(pa, pb, size, h, w, pt)
 		if err != nil {
 			return Frames{}, err
 		}
-		out.RGB = append(out.RGB, mid...)
+		out.RGB = append(out.RGB, mid[:k*n]...)
+		i += k
 	}
 	return out, nil
 }

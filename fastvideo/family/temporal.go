@@ -61,6 +61,14 @@ func FactorSources(source, target, factor int) ([]FrameSource, error) {
 	return out, nil
 }
 
+// AlignedKeyframeCount is the Wan MLX runtime's source clip (fastvideo/mlx_runtime/rife_interp.py,
+// aligned_keyframe_count): the fewest frames, 1 + a multiple of the VAE's temporal ratio, whose
+// FactorSources schedule reaches target frames.
+func AlignedKeyframeCount(target, factor, temporalRatio int) int {
+	intervals := (target - 1 + factor - 1) / factor
+	return (intervals+temporalRatio-1)/temporalRatio*temporalRatio + 1
+}
+
 // TemporalFilter is the temporal fast mode's frame filter: it turns the stream of decoded source
 // frames into the output frames of its schedule, interpolating where the schedule says, clip by
 // clip (holding the source frames a later output still needs, at most a clip and one frame).

@@ -62,6 +62,12 @@ func TestFactorSourcesAsWanMLX(t *testing.T) {
 	if _, err := FactorSources(3, 6, 2); err == nil {
 		t.Error("3 frames at factor 2 cannot make 6")
 	}
+	// aligned_keyframe_count(target, factor, 4): 81 -> 41, 61 -> 33, 9 -> 5, 10 at factor 3 -> 5.
+	for _, c := range [][4]int{{81, 2, 4, 41}, {61, 2, 4, 33}, {9, 2, 4, 5}, {10, 3, 4, 5}, {121, 4, 4, 33}, {2, 2, 4, 5}} {
+		if got := AlignedKeyframeCount(c[0], c[1], c[2]); got != c[3] {
+			t.Errorf("AlignedKeyframeCount(%d, %d, %d) = %d, want %d", c[0], c[1], c[2], got, c[3])
+		}
+	}
 }
 
 // TestTemporalFilterStreams feeds the source in uneven clips and checks every output frame against

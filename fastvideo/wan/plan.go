@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/family"
 	"fastvideo/schedule"
 	wanvae "fastvideo/vae/wan"
@@ -29,7 +30,35 @@ type PlanDetails struct {
 	// Image is the first-frame condition of image-to-video; nil for text-to-video.
 	Image *ImagePlan `json:"image_condition,omitempty"`
 
+	FastTemporal *FastTemporalPlan `json:"fast_temporal,omitempty"`
+	FastSpatial  *FastSpatialPlan  `json:"fast_spatial,omitempty"`
+	// FullDiTTFLOPsTotal is, when a fast mode is on, what the DiT would cost without it (the
+	// output size, the output's frames aligned up to 4n+1): the saving is this against
+	// Plan.DiTTFLOPsTotal.
+	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
+
 	renoiseLen int
+}
+
+// FastTemporalPlan is the temporal fast mode of a Wan run (the MLX runtime's --fast): the DiT and
+// VAE make SourceFrames, RIFE puts Factor-1 frames between each two, and the first TargetFrames are
+// kept.
+type FastTemporalPlan struct {
+	TargetFrames       int `json:"target_frames"`
+	SourceFrames       int `json:"source_frames"`
+	Factor             int `json:"factor"`
+	SourceLatentFrames int `json:"source_latent_frames"`
+}
+
+// FastSpatialPlan is the spatial fast mode of a Wan run (the MLX runtime's --fast-spatial): the DiT
+// and VAE run at the target size divided by Scale, and the decoded frames are resized to the
+// target.
+type FastSpatialPlan struct {
+	TargetHeight int `json:"target_height"`
+	TargetWidth  int `json:"target_width"`
+	Stage1Height int `json:"stage1_height"`
+	Stage1Width  int `json:"stage1_width"`
+	Scale        int `json:"scale"`
 }
 
 // ImagePlan is what an image condition adds to a run: the image's way to the canvas, the latent
@@ -102,13 +131,14 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	s, g := r.spec, r.Geometry
 	l := r.steps
 	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, l.sigmas, l.timesteps)
+	p.CanvasHeight, p.CanvasWidth = g.Height, g.Width
 	if r.CFG {
 		p.CFG, p.ForwardsPerStep = true, 2
 	}
 	d := &PlanDetails{
 		TokenGrid: []int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, Tokens: g.Tokens, TextTokens: s.TextLen,
 		Sampler: r.Sampler, FlowShift: r.FlowShift, NegativePrompt: r.NegativePrompt, DMDSteps: r.DMDSteps,
-		WarpDenoisingSteps: r.WarpDenoisingSteps,
+		WarpDenoisingSteps: r.WarpDenoisingSteps, FastTemporal: r.FastTemporal, FastSpatial: r.FastSpatial,
 	}
 	if r.Sampler == SamplerDMD {
 		d.renoiseLen = (r.Steps - 1) * r.latentLen()
@@ -122,6 +152,17 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	p.Details = d
 	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
+	if r.FastTemporal != nil || r.FastSpatial != nil {
+		tr := g.VAE.TemporalRatio
+		full, err := geometry.New(g.VAE, r.Height, r.Width, (r.NumFrames-1+tr-1)/tr*tr+1, g.Patch)
+		if err != nil {
+			return nil, err
+		}
+		d.FullDiTTFLOPsTotal = float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(full.Tokens, s.TextLen) * float64(r.Steps) / 1e12
+	}
+	for _, f := range r.Filters {
+		p.FrameFilters = append(p.FrameFilters, f.Name())
+	}
 	f32, half, err := paramGroups(s.DiT)
 	if err != nil {
 		return nil, err
@@ -188,6 +229,20 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	tw, row := family.NewTable(w)
 	row("model", "%s (preset %s)", p.Model, p.Preset)
 	row("output", "%dx%d (HxW), %d frames at %d fps = %.3f s, video only", p.Height, p.Width, p.NumFrames, p.FPS, p.DurationSeconds)
+	if p.CanvasHeight != p.Height || p.CanvasWidth != p.Width {
+		row("canvas", "%dx%d", p.CanvasHeight, p.CanvasWidth)
+	}
+	if fs := d.FastSpatial; fs != nil {
+		row("fast spatial", "scale %d: denoised and decoded at %dx%d, resampled to %dx%d", fs.Scale,
+			fs.Stage1Height, fs.Stage1Width, fs.TargetHeight, fs.TargetWidth)
+	}
+	if ft := d.FastTemporal; ft != nil {
+		row("fast temporal", "factor %d: %d source frames (%d latents) interpolated to %d",
+			ft.Factor, ft.SourceFrames, ft.SourceLatentFrames, ft.TargetFrames)
+	}
+	for i, f := range p.FrameFilters {
+		row(map[bool]string{true: "frame filters", false: ""}[i == 0], "%d. %s", i+1, f)
+	}
 	row("latent", "%d x %d x %d x %d (C x T x H x W)", p.LatentChannels, p.VideoLatentFrames, p.LatentHeight, p.LatentWidth)
 	row("tokens", "%d = %d x %d x %d, cross-attention over %d text rows", d.Tokens, d.TokenGrid[0], d.TokenGrid[1], d.TokenGrid[2], d.TextTokens)
 	switch d.Sampler {
@@ -213,6 +268,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	row("timesteps", "%s", family.Floats(p.VideoTimesteps))
 	row("sigmas", "%s", family.Floats(p.VideoSigmas))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
+	if full := d.FullDiTTFLOPsTotal; full > 0 {
+		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
+	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	return tw.Flush()
 }

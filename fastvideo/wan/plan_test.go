@@ -138,7 +138,18 @@ func TestRequestValidation(t *testing.T) {
 		{"dmd guidance", "fastwan2.1-t2v-1.3b", family.Request{GuidanceScale: 3}, "guidance_scale", "without classifier-free guidance"},
 		{"unipc steps", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 5000}, "num_inference_steps", "1 to 1000"},
 		{"repeated timestep", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 900}, "num_inference_steps", "repeats timestep"},
-		{"H3 option on Wan", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true}, "fast_spatial", "not available for Wan"},
+		{"fast factor alone", "wan2.1-t2v-1.3b", family.Request{FastFactor: 3}, "fast_factor", "unless the temporal fast mode is on"},
+		{"spatial scale alone", "wan2.1-t2v-1.3b", family.Request{FastSpatialScale: 3}, "fast_spatial_scale", "unless the spatial fast mode is on"},
+		{"spatial scale off the grid", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true, FastSpatialScale: 3}, "fast_spatial_scale",
+			"dividing 480x832 into a size that is a multiple of 16x16"},
+		{"spatial stage 1 off the grid", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true, Height: 464, Width: 832}, "fast_spatial_scale",
+			"a multiple of 16x16"},
+		{"fast that does not shorten", "wan2.1-t2v-1.3b", family.Request{Fast: true, NumFrames: 5}, "fast", "a 5-frame source clip"},
+		{"fast factor that does not shorten", "wan2.1-t2v-1.3b", family.Request{Fast: true, FastFactor: 2, NumFrames: 4}, "fast_factor",
+			"a 5-frame source clip"},
+		{"fast frames bound", "wan2.1-t2v-1.3b", family.Request{Fast: true, NumFrames: 482}, "num_frames", "2 to 481 frames"},
+		{"upsample without spatial", "wan2.1-t2v-1.3b", family.Request{Fast: true, Upsample: "cubic"}, "upsample", "spatial fast mode"},
+		{"sharpen without a mode", "wan2.1-t2v-1.3b", family.Request{Sharpen: family.Ptr(0.5)}, "sharpen", "unless a fast mode is on"},
 		{"prompt tokens", "wan2.1-t2v-1.3b", family.Request{PromptTokens: -1}, "prompt_tokens", "token count"},
 		{"renoise on UniPC", TinyName, family.Request{Preset: "tiny_wan_t2v", Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil"},
 		{"renoise length", TinyName, family.Request{Options: &Options{RenoiseNoise: make([]float32, 3)}}, "renoise_noise", "2 blocks"},
@@ -207,6 +218,56 @@ func TestPlanJSONAndTable(t *testing.T) {
 		"UniPC, 4 steps at shift 3, CFG 5 (2 forwards per step)", "video only"} {
 		if !strings.Contains(sb.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, sb.String())
+		}
+	}
+}
+
+// TestFastModes: the MLX runtime's Wan fast modes reduce the denoise geometry and add the frame
+// filters in its order, and the plan shows the reduced geometry and the saving.
+func TestFastModes(t *testing.T) {
+	// 81 frames at factor 2: aligned_keyframe_count gives 41 source frames (11 latents); 448x832 at
+	// scale 2 runs at 224x416.
+	p, d := mustPlan(t, "fastwan2.1-t2v-1.3b", family.Request{Fast: true, FastSpatial: true, NumFrames: 81}, family.DTypeAuto)
+	if ft, fs := d.FastTemporal, d.FastSpatial; ft == nil || fs == nil ||
+		*ft != (FastTemporalPlan{TargetFrames: 81, SourceFrames: 41, Factor: 2, SourceLatentFrames: 11}) ||
+		*fs != (FastSpatialPlan{TargetHeight: 448, TargetWidth: 832, Stage1Height: 224, Stage1Width: 416, Scale: 2}) {
+		t.Fatalf("fast plans %+v %+v", d.FastTemporal, d.FastSpatial)
+	}
+	if p.NumFrames != 81 || p.Height != 448 || p.Width != 832 || p.CanvasHeight != 224 || p.CanvasWidth != 416 ||
+		fmt.Sprint(p.LatentShape) != "[16 11 28 52]" || d.Tokens != 11*14*26 {
+		t.Fatalf("plan %+v, tokens %d", p, d.Tokens)
+	}
+	if want := []string{"RIFE 4.25 41 -> 81 frames", "lanczos to 448x832, sharpen 0.6"}; fmt.Sprint(p.FrameFilters) != fmt.Sprint(want) {
+		t.Errorf("filters %q, want %q", p.FrameFilters, want)
+	}
+	full, _ := mustPlan(t, "fastwan2.1-t2v-1.3b", family.Request{NumFrames: 81}, family.DTypeAuto)
+	if math.Abs(d.FullDiTTFLOPsTotal-full.DiTTFLOPsTotal) > 1e-9 || d.FullDiTTFLOPsTotal < 6*p.DiTTFLOPsTotal {
+		t.Errorf("saving: %.1f of %.1f TFLOP, the full plan %.1f", p.DiTTFLOPsTotal, d.FullDiTTFLOPsTotal, full.DiTTFLOPsTotal)
+	}
+	var sb strings.Builder
+	if err := p.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"canvas", "224x416", "factor 2: 41 source frames (11 latents) interpolated to 81", "fast saving"} {
+		if !strings.Contains(sb.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, sb.String())
+		}
+	}
+	// Any target count with the temporal mode (61 at factor 2: 33 made into 65, the first 61 kept);
+	// the spatial mode alone sharpens at 0.4 with the chosen kernel, and the upstream defaults
+	// apply per mode.
+	for _, c := range []struct {
+		req     family.Request
+		frames  int
+		filters string
+	}{
+		{family.Request{Fast: true, NumFrames: 62}, 33, "[RIFE 4.25 33 -> 62 frames sharpen 0.6]"},
+		{family.Request{Fast: true, FastFactor: 4, NumFrames: 121, Sharpen: family.Ptr(0.0)}, 33, "[RIFE 4.25 33 -> 121 frames]"},
+		{family.Request{FastSpatial: true, Upsample: "bilinear"}, 81, "[bilinear to 480x832, sharpen 0.4]"},
+	} {
+		p, _ := mustPlan(t, "wan2.1-t2v-1.3b", c.req, family.DTypeAuto)
+		if p.VideoLatentFrames != (c.frames-1)/4+1 || fmt.Sprint(p.FrameFilters) != c.filters {
+			t.Errorf("%+v: %d latent frames, filters %q; want %d source frames, %s", c.req, p.VideoLatentFrames, p.FrameFilters, c.frames, c.filters)
 		}
 	}
 }

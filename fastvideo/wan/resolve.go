@@ -27,8 +27,11 @@ type resolved struct {
 	DMDSteps           []int // the raw DMD rungs (SamplerDMD)
 	WarpDenoisingSteps bool
 	FlowShift          float64
-	// Geometry is the latent and token grid of the clip.
-	Geometry geometry.Geometry
+	// Geometry is the latent and token grid the DiT and VAE run at: the output's, or the reduced
+	// one of the fast modes.
+	Geometry     geometry.Geometry
+	FastTemporal *FastTemporalPlan
+	FastSpatial  *FastSpatialPlan
 	// image is the first-frame condition (Wan2.2 TI2V), nil for text-to-video.
 	image *imageCondition
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
@@ -56,7 +59,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		return nil, err
 	}
 	for _, step := range []func(family.Request) error{
-		r.rejectFastModes, r.resolveGrid, r.resolveSampler, r.checkNoise,
+		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.checkNoise,
 	} {
 		if err := step(req); err != nil {
 			return nil, err
@@ -65,50 +68,31 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 	return r, nil
 }
 
-// rejectFastModes: the fast modes are not available for Wan yet.
-func (r *resolved) rejectFastModes(req family.Request) error {
-	var sharpen any
-	if req.Sharpen != nil {
-		sharpen = *req.Sharpen
-	}
-	for _, f := range []struct {
-		name string
-		set  bool
-		v    any
-	}{
-		{"fast", req.Fast, req.Fast}, {"fast_factor", req.FastFactor != 0, req.FastFactor},
-		{"fast_spatial", req.FastSpatial, req.FastSpatial}, {"fast_spatial_scale", req.FastSpatialScale != 0, req.FastSpatialScale},
-		{"upsample", req.Upsample != "", req.Upsample}, {"sharpen", req.Sharpen != nil, sharpen},
-	} {
-		if f.set {
-			return &family.RequestError{Field: f.name, Value: f.v, Allowed: "unset: the fast modes are not available for Wan models"}
-		}
-	}
-	return nil
-}
-
 // resolveGrid checks the size (both or neither, multiples of the VAE ratio times the patch), the
-// frame count (4n+1, bounded) and a token grid the RoPE tables cover, and the rate.
+// frame count (4n+1, bounded; any count with the temporal fast mode, whose source clip is 4n+1),
+// the fast modes' reduced grid, a token grid the RoPE tables cover, and the rate.
 func (r *resolved) resolveGrid(req family.Request) error {
 	s, preset := r.spec, r.preset
 	vae := geometryVAE(s.VAE)
 	patch := [3]int{s.DiT.PatchSize[0], s.DiT.PatchSize[1], s.DiT.PatchSize[2]}
 	var err error
-	r.Height, r.Width, err = family.ResolveSize(req, preset.Preset, family.SizeRule{
+	rule := family.SizeRule{
 		HeightMultiple: vae.SpatialRatio * patch[1], WidthMultiple: vae.SpatialRatio * patch[2], MaxSide: s.MaxSide,
-		Why: fmt.Sprintf("the %s VAE's %dx compression times the DiT's patch", vae.Name, vae.SpatialRatio)})
-	if err != nil {
+		Why: fmt.Sprintf("the %s VAE's %dx compression times the DiT's patch", vae.Name, vae.SpatialRatio)}
+	if r.Height, r.Width, err = family.ResolveSize(req, preset.Preset, rule); err != nil {
 		return err
 	}
 	r.NumFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
 	r.RequestedFrames = r.NumFrames
-	if tr := vae.TemporalRatio; r.NumFrames < 1 || r.NumFrames > s.MaxFrames || (r.NumFrames-1)%tr != 0 {
-		lo := max(1, (min(r.NumFrames, s.MaxFrames)-1)/tr*tr+1)
-		return &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: fmt.Sprintf(
-			"%dn+1 frames up to %d (e.g. %d or %d): the VAE decodes 1 + %d·(latent frames - 1) frames",
-			tr, s.MaxFrames, lo, min(lo+tr, s.MaxFrames), tr)}
+	frames, err := r.sourceFrames(req, vae.TemporalRatio)
+	if err != nil {
+		return err
 	}
-	if r.Geometry, err = geometry.New(vae, r.Height, r.Width, r.NumFrames, patch); err != nil {
+	h, w, err := r.stage1Size(req, rule)
+	if err != nil {
+		return err
+	}
+	if r.Geometry, err = geometry.New(vae, h, w, frames, patch); err != nil {
 		return &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: err.Error()}
 	}
 	if err := r.checkRope(); err != nil {
@@ -119,6 +103,97 @@ func (r *resolved) resolveGrid(req family.Request) error {
 		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("1 to %d frames per second (the Wan presets use 16 or 24)", MaxFPS)}
 	}
 	return nil
+}
+
+// sourceFrames is the frame count the VAE decodes: the output's, 4n+1; or, with the temporal fast
+// mode, the MLX runtime's source clip for the target (examples/inference/basic/mlx_wan_prompt_to_video.py:
+// aligned_keyframe_count, then RIFE's factor-x schedule cut to the target), which must be shorter
+// than the target (upstream runs a longer one and drops frames; here that is a request to fix).
+func (r *resolved) sourceFrames(req family.Request, tr int) (int, error) {
+	n, maxFrames := r.NumFrames, r.spec.MaxFrames
+	if req.FastFactor != 0 && !req.Fast {
+		return 0, &family.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
+	}
+	if !req.Fast {
+		if n < 1 || n > maxFrames || (n-1)%tr != 0 {
+			lo := max(1, (min(n, maxFrames)-1)/tr*tr+1)
+			return 0, &family.RequestError{Field: "num_frames", Value: n, Allowed: fmt.Sprintf(
+				"%dn+1 frames up to %d (e.g. %d or %d): the VAE decodes 1 + %d·(latent frames - 1) frames",
+				tr, maxFrames, lo, min(lo+tr, maxFrames), tr)}
+		}
+		return n, nil
+	}
+	if n < 2 || n > maxFrames {
+		return 0, &family.RequestError{Field: "num_frames", Value: n, Allowed: fmt.Sprintf(
+			"2 to %d frames with the temporal fast mode (RIFE makes them from a %dn+1-frame source clip)", maxFrames, tr)}
+	}
+	factor := family.OrPreset(req.FastFactor, 2)
+	if factor < 2 || factor > maxFrames {
+		return 0, &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf("an integer from 2 to %d", maxFrames)}
+	}
+	source := family.AlignedKeyframeCount(n, factor, tr)
+	if source >= n {
+		field, value := "fast_factor", any(factor)
+		if req.FastFactor == 0 {
+			field, value = "fast", any(true)
+		}
+		return 0, &family.RequestError{Field: field, Value: value, Allowed: fmt.Sprintf(
+			"a temporal fast mode that shortens the clip: %d frames at factor %d need a %d-frame source clip "+
+				"(1 + a multiple of %d), no shorter; ask for more frames or a larger factor", n, factor, source, tr)}
+	}
+	r.FastTemporal = &FastTemporalPlan{TargetFrames: n, SourceFrames: source, Factor: factor, SourceLatentFrames: (source-1)/tr + 1}
+	return source, nil
+}
+
+// stage1Size is the size the DiT and VAE run at: the output's, or with the spatial fast mode the
+// output divided by the scale, without a crop (fastvideo/mlx_runtime/refine.py,
+// plan_refine_resolutions: both sizes divisible by the scale and on the VAE and patch grid).
+func (r *resolved) stage1Size(req family.Request, rule family.SizeRule) (h, w int, err error) {
+	if req.FastSpatialScale != 0 && !req.FastSpatial {
+		return 0, 0, &family.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
+	}
+	if !req.FastSpatial {
+		return r.Height, r.Width, nil
+	}
+	if r.image != nil {
+		return 0, 0, &family.RequestError{Field: "fast_spatial", Value: true,
+			Allowed: "false with a condition image (the MLX runtime's spatial fast mode is text-to-video only)"}
+	}
+	scale := family.OrPreset(req.FastSpatialScale, 2)
+	h, w = r.Height/max(scale, 1), r.Width/max(scale, 1)
+	if scale < 2 || r.Height%scale != 0 || r.Width%scale != 0 || h%rule.HeightMultiple != 0 || w%rule.WidthMultiple != 0 {
+		return 0, 0, &family.RequestError{Field: "fast_spatial_scale", Value: scale, Allowed: fmt.Sprintf(
+			"an integer >= 2 dividing %dx%d into a size that is a multiple of %dx%d (%s)",
+			r.Height, r.Width, rule.HeightMultiple, rule.WidthMultiple, rule.Why)}
+	}
+	r.FastSpatial = &FastSpatialPlan{TargetHeight: r.Height, TargetWidth: r.Width, Stage1Height: h, Stage1Width: w, Scale: scale}
+	return h, w, nil
+}
+
+// resolveFilters validates the fast modes' pixel knobs and adds the frame filters in the MLX
+// runtime's order (examples/inference/basic/mlx_wan_prompt_to_video.py, _postprocess_video): RIFE
+// at the reduced size, the resize to the requested size, one unsharp pass at the larger strength.
+func (r *resolved) resolveFilters(req family.Request) error {
+	k, err := family.ResolveFastPixelKnobs(req)
+	if err != nil {
+		return err
+	}
+	var pixel family.PixelSteps
+	if fs := r.FastSpatial; fs != nil {
+		pixel = family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
+	}
+	var temporal family.FrameFilter
+	if ft := r.FastTemporal; ft != nil {
+		sources, err := family.FactorSources(ft.SourceFrames, ft.TargetFrames, ft.Factor)
+		if err != nil {
+			return err
+		}
+		if temporal, err = family.NewTemporalFilter(sources, ft.SourceFrames); err != nil {
+			return err
+		}
+	}
+	r.Filters, err = family.FastFilters(pixel, temporal, k.Sharpen)
+	return err
 }
 
 // checkRope checks that every axis of the token grid is within the DiT's rope_max_seq_len.

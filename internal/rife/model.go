@@ -24,6 +24,9 @@ type Model struct {
 	set     *weights.Set
 
 	floatExec, byteExec *Exec // per frame size and batch, compiled on first use
+	// matmulConvs lowers the convolutions to matrix products: on the pure-Go backend, whose
+	// direct convolution is far slower than its matrix product.
+	matmulConvs bool
 }
 
 // Load builds a model from a checkpoint in either layout (Detect), computing in dt (Float32 or
@@ -63,7 +66,7 @@ func newModel(backend compute.Backend, cfg Config, l Layout, dt dtypes.DType) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Model{cfg: cfg, layout: l, dtype: dt, backend: backend, set: declare(cfg, l)}, nil
+	return &Model{cfg: cfg, layout: l, dtype: dt, backend: backend, set: declare(cfg, l), matmulConvs: backend.String() == "go"}, nil
 }
 
 // build creates the two executables: float frames in [0,1] to float frames (the parity tests), and
@@ -105,7 +108,7 @@ func (m *Model) graph(in []*Node, bytes bool) *Node {
 	pa, pb := prep(a), prep(b)
 	pd := pa.Shape().Dimensions
 	ts := BroadcastToDims(Reshape(ConvertDType(t, m.dtype), n, 1, 1, 1), n, pd[1], pd[2], 1)
-	out := bindNet(m.cfg, m.layout, in[3:]).forward(pa, pb, ts)
+	out := bindNet(m.cfg, m.layout, m.matmulConvs, in[3:]).forward(pa, pb, ts)
 	out = ConvertDType(Slice(out, AxisRange(), AxisRange(0, h), AxisRange(0, w), AxisRange()), dtypes.Float32)
 	if !bytes {
 		return out

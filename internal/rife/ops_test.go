@@ -1,6 +1,7 @@
 package rife
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -174,10 +175,12 @@ func TestTransposedConvAndShuffle(t *testing.T) {
 	c := conv{out: co, in: ci, k: 4, transposed: true}
 	for l, kernel := range map[Layout][]float32{PyTorch: wt, MLX: mlx} {
 		shape := c.weightShape(l)
-		got := run1(t, func(in []*Node) *Node { return layer{c: c, w: in[1], b: in[2]}.apply(in[0], l, 1) },
-			tensors.FromFlatDataAndDimensions(x, n, h, w, ci), tensors.FromFlatDataAndDimensions(kernel, shape...),
-			tensors.FromFlatDataAndDimensions(bias, co))
-		testutil.AssertClose(t, l.String(), got, want, []int{n, 2 * h, 2 * w, co}, 1e-5)
+		for _, matmul := range []bool{false, true} {
+			got := run1(t, func(in []*Node) *Node { return layer{c: c, w: in[1], b: in[2]}.apply(in[0], l, 1, matmul) },
+				tensors.FromFlatDataAndDimensions(x, n, h, w, ci), tensors.FromFlatDataAndDimensions(kernel, shape...),
+				tensors.FromFlatDataAndDimensions(bias, co))
+			testutil.AssertClose(t, fmt.Sprintf("%s matmul=%v", l, matmul), got, want, []int{n, 2 * h, 2 * w, co}, 1e-5)
+		}
 	}
 	// PixelShuffle(2): input channel c*4 + i*2 + j lands at (2y+i, 2x+j), channel c.
 	sh := make([]float32, 1*1*1*8)
@@ -187,4 +190,37 @@ func TestTransposedConvAndShuffle(t *testing.T) {
 	got := run1(t, func(in []*Node) *Node { return pixelShuffle(in[0], 2) }, tensors.FromFlatDataAndDimensions(sh, 1, 1, 1, 8))
 	want2 := []float32{0, 4, 1, 5, 2, 6, 3, 7} // [1,2,2,2]: (y,x,c)
 	testutil.AssertBitExact(t, "pixel shuffle", got, want2)
+}
+
+// TestConvLoweringsAgree: the 3x3 convolutions as matrix products (the pure-Go backend's lowering)
+// equal the convolution op (the accelerators'), at both strides, in both layouts, on odd sizes.
+func TestConvLoweringsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, h, w, ci, co = 2, 7, 9, 5, 6
+	x := make([]float32, n*h*w*ci)
+	for i := range x {
+		x[i] = rng.Float32()*2 - 1
+	}
+	bias := make([]float32, co)
+	for i := range bias {
+		bias[i] = rng.Float32()
+	}
+	for _, l := range []Layout{PyTorch, MLX} {
+		c := conv{out: co, in: ci, k: 3}
+		shape := c.weightShape(l)
+		kernel := make([]float32, co*ci*9)
+		for i := range kernel {
+			kernel[i] = rng.Float32()*2 - 1
+		}
+		for _, stride := range []int{1, 2} {
+			lower := func(matmul bool) []float32 {
+				return run1(t, func(in []*Node) *Node { return layer{c: c, w: in[1], b: in[2]}.apply(in[0], l, stride, matmul) },
+					tensors.FromFlatDataAndDimensions(x, n, h, w, ci), tensors.FromFlatDataAndDimensions(kernel, shape...),
+					tensors.FromFlatDataAndDimensions(bias, co))
+			}
+			want := lower(false)
+			testutil.AssertClose(t, fmt.Sprintf("%s stride %d", l, stride), lower(true), want,
+				[]int{n, (h-1)/stride + 1, (w-1)/stride + 1, co}, 1e-5)
+		}
+	}
 }

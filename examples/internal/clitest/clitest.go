@@ -6,8 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -129,5 +132,37 @@ func CheckNoOverwrite(t *testing.T, run RunFunc, out, renamed string, extra ...s
 	code, stdout, errs := Run(run, append([]string{"-prompt", "a red fox", "-out", out}, extra...)...)
 	if code != 0 || !strings.Contains(errs, renamed) {
 		t.Fatalf("second run: exit %d\n%s%s", code, stdout, errs)
+	}
+}
+
+// FastCase is a fast-mode command line (split on spaces) and the canvas (HxW, e.g. "64x96") and
+// frame filters its plan must show.
+type FastCase = struct {
+	Args, Canvas string
+	Filters      []string
+}
+
+// CheckFastModes plans and runs each case: the plan must reduce the canvas as the case says and
+// list its filters, and the MP4 must have the plan's frame count, size and duration (ffprobe), so
+// the denoise ran on the reduced geometry and the filters brought the frames back to the request.
+func CheckFastModes(t *testing.T, run RunFunc, details any, cases []FastCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.Args, func(t *testing.T) {
+			args := strings.Fields(c.Args)
+			plan := RunPlan(t, run, details, args...)
+			if canvas := fmt.Sprintf("%dx%d", plan.CanvasHeight, plan.CanvasWidth); canvas != c.Canvas || !slices.Equal(plan.FrameFilters, c.Filters) {
+				t.Fatalf("plan canvas %s, filters %q; want %s, %q", canvas, plan.FrameFilters, c.Canvas, c.Filters)
+			}
+			out := filepath.Join(t.TempDir(), "clip.mp4")
+			var res Generated
+			RunJSON(t, run, &res, append([]string{"-prompt", "a red fox", "-out", out, "-json"}, args...)...)
+			v := Probe(t, out).Video
+			if v == nil || v.Width != plan.Width || v.Height != plan.Height || v.Frames != plan.NumFrames || res.NumFrames != plan.NumFrames ||
+				math.Abs(v.Duration-plan.DurationSeconds) > 0.5/float64(plan.FPS) {
+				t.Fatalf("probe %+v; plan %dx%d (HxW), %d frames, %.3f s", v, plan.Height, plan.Width, plan.NumFrames, plan.DurationSeconds)
+			}
+			t.Logf("%d frames of %dx%d in %.2f s", v.Frames, v.Height, v.Width, res.Timings.Total)
+		})
 	}
 }
