@@ -33,6 +33,7 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
@@ -61,6 +62,8 @@ type Model struct {
 
 	stages *modelkit.Stages[*stageExecs]
 	rope   *modelkit.RopeCache[[3]int]
+	// vsaExecs are the VSA block executables of the token grids met so far.
+	vsaExecs map[vsaKey]*graph.Exec
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -148,6 +151,7 @@ func (m *Model) Close() error {
 	if m == nil || m.p == nil {
 		return nil
 	}
+	m.closeVSA()
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err
