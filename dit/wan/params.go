@@ -109,15 +109,19 @@ func declareParams(cfg Config) *params {
 			FFIn:   lin(b, "ffn.net.0.proj", f, d),
 			FFOut:  lin(b, "ffn.net.2", d, f),
 		}
-		// VSA-trained students (FastWan) carry the gate projection of the sparse attention under FastVideo's
-		// own name (wanvideo.py has no mapping for it); the dense forward does not use it. The attention-level
-		// placement (LTX-2's) is not a Wan gate and is ignored.
-		bp.Gate = linearParams{W: b.AddOptional("to_gate_compress.weight", d, d), B: bias(b, "to_gate_compress.bias", dtypes.InvalidDType, d)}
+		// The attention-level gate placement is LTX-2's, not a Wan gate.
 		b.Ignore("attn1.to_gate_compress.")
 		p.Blocks = append(p.Blocks, bp)
 	}
 	p.HeadTable = s.AddF32("scale_shift_table", 1, 2, d)
 	p.ProjOut = lin32(s, "proj_out", cfg.OutChannels*cfg.PatchVolume(), d)
+	// VSA-trained students (FastWan) carry the gate projection of the sparse attention under FastVideo's
+	// own name (wanvideo.py has no mapping for it); the dense forward does not use it. Declared last, so
+	// that random weights of a given seed (drawn in declaration order) keep their values for the rest.
+	for i := range p.Blocks {
+		b := s.Sub(fmt.Sprintf("blocks.%d", i))
+		p.Blocks[i].Gate = linearParams{W: b.AddOptional("to_gate_compress.weight", d, d), B: bias(b, "to_gate_compress.bias", dtypes.InvalidDType, d)}
+	}
 	return p
 }
 

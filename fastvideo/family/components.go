@@ -241,3 +241,35 @@ func MissingOr(dir, snapshot, file string, err error) error {
 	}
 	return fmt.Errorf("fastvideo: %w", err)
 }
+
+// HasVSAGates reports whether a transformer folder's weights carry to_gate_compress, the gate of
+// Video Sparse Attention that VSA-trained students (FastH3, FastWan) have: it reads the weight index
+// JSON, or the header of a single safetensors file; a folder with configs only has none.
+func HasVSAGates(dir string) (bool, error) {
+	const gate = "to_gate_compress"
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	err := ReadConfigJSON(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), &index)
+	switch {
+	case err == nil:
+		for k := range index.WeightMap {
+			if strings.Contains(k, gate) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	single := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
+	if _, err := os.Stat(single); err != nil {
+		return false, nil
+	}
+	f, err := safetensors.Open(single)
+	if err != nil {
+		return false, fmt.Errorf("fastvideo: reading the header of %s: %w", single, err)
+	}
+	defer f.Close()
+	return slices.ContainsFunc(f.Names(), func(k string) bool { return strings.Contains(k, gate) }), nil
+}
