@@ -78,9 +78,8 @@ func (c *vsaConfig) forStep(l *packing.Layout, k int) *h3dit.VSA {
 	if c == nil {
 		return nil
 	}
-	v := &h3dit.VSA{Sparsity: c.sparsity, TileSize: c.tileSize, Mode: c.mode, DenseLayers: c.denseLayers,
-		Prefix: [3]int{l.NumTextRows, l.NumConditionVideoRows, l.NumAudioRows},
-		Grid:   [3]int{l.LatentFrames / l.PatchSize[0], l.LatentHeight / l.PatchSize[1], l.LatentWidth / l.PatchSize[2]}}
+	v := h3dit.LayoutVSA(l, c.sparsity, c.tileSize, c.mode)
+	v.DenseLayers = c.denseLayers
 	if k < c.denseFirstSteps {
 		v.Sparsity = 0
 	}
