@@ -90,29 +90,16 @@ func (m *Model) blockExec(p *vsaPlan, b int, multi bool) (*Exec, []*tensors.Tens
 	}
 	g := m.p.Blocks[b].Gate
 	extra := []*tensors.Tensor{g.W.T, g.B.T}
-	if e, ok := m.vsaExecs[key]; ok {
-		return e, extra
-	}
 	spec := m.spec
 	spec.VSA = &attention.Sparse{Tiling: p.tl, TopK: key.topK}
-	e := graphexec.MustExec(m.backend, "wan.block_vsa", func(in []*Node) *Node {
-		var a blockInputs[*Node]
-		tIdx, w := optionalTIdx(graphexec.Unpack(in, &a), blockWeightCount+2)
-		bw := blockFromSlice(w[:blockWeightCount])
-		bw.Gate = linearWeights{W: w[blockWeightCount], B: w[blockWeightCount+1]}
-		return spec.block(a.X, a.Text, a.TProj, tIdx, a.Cos, a.Sin, bw)
+	e, _ := m.vsaExecs.Get(key, func() (*Exec, error) {
+		return graphexec.MustExec(m.backend, "wan.block_vsa", func(in []*Node) *Node {
+			var a blockInputs[*Node]
+			tIdx, w := optionalTIdx(graphexec.Unpack(in, &a), blockWeightCount+2)
+			bw := blockFromSlice(w[:blockWeightCount])
+			bw.Gate = linearWeights{W: w[blockWeightCount], B: w[blockWeightCount+1]}
+			return spec.block(a.X, a.Text, a.TProj, tIdx, a.Cos, a.Sin, bw)
+		}), nil
 	})
-	if m.vsaExecs == nil {
-		m.vsaExecs = map[vsaKey]*Exec{}
-	}
-	m.vsaExecs[key] = e
 	return e, extra
-}
-
-// closeVSA frees the VSA executables.
-func (m *Model) closeVSA() {
-	for _, e := range m.vsaExecs {
-		graphexec.FinalizeExecs(e)
-	}
-	m.vsaExecs = nil
 }

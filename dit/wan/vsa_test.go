@@ -10,26 +10,19 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// gatedSource adds random to_gate_compress weights and biases (scaled by amp; 0 gives zero gates) to
-// the fixture, as a FastWan student carries them.
-func gatedSource(fx *testutil.Fixture, cfg Config, amp float64) *testutil.EditSource {
-	r := rand.New(rand.NewPCG(5, 5))
-	d := cfg.HiddenSize()
+// gatedSource adds to_gate_compress weights and biases to the fixture, as a FastWan student carries
+// them: each block's own attn1.to_q scaled by amp (0 gives zero gates).
+func gatedSource(t *testing.T, fx *testutil.Fixture, cfg Config, amp float32) *testutil.EditSource {
 	rep := map[string]safetensors.Info{}
-	add := func(name string, shape ...int) {
-		n := 1
-		for _, s := range shape {
-			n *= s
-		}
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(r.NormFloat64() * amp)
-		}
-		rep[name] = safetensors.Info{Name: name, DType: safetensors.F32, Shape: shape, Data: safetensors.F32Bytes(v)}
-	}
 	for b := 0; b < cfg.NumLayers; b++ {
-		add(fmt.Sprintf("blocks.%d.to_gate_compress.weight", b), d, d)
-		add(fmt.Sprintf("blocks.%d.to_gate_compress.bias", b), d)
+		for _, part := range []string{"weight", "bias"} {
+			v, sh := fx.F32(t, fmt.Sprintf("w.blocks.%d.attn1.to_q.%s", b, part))
+			for i := range v {
+				v[i] *= amp
+			}
+			name := fmt.Sprintf("blocks.%d.to_gate_compress.%s", b, part)
+			rep[name] = safetensors.Info{Name: name, DType: safetensors.F32, Shape: sh, Data: safetensors.F32Bytes(v)}
+		}
 	}
 	return &testutil.EditSource{Base: fx.Weights(), Replace: rep}
 }
@@ -64,7 +57,7 @@ func vsaForward(t *testing.T, fx *testutil.Fixture, src *testutil.EditSource, vs
 func TestVSAForwardProperties(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
-		dense := vsaForward(t, fx, gatedSource(fx, cfg, 0), nil)
+		dense := vsaForward(t, fx, gatedSource(t, fx, cfg, 0), nil)
 		check := func(label string, got []float32, same bool) {
 			diff, tol := testutil.MaxAbsDiff(got, dense), testutil.ParityTol(dense)
 			if same && diff > tol {
@@ -74,14 +67,14 @@ func TestVSAForwardProperties(t *testing.T) {
 				t.Errorf("%s: equals dense (%.3g): the VSA path did nothing", label, diff)
 			}
 		}
-		check("sparsity 0, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), &VSA{}), true)
-		check("sparsity 0, gate", vsaForward(t, fx, gatedSource(fx, cfg, 0.5), &VSA{}), false)
-		check("sparsity 0.7, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), &VSA{Sparsity: 0.7}), false)
+		check("sparsity 0, zero gate", vsaForward(t, fx, gatedSource(t, fx, cfg, 0), &VSA{}), true)
+		check("sparsity 0, gate", vsaForward(t, fx, gatedSource(t, fx, cfg, 0.5), &VSA{}), false)
+		check("sparsity 0.7, zero gate", vsaForward(t, fx, gatedSource(t, fx, cfg, 0), &VSA{Sparsity: 0.7}), false)
 		all := &VSA{Sparsity: 0.9}
 		for b := 0; b < cfg.NumLayers; b++ {
 			all.DenseLayers = append(all.DenseLayers, b)
 		}
-		check("dense layers, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), all), true)
+		check("dense layers, zero gate", vsaForward(t, fx, gatedSource(t, fx, cfg, 0), all), true)
 	})
 }
 
@@ -100,7 +93,7 @@ func TestVSARejectsBadRequests(t *testing.T) {
 		}
 		cfg := fixtureConfig(t, fx)
 		gated := testutil.Run(t, func() (*Model, error) {
-			return FromSource(testutil.Backend(t), cfg, gatedSource(fx, cfg, 0.1), Options{})
+			return FromSource(testutil.Backend(t), cfg, gatedSource(t, fx, cfg, 0.1), Options{})
 		}, func(m *Model) ([]error, error) {
 			var errs []error
 			for _, v := range []*VSA{{Sparsity: 1}, {Sparsity: -0.1}, {DenseLayers: []int{cfg.NumLayers}}} {

@@ -50,16 +50,8 @@ func (r *resolved) resolveVSA(family.Request) error {
 		}
 		c.denseFirstSteps, c.denseLayers = o.DenseFirstSteps, o.DenseLayers
 	}
-	switch {
-	case c.sparsity < 0 || c.sparsity >= 1:
-		return &family.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(c.sparsity), Allowed: "[0, 1)"}
-	case c.denseFirstSteps < 0:
-		return &family.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(c.denseFirstSteps), Allowed: "0 or more"}
-	}
-	for _, b := range c.denseLayers {
-		if b < 0 || b >= r.spec.DiT.NumLayers {
-			return &family.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", r.spec.DiT.NumLayers-1)}
-		}
+	if err := family.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
+		return err
 	}
 	r.vsa = c
 	return nil
