@@ -16,17 +16,19 @@ import (
 // decomposes the fused call into plain ops, and checks it against the gathered exact path: the
 // masking trick and every shape of the fused graph are tested without a GPU.
 func TestSparseFusedGraphOnCPU(t *testing.T) {
+	h3 := []int{93, 0, 414}
 	for _, c := range []struct {
-		e    int
-		mode Mode
-	}{{64, ModeExempt}, {256, ModeCompete}} {
-		checkSparseFusedGraph(t, c.e, c.mode)
+		e      int
+		mode   Mode
+		prefix []int
+	}{{64, ModeExempt, h3}, {256, ModeCompete, h3}, {64, ModeExempt, nil}} { // no prefix: Wan's VSA
+		checkSparseFusedGraph(t, c.e, c.mode, c.prefix)
 	}
 }
 
-func checkSparseFusedGraph(t *testing.T, e int, mode Mode) {
+func checkSparseFusedGraph(t *testing.T, e int, mode Mode, prefix []int) {
 	b := testutil.Backend(t)
-	tl, err := NewTiling([]int{93, 0, 414}, [3]int{10, 15, 26}, e)
+	tl, err := NewTiling(prefix, [3]int{10, 15, 26}, e)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,21 @@
 #
 #   FASTVIDEO_SRC=/path/to/FastVideo python3 attention/testdata/gen_vsa.py OUT_DIR
 #
-# Upstream files that must be in the FastVideo checkout (read unchanged):
-#   fastvideo/attention/backends/{__init__,abstract,video_sparse_attn,video_sparse_attn_h3,video_sparse_attn_h3_probe}.py
-#   fastvideo/distributed/ (imported by video_sparse_attn.py), fastvideo/logger.py, fastvideo/envs.py
+# Upstream files that must be in the FastVideo checkout (read unchanged; the complete import closure of
+# what this script loads, with fastvideo.distributed stubbed as below):
+#   fastvideo/attention/backends/__init__.py, abstract.py, video_sparse_attn.py, video_sparse_attn_h3.py,
+#     video_sparse_attn_h3_probe.py
+#   fastvideo/logger.py, fastvideo/envs.py
 #   fastvideo/tests/attention/test_vsa_h3_metadata.py       (the dense masked reference, reference_sparse_attention)
-#   fastvideo-kernel/python/fastvideo_kernel/ops.py          (video_sparse_attn, the Wan VSA math)
+#   fastvideo-kernel/python/fastvideo_kernel/ops.py          (video_sparse_attn, the Wan VSA math; parsed, not imported)
+# Third-party: torch, safetensors (pytest is stubbed when absent: the test module only decorates with it).
+#
+# Stubs (plumbing only, no math): the packages fastvideo and fastvideo.attention are bound to their folders
+# without running their __init__ files (they import the whole pipeline stack and a GPU platform), and
+# fastvideo.distributed is a one-process stand-in: video_sparse_attn.py imports get_sp_group from it only
+# for VideoSparseAttentionImpl.__init__ (sp_size), which this script never calls; the real package pulls
+# parallel_state -> device_communicators -> fastvideo.platforms (the failure "No module named
+# 'fastvideo.platforms'").
 #
 # Which function produced what:
 #   H3 (vsa_h3.safetensors): tiling from MiniMaxH3VSAMetadataBuilder.build; pooled Q/K from _pool_tiles;
@@ -49,6 +59,15 @@ def _namespace(name, path):
 
 _namespace("fastvideo", os.path.join(SRC, "fastvideo"))
 _namespace("fastvideo.attention", os.path.join(SRC, "fastvideo", "attention"))
+
+
+class _OneProcessGroup:  # what VideoSparseAttentionImpl.__init__ reads from the sequence-parallel group
+    world_size, rank_in_group = 1, 0
+
+
+_dist = types.ModuleType("fastvideo.distributed")
+_dist.get_sp_group = lambda: _OneProcessGroup()
+sys.modules["fastvideo.distributed"] = _dist
 import fastvideo.attention.backends.video_sparse_attn as wan_vsa  # noqa: E402
 import fastvideo.attention.backends.video_sparse_attn_h3 as h3_vsa  # noqa: E402
 

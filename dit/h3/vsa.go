@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/dit/h3/packing"
 	"fastvideo/internal/graphexec"
 )
 
@@ -27,6 +28,14 @@ type VSA struct {
 	// width) token grid.
 	Prefix [3]int
 	Grid   [3]int
+}
+
+// LayoutVSA is the VSA of a packed document (dit/h3/packing's layout: text, condition video rows and
+// audio before the generated video) at the given sparsity, tile size and mode.
+func LayoutVSA(l *packing.Layout, sparsity float64, tileSize int, mode attention.Mode) *VSA {
+	return &VSA{Sparsity: sparsity, TileSize: tileSize, Mode: mode,
+		Prefix: [3]int{l.NumTextRows, l.NumConditionVideoRows, l.NumAudioRows},
+		Grid:   [3]int{l.LatentFrames / l.PatchSize[0], l.LatentHeight / l.PatchSize[1], l.LatentWidth / l.PatchSize[2]}}
 }
 
 // Tiling returns the tile geometry of v's sequence.

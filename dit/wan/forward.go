@@ -176,6 +176,8 @@ type ForwardInputs struct {
 	Text []float32
 	// TextState is the prompt from PrepareText (reuse it across steps).
 	TextState *TextState
+	// VSA, when set, runs the self-attention with Video Sparse Attention (VSA-trained checkpoints).
+	VSA *VSA
 }
 
 // Forward runs the transformer and returns the predicted velocity [out_channels, Frames, Height, Width]
@@ -203,6 +205,10 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 		defer t.Close()
 		text = t
 	}
+	vsa, err := m.planVSA(in.VSA, [3]int{nt, nh, nw})
+	if err != nil {
+		return nil, err
+	}
 	cos, sin, err := m.ropeFor(nt, nh, nw)
 	if err != nil {
 		return nil, err
@@ -211,7 +217,7 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{Text: text.Tensor(), TProj: st.tproj, Cos: cos, Sin: sin}, st.tIdx); err != nil {
+	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{Text: text.Tensor(), TProj: st.tproj, Cos: cos, Sin: sin}, st.tIdx, vsa); err != nil {
 		return nil, err
 	}
 	return m.project(x, st, nt, nh, nw)
@@ -303,16 +309,19 @@ func (m *Model) embedPatches(in *ForwardInputs) (*tensors.Tensor, error) {
 	return res[0], nil
 }
 
-// runBlocks runs every block on x (consumed) with args' text, time and RoPE inputs.
-func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], tIdx *tensors.Tensor) (*tensors.Tensor, error) {
-	ex, blocks := m.execs(), m.p.Blocks
+// runBlocks runs every block on x (consumed) with args' text, time and RoPE inputs, with VSA when vsa is
+// set.
+func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], tIdx *tensors.Tensor, vsa *vsaPlan) (*tensors.Tensor, error) {
+	blocks := m.p.Blocks
 	var opt []*tensors.Tensor
 	if tIdx != nil {
 		opt = append(opt, tIdx)
 	}
 	for b := range blocks {
 		args.X = x
-		res, err := graphexec.Call(ex.block, graphexec.Pack(&args, append(opt, blocks[b].tensors()...)...)...)
+		exec, extra := m.blockExec(vsa, b, tIdx != nil)
+		ws := append(append(append([]*tensors.Tensor{}, opt...), blocks[b].tensors()...), extra...)
+		res, err := graphexec.Call(exec, graphexec.Pack(&args, ws...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err

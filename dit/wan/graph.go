@@ -26,6 +26,9 @@ type blockSpec struct {
 	Eps                        float64
 	Attention                  attention.Options
 	AllReduce                  AllReduce
+	// VSA, when set, makes the self-attention block-sparse (WanTransformerBlock_VSA); its Gate is filled
+	// in the graph from the block's to_gate_compress.
+	VSA *attention.Sparse
 }
 
 type linearWeights struct{ W, B *Node }
@@ -41,6 +44,8 @@ type blockWeights struct {
 	Self, Cross    attnWeights
 	Norm2W, Norm2B *Node
 	FFIn, FFOut    linearWeights
+	// Gate is the VSA compression gate to_gate_compress (W nil: none).
+	Gate linearWeights
 }
 
 // blockWeightCount is the number of tensors of blockWeights.
@@ -102,12 +107,23 @@ func applyRope(x, cos, sin *Node) *Node {
 
 // attend runs attention of q [1, Lq, H, Dh] over k/v projections and the output projection (all-reduce,
 // then bias). kv is the key/value source rows [Lk, D]; cos/sin rotate q and k (self-attention) or are nil.
-func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node) *Node {
+// sparse (self-attention under VSA only) makes the attention block-sparse, with the compression gate
+// to_gate_compress(h) when gate.W is set (WanTransformerBlock_VSA.forward: the gate is neither normed
+// nor rotated).
+func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node, sparse *attention.Sparse, gate linearWeights) *Node {
 	l, lk := h.Shape().Dim(0), kv.Shape().Dim(0)
 	q := s.qkNorm(nn.Linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
 	k := s.qkNorm(nn.Linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
 	v := Reshape(nn.Linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
-	o := Reshape(attention.Attend(q, k, v, s.Attention), l, s.Heads*s.HeadDim)
+	opts := s.Attention
+	if sparse != nil {
+		sp := *sparse
+		if gate.W != nil {
+			sp.Gate = Reshape(nn.Linear(h, gate.W, gate.B), 1, l, s.Heads, s.HeadDim)
+		}
+		opts.Sparse = &sp
+	}
+	o := Reshape(attention.Attend(q, k, v, opts), l, s.Heads*s.HeadDim)
 	return nn.AddBias(s.AllReduce.Apply(nn.Linear(o, w.Out.W, nil)), w.Out.B)
 }
 
@@ -132,13 +148,13 @@ func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *
 
 	// Self-attention with the gated residual in float32.
 	n := ConvertDType(nn.Modulate(nn.LayerNorm(x, nil, nil, s.Eps), shiftMSA, scaleMSA), dt)
-	attn := s.attend(n, n, w.Self, cos, sin)
+	attn := s.attend(n, n, w.Self, cos, sin, s.VSA, w.Gate)
 	r := Add(nn.F32(x), Mul(nn.F32(attn), gateMSA))
 	x = ConvertDType(r, dt)
 
 	// Cross-attention on the affine LayerNorm (norm2) of the float32 residual; ungated add.
 	n2 := Add(Mul(nn.LayerNorm(r, nil, nil, s.Eps), ExpandAxes(nn.F32(w.Norm2W), 0)), ExpandAxes(nn.F32(w.Norm2B), 0))
-	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil)
+	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil, nil, linearWeights{})
 	x = Add(x, ConvertDType(cross, dt))
 
 	// Feed-forward with the gated residual in float32.

@@ -61,6 +61,8 @@ type Model struct {
 
 	stages *modelkit.Stages[*stageExecs]
 	rope   *modelkit.RopeCache[[3]int]
+	// vsaExecs are the VSA block executables of the token grids met so far.
+	vsaExecs modelkit.ExecCache[vsaKey]
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -102,7 +104,8 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	}
 	return &Model{
 		cfg: cfg, backend: backend, dtype: dt, p: declareParams(cfg),
-		rope: modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
+		vsaExecs: modelkit.ExecCache[vsaKey]{},
+		rope:     modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, FFN: cfg.FFNDim, Width: cfg.HiddenSize(),
 			Eps: cfg.Eps, Attention: opts.Attention,
@@ -148,6 +151,7 @@ func (m *Model) Close() error {
 	if m == nil || m.p == nil {
 		return nil
 	}
+	m.vsaExecs.Finalize()
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err

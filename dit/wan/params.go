@@ -2,6 +2,8 @@ package wan
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -30,6 +32,9 @@ type blockParams struct {
 	Norm2B      *weights.Param
 	Cross       attnParams
 	FFIn, FFOut linearParams
+	// Gate is the VSA compression gate to_gate_compress [D, D] of FastWan students (WanTransformerBlock_VSA);
+	// unbound when the checkpoint has none. Only the VSA forward uses it.
+	Gate linearParams
 }
 
 // tensors returns the block weights in the order blockFromSlice expects.
@@ -104,13 +109,19 @@ func declareParams(cfg Config) *params {
 			FFIn:   lin(b, "ffn.net.0.proj", f, d),
 			FFOut:  lin(b, "ffn.net.2", d, f),
 		}
-		// VSA-trained students (FastWan) carry the gate projection of the sparse attention; the dense
-		// forward does not use it. Both placements seen upstream are accepted.
-		b.Ignore("to_gate_compress.", "attn1.to_gate_compress.")
+		// The attention-level gate placement is LTX-2's, not a Wan gate.
+		b.Ignore("attn1.to_gate_compress.")
 		p.Blocks = append(p.Blocks, bp)
 	}
 	p.HeadTable = s.AddF32("scale_shift_table", 1, 2, d)
 	p.ProjOut = lin32(s, "proj_out", cfg.OutChannels*cfg.PatchVolume(), d)
+	// VSA-trained students (FastWan) carry the gate projection of the sparse attention under FastVideo's
+	// own name (wanvideo.py has no mapping for it); the dense forward does not use it. Declared last, so
+	// that random weights of a given seed (drawn in declaration order) keep their values for the rest.
+	for i := range p.Blocks {
+		b := s.Sub(fmt.Sprintf("blocks.%d", i))
+		p.Blocks[i].Gate = linearParams{W: b.AddOptional("to_gate_compress.weight", d, d), B: bias(b, "to_gate_compress.bias", dtypes.InvalidDType, d)}
+	}
 	return p
 }
 
@@ -120,5 +131,9 @@ func Params(cfg Config) (weights.Shapes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return weights.ShapesOf(declareParams(cfg).set.Params()), nil
+	// The optional VSA gates belong to FastWan students, not to the released model.
+	released := slices.DeleteFunc(declareParams(cfg).set.Params(), func(q *weights.Param) bool {
+		return strings.Contains(q.Name, "to_gate_compress.")
+	})
+	return weights.ShapesOf(released), nil
 }

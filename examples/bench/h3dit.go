@@ -17,8 +17,10 @@ import (
 var (
 	h3ditFlags = newDiTFlags("h3dit", " (multiple of 32)", 124, "(17n+5)", 93,
 		"prompt tokens (93 gives the 14,937-row document at 832x480x124)")
-	h3ditCached = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
-	h3ditQBits  = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
+	h3ditCached  = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
+	h3ditQBits   = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
+	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
+	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
 )
 
 func init() {
@@ -95,16 +97,36 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	if err := measure("adaln per step", in); err != nil {
 		return err
 	}
-	if !*h3ditCached {
+	if *h3ditCached {
+		cache, err := m.PrepareAdaLN(doc.video, doc.audio)
+		if err != nil {
+			return err
+		}
+		defer cache.Close()
+		in.AdaLN = cache
+		if err := measure("adaln cached", in); err != nil {
+			return err
+		}
+	}
+	if *h3ditVSA < 0 {
 		return nil
 	}
-	cache, err := m.PrepareAdaLN(doc.video, doc.audio)
+	in.VSA = h3.LayoutVSA(lay, *h3ditVSA, *h3ditVSATile, attention.ModeExempt)
+	tl, err := in.VSA.Tiling()
 	if err != nil {
-		return err
+		return fmt.Errorf("h3dit bench: %w", err)
 	}
-	defer cache.Close()
-	in.AdaLN = cache
-	return measure("adaln cached", in)
+	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
+	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile\n",
+		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k)
+	return measureH3DiT(m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+}
+
+// h3ditVSATFLOP is h3ditTFLOP with the attention term counted over the pairs VSA computes (full tiles).
+func h3ditVSATFLOP(cfg h3.Config, tl *attention.Tiling, topK int) float64 {
+	l := float64(tl.Rows())
+	saved := 4 * (l*l - float64(tl.AttendedPairs(topK))) * float64(cfg.InnerDim())
+	return h3ditTFLOP(cfg, tl.Rows()) - float64(cfg.NumLayers)*saved/1e12
 }
 
 // h3ditDocument is the packed document a benchmark forward runs: the layout, the row timesteps of step

@@ -22,6 +22,7 @@ var (
 	wanditFlags = newDiTFlags("wandit", "", 81, "(4n+1)", 512, "text rows (Wan pads the prompt to 512)")
 	wanditSteps = flag.String("wandit-steps", "1000,757,522", "wandit: DMD timesteps of the FastWan denoise loop (empty: skip it)")
 	wanditRuns  = flag.Int("wandit-denoise-runs", 3, "wandit: timed runs of the whole denoise loop")
+	wanditVSA   = flag.Float64("wandit-vsa", -1, "wandit: also time the forward and the denoise with Video Sparse Attention at this sparsity (0.8: FastWan2.1-1.3B's; random to_gate_compress gates); negative: dense only")
 )
 
 func init() {
@@ -103,12 +104,31 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	in := wan.ForwardInputs{Latent: randn(latentSize), Frames: lt, Height: lh, Width: lw,
 		Timesteps: []float32{757}, TextState: text}
 	tflop := cfg.ForwardFLOPs(tokens, textRows) / 1e12
+	latent := in.Latent
+	if err := benchWanForward(m, in, "wandit", tflop, steps, runs, randn, c); err != nil {
+		return err
+	}
+	if *wanditVSA < 0 {
+		return nil
+	}
+	tl, err := attention.NewTiling(nil, [3]int{nt, nh, nw}, wan.VSATileSize)
+	if err != nil {
+		return fmt.Errorf("wandit bench: %w", err)
+	}
+	k := attention.TopKTiles(*wanditVSA, tl.NumVideo)
+	fmt.Printf("wandit: VSA sparsity %g: %d tiles of (4,4,4), top-%d per query tile\n", *wanditVSA, tl.NumVideo, k)
+	saved := 4 * float64(int64(tokens)*int64(tokens)-tl.AttendedPairs(k)) * float64(cfg.HiddenSize()) * float64(cfg.NumLayers) / 1e12
+	in.Latent, in.VSA = latent, &wan.VSA{Sparsity: *wanditVSA}
+	return benchWanForward(m, in, fmt.Sprintf("wandit[vsa %g]", *wanditVSA), tflop-saved, steps, runs, randn, c)
+}
+
+// benchWanForward times one forward, then the denoise loop when steps are given.
+func benchWanForward(m *wan.Model, in wan.ForwardInputs, tag string, tflop float64, steps []int, runs int, randn func(int) []float32, c common) error {
 	tm, out, err := timeForward(c, func() ([]float32, error) { return m.Forward(in) })
 	if err != nil {
 		return err
 	}
-	reportForward("wandit", tm, tflop, "output", out)
-
+	reportForward(tag, tm, tflop, "output", out)
 	if len(steps) == 0 {
 		return nil
 	}
@@ -158,7 +178,15 @@ func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, 
 	med := totals[len(totals)/2]
 	total := tflop * float64(ladder.Steps())
 	rms, nan := rmsNonFinite(x0)
-	fmt.Printf("wandit: FastWan denoise %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of %d); x0 rms %.4f, non-finite %d\n",
-		ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/h200DenseTFLOPS, h200DenseTFLOPS, rms, nan)
+	fmt.Printf("wandit: FastWan denoise%s %v (sigma %v, no CFG): total min %.3f s, median %.3f s over %d runs (%.3f s per step); %.1f TFLOP -> %.0f TFLOP/s (%.0f%% of %d); x0 rms %.4f, non-finite %d\n",
+		vsaLabel(in.VSA), ladder.Timesteps, ladder.Sigmas, totals[0], med, runs, med/float64(ladder.Steps()), total, total/med, 100*total/med/h200DenseTFLOPS, h200DenseTFLOPS, rms, nan)
 	return nil
+}
+
+// vsaLabel names the attention of a denoise summary.
+func vsaLabel(v *wan.VSA) string {
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprintf(" [VSA sparsity %g]", v.Sparsity)
 }

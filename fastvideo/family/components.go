@@ -255,3 +255,52 @@ func ParamBytes(s weights.Shapes, err error) func(bytesPerValue int64) int64 {
 		return s.Count() * b
 	}
 }
+
+// HasVSAGates reports whether a transformer folder's weights carry to_gate_compress, the gate of
+// Video Sparse Attention that VSA-trained students (FastH3, FastWan) have: it reads the weight index
+// JSON, or the header of a single safetensors file; a folder with configs only has none.
+func HasVSAGates(dir string) (bool, error) {
+	const gate = "to_gate_compress"
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	err := ReadConfigJSON(filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json"), &index)
+	switch {
+	case err == nil:
+		for k := range index.WeightMap {
+			if strings.Contains(k, gate) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	single := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
+	if _, err := os.Stat(single); err != nil {
+		return false, nil
+	}
+	f, err := safetensors.Open(single)
+	if err != nil {
+		return false, fmt.Errorf("fastvideo: reading the header of %s: %w", single, err)
+	}
+	defer f.Close()
+	return slices.ContainsFunc(f.Names(), func(k string) bool { return strings.Contains(k, gate) }), nil
+}
+
+// CheckVSAKnobs validates the Video Sparse Attention knobs the families share (FastVideo's
+// VSA_sparsity, vsa_dense_first_n_steps, vsa_dense_layers) for a DiT of numLayers blocks.
+func CheckVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, numLayers int) error {
+	switch {
+	case sparsity < 0 || sparsity >= 1:
+		return &RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
+	case denseFirstSteps < 0:
+		return &RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
+	}
+	for _, b := range denseLayers {
+		if b < 0 || b >= numLayers {
+			return &RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
+		}
+	}
+	return nil
+}

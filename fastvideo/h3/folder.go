@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
-	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
@@ -56,7 +54,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 		return nil, err
 	}
 	var err error
-	if s.VSAGates, err = hasGateWeights(filepath.Join(dir, family.DirTransformer)); err != nil {
+	if s.VSAGates, err = family.HasVSAGates(filepath.Join(dir, family.DirTransformer)); err != nil {
 		return nil, err
 	}
 	s.VSASparsity, s.VSATileSize = 0.9, 64 // as the FastH3 students were trained (FastVideo PR #1776)
@@ -156,42 +154,6 @@ func readShift(dir, rel string, required bool) (float64, error) {
 		return 0, fmt.Errorf("fastvideo: %s: shift must be a positive number", path)
 	}
 	return *c.Shift, nil
-}
-
-// hasGateWeights looks for attn.to_gate_compress in the transformer's weight names (index JSON, or
-// the header of a single safetensors file).
-func hasGateWeights(dir string) (bool, error) {
-	const gate = "to_gate_compress"
-	var index struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	err := readJSON(dir, "diffusion_pytorch_model.safetensors.index.json", &index, false)
-	switch {
-	case err == nil:
-		for k := range index.WeightMap {
-			if strings.Contains(k, gate) {
-				return true, nil
-			}
-		}
-		return false, nil
-	case !errors.Is(err, os.ErrNotExist):
-		return false, err
-	}
-	single := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
-	if _, err := os.Stat(single); err != nil {
-		return false, nil // configs only: nothing to inspect
-	}
-	f, err := safetensors.Open(single)
-	if err != nil {
-		return false, fmt.Errorf("fastvideo: reading the header of %s: %w", single, err)
-	}
-	defer f.Close()
-	for _, k := range f.Names() {
-		if strings.Contains(k, gate) {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // inferenceContract is a FastH3 student's fastvideo_inference.json (FastVideo's

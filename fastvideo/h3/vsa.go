@@ -56,18 +56,11 @@ func (r *resolved) resolveVSA(family.Request, family.Preset) error {
 		}
 		c.mode, c.denseFirstSteps, c.denseLayers = m, o.DenseFirstSteps, o.DenseLayers
 	}
-	switch {
-	case c.sparsity < 0 || c.sparsity >= 1:
-		return &family.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(c.sparsity), Allowed: "[0, 1)"}
-	case c.tileSize != 64 && c.tileSize != 256:
+	if c.tileSize != 64 && c.tileSize != 256 {
 		return &family.RequestError{Field: "vsa_tile_size", Value: fmt.Sprint(c.tileSize), Allowed: "64 or 256"}
-	case c.denseFirstSteps < 0:
-		return &family.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(c.denseFirstSteps), Allowed: "0 or more"}
 	}
-	for _, b := range c.denseLayers {
-		if b < 0 || b >= r.spec.DiT.NumLayers {
-			return &family.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", r.spec.DiT.NumLayers-1)}
-		}
+	if err := family.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
+		return err
 	}
 	r.vsa = c
 	return nil
@@ -78,9 +71,8 @@ func (c *vsaConfig) forStep(l *packing.Layout, k int) *h3dit.VSA {
 	if c == nil {
 		return nil
 	}
-	v := &h3dit.VSA{Sparsity: c.sparsity, TileSize: c.tileSize, Mode: c.mode, DenseLayers: c.denseLayers,
-		Prefix: [3]int{l.NumTextRows, l.NumConditionVideoRows, l.NumAudioRows},
-		Grid:   [3]int{l.LatentFrames / l.PatchSize[0], l.LatentHeight / l.PatchSize[1], l.LatentWidth / l.PatchSize[2]}}
+	v := h3dit.LayoutVSA(l, c.sparsity, c.tileSize, c.mode)
+	v.DenseLayers = c.denseLayers
 	if k < c.denseFirstSteps {
 		v.Sparsity = 0
 	}

@@ -138,6 +138,10 @@ func readFolder(dir, cls string) (*Spec, error) {
 	}
 	m := v.spec()
 	m.Name, m.Dir = dir, dir
+	// The FastWan2.2-5B id also names a full-attention student: the weights decide.
+	if m.VSAGates, err = family.HasVSAGates(filepath.Join(dir, family.DirTransformer)); err != nil {
+		return nil, err
+	}
 	m.Description = fmt.Sprintf("%s read from %s", strings.SplitN(v.description, " (", 2)[0], dir)
 	m.DiT, m.VAE, m.TextEncoder = dit, vae, te
 	switch {

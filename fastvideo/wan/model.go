@@ -67,6 +67,10 @@ type Spec struct {
 	// WarpDenoisingSteps is the model's default for Options.WarpDenoisingSteps (false for every
 	// FastWan checkpoint: FastVideo's torch pipeline does not warp).
 	WarpDenoisingSteps bool
+	// VSAGates is set for VSA-trained students (FastWan), whose transformer carries to_gate_compress:
+	// they run with Video Sparse Attention at VSASparsity unless Options.VSA says otherwise.
+	VSAGates    bool
+	VSASparsity float64
 	// WeightsDType is the precision Plan sizes the DiT's weights in by default: bf16, the precision
 	// FastVideo runs Wan DiTs in (f32 for tiny-wan).
 	WeightsDType family.DType
@@ -188,6 +192,7 @@ func (v variant) spec() *Spec {
 	if v.vae().IsResidual { // the Wan2.2 VAE: the TI2V models
 		s.ImageMaxArea, s.FirstImage = releasedImageArea, true
 	}
+	s.VSASparsity, s.VSAGates = vsaSparsity[v.name]
 	s.setPresets(releasedPresets()[v.preset])
 	return s
 }

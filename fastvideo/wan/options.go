@@ -18,7 +18,27 @@ type Options struct {
 	// and upstream calls the better choice for 5B unresolved, so both are offered. nil: the
 	// model's default (false for every FastWan checkpoint).
 	WarpDenoisingSteps *bool
+	// VSA tunes Video Sparse Attention (checkpoints whose transformer carries to_gate_compress; nil
+	// keeps the defaults).
+	VSA *VSA
 }
 
 // FamilyName tells the pipeline which family the options belong to.
 func (*Options) FamilyName() string { return FamilyName }
+
+// VSA are the Video Sparse Attention knobs of a VSA-trained checkpoint (FastVideo's VSA_sparsity, and
+// as for H3 dense first steps and dense layers). The FastWan students run with VSA by default at the
+// sparsity FastVideo runs them (0.8 for FastWan2.1-1.3B, 0.9 for 14B: examples/inference/basic/basic_dmd.py,
+// scripts/inference/inference_wan_VSA_DMD_1_3B.yaml, examples/inference/gradio/serving/ray_serve_backend.py;
+// 0.8 for FastWan2.2-5B as distilled). Wan's tiles are always (4,4,4) = 64 rows and there is no prefix,
+// so there is no tile size or mode to choose.
+type VSA struct {
+	// Off runs dense attention (the trained gates then go unused).
+	Off bool
+	// Sparsity in [0, 1): the fraction of key tiles each query tile drops; nil keeps the default.
+	Sparsity *float64
+	// DenseFirstSteps runs the first N denoising steps with every tile selected.
+	DenseFirstSteps int
+	// DenseLayers lists blocks that always select every tile.
+	DenseLayers []int
+}

@@ -29,6 +29,8 @@ type PlanDetails struct {
 	WarpDenoisingSteps bool  `json:"warp_denoising_steps,omitempty"`
 	// Image is the first-frame condition of image-to-video; nil for text-to-video.
 	Image *ImagePlan `json:"image_condition,omitempty"`
+	// VSA is the Video Sparse Attention of the run (nil: dense attention).
+	VSA *VSAPlan `json:"vsa,omitempty"`
 
 	FastTemporal *FastTemporalPlan `json:"fast_temporal,omitempty"`
 	FastSpatial  *FastSpatialPlan  `json:"fast_spatial,omitempty"`
@@ -148,6 +150,10 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		if d.Image, err = r.imagePlan(); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if d.VSA, err = r.vsa.plan([3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
+		return nil, err
 	}
 	p.Details = d
 	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)

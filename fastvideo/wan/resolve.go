@@ -34,6 +34,8 @@ type resolved struct {
 	FastSpatial  *FastSpatialPlan
 	// image is the first-frame condition (Wan2.2 TI2V), nil for text-to-video.
 	image *imageCondition
+	// vsa is the run's Video Sparse Attention (nil: dense).
+	vsa *vsaConfig
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
 	// UniPC solver is stateful, and every run resolves its request afresh).
 	steps *ladder
@@ -59,7 +61,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		return nil, err
 	}
 	for _, step := range []func(family.Request) error{
-		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.checkNoise,
+		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.checkNoise, r.resolveVSA,
 	} {
 		if err := step(req); err != nil {
 			return nil, err

@@ -185,7 +185,7 @@ func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, t
 	}
 	v, err := st.dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
-		Timesteps: ts, TextState: text,
+		Timesteps: ts, TextState: text, VSA: st.r.vsa.forStep(k),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, st.r.Steps, err)

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/attention"
+	"fastvideo/dit/h3"
+	"fastvideo/dit/wan"
+)
+
+var (
+	vsaGeometry = flag.String("vsa-geometry", "h3", "vsa: h3 (832x480x124 + 93 text tokens: 14,937 rows, 56 heads x 128, prefix tiles) or wan (FastWan2.1-1.3B at 832x480x81: 32,760 tokens, 12 heads x 128)")
+	vsaSparsity = flag.Float64("vsa-sparsity", 0.9, "vsa: sparsity of the sparse attention")
+	vsaTile     = flag.Int("vsa-tile", 64, "vsa: tile size, 64 or 256 (h3 only; Wan's is 64)")
+	vsaDType    = flag.String("vsa-dtype", "bf16", "vsa: q/k/v dtype")
+)
+
+func init() {
+	register("vsa", func(b compute.Backend, c common) error {
+		dt, err := parseDType("vsa-dtype", *vsaDType)
+		if err != nil {
+			return fmt.Errorf("vsa bench: %w", err)
+		}
+		tl, heads, headDim, err := vsaBenchTiling()
+		if err != nil {
+			return fmt.Errorf("vsa bench: %w", err)
+		}
+		return benchVSA(b, tl, heads, headDim, dt, c)
+	})
+}
+
+// vsaBenchTiling is the tiling, heads and head width of the chosen geometry.
+func vsaBenchTiling() (*attention.Tiling, int, int, error) {
+	switch strings.ToLower(*vsaGeometry) {
+	case "h3":
+		doc, err := newH3DiTDocument(480, 832, 124, 93)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		tl, err := h3.LayoutVSA(doc.lay, *vsaSparsity, *vsaTile, attention.ModeExempt).Tiling()
+		cfg := h3.ReleaseConfig()
+		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
+	case "wan":
+		cfg := wan.Wan21T2V1_3B()
+		nt, nh, nw, err := cfg.Tokens(21, 60, 104)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		tl, err := attention.NewTiling(nil, [3]int{nt, nh, nw}, wan.VSATileSize)
+		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
+	}
+	return nil, 0, 0, fmt.Errorf("-vsa-geometry %q is not h3 or wan", *vsaGeometry)
+}
+
+// benchVSA times one attention call at the tiling's geometry: dense, then VSA at -vsa-sparsity with the
+// gated compression branch, on random q, k, v and gate drawn on the device.
+func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dtypes.DType, c common) error {
+	if c.Iters < 3 {
+		return fmt.Errorf("vsa bench: -iters %d; use at least 3 for a median", c.Iters)
+	}
+	l := tl.Rows()
+	k := attention.TopKTiles(*vsaSparsity, tl.NumVideo)
+	path, err := attention.Resolve(b, dt, headDim, c.Attention)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("vsa: %s geometry, %d rows, %d heads x %d, %s, path %s; E=%d: %d prefix + %d video tiles, sparsity %g -> top-%d\n",
+		*vsaGeometry, l, heads, headDim, dt, path, tl.TileElems, tl.NumPrefix, tl.NumVideo, *vsaSparsity, k)
+	randn := randnSource(c.Seed, 0x76736120)
+	qkvg := make([]*tensors.Tensor, 4)
+	for i := range qkvg {
+		qkvg[i] = tensors.FromFlatDataAndDimensions(randn(l*heads*headDim), 1, l, heads, headDim)
+		if err := qkvg[i].ToDevice(b, 0); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, t := range qkvg {
+			t.FinalizeAll()
+		}
+	}()
+	denseTFLOP := 4 * float64(l) * float64(l) * float64(heads*headDim) / 1e12
+	sparseTFLOP := 4 * float64(tl.AttendedPairs(k)) * float64(heads*headDim) / 1e12
+	for _, run := range []struct {
+		label  string
+		sparse *attention.Sparse
+		tflop  float64
+	}{
+		{"dense", nil, denseTFLOP},
+		{fmt.Sprintf("vsa %g", *vsaSparsity), &attention.Sparse{Tiling: tl, TopK: k}, sparseTFLOP},
+	} {
+		if err := timeAttention(b, qkvg, dt, run.label, run.sparse, run.tflop, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timeAttention compiles and times one attention graph (sparse nil: dense) over the f32 inputs cast to dt.
+func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, label string, sparse *attention.Sparse, tflop float64, c common) error {
+	exec, err := NewExec(b, func(q, k, v, g *Node) *Node {
+		opts := c.Attention
+		if sparse != nil {
+			s := *sparse
+			s.Gate = ConvertDType(g, dt)
+			opts.Sparse = &s
+		}
+		out := attention.Attend(ConvertDType(q, dt), ConvertDType(k, dt), ConvertDType(v, dt), opts)
+		return ReduceAllSum(ConvertDType(out, dtypes.Float32)) // one scalar back: the time is the attention's
+	})
+	if err != nil {
+		return err
+	}
+	defer exec.Finalize()
+	var sum float32
+	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
+		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
+		if err != nil {
+			return err
+		}
+		sum = tensors.MustCopyFlatData[float32](out)[0]
+		out.FinalizeAll()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
+		label, tm.First, tm.Min(), tm.Median(), c.Iters, tflop, tflop/tm.Median(), sum, tm.PeakGPU)
+	return nil
+}
