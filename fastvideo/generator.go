@@ -152,8 +152,9 @@ func openEngine(o Options) (*family.Engine, error) {
 // above its weights).
 const activationHeadroom = 20 << 30
 
-// chooseMemory resolves AutoMemory: every component resident when the accelerator's free memory
-// holds all the weights plus activationHeadroom, else one at a time.
+// chooseMemory resolves AutoMemory: every component resident when what the accelerator can still
+// give this process (its allocator's cap less what is in use) holds all the weights plus
+// activationHeadroom, else one at a time.
 func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
 	if e.Memory != AutoMemory {
 		return e.Memory
@@ -162,11 +163,11 @@ func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
 	if !ok || e.DeviceMemory == nil {
 		return OneResident
 	}
-	used, total, err := e.DeviceMemory()
-	if err != nil || used > total {
+	used, limit, err := e.DeviceMemory()
+	if err != nil || used > limit {
 		return OneResident
 	}
-	if need := sizer.ResidentBytes(); need > 0 && uint64(need)+activationHeadroom <= total-used {
+	if need := sizer.ResidentBytes(); need > 0 && uint64(need)+activationHeadroom <= limit-used {
 		return AllResident
 	}
 	return OneResident

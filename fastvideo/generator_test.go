@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/media"
@@ -558,4 +559,40 @@ func probe(path string) (*media.ProbeInfo, error) {
 		return nil, err
 	}
 	return tools.Probe(path)
+}
+
+// sizedComponents are Components of a known resident size (family.ResidentSizer).
+type sizedComponents struct {
+	family.Components
+	bytes int64
+}
+
+func (s sizedComponents) ResidentBytes() int64 { return s.bytes }
+
+// TestChooseMemory: auto keeps everything resident only where the weights and the activation
+// headroom fit what the allocator can still give; explicit policies stand.
+func TestChooseMemory(t *testing.T) {
+	const gib = int64(1) << 30
+	device := func(used, limit int64) func() (uint64, uint64, error) {
+		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
+	}
+	for _, c := range []struct {
+		name   string
+		policy MemoryPolicy
+		device func() (uint64, uint64, error)
+		bytes  int64
+		want   MemoryPolicy
+	}{
+		{"fits", AutoMemory, device(gib, 128*gib), 100 * gib, AllResident},
+		{"no room for activations", AutoMemory, device(gib, 128*gib), 113 * gib, OneResident},
+		{"other processes hold memory", AutoMemory, device(60*gib, 128*gib), 50 * gib, OneResident},
+		{"no device statistics", AutoMemory, nil, gib, OneResident},
+		{"explicit all", AllResident, nil, 1000 * gib, AllResident},
+		{"explicit one", OneResident, device(0, 128*gib), gib, OneResident},
+	} {
+		e := &family.Engine{Memory: c.policy, DeviceMemory: c.device}
+		if got := chooseMemory(e, sizedComponents{bytes: c.bytes}); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
 }

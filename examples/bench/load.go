@@ -32,7 +32,11 @@ func init() { register("load", benchLoad) }
 
 func benchLoad(b compute.Backend, c common) error {
 	dir := *loadDir
-	if dir == "" {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	} else {
 		d, err := os.MkdirTemp("", "fastvideo-load-")
 		if err != nil {
 			return err

@@ -168,9 +168,10 @@ type Engine struct {
 	// download, a folder at the geometry of its configs without its weight files. The output is
 	// noise; the work and its timings are real.
 	RandomWeights *int64
-	// DeviceMemory reads the accelerator's used and total memory in bytes (every process's, the
-	// XLA pool included); nil where the backend has no such statistics.
-	DeviceMemory func() (used, total uint64, err error)
+	// DeviceMemory reads the accelerator's memory in bytes: in use (every process's, the XLA pool
+	// included) and the most this process may use (the device's, capped by the allocator's
+	// memory fraction); nil where the backend has no such statistics.
+	DeviceMemory func() (used, limit uint64, err error)
 }
 
 // ResidentSizer is implemented by Components that can tell the device bytes of all their

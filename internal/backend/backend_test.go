@@ -476,27 +476,24 @@ func TestPreloadRealDlopen(t *testing.T) {
 	}
 }
 
-// TestCUDAOptions: the memory fraction is defaulted unless given, and compile_cache becomes XLA
-// flags, never a go-xla option.
+// TestCUDAOptions: the memory fraction is defaulted unless given, and reported.
 func TestCUDAOptions(t *testing.T) {
-	t.Setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
-	dir := t.TempDir()
-	for _, c := range []struct{ in, want string }{
-		{"", "memory_fraction=" + DefaultMemoryFraction},
-		{"tf32=false", "tf32=false,memory_fraction=" + DefaultMemoryFraction},
-		{"memory_fraction=0.5,tf32=false", "memory_fraction=0.5,tf32=false"},
-		{"compile_cache=" + dir + ",memory_fraction=0.8", "memory_fraction=0.8"},
+	for _, c := range []struct {
+		in, want string
+		fraction float64
+	}{
+		{"", "memory_fraction=" + DefaultMemoryFraction, 0.92},
+		{"tf32=false", "tf32=false,memory_fraction=" + DefaultMemoryFraction, 0.92},
+		{"memory_fraction=0.5,tf32=false", "memory_fraction=0.5,tf32=false", 0.5},
 	} {
-		got, err := cudaOptions(c.in)
-		if err != nil || got != c.want {
-			t.Errorf("cudaOptions(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		got, f, err := cudaOptions(c.in)
+		if err != nil || got != c.want || f != c.fraction {
+			t.Errorf("cudaOptions(%q) = %q, %g, %v; want %q, %g", c.in, got, f, err, c.want, c.fraction)
 		}
 	}
-	if f := os.Getenv("XLA_FLAGS"); !strings.Contains(f, "--xla_dump_to=/tmp/x") ||
-		!strings.Contains(f, "--xla_gpu_per_fusion_autotune_cache_dir="+dir) || !strings.Contains(f, "--xla_gpu_kernel_cache_file=") {
-		t.Errorf("XLA_FLAGS %q", f)
-	}
-	if _, err := cudaOptions("compile_cache=relative/dir"); err == nil {
-		t.Error("a relative compile_cache folder was accepted")
+	for _, bad := range []string{"memory_fraction=2", "memory_fraction=lots"} {
+		if _, _, err := cudaOptions(bad); err == nil {
+			t.Errorf("cudaOptions(%q) accepted", bad)
+		}
 	}
 }

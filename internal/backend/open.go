@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -84,10 +85,11 @@ func (p *Plan) prepareXLA() error {
 		}
 		p.LoadPath = link
 	}
-	opts, err := cudaOptions(p.Options)
+	opts, fraction, err := cudaOptions(p.Options)
 	if err != nil {
 		return err
 	}
+	p.MemoryFraction = fraction
 	p.Config = xlaConfig(p.LoadPath, opts)
 	if p.CUDADataDir != "" {
 		flags := os.Getenv("XLA_FLAGS")
@@ -126,54 +128,30 @@ func (p *Plan) prepareXLA() error {
 // little for FastH3's DiT and text encoder resident together.
 const DefaultMemoryFraction = "0.92"
 
-// OptionCompileCache is our own backend option (not go-xla's): compile_cache=DIR keeps XLA's GPU
-// autotuning results and compiled kernels in DIR across processes (XLA's
-// --xla_gpu_per_fusion_autotune_cache_dir and --xla_gpu_kernel_cache_file), so a fresh process
-// skips the autotuning and kernel compilation a previous one did.
-const OptionCompileCache = "compile_cache"
-
-// cudaOptions are the go-xla options of a CUDA spec: the memory fraction defaulted, and our own
-// compile_cache turned into XLA flags (and removed: go-xla would reject it).
-func cudaOptions(options string) (string, error) {
+// cudaOptions are the go-xla options of a CUDA spec, with the memory fraction defaulted. It
+// returns the fraction in force too: it caps XLA's allocator, so it bounds what can stay resident.
+func cudaOptions(options string) (string, float64, error) {
 	var kept []string
-	fraction := false
+	fraction := -1.0
 	for _, o := range strings.Split(options, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(o), "=")
 		switch k {
 		case "":
 			continue
-		case OptionCompileCache:
-			if err := useCompileCache(v); err != nil {
-				return "", err
-			}
-			continue
 		case "memory_fraction":
-			fraction = true
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || f > 1 {
+				return "", 0, fmt.Errorf("memory_fraction=%q: give a number in (0, 1]", v)
+			}
+			fraction = f
 		}
 		kept = append(kept, strings.TrimSpace(o))
 	}
-	if !fraction {
+	if fraction < 0 {
 		kept = append(kept, "memory_fraction="+DefaultMemoryFraction)
+		fraction, _ = strconv.ParseFloat(DefaultMemoryFraction, 64)
 	}
-	return strings.Join(kept, ","), nil
-}
-
-// useCompileCache points XLA's GPU caches into dir (made if missing), unless XLA_FLAGS sets them.
-func useCompileCache(dir string) error {
-	if dir == "" || !filepath.IsAbs(dir) {
-		return fmt.Errorf("%s=%q: give an absolute folder", OptionCompileCache, dir)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "autotune"), 0o755); err != nil {
-		return fmt.Errorf("%s: %w", OptionCompileCache, err)
-	}
-	flags := os.Getenv("XLA_FLAGS")
-	if !strings.Contains(flags, "--xla_gpu_per_fusion_autotune_cache_dir") {
-		flags += " --xla_gpu_per_fusion_autotune_cache_dir=" + filepath.Join(dir, "autotune")
-	}
-	if !strings.Contains(flags, "--xla_gpu_kernel_cache_file") {
-		flags += " --xla_gpu_kernel_cache_file=" + filepath.Join(dir, "kernels.bin")
-	}
-	return os.Setenv("XLA_FLAGS", strings.TrimSpace(flags))
+	return strings.Join(kept, ","), fraction, nil
 }
 
 func checkedDlopen(path string) error {

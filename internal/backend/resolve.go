@@ -47,6 +47,8 @@ type Plan struct {
 	Source  string // where Spec came from: "argument", "$GOMLX_BACKEND" or "default"
 	Backend Kind   // KindGo or KindXLA
 	Config  string // what compute.NewWithConfig receives (Open may replace the plugin path by its cuda-named link)
+	// MemoryFraction caps XLA's CUDA allocator (the spec's memory_fraction, else DefaultMemoryFraction); set by Open.
+	MemoryFraction float64
 
 	Platform    string   // "cuda", "metal", or "" (go backend, explicit plugin path)
 	Options     string   // xla options passed through, e.g. "tf32=false"
@@ -702,13 +704,22 @@ func globDirs(patterns []string) []string {
 }
 
 // MemoryStats returns the reader of the plan's accelerator memory (NVIDIA GPUs, through the
-// driver's management library, device 0), or nil where there is none to read.
-func (p *Plan) MemoryStats() func() (used, total uint64, err error) {
+// driver's management library, device 0): the bytes in use on the device and the most this
+// process can use, the device's memory capped by the allocator's memory fraction. Nil where there
+// is none to read; call it after Open (which settles the fraction).
+func (p *Plan) MemoryStats() func() (used, limit uint64, err error) {
 	if p.Backend != KindXLA || !p.isCUDA() {
 		return nil
 	}
 	if _, _, err := NVIDIAMemory(0); err != nil {
 		return nil
 	}
-	return func() (uint64, uint64, error) { return NVIDIAMemory(0) }
+	fraction := p.MemoryFraction
+	if fraction <= 0 || fraction > 1 {
+		fraction = 1
+	}
+	return func() (uint64, uint64, error) {
+		used, total, err := NVIDIAMemory(0)
+		return used, uint64(float64(total) * fraction), err
+	}
 }
