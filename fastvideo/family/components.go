@@ -304,3 +304,13 @@ func CheckVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, num
 	}
 	return nil
 }
+
+// DescribeRandom names a random-weight source for messages: the model, the seed and where its
+// geometry comes from (the release's for a built-in name, else the folder's configs).
+func DescribeRandom(name, dir string, seed int64) string {
+	where := "release geometry"
+	if dir != "" {
+		where = "the configs of " + dir
+	}
+	return fmt.Sprintf("%s with random weights (seed %d, %s)", name, seed, where)
+}

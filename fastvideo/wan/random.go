@@ -24,11 +24,7 @@ type randomSource struct {
 }
 
 func (r *randomSource) Describe() string {
-	where := "release geometry"
-	if r.spec.Dir != "" {
-		where = "the configs of " + r.spec.Dir
-	}
-	return fmt.Sprintf("%s with random weights (seed %d, %s)", r.spec.Name, r.seed, where)
+	return family.DescribeRandom(r.spec.Name, r.spec.Dir, r.seed)
 }
 
 // Check has nothing to re-validate: no file is read.
