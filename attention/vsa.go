@@ -226,6 +226,13 @@ func gatheredAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fu
 	}
 	var parts []*Node
 	for h0 := 0; h0 < h; h0 += chunk {
+		if n := len(parts); n > 0 {
+			// The chunks are independent, so XLA would run them at once with every chunk's
+			// gathered blocks live together (one 18.6 GiB buffer at FastH3's 832x480x124): the
+			// barrier makes each chunk's inputs wait for the previous chunk's output.
+			b := OptimizationBarriers(kh, vh, qv, parts[n-1])
+			kh, vh, qv, parts[n-1] = b[0], b[1], b[2], b[3]
+		}
 		hc := min(chunk, h-h0)
 		idx := headTileIndex(g, Slice(sel, AxisRange(h0, h0+hc)), h0)       // [V, hc, K, 2]
 		kb := Reshape(Gather(kh, idx), nv, hc, kTiles*e, kh.Shape().Dim(3)) // [V, hc, K·E, D']
