@@ -51,7 +51,8 @@ func (p *run) Condition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkPromptTokens(len(ids), r.Prompt); err != nil {
+	r.PromptTokens, r.PromptTokensEstimated = len(ids), false
+	if err := checkPromptTokens(len(ids), len(r.estimatedTextTags()), r.Prompt); err != nil {
 		return err
 	}
 	var out textenc.Result
@@ -68,7 +69,6 @@ func (p *run) Condition(ctx context.Context) error {
 	}
 	res := p.s.Result
 	res.PromptTokens, res.PromptCached = out.Shape[0], out.Cached
-	r.PromptTokens, r.PromptTokensEstimated = len(ids), false
 	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
 		return fmt.Errorf("fastvideo: packing: %w", err)
 	}
