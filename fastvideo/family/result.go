@@ -69,6 +69,11 @@ type Latents struct {
 	VideoShape []int     `json:"video_shape"`
 	Audio      []float32 `json:"-"` // [2][C][N], stereo (MiniMax H3)
 	AudioShape []int     `json:"audio_shape,omitempty"`
+	// Condition are MiniMax H3 FL2VA's keyframe condition latents as sampling left them,
+	// [C][K][Hl][Wl] with one frame per keyframe (first, then last): the denoiser never steps
+	// them, so they are the encoded keyframes mixed with their noise at 0.999, bit for bit.
+	Condition      []float32 `json:"-"`
+	ConditionShape []int     `json:"condition_shape,omitempty"`
 }
 
 // Timings are the wall times of a generation, stage by stage in the order the stages ran

@@ -13,6 +13,8 @@ var TinyTextEncoder = tinyTextEncoder
 // TinyWeights are tiny-h3's synthetic weights, made as a tiny-h3 generator makes them.
 type TinyWeights struct {
 	DiT, VideoVAE, AudioVAE, TextEncoder *weights.Synthetic
+	// VideoEncoder is the video VAE's encoder, which FL2VA encodes keyframes with.
+	VideoEncoder *weights.Synthetic
 }
 
 // NewTinyWeights makes tiny-h3's synthetic weights for spec.
@@ -21,5 +23,5 @@ func NewTinyWeights(spec *Spec) (*TinyWeights, error) {
 	if err := src.sources(); err != nil {
 		return nil, err
 	}
-	return &TinyWeights{DiT: src.dit, VideoVAE: src.video, AudioVAE: src.audio, TextEncoder: src.te}, nil
+	return &TinyWeights{DiT: src.dit, VideoVAE: src.video, AudioVAE: src.audio, TextEncoder: src.te, VideoEncoder: src.encoder}, nil
 }

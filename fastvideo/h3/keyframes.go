@@ -165,6 +165,9 @@ func (p *run) conditionKeyframes(ctx context.Context, cond *textenc.Conditioner,
 	if err != nil {
 		return textenc.Result{}, err
 	}
+	if err := checkPromptTokens(len(promptIDs), len(ids), r.Prompt); err != nil {
+		return textenc.Result{}, err
+	}
 	r.textTags = make([]uint8, len(ids))
 	for i, v := range vision {
 		r.textTags[i] = packing.TagText

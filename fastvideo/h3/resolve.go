@@ -59,7 +59,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 		r.PromptTokens, r.PromptTokensEstimated = tokenizer.EstimateQwenTokens(req.Prompt), true
 	}
 	// The estimate never exceeds the real count, so a prompt over the limit by estimate is over it.
-	if err := checkPromptTokens(r.PromptTokens, req.Prompt); err != nil {
+	if err := checkPromptTokens(r.PromptTokens, len(r.estimatedTextTags()), req.Prompt); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -265,13 +265,20 @@ func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
 		fmt.Sprintf("[%d][%d][%d] (stereo, C, N)", packing.AudioChannels, s.DiT.AudioInChannels, g.AudioLatents))
 }
 
-// checkPromptTokens refuses prompts longer than the model's text length.
-func checkPromptTokens(n int, prompt string) error {
-	if n <= MaxPromptTokens {
-		return nil
+// checkPromptTokens refuses prompts longer than the model's text length: the prompt's own tokens
+// against MaxPromptTokens, and the whole sequence the text encoder sees (with keyframes: each
+// picture label and vision block, then the prompt) against packing.MaxTextTokens, Qwen3-VL's
+// position range, which packing.Build would otherwise refuse only after the text encoder ran.
+func checkPromptTokens(textTokens, rows int, prompt string) error {
+	if textTokens > MaxPromptTokens {
+		return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens", textTokens),
+			Allowed: fmt.Sprintf("at most %d tokens (MiniMax H3's text length); shorten the prompt %.40q...", MaxPromptTokens, prompt)}
 	}
-	return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens", n),
-		Allowed: fmt.Sprintf("at most %d tokens (MiniMax H3's text length); shorten the prompt %.40q...", MaxPromptTokens, prompt)}
+	if rows > packing.MaxTextTokens {
+		return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens with the keyframes' labels and vision tokens (%d of the prompt)", rows, textTokens),
+			Allowed: fmt.Sprintf("at most %d tokens in all (Qwen3-VL's positions); use fewer keyframes, a smaller canvas, or a processor/ whose size.shortest_edge does not enlarge the keyframes", packing.MaxTextTokens)}
+	}
+	return nil
 }
 
 // layoutRequest is the packing request of this generation for its (exact or estimated) prompt.

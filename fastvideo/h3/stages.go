@@ -51,7 +51,8 @@ func (p *run) Condition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkPromptTokens(len(ids), r.Prompt); err != nil {
+	r.PromptTokens, r.PromptTokensEstimated = len(ids), false
+	if err := checkPromptTokens(len(ids), len(r.estimatedTextTags()), r.Prompt); err != nil {
 		return err
 	}
 	var out textenc.Result
@@ -68,7 +69,6 @@ func (p *run) Condition(ctx context.Context) error {
 	}
 	res := p.s.Result
 	res.PromptTokens, res.PromptCached = out.Shape[0], out.Cached
-	r.PromptTokens, r.PromptTokensEstimated = len(ids), false
 	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
 		return fmt.Errorf("fastvideo: packing: %w", err)
 	}
@@ -109,7 +109,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err := p.sample(ctx, dit, in, xv, xa); err != nil {
 		return err
 	}
-	return p.keepLatents(xv[len(cond):], xa)
+	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
 }
 
 // forwardInputs prepares what every forward shares: the refined prompt, the AdaLN tables (unless
@@ -194,8 +194,9 @@ func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInpu
 	})
 }
 
-// keepLatents unpatchifies the final latents for the decoders (and the result, when asked).
-func (p *run) keepLatents(xv, xa []float32) error {
+// keepLatents unpatchifies the final latents for the decoders (and the result, when asked, with
+// the condition rows as sampling left them).
+func (p *run) keepLatents(cond, xv, xa []float32) error {
 	cfg, geo := p.c.spec.DiT, p.r.Denoise
 	c, t, hl, wl := cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth
 	var err error
@@ -209,8 +210,15 @@ func (p *run) keepLatents(xv, xa []float32) error {
 		if err != nil {
 			return err
 		}
-		p.s.Result.Latents = &family.Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
+		lat := &family.Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
 			Audio: al, AudioShape: []int{packing.AudioChannels, cfg.AudioInChannels, geo.AudioLatents}}
+		if k := len(p.r.keyframes); k > 0 {
+			if lat.Condition, err = packing.UnpatchifyVideo(cond, c, k, hl, wl, geo.PatchSize); err != nil {
+				return err
+			}
+			lat.ConditionShape = []int{c, k, hl, wl}
+		}
+		p.s.Result.Latents = lat
 	}
 	return nil
 }

@@ -25,6 +25,10 @@ type ProcessorConfig struct {
 	MaxPixels int `json:"-"`
 }
 
+// maxProcessorPixels bounds the area a processor config may claim: well above the released
+// 16777216, far below what would overflow the resize arithmetic.
+const maxProcessorPixels = 1 << 31
+
 // ParseProcessorConfig reads preprocessor_config.json.
 func ParseProcessorConfig(raw []byte) (ProcessorConfig, error) {
 	var f struct {
@@ -66,8 +70,16 @@ func (c ProcessorConfig) Validate() error {
 	bad.Positive("patch_size", c.PatchSize)
 	bad.Positive("temporal_patch_size", c.TemporalPatchSize)
 	bad.Positive("merge_size", c.MergeSize)
-	bad.Positive("size.shortest_edge (min_pixels)", c.MinPixels)
-	bad.Positive("size.longest_edge (max_pixels)", c.MaxPixels)
+	// The bounds are areas, not widths: the released longest_edge (16777216) is above
+	// modelcfg.MaxSize.
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"size.shortest_edge (min_pixels)", c.MinPixels}, {"size.longest_edge (max_pixels)", c.MaxPixels}} {
+		if b.v <= 0 || b.v > maxProcessorPixels {
+			bad.Add("%s = %d must be in 1..%d", b.name, b.v, maxProcessorPixels)
+		}
+	}
 	if c.MinPixels > c.MaxPixels {
 		bad.Add("size.shortest_edge = %d exceeds size.longest_edge = %d", c.MinPixels, c.MaxPixels)
 	}
@@ -179,8 +191,11 @@ func (c ProcessorConfig) Tokens(grid [3]int) int {
 }
 
 // Q32BProcessor is the Qwen3-VL image processor's preprocessor_config.json (patch 16, merge 2,
-// mean and std 0.5, size {shortest_edge: 65536, longest_edge: 16777216}), for plans and
-// random-weight runs; real runs read the snapshot's processor/.
+// mean and std 0.5, size {shortest_edge: 65536, longest_edge: 16777216}, read by transformers'
+// Qwen2VLImageProcessor as min_pixels and max_pixels), for plans and random-weight runs; real
+// runs read the snapshot's processor/. The bounds are the released Qwen3-VL image processor's
+// (huggingface.co/Qwen/Qwen3-VL-32B-Instruct/blob/main/preprocessor_config.json, the same in every
+// Qwen3-VL size; the video processor's own 4096..25165824 do not apply to images).
 func Q32BProcessor() ProcessorConfig {
 	return ProcessorConfig{PatchSize: 16, TemporalPatchSize: 2, MergeSize: 2, ImageMean: [3]float64{0.5, 0.5, 0.5},
 		ImageStd: [3]float64{0.5, 0.5, 0.5}, RescaleFactor: 1.0 / 255, MinPixels: 65536, MaxPixels: 16777216}

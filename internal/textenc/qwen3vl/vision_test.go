@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 
 	"fastvideo/internal/imageops"
@@ -303,5 +304,41 @@ func TestVisionRandomWeights(t *testing.T) {
 	}
 	if _, err := v.Forward(context.Background(), px[:10], grid); err == nil {
 		t.Error("a short pixel buffer was accepted")
+	}
+}
+
+// releasedProcessorJSON is Qwen3-VL's released image preprocessor_config.json
+// (huggingface.co/Qwen/Qwen3-VL-32B-Instruct/blob/main/preprocessor_config.json, the same in every
+// Qwen3-VL size).
+const releasedProcessorJSON = `{
+  "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+  "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+  "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+  "processor_class": "Qwen3VLProcessor", "image_processor_type": "Qwen2VLImageProcessorFast"
+}`
+
+// TestQ32BProcessorIsReleased: the built-in processor is the released config, and its bounds act
+// as they do there: H3's canvases keep their size, a small image grows to 65536 pixels, a huge one
+// shrinks to 16777216.
+func TestQ32BProcessorIsReleased(t *testing.T) {
+	released, err := ParseProcessorConfig([]byte(releasedProcessorJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := Q32BProcessor()
+	if !reflect.DeepEqual(pc, released) {
+		t.Fatalf("Q32BProcessor %+v, released %+v", pc, released)
+	}
+	for _, c := range []struct{ h, w, wh, ww, tokens int }{
+		{480, 832, 480, 832, 390},       // FastH3's canvas
+		{768, 1344, 768, 1344, 1008},    // the released canvas
+		{64, 96, 224, 320, 70},          // below shortest_edge: grown to at least 65536 pixels
+		{8192, 4096, 5792, 2880, 16290}, // above longest_edge: shrunk under 16777216 pixels
+	} {
+		h, w, err := pc.SmartResize(c.h, c.w)
+		if err != nil || h != c.wh || w != c.ww || pc.Tokens([3]int{1, h / 16, w / 16}) != c.tokens {
+			t.Errorf("SmartResize(%d, %d) = %d, %d (%d tokens), %v; want %d, %d (%d)", c.h, c.w, h, w,
+				pc.Tokens([3]int{1, h / 16, w / 16}), err, c.wh, c.ww, c.tokens)
+		}
 	}
 }
