@@ -82,3 +82,13 @@ func DecodeE8M0(b uint8) float32 {
 	}
 	return float32(math.Ldexp(1, int(b)-127))
 }
+
+// EncodeE4M3FNSaturating is MLX's float -> fp8 conversion (mlx/backend/cpu/unary_ops.h, ToFP8):
+// EncodeE4M3FN's rounding, but magnitudes of 448 and above (NaN and infinity included) become ±448.
+func EncodeE4M3FNSaturating(x float32) uint8 {
+	bits := math.Float32bits(x)
+	if bits&0x7fffffff >= math.Float32bits(E4M3FNMax) {
+		return uint8(bits>>24&0x80) | 0x7e
+	}
+	return EncodeE4M3FN(x)
+}

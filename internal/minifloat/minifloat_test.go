@@ -94,3 +94,11 @@ func TestE2M1AndE8M0(t *testing.T) {
 		t.Error("DecodeE8M0(0xff) is not NaN")
 	}
 }
+
+func TestE4M3FNSaturating(t *testing.T) {
+	for x, want := range map[float32]uint8{448: 0x7e, 500: 0x7e, -1e9: 0xfe, float32(math.Inf(-1)): 0xfe, 1: 0x38, 447: EncodeE4M3FN(447)} {
+		if got := EncodeE4M3FNSaturating(x); got != want {
+			t.Errorf("EncodeE4M3FNSaturating(%g) = %#02x, want %#02x", x, got, want)
+		}
+	}
+}
