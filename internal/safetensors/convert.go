@@ -6,9 +6,12 @@ import (
 	"math"
 
 	"github.com/x448/float16"
+
+	"fastvideo/internal/minifloat"
 )
 
-// Float32s decodes a floating tensor (F32, F16, BF16, F64) to float32.
+// Float32s decodes a floating tensor (F32, F16, BF16, F64, and F8_E4M3 exactly: the raw values
+// of a block-scaled checkpoint, before their scales) to float32.
 func (i Info) Float32s() ([]float32, error) {
 	if err := i.checkData(); err != nil {
 		return nil, err
@@ -32,6 +35,10 @@ func (i Info) Float32s() ([]float32, error) {
 	case F64:
 		for k := range out {
 			out[k] = float32(math.Float64frombits(binary.LittleEndian.Uint64(d[8*k:])))
+		}
+	case F8E4M3:
+		for k := range out {
+			out[k] = minifloat.DecodeE4M3FN(d[k])
 		}
 	default:
 		return nil, fmt.Errorf("safetensors: tensor %q is %s, not a float type", i.Name, i.DType)

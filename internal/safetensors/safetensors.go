@@ -53,8 +53,9 @@ var dtypeSizes = map[DType]int{
 // Size is the number of bytes of one element, or 0 for an unknown dtype.
 func (d DType) Size() int { return dtypeSizes[d] }
 
-// IsFloat reports whether values convert to float32 (F8 types are excluded: they
-// are handed out as raw bytes for a quantization-aware consumer).
+// IsFloat reports whether values convert to float32 as model weights. F8 types are excluded:
+// their values mean nothing without the block scales stored beside them, so only a
+// quantization-aware consumer decodes them (Float32s does, for F8_E4M3).
 func (d DType) IsFloat() bool { return d == F64 || d == F32 || d == F16 || d == BF16 }
 
 // Info describes one tensor. Data aliases the file mapping: it is valid until the

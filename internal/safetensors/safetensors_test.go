@@ -255,3 +255,16 @@ func TestWriteFileMode(t *testing.T) {
 		t.Fatalf("mode %v, want 0644", st.Mode().Perm())
 	}
 }
+
+// TestF8E4M3Float32s: F8_E4M3 tensors decode exactly (the codec itself is internal/minifloat's,
+// tested over all 256 codes) and stay out of IsFloat, so that no model binds them without scales.
+func TestF8E4M3Float32s(t *testing.T) {
+	in := Info{Name: "w", DType: F8E4M3, Shape: []int{4}, Data: []byte{0x38, 0xb8, 0x01, 0x7e}}
+	v, err := in.Float32s()
+	if err != nil || v[0] != 1 || v[1] != -1 || v[2] != 1.0/512 || v[3] != 448 {
+		t.Fatalf("got %v, %v", v, err)
+	}
+	if F8E4M3.IsFloat() {
+		t.Fatal("F8_E4M3 counts as a plain float dtype")
+	}
+}

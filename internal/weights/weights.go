@@ -33,6 +33,22 @@ type Source interface {
 	Tensor(name string) (safetensors.Info, bool)
 }
 
+// HeaderSource is a Source whose tensors are computed on demand (a dequantizing wrapper): Header
+// describes a tensor (name, dtype, shape; no Data) without computing it, so that checks over a whole
+// checkpoint stay cheap and Tensor runs only for what is loaded.
+type HeaderSource interface {
+	Source
+	Header(name string) (safetensors.Info, bool)
+}
+
+// HeaderOf describes the tensor called name, through Header where src computes its tensors.
+func HeaderOf(src Source, name string) (safetensors.Info, bool) {
+	if h, ok := src.(HeaderSource); ok {
+		return h.Header(name)
+	}
+	return src.Tensor(name)
+}
+
 // Param is one declared parameter. After a successful Bind, T holds its value.
 type Param struct {
 	Name  string
@@ -171,7 +187,7 @@ func Bind(src Source, set *Set, opts Options) error {
 	}
 	var jobs []job
 	for _, p := range root.params {
-		info, ok := src.Tensor(p.Name)
+		info, ok := HeaderOf(src, p.Name)
 		if !ok {
 			if !p.Optional {
 				errs.Missing = append(errs.Missing, fmt.Sprintf("%s %v", p.Name, p.Shape))
@@ -207,8 +223,13 @@ func Bind(src Source, set *Set, opts Options) error {
 		return &errs
 	}
 	var loaded []*Param
+	_, lazy := src.(HeaderSource)
 	for _, j := range jobs {
-		t, err := Load(j.info, j.dt, opts.Backend)
+		info := j.info
+		if lazy {
+			info, _ = src.Tensor(j.p.Name)
+		}
+		t, err := Load(info, j.dt, opts.Backend)
 		if err != nil {
 			for _, p := range loaded {
 				p.T.FinalizeAll()

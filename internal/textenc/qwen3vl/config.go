@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 
+	"fastvideo/internal/blockfp8"
 	"fastvideo/internal/modelcfg"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	// layers 0..k-1 are ever read. 0 in a parsed config means "not given": Encoder
 	// then uses NumHiddenLayers unless Options.HiddenStateIndex says otherwise.
 	OutputHiddenStateIndex int `json:"output_hidden_state_index"`
+	// BlockFP8 is set when config.json's quantization_config declares MiniMax H3's serialized
+	// block-FP8 checkpoint (blockfp8.ParseH3Config): the decoder layers' seven linear weights are
+	// F8_E4M3 with 128x128 block scales, which LoadWeights dequantizes on the host as it binds them.
+	BlockFP8 blockfp8.Block `json:"-"`
 }
 
 // hfConfig mirrors the keys a Qwen3-VL config.json may carry, in the layouts
@@ -60,6 +65,7 @@ type hfConfig struct {
 	RawSection     []int           `json:"mrope_section"`
 	RawInterleaved *bool           `json:"mrope_interleaved"`
 	RawRopeTheta   *float64        `json:"rope_theta"`
+	Quantization   json.RawMessage `json:"quantization_config"`
 }
 
 type ropeParams struct {
@@ -122,6 +128,12 @@ func ParseConfig(raw []byte) (Config, error) {
 			return Config{}, fmt.Errorf("qwen3vl: mrope_section %v must hold 3 sizes (temporal, height, width)", section)
 		}
 		copy(cfg.MRoPESection[:], section)
+	}
+	if q := top.Quantization; len(q) > 0 && string(q) != "null" {
+		var err error
+		if cfg.BlockFP8, err = blockfp8.ParseH3Config(q); err != nil {
+			return Config{}, fmt.Errorf("qwen3vl: config quantization_config: %w", err)
+		}
 	}
 	if cfg.HeadDim == 0 && cfg.NumHeads > 0 {
 		cfg.HeadDim = cfg.HiddenSize / cfg.NumHeads

@@ -11,8 +11,10 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/blockfp8"
 	"fastvideo/internal/embedrows"
 	"fastvideo/internal/modelkit"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
 
@@ -67,6 +69,11 @@ func LoadWeights(backend compute.Backend, cfg Config, src weights.Source, opts O
 	if err != nil {
 		return nil, err
 	}
+	if cfg.BlockFP8.Enabled() {
+		if src, err = blockFP8Source(src, cfg, opts.Prefix, index); err != nil {
+			return nil, err
+		}
+	}
 	w := &CheckpointWeights{
 		cfg: cfg, src: src, backend: backend, prefix: opts.Prefix, dtype: opts.DType,
 		numLayers: index, finalNorm: opts.FinalNorm, resident: opts.Resident,
@@ -82,6 +89,38 @@ func LoadWeights(backend compute.Backend, cfg Config, src weights.Source, opts O
 		return nil, err
 	}
 	return w, nil
+}
+
+// quantizedLinears are the LayerTensorNames upstream stores in block FP8: every linear of a
+// decoder layer (MiniMaxH3SerializedFP8Config.get_quant_method quantizes each LinearBase under
+// ".language_model.layers.", fastvideo/models/encoders/minimax_h3_checkpoint_fp8.py).
+var quantizedLinears = []string{
+	"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+	"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+}
+
+// blockFP8Source wraps a block-FP8 checkpoint so that its weights bind as dense ones, after checking
+// that every linear of the layers the forward reads is FP8: upstream refuses partially quantized
+// language stacks, and a dense weight there would mean the checkpoint and its config disagree.
+func blockFP8Source(src weights.Source, cfg Config, prefix string, layers int) (weights.Source, error) {
+	q, err := blockfp8.Wrap(src, cfg.BlockFP8)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3vl: %w", err)
+	}
+	var dense []string
+	for i := 0; i < layers; i++ {
+		for _, n := range quantizedLinears {
+			name := fmt.Sprintf("%slayers.%d.%s", prefix, i, n)
+			if _, ok := src.Tensor(name); ok && !q.Quantized(name) {
+				dense = append(dense, name)
+			}
+		}
+	}
+	if len(dense) > 0 {
+		return nil, fmt.Errorf("qwen3vl: %w: quantization_config declares block FP8 but %d decoder linears are not F8_E4M3 (first: %s); partially quantized language stacks are not supported",
+			blockfp8.ErrConfig, len(dense), dense[0])
+	}
+	return q, nil
 }
 
 func (w *CheckpointWeights) embedName() string { return w.prefix + "embed_tokens.weight" }
@@ -109,12 +148,14 @@ func (w *CheckpointWeights) check() error {
 	}
 	var problems []string
 	for _, x := range wants {
-		info, ok := w.src.Tensor(x.name)
+		info, ok := weights.HeaderOf(w.src, x.name)
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("missing: %s %v", x.name, x.shape))
 		case !slices.Equal(info.Shape, x.shape):
 			problems = append(problems, fmt.Sprintf("mismatched: %s: checkpoint shape %v, config expects %v", x.name, info.Shape, x.shape))
+		case info.DType == safetensors.F8E4M3:
+			problems = append(problems, fmt.Sprintf("mismatched: %s: checkpoint dtype F8_E4M3 needs its block scales, but config.json declares no block-FP8 quantization_config", x.name))
 		case !info.DType.IsFloat():
 			problems = append(problems, fmt.Sprintf("mismatched: %s: checkpoint dtype %s is not a float type", x.name, info.DType))
 		}
@@ -123,7 +164,7 @@ func (w *CheckpointWeights) check() error {
 		return nil
 	}
 	hint := ""
-	if _, ok := w.src.Tensor(w.embedName()); !ok {
+	if _, ok := weights.HeaderOf(w.src, w.embedName()); !ok {
 		hint = fmt.Sprintf(" (no %q: is the tensor-name prefix %q right? released Qwen3-VL checkpoints use %q)", w.embedName(), w.prefix, DefaultPrefix)
 	}
 	sort.Strings(problems)
