@@ -151,9 +151,7 @@ func TestQuantizeFP8(t *testing.T) {
 	if got := tensors.MustCopyFlatData[uint8](out[0]); string(got) != string(codes) {
 		t.Errorf("graph codes differ from the host's:\n got %v\nwant %v", got, codes)
 	}
-	if got := tensors.MustCopyFlatData[float32](out[1]); !equalF32(got, scales) {
-		t.Errorf("graph scales %v, host %v", got, scales)
-	}
+	testutil.AssertBitExact(t, "graph scales vs host", tensors.MustCopyFlatData[float32](out[1]), scales)
 	for i, v := range w {
 		deq := DecodeE4M3(codes[i]) * scales[i/cols]
 		// Half the spacing at the value's binade: |v|·2⁻⁴ for normals, 2⁻¹⁰·scale below.
@@ -164,18 +162,6 @@ func TestQuantizeFP8(t *testing.T) {
 	if _, _, err := QuantizeFP8(w, rows, cols+1); err == nil {
 		t.Error("QuantizeFP8 accepted a wrong shape")
 	}
-}
-
-func equalF32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // fp8Reference is x·wᵀ of the FP8 scheme computed on the host in float64: per-row activation scales
