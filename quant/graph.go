@@ -29,6 +29,9 @@ type GraphWeight struct {
 	Scales, Biases *Node
 	// Scheme is zero for a dense weight.
 	Scheme
+	// FP8 marks e4m3fn codes W Uint8 [out, in] with float32 Scales [out]
+	// (FP8Weight).
+	FP8 bool
 }
 
 // DenseWeight wraps a dense [out, in] weight.
@@ -39,8 +42,14 @@ func QuantizedWeight(words, scales, biases *Node, s Scheme) GraphWeight {
 	return GraphWeight{W: words, Scales: scales, Biases: biases, Scheme: s}
 }
 
+// FP8Weight wraps e4m3fn codes Uint8 [out, in] and their per-output-channel
+// float32 scales [out].
+func FP8Weight(codes, scales *Node) GraphWeight {
+	return GraphWeight{W: codes, Scales: scales, FP8: true}
+}
+
 // Quantized reports whether the weight is affine-quantized.
-func (w GraphWeight) Quantized() bool { return w.Scales != nil }
+func (w GraphWeight) Quantized() bool { return w.Scales != nil && !w.FP8 }
 
 // Out is the output dimension.
 func (w GraphWeight) Out() int { return w.W.Shape().Dim(0) }
@@ -54,7 +63,8 @@ func (w GraphWeight) In() int {
 }
 
 // DType is the compute dtype of the weight: the dense weight's dtype, or the
-// dtype the scales were bound in.
+// dtype the scales were bound in. An FP8 weight has none (its codes are Uint8):
+// Linear computes it in the activations' dtype.
 func (w GraphWeight) DType() dtypes.DType {
 	if w.Quantized() {
 		return w.Scales.DType()
@@ -68,6 +78,12 @@ func (w GraphWeight) check() {
 	}
 	if w.W.Rank() != 2 {
 		panic(fmt.Errorf("quant: weight must be a matrix, got %s", w.W.Shape()))
+	}
+	if w.FP8 {
+		if w.W.DType() != dtypes.Uint8 || w.Scales == nil || w.Scales.Rank() != 1 || w.Scales.Shape().Dim(0) != w.Out() {
+			panic(fmt.Errorf("%w: an FP8 weight is Uint8 codes [out, in] with scales [out], got %s and %v", ErrShape, w.W.Shape(), w.Scales))
+		}
+		return
 	}
 	if !w.Quantized() {
 		return
@@ -194,6 +210,9 @@ type Dispatch struct {
 	// Floor is the row count from which PathAuto takes PathDequantGEMM;
 	// 0 means DefaultDQGEMMFloor.
 	Floor int
+	// FP8 selects the graph of FP8 weights (FP8Auto: native where the
+	// backend has F8E4M3FN).
+	FP8 FP8Path
 }
 
 // ParseDispatch reads a FASTVIDEO_DQ_GEMM value: "" is the zero Dispatch, "0"
@@ -219,6 +238,9 @@ func ParseDispatch(v string) (Dispatch, error) {
 func (d Dispatch) Validate() error {
 	if d.Floor < 0 {
 		return fmt.Errorf("quant: dispatch floor %d is negative; use 0 for the default (%d) or a positive row count", d.Floor, DefaultDQGEMMFloor)
+	}
+	if d.FP8 < FP8Auto || d.FP8 > FP8Native {
+		return fmt.Errorf("quant: FP8 path %v is not valid; use auto, emulated or native", d.FP8)
 	}
 	switch d.Path {
 	case PathAuto, PathQuantized, PathDequantGEMM:
@@ -259,6 +281,12 @@ func Linear(x *Node, w GraphWeight, bias *Node, d Dispatch) *Node {
 	}
 	if x.Shape().Dim(-1) != w.In() {
 		panic(fmt.Errorf("%w: input %s has %d features, the weight takes %d", ErrShape, x.Shape(), x.Shape().Dim(-1), w.In()))
+	}
+	if w.FP8 {
+		// The activations keep their dtype: the weight carries none of its own.
+		slog.Debug("quant.Linear", "path", "fp8", "rows", x.Shape().Size()/w.In(), "out", w.Out(), "in", w.In(),
+			"dtype", x.DType().String(), "fp8", d.FP8.String())
+		return nn.AddBias(fp8Linear(x, w, d.FP8), bias)
 	}
 	dt := w.DType()
 	if x.DType() != dt {

@@ -21,9 +21,13 @@ type Weight struct {
 	Out, In int
 	// Scheme is zero for a dense weight.
 	Scheme Scheme
-	// W is the dense weight (compute dtype) or the packed words (Uint32);
-	// Scales and Biases (compute dtype) are nil for a dense weight.
+	// W is the dense weight (compute dtype), the packed words (Uint32) or,
+	// for FP8, the e4m3fn codes (Uint8); Scales and Biases (compute dtype) are
+	// nil for a dense weight; an FP8 weight has float32 Scales [Out] and no
+	// Biases.
 	W, Scales, Biases *weights.Param
+	// FP8 is set by ToFP8.
+	FP8 bool
 }
 
 // SchemeSource is implemented by sources that know which weights are quantized
@@ -66,20 +70,27 @@ func Declare(set *weights.Set, name string, out, in int, scheme *Scheme) (*Weigh
 }
 
 // Quantized reports whether the weight is affine-quantized.
-func (w *Weight) Quantized() bool { return w.Scales != nil }
+func (w *Weight) Quantized() bool { return w.Scales != nil && !w.FP8 }
 
-// Inputs is the number of graph inputs the weight takes (1 dense, 3 quantized).
+// Inputs is the number of graph inputs the weight takes (1 dense, 2 FP8, 3
+// quantized).
 func (w *Weight) Inputs() int {
-	if w.Quantized() {
+	switch {
+	case w.Quantized():
 		return 3
+	case w.FP8:
+		return 2
 	}
 	return 1
 }
 
-// Tensors returns the bound tensors in graph-input order (W[, Scales, Biases]).
+// Tensors returns the bound tensors in graph-input order (W[, Scales[, Biases]]).
 func (w *Weight) Tensors() []*tensors.Tensor {
-	if w.Quantized() {
+	switch {
+	case w.Quantized():
 		return []*tensors.Tensor{w.W.T, w.Scales.T, w.Biases.T}
+	case w.FP8:
+		return fp8Tensors(w)
 	}
 	return []*tensors.Tensor{w.W.T}
 }
@@ -87,8 +98,11 @@ func (w *Weight) Tensors() []*tensors.Tensor {
 // Graph builds the GraphWeight from the first Inputs() nodes of in (the graph
 // inputs fed with Tensors()).
 func (w *Weight) Graph(in []*graph.Node) GraphWeight {
-	if w.Quantized() {
+	switch {
+	case w.Quantized():
 		return QuantizedWeight(in[0], in[1], in[2], w.Scheme)
+	case w.FP8:
+		return FP8Weight(in[0], in[1])
 	}
 	return DenseWeight(in[0])
 }

@@ -65,7 +65,7 @@ func traced(trace bool, n int, all ...*Node) []*Node {
 func (m *Model) newStageExecs(trace bool) *stageExecs {
 	cfg, spec, dt := m.cfg, m.spec, m.dtype
 	hidden := cfg.HiddenSize
-	refinerLayout, blockLayout := m.p.RefinerLayout, m.p.BlockLayout
+	refinerLayout, blockLayout, blockFP8 := m.p.RefinerLayout, m.p.BlockLayout, m.p.BlockFP8
 	return &stageExecs{
 		// -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
 		time: graphexec.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
@@ -89,7 +89,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return nn.Linear(ConvertDType(text, w.DType()), w, b)
 		}),
 		refiner: graphexec.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
-			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout))}
+			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout, false))}
 		}),
 		finalNorm: graphexec.MustExec(m.backend, "h3.refiner_final_norm", func(x, w *Node) *Node {
 			return nn.RMSNorm(x, w, cfg.FinalNormEps)
@@ -104,7 +104,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 		}),
 		block: graphexec.MustExec(m.backend, "h3.joint_block", func(in []*Node) []*Node {
 			var a blockInputs[*Node]
-			w := coreFromSlice(graphexec.Unpack(in, &a), blockLayout)
+			w := coreFromSlice(graphexec.Unpack(in, &a), blockLayout, blockFP8)
 			out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
 			return traced(trace, 1, out, attnOut, ffOut)
 		}),

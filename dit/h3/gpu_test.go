@@ -81,3 +81,47 @@ func TestQuantizedOnGPU(t *testing.T) {
 		}
 	})
 }
+
+// TestFP8OnGPU runs the fixtures with Options.FP8 on xla:cuda in bf16: the emulated graph must reach the
+// FP8 SNR floor against the reference, and the native F8E4M3FN graph, where the backend declares the
+// dtype, must match the emulation at the bf16 tolerance; where it does not (go-xla v0.4.1 writes no f8
+// type into StableHLO), the native graph must be refused:
+//
+//	go test -c -o .gpu/h3.test ./dit/h3
+//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFP8OnGPU -test.v
+func TestFP8OnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		in := fixtureInputs(t, fx)
+		refV, _ := fx.F32(t, "out.video")
+		forward := func(path quant.FP8Path) (ForwardOutputs, error) {
+			m, err := FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, FP8: true, Dispatch: quant.Dispatch{FP8: path}})
+			if err != nil {
+				return ForwardOutputs{}, err
+			}
+			defer m.Close()
+			return m.Forward(in)
+		}
+		emulated, err := forward(quant.FP8Emulated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snr := testutil.SNRdB(emulated.Video, refV)
+		t.Logf("FP8 emulated bf16 on the GPU: video SNR %.1f dB; backend declares F8E4M3FN: %v", snr, quant.SupportsNativeFP8(b))
+		if snr < fp8MinSNR {
+			t.Errorf("FP8 emulated: SNR %.1f dB below %d dB", snr, fp8MinSNR)
+		}
+		native, err := forward(quant.FP8Native)
+		if !quant.SupportsNativeFP8(b) {
+			if err == nil {
+				t.Error("the native FP8 graph ran on a backend that does not declare F8E4M3FN")
+			}
+			t.Logf("native FP8 refused, as expected: %v", err)
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.AssertAtDType(t, "native vs emulated FP8", dtypes.BFloat16, native.Video, emulated.Video, []int{len(emulated.Video)})
+	})
+}

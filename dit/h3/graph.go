@@ -67,14 +67,17 @@ var coreLinearNames = [numCoreLinears]string{
 type linearLayout [numCoreLinears]quant.Scheme
 
 // inputs is the number of weight tensors of a block with this layout: the four norm weights and the
-// linears' tensors.
-func (l linearLayout) inputs() int {
+// linears' tensors (dense linears of an FP8 block take two: codes and scales).
+func (l linearLayout) inputs(fp8 bool) int {
 	n := 4
 	for _, s := range l {
-		if s == (quant.Scheme{}) {
-			n++
-		} else {
+		switch {
+		case s != (quant.Scheme{}):
 			n += 3
+		case fp8:
+			n += 2
+		default:
+			n++
 		}
 	}
 	return n
@@ -87,21 +90,26 @@ func describeScheme(s quant.Scheme) string {
 	return fmt.Sprintf("int%d (group %d)", s.Bits, s.GroupSize)
 }
 
-// coreFromSlice rebuilds the block weights from the graph inputs fed with coreParams.tensors().
-func coreFromSlice(in []*Node, lay linearLayout) coreWeights {
-	if len(in) != lay.inputs() {
-		panic(fmt.Errorf("h3: block executable got %d weight inputs, its layout takes %d", len(in), lay.inputs()))
+// coreFromSlice rebuilds the block weights from the graph inputs fed with coreParams.tensors(); fp8 says
+// the dense linears were converted to FP8 (Options.FP8).
+func coreFromSlice(in []*Node, lay linearLayout, fp8 bool) coreWeights {
+	if len(in) != lay.inputs(fp8) {
+		panic(fmt.Errorf("h3: block executable got %d weight inputs, its layout takes %d", len(in), lay.inputs(fp8)))
 	}
 	var ws [numCoreLinears]quant.GraphWeight
 	i := 4
 	for k, s := range lay {
-		if s == (quant.Scheme{}) {
+		switch {
+		case s != (quant.Scheme{}):
+			ws[k] = quant.QuantizedWeight(in[i], in[i+1], in[i+2], s)
+			i += 3
+		case fp8:
+			ws[k] = quant.FP8Weight(in[i], in[i+1])
+			i += 2
+		default:
 			ws[k] = quant.DenseWeight(in[i])
 			i++
-			continue
 		}
-		ws[k] = quant.QuantizedWeight(in[i], in[i+1], in[i+2], s)
-		i += 3
 	}
 	return coreWeights{
 		Norm1: in[0], Norm2: in[1],

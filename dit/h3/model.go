@@ -63,6 +63,11 @@ type Options struct {
 	// Dispatch chooses the kernel of the quantized linears (see package quant); the zero value chooses by
 	// row count from quant.DefaultDQGEMMFloor on.
 	Dispatch quant.Dispatch
+	// FP8 converts the six core linears of every joint block (Q, K, V, out, FFN in and out) to float8
+	// e4m3fn once the weights are bound: per-output-channel scales amax/448, codes kept on the device
+	// (half of bf16), activations quantized per token in the graph (package quant's FP8 linears;
+	// Dispatch.FP8 picks the native or the emulated graph). The checkpoint must be dense.
+	FP8 bool
 	// AdaLNManifest declares that the checkpoint carries a precomputed AdaLN cache for these timesteps
 	// instead of the AdaLN projection weights. Load fills it from the folder's manifest when present.
 	AdaLNManifest *AdaLNManifest
@@ -191,6 +196,11 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if err != nil {
 		return nil, err
 	}
+	if opts.FP8 && p.BlockLayout != (linearLayout{}) {
+		return nil, fmt.Errorf("h3: Options.FP8 converts dense joint-block linears, but this checkpoint stores them %s; "+
+			"load the released (dense) transformer for FP8", describeScheme(p.BlockLayout[0]))
+	}
+	p.BlockFP8 = opts.FP8
 	return &Model{
 		cfg: cfg, backend: backend, dtype: dt, p: p, rope: modelkit.NewRopeCache(slices.Equal[[]float64]),
 		spec: blockSpec{
@@ -201,8 +211,14 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	}, nil
 }
 
-// finish builds the executables once the parameters are bound.
+// finish converts the joint blocks' linears to FP8 when asked and builds the executables once the
+// parameters are bound.
 func (m *Model) finish() error {
+	if m.p.BlockFP8 {
+		if err := m.convertFP8(); err != nil {
+			return err
+		}
+	}
 	m.stages = modelkit.NewStages(m.newStageExecs)
 	if m.p.Cache != nil {
 		c, err := m.cacheFromCheckpoint()
@@ -210,6 +226,24 @@ func (m *Model) finish() error {
 			return err
 		}
 		m.ckCache = c
+	}
+	return nil
+}
+
+// convertFP8 turns the six core linears of every joint block into FP8 weights on the backend, one
+// matrix at a time, so the dense copy of only one matrix is alive beside the converted ones.
+func (m *Model) convertFP8() error {
+	c, err := quant.NewFP8Converter(m.backend)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for i := range m.p.Blocks {
+		for _, w := range m.p.Blocks[i].linears() {
+			if err := w.ToFP8(m.p.set, c); err != nil {
+				return fmt.Errorf("h3: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -233,8 +267,9 @@ func (m *Model) Close() error {
 type WeightMemory struct {
 	Total int64
 	// QuantizedLinears are the packed words, scales and biases of the quantized core linears;
-	// DenseCoreLinears the core linears (Q, K, V, Out, FFN in/out of every block) that are dense.
-	QuantizedLinears, DenseCoreLinears int64
+	// FP8Linears the codes and scales of the FP8 ones (Options.FP8); DenseCoreLinears the core linears
+	// (Q, K, V, Out, FFN in/out of every block) that are dense.
+	QuantizedLinears, FP8Linears, DenseCoreLinears int64
 	// AdaLN are the AdaLN projections (adaln_proj, norm_out.linear, adaln_basis) while loaded.
 	AdaLN int64
 }
@@ -264,9 +299,12 @@ func (m *Model) WeightMemory() WeightMemory {
 	wm.AdaLN += size(m.p.NormOut.W, m.p.NormOut.B, m.p.AdaLNBasis)
 	for _, c := range m.p.cores() {
 		for _, w := range c.linears() {
-			if w.Quantized() {
+			switch {
+			case w.Quantized():
 				wm.QuantizedLinears += size(w.W, w.Scales, w.Biases)
-			} else {
+			case w.FP8:
+				wm.FP8Linears += size(w.W, w.Scales)
+			default:
 				wm.DenseCoreLinears += size(w.W)
 			}
 		}

@@ -83,6 +83,8 @@ type params struct {
 	Cache                                *cacheParams // checkpoint-carried AdaLN cache, if any
 	// RefinerLayout and BlockLayout are the (uniform) quantization of the refiner and joint blocks.
 	RefinerLayout, BlockLayout linearLayout
+	// BlockFP8 says the joint blocks' core linears are converted to FP8 once bound (Options.FP8).
+	BlockFP8 bool
 }
 
 // cacheParams are the AdaLN cache tensors of a converted checkpoint (names as the MLX converter writes

@@ -110,7 +110,7 @@ func (m *Model) blockExec(p *vsaPlan, b int) (*Exec, []*tensors.Tensor) {
 	}
 	spec := m.spec
 	spec.Attention.Sparse = &attention.Sparse{Tiling: p.tl, TopK: key.topK, Mode: key.mode}
-	layout, trace := m.p.BlockLayout, key.trace
+	layout, fp8, trace := m.p.BlockLayout, m.p.BlockFP8, key.trace
 	e := graphexec.MustExec(m.backend, "h3.joint_block_vsa", func(in []*Node) []*Node {
 		var a blockInputs[*Node]
 		ws := graphexec.Unpack(in, &a)
@@ -118,7 +118,7 @@ func (m *Model) blockExec(p *vsaPlan, b int) (*Exec, []*tensors.Tensor) {
 		if key.gate {
 			ws, gate = ws[:len(ws)-1], ws[len(ws)-1]
 		}
-		w := coreFromSlice(ws, layout)
+		w := coreFromSlice(ws, layout, fp8)
 		w.Attn.Gate = gate
 		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
 		return traced(trace, 1, out, attnOut, ffOut)

@@ -21,6 +21,7 @@ var (
 	h3ditQBits   = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
 	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
 	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
+	h3ditFP8     = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
 
 func init() {
@@ -183,9 +184,19 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 		fmt.Printf("h3dit: core linears int%d group %d (%s: dispatch %+v; zero floor = %d rows)\n",
 			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, c.Dispatch, quant.DefaultDQGEMMFloor)
 	}
+	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}
+	if *h3ditFP8 != "" {
+		path, err := quant.ParseFP8Path(*h3ditFP8)
+		if err != nil {
+			return nil, "", fmt.Errorf("h3dit bench: -h3dit-fp8: %w", err)
+		}
+		opts.FP8, opts.Dispatch.FP8 = true, path
+		weightsLabel = "fp8 " + path.String()
+		fmt.Printf("h3dit: joint-block core linears in FP8 e4m3fn, %s graph (backend declares F8E4M3FN: %v)\n",
+			path, quant.SupportsNativeFP8(b))
+	}
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
-	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}
 	var m *h3.Model
 	var err error
 	if scheme != nil {
@@ -199,9 +210,10 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
 		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
 	wm := m.WeightMemory()
-	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
-		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
-		gib(wm.Total-wm.QuantizedLinears-wm.DenseCoreLinears-wm.AdaLN), gib(wm.Total-wm.AdaLN))
+	core := wm.QuantizedLinears + wm.FP8Linears + wm.DenseCoreLinears
+	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB FP8 + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
+		gib(wm.Total), weightsLabel, gib(wm.QuantizedLinears), gib(wm.FP8Linears), gib(wm.DenseCoreLinears), gib(wm.AdaLN),
+		gib(wm.Total-core-wm.AdaLN), gib(wm.Total-wm.AdaLN))
 	return m, weightsLabel, nil
 }
 
