@@ -54,6 +54,7 @@ const (
 	DTypeAuto = family.DTypeAuto
 	F32       = family.F32
 	BF16      = family.BF16
+	FP8       = family.FP8
 
 	AutoMemory  = family.AutoMemory
 	OneResident = family.OneResident

@@ -131,6 +131,7 @@ func openEngine(o Options) (*family.Engine, error) {
 		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
 		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset}
+	e.FP8 = o.DType == FP8
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32
@@ -204,6 +205,9 @@ func (g *VideoGenerator) Model() ModelInfo { return g.model.Info() }
 // Backend returns the compute backend's resolved spec and the compute dtype, e.g.
 // "go:ops_sequential", "f32".
 func (g *VideoGenerator) Backend() (spec string, dtype DType) {
+	if g.engine.FP8 {
+		return g.engine.BackendSpec, FP8
+	}
 	return g.engine.BackendSpec, family.DTypeOf(g.engine.DType)
 }
 

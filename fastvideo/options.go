@@ -111,11 +111,11 @@ func WithBackend(spec string) Option {
 func WithDType(d DType) Option {
 	return func(o *Options) error {
 		switch DType(strings.ToLower(string(d))) {
-		case DTypeAuto, F32, BF16:
+		case DTypeAuto, F32, BF16, FP8:
 			o.DType = DType(strings.ToLower(string(d)))
 			return nil
 		}
-		return &RequestError{Field: "dtype", Value: string(d), Allowed: `"f32", "bf16" or "" (auto)`}
+		return &RequestError{Field: "dtype", Value: string(d), Allowed: `"f32", "bf16", "fp8" (MiniMax H3: the DiT's core linears in float8) or "" (auto)`}
 	}
 }
 

@@ -118,6 +118,10 @@ const (
 	DTypeAuto DType = ""
 	F32       DType = "f32"
 	BF16      DType = "bf16"
+	// FP8 computes as DTypeAuto does, with the MiniMax H3 DiT's six core linears of every joint
+	// block in float8 e4m3 (per-output-channel weight scales, per-token activation scales): half
+	// the linear weights' memory, FP8 GEMMs where the backend emits them. Opt-in, H3 only.
+	FP8 DType = "fp8"
 )
 
 // DTypeOf names a compute dtype.
@@ -163,6 +167,8 @@ type Engine struct {
 	// Attention and QuantDispatch are the kernel choices every model is built with.
 	Attention     attention.Options
 	QuantDispatch quant.Dispatch
+	// FP8 runs the DiT's core linears in float8 (DType FP8); families that have no FP8 path refuse it.
+	FP8 bool
 	// RandomWeights, when set, replaces every checkpoint by weights drawn from this seed (on the
 	// device where the model is large): a built-in model runs at release size without its
 	// download, a folder at the geometry of its configs without its weight files. The output is

@@ -67,3 +67,39 @@ func TestRandomWeightsFolder(t *testing.T) {
 		t.Fatal("another weights seed gave the same latents")
 	}
 }
+
+// TestFP8DType: WithDType(FP8) runs tiny-h3 with its DiT's core linears in float8 (the result says
+// fp8) and stays close to the dense run; Wan refuses it before loading.
+func TestFP8DType(t *testing.T) {
+	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 5, NumInferenceSteps: 1,
+		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
+	run := func(dt fastvideo.DType) *fastvideo.Result {
+		g, err := fastvideo.New(context.Background(), h3.TinyName, fastvideo.WithBackend("go"), fastvideo.WithDType(dt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		res, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	dense, fp8 := run(fastvideo.F32), run(fastvideo.FP8)
+	if fp8.DType != fastvideo.FP8 || testutil.SameBits(dense.Latents.Video, fp8.Latents.Video) {
+		t.Fatalf("dtype %s; the FP8 run must report fp8 and differ from the dense one", fp8.DType)
+	}
+	var sig, noise float64
+	for i, v := range dense.Latents.Video {
+		d := float64(fp8.Latents.Video[i] - v)
+		sig, noise = sig+float64(v)*float64(v), noise+d*d
+	}
+	if snr := 10 * math.Log10(sig/noise); snr < 20 {
+		t.Errorf("FP8 latents %.1f dB from the dense ones (want >= 20 dB after one step)", snr)
+	} else {
+		t.Logf("FP8 vs dense latents after one step: %.1f dB", snr)
+	}
+	if _, err := fastvideo.New(context.Background(), "tiny-wan", fastvideo.WithBackend("go"), fastvideo.WithDType(fastvideo.FP8)); err == nil {
+		t.Error("Wan accepted the FP8 dtype")
+	}
+}

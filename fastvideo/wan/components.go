@@ -53,6 +53,10 @@ func (c *components) Close() error {
 // checkpoint's headers open and the tokenizer file exists.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
+	if e.FP8 {
+		return nil, &family.RequestError{Field: "dtype", Value: string(family.FP8),
+			Allowed: `"f32", "bf16" or auto: the FP8 path covers the MiniMax H3 DiT only`}
+	}
 	if e.RandomWeights != nil {
 		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}
 		return c, nil

@@ -157,7 +157,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		image:    fs.String("image", "", "first-frame image (PNG or JPEG) for image-to-video; the models that take one size the video from it"),
 		out:      fs.String("out", "", `output .mp4 file, or a folder for a name made from the prompt (default "outputs/"); existing files are never overwritten`),
 		backend:  fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`),
-		dtype:    fs.String("dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`),
+		dtype:    fs.String("dtype", "", `compute precision: "f32", "bf16" or "fp8" (MiniMax H3: bf16 with the DiT's core linears in float8; default: f32 on the go backend, bf16 on accelerators)`),
 		cache:    fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)"),
 		memory:   fs.String("memory", "", `"auto" (default: every component stays loaded where the GPU's free memory holds them all, else one at a time), "one_resident" or "all_resident"`),
 		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
