@@ -34,6 +34,8 @@ type VideoGenerator struct {
 	comps   family.Components
 	engine  *family.Engine
 	filters []FrameFilter
+	// devices is the multi-device layout (nil on one device).
+	devices *family.DevicePlan
 	// rife opens the temporal fast mode's RIFE weights (WithRIFE, else the model's own; nil: none);
 	// interp is the loaded interpolator while resident.
 	rife   family.WeightOpener
@@ -89,8 +91,14 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
+	devices, err := planDevices(e, comps)
+	if err != nil {
+		comps.Close()
+		e.Backend.Finalize()
+		return nil, err
+	}
 	e.Memory = chooseMemory(e, comps)
-	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters}
+	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters, devices: devices}
 	if g.rife, err = rifeWeights(o, m); err != nil {
 		comps.Close()
 		e.Backend.Finalize()
@@ -130,8 +138,14 @@ func openEngine(o Options) (*family.Engine, error) {
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
-		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset}
+		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
 	e.FP8 = o.DType == FP8
+	if n := o.Devices; n > 1 && (!e.Accelerated || b.NumDevices() < n) {
+		have := fmt.Sprintf("%s has %d", bp.Spec, b.NumDevices())
+		b.Finalize()
+		return nil, &RequestError{Field: "devices", Value: n, Allowed: fmt.Sprintf(
+			"at most the accelerator devices of the backend (%s; more than one needs an accelerator backend such as xla:cuda)", have)}
+	}
 	switch o.DType {
 	case F32:
 		e.DType = dtypes.Float32
@@ -172,6 +186,37 @@ func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
 		return AllResident
 	}
 	return OneResident
+}
+
+// planDevices lays the model out over the engine's devices and checks, before anything loads, that
+// each device holds its share: the DiT's shard, its replicated weights and activationHeadroom
+// within what the accelerator can still give this process.
+func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan, error) {
+	if e.Devices <= 1 {
+		return nil, nil
+	}
+	splitter, ok := comps.(family.DeviceSplitter)
+	if !ok {
+		return nil, &RequestError{Field: "devices", Value: e.Devices, Allowed: "1: this model does not split over devices yet"}
+	}
+	dp, err := splitter.DevicePlan(e.Devices)
+	if err != nil {
+		return nil, err
+	}
+	dp.ActivationBytes = activationHeadroom
+	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.ActivationBytes
+	if e.DeviceMemory == nil {
+		return dp, nil
+	}
+	used, limit, err := e.DeviceMemory()
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: reading the device memory for %d devices: %w", e.Devices, err)
+	}
+	if free := int64(limit) - int64(used); int64(dp.PerDeviceBytes) > free {
+		return nil, &RequestError{Field: "devices", Value: e.Devices, Allowed: fmt.Sprintf(
+			"a count whose share fits: each device needs %s, %.2f GiB is free", dp.Breakdown(), float64(free)/(1<<30))}
+	}
+	return dp, nil
 }
 
 // checkPromptCache returns a warning when the prompt cache folder cannot be written: the cache is
@@ -218,7 +263,12 @@ func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Plan(family.DTypeOf(g.engine.DType))
+	p, err := r.Plan(family.DTypeOf(g.engine.DType))
+	if err != nil {
+		return nil, err
+	}
+	p.Devices = g.devices
+	return p, nil
 }
 
 // Generate runs one generation: validate, condition, denoise, decode (through the frame filters),

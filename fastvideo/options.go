@@ -46,6 +46,9 @@ type Options struct {
 	RandomWeights *int64
 	// X264Preset is libx264's speed preset for the MP4; empty means medium (upstream's mux).
 	X264Preset string
+	// Devices is how many accelerators of the host a generation spreads over (see WithDevices);
+	// 0 means one.
+	Devices int
 }
 
 // Option edits Options.
@@ -200,6 +203,21 @@ func WithX264Preset(preset string) Option {
 			return &RequestError{Field: "x264_preset", Value: preset, Allowed: fmt.Sprintf("one of %v", media.X264Presets)}
 		}
 		o.X264Preset = preset
+		return nil
+	}
+}
+
+// WithDevices spreads each generation over n accelerators of one host: the DiT is split
+// tensor-parallel by attention heads and FFN width (each device holds 1/n of its blocks' weights).
+// n > 1 needs an accelerator backend with n devices and a model that splits n ways; New refuses
+// anything else before loading. The shards run one after another on the first device for now:
+// the numbers are the split model's, the speed and the memory saving of n devices are not yet.
+func WithDevices(n int) Option {
+	return func(o *Options) error {
+		if n < 1 {
+			return &RequestError{Field: "devices", Value: n, Allowed: "1 or more accelerators of this host"}
+		}
+		o.Devices = n
 		return nil
 	}
 }

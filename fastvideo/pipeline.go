@@ -79,6 +79,9 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 			return nil, err
 		}
 	}
+	if p.res.Plan != nil {
+		p.res.Plan.Devices = g.devices
+	}
 	p.res.Timings.Total = time.Since(p.start)
 	p.res.PeakHostBytes = p.mem.finish()
 	p.res.PeakDeviceBytes = p.mem.devicePeakBytes()

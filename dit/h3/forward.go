@@ -15,10 +15,15 @@ import (
 // stageExecs are the executables of one forward; the traced set also returns intermediates.
 type stageExecs struct {
 	time, adaln, normOut, text, refiner, finalNorm, input, block, output *Exec
+	// shard runs the joint blocks of a tensor-parallel model (nil otherwise).
+	shard *shardExecs
 }
 
 func (s *stageExecs) Finalize() {
 	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output)
+	if s.shard != nil {
+		s.shard.Finalize()
+	}
 }
 
 // timeInputs feed the time MLP (float32), followed by the rank-r AdaLN basis when the model has one.
@@ -66,7 +71,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	cfg, spec, dt := m.cfg, m.spec, m.dtype
 	hidden := cfg.HiddenSize
 	refinerLayout, blockLayout, blockFP8 := m.p.RefinerLayout, m.p.BlockLayout, m.p.BlockFP8
-	return &stageExecs{
+	s := &stageExecs{
 		// -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
 		time: graphexec.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
 			var a timeInputs[*Node]
@@ -120,6 +125,10 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return traced(trace, 2, video, audio, y)
 		}),
 	}
+	if m.shards != nil {
+		s.shard = m.newShardExecs(trace)
+	}
+	return s
 }
 
 func (m *Model) execs() *stageExecs { return m.stages.Get(m.trace != nil) }
@@ -440,10 +449,20 @@ func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*ten
 // block's tables of cache, with VSA when vsa is set.
 func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
 	blocks := m.p.Blocks
+	if m.shards != nil && vsa != nil {
+		graphexec.Finalize(x)
+		return nil, fmt.Errorf("h3: VSA with tensor-parallel shards is not supported; run the sharded model dense")
+	}
 	for b := range blocks {
 		args.X, args.Mod = x, cache.tables[b]
-		exec, extra := m.blockExec(vsa, b)
-		res, err := graphexec.Call(exec, graphexec.Pack(&args, append(blocks[b].tensors(), extra...)...)...)
+		var res []*tensors.Tensor
+		var err error
+		if m.shards != nil {
+			res, err = m.runShardedBlock(b, args)
+		} else {
+			exec, extra := m.blockExec(vsa, b)
+			res, err = graphexec.Call(exec, graphexec.Pack(&args, append(blocks[b].tensors(), extra...)...)...)
+		}
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err

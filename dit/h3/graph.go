@@ -207,14 +207,38 @@ func (s blockSpec) refinerBlock(x *Node, w coreWeights) *Node {
 // the attention and FFN outputs before gating.
 func (s blockSpec) jointBlock(x, mod, rowIdx, cos, sin *Node, w coreWeights) (out, attnOut, ffOut *Node) {
 	s.check(w)
+	table := rowTables(x, mod, rowIdx)
+	attnOut = s.jointAttention(x, table, cos, sin, w)
+	x, ffOut = s.jointFeedForward(x, table, attnOut, w)
+	return jointResidual(x, table, ffOut), attnOut, ffOut
+}
+
+// rowTables gathers each packed row's modulation row: table(i) is table i of the six, [L, D].
+func rowTables(x, mod, rowIdx *Node) func(i int) *Node {
 	m := Gather(ConvertDType(mod, x.DType()), ExpandAxes(rowIdx, -1)) // [L, 6, D]
-	table := func(i int) *Node { return Squeeze(Slice(m, AxisRange(), AxisElem(i), AxisRange()), 1) }
+	return func(i int) *Node { return Squeeze(Slice(m, AxisRange(), AxisElem(i), AxisRange()), 1) }
+}
+
+// The joint block in its three parts, cut where a tensor-parallel block all-reduces (docs/architecture.md,
+// "Tensor parallelism"): the attention output, then the FFN output.
+
+// jointAttention is the modulated attention branch (ungated), all-reduced through the hook.
+func (s blockSpec) jointAttention(x *Node, table func(int) *Node, cos, sin *Node, w coreWeights) *Node {
 	h := nn.Modulate(nn.RMSNorm(x, w.Norm1, s.NormEps), table(0), table(1))
-	attnOut = s.attentionOut(h, w.Attn, cos, sin)
+	return s.attentionOut(h, w.Attn, cos, sin)
+}
+
+// jointFeedForward adds the gated attention output to x and runs the modulated FFN branch on the sum;
+// it returns the sum and the (ungated, all-reduced) FFN output.
+func (s blockSpec) jointFeedForward(x *Node, table func(int) *Node, attnOut *Node, w coreWeights) (sum, ffOut *Node) {
 	x = Add(x, Mul(table(2), attnOut))
-	h = nn.Modulate(nn.RMSNorm(x, w.Norm2, s.NormEps), table(3), table(4))
-	ffOut = s.feedForward(h, w.FFIn, w.FFOut)
-	return Add(x, Mul(table(5), ffOut)), attnOut, ffOut
+	h := nn.Modulate(nn.RMSNorm(x, w.Norm2, s.NormEps), table(3), table(4))
+	return x, s.feedForward(h, w.FFIn, w.FFOut)
+}
+
+// jointResidual adds the gated FFN output.
+func jointResidual(x *Node, table func(int) *Node, ffOut *Node) *Node {
+	return Add(x, Mul(table(5), ffOut))
 }
 
 // timeEmbedding maps the sinusoidal projection [nT, freq] (float32) to temb [nT, time_embed_dim] with

@@ -71,6 +71,11 @@ type Options struct {
 	// AdaLNManifest declares that the checkpoint carries a precomputed AdaLN cache for these timesteps
 	// instead of the AdaLN projection weights. Load fills it from the folder's manifest when present.
 	AdaLNManifest *AdaLNManifest
+	// Shards splits the joint blocks tensor-parallel (PlanShards) into this many shards at load; 0 or 1
+	// keeps them whole. The shards run one after the other on the backend's device, their partial
+	// outputs summed where a multi-device run all-reduces: the reference a multi-device forward must
+	// match, and the same numbers as the whole model within rounding.
+	Shards int
 }
 
 // Model is a loaded H3 transformer. It is not safe for concurrent Forward calls.
@@ -89,6 +94,9 @@ type Model struct {
 	// vsaExecs are the joint-block executables of the VSA geometries met so far.
 	vsaExecs map[vsaKey]*graph.Exec
 	rope     *modelkit.RopeCache[[]float64]
+	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
+	shards      *shardedBlocks
+	shardsAsked int
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -187,6 +195,11 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if err := opts.Dispatch.Validate(); err != nil {
 		return nil, fmt.Errorf("h3: %w", err)
 	}
+	if opts.Shards != 0 {
+		if err := checkShards(cfg, opts.Shards); err != nil {
+			return nil, err
+		}
+	}
 	if opts.AdaLNManifest != nil {
 		if err := opts.AdaLNManifest.validate(cfg); err != nil {
 			return nil, err
@@ -208,14 +221,23 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
 			Dispatch: opts.Dispatch,
 		},
+		shardsAsked: opts.Shards,
 	}, nil
 }
 
 // finish converts the joint blocks' linears to FP8 when asked and builds the executables once the
 // parameters are bound.
 func (m *Model) finish() error {
+	if m.p.BlockFP8 && m.shardsAsked > 1 {
+		return fmt.Errorf("h3: Options.FP8 with Options.Shards = %d is not supported: split the dense model, or run FP8 on one device", m.shardsAsked)
+	}
 	if m.p.BlockFP8 {
 		if err := m.convertFP8(); err != nil {
+			return err
+		}
+	}
+	if m.shardsAsked > 1 {
+		if err := m.shardBlocks(m.shardsAsked); err != nil {
 			return err
 		}
 	}
@@ -258,6 +280,7 @@ func (m *Model) Close() error {
 		m.ckCache = nil
 	}
 	m.closeVSA()
+	m.shards.close()
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err
@@ -292,6 +315,10 @@ func (m *Model) WeightMemory() WeightMemory {
 	}
 	for _, p := range m.p.set.Params() {
 		wm.Total += size(p)
+	}
+	if m.shards != nil {
+		wm.Total += m.shards.bytes()
+		wm.DenseCoreLinears += m.shards.bytes()
 	}
 	for i := range m.p.Blocks {
 		wm.AdaLN += size(m.p.Blocks[i].AdaLN.W, m.p.Blocks[i].AdaLN.B)

@@ -118,13 +118,19 @@ func TestForwardParity(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
 		out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
-		wantV, shV := fx.F32(t, "out.video")
-		wantA, shA := fx.F32(t, "out.audio")
-		testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))
-		testutil.AssertClose(t, "out.audio", out.Audio, wantA, shA, testutil.ParityTol(wantA))
-		checkActs(t, fx, acts)
+		checkOutputs(t, fx, out, acts)
 		checkNextRows(t, fx, out)
 	})
+}
+
+// checkOutputs compares a traced forward's velocities and intermediates with the fixture's.
+func checkOutputs(t *testing.T, fx *testutil.Fixture, out ForwardOutputs, acts testutil.Trace) {
+	t.Helper()
+	wantV, shV := fx.F32(t, "out.video")
+	wantA, shA := fx.F32(t, "out.audio")
+	testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))
+	testutil.AssertClose(t, "out.audio", out.Audio, wantA, shA, testutil.ParityTol(wantA))
+	checkActs(t, fx, acts)
 }
 
 // checkNextRows applies the scheduler step to the target rows (condition video rows stay fixed) and

@@ -31,6 +31,7 @@ var (
 	clipFast   = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
 	clipFastSp = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
 	clipDense  = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
+	clipGPUs   = flag.Int("clip-gpus", 1, "clip: accelerators to split the DiT over (fastvideo.WithDevices; FastH3 needs -clip-dense then)")
 	clipX264   = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
 )
 
@@ -61,7 +62,7 @@ func benchClip(spec string, c common) error {
 	defer cleanup()
 	opts := []fastvideo.Option{fastvideo.WithBackend(spec), fastvideo.WithRandomWeights(int64(c.Seed)),
 		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*clipMemory)), fastvideo.WithAttention(c.Attention.Path),
-		fastvideo.WithQuantDispatch(c.Dispatch), fastvideo.WithX264Preset(*clipX264)}
+		fastvideo.WithQuantDispatch(c.Dispatch), fastvideo.WithX264Preset(*clipX264), fastvideo.WithDevices(*clipGPUs)}
 	if *clipCache {
 		opts = append(opts, fastvideo.WithPromptCache(filepath.Join(out, "prompt-cache")))
 	}

@@ -20,6 +20,7 @@ var (
 	h3ditCached  = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
 	h3ditQBits   = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
 	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
+	h3ditShards  = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width), run one after another on the device with their partial outputs summed: the reference a multi-GPU forward must match, and its overhead")
 	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
 	h3ditFP8     = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
@@ -197,6 +198,10 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 	}
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
+	opts.Shards = *h3ditShards
+	if *h3ditShards > 1 {
+		weightsLabel += fmt.Sprintf(", %d shards", *h3ditShards)
+	}
 	var m *h3.Model
 	var err error
 	if scheme != nil {

@@ -58,6 +58,8 @@ func TestExitCodes(t *testing.T) {
 		{"-prompt hi -model fasth3", 2, "snapshot folder"},
 		{"-prompt hi -backend tpu", 2, "invalid -backend"},
 		{"-prompt hi -memory lots", 2, "invalid -memory"},
+		{"-plan -gpus 0", 2, "invalid -gpus 0"},
+		{"-prompt hi -gpus 2 -backend go:ops_sequential", 2, "invalid -gpus 2"},
 		{"-prompt hi -fast-factor 3", 2, "invalid -fast-factor 3"},
 		{"-prompt hi -out " + filepath.Join(dir, "clip.txt"), 2, "invalid -out"},
 		{"-prompt hi -model " + empty, 2, "invalid -model"},

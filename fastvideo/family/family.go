@@ -178,6 +178,14 @@ type Engine struct {
 	// included) and the most this process may use (the device's, capped by the allocator's
 	// memory fraction); nil where the backend has no such statistics.
 	DeviceMemory func() (used, limit uint64, err error)
+	// Devices is how many accelerators of the host the run spreads over (0 or 1: one).
+	Devices int
+}
+
+// DeviceSplitter is implemented by Components that can spread their model over several devices:
+// DevicePlan says what each of devices devices holds, or why the model does not split that way.
+type DeviceSplitter interface {
+	DevicePlan(devices int) (*DevicePlan, error)
 }
 
 // ResidentSizer is implemented by Components that can tell the device bytes of all their

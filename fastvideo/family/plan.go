@@ -59,6 +59,9 @@ type Plan struct {
 	// fast modes' crop, resize and sharpen).
 	FrameFilters []string `json:"frame_filters,omitempty"`
 
+	// Devices is the multi-device layout (nil on one device).
+	Devices *DevicePlan `json:"devices,omitempty"`
+
 	// Details are the family's own fields (e.g. *h3.PlanDetails, *wan.PlanDetails).
 	Details PlanDetails `json:"-"`
 }
@@ -174,4 +177,29 @@ func WeightBytes(fp32, half int64, dtype DType) (int64, error) {
 		return 4 * (fp32 + half), nil
 	}
 	return 0, &RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
+}
+
+// DevicePlan is how a generation spreads over the accelerators of one host: the DiT split
+// tensor-parallel (each device holds its shard of the split weights and the replicated rest), the
+// video VAE's clips decoded round-robin.
+type DevicePlan struct {
+	Devices int `json:"devices"`
+	// LocalHeads and LocalFFN are one device's attention heads and FFN width of the DiT.
+	LocalHeads int `json:"local_heads"`
+	LocalFFN   int `json:"local_ffn"`
+	// DiTShardBytes is one device's part of the split DiT weights; DiTReplicatedBytes what every
+	// device holds whole (text refiner, AdaLN, norms, embedders, heads).
+	DiTShardBytes      int64 `json:"dit_shard_bytes"`
+	DiTReplicatedBytes int64 `json:"dit_replicated_bytes"`
+	// ActivationBytes is the allowance for activations and compiled programs on each device.
+	ActivationBytes int64 `json:"activation_bytes"`
+	// PerDeviceBytes is what each device must hold while denoising: the sum of the three.
+	PerDeviceBytes int64 `json:"per_device_bytes"`
+}
+
+// Breakdown is what each device holds, in GiB, for tables and messages.
+func (d *DevicePlan) Breakdown() string {
+	g := func(n int64) float64 { return float64(n) / (1 << 30) }
+	return fmt.Sprintf("%.2f GiB = DiT shard %.2f + replicated %.2f + activations %.2f", g(d.PerDeviceBytes),
+		g(d.DiTShardBytes), g(d.DiTReplicatedBytes), g(d.ActivationBytes))
 }

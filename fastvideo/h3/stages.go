@@ -36,6 +36,10 @@ func (c *components) Start(res family.Resolution, s *family.Session) (family.Sta
 	if err := h3dit.CheckAdaLNLadder(c.spec.AdaLN, r.Steps, r.sched.Video.Timesteps, r.sched.Audio.Timesteps); err != nil {
 		return nil, &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
+	if r.vsa != nil && c.Engine.Devices > 1 {
+		return nil, &family.RequestError{Field: "devices", Value: c.Engine.Devices, Allowed: "1 with Video Sparse Attention, which the tensor-parallel DiT does not run yet; " +
+			"or run dense (h3.Options{VSA: &h3.VSA{Off: true}})"}
+	}
 	return &run{c: c, s: s, r: r}, nil
 }
 
@@ -86,7 +90,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
 		return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
-			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8})
+			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices})
 	})
 	if err != nil {
 		return err

@@ -57,6 +57,7 @@ type flags struct {
 	seed                               *int64
 	out, backend, dtype, cache, memory *string
 	x264                               *string
+	gpus                               *int
 	plan, asJSON, randomWeights        *bool
 	weightsSeed                        *int64
 	fast                               fastFlags
@@ -127,7 +128,7 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(*f.backend), fastvideo.WithDType(fastvideo.DType(*f.dtype)),
 		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory)),
-		fastvideo.WithX264Preset(*f.x264)}
+		fastvideo.WithX264Preset(*f.x264), fastvideo.WithDevices(*f.gpus)}
 	if *f.randomWeights {
 		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
 	}
@@ -167,7 +168,9 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
 		x264:        fs.String("x264-preset", "", `libx264 speed preset: "veryfast" finishes the MP4 sooner after the last frame (default: medium, upstream's)`),
-		fast:        defineFast(fs),
+		gpus: fs.Int("gpus", 1, "accelerators of this host to split the DiT over, tensor-parallel by heads and FFN width "+
+			"(needs an accelerator backend with that many devices; the shards run one after another on the first device for now)"),
+		fast: defineFast(fs),
 	}
 	if c.Extra != nil {
 		f.applyExtra = c.Extra(fs)
@@ -256,7 +259,7 @@ var flagNames = map[string]string{
 	"model": "-model", "preset": "-preset", "prompt": "-prompt", "negative_prompt": "-negative-prompt",
 	"height": "-height", "width": "-width", "num_frames": "-frames", "fps": "-fps", "num_inference_steps": "-steps",
 	"seed": "-seed", "output_path": "-out", "backend": "-backend", "dtype": "-dtype", "prompt_cache": "-prompt-cache",
-	"memory": "-memory", "x264_preset": "-x264-preset", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
+	"memory": "-memory", "x264_preset": "-x264-preset", "devices": "-gpus", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
 }

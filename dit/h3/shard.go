@@ -1,0 +1,320 @@
+package h3
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/graphexec"
+)
+
+// Tensor parallelism of the joint blocks (docs/architecture.md, "Tensor parallelism"): Megatron's split
+// of a transformer block by attention heads and FFN width. Each shard holds 1/N of every joint block's
+// Q/K/V (output rows of its heads), to_out (the matching input columns), FFN-in (the value and gate rows
+// of its FFN slice) and FFN-out (the matching input columns); its attention and FFN outputs are partial
+// sums that one all-reduce each completes. Norms, AdaLN, the text refiner, the embedders and the output
+// heads are replicated.
+
+// ShardSplit says which part of a weight a tensor-parallel shard holds.
+type ShardSplit int
+
+const (
+	// Replicated weights are whole on every shard.
+	Replicated ShardSplit = iota
+	// SplitRows gives shard k output rows [k·n/N, (k+1)·n/N): its heads of Q/K/V.
+	SplitRows
+	// SplitColumns gives shard k input columns [k·n/N, (k+1)·n/N): the inputs its heads or FFN slice feed.
+	SplitColumns
+	// SplitGatedRows is FFN-in [value F | gate F]: shard k holds value rows and gate rows of its F slice.
+	SplitGatedRows
+)
+
+func (s ShardSplit) String() string {
+	return [...]string{"replicated", "output rows", "input columns", "value and gate rows"}[s]
+}
+
+// ShardRule is how the weight of a joint block under Name (block-relative) is split.
+type ShardRule struct {
+	Name  string
+	Split ShardSplit
+}
+
+// shardRules are the split weights of every joint block, in linearLayout order; everything else is
+// replicated.
+var shardRules = [numCoreLinears]ShardRule{
+	{coreLinearNames[0], SplitRows}, {coreLinearNames[1], SplitRows}, {coreLinearNames[2], SplitRows},
+	{coreLinearNames[3], SplitColumns}, {coreLinearNames[4], SplitGatedRows}, {coreLinearNames[5], SplitColumns},
+}
+
+// ShardPlan is the tensor-parallel layout of a model over Devices shards and what each device holds.
+type ShardPlan struct {
+	Devices int
+	// LocalHeads and LocalFFN are one shard's attention heads and FFN width.
+	LocalHeads, LocalFFN int
+	// Rules are the split weights of every joint block (transformer_blocks.<i>.<name>).
+	Rules []ShardRule
+	// ShardedBytes is one device's slices of the split weights; ReplicatedBytes the weights every device
+	// holds whole (the released table at the compute dtype; VSA gates not counted).
+	ShardedBytes, ReplicatedBytes int64
+}
+
+// DeviceWeightBytes is the weight memory of one device.
+func (p ShardPlan) DeviceWeightBytes() int64 { return p.ShardedBytes + p.ReplicatedBytes }
+
+// PlanShards lays cfg's joint blocks out over devices shards at compute dtype dt. The head count and the
+// FFN width must divide by devices.
+func PlanShards(cfg Config, dt dtypes.DType, devices int) (ShardPlan, error) {
+	if err := cfg.Validate(); err != nil {
+		return ShardPlan{}, err
+	}
+	if err := checkShards(cfg, devices); err != nil {
+		return ShardPlan{}, err
+	}
+	p, err := declareParams(cfg, dt, nil, nil)
+	if err != nil {
+		return ShardPlan{}, err
+	}
+	split := map[string]bool{}
+	for _, c := range p.Blocks {
+		for _, w := range c.linears() {
+			split[w.W.Name] = true
+		}
+	}
+	plan := ShardPlan{Devices: devices, LocalHeads: cfg.NumAttentionHeads / devices, LocalFFN: cfg.FFNDim / devices,
+		Rules: shardRules[:]}
+	var sharded int64
+	for _, q := range p.set.Params() {
+		if q.Optional {
+			continue
+		}
+		storage := q.Storage
+		if storage == dtypes.InvalidDType {
+			storage = dt
+		}
+		n := int64(storage.Size())
+		for _, d := range q.Shape {
+			n *= int64(d)
+		}
+		if split[q.Name] {
+			sharded += n
+		} else {
+			plan.ReplicatedBytes += n
+		}
+	}
+	plan.ShardedBytes = sharded / int64(devices)
+	return plan, nil
+}
+
+// checkShards refuses a shard count the heads or the FFN width do not divide into.
+func checkShards(cfg Config, devices int) error {
+	switch {
+	case devices < 1:
+		return fmt.Errorf("h3: %d tensor-parallel shards; want 1 or more", devices)
+	case cfg.NumAttentionHeads%devices != 0:
+		return fmt.Errorf("h3: %d attention heads do not split over %d shards; use a divisor of the head count", cfg.NumAttentionHeads, devices)
+	case cfg.FFNDim%devices != 0:
+		return fmt.Errorf("h3: FFN width %d does not split over %d shards; use a divisor of it", cfg.FFNDim, devices)
+	}
+	return nil
+}
+
+// shardedBlocks are the joint blocks cut into shards at load: weights[b][k] is shard k of block b in
+// coreFromSlice order (the norms shared, the linears sliced).
+type shardedBlocks struct {
+	spec    blockSpec // one shard's: local heads and FFN width, no all-reduce of its own
+	weights [][][]*tensors.Tensor
+}
+
+func (s *shardedBlocks) n() int { return len(s.weights[0]) }
+
+// close frees the slices (the norms belong to the parameter set).
+func (s *shardedBlocks) close() {
+	if s == nil {
+		return
+	}
+	for _, shards := range s.weights {
+		for _, w := range shards {
+			graphexec.Finalize(w[4:]...)
+		}
+	}
+	s.weights = nil
+}
+
+// bytes is the memory of the slices of every shard.
+func (s *shardedBlocks) bytes() int64 {
+	var n int64
+	for _, shards := range s.weights {
+		for _, w := range shards {
+			for _, t := range w[4:] {
+				n += t.Shape().ByteSize()
+			}
+		}
+	}
+	return n
+}
+
+// shardBlocks cuts every joint block's core linears into n shards by shardRules and frees the whole
+// weights, so the model holds 1/n of each per shard.
+func (m *Model) shardBlocks(n int) (err error) {
+	defer graphexec.Recover(&err, "h3: slicing the joint blocks into shards")
+	if m.p.BlockLayout != (linearLayout{}) {
+		return fmt.Errorf("h3: tensor parallelism of quantized joint blocks is not supported; load a dense checkpoint")
+	}
+	sl := newSlicer(m, n)
+	defer graphexec.FinalizeExecs(sl.execs[:]...)
+	sb := &shardedBlocks{spec: m.spec}
+	sb.spec.Heads, sb.spec.FFN, sb.spec.AllReduce = m.spec.Heads/n, m.spec.FFN/n, nil
+	for b := range m.p.Blocks {
+		c := &m.p.Blocks[b].coreParams
+		per := make([][]*tensors.Tensor, n)
+		for k := range per {
+			per[k] = []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
+		}
+		for i, w := range c.linears() {
+			parts, err := graphexec.Call(sl.execs[shardRules[i].Split], w.W.T)
+			if err != nil {
+				sb.weights = append(sb.weights, per)
+				sb.close()
+				return err
+			}
+			for k := range per {
+				per[k] = append(per[k], parts[k])
+			}
+			releaseParams(w.W)
+		}
+		sb.weights = append(sb.weights, per)
+	}
+	m.shards = sb
+	return nil
+}
+
+// slicer holds one executable per ShardSplit that cuts a weight [out, in] into its n shards.
+type slicer struct{ execs [SplitGatedRows + 1]*Exec }
+
+func newSlicer(m *Model, n int) *slicer {
+	cut := func(w *Node, axis int, from, to int) *Node {
+		if axis == 0 {
+			return Slice(w, AxisRange(from, to))
+		}
+		return Slice(w, AxisRange(), AxisRange(from, to))
+	}
+	split := func(axis int) func(w *Node) []*Node {
+		return func(w *Node) []*Node {
+			step := w.Shape().Dim(axis) / n
+			out := make([]*Node, n)
+			for k := range out {
+				out[k] = cut(w, axis, k*step, (k+1)*step)
+			}
+			return out
+		}
+	}
+	gated := func(w *Node) []*Node {
+		f := w.Shape().Dim(0) / 2
+		step := f / n
+		out := make([]*Node, n)
+		for k := range out {
+			out[k] = Concatenate([]*Node{cut(w, 0, k*step, (k+1)*step), cut(w, 0, f+k*step, f+(k+1)*step)}, 0)
+		}
+		return out
+	}
+	var s slicer
+	s.execs[SplitRows] = graphexec.MustExec(m.backend, "h3.shard_rows", split(0))
+	s.execs[SplitColumns] = graphexec.MustExec(m.backend, "h3.shard_columns", split(1))
+	s.execs[SplitGatedRows] = graphexec.MustExec(m.backend, "h3.shard_gated_rows", gated)
+	return &s
+}
+
+// shardExecs run one shard's part of a joint block; the sums of the partials they take stand for the
+// all-reduces of a multi-device run.
+type shardExecs struct {
+	// attention: X, Mod, RowIdx, Cos, Sin, shard weights -> the shard's partial attention output.
+	// feedForward: X, Mod, RowIdx, every shard's attention partial, shard weights -> x + gated attention,
+	// the shard's partial FFN output (traced: and the summed attention output).
+	// residual: that x, Mod, RowIdx, every shard's FFN partial -> the block output (traced: and the
+	// summed FFN output).
+	attention, feedForward, residual *Exec
+}
+
+func (s *shardExecs) Finalize() { graphexec.FinalizeExecs(s.attention, s.feedForward, s.residual) }
+
+// sumPartials is the all-reduce of partial outputs held side by side, in shard order.
+func sumPartials(parts []*Node) *Node {
+	sum := parts[0]
+	for _, p := range parts[1:] {
+		sum = Add(sum, p)
+	}
+	return sum
+}
+
+func (m *Model) newShardExecs(trace bool) *shardExecs {
+	spec, n, layout := m.shards.spec, m.shards.n(), m.p.BlockLayout
+	weightsOf := func(in []*Node) coreWeights {
+		w := coreFromSlice(in, layout, false) // sharded blocks are dense (FP8 with shards is refused)
+		spec.check(w)
+		return w
+	}
+	return &shardExecs{
+		attention: graphexec.MustExec(m.backend, "h3.joint_attention_shard", func(in []*Node) []*Node {
+			var a blockInputs[*Node]
+			w := weightsOf(graphexec.Unpack(in, &a))
+			return []*Node{spec.jointAttention(a.X, rowTables(a.X, a.Mod, a.RowIdx), a.Cos, a.Sin, w)}
+		}),
+		feedForward: graphexec.MustExec(m.backend, "h3.joint_ffn_shard", func(in []*Node) []*Node {
+			x, table := in[0], rowTables(in[0], in[1], in[2])
+			attnOut := sumPartials(in[3 : 3+n])
+			sum, ff := spec.jointFeedForward(x, table, attnOut, weightsOf(in[3+n:]))
+			return traced(trace, 2, sum, ff, attnOut)
+		}),
+		residual: graphexec.MustExec(m.backend, "h3.joint_residual", func(in []*Node) []*Node {
+			ff := sumPartials(in[3:])
+			return traced(trace, 1, jointResidual(in[0], rowTables(in[0], in[1], in[2]), ff), ff)
+		}),
+	}
+}
+
+// runShardedBlock runs joint block b shard by shard, summing the partial outputs between the parts. It
+// returns the block output and, when tracing, the summed attention and FFN outputs.
+func (m *Model) runShardedBlock(b int, args blockInputs[*tensors.Tensor]) (out []*tensors.Tensor, err error) {
+	ex := m.execs().shard
+	shards := m.shards.weights[b]
+	var attn, ff, extra []*tensors.Tensor
+	defer func() { graphexec.Finalize(append(append(attn, ff...), extra...)...) }()
+	for _, w := range shards {
+		res, err := graphexec.Call(ex.attention, graphexec.Pack(&args, w...)...)
+		if err != nil {
+			return nil, err
+		}
+		attn = append(attn, res[0])
+	}
+	head := []any{args.X, args.Mod, args.RowIdx}
+	var sum, attnOut *tensors.Tensor
+	for k, w := range shards {
+		res, err := graphexec.Call(ex.feedForward, graphexec.Args(graphexec.Args(append([]any(nil), head...), attn...), w...)...)
+		if err != nil {
+			return nil, err
+		}
+		ff = append(ff, res[1])
+		if k > 0 {
+			// Every device computes the same residual sum after the all-reduce; one copy goes on.
+			extra = append(extra, res[0])
+			extra = append(extra, res[2:]...)
+			continue
+		}
+		sum = res[0]
+		if len(res) > 2 {
+			attnOut = res[2]
+		}
+	}
+	extra = append(extra, sum)
+	res, err := graphexec.Call(ex.residual, graphexec.Args([]any{sum, args.Mod, args.RowIdx}, ff...)...)
+	if err != nil {
+		graphexec.Finalize(attnOut)
+		return nil, err
+	}
+	if m.trace == nil {
+		return res, nil
+	}
+	return []*tensors.Tensor{res[0], attnOut, res[1]}, nil
+}
