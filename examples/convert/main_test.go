@@ -187,3 +187,44 @@ func TestConvertExitCodes(t *testing.T) {
 		t.Errorf("panic: exit %d, message %q; want 1 and an internal error", got, stderr.String())
 	}
 }
+
+// TestConvertFloatMode: -mode nvfp4 -global-scale writes a folder that h3.Load reads (the 18 core
+// linears in the manifest, no affine key), and the flags a float mode does not use are refused.
+func TestConvertFloatMode(t *testing.T) {
+	in := releasedFolder(t)
+	out := filepath.Join(t.TempDir(), "nvfp4")
+	var log strings.Builder
+	if err := run([]string{"-in", in, "-out", out, "-mode", "nvfp4", "-global-scale"}, &log); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(log.String())
+	ck, cm, err := h3.OpenConverted(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	q := cm.Quant.Quantization
+	if q.Mode != quant.ModeNVFP4 || len(cm.Quant.QuantizedKeys) != 18 || len(ck.QuantizedKeys()) != 0 {
+		t.Fatalf("quantization %+v, %d quantized keys, %d affine", q, len(cm.Quant.QuantizedKeys), len(ck.QuantizedKeys()))
+	}
+	for k, e := range cm.Quant.QuantizedKeys {
+		if g, err := e.Global(k); err != nil || g <= 0 {
+			t.Fatalf("%s: global scale %g, %v", k, g, err)
+		}
+	}
+	m, err := h3.Load(testutil.Backend(t), out, h3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for _, args := range [][]string{
+		{"-mode", "fp6"}, {"-mode", "mxfp8", "-bits", "8"}, {"-mode", "mxfp4", "-scale-dtype", "f32"},
+		{"-mode", "mxfp8", "-global-scale"}, {"-global-scale"},
+	} {
+		err := run(append([]string{"-in", in, "-out", t.TempDir()}, args...), io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%v: want a usage error, got %v", args, err)
+		}
+	}
+}
