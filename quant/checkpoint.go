@@ -450,13 +450,9 @@ func (f Format) checkQuantized(c *Checkpoint, m *Manifest, file *safetensors.Fil
 // checkFloatKey checks that file holds key's words and scales with the dtypes and shapes of mode,
 // no biases, and scales that decode to numbers (as DequantizeFloat will need them).
 func checkFloatKey(file *safetensors.File, key string, mode FloatMode, global float32, fileName string) error {
-	w, ok := file.Tensor(key)
-	if !ok {
-		return fmt.Errorf("%w: quantized key %q of the manifest is not in %s", ErrManifest, key, fileName)
-	}
-	sc, ok := file.Tensor(key + ScalesSuffix)
-	if !ok {
-		return &MissingTensorError{Key: key, Tensor: key + ScalesSuffix, What: ErrMissingScales}
+	w, sc, err := wordsAndScales(file, key, fileName)
+	if err != nil {
+		return err
 	}
 	if _, ok := file.Tensor(key + BiasesSuffix); ok {
 		return fmt.Errorf("%w: %s holds %s, but %s stores no biases; re-convert the checkpoint", ErrManifest, fileName, key+BiasesSuffix, mode.Name)
@@ -464,20 +460,28 @@ func checkFloatKey(file *safetensors.File, key string, mode FloatMode, global fl
 	if _, _, err := mode.check(w, sc); err != nil {
 		return err
 	}
-	_, err := mode.groupScales(sc, global)
+	_, err = mode.groupScales(sc, global)
 	return err
+}
+
+// wordsAndScales returns a quantized key's packed words and scales from file.
+func wordsAndScales(file *safetensors.File, key, fileName string) (w, scales safetensors.Info, err error) {
+	w, ok := file.Tensor(key)
+	if !ok {
+		return w, scales, fmt.Errorf("%w: quantized key %q of the manifest is not in %s", ErrManifest, key, fileName)
+	}
+	if scales, ok = file.Tensor(key + ScalesSuffix); !ok {
+		return w, scales, &MissingTensorError{Key: key, Tensor: key + ScalesSuffix, What: ErrMissingScales}
+	}
+	return w, scales, nil
 }
 
 // checkQuantizedKey checks that file holds key's words, scales and biases with
 // the shapes scheme s implies.
 func checkQuantizedKey(file *safetensors.File, key string, s Scheme, fileName string) error {
-	w, ok := file.Tensor(key)
-	if !ok {
-		return fmt.Errorf("%w: quantized key %q of the manifest is not in %s", ErrManifest, key, fileName)
-	}
-	sc, ok := file.Tensor(key + ScalesSuffix)
-	if !ok {
-		return &MissingTensorError{Key: key, Tensor: key + ScalesSuffix, What: ErrMissingScales}
+	w, sc, err := wordsAndScales(file, key, fileName)
+	if err != nil {
+		return err
 	}
 	bi, ok := file.Tensor(key + BiasesSuffix)
 	if !ok {

@@ -57,13 +57,12 @@ func releasedFolder(t *testing.T) string {
 	return dir
 }
 
-func TestConvertWithAdaLNCache(t *testing.T) {
-	in := releasedFolder(t)
-	out := filepath.Join(t.TempDir(), "int6")
+// convertAndOpen runs the converter from in to out with args and opens the result (closed when the
+// test ends).
+func convertAndOpen(t *testing.T, in, out string, args ...string) (*quant.Checkpoint, *h3.ConvertedManifest) {
+	t.Helper()
 	var log strings.Builder
-	err := run([]string{"-in", in, "-out", out, "-bits", "6", "-adaln-steps", "4", "-adaln-dtype", "f32",
-		"-backend", "go:ops_sequential"}, &log)
-	if err != nil {
+	if err := run(append([]string{"-in", in, "-out", out}, args...), &log); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(log.String())
@@ -71,7 +70,14 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
+	t.Cleanup(func() { ck.Close() })
+	return ck, cm
+}
+
+func TestConvertWithAdaLNCache(t *testing.T) {
+	in := releasedFolder(t)
+	out := filepath.Join(t.TempDir(), "int6")
+	ck, cm := convertAndOpen(t, in, out, "-bits", "6", "-adaln-steps", "4", "-adaln-dtype", "f32", "-backend", "go:ops_sequential")
 	sched, _ := schedule.NewH3Schedule(4)
 	want := sched.AdaLNCacheTimesteps()
 	if a := cm.AdaLNCache; a == nil || !slices.Equal(a.Timesteps, want) || a.NumBlocks != 2 || a.Steps != 4 {
@@ -193,16 +199,7 @@ func TestConvertExitCodes(t *testing.T) {
 func TestConvertFloatMode(t *testing.T) {
 	in := releasedFolder(t)
 	out := filepath.Join(t.TempDir(), "nvfp4")
-	var log strings.Builder
-	if err := run([]string{"-in", in, "-out", out, "-mode", "nvfp4", "-global-scale"}, &log); err != nil {
-		t.Fatal(err)
-	}
-	t.Log(log.String())
-	ck, cm, err := h3.OpenConverted(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck, cm := convertAndOpen(t, in, out, "-mode", "nvfp4", "-global-scale")
 	q := cm.Quant.Quantization
 	if q.Mode != quant.ModeNVFP4 || len(cm.Quant.QuantizedKeys) != 18 || len(ck.QuantizedKeys()) != 0 {
 		t.Fatalf("quantization %+v, %d quantized keys, %d affine", q, len(cm.Quant.QuantizedKeys), len(ck.QuantizedKeys()))
