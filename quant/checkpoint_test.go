@@ -58,6 +58,12 @@ func toyConvert(t *testing.T, src weights.Source, scheme Scheme, scaleDType safe
 	if err != nil {
 		t.Fatal(err)
 	}
+	return toyConvertWith(t, src, c)
+}
+
+// toyConvertWith runs the toy model's converter with c.
+func toyConvertWith(t *testing.T, src weights.Source, c *Conversion) ([]safetensors.Tensor, *Manifest) {
+	t.Helper()
 	for _, name := range src.Names() {
 		info, _ := src.Tensor(name)
 		if strings.Contains(name, ".q.") || strings.Contains(name, ".narrow.") {
@@ -95,6 +101,12 @@ func convertAndOpen(t *testing.T, src weights.Source, scheme Scheme, scaleDType 
 func writeTiny(t *testing.T, bits int, edit func(ts []safetensors.Tensor, m *Manifest) []safetensors.Tensor) string {
 	t.Helper()
 	ts, m := toyConvert(t, tinySource(), Scheme{Bits: bits, GroupSize: 64}, "")
+	return writeEdited(t, ts, m, edit)
+}
+
+// writeEdited writes ts and m after edit, without Format.Write's checks.
+func writeEdited(t *testing.T, ts []safetensors.Tensor, m *Manifest, edit func(ts []safetensors.Tensor, m *Manifest) []safetensors.Tensor) string {
+	t.Helper()
 	if edit != nil {
 		ts = edit(ts, m)
 	}

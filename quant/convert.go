@@ -1,7 +1,10 @@
 package quant
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"fastvideo/internal/safetensors"
@@ -12,6 +15,10 @@ import (
 // kept (Keep) or left out, and under which stored name.
 type Conversion struct {
 	scheme Scheme
+	// float is the block-scaled float format of a float-mode conversion (nil: affine).
+	float *FloatMode
+	// globalScale gives every nvfp4 matrix the global scale max|w| (as MLX's tests pass it).
+	globalScale bool
 	// scaleDType is the dtype of scales and biases; "" keeps each weight's own.
 	scaleDType safetensors.DType
 	tensors    []safetensors.Tensor
@@ -37,6 +44,34 @@ func NewConversion(scheme Scheme, scaleDType safetensors.DType) (*Conversion, er
 	}}, nil
 }
 
+// NewFloatConversion starts a conversion to a block-scaled float mode (ModeMXFP8, ModeMXFP4,
+// ModeNVFP4), quantized as MLX's fp_quantize (QuantizeFloat) and written as
+// fastvideo/mlx_runtime/checkpoint.py writes it: the packed words and U8 scales, no biases, bits and
+// group_size null. globalScale (nvfp4 only) gives each matrix the global scale max|w|, recorded in
+// its quantized_keys entry.
+func NewFloatConversion(mode string, globalScale bool) (*Conversion, error) {
+	m, ok := LookupFloatMode(mode)
+	if !ok {
+		return nil, fmt.Errorf("%w: float mode %q; use %s, %s or %s", ErrManifest, mode, ModeMXFP8, ModeMXFP4, ModeNVFP4)
+	}
+	if globalScale && mode != ModeNVFP4 {
+		return nil, fmt.Errorf("%w: a global scale is only defined for %s, not %s", ErrManifest, ModeNVFP4, mode)
+	}
+	return &Conversion{float: &m, globalScale: globalScale, manifest: &Manifest{
+		FormatVersion: FormatVersion,
+		Quantization:  &QuantConfig{Mode: mode},
+		QuantizedKeys: map[string]QuantizedKey{},
+	}}, nil
+}
+
+// fits reports whether a matrix of input width cols can be quantized, and if not why.
+func (c *Conversion) fits(cols int) (bool, string) {
+	if c.float != nil {
+		return c.float.Fits(cols), fmt.Sprintf("input width %d is not a multiple of the %s group size %d", cols, c.float.Name, c.float.Group)
+	}
+	return c.scheme.Fits(cols), fmt.Sprintf("input width %d is not a multiple of the group size %d", cols, c.scheme.GroupSize)
+}
+
 // Quantize stores the float matrix info under the stored name: quantized,
 // or dense when its input width is not a multiple of the group size (as MLX's
 // nn.quantize class_predicate skips such layers, mlx/nn/layers/quantized.py),
@@ -46,13 +81,16 @@ func (c *Conversion) Quantize(stored string, info safetensors.Info) (bool, error
 	if !info.DType.IsFloat() || len(info.Shape) != 2 {
 		return false, fmt.Errorf("quant: %s: %w: a quantized weight must be a float matrix, got %s %v", stored, ErrShape, info.DType, info.Shape)
 	}
-	if !c.scheme.Fits(info.Shape[1]) {
+	if ok, why := c.fits(info.Shape[1]); !ok {
 		c.Keep(stored, info)
 		if c.manifest.DenseKeys == nil {
 			c.manifest.DenseKeys = map[string]string{}
 		}
-		c.manifest.DenseKeys[stored] = fmt.Sprintf("input width %d is not a multiple of the group size %d", info.Shape[1], c.scheme.GroupSize)
+		c.manifest.DenseKeys[stored] = why
 		return false, nil
+	}
+	if c.float != nil {
+		return true, c.quantizeFloat(stored, info)
 	}
 	store := c.scaleDType
 	if store == "" {
@@ -72,6 +110,36 @@ func (c *Conversion) Quantize(stored string, info safetensors.Info) (bool, error
 	c.tensors = append(c.tensors, a.Tensors(stored)...)
 	c.manifest.QuantizedKeys[stored] = QuantizedKey{DequantizedDType: dtypeTag(info.DType), HasBiases: true}
 	return true, nil
+}
+
+// quantizeFloat stores info in the conversion's float mode.
+func (c *Conversion) quantizeFloat(stored string, info safetensors.Info) error {
+	w, err := info.Float32s()
+	if err != nil {
+		return fmt.Errorf("quant: %s: %w", stored, err)
+	}
+	var global float32
+	key := QuantizedKey{DequantizedDType: dtypeTag(info.DType)}
+	if c.globalScale {
+		for _, v := range w {
+			global = max(global, float32(math.Abs(float64(v))))
+		}
+		if global > 0 && !math.IsInf(float64(global), 0) {
+			key.GlobalScale = json.RawMessage(strconv.FormatFloat(float64(global), 'g', -1, 32))
+		} else {
+			global = 0 // an all-zero matrix has no scale to spread
+		}
+	}
+	rows, cols := info.Shape[0], info.Shape[1]
+	words, scales, err := QuantizeFloat(*c.float, w, rows, cols, global)
+	if err != nil {
+		return fmt.Errorf("quant: %s: %w", stored, err)
+	}
+	c.tensors = append(c.tensors,
+		safetensors.Tensor{Name: stored, DType: safetensors.U32, Shape: []int{rows, cols * c.float.Bits / 32}, Data: words},
+		safetensors.Tensor{Name: stored + ScalesSuffix, DType: safetensors.U8, Shape: []int{rows, cols / c.float.Group}, Data: scales})
+	c.manifest.QuantizedKeys[stored] = key
+	return nil
 }
 
 // Keep stores info unchanged under the stored name; the data aliases info's.

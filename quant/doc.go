@@ -26,6 +26,10 @@
 // ParseDispatch); the path chosen for each linear is logged with log/slog at
 // Debug level.
 //
+// MLX's block-scaled float modes (mxfp8, mxfp4, nvfp4; floatmodes.go) are
+// read, not run packed: a converted checkpoint in one of them presents each
+// quantized weight as its float32 dequantization, so models bind it dense.
+//
 // Models declare weights with Declare (dense or quantized, from the checkpoint's
 // SchemeOf) and hold a *Weight; a *Checkpoint is a weights.Source under the
 // model's names.

@@ -69,12 +69,8 @@ type FormatVersionError struct {
 }
 
 func (e *FormatVersionError) Error() string {
-	extra := ""
-	if e.Version == 2 {
-		extra = " (version 2 is NVFP4 with a global scale, which this runtime does not implement)"
-	}
-	return fmt.Sprintf("quant: %s: format_version = %d, this runtime reads format_version %d%s; re-convert the checkpoint",
-		e.Path, e.Version, FormatVersion, extra)
+	return fmt.Sprintf("quant: %s: format_version = %d, this runtime reads format_version %d; re-convert the checkpoint",
+		e.Path, e.Version, FormatVersion)
 }
 
 func (e *FormatVersionError) Unwrap() error { return ErrFormatVersion }

@@ -112,3 +112,91 @@ func (m FloatMode) groupScales(scales safetensors.Info, global float32) ([]float
 	}
 	return out, nil
 }
+
+// LookupFloatMode returns the block-scaled float format called name.
+func LookupFloatMode(name string) (FloatMode, bool) {
+	m, ok := FloatModes[name]
+	return m, ok
+}
+
+// Fits reports whether a matrix of input width cols splits into the mode's groups.
+func (m FloatMode) Fits(cols int) bool { return cols > 0 && cols%m.Group == 0 }
+
+// fp4Codes is fp_quantize's E2M1 table (mlx/ops.cpp), indexed by code; the nearest entry, first on
+// ties, is a value's code.
+var fp4Codes = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
+
+// QuantizeFloat is MLX's fp_quantize (mlx/ops.cpp, the host fallback every backend's kernel
+// matches) of a float32 [rows, cols] matrix: per group, scale = max|w| / (6 or 448); nvfp4 stores the
+// scale as E4M3 (times 448·6/global when global is not 0) and divides w by the decoded scale (times
+// the same factor); mxfp* store E8M0 round(log2(scale)) (half to even; 0 for a zero scale) and divide
+// w by 2^that. FP8 codes are the saturating E4M3 bytes, four to a little-endian uint32 word; FP4
+// codes eight to a word, value k at bit 4k. Errors wrap ErrGroupSize or ErrShape.
+func QuantizeFloat(m FloatMode, w []float32, rows, cols int, global float32) (words, scales []byte, err error) {
+	if rows <= 0 || len(w) != rows*cols {
+		return nil, nil, fmt.Errorf("%w: %d values for a [%d, %d] matrix", ErrShape, len(w), rows, cols)
+	}
+	if !m.Fits(cols) {
+		return nil, nil, fmt.Errorf("%w: %s needs an input width that is a multiple of %d, got %d", ErrGroupSize, m.Name, m.Group, cols)
+	}
+	if math.IsNaN(float64(global)) || math.IsInf(float64(global), 0) || global < 0 || (global != 0 && m.Group != 16) {
+		return nil, nil, fmt.Errorf("%w: global scale %g: only nvfp4 takes one, and it must be finite and positive", ErrManifest, global)
+	}
+	codes := make([]byte, len(w))
+	scales = make([]byte, len(w)/m.Group)
+	for g := range scales {
+		scales[g] = m.quantizeGroup(w[g*m.Group:(g+1)*m.Group], codes[g*m.Group:(g+1)*m.Group], global)
+	}
+	if m.Bits == 8 {
+		return codes, scales, nil
+	}
+	words = make([]byte, len(codes)/2)
+	for i := range words {
+		words[i] = codes[2*i] | codes[2*i+1]<<4
+	}
+	return words, scales, nil
+}
+
+// quantizeGroup writes one group's codes and returns its scale code.
+func (m FloatMode) quantizeGroup(group []float32, codes []byte, global float32) uint8 {
+	maxval := float32(448)
+	if m.Bits == 4 {
+		maxval = 6
+	}
+	var absmax float32
+	for _, v := range group {
+		absmax = max(absmax, float32(math.Abs(float64(v))))
+	}
+	s := absmax / maxval
+	var code uint8
+	divisor, enc := float32(1), float32(1)
+	if m.Group == 16 {
+		if global != 0 {
+			enc = nvfp4ScaleEncoding / global
+		}
+		code = minifloat.EncodeE4M3FNSaturating(s * enc)
+		divisor = minifloat.DecodeE4M3FN(code)
+	} else {
+		e := 0
+		if s != 0 {
+			e = int(math.RoundToEven(float64(float32(math.Log2(float64(s))))))
+		}
+		divisor = float32(math.Ldexp(1, e))
+		code = uint8(e + 127)
+	}
+	for j, v := range group {
+		x := v / divisor * enc
+		if m.Bits == 8 {
+			codes[j] = minifloat.EncodeE4M3FNSaturating(x)
+			continue
+		}
+		best := 0
+		for k := 1; k < len(fp4Codes); k++ {
+			if math.Abs(float64(x-fp4Codes[k])) < math.Abs(float64(x-fp4Codes[best])) {
+				best = k
+			}
+		}
+		codes[j] = byte(best)
+	}
+	return code
+}

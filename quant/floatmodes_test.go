@@ -11,69 +11,14 @@ import (
 	"fastvideo/internal/safetensors"
 )
 
-// mlxFP4LUT is fp_quantize's E2M1 table (mlx/ops.cpp), indexed by code.
+// mlxFP4LUT is fp_dequantize's E2M1 table (mlx/ops.cpp), indexed by code.
 var mlxFP4LUT = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
 
-// mlxFPQuantize transcribes MLX's fp_quantize (mlx/ops.cpp, the fallback every backend's kernel
-// matches) on a float32 matrix: per group, scale = max|w| / (6 or 448); nvfp4 scales go to E4M3
-// (times 448·6/global when given) and w is divided by the decoded scale (times the same factor);
-// mx*fp scales go to E8M0, round(log2(scale)) (round half to even; 0 for a zero scale), and w is
-// divided by 2^that; FP4 codes are the argmin of |w − lut| (first index on ties) packed 8 a uint32
-// word, value k at bit 4k; FP8 codes are MLX's saturating to_fp8 bytes viewed as uint32.
+// mlxFPQuantize is QuantizeFloat for a matrix whose width the mode divides.
 func mlxFPQuantize(m FloatMode, w []float32, rows, cols int, global float32) (words, scales []byte) {
-	maxval := float32(448)
-	if m.Bits == 4 {
-		maxval = 6
-	}
-	codes := make([]byte, len(w))
-	scales = make([]byte, len(w)/m.Group)
-	for g := range scales {
-		group := w[g*m.Group : (g+1)*m.Group]
-		var absmax float32
-		for _, v := range group {
-			absmax = max(absmax, float32(math.Abs(float64(v))))
-		}
-		s := absmax / maxval
-		divisor, enc := float32(1), float32(1)
-		if m.Group == 16 {
-			if global != 0 {
-				enc = 448.0 * 6 / global
-			}
-			scales[g] = minifloat.EncodeE4M3FNSaturating(s * enc)
-			divisor = minifloat.DecodeE4M3FN(scales[g])
-		} else {
-			e := 0
-			if s != 0 {
-				e = int(math.RoundToEven(float64(float32(math.Log2(float64(s))))))
-			}
-			divisor = float32(math.Pow(2, float64(e)))
-			scales[g] = uint8(e + 127)
-		}
-		for j, v := range group {
-			x := v / divisor * enc
-			if m.Bits == 8 {
-				codes[g*m.Group+j] = minifloat.EncodeE4M3FNSaturating(x)
-				continue
-			}
-			best := 0
-			for k := 1; k < 16; k++ {
-				if math.Abs(float64(x-mlxFP4LUT[k])) < math.Abs(float64(x-mlxFP4LUT[best])) {
-					best = k
-				}
-			}
-			codes[g*m.Group+j] = byte(best)
-		}
-	}
-	if m.Bits == 8 {
-		return codes, scales
-	}
-	words = make([]byte, len(codes)/2)
-	for wi := 0; wi < len(codes)/8; wi++ {
-		var word uint32
-		for k := 0; k < 8; k++ {
-			word += uint32(codes[8*wi+k]) << (4 * k)
-		}
-		binary.LittleEndian.PutUint32(words[4*wi:], word)
+	words, scales, err := QuantizeFloat(m, w, rows, cols, global)
+	if err != nil {
+		panic(err)
 	}
 	return words, scales
 }

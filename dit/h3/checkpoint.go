@@ -162,7 +162,14 @@ func OpenConverted(dir string) (*quant.Checkpoint, *ConvertedManifest, error) {
 
 // ConvertOptions configure Convert.
 type ConvertOptions struct {
+	// Scheme is the affine quantization, unless FloatMode is set.
 	Scheme quant.Scheme
+	// FloatMode, when set (quant.ModeMXFP8, ModeMXFP4, ModeNVFP4), quantizes the linears in that
+	// block-scaled float mode (quant.QuantizeFloat, MLX's fp_quantize) instead; Scheme and ScaleDType
+	// are then unused.
+	FloatMode string
+	// GlobalScale gives each nvfp4 matrix the global scale max|w|.
+	GlobalScale bool
 	// ScaleDType is the dtype of scales and biases; "" keeps each weight's own dtype (BF16 for the
 	// release, as MLX does; F64 sources give F32).
 	ScaleDType safetensors.DType
@@ -180,11 +187,11 @@ type ConvertOptions struct {
 
 // Convert turns a released H3 transformer (src under the released names, the config.json object) into
 // the tensors and manifest of the MLX converted format: names renamed (MLXName), the six core linears
-// of every block and refiner block quantized (kept dense where their input width is not a multiple of
+// of every block and refiner block quantized (affine, or opts.FloatMode; kept dense where their input width is not a multiple of
 // the group size, as MLX does), everything else kept in its dtype. The quantized data is held in
 // memory; the other tensors alias src, which must stay open until they are written.
 func Convert(src weights.Source, config json.RawMessage, opts ConvertOptions) ([]safetensors.Tensor, *ConvertedManifest, error) {
-	conv, err := quant.NewConversion(opts.Scheme, opts.ScaleDType)
+	conv, err := opts.conversion()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -226,6 +233,17 @@ func Convert(src weights.Source, config json.RawMessage, opts ConvertOptions) ([
 		Note: "gate matrices are kept only when converted with IncludeVSA (examples/convert -include-vsa)",
 	}
 	return tensors, m, nil
+}
+
+// conversion starts the quantization opts ask for.
+func (opts ConvertOptions) conversion() (*quant.Conversion, error) {
+	if opts.FloatMode != "" {
+		return quant.NewFloatConversion(opts.FloatMode, opts.GlobalScale)
+	}
+	if opts.GlobalScale {
+		return nil, fmt.Errorf("%w: a global scale needs FloatMode %q", quant.ErrManifest, quant.ModeNVFP4)
+	}
+	return quant.NewConversion(opts.Scheme, opts.ScaleDType)
 }
 
 // convertTensor adds the released tensor name of src to conv: left out, quantized or kept. It reports

@@ -6,4 +6,6 @@ var (
 	FixtureConfig  = fixtureConfig
 	FixtureInputs  = fixtureInputs
 	ConvertFixture = convertFixture
+	FixtureArch    = fixtureArch
+	TinyFixture    = tinyFixture
 )

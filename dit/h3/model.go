@@ -112,8 +112,9 @@ func (m *Model) DType() dtypes.DType { return m.dtype }
 // Load opens a released transformer/ folder (config.json plus sharded or single safetensors), or a
 // converted MLX folder (mlx_h3_dit.json + mlx_h3_dit.safetensors, quantized or not, as FastVideo's
 // scripts/checkpoint_conversion/convert_minimax_h3_mlx.py writes it: the config is the manifest's),
-// and binds its weights on backend. Quantized linears stay packed on the
-// device and run through quant.Linear. A folder that carries an AdaLN cache (adaln_cache.json or
+// and binds its weights on backend. Affine-quantized linears stay packed on the
+// device and run through quant.Linear; linears in a block-scaled float mode (mxfp8, mxfp4, nvfp4) are
+// dequantized on the host as MLX's fp_dequantize computes them and bound dense in the compute dtype. A folder that carries an AdaLN cache (adaln_cache.json or
 // mlx_h3_dit.json with an "adaln_cache" entry, and the __adaln_cache.* tensors) is loaded without the
 // AdaLN projections.
 func Load(backend compute.Backend, dir string, opts Options) (*Model, error) {

@@ -4,10 +4,15 @@
 //
 //	go run ./examples/convert -in MiniMax-H3/transformer -out h3-int6 -bits 6
 //	go run ./examples/convert -in MiniMax-H3/transformer -out h3-int6-4step -bits 6 -adaln-steps 4 -backend xla:cuda
+//	go run ./examples/convert -in MiniMax-H3/transformer -out h3-mxfp8 -mode mxfp8
 //
 // The attention and FFN linears of every block and refiner block are quantized (affine, group 64,
 // scales and biases in the source dtype; a linear whose input width is not a multiple of the group
-// size stays dense, as MLX does); the other tensors keep their dtype. With -adaln-steps N the AdaLN
+// size stays dense, as MLX does); the other tensors keep their dtype. -mode mxfp8, mxfp4 or nvfp4
+// quantizes them in MLX's block-scaled float modes instead (mlx/ops.cpp fp_quantize, computed in
+// float32: a BF16 source may differ from MLX's own conversion in the codes at a rounding boundary, as
+// MLX rounds its intermediates to BF16), with -global-scale giving each nvfp4 matrix the global scale
+// max|w|; the DiT loads those folders dequantized. With -adaln-steps N the AdaLN
 // tables of the N-step ladder (video shift 12, audio shift 3, plus t = 1) are computed by the DiT on
 // -backend and stored in place of the 13B AdaLN projection weights; the checkpoint then serves only
 // that ladder. This loads the whole transformer on the backend (66 GB in bf16 at release size: use a
@@ -78,7 +83,8 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
-	in, out, backend         string
+	in, out, backend, mode   string
+	globalScale              bool
 	bits, group, adalnSteps  int
 	includeVSA               bool
 	scaleDType               safetensors.DType
@@ -92,6 +98,8 @@ func parseFlags(args []string, w io.Writer) (options, error) {
 	fs.SetOutput(w)
 	fs.StringVar(&o.in, "in", "", "released transformer/ folder (config.json + *.safetensors or an index)")
 	fs.StringVar(&o.out, "out", "", "output folder for mlx_h3_dit.safetensors and mlx_h3_dit.json (not inside -in)")
+	fs.StringVar(&o.mode, "mode", quant.ModeAffine, "quantization: affine (-bits, -group, -scale-dtype), mxfp8, mxfp4 or nvfp4")
+	fs.BoolVar(&o.globalScale, "global-scale", false, "with -mode nvfp4: give each matrix the global scale max|w|")
 	fs.IntVar(&o.bits, "bits", 6, "bits per weight: 8, 6 or 4")
 	fs.IntVar(&o.group, "group", quant.DefaultGroupSize, "quantization group size along the input dimension (32, 64, 128)")
 	fs.StringVar(&o.scaleDTypeS, "scale-dtype", "", `dtype of scales and biases: "" (the weight's own, BF16 for the release), bf16, f16 or f32`)
@@ -111,7 +119,28 @@ func parseFlags(args []string, w io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, usagef("unexpected arguments %v", fs.Args())
 	}
+	if err := o.checkMode(fs); err != nil {
+		return o, err
+	}
 	return o, o.parseValues()
+}
+
+// checkMode refuses a -mode that is not one, and flags that the mode does not use.
+func (o *options) checkMode(fs *flag.FlagSet) error {
+	_, float := quant.LookupFloatMode(o.mode)
+	if !float && o.mode != quant.ModeAffine {
+		return usagef("-mode %q: use %s, %s, %s or %s", o.mode, quant.ModeAffine, quant.ModeMXFP8, quant.ModeMXFP4, quant.ModeNVFP4)
+	}
+	if o.globalScale && o.mode != quant.ModeNVFP4 {
+		return usagef("-global-scale applies to -mode %s only, not %s", quant.ModeNVFP4, o.mode)
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if float && err == nil && (f.Name == "bits" || f.Name == "group" || f.Name == "scale-dtype") {
+			err = usagef("-%s applies to -mode %s only; %s has its own bits, group and U8 scales", f.Name, quant.ModeAffine, o.mode)
+		}
+	})
+	return err
 }
 
 // scaleDTypes are the values of -scale-dtype; "" keeps each weight's own dtype.
@@ -235,6 +264,9 @@ func run(args []string, w io.Writer) error {
 	defer ck.Close()
 
 	copts := h3.ConvertOptions{Scheme: quant.Scheme{Bits: o.bits, GroupSize: o.group}, ScaleDType: o.scaleDType, IncludeVSA: o.includeVSA}
+	if o.mode != quant.ModeAffine {
+		copts = h3.ConvertOptions{FloatMode: o.mode, GlobalScale: o.globalScale, IncludeVSA: o.includeVSA}
+	}
 	if o.adalnSteps > 0 {
 		if copts.AdaLN, copts.AdaLNTensors, err = adalnCache(o, cfg, ck, w); err != nil {
 			return err
@@ -274,8 +306,12 @@ func report(w io.Writer, o options, tensors []safetensors.Tensor, m *h3.Converte
 	if m.AdaLNCache != nil {
 		ladder = fmt.Sprintf("AdaLN cache for %d steps, timesteps %v", o.adalnSteps, m.AdaLNCache.Timesteps)
 	}
-	fmt.Fprintf(w, "convert: wrote %s: int%d group %d, %d quantized matrices (%d kept dense: input width not a multiple of the group), %d tensors, %.2f GB, %s; %.1f s\n",
-		o.out, o.bits, o.group, len(m.Quant.QuantizedKeys), len(m.Quant.DenseKeys), len(tensors), float64(bytes)/1e9, ladder, took.Seconds())
+	scheme := fmt.Sprintf("int%d group %d", o.bits, o.group)
+	if fm, ok := quant.LookupFloatMode(o.mode); ok {
+		scheme = fmt.Sprintf("%s (%d bits, group %d)", o.mode, fm.Bits, fm.Group)
+	}
+	fmt.Fprintf(w, "convert: wrote %s: %s, %d quantized matrices (%d kept dense: input width not a multiple of the group), %d tensors, %.2f GB, %s; %.1f s\n",
+		o.out, scheme, len(m.Quant.QuantizedKeys), len(m.Quant.DenseKeys), len(tensors), float64(bytes)/1e9, ladder, took.Seconds())
 }
 
 // adalnCache computes the AdaLN tables of the -adaln-steps ladder with the dense DiT.

@@ -57,13 +57,12 @@ func releasedFolder(t *testing.T) string {
 	return dir
 }
 
-func TestConvertWithAdaLNCache(t *testing.T) {
-	in := releasedFolder(t)
-	out := filepath.Join(t.TempDir(), "int6")
+// convertAndOpen runs the converter from in to out with args and opens the result (closed when the
+// test ends).
+func convertAndOpen(t *testing.T, in, out string, args ...string) (*quant.Checkpoint, *h3.ConvertedManifest) {
+	t.Helper()
 	var log strings.Builder
-	err := run([]string{"-in", in, "-out", out, "-bits", "6", "-adaln-steps", "4", "-adaln-dtype", "f32",
-		"-backend", "go:ops_sequential"}, &log)
-	if err != nil {
+	if err := run(append([]string{"-in", in, "-out", out}, args...), &log); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(log.String())
@@ -71,7 +70,14 @@ func TestConvertWithAdaLNCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
+	t.Cleanup(func() { ck.Close() })
+	return ck, cm
+}
+
+func TestConvertWithAdaLNCache(t *testing.T) {
+	in := releasedFolder(t)
+	out := filepath.Join(t.TempDir(), "int6")
+	ck, cm := convertAndOpen(t, in, out, "-bits", "6", "-adaln-steps", "4", "-adaln-dtype", "f32", "-backend", "go:ops_sequential")
 	sched, _ := schedule.NewH3Schedule(4)
 	want := sched.AdaLNCacheTimesteps()
 	if a := cm.AdaLNCache; a == nil || !slices.Equal(a.Timesteps, want) || a.NumBlocks != 2 || a.Steps != 4 {
@@ -185,5 +191,37 @@ func TestConvertExitCodes(t *testing.T) {
 	var stderr strings.Builder
 	if got := exitCode(guarded(func() error { panic("boom") }), &stderr); got != 1 || !strings.Contains(stderr.String(), "internal error: boom") {
 		t.Errorf("panic: exit %d, message %q; want 1 and an internal error", got, stderr.String())
+	}
+}
+
+// TestConvertFloatMode: -mode nvfp4 -global-scale writes a folder that h3.Load reads (the 18 core
+// linears in the manifest, no affine key), and the flags a float mode does not use are refused.
+func TestConvertFloatMode(t *testing.T) {
+	in := releasedFolder(t)
+	out := filepath.Join(t.TempDir(), "nvfp4")
+	ck, cm := convertAndOpen(t, in, out, "-mode", "nvfp4", "-global-scale")
+	q := cm.Quant.Quantization
+	if q.Mode != quant.ModeNVFP4 || len(cm.Quant.QuantizedKeys) != 18 || len(ck.QuantizedKeys()) != 0 {
+		t.Fatalf("quantization %+v, %d quantized keys, %d affine", q, len(cm.Quant.QuantizedKeys), len(ck.QuantizedKeys()))
+	}
+	for k, e := range cm.Quant.QuantizedKeys {
+		if g, err := e.Global(k); err != nil || g <= 0 {
+			t.Fatalf("%s: global scale %g, %v", k, g, err)
+		}
+	}
+	m, err := h3.Load(testutil.Backend(t), out, h3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for _, args := range [][]string{
+		{"-mode", "fp6"}, {"-mode", "mxfp8", "-bits", "8"}, {"-mode", "mxfp4", "-scale-dtype", "f32"},
+		{"-mode", "mxfp8", "-global-scale"}, {"-global-scale"},
+	} {
+		err := run(append([]string{"-in", in, "-out", t.TempDir()}, args...), io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%v: want a usage error, got %v", args, err)
+		}
 	}
 }
