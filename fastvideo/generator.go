@@ -121,6 +121,13 @@ func rifeWeights(o Options, m family.Model) (family.WeightOpener, error) {
 			return family.InMemory(src), nil
 		}
 	}
+	if o.RandomWeights != nil {
+		src, err := family.ReleaseRIFE(*o.RandomWeights + 5)
+		if err != nil {
+			return nil, err
+		}
+		return family.InMemory(src), nil
+	}
 	return nil, nil
 }
 

@@ -596,3 +596,28 @@ func TestChooseMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomWeightsBringRIFE: a released model with random weights gets a random RIFE of the
+// released size, so the temporal fast mode runs without WithRIFE; without random weights it has none.
+func TestRandomWeightsBringRIFE(t *testing.T) {
+	m, err := lookup("fasth3", families)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open, err := rifeWeights(Options{}, m); err != nil || open != nil {
+		t.Fatalf("fasth3 without random weights has RIFE weights (%v)", err)
+	}
+	seed := int64(3)
+	open, err := rifeWeights(Options{RandomWeights: &seed}, m)
+	if err != nil || open == nil {
+		t.Fatalf("no RIFE weights with random weights: %v", err)
+	}
+	src, closeSrc, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSrc()
+	if info, ok := src.Tensor("block0.conv0.0.0.weight"); !ok || len(info.Shape) == 0 || info.Shape[0] != 96 {
+		t.Fatalf("the random RIFE is not the released size: %v %v", info.Shape, ok)
+	}
+}

@@ -38,8 +38,15 @@ type BuiltinInterpolator interface {
 }
 
 // TinyRIFE is the tiny models' RIFE: rife.Tiny() widths, seeded random weights in memory.
-func TinyRIFE(seed int64) (weights.Source, error) {
-	shapes, err := rife.Params(rife.Tiny(), rife.PyTorch)
+func TinyRIFE(seed int64) (weights.Source, error) { return syntheticRIFE(rife.Tiny(), seed) }
+
+// ReleaseRIFE is a random-weight RIFE at the released 4.25 size (widths 192/128/96/64/32, a few
+// million values made on the host), for models run with random weights: the interpolation work
+// is the real one's.
+func ReleaseRIFE(seed int64) (weights.Source, error) { return syntheticRIFE(rife.Release(), seed) }
+
+func syntheticRIFE(cfg rife.Config, seed int64) (weights.Source, error) {
+	shapes, err := rife.Params(cfg, rife.PyTorch)
 	if err != nil {
 		return nil, err
 	}
