@@ -7,7 +7,6 @@ import (
 
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/fvtest"
-	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/testutil"
 )
 
@@ -16,13 +15,7 @@ import (
 // folder is refused for its missing weights.
 func TestRandomWeightsFolder(t *testing.T) {
 	dir := t.TempDir()
-	spec := wan.TinySpec()
-	w := testutil.SnapshotWriter{T: t, Dir: dir}
-	w.File("model_index.json", []byte(`{"_class_name": "WanDMDPipeline", "_diffusers_version": "0.33.0"}`))
-	w.Config("transformer/config.json", "WanTransformer3DModel", spec.DiT)
-	w.Config("vae/config.json", "AutoencoderKLWan", spec.VAE)
-	w.Config("text_encoder/config.json", "UMT5EncoderModel", spec.TextEncoder)
-	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
+	writeTinyWanConfigs(t, dir, "WanDMDPipeline")
 	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "transformer") {
 		t.Fatalf("a folder without weights opened without random weights: %v", err)
 	}
