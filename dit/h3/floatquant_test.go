@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/compute/dtypes"
-
 	"fastvideo/dit/h3"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
@@ -118,21 +116,7 @@ func TestFloatModeForward(t *testing.T) {
 				loaded := run(t, load(t, dir), in)
 				host := run(t, fromSource(t, cfg, hostFloatQuantized(t, fx.Weights(), c)), in)
 				sameOutputs(t, "save -> h3.Load -> forward vs the host-dequantized model", loaded, host)
-				sv, sa := testutil.SNRdB(loaded.Video, ref.Video), testutil.SNRdB(loaded.Audio, ref.Audio)
-				t.Logf("%s f32: SNR vs dense f32: video %.1f dB, audio %.1f dB", c, sv, sa)
-				if min(sv, sa) < c.minSNR {
-					t.Fatalf("%s: SNR %.1f dB below %.0f dB", c, min(sv, sa), c.minSNR)
-				}
-				m, err := h3.Load(testutil.Backend(t), dir, h3.Options{DType: dtypes.BFloat16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				half := run(t, m, in)
-				sv, sa = testutil.SNRdB(half.Video, ref.Video), testutil.SNRdB(half.Audio, ref.Audio)
-				t.Logf("%s bf16: SNR vs dense f32: video %.1f dB, audio %.1f dB", c, sv, sa)
-				if min(sv, sa) < c.minSNR {
-					t.Fatalf("%s bf16: SNR %.1f dB below %.0f dB", c, min(sv, sa), c.minSNR)
-				}
+				requireSNRFloor(t, c.String(), dir, loaded, ref, in, c.minSNR)
 			})
 		}
 	})

@@ -99,6 +99,30 @@ func load(t *testing.T, dir string) *h3.Model {
 	return m
 }
 
+// requireSNR fails unless the forward got reaches floor dB against the dense f32 forward ref, in
+// video and in audio.
+func requireSNR(t *testing.T, label string, got, ref h3.ForwardOutputs, floor float64) {
+	t.Helper()
+	sv, sa := testutil.SNRdB(got.Video, ref.Video), testutil.SNRdB(got.Audio, ref.Audio)
+	t.Logf("%s: SNR vs dense f32: video %.1f dB, audio %.1f dB", label, sv, sa)
+	if min(sv, sa) < floor {
+		t.Fatalf("%s: SNR %.1f dB below %.0f dB", label, min(sv, sa), floor)
+	}
+}
+
+// requireSNRFloor checks a converted folder dir, whose f32 forward on in gave loaded, against the
+// dense f32 forward ref: that forward and the folder's bf16 one (the GPU dtype: scales and biases
+// stay as stored, activations bf16) must both reach floor dB.
+func requireSNRFloor(t *testing.T, label, dir string, loaded, ref h3.ForwardOutputs, in h3.ForwardInputs, floor float64) {
+	t.Helper()
+	requireSNR(t, label+" f32", loaded, ref, floor)
+	m, err := h3.Load(testutil.Backend(t), dir, h3.Options{DType: dtypes.BFloat16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireSNR(t, label+" bf16", run(t, m, in), ref, floor)
+}
+
 // sameOutputs fails unless both forwards agree bit for bit.
 func sameOutputs(t *testing.T, label string, got, want h3.ForwardOutputs) {
 	t.Helper()
@@ -149,22 +173,7 @@ func TestQuantizedForward(t *testing.T) {
 				}
 				loaded := run(t, load(t, dir), in)
 				sameOutputs(t, "save -> h3.Load -> forward vs the in-memory quantized forward", loaded, inMemory)
-				sv, sa := testutil.SNRdB(loaded.Video, ref.Video), testutil.SNRdB(loaded.Audio, ref.Audio)
-				t.Logf("int%d: loaded = in-memory bit for bit; SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
-				if min(sv, sa) < minSNR[bits] {
-					t.Fatalf("int%d: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])
-				}
-				// The same folder in bf16 (the GPU dtype): scales and biases stay bf16, activations bf16.
-				m, err := h3.Load(testutil.Backend(t), dir, h3.Options{DType: dtypes.BFloat16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				half := run(t, m, in)
-				sv, sa = testutil.SNRdB(half.Video, ref.Video), testutil.SNRdB(half.Audio, ref.Audio)
-				t.Logf("int%d bf16: SNR vs f32: video %.1f dB, audio %.1f dB", bits, sv, sa)
-				if min(sv, sa) < minSNR[bits] {
-					t.Fatalf("int%d bf16: SNR %.1f dB below %.0f dB", bits, min(sv, sa), minSNR[bits])
-				}
+				requireSNRFloor(t, fmt.Sprintf("int%d", bits), dir, loaded, ref, in, minSNR[bits])
 			})
 		}
 	})
@@ -219,11 +228,7 @@ func TestQuantizedNarrowWidths(t *testing.T) {
 	loaded := run(t, load(t, dir), in)
 	sameOutputs(t, "narrow widths: save -> h3.Load -> forward vs the in-memory model", loaded, run(t, fromSource(t, cfg, mem), in))
 	ref := run(t, fromSource(t, cfg, src), in)
-	sv, sa := testutil.SNRdB(loaded.Video, ref.Video), testutil.SNRdB(loaded.Audio, ref.Audio)
-	t.Logf("narrow widths int4: SNR vs the dense forward: video %.1f dB, audio %.1f dB", sv, sa)
-	if min(sv, sa) < 18 {
-		t.Fatalf("SNR %.1f dB below the INT4 floor 18 dB", min(sv, sa))
-	}
+	requireSNR(t, "narrow widths int4", loaded, ref, 18)
 }
 
 // TestQuantizedAdaLNCacheCheckpoint: an INT8 conversion that embeds an AdaLN cache (and so drops the

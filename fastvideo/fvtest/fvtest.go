@@ -1,7 +1,7 @@
 // Package fvtest holds the helpers that tests driving the SDK through its public API share (a
 // family's external tests, package <family>_test): opening a model on the test backend, a
-// latents-only run, New's error for a model. Like net/http/httptest, only tests import it
-// (internal/archtest enforces that).
+// latents-only run, a run in a generator of its own, New's error for a model. Like
+// net/http/httptest, only tests import it (internal/archtest enforces that).
 package fvtest
 
 import (
@@ -26,6 +26,27 @@ func Open(t *testing.T, model string) *fastvideo.VideoGenerator {
 		}
 	})
 	return g
+}
+
+// Generate opens model with opts on the test backend, runs req once and closes the generator before
+// it returns, so that runs with different weights (seeds, dtypes) never hold two models at once.
+func Generate(t *testing.T, model string, req fastvideo.Request, opts ...fastvideo.Option) *fastvideo.Result {
+	t.Helper()
+	opts = append([]fastvideo.Option{fastvideo.WithBackend(testutil.BackendSpec())}, opts...)
+	g, err := fastvideo.New(context.Background(), model, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	res, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // LatentsOnly runs req without decoding or saving and returns its result with the latents.

@@ -20,23 +20,17 @@ import (
 // real MiniMax H3 folder holds (MiniMaxAI/MiniMax-H3's layout), at toy size.
 func writeTinyFolder(t *testing.T, dir string) {
 	t.Helper()
-	spec := h3.TinySpec()
-	tw, err := h3.NewTinyWeights(spec)
+	tw, err := h3.NewTinyWeights(h3.TinySpec())
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeConfigsOnly(t, dir)
 	w := testutil.SnapshotWriter{T: t, Dir: dir}
-	w.Config("transformer/config.json", "", spec.DiT)
 	w.Weights("transformer/diffusion_pytorch_model.safetensors", tw.DiT)
-	w.Config("vae/config.json", "", spec.VAE)
 	w.Weights("vae/diffusion_pytorch_model.safetensors", tw.VideoVAE)
-	w.Config("audio_vae/config.json", "", spec.AudioVAE)
 	w.Weights("audio_vae/diffusion_pytorch_model.safetensors", tw.AudioVAE)
-	w.Config("text_encoder/config.json", "", h3.TinyTextEncoder())
 	w.Weights("text_encoder/model.safetensors", tw.TextEncoder)
 	w.File("tokenizer/tokenizer.json.gz", qwen3data.Gzip())
-	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 12.0}`))
-	w.File("audio_scheduler/scheduler_config.json", []byte(`{"_class_name": "MiniMaxH3Scheduler", "shift": 3.0}`))
 }
 
 // TestModelFolder loads tiny-h3 written as a snapshot folder through the real-checkpoint path

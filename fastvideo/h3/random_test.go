@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/internal/testutil"
 )
@@ -31,25 +32,15 @@ func writeConfigsOnly(t *testing.T, dir string) {
 func TestRandomWeightsFolder(t *testing.T) {
 	dir := t.TempDir()
 	writeConfigsOnly(t, dir)
-	if _, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go")); err == nil ||
-		!strings.Contains(err.Error(), "transformer") {
+	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "transformer") {
 		t.Fatalf("a folder without weights opened without random weights: %v", err)
 	}
 	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 124, NumInferenceSteps: 1,
 		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
 	run := func(seed int64, audio bool) *fastvideo.Result {
-		g, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go"), fastvideo.WithRandomWeights(seed))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
 		r := req
 		r.ReturnAudio = audio
-		res, err := g.Generate(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return fvtest.Generate(t, dir, r, fastvideo.WithRandomWeights(seed))
 	}
 	a, b, c := run(3, true), run(3, false), run(4, false)
 	if len(a.Latents.Video) == 0 || len(a.Audio) == 0 {
@@ -74,27 +65,13 @@ func TestFP8DType(t *testing.T) {
 	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 5, NumInferenceSteps: 1,
 		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
 	run := func(dt fastvideo.DType) *fastvideo.Result {
-		g, err := fastvideo.New(context.Background(), h3.TinyName, fastvideo.WithBackend("go"), fastvideo.WithDType(dt))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
-		res, err := g.Generate(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return fvtest.Generate(t, h3.TinyName, req, fastvideo.WithDType(dt))
 	}
 	dense, fp8 := run(fastvideo.F32), run(fastvideo.FP8)
 	if fp8.DType != fastvideo.FP8 || testutil.SameBits(dense.Latents.Video, fp8.Latents.Video) {
 		t.Fatalf("dtype %s; the FP8 run must report fp8 and differ from the dense one", fp8.DType)
 	}
-	var sig, noise float64
-	for i, v := range dense.Latents.Video {
-		d := float64(fp8.Latents.Video[i] - v)
-		sig, noise = sig+float64(v)*float64(v), noise+d*d
-	}
-	if snr := 10 * math.Log10(sig/noise); snr < 20 {
+	if snr := testutil.SNRdB(fp8.Latents.Video, dense.Latents.Video); snr < 20 {
 		t.Errorf("FP8 latents %.1f dB from the dense ones (want >= 20 dB after one step)", snr)
 	} else {
 		t.Logf("FP8 vs dense latents after one step: %.1f dB", snr)

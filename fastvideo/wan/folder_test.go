@@ -17,20 +17,28 @@ import (
 // Wan-AI/Wan2.1-T2V-1.3B-Diffusers at toy size.
 func writeTinyWanFolder(t *testing.T, dir, pipelineClass string) {
 	t.Helper()
-	spec := wan.TinySpec()
-	tw, err := wan.NewTinyWeights(spec)
+	tw, err := wan.NewTinyWeights(wan.TinySpec())
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeTinyWanConfigs(t, dir, pipelineClass)
+	w := testutil.SnapshotWriter{T: t, Dir: dir}
+	w.Weights("transformer/diffusion_pytorch_model.safetensors", tw.DiT)
+	w.Weights("vae/diffusion_pytorch_model.safetensors", tw.VAE)
+	w.Weights("text_encoder/model.safetensors", tw.TextEncoder)
+	w.File("tokenizer/tokenizer.json", tw.TokenizerJSON)
+}
+
+// writeTinyWanConfigs writes the configs of tiny-wan's snapshot folder without a weight file or
+// tokenizer: what -random-weights needs of a folder.
+func writeTinyWanConfigs(t *testing.T, dir, pipelineClass string) {
+	t.Helper()
+	spec := wan.TinySpec()
 	w := testutil.SnapshotWriter{T: t, Dir: dir}
 	w.File("model_index.json", []byte(`{"_class_name": "`+pipelineClass+`", "_diffusers_version": "0.33.0"}`))
 	w.Config("transformer/config.json", "WanTransformer3DModel", spec.DiT)
-	w.Weights("transformer/diffusion_pytorch_model.safetensors", tw.DiT)
 	w.Config("vae/config.json", "AutoencoderKLWan", spec.VAE)
-	w.Weights("vae/diffusion_pytorch_model.safetensors", tw.VAE)
 	w.Config("text_encoder/config.json", "UMT5EncoderModel", spec.TextEncoder)
-	w.Weights("text_encoder/model.safetensors", tw.TextEncoder)
-	w.File("tokenizer/tokenizer.json", tw.TokenizerJSON)
 	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
 }
 

@@ -1,13 +1,12 @@
 package wan_test
 
 import (
-	"context"
 	"math"
 	"strings"
 	"testing"
 
 	"fastvideo/fastvideo"
-	"fastvideo/fastvideo/wan"
+	"fastvideo/fastvideo/fvtest"
 	"fastvideo/internal/testutil"
 )
 
@@ -16,30 +15,14 @@ import (
 // folder is refused for its missing weights.
 func TestRandomWeightsFolder(t *testing.T) {
 	dir := t.TempDir()
-	spec := wan.TinySpec()
-	w := testutil.SnapshotWriter{T: t, Dir: dir}
-	w.File("model_index.json", []byte(`{"_class_name": "WanDMDPipeline", "_diffusers_version": "0.33.0"}`))
-	w.Config("transformer/config.json", "WanTransformer3DModel", spec.DiT)
-	w.Config("vae/config.json", "AutoencoderKLWan", spec.VAE)
-	w.Config("text_encoder/config.json", "UMT5EncoderModel", spec.TextEncoder)
-	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
-	if _, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go")); err == nil ||
-		!strings.Contains(err.Error(), "transformer") {
+	writeTinyWanConfigs(t, dir, "WanDMDPipeline")
+	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "transformer") {
 		t.Fatalf("a folder without weights opened without random weights: %v", err)
 	}
 	req := fastvideo.Request{Prompt: "a red fox", Height: 48, Width: 64, NumFrames: 9,
 		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
 	run := func(seed int64) []float32 {
-		g, err := fastvideo.New(context.Background(), dir, fastvideo.WithBackend("go"), fastvideo.WithRandomWeights(seed))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
-		res, err := g.Generate(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Latents.Video
+		return fvtest.Generate(t, dir, req, fastvideo.WithRandomWeights(seed)).Latents.Video
 	}
 	a, b, c := run(3), run(3), run(4)
 	for _, v := range a {

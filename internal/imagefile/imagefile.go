@@ -14,6 +14,7 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"io"
 
 	"fastvideo/internal/imageops"
 	"fastvideo/internal/safefile"
@@ -51,26 +52,16 @@ func Decode(data []byte) (imageops.Image, error) {
 	if err != nil {
 		return imageops.Image{}, err
 	}
-	var cfg image.Config
-	if format == "png" {
-		cfg, err = png.DecodeConfig(bytes.NewReader(data))
-	} else {
-		cfg, err = jpeg.DecodeConfig(bytes.NewReader(data))
-	}
+	cfg, err := format.decodeConfig(bytes.NewReader(data))
 	if err != nil {
-		return imageops.Image{}, fmt.Errorf("a damaged %s header: %w", format, err)
+		return imageops.Image{}, fmt.Errorf("a damaged %s header: %w", format.name, err)
 	}
 	if err := CheckSize(cfg.Width, cfg.Height); err != nil {
 		return imageops.Image{}, err
 	}
-	var img image.Image
-	if format == "png" {
-		img, err = png.Decode(bytes.NewReader(data))
-	} else {
-		img, err = jpeg.Decode(bytes.NewReader(data))
-	}
+	img, err := format.decode(bytes.NewReader(data))
 	if err != nil {
-		return imageops.Image{}, fmt.Errorf("a damaged %s image: %w", format, err)
+		return imageops.Image{}, fmt.Errorf("a damaged %s image: %w", format.name, err)
 	}
 	rgb, err := ToRGB(img)
 	if err != nil {
@@ -79,15 +70,23 @@ func Decode(data []byte) (imageops.Image, error) {
 	return Orient(rgb, exifOrientation(data)), nil
 }
 
-// sniff names the format from the file signature.
-func sniff(data []byte) (string, error) {
+// sniff picks the format (and so its decoders) by the file signature.
+func sniff(data []byte) (imageFormat, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
-		return "png", nil
+		return imageFormat{"png", png.DecodeConfig, png.Decode}, nil
 	case bytes.HasPrefix(data, []byte{0xFF, 0xD8, 0xFF}):
-		return "jpeg", nil
+		return imageFormat{"jpeg", jpeg.DecodeConfig, jpeg.Decode}, nil
 	}
-	return "", ErrUnsupported
+	return imageFormat{}, ErrUnsupported
+}
+
+// imageFormat is one of the accepted file formats: its name in messages and its standard-library
+// decoders of the header and of the whole image.
+type imageFormat struct {
+	name         string
+	decodeConfig func(io.Reader) (image.Config, error)
+	decode       func(io.Reader) (image.Image, error)
 }
 
 // CheckSize bounds an image's dimensions (from a header, before decoding).

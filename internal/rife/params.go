@@ -7,6 +7,7 @@ package rife
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -182,14 +183,7 @@ func newIFNetSource(src weights.Source) *ifnetSource {
 	return s
 }
 
-func (s *ifnetSource) Names() []string {
-	out := make([]string, 0, len(s.names))
-	for n := range s.names {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
+func (s *ifnetSource) Names() []string { return slices.Sorted(maps.Keys(s.names)) }
 
 func (s *ifnetSource) Tensor(name string) (safetensors.Info, bool) {
 	full, ok := s.names[name]
