@@ -185,14 +185,24 @@ func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
 	if !ok || e.DeviceMemory == nil {
 		return OneResident
 	}
-	used, limit, err := e.DeviceMemory()
-	if err != nil || used > limit {
+	free, err := deviceFree(e)
+	if err != nil {
 		return OneResident
 	}
-	if need := sizer.ResidentBytes(); need > 0 && uint64(need)+activationHeadroom <= limit-used {
+	if need := sizer.ResidentBytes(); need > 0 && need+activationHeadroom <= free {
 		return AllResident
 	}
 	return OneResident
+}
+
+// deviceFree is what the accelerator can still give this process: its allocator's cap less what
+// is in use (negative when others already hold more than the cap). e.DeviceMemory must be set.
+func deviceFree(e *family.Engine) (int64, error) {
+	used, limit, err := e.DeviceMemory()
+	if err != nil {
+		return 0, err
+	}
+	return int64(limit) - int64(used), nil
 }
 
 // planDevices lays the model out over the engine's devices and checks, before anything loads, that
@@ -215,11 +225,11 @@ func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan,
 	if e.DeviceMemory == nil {
 		return dp, nil
 	}
-	used, limit, err := e.DeviceMemory()
+	free, err := deviceFree(e)
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: reading the device memory for %d devices: %w", e.Devices, err)
 	}
-	if free := int64(limit) - int64(used); int64(dp.PerDeviceBytes) > free {
+	if int64(dp.PerDeviceBytes) > free {
 		return nil, &RequestError{Field: "devices", Value: e.Devices, Allowed: fmt.Sprintf(
 			"a count whose share fits: each device needs %s, %.2f GiB is free", dp.Breakdown(), float64(free)/(1<<30))}
 	}

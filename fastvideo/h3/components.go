@@ -168,7 +168,16 @@ func (a tokenizerAdapter) Fingerprint() string               { return a.t.Finger
 // folder is an H3 snapshot folder as a component source.
 type folder struct {
 	family.Snapshot
+	checkpointText
 	spec *Spec
+}
+
+// checkpointText builds the text encoder from the weights textWeights opened (a folder's
+// checkpoint, tiny-h3's in-memory tensors); the random source draws its own instead.
+type checkpointText struct{}
+
+func (checkpointText) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
+	return qwen3vl.New(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) Describe() string { return f.Dir }
@@ -190,10 +199,6 @@ func (f *folder) loadTokenizer() (*tokenizer.Tokenizer, error) {
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
 	return f.Weights(family.DirTextEncoder, "qwen3vl")
-}
-
-func (f *folder) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
-	return qwen3vl.New(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {

@@ -125,6 +125,7 @@ func tinySpec() *Spec {
 // model (a real run's page cache), so they are made once per generator and bound to the backend
 // on every load.
 type tinySource struct {
+	checkpointText
 	spec *Spec
 
 	once                                   sync.Once
@@ -162,10 +163,6 @@ func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 		return nil, "", err
 	}
 	return family.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
-}
-
-func (c *tinySource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
-	return qwen3vl.New(e.Backend, cfg, src, opts)
 }
 
 func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {

@@ -139,7 +139,16 @@ func (e umt5Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, e
 // folder is a Wan snapshot folder as a component source.
 type folder struct {
 	family.Snapshot
+	checkpointText
 	spec *Spec
+}
+
+// checkpointText builds the UMT5 encoder from the weights textWeights opened (a folder's
+// checkpoint, tiny-wan's in-memory tensors); the random source draws its own instead.
+type checkpointText struct{}
+
+func (checkpointText) newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
+	return umt5.FromSource(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) Describe() string { return f.Dir }
@@ -162,10 +171,6 @@ func (f *folder) loadTokenizer() (*unigram.Tokenizer, error) {
 
 func (f *folder) textWeights() (family.WeightOpener, string, error) {
 	return f.Weights(family.DirTextEncoder, "umt5")
-}
-
-func (f *folder) newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
-	return umt5.FromSource(e.Backend, cfg, src, opts)
 }
 
 func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {

@@ -221,6 +221,7 @@ func tinyWanTokenizerJSON() []byte {
 // tinySource is tiny-wan's synthetic weights and toy tokenizer, made once per generator (they
 // stand in for a real model's files) and bound to the backend on every load.
 type tinySource struct {
+	checkpointText
 	spec *Spec
 
 	once          sync.Once
@@ -263,10 +264,6 @@ func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
 		return nil, "", err
 	}
 	return family.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
-}
-
-func (c *tinySource) newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error) {
-	return umt5.FromSource(e.Backend, cfg, src, opts)
 }
 
 func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
