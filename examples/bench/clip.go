@@ -17,7 +17,8 @@ import (
 // public API, with a model's random weights (release size for a built-in name), in a fresh
 // process. The first call pays compilation and the loads; later calls show the warm wait (with a
 // prompt cache, the repeated prompt skips the text encoder). Each call reports its stages, its
-// component loads and its peak device (nvidia-smi, the XLA pool's high-water mark) and host memory.
+// component loads and its peak device (Result.PeakDeviceBytes: the GPU's used memory, the XLA pool's
+// high-water mark, -1 where the backend has no statistics) and host memory.
 var (
 	clipModel  = flag.String("clip-model", "fasth3", "clip: model name or folder (random weights are drawn for it)")
 	clipPrompt = flag.String("clip-prompt", "A red fox trots through fresh snow at dawn, its breath steaming, as a distant owl calls.", "clip: prompt")
@@ -66,8 +67,6 @@ func benchClip(spec string, c common) error {
 	if *clipCache {
 		opts = append(opts, fastvideo.WithPromptCache(filepath.Join(out, "prompt-cache")))
 	}
-	poll := startGPUMemPoller()
-	defer poll.stop()
 	t0 := time.Now()
 	g, err := fastvideo.New(context.Background(), *clipModel, opts...)
 	if err != nil {
@@ -82,12 +81,14 @@ func benchClip(spec string, c common) error {
 		req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
 	}
 	for call := 1; call <= 1+c.Warmup+c.Iters; call++ {
-		poll.resetPeak()
 		res, err := g.Generate(context.Background(), req)
 		if err != nil {
 			return fmt.Errorf("clip call %d: %w", call, err)
 		}
-		peak, _, _ := poll.read()
+		peak := -1
+		if res.PeakDeviceBytes >= 0 {
+			peak = int(res.PeakDeviceBytes >> 20)
+		}
 		rec := clipRecord{Model: *clipModel, Call: call, Cold: call == 1, Size: fmt.Sprintf("%dx%dx%d", res.Width, res.Height, res.NumFrames),
 			Total: res.Timings.Total.Seconds(), Stages: map[string]float64{}, Loads: map[string]float64{}, Cached: res.PromptCached,
 			PeakGPUMiB: peak, PeakHost: float64(res.PeakHostBytes) / (1 << 30), Output: filepath.Base(res.OutputPath)}
