@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/dit/h3"
+	"fastvideo/internal/safetensors"
 )
 
 // The load benchmark measures how fast a DiT checkpoint goes from disk to the device: it writes a
@@ -94,17 +95,11 @@ func writeRandomDiT(dir string, cfg h3.Config, seed uint64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	header := map[string]any{}
-	var off int64
-	for _, t := range table {
-		n := int64(2)
-		for _, d := range t.Shape {
-			n *= int64(d)
-		}
-		header[t.Name] = map[string]any{"dtype": "BF16", "shape": t.Shape, "data_offsets": []int64{off, off + n}}
-		off += n
+	list := make([]safetensors.Tensor, len(table))
+	for i, t := range table {
+		list[i] = safetensors.Tensor{Name: t.Name, DType: safetensors.BF16, Shape: t.Shape}
 	}
-	hdr, err := json.Marshal(header)
+	prefix, _, dataBytes, err := safetensors.EncodeHeader(list, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -113,13 +108,11 @@ func writeRandomDiT(dir string, cfg h3.Config, seed uint64) (int64, error) {
 		return 0, err
 	}
 	w := bufio.NewWriterSize(f, 16<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
-	if _, err := w.Write(append(lenBuf[:], hdr...)); err != nil {
+	if _, err := w.Write(prefix); err != nil {
 		f.Close()
 		return 0, err
 	}
-	if err := writeNoise(w, off, seed); err != nil {
+	if err := writeNoise(w, dataBytes, seed); err != nil {
 		f.Close()
 		return 0, err
 	}
@@ -131,7 +124,7 @@ func writeRandomDiT(dir string, cfg h3.Config, seed uint64) (int64, error) {
 		f.Close()
 		return 0, err
 	}
-	return off + int64(8+len(hdr)), f.Close()
+	return int64(len(prefix)) + dataBytes, f.Close()
 }
 
 // writeNoise writes n bytes of small bf16 values (exponent kept below 2^1, so no inf or NaN).

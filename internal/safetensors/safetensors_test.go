@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/big"
@@ -266,5 +267,31 @@ func TestF8E4M3Float32s(t *testing.T) {
 	}
 	if F8E4M3.IsFloat() {
 		t.Fatal("F8_E4M3 counts as a plain float dtype")
+	}
+}
+
+// TestEncodeHeader: a streamed file (EncodeHeader's prefix, then the data in its order) is byte for
+// byte what Encode writes.
+func TestEncodeHeader(t *testing.T) {
+	tensors := []Tensor{
+		{Name: "b", DType: BF16, Shape: []int{2, 3}, Data: make([]byte, 12)},
+		{Name: "a", DType: F32, Shape: []int{5}, Data: []byte("0123456789abcdefghij")},
+	}
+	want, err := Encode(tensors, map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := []Tensor{{Name: "b", DType: BF16, Shape: []int{2, 3}}, {Name: "a", DType: F32, Shape: []int{5}}}
+	prefix, order, n, err := EncodeHeader(shapes, map[string]string{"format": "pt"})
+	if err != nil || n != 32 || len(order) != 2 || order[0].Name != "a" {
+		t.Fatalf("EncodeHeader: %d data bytes, order %v, %v", n, order, err)
+	}
+	got := append([]byte(nil), prefix...)
+	byName := map[string][]byte{"a": tensors[1].Data, "b": tensors[0].Data}
+	for _, o := range order {
+		got = append(got, byName[o.Name]...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the streamed file differs from Encode's")
 	}
 }
