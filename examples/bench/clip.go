@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"fastvideo/fastvideo"
@@ -20,20 +24,23 @@ import (
 // component loads and its peak device (Result.PeakDeviceBytes: the GPU's used memory, the XLA pool's
 // high-water mark, -1 where the backend has no statistics) and host memory.
 var (
-	clipModel  = flag.String("clip-model", "fasth3", "clip: model name or folder (random weights are drawn for it)")
-	clipPrompt = flag.String("clip-prompt", "A red fox trots through fresh snow at dawn, its breath steaming, as a distant owl calls.", "clip: prompt")
-	clipHeight = flag.Int("clip-height", 0, "clip: height (0: the preset's)")
-	clipWidth  = flag.Int("clip-width", 0, "clip: width (0: the preset's)")
-	clipFrames = flag.Int("clip-frames", 0, "clip: frames (0: the preset's)")
-	clipSteps  = flag.Int("clip-steps", 0, "clip: denoising steps (0: the preset's)")
-	clipMemory = flag.String("clip-memory", "all_resident", `clip: memory policy ("all_resident" keeps every component between calls, "one_resident")`)
-	clipCache  = flag.Bool("clip-prompt-cache", true, "clip: cache encoded prompts, so warm calls skip the text encoder")
-	clipOut    = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
-	clipFast   = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
-	clipFastSp = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
-	clipDense  = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
-	clipGPUs   = flag.Int("clip-gpus", 1, "clip: accelerators to split the DiT over (fastvideo.WithDevices; FastH3 needs -clip-dense then)")
-	clipX264   = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
+	clipModel    = flag.String("clip-model", "fasth3", "clip: model name or folder (random weights are drawn for it)")
+	clipPrompt   = flag.String("clip-prompt", "A red fox trots through fresh snow at dawn, its breath steaming, as a distant owl calls.", "clip: prompt")
+	clipHeight   = flag.Int("clip-height", 0, "clip: height (0: the preset's)")
+	clipWidth    = flag.Int("clip-width", 0, "clip: width (0: the preset's)")
+	clipFrames   = flag.Int("clip-frames", 0, "clip: frames (0: the preset's)")
+	clipSteps    = flag.Int("clip-steps", 0, "clip: denoising steps (0: the preset's)")
+	clipMemory   = flag.String("clip-memory", "all_resident", `clip: memory policy ("all_resident" keeps every component between calls, "one_resident")`)
+	clipCache    = flag.Bool("clip-prompt-cache", true, "clip: cache encoded prompts, so warm calls skip the text encoder")
+	clipOut      = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
+	clipFast     = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
+	clipFastSp   = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
+	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
+	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to split the DiT over (fastvideo.WithDevices; FastH3 needs -clip-dense then)")
+	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
+	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
+	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, fast, spatial, image, last (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -43,6 +50,7 @@ func init() {
 // clipRecord is one Generate call, printed as a JSON line for BENCHMARKS.md.
 type clipRecord struct {
 	Model      string             `json:"model"`
+	Variant    string             `json:"variant"`
 	Call       int                `json:"call"`
 	Cold       bool               `json:"cold"`
 	Size       string             `json:"size"`
@@ -61,6 +69,10 @@ func benchClip(spec string, c common) error {
 		return err
 	}
 	defer cleanup()
+	variants, err := parseClipVariants(*clipVariants)
+	if err != nil {
+		return err
+	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(spec), fastvideo.WithRandomWeights(int64(c.Seed)),
 		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*clipMemory)), fastvideo.WithAttention(c.Attention.Path),
 		fastvideo.WithQuantDispatch(c.Dispatch), fastvideo.WithX264Preset(*clipX264), fastvideo.WithDevices(*clipGPUs)}
@@ -75,21 +87,119 @@ func benchClip(spec string, c common) error {
 	defer g.Close()
 	be, dt := g.Backend()
 	fmt.Printf("clip: %s opened in %.2f s on %s (%s)\n", *clipModel, time.Since(t0).Seconds(), be, dt)
+	for _, v := range variants {
+		req, err := v.request(g, out)
+		if err != nil {
+			return err
+		}
+		if err := runClipCalls(g, req, v.name, 1+c.Warmup+c.Iters); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clipVariant is one request shape of -clip-variants; the model and its loads are shared, so each
+// variant's first call pays only its own compilation.
+type clipVariant struct {
+	name                  string
+	dense, fast, spatial  bool
+	firstImage, lastImage bool
+}
+
+// parseClipVariants reads "default,dense,fast,spatial,fast+spatial,image,image+last"; the empty list
+// is the single request the other -clip-* flags describe.
+func parseClipVariants(list string) ([]clipVariant, error) {
+	if list == "" {
+		return []clipVariant{{name: "flags", dense: *clipDense, fast: *clipFast, spatial: *clipFastSp,
+			firstImage: *clipImage != "", lastImage: *clipLast != ""}}, nil
+	}
+	var vs []clipVariant
+	for _, name := range strings.Split(list, ",") {
+		v := clipVariant{name: name}
+		for _, tok := range strings.Split(name, "+") {
+			switch tok {
+			case "default":
+			case "dense":
+				v.dense = true
+			case "fast":
+				v.fast = true
+			case "spatial":
+				v.spatial = true
+			case "image":
+				v.firstImage = true
+			case "last":
+				v.lastImage = true
+			default:
+				return nil, fmt.Errorf("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last joined by + (e.g. fast+spatial)", list, tok)
+			}
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// request builds the variant's request; images come from -clip-image / -clip-last-image, else a
+// synthetic gradient at the canvas size is written next to the outputs.
+func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo.Request, error) {
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
-		NumInferenceSteps: *clipSteps, Fast: *clipFast, FastSpatial: *clipFastSp, OutputPath: out + string(filepath.Separator)}
-	if *clipDense {
+		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, OutputPath: out + string(filepath.Separator)}
+	if v.dense {
 		req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
 	}
-	for call := 1; call <= 1+c.Warmup+c.Iters; call++ {
+	var err error
+	if v.firstImage {
+		if req.ImagePath, err = clipImagePath(*clipImage, g, req, out, "first.png", 0); err != nil {
+			return req, err
+		}
+	}
+	if v.lastImage {
+		if req.LastImagePath, err = clipImagePath(*clipLast, g, req, out, "last.png", 1); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+// clipImagePath is the flag's image, or a gradient PNG of the planned canvas (phase varies it).
+func clipImagePath(flagPath string, g *fastvideo.VideoGenerator, req fastvideo.Request, out, name string, phase int) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	plan, err := g.Plan(req)
+	if err != nil {
+		return "", err
+	}
+	img := image.NewRGBA(image.Rect(0, 0, plan.Width, plan.Height))
+	for y := 0; y < plan.Height; y++ {
+		for x := 0; x < plan.Width; x++ {
+			img.Set(x, y, color.RGBA{uint8(x * 255 / plan.Width), uint8(y * 255 / plan.Height), uint8(128 * phase), 255})
+		}
+	}
+	path := filepath.Join(out, name)
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
+}
+
+// runClipCalls makes calls Generate calls of one request and prints each as a clip record line.
+func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant string, calls int) error {
+	for call := 1; call <= calls; call++ {
 		res, err := g.Generate(context.Background(), req)
 		if err != nil {
-			return fmt.Errorf("clip call %d: %w", call, err)
+			return fmt.Errorf("clip %s call %d: %w", variant, call, err)
 		}
 		peak := -1
 		if res.PeakDeviceBytes >= 0 {
 			peak = int(res.PeakDeviceBytes >> 20)
 		}
-		rec := clipRecord{Model: *clipModel, Call: call, Cold: call == 1, Size: fmt.Sprintf("%dx%dx%d", res.Width, res.Height, res.NumFrames),
+		rec := clipRecord{Model: *clipModel, Variant: variant, Call: call, Cold: call == 1, Size: fmt.Sprintf("%dx%dx%d", res.Width, res.Height, res.NumFrames),
 			Total: res.Timings.Total.Seconds(), Stages: map[string]float64{}, Loads: map[string]float64{}, Cached: res.PromptCached,
 			PeakGPUMiB: peak, PeakHost: float64(res.PeakHostBytes) / (1 << 30), Output: filepath.Base(res.OutputPath)}
 		for _, st := range res.Timings.Stages {
