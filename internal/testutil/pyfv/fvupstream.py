@@ -273,9 +273,10 @@ def released_names(model, mapping):
             inv = _invert(pattern, template)
             if inv and re.fullmatch(inv[0], name):
                 cand = re.sub(inv[0], inv[1], name)
-                if _apply(mapping, cand) == name:
-                    rel = cand
-                    break
+                if _apply(mapping, cand) != name:
+                    sys.exit(f"{name}: the released name {cand} does not map back")
+                rel = cand
+                break
         out[name] = rel
     return out
 
@@ -290,12 +291,12 @@ def _apply(mapping, released):
 
 def _invert(pattern, template):
     """A regex over fastvideo names and a replacement giving the released name, for rules whose released
-    pattern is ^literal(.*)literal...$ with groups only as (.*)."""
+    pattern is ^literal(group)literal...$ with plain groups such as (.*) or (\\d+)."""
     import re
-    body = pattern.lstrip("^").rstrip("$")
-    parts = body.split("(.*)")
-    lits = [re.sub(r"\\(.)", r"\1", p) for p in parts]
-    if any(re.search(r"[\[\]()?*+|{}]", l) for l in lits):
+    pieces = re.split(r"(\([^()]*\))", pattern.lstrip("^").rstrip("$"))
+    lits, groups = pieces[0::2], pieces[1::2]
+    lits = [re.sub(r"\\(.)", r"\1", p) for p in lits]
+    if any(re.search(r"[\[\]()?*+|{}^$]", lit) for lit in lits):
         return None
     tparts = re.split(r"\\(\d)", template)
     rx, order = "", []
@@ -303,12 +304,12 @@ def _invert(pattern, template):
         if i % 2 == 0:
             rx += re.escape(piece)
         else:
-            rx += "(.*)"
+            rx += groups[int(piece) - 1]
             order.append(int(piece))
     repl = ""
     for i, lit in enumerate(lits):
         repl += lit.replace("\\", "\\\\")
-        if i < len(lits) - 1:
+        if i < len(groups):
             repl += "\\" + str(order.index(i + 1) + 1)
     return "^" + rx + "$", repl
 
