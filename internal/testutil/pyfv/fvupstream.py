@@ -358,3 +358,56 @@ def arch_json(arch_config):
             continue
         out[k] = v
     return out
+
+
+def ensure_diffusers_scheduler():
+    """diffusers (third party) when absent: the scheduler base classes scheduling_flow_unipc_multistep.py
+    imports. register_to_config records the __init__ arguments (defaults filled in) as self.config, which is
+    all the scheduler reads from it; ConfigMixin/SchedulerMixin are plain bases; SchedulerOutput holds
+    prev_sample; deprecate is a no-op. Returns whether the stub was installed."""
+    try:
+        import diffusers.configuration_utils  # noqa: F401
+        import diffusers.schedulers.scheduling_utils  # noqa: F401
+        return False
+    except ImportError:
+        pass
+    import enum
+    import functools
+    import inspect
+
+    def register_to_config(init):
+        @functools.wraps(init)
+        def wrapped(self, *args, **kwargs):
+            bound = inspect.signature(init).bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            self.config = types.SimpleNamespace(**{k: v for k, v in bound.arguments.items() if k != "self"})
+            init(self, *args, **kwargs)
+        return wrapped
+
+    class SchedulerOutput:
+        def __init__(self, prev_sample):
+            self.prev_sample = prev_sample
+
+    ensure_diffusers_randn()
+    _module("diffusers.configuration_utils", ConfigMixin=type("ConfigMixin", (), {}),
+            register_to_config=register_to_config)
+    _module("diffusers.schedulers", __path__=[])
+    _module("diffusers.schedulers.scheduling_utils", SchedulerMixin=type("SchedulerMixin", (), {}),
+            SchedulerOutput=SchedulerOutput, KarrasDiffusionSchedulers=enum.Enum("KarrasDiffusionSchedulers", "NONE"))
+    sys.modules["diffusers.utils"].deprecate = lambda *a, **k: None
+    return True
+
+
+def upstream_defs(relpath, names, ns):
+    """Executes the named top-level definitions of an upstream file verbatim in namespace ns (for files whose
+    module imports drag the whole stack, e.g. fastvideo/utils.py)."""
+    path = os.path.join(SRC, relpath)
+    tree = ast.parse(open(path).read())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), ns)
+            found.add(node.name)
+    if set(names) - found:
+        sys.exit(f"{relpath}: no top-level {sorted(set(names) - found)}")
+    return ns
