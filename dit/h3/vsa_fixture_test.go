@@ -1,7 +1,8 @@
 package h3
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 
 	"fastvideo/attention"
@@ -35,11 +36,6 @@ func TestVSAForwardParity(t *testing.T) {
 		if err := fx.DecodeConfig(&cases, "cases"); err != nil {
 			t.Fatal(err)
 		}
-		names := make([]string, 0, len(cases))
-		for n := range cases {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		m := fixtureModel(t, fx, Options{})
 		in := fixtureInputs(t, fx)
 		dense, err := m.Forward(in)
@@ -48,7 +44,7 @@ func TestVSAForwardParity(t *testing.T) {
 		}
 		wantDense, sh := fx.F32(t, "out.dense.video")
 		testutil.AssertClose(t, "out.dense.video", dense.Video, wantDense, sh, testutil.ParityTol(wantDense))
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(cases)) {
 			c := cases[name]
 			t.Run(name, func(t *testing.T) {
 				mode, err := attention.ParseMode(c.Mode)

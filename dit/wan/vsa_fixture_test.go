@@ -1,7 +1,8 @@
 package wan
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 
 	"fastvideo/attention"
@@ -22,11 +23,6 @@ func TestVSAForwardParity(t *testing.T) {
 		if err := fx.DecodeConfig(&cases, "cases"); err != nil {
 			t.Fatal(err)
 		}
-		names := make([]string, 0, len(cases))
-		for n := range cases {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		m := fixtureModel(t, fx, Options{})
 		if !m.HasVSAGates() {
 			t.Fatal("the fixture's to_gate_compress weights were not bound")
@@ -38,7 +34,7 @@ func TestVSAForwardParity(t *testing.T) {
 		}
 		want, sh := fx.F32(t, "out.dense.sample")
 		testutil.AssertClose(t, "out.dense.sample", dense, want, sh, testutil.ParityTol(want))
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(cases)) {
 			c := cases[name]
 			t.Run(name, func(t *testing.T) {
 				if k := attention.TopKTiles(c.Sparsity, c.NumTiles); k != c.TopK || k >= c.NumTiles {
