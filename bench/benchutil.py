@@ -6,6 +6,7 @@ sys.path), so every script keeps its own arguments and output.
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import statistics
@@ -89,3 +90,35 @@ def peak_memory() -> str:
     """The VAE baselines' memory report: torch's peaks and nvidia-smi's current figure."""
     return (f"peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB, "
             f"peak reserved {torch.cuda.max_memory_reserved() / 2**20:.0f} MiB, nvidia-smi now {gpu_mem_mib()} MiB")
+
+
+def profile_kernels(fn, dev: torch.device, out_csv: str, median_s: float) -> None:
+    """Runs fn once more under torch.profiler and writes the device kernels, memcpys and memsets it
+    launched, grouped by name (name, calls, total_us), to out_csv: the input of
+    bench/kernel_breakdown.py --torch. CPU and CUDA activities are both recorded so that kernels stay
+    linked to their ops in every torch version; only device-side events are written."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    want = DeviceType.CUDA if dev.type == "cuda" else DeviceType.CPU
+    sync(dev)
+    with profile(activities=acts) as prof:
+        fn()
+        sync(dev)
+    table: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == want:
+            row = table.setdefault(e.name, [0, 0.0])
+            row[0] += 1
+            row[1] += e.time_range.elapsed_us()
+    rows = sorted(table.items(), key=lambda kv: -kv[1][1])
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "calls", "total_us"])
+        for name, (calls, us) in rows:
+            w.writerow([name, calls, f"{us:.3f}"])
+    total = sum(us for _, (_, us) in rows)
+    print(f"profile: {sum(c for _, (c, _) in rows)} device events, {len(rows)} names, {total / 1000:.2f} ms summed "
+          f"-> {out_csv}; forward median {1000 * median_s:.1f} ms "
+          f"(bench/kernel_breakdown.py --torch {out_csv} --wall-ms {1000 * median_s:.1f})")

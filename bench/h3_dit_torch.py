@@ -14,18 +14,23 @@ video 14,430), random weights drawn on the GPU (matrices randn/sqrt(fan_in), bia
 weights 1 + 0.1 randn). The refined prompt is computed once and reused, as FastVideo caches it across
 steps; the AdaLN projections run in every forward unless --adaln-cache. Prints seconds per forward
 (median after warm-up), TFLOP/s of the block matmuls and attention, and the peak memory torch allocated.
+
+--profile OUT.csv records ONE more forward after the timed runs with torch.profiler (compile and
+autotuning stay outside) and writes its GPU kernels (name, calls, total_us), the input of
+bench/kernel_breakdown.py --torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
-from benchutil import print_forward_rate, setup, sync, time_runs, timestep_proj
+from benchutil import print_forward_rate, profile_kernels, setup, sync, time_runs, timestep_proj
 
 # Release architecture (the released transformer/config.json; fastvideo/configs/models/dits/minimax_h3.py).
 HIDDEN = 5376
@@ -244,6 +249,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the joint block (FastVideo compiles per block)")
     ap.add_argument("--adaln-cache", action="store_true", help="precompute the AdaLN tables once (step cache)")
     ap.add_argument("--no-tf32", action="store_true")
+    ap.add_argument("--profile", metavar="OUT.csv", help="write the GPU kernels of one more forward (torch.profiler)")
     args = ap.parse_args()
     if args.iters < 3:
         ap.error("--iters must be >= 3 for a median")
@@ -291,6 +297,8 @@ def main():
             return forward(w, text, video_rows, audio_rows, rows, a, tables, tidx, adaln_idx, cos, sin, block_fn)
 
         first, times, out = time_runs(run, args.warmup, args.iters, dev)
+        if args.profile:
+            profile_kernels(run, dev, args.profile, statistics.median(times))
 
     inner = HEADS * HEAD_DIM
     tflop = args.layers * (L * (8 * HIDDEN * inner + 6 * HIDDEN * FFN) + 4 * L * L * inner) / 1e12

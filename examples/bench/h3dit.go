@@ -226,11 +226,12 @@ func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // measureH3DiT times m's forward on in and prints the measurement and a summary line.
 func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) error {
-	tm, out, err := timeForward(c, func() (h3.ForwardOutputs, error) { return m.Forward(in) })
+	tag := "h3dit[" + label + "]"
+	tm, out, err := timeForward(c, tag, func() (h3.ForwardOutputs, error) { return m.Forward(in) })
 	if err != nil {
 		return err
 	}
-	reportForward("h3dit["+label+"]", tm, tflop, "video", out.Video)
+	reportForward(tag, tm, tflop, "video", out.Video)
 	fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
 		weightsLabel, label, tm.Median(), gib(m.WeightMemory().Total), tm.PeakGPU)
 	return nil

@@ -28,6 +28,8 @@ type common struct {
 	Seed          uint64
 	Attention     attention.Options
 	Dispatch      quant.Dispatch
+	// Window is -profile-window: the DiT forward it brackets for ncu (nil or an empty tag: none).
+	Window *profileWindow
 }
 
 var benches = map[string]func(b compute.Backend, c common) error{}
@@ -70,6 +72,8 @@ func main() {
 	flag.IntVar(&c.Warmup, "warmup", 1, "untimed runs after the first (compiling) one")
 	flag.IntVar(&c.Iters, "iters", 10, "timed runs")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
+	c.Window = &profileWindow{}
+	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]" or "wandit"), run one more forward between cuProfilerStart and cuProfilerStop for ncu --profile-from-start off (CUDA backends only)`)
 	flag.Parse()
 	fn := benches[*what]
 	if fn == nil && specBenches[*what] == nil {
@@ -81,22 +85,41 @@ func main() {
 		os.Exit(2)
 	}
 	if sfn := specBenches[*what]; sfn != nil {
+		if c.Window.tag != "" {
+			fmt.Fprintf(os.Stderr, "bench: -profile-window is for -what h3dit and wandit, not %s\n", *what)
+			os.Exit(2)
+		}
 		if err := sfn(*spec, c); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	b, err := backend.New(*spec)
+	b, plan, err := openBackend(*spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 	fmt.Printf("backend: %s\n", b.Description())
+	c.Window.cuda = plan.Backend == backend.KindXLA && plan.IsCUDA()
 	if err := fn(b, c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+	if err := c.Window.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// openBackend is backend.New keeping the plan, which says whether the backend runs on CUDA.
+func openBackend(spec string) (compute.Backend, *backend.Plan, error) {
+	p, err := backend.Resolve(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := p.Open()
+	return b, p, err
 }
 
 // readEnv parses the kernel choices of the environment; a bad value is invalid input.

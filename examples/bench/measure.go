@@ -120,14 +120,19 @@ type timing struct {
 func (t timing) Min() float64    { return t.Sorted[0] }
 func (t timing) Median() float64 { return t.Sorted[len(t.Sorted)/2] }
 
-// timeForward is timeRuns of a forward pass, keeping its last output.
-func timeForward[O any](c common, forward func() (O, error)) (timing, O, error) {
+// timeForward is timeRuns of a forward pass, keeping its last output; when tag is -profile-window's,
+// one more forward runs inside the profiler range.
+func timeForward[O any](c common, tag string, forward func() (O, error)) (timing, O, error) {
 	var out O
-	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
+	run := func() error {
 		var err error
 		out, err = forward()
 		return err
-	})
+	}
+	tm, err := timeRuns(c.Warmup, c.Iters, run)
+	if err == nil {
+		err = c.Window.bracket(tag, tm.Median(), run)
+	}
 	return tm, out, err
 }
 

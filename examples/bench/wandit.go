@@ -124,7 +124,7 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 
 // benchWanForward times one forward, then the denoise loop when steps are given.
 func benchWanForward(m *wan.Model, in wan.ForwardInputs, tag string, tflop float64, steps []int, runs int, randn func(int) []float32, c common) error {
-	tm, out, err := timeForward(c, func() ([]float32, error) { return m.Forward(in) })
+	tm, out, err := timeForward(c, tag, func() ([]float32, error) { return m.Forward(in) })
 	if err != nil {
 		return err
 	}

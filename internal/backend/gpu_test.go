@@ -82,6 +82,13 @@ func TestCUDADiscovery(t *testing.T) {
 		t.Fatalf("512x512 matmul: %d of %d values differ from the Go reference", bad, n*n)
 	}
 	t.Logf("512x512 f32 matmul exact")
+	// Outside ncu the range is a no-op, but the driver must accept it in XLA's primary context.
+	if err := StartCUDAProfiler(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := StopCUDAProfiler(0); err != nil {
+		t.Fatal(err)
+	}
 
 	// Where the NVIDIA libraries actually came from.
 	if maps, err := os.ReadFile("/proc/self/maps"); err == nil {
@@ -97,5 +104,21 @@ func TestCUDADiscovery(t *testing.T) {
 			}
 		}
 		t.Logf("mapped NVIDIA/plugin libraries:\n  %s", strings.Join(libs, "\n  "))
+	}
+}
+
+// TestCUDAProfilerWithoutGPU: where no NVIDIA device node exists the range must fail with an error
+// (no driver library, or cuInit finding no device), never crash.
+func TestCUDAProfilerWithoutGPU(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("an NVIDIA device is present; TestCUDADiscovery covers the range there")
+	}
+	if err := StartCUDAProfiler(0); err == nil {
+		t.Fatal("StartCUDAProfiler succeeded without an NVIDIA device")
+	} else {
+		t.Logf("start: %v", err)
+	}
+	if err := StopCUDAProfiler(0); err == nil {
+		t.Fatal("StopCUDAProfiler succeeded without an NVIDIA device")
 	}
 }

@@ -56,7 +56,7 @@ func (p *Plan) Open() (b compute.Backend, err error) {
 	b, err = compute.NewWithConfig(p.Config)
 	if err != nil {
 		hint := ""
-		if p.Backend == KindXLA && p.isCUDA() {
+		if p.Backend == KindXLA && p.IsCUDA() {
 			hint = "; if a CUDA library is missing, try " + EnvPreload + "=1, or set " + EnvPlugin +
 				" to another plugin, or use GOMLX_BACKEND=go"
 		}
@@ -73,7 +73,7 @@ func (p *Plan) prepareXLA() error {
 		return fmt.Errorf("PJRT plugin: %w", err)
 	}
 	p.LoadPath = p.Plugin
-	if !p.isCUDA() {
+	if !p.IsCUDA() {
 		p.Config = xlaConfig(p.LoadPath, p.Options)
 		return nil
 	}

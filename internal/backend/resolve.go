@@ -128,7 +128,7 @@ func ResolveWith(spec string, sys System) (*Plan, error) {
 		return nil, err
 	}
 	p.Config = xlaConfig(p.Plugin, p.Options)
-	if p.isCUDA() {
+	if p.IsCUDA() {
 		f.arrangeCUDA()
 	}
 	return p, nil
@@ -141,7 +141,8 @@ func xlaConfig(plugin, options string) string {
 	return "xla:" + plugin + "," + options
 }
 
-func (p *Plan) isCUDA() bool {
+// IsCUDA says whether the plan runs on an NVIDIA GPU: the cuda platform, or a plugin whose path says so.
+func (p *Plan) IsCUDA() bool {
 	return p.Platform == "cuda" || (p.Platform == "" && looksCUDA(p.Plugin))
 }
 
@@ -708,7 +709,7 @@ func globDirs(patterns []string) []string {
 // process can use, the device's memory capped by the allocator's memory fraction. Nil where there
 // is none to read; call it after Open (which settles the fraction).
 func (p *Plan) MemoryStats() func() (used, limit uint64, err error) {
-	if p.Backend != KindXLA || !p.isCUDA() {
+	if p.Backend != KindXLA || !p.IsCUDA() {
 		return nil
 	}
 	if _, _, err := NVIDIAMemory(0); err != nil {
