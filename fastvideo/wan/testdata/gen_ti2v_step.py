@@ -77,7 +77,7 @@ z = torch.randn(C, 1, H, W, generator=g)
 text = torch.randn(1, 10, ARCH["text_dim"], generator=g)
 text[:, 7:] = 0
 sched = unipc.FlowUniPCMultistepScheduler(shift=SHIFT)
-sched.set_timesteps(STEPS, device=dev, shift=SHIFT)
+sched.set_timesteps(STEPS, device=torch.device("cpu"), shift=SHIFT)
 t = sched.timesteps[0]
 
 latent_model_input = noise.to(target_dtype).squeeze(0)
