@@ -15,6 +15,7 @@ import (
 
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/h3"
+	"fastvideo/fastvideo/wan"
 )
 
 // The whole-clip benchmark times what a user waits for: Generate from prompt to MP4 through the
@@ -40,7 +41,7 @@ var (
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, fast, spatial, image, last (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, fast, spatial, image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -105,6 +106,8 @@ type clipVariant struct {
 	name                  string
 	dense, fast, spatial  bool
 	firstImage, lastImage bool
+	// alt draws other synthetic images, so a repeated keyframe request misses the prompt cache.
+	alt bool
 }
 
 // parseClipVariants reads "default,dense,fast,spatial,fast+spatial,image,image+last"; the empty list
@@ -130,8 +133,10 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 				v.firstImage = true
 			case "last":
 				v.lastImage = true
+			case "alt":
+				v.alt = true
 			default:
-				return nil, fmt.Errorf("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last joined by + (e.g. fast+spatial)", list, tok)
+				return nil, fmt.Errorf("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
 			}
 		}
 		vs = append(vs, v)
@@ -145,20 +150,35 @@ func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
 		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, OutputPath: out + string(filepath.Separator)}
 	if v.dense {
-		req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
+		switch fam := g.Model().Family; fam {
+		case h3.FamilyName:
+			req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
+		case wan.FamilyName:
+			req.Options = &wan.Options{VSA: &wan.VSA{Off: true}}
+		default:
+			return req, fmt.Errorf("-clip-variants dense: the %s family has no VSA switch", fam)
+		}
 	}
 	var err error
 	if v.firstImage {
-		if req.ImagePath, err = clipImagePath(*clipImage, g, req, out, "first.png", 0); err != nil {
+		if req.ImagePath, err = clipImagePath(*clipImage, g, req, out, "first", v.phase(0)); err != nil {
 			return req, err
 		}
 	}
 	if v.lastImage {
-		if req.LastImagePath, err = clipImagePath(*clipLast, g, req, out, "last.png", 1); err != nil {
+		if req.LastImagePath, err = clipImagePath(*clipLast, g, req, out, "last", v.phase(1)); err != nil {
 			return req, err
 		}
 	}
 	return req, nil
+}
+
+// phase picks the synthetic image: alt variants get different pixels.
+func (v clipVariant) phase(p int) int {
+	if v.alt {
+		return p + 2
+	}
+	return p
 }
 
 // clipImagePath is the flag's image, or a gradient PNG of the planned canvas (phase varies it).
@@ -173,10 +193,10 @@ func clipImagePath(flagPath string, g *fastvideo.VideoGenerator, req fastvideo.R
 	img := image.NewRGBA(image.Rect(0, 0, plan.Width, plan.Height))
 	for y := 0; y < plan.Height; y++ {
 		for x := 0; x < plan.Width; x++ {
-			img.Set(x, y, color.RGBA{uint8(x * 255 / plan.Width), uint8(y * 255 / plan.Height), uint8(128 * phase), 255})
+			img.Set(x, y, color.RGBA{uint8(x * 255 / plan.Width), uint8(y * 255 / plan.Height), uint8(64 * phase), 255})
 		}
 	}
-	path := filepath.Join(out, name)
+	path := filepath.Join(out, fmt.Sprintf("%s%d.png", name, phase))
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err

@@ -42,10 +42,23 @@ var command = cli.Command{
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		guidance := fs.Float64("guidance-scale", 0, "classifier-free guidance scale, > 1 enables it (0: preset; FastWan: none)")
 		warp := fs.Bool("warp-denoising-steps", false, "FastWan: feed the DMD rungs warped onto the flow-shift grid (the MLX Wan2.2-5B recipe)")
+		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (their gates go unused; faster on XLA today, see BENCHMARKS.md)")
+		sparsity := fs.Float64("vsa-sparsity", 0, "FastWan: VSA sparsity in [0, 1) (default: the model's, 0.8 for 1.3B, 0.9 for 14B)")
 		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.GuidanceScale = *guidance
+			var opts wan.Options
+			touched := set["warp-denoising-steps"] || set["dense-attention"] || set["vsa-sparsity"]
 			if set["warp-denoising-steps"] {
-				req.Options = &wan.Options{WarpDenoisingSteps: fastvideo.Ptr(*warp)}
+				opts.WarpDenoisingSteps = fastvideo.Ptr(*warp)
+			}
+			if set["dense-attention"] || set["vsa-sparsity"] {
+				opts.VSA = &wan.VSA{Off: *dense}
+				if set["vsa-sparsity"] {
+					opts.VSA.Sparsity = fastvideo.Ptr(*sparsity)
+				}
+			}
+			if touched {
+				req.Options = &opts
 			}
 			return nil
 		}

@@ -185,3 +185,24 @@ func TestImageFlag(t *testing.T) {
 		t.Fatalf("probe %+v", info.Video)
 	}
 }
+
+// TestVSAFlags: FastWan plans VSA by default (0.8 for 1.3B), -vsa-sparsity changes its top-k,
+// -dense-attention drops it, and a model without VSA gates refuses a sparsity.
+func TestVSAFlags(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		topK int // 0: dense
+	}{{"", 73}, {"-vsa-sparsity 0.5", 182}, {"-dense-attention", 0}} {
+		_, d := plan(t, strings.Fields("-model fastwan2.1-t2v-1.3b "+c.args)...)
+		switch {
+		case c.topK == 0 && d.VSA != nil:
+			t.Errorf("%q: plan has VSA %+v, want dense", c.args, *d.VSA)
+		case c.topK > 0 && (d.VSA == nil || d.VSA.TopK != c.topK):
+			t.Errorf("%q: plan VSA %+v, want top-%d", c.args, d.VSA, c.topK)
+		}
+	}
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
+		{"-plan -model wan2.1-t2v-1.3b -vsa-sparsity 0.5", 2, "invalid -vsa-sparsity"},
+		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity -0.1", 2, "invalid -vsa-sparsity"},
+	})
+}

@@ -21,6 +21,7 @@ import (
 
 	"fastvideo/examples/internal/cli"
 	"fastvideo/fastvideo"
+	"fastvideo/fastvideo/h3"
 )
 
 var command = cli.Command{
@@ -41,8 +42,17 @@ var command = cli.Command{
 	},
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		lastImage := fs.String("last-image", "", "last-frame image (PNG or JPEG) for first/last-keyframe generation (FL2VA)")
-		return func(req *fastvideo.Request, _ map[string]bool) error {
+		dense := fs.Bool("dense-attention", false, "FastH3: dense attention instead of the Video Sparse Attention the students were trained with (their gates go unused; faster on XLA today, see BENCHMARKS.md)")
+		sparsity := fs.Float64("vsa-sparsity", 0, "FastH3: VSA sparsity in [0, 1) (default: the checkpoint's schedule contract, else 0.9)")
+		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.LastImagePath = *lastImage
+			if set["dense-attention"] || set["vsa-sparsity"] {
+				vsa := &h3.VSA{Off: *dense}
+				if set["vsa-sparsity"] {
+					vsa.Sparsity = fastvideo.Ptr(*sparsity)
+				}
+				req.Options = &h3.Options{VSA: vsa}
+			}
 			return nil
 		}
 	},

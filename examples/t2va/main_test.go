@@ -24,6 +24,23 @@ func TestPlanJSON(t *testing.T) {
 	}
 }
 
+// TestVSAFlags: FastH3 plans VSA by default, -vsa-sparsity changes its top-k, -dense-attention drops it.
+func TestVSAFlags(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		topK int // 0: dense
+	}{{"", 28}, {"-vsa-sparsity 0.5", 140}, {"-dense-attention", 0}} {
+		var d h3.PlanDetails
+		clitest.RunPlan(t, run, &d, strings.Fields("-model fasth3 "+c.args)...)
+		switch {
+		case c.topK == 0 && d.VSA != nil:
+			t.Errorf("%q: plan has VSA %+v, want dense", c.args, *d.VSA)
+		case c.topK > 0 && (d.VSA == nil || d.VSA.TopK != c.topK):
+			t.Errorf("%q: plan VSA %+v, want top-%d", c.args, d.VSA, c.topK)
+		}
+	}
+}
+
 func TestPlanTable(t *testing.T) {
 	code, out, errs := clitest.Run(run, "-plan", "-model", "h3", "-prompt", "A cat plays the piano.")
 	if code != 0 {
@@ -71,6 +88,8 @@ func TestExitCodes(t *testing.T) {
 		{"-plan -sharpen 0.5", 2, "invalid -sharpen"},
 		{"-plan -spatial-scale 3", 2, "invalid -spatial-scale"},
 		{"-plan -fast-spatial -spatial-scale 1", 2, "invalid -spatial-scale 1"},
+		{"-plan -model fasth3 -vsa-sparsity 1.5", 2, `invalid -vsa-sparsity "1.5"`},
+		{"-plan -vsa-sparsity 0.5", 2, "invalid -vsa-sparsity"}, // tiny-h3 carries no VSA gates
 	})
 	if names, _ := os.ReadDir(dir); len(names) != 1 {
 		t.Errorf("failed runs left files: %v", names)

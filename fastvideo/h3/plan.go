@@ -308,6 +308,10 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
 	}
+	if v := d.VSA; v != nil {
+		row("attention", "VSA sparsity %g, %d-row tiles (%s): %d prefix + %d video tiles, top-%d video key tiles; %.1f TFLOP of attention skipped",
+			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.AttentionTFLOPsSaved)
+	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each); per device %s", dp.Devices, dp.LocalHeads, dp.LocalFFN, dp.Breakdown())

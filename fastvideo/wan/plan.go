@@ -277,6 +277,10 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
 	}
+	if v := d.VSA; v != nil {
+		row("attention", "VSA sparsity %g, %d-row tiles: %d tiles, top-%d key tiles; %.1f TFLOP of attention skipped",
+			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
+	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	return tw.Flush()
 }
