@@ -37,11 +37,7 @@ func TestTensorParallelOnGPU(t *testing.T) {
 		for step := range 2 { // the second forward reuses the compiled program and the placed weights
 			out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 			checkOutputs(t, fx, out, acts)
-			testutil.AssertClose(t, "2 GPUs vs 1 video", out.Video, want.Video, []int{len(want.Video)}, testutil.ParityTol(want.Video))
-			testutil.AssertClose(t, "2 GPUs vs 1 audio", out.Audio, want.Audio, []int{len(want.Audio)}, testutil.ParityTol(want.Audio))
-			for _, name := range []string{"block0_attn_out", "block0_ff_out", "block0_out", "block_last_out"} {
-				testutil.AssertClose(t, "2 GPUs vs 1 "+name, acts[name].Values, wantActs[name].Values, acts[name].Shape, testutil.ParityTol(wantActs[name].Values))
-			}
+			assertSameForward(t, "2 GPUs vs 1", out, want, acts, wantActs)
 			if step == 0 {
 				t.Logf("weights: %d bytes on 2 GPUs (norm copies included), %d on one", m.WeightMemory().Total, one.WeightMemory().Total)
 			}

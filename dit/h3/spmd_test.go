@@ -140,10 +140,7 @@ func TestSPMDEmulated(t *testing.T) {
 			emulateSPMD(t, m)
 			out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 			checkOutputs(t, fx, out, acts)
-			testutil.AssertClose(t, "SPMD vs whole video", out.Video, want.Video, []int{len(want.Video)}, testutil.ParityTol(want.Video))
-			for _, name := range []string{"block0_attn_out", "block0_ff_out", "block0_out", "block_last_out"} {
-				testutil.AssertClose(t, "SPMD vs whole "+name, acts[name].Values, wantActs[name].Values, acts[name].Shape, testutil.ParityTol(wantActs[name].Values))
-			}
+			assertSameForward(t, "SPMD vs whole", out, want, acts, wantActs)
 		}
 	})
 	b := testutil.Backend(t)
