@@ -96,7 +96,7 @@ func TestShardedGeneration(t *testing.T) {
 	if err := plan.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "2, DiT tensor-parallel (1 heads and FFN 128 each); per device 20.00 GiB = DiT shard") {
+	if !strings.Contains(table.String(), "2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces); per device 20.00 GiB = DiT shard") {
 		t.Errorf("the plan table does not show the device layout:\n%s", table.String())
 	}
 }

@@ -107,12 +107,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			all := Concatenate([]*Node{a.Text, ConvertDType(ve, a.Text.DType()), ConvertDType(ae, a.Text.DType())}, 0)
 			return traced(trace, 1, Gather(all, ExpandAxes(a.Perm, -1)), ve, ae)
 		}),
-		block: graphexec.MustExec(m.backend, "h3.joint_block", func(in []*Node) []*Node {
-			var a blockInputs[*Node]
-			w := coreFromSlice(graphexec.Unpack(in, &a), blockLayout, blockFP8)
-			out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
-			return traced(trace, 1, out, attnOut, ffOut)
-		}),
+		block: graphexec.MustExec(m.backend, "h3.joint_block", jointBlockFn(spec, blockLayout, blockFP8, trace)),
 		output: graphexec.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
 			var a outputInputs[*Node]
 			graphexec.Unpack(in, &a)
@@ -129,6 +124,18 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 		s.shard = m.newShardExecs(trace)
 	}
 	return s
+}
+
+// jointBlockFn is the graph of one joint block, fed blockInputs and the block's weights: the whole
+// model's block, and with a shard's spec (local heads and FFN, the all-reduce hook) every device's
+// program of the SPMD tensor-parallel block.
+func jointBlockFn(spec blockSpec, layout linearLayout, fp8, trace bool) func(in []*Node) []*Node {
+	return func(in []*Node) []*Node {
+		var a blockInputs[*Node]
+		w := coreFromSlice(graphexec.Unpack(in, &a), layout, fp8)
+		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
+		return traced(trace, 1, out, attnOut, ffOut)
+	}
 }
 
 func (m *Model) execs() *stageExecs { return m.stages.Get(m.trace != nil) }
@@ -452,6 +459,9 @@ func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], 
 	if m.shards != nil && vsa != nil {
 		graphexec.Finalize(x)
 		return nil, fmt.Errorf("h3: VSA with tensor-parallel shards is not supported; run the sharded model dense")
+	}
+	if m.shards != nil && m.shards.spmd != nil {
+		return m.runSPMDBlocks(x, args, cache)
 	}
 	for b := range blocks {
 		args.X, args.Mod = x, cache.tables[b]

@@ -72,9 +72,10 @@ type Options struct {
 	// instead of the AdaLN projection weights. Load fills it from the folder's manifest when present.
 	AdaLNManifest *AdaLNManifest
 	// Shards splits the joint blocks tensor-parallel (PlanShards) into this many shards at load; 0 or 1
-	// keeps them whole. The shards run one after the other on the backend's device, their partial
-	// outputs summed where a multi-device run all-reduces: the reference a multi-device forward must
-	// match, and the same numbers as the whole model within rounding.
+	// keeps them whole. On a backend with at least Shards devices shard k lives on device k and each
+	// joint block runs as one SPMD program, its partial outputs all-reduced; with fewer devices the
+	// shards run one after the other on device 0, their partial outputs summed where the SPMD program
+	// all-reduces (Model.TensorParallel says which). Both give the whole model's numbers within rounding.
 	Shards int
 }
 
@@ -237,9 +238,18 @@ func (m *Model) finish() error {
 			return err
 		}
 	}
-	if m.shardsAsked > 1 {
-		if err := m.shardBlocks(m.shardsAsked); err != nil {
+	if n := m.shardsAsked; n > 1 {
+		if err := m.shardBlocks(n); err != nil {
 			return err
+		}
+		if m.backend.NumDevices() >= n {
+			devices := make([]compute.DeviceNum, n)
+			for k := range devices {
+				devices[k] = compute.DeviceNum(k)
+			}
+			if err := m.placeShards(devices, xlaSPMD); err != nil {
+				return err
+			}
 		}
 	}
 	m.stages = modelkit.NewStages(m.newStageExecs)
@@ -318,8 +328,9 @@ func (m *Model) WeightMemory() WeightMemory {
 		wm.Total += size(p)
 	}
 	if m.shards != nil {
-		wm.Total += m.shards.bytes()
-		wm.DenseCoreLinears += m.shards.bytes()
+		sliced, copies := m.shards.bytes()
+		wm.Total += sliced + copies
+		wm.DenseCoreLinears += sliced
 	}
 	for i := range m.p.Blocks {
 		wm.AdaLN += size(m.p.Blocks[i].AdaLN.W, m.p.Blocks[i].AdaLN.B)

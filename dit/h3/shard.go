@@ -125,6 +125,9 @@ func checkShards(cfg Config, devices int) error {
 type shardedBlocks struct {
 	spec    blockSpec // one shard's: local heads and FFN width, no all-reduce of its own
 	weights [][][]*tensors.Tensor
+	// spmd places shard k on its own device and runs each block as one SPMD program (nil: the shards run
+	// in turn on device 0).
+	spmd *spmdPlacement
 }
 
 func (s *shardedBlocks) n() int { return len(s.weights[0]) }
@@ -139,20 +142,28 @@ func (s *shardedBlocks) close() {
 			graphexec.Finalize(w[4:]...)
 		}
 	}
+	if s.spmd != nil {
+		graphexec.Finalize(s.spmd.copies...)
+	}
 	s.weights = nil
 }
 
-// bytes is the memory of the slices of every shard.
-func (s *shardedBlocks) bytes() int64 {
-	var n int64
+// bytes is the memory of the slices of every shard; copies that of the norms replicated on the other
+// devices.
+func (s *shardedBlocks) bytes() (sliced, copies int64) {
 	for _, shards := range s.weights {
 		for _, w := range shards {
 			for _, t := range w[4:] {
-				n += t.Shape().ByteSize()
+				sliced += t.Shape().ByteSize()
 			}
 		}
 	}
-	return n
+	if s.spmd != nil {
+		for _, t := range s.spmd.copies {
+			copies += t.Shape().ByteSize()
+		}
+	}
+	return sliced, copies
 }
 
 // shardBlocks cuts every joint block's core linears into n shards by shardRules and frees the whole
@@ -226,9 +237,11 @@ func newSlicer(m *Model, n int) *slicer {
 	return &s
 }
 
-// shardExecs run one shard's part of a joint block; the sums of the partials they take stand for the
-// all-reduces of a multi-device run.
+// shardExecs run the joint blocks of a sharded model: spmd the whole block on every device at once, or,
+// on one device, attention, feedForward and residual run one shard's part of a block each, the sums of
+// the partials they take standing for the all-reduces.
 type shardExecs struct {
+	spmd *Exec
 	// attention: X, Mod, RowIdx, Cos, Sin, shard weights -> the shard's partial attention output.
 	// feedForward: X, Mod, RowIdx, every shard's attention partial, shard weights -> x + gated attention,
 	// the shard's partial FFN output (traced: and the summed attention output).
@@ -237,7 +250,9 @@ type shardExecs struct {
 	attention, feedForward, residual *Exec
 }
 
-func (s *shardExecs) Finalize() { graphexec.FinalizeExecs(s.attention, s.feedForward, s.residual) }
+func (s *shardExecs) Finalize() {
+	graphexec.FinalizeExecs(s.spmd, s.attention, s.feedForward, s.residual)
+}
 
 // sumPartials is the all-reduce of partial outputs held side by side, in shard order.
 func sumPartials(parts []*Node) *Node {
@@ -249,6 +264,9 @@ func sumPartials(parts []*Node) *Node {
 }
 
 func (m *Model) newShardExecs(trace bool) *shardExecs {
+	if m.shards.spmd != nil {
+		return &shardExecs{spmd: m.newSPMDExec(trace)}
+	}
 	spec, n, layout := m.shards.spec, m.shards.n(), m.p.BlockLayout
 	weightsOf := func(in []*Node) coreWeights {
 		w := coreFromSlice(in, layout, false) // sharded blocks are dense (FP8 with shards is refused)

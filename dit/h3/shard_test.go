@@ -26,14 +26,20 @@ func TestShardedForwardParity(t *testing.T) {
 			}
 			out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 			checkOutputs(t, fx, out, acts)
-			testutil.AssertClose(t, "sharded vs whole video", out.Video, want.Video, []int{len(want.Video)}, testutil.ParityTol(want.Video))
-			testutil.AssertClose(t, "sharded vs whole audio", out.Audio, want.Audio, []int{len(want.Audio)}, testutil.ParityTol(want.Audio))
-			for _, name := range []string{"block0_attn_out", "block0_ff_out", "block0_out", "block_last_out"} {
-				testutil.AssertClose(t, "sharded vs whole "+name, acts[name].Values, wantActs[name].Values, acts[name].Shape, testutil.ParityTol(wantActs[name].Values))
-			}
+			assertSameForward(t, "sharded vs whole", out, want, acts, wantActs)
 			checkShardMemory(t, whole, m, n)
 		}
 	})
+}
+
+// assertSameForward compares a sharded forward (outputs and traced block outputs) with the whole model's.
+func assertSameForward(t *testing.T, label string, out, want ForwardOutputs, acts, wantActs testutil.Trace) {
+	t.Helper()
+	testutil.AssertClose(t, label+" video", out.Video, want.Video, []int{len(want.Video)}, testutil.ParityTol(want.Video))
+	testutil.AssertClose(t, label+" audio", out.Audio, want.Audio, []int{len(want.Audio)}, testutil.ParityTol(want.Audio))
+	for _, name := range []string{"block0_attn_out", "block0_ff_out", "block0_out", "block_last_out"} {
+		testutil.AssertClose(t, label+" "+name, acts[name].Values, wantActs[name].Values, acts[name].Shape, testutil.ParityTol(wantActs[name].Values))
+	}
 }
 
 // shardCounts are the shard counts above one that split cfg's heads and FFN.

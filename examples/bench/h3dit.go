@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -20,7 +21,7 @@ var (
 	h3ditCached  = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
 	h3ditQBits   = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
 	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
-	h3ditShards  = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width), run one after another on the device with their partial outputs summed: the reference a multi-GPU forward must match, and its overhead")
+	h3ditShards  = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
 	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
 	h3ditFP8     = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
@@ -199,9 +200,6 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 	baseGPU := gpuMemMiB()
 	t0 := time.Now()
 	opts.Shards = *h3ditShards
-	if *h3ditShards > 1 {
-		weightsLabel += fmt.Sprintf(", %d shards", *h3ditShards)
-	}
 	var m *h3.Model
 	var err error
 	if scheme != nil {
@@ -211,6 +209,14 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 	}
 	if err != nil {
 		return nil, "", err
+	}
+	if tp := m.TensorParallel(); tp != "" {
+		fmt.Printf("h3dit: tensor parallel: %s\n", tp)
+		path := "in turn on one device"
+		if strings.Contains(tp, "SPMD") {
+			path = "SPMD over devices"
+		}
+		weightsLabel += fmt.Sprintf(", %d shards %s", *h3ditShards, path)
 	}
 	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
 		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)

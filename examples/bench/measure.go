@@ -202,23 +202,24 @@ func rmsNonFinite(v []float32) (rms float64, nonFinite int) {
 	return math.Sqrt(ss / float64(max(1, len(v)))), nonFinite
 }
 
-// gpuMemMiB reads this process's device memory from nvidia-smi (MiB), or -1 when unavailable.
+// gpuMemMiB reads this process's device memory from nvidia-smi (MiB), or -1 when unavailable; on several
+// GPUs (one line each), the largest: the memory a tensor-parallel run must fit per device.
 func gpuMemMiB() int {
 	out, err := exec.Command("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").Output()
 	if err != nil {
 		return -1
 	}
 	pid := strconv.Itoa(os.Getpid())
+	most := -1
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Split(line, ",")
 		if len(f) == 2 && strings.TrimSpace(f[0]) == pid {
-			v, err := strconv.Atoi(strings.TrimSpace(f[1]))
-			if err == nil {
-				return v
+			if v, err := strconv.Atoi(strings.TrimSpace(f[1])); err == nil {
+				most = max(most, v)
 			}
 		}
 	}
-	return -1
+	return most
 }
 
 // gpuPeak polls gpuMemMiB until stopped and reports the largest value seen.

@@ -1,0 +1,69 @@
+package h3
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+
+	"fastvideo/internal/testutil"
+)
+
+// TestTensorParallelOnGPU runs the fixtures tensor-parallel over two GPUs (each joint block one SPMD
+// program, shard k on device k, the partial outputs all-reduced) in f32 with TF32 off, against the same
+// model on one GPU at the parity tolerance, and against the fixture; the traced block outputs (device
+// 0's) too. Built and run on a machine with 2 GPUs:
+//
+//	go test -c -ldflags='-s -w' -o .gpu/h3.test ./dit/h3
+//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelOnGPU -test.v
+func TestTensorParallelOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
+	if b.NumDevices() < 2 {
+		t.Skipf("the backend %s has %d device(s); tensor parallelism over devices needs 2 or more", b.Name(), b.NumDevices())
+	}
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		load := func(shards int) *Model {
+			return testutil.Open(t, func() (*Model, error) {
+				return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32, Shards: shards})
+			})
+		}
+		one := load(1)
+		want, wantActs := testutil.TracedForward(t, &one.trace, func() (ForwardOutputs, error) { return one.Forward(fixtureInputs(t, fx)) })
+		m := load(2)
+		if tp := m.TensorParallel(); !strings.Contains(tp, "SPMD") {
+			t.Fatalf("Shards 2 on %d devices ran %q, want the SPMD path", b.NumDevices(), tp)
+		}
+		t.Logf("tensor parallel: %s", m.TensorParallel())
+		for step := range 2 { // the second forward reuses the compiled program and the placed weights
+			out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
+			checkOutputs(t, fx, out, acts)
+			assertSameForward(t, "2 GPUs vs 1", out, want, acts, wantActs)
+			if step == 0 {
+				t.Logf("weights: %d bytes on 2 GPUs (norm copies included), %d on one", m.WeightMemory().Total, one.WeightMemory().Total)
+			}
+		}
+	})
+}
+
+// TestTensorParallelBF16OnGPU runs the SPMD path in bf16 (the fused attention) on the fixtures, checked
+// against the f32 reference at the bf16 tolerance:
+//
+//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelBF16OnGPU -test.v
+func TestTensorParallelBF16OnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	if b.NumDevices() < 2 {
+		t.Skipf("the backend %s has %d device(s); tensor parallelism over devices needs 2 or more", b.Name(), b.NumDevices())
+	}
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		out := testutil.Run(t, func() (*Model, error) {
+			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, Shards: 2})
+		}, func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
+		for _, c := range []struct {
+			name string
+			got  []float32
+		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
+			want, sh := fx.F32(t, c.name)
+			testutil.AssertAtDType(t, c.name+" bf16 over 2 GPUs", dtypes.BFloat16, c.got, want, sh)
+		}
+	})
+}
