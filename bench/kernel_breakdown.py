@@ -12,6 +12,11 @@ profiler, e.g. the timed median the tools print beside their profile):
                 (==PROF== messages, the bench's own output) are skipped; values may carry thousands
                 separators; units ns/nsecond, us/usecond, ms/msecond, s/second.
   --torch PATH  `bench/h3_dit_torch.py --profile PATH` (columns name, calls, total_us).
+  --trace PATH  bench/kerneltrace.c's CSV (one row per kernel: name, start_ns, end_ns, duration_ns,
+                ...) of the same -profile-window, recorded with CUPTI inside the bench itself: the
+                kernels ran as they do unprofiled (concurrently, no replay); the table adds the
+                window's span, first kernel start to last kernel end. Kernels on different
+                streams may overlap, so their sum can exceed the span (and the gap go negative).
 
 For each source it prints one table: kernel launches and summed kernel ms per category (GEMM,
 attention, elementwise/fusion, copy/transpose/gather, other), their share of the forward (of WALL_MS
@@ -114,6 +119,24 @@ def parse_ncu(text: str) -> dict[str, list[float]]:
     return table
 
 
+def parse_trace(text: str) -> dict[str, list[float]]:
+    """kerneltrace.c CSV -> {kernel name: [launches, total us]}."""
+    table: dict[str, list[float]] = {}
+    for r in csv.DictReader(io.StringIO(text)):
+        row = table.setdefault(r["name"], [0, 0.0])
+        row[0] += 1
+        row[1] += int(r["duration_ns"]) / 1000
+    if not table:
+        raise ValueError("no kernel rows (was the tracer's window reached? see the bench log's kerneltrace: lines)")
+    return table
+
+
+def trace_span_ms(text: str) -> float:
+    """The window's GPU span in a kerneltrace.c CSV: first kernel start to last kernel end."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    return (max(int(r["end_ns"]) for r in rows) - min(int(r["start_ns"]) for r in rows)) / 1e6
+
+
 def parse_torch(text: str) -> dict[str, list[float]]:
     """h3_dit_torch.py --profile CSV -> {kernel name: [calls, total us]}."""
     return {r["name"]: [int(r["calls"]), float(r["total_us"])] for r in csv.DictReader(io.StringIO(text))}
@@ -208,6 +231,23 @@ class SelfTest(unittest.TestCase):
                           ("wrapped_convert", "elementwise/fusion")]:
             self.assertEqual(category(name), cat, name)
 
+    def test_trace_csv(self):
+        text = ("name,start_ns,end_ns,duration_ns,device,stream,correlation,grid_x,grid_y,grid_z,block_x,block_y,block_z\n"
+                '"nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT",1000,301000,300000,0,13,5,132,1,1,384,1,1\n'
+                '"loop_multiply_fusion",302000,342000,40000,0,13,6,9000,1,1,128,1,1\n'
+                '"loop_multiply_fusion",343000,403000,60000,0,14,7,9000,1,1,128,1,1\n'
+                '"void cutlass::Kernel<fmha::Attention<bf16, 64, 128>>(fmha::Params, int)",404000,1004000,600000,0,13,8,56,4,1,128,1,1\n')
+        t = parse_trace(text)
+        self.assertEqual(t["loop_multiply_fusion"], [2, 100.0])
+        self.assertAlmostEqual(trace_span_ms(text), 1.003)
+        rows = {r[0]: r for r in breakdown(t, 2.0)}
+        self.assertAlmostEqual(rows["GEMM"][2], 0.3)
+        self.assertEqual(rows["attention"][1], 1)
+        self.assertAlmostEqual(rows["kernels summed"][2], 1.0)
+        self.assertAlmostEqual(rows["gap (wall - kernels)"][3], 50.0)
+        with self.assertRaises(ValueError):
+            parse_trace(text.splitlines()[0] + "\n")
+
     def test_bad_unit_fails(self):
         with self.assertRaises(ValueError):
             to_us("1", "cycle")
@@ -217,19 +257,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ncu", action="append", default=[], metavar="PATH[@WALL_MS]")
     ap.add_argument("--torch", action="append", default=[], metavar="PATH[@WALL_MS]")
+    ap.add_argument("--trace", action="append", default=[], metavar="PATH[@WALL_MS]")
     ap.add_argument("--top", type=int, default=12, help="kernels listed per source")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
     if args.self_test:
         res = unittest.TextTestRunner(verbosity=2).run(unittest.defaultTestLoader.loadTestsFromTestCase(SelfTest))
         return 0 if res.wasSuccessful() else 1
-    if not args.ncu and not args.torch:
-        ap.error("give --ncu and/or --torch files (or --self-test)")
-    for kind, parse, items in (("ncu", parse_ncu, args.ncu), ("torch", parse_torch, args.torch)):
+    if not args.ncu and not args.torch and not args.trace:
+        ap.error("give --trace, --ncu and/or --torch files (or --self-test)")
+    for kind, parse, items in (("trace", parse_trace, args.trace), ("ncu", parse_ncu, args.ncu),
+                               ("torch", parse_torch, args.torch)):
         for item in items:
             path, wall = source(item)
             with open(path) as f:
-                print(report(f"{kind} {path}", parse(f.read()), wall, args.top) + "\n")
+                text = f.read()
+            table, label = parse(text), f"{kind} {path}"
+            if kind == "trace":
+                label += f" (kernels span {trace_span_ms(text):.1f} ms of GPU time)"
+            print(report(label, table, wall, args.top) + "\n")
     return 0
 
 

@@ -7,8 +7,11 @@
 # LAYERS joint blocks (default 8: ~300 kernels per forward, which ncu's kernel replay of one
 # single-pass metric handles in well under a minute; per-block figures scale to the 50 blocks).
 # Writes under $OUT: go_plain.log (timings without a profiler attached, and the XLA dump hlo.tgz),
-# go_ncu.log/go_h3dit.ncu-rep/go_h3dit_ncu.csv (ncu over exactly one forward, -profile-window),
-# torch_{eager,compile}.{log,csv} (torch.profiler over one forward), breakdown.txt, hlo_summary.txt.
+# go_trace.log/go_trace.csv (bench/kerneltrace.c: CUPTI inside the bench records the kernels of
+# exactly one forward, the -profile-window's), torch_{eager,compile}.{log,csv} (torch.profiler over
+# one forward), breakdown.txt, hlo_summary.txt. Only when the trace gave no CSV does ncu run instead
+# (go_ncu.log/go_h3dit.ncu-rep/go_h3dit_ncu.csv): ncu crashed this Go process before its window.
+# -iters 3 is the least the h3dit bench takes (it reports the median of the timed runs).
 set -u
 : "${OUT:?set OUT to the output folder}"
 LAYERS=${LAYERS:-8}
@@ -27,10 +30,27 @@ echo "go plain: rc $?"; grep -E 'summary|profile window' "$OUT/go_plain.log"
 python3 bench/hlo_summary.py "$OUT/hlo" >"$OUT/hlo_summary.txt" 2>&1; head -4 "$OUT/hlo_summary.txt"
 tar -czf "$OUT/hlo.tgz" -C "$OUT" hlo && rm -rf "$OUT/hlo"
 
-# 2. Go under ncu: only the forward between cuProfilerStart and cuProfilerStop is collected;
-#    clocks and caches left as they run (no base-clock lock, no cache flush between kernels).
-if [ -n "$NCU" ]; then
-  timeout 200 "$NCU" --profile-from-start off --metrics gpu__time_duration.sum --clock-control none \
+# 2. Go under bench/kerneltrace.c, injected by the CUDA driver at cuInit: it records the kernels
+#    between cuProfilerStart and cuProfilerStop as they run and writes go_trace.csv at the stop.
+rm -f "$OUT/go_trace.csv" "$OUT/go_h3dit_ncu.csv"  # a stale table from an earlier run must not count
+trace_rc=none
+KT_SO=$(cd "$OUT" && pwd)/kerneltrace.so  # the driver dlopens it: an absolute path, whatever the cwd
+if KT_LIB=$(bash bench/kerneltrace_build.sh "$KT_SO" 2>"$OUT/kerneltrace_build.log"); then
+  CUDA_INJECTION64_PATH="$KT_SO" KERNELTRACE_CUPTI="$KT_LIB" KERNELTRACE_OUT="$OUT/go_trace.csv" \
+    timeout 150 "$BENCH" "${go_args[@]}" >"$OUT/go_trace.log" 2>&1
+  trace_rc=$?
+  echo "go trace: rc $trace_rc"; grep -E 'kerneltrace:|profile window' "$OUT/go_trace.log"
+else
+  echo "go trace: not built"; cat "$OUT/kerneltrace_build.log"
+fi
+
+# 3. Fallback, only without a trace (and not after a trace that ran out of time: both would not fit
+#    in one device command): Go under ncu, collecting only the forward between cuProfilerStart and
+#    cuProfilerStop; clocks and caches left as they run (no base-clock lock, no cache flush between
+#    kernels). GODEBUG=asyncpreemptoff=1 is a guess at the earlier segfault (it came in pure Go code,
+#    where the runtime's preemption signals are the only thing that meets ncu's injected hooks).
+if [ ! -s "$OUT/go_trace.csv" ] && [ "$trace_rc" != 124 ] && [ -n "$NCU" ]; then
+  GODEBUG=asyncpreemptoff=1 timeout 200 "$NCU" --profile-from-start off --metrics gpu__time_duration.sum --clock-control none \
     --cache-control none -f -o "$OUT/go_h3dit" "$BENCH" "${go_args[@]}" >"$OUT/go_ncu.log" 2>&1
   echo "go ncu: rc $?"; grep -E '==ERROR==|==WARNING==|profile window' "$OUT/go_ncu.log" | head -5
   "$NCU" --import "$OUT/go_h3dit.ncu-rep" --csv --page raw --print-units base --print-kernel-base demangled \
@@ -38,7 +58,7 @@ if [ -n "$NCU" ]; then
     "$NCU" --import "$OUT/go_h3dit.ncu-rep" --csv --page raw >"$OUT/go_h3dit_ncu.csv" 2>>"$OUT/ncu_import.err"
 fi
 
-# 3. torch eager and torch.compile: one forward each under torch.profiler after the timed runs.
+# 4. torch eager and torch.compile: one forward each under torch.profiler after the timed runs.
 for mode in eager compile; do
   flag=""; [ "$mode" = compile ] && flag=--compile
   timeout $([ "$mode" = compile ] && echo 150 || echo 100) python3 bench/h3_dit_torch.py --layers "$LAYERS" --adaln-cache --iters 3 --warmup 1 $flag \
@@ -46,8 +66,9 @@ for mode in eager compile; do
   echo "torch $mode: rc $?"; grep -E 'median|profile:' "$OUT/torch_$mode.log"
 done
 
-# 4. One table per source; the Go wall time is the unprofiled process's median.
+# 5. One table per source; the Go wall time is the unprofiled process's median.
 args=()
+[ -s "$OUT/go_trace.csv" ] && args+=(--trace "$OUT/go_trace.csv@$(wall "$OUT/go_plain.log")")
 [ -s "$OUT/go_h3dit_ncu.csv" ] && args+=(--ncu "$OUT/go_h3dit_ncu.csv@$(wall "$OUT/go_plain.log")")
 for mode in eager compile; do
   [ -s "$OUT/torch_$mode.csv" ] && args+=(--torch "$OUT/torch_$mode.csv@$(wall "$OUT/torch_$mode.log")")

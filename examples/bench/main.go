@@ -28,7 +28,7 @@ type common struct {
 	Seed          uint64
 	Attention     attention.Options
 	Dispatch      quant.Dispatch
-	// Window is -profile-window: the DiT forward it brackets for ncu (nil or an empty tag: none).
+	// Window is -profile-window: the DiT forward it brackets for a profiler (nil or an empty tag: none).
 	Window *profileWindow
 }
 
@@ -73,7 +73,7 @@ func main() {
 	flag.IntVar(&c.Iters, "iters", 10, "timed runs")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
 	c.Window = &profileWindow{}
-	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]" or "wandit"), run one more forward between cuProfilerStart and cuProfilerStop for ncu --profile-from-start off (CUDA backends only)`)
+	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]" or "wandit"), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
 	flag.Parse()
 	fn := benches[*what]
 	if fn == nil && specBenches[*what] == nil {

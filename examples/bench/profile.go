@@ -9,8 +9,9 @@ import (
 )
 
 // profileWindow brackets one extra forward of one measurement with the CUDA driver's
-// cuProfilerStart/cuProfilerStop, so that `ncu --profile-from-start off` collects exactly that
-// forward's kernels: compilation, XLA's autotuning and the warm-up and timed runs stay outside.
+// cuProfilerStart/cuProfilerStop, so that bench/kerneltrace.c (or `ncu --profile-from-start off`)
+// collects exactly that forward's kernels: compilation, XLA's autotuning and the warm-up and timed
+// runs stay outside.
 // The forward runs after the timed runs, so the profiler's slowdown never reaches the median.
 type profileWindow struct {
 	tag  string // the measurement to bracket, as its report lines name it, e.g. "h3dit[adaln cached]"
