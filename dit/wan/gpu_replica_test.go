@@ -16,10 +16,7 @@ import (
 //	go test -c -ldflags='-s -w' -o .gpu/wan.test ./dit/wan
 //	cd dit/wan && FASTVIDEO_GPU_TEST=1 ../../.gpu/wan.test -test.run TestReplicaOnGPU -test.v
 func TestReplicaOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
-	if b.NumDevices() < 2 {
-		t.Skipf("the backend %s has %d device(s); a replica on another device needs 2 or more", b.Name(), b.NumDevices())
-	}
+	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := testutil.Open(t, func() (*Model, error) {
 			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32})
