@@ -207,11 +207,13 @@ func WithX264Preset(preset string) Option {
 	}
 }
 
-// WithDevices spreads each generation over n accelerators of one host: the DiT is split
-// tensor-parallel by attention heads and FFN width (each device holds 1/n of its blocks' weights).
-// n > 1 needs an accelerator backend with n devices and a model that splits n ways; New refuses
-// anything else before loading. The shards run one after another on the first device for now:
-// the numbers are the split model's, the speed and the memory saving of n devices are not yet.
+// WithDevices spreads each generation over n accelerators of one host. MiniMax H3's DiT is split
+// tensor-parallel by attention heads and FFN width (each device holds 1/n of its blocks' weights);
+// a Wan model with classifier-free guidance (the base Wan2.1 1.3B and Wan2.2 5B, n = 2) runs each
+// step's unconditional forward on device 1 with a copy of the DiT while the conditional one runs on
+// device 0. n > 1 needs an accelerator backend with n devices and a model that splits n ways (not
+// FastWan, which has no guidance, nor the Wan 14B, whose tensor-parallel split is not built); New
+// refuses anything else before loading, including a per-device share above the device's free memory.
 func WithDevices(n int) Option {
 	return func(o *Options) error {
 		if n < 1 {

@@ -150,7 +150,7 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 		return nil, err
 	}
 	p := m.p
-	out, err := graphexec.Call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
+	out, err := m.call(m.execs().text, tensors.FromFlatDataAndDimensions(text, s, td),
 		p.Text1.W.T, p.Text1.B.T, p.Text2.W.T, p.Text2.B.T)
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func (m *Model) embedTimesteps(ts []float32, l int) (*stepTime, error) {
 	st := &stepTime{}
 	if len(uniq) > 1 {
 		st.tIdx = tensors.FromFlatDataAndDimensions(idx, l)
-		if err := graphexec.Upload(m.backend, st.tIdx); err != nil {
+		if err := graphexec.UploadTo(m.backend, m.device, st.tIdx); err != nil {
 			return nil, fmt.Errorf("wan: per-token timestep indices: %w", err)
 		}
 	}
@@ -272,7 +272,7 @@ func (m *Model) embedTimesteps(ts []float32, l int) (*stepTime, error) {
 		Proj: tensors.FromFlatDataAndDimensions(hostmath.TimestepSinusoid(uniq, cfg.FreqDim), len(uniq), cfg.FreqDim),
 		W1:   p.Time1.W.T, B1: p.Time1.B.T, W2: p.Time2.W.T, B2: p.Time2.B.T, ProjW: p.TimeProj.W.T, ProjB: p.TimeProj.B.T,
 	}
-	res, err := graphexec.Call(m.execs().time, graphexec.Pack(&args)...)
+	res, err := m.call(m.execs().time, graphexec.Pack(&args)...)
 	if err != nil {
 		st.close()
 		return nil, err
@@ -293,7 +293,7 @@ func (m *Model) embedTimesteps(ts []float32, l int) (*stepTime, error) {
 // embedPatches runs the patch embedding on the latent.
 func (m *Model) embedPatches(in *ForwardInputs) (*tensors.Tensor, error) {
 	p := m.p
-	res, err := graphexec.Call(m.execs().input,
+	res, err := m.call(m.execs().input,
 		tensors.FromFlatDataAndDimensions(in.Latent, m.cfg.InChannels, in.Frames, in.Height, in.Width), p.PatchW.T, p.PatchB.T)
 	if err != nil {
 		return nil, err
@@ -321,7 +321,7 @@ func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], 
 		args.X = x
 		exec, extra := m.blockExec(vsa, b, tIdx != nil)
 		ws := append(append(append([]*tensors.Tensor{}, opt...), blocks[b].tensors()...), extra...)
-		res, err := graphexec.Call(exec, graphexec.Pack(&args, ws...)...)
+		res, err := m.call(exec, graphexec.Pack(&args, ws...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
@@ -361,7 +361,7 @@ func (m *Model) project(x *tensors.Tensor, st *stepTime, nt, nh, nw int) ([]floa
 		graphexec.Finalize(x)
 		return nil, err
 	}
-	res, err := graphexec.Call(head, graphexec.Pack(&args, opt...)...)
+	res, err := m.call(head, graphexec.Pack(&args, opt...)...)
 	graphexec.Finalize(x)
 	if err != nil {
 		return nil, err

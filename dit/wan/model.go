@@ -58,6 +58,11 @@ type Model struct {
 	p        *params
 	spec     blockSpec
 	closeSrc func() error
+	// device is where the weights live and the forwards run (0 but for a Replica).
+	device compute.DeviceNum
+	// sharesWeights is set on a Replica on its original's device: it reads the original's weights, and
+	// Close leaves them to the original.
+	sharesWeights bool
 
 	stages *modelkit.Stages[*stageExecs]
 	rope   *modelkit.RopeCache[[3]int]
@@ -124,7 +129,7 @@ func (m *Model) zeroMissingBiases() error {
 			dt = m.dtype
 		}
 		t := tensors.FromShape(shapes.Make(dt, b.Shape...))
-		if err := t.ToDevice(m.backend, 0); err != nil {
+		if err := t.ToDevice(m.backend, m.device); err != nil {
 			return fmt.Errorf("wan: uploading the zero bias %s: %w", b.Name, err)
 		}
 		b.T = t
@@ -152,7 +157,11 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.vsaExecs.Finalize()
-	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
+	set := m.p.set
+	if m.sharesWeights {
+		set = weights.NewSet("") // the original's to release
+	}
+	err := modelkit.Release(set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err
 }

@@ -179,11 +179,21 @@ func WeightBytes(fp32, half int64, dtype DType) (int64, error) {
 	return 0, &RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
 }
 
-// DevicePlan is how a generation spreads over the accelerators of one host: the DiT split
-// tensor-parallel (each device holds its shard of the split weights and the replicated rest), the
-// video VAE's clips decoded round-robin.
+// Ways a generation splits over devices (DevicePlan.Split).
+const (
+	// TensorParallel splits the DiT's heads and FFN width: each device holds its shard of the split
+	// weights and the replicated rest.
+	TensorParallel = "tensor_parallel"
+	// CFGParallel runs the two forwards of classifier-free guidance at once, the conditional on device 0
+	// and the unconditional on device 1, each device holding the whole DiT (DiTReplicatedBytes).
+	CFGParallel = "cfg_parallel"
+)
+
+// DevicePlan is how a generation spreads over the accelerators of one host.
 type DevicePlan struct {
 	Devices int `json:"devices"`
+	// Split is TensorParallel or CFGParallel.
+	Split string `json:"split"`
 	// LocalHeads and LocalFFN are one device's attention heads and FFN width of the DiT.
 	LocalHeads int `json:"local_heads"`
 	LocalFFN   int `json:"local_ffn"`
@@ -200,6 +210,9 @@ type DevicePlan struct {
 // Breakdown is what each device holds, in GiB, for tables and messages.
 func (d *DevicePlan) Breakdown() string {
 	g := func(n int64) float64 { return float64(n) / (1 << 30) }
+	if d.Split == CFGParallel {
+		return fmt.Sprintf("%.2f GiB = DiT %.2f + activations %.2f", g(d.PerDeviceBytes), g(d.DiTReplicatedBytes), g(d.ActivationBytes))
+	}
 	return fmt.Sprintf("%.2f GiB = DiT shard %.2f + replicated %.2f + activations %.2f", g(d.PerDeviceBytes),
 		g(d.DiTShardBytes), g(d.DiTReplicatedBytes), g(d.ActivationBytes))
 }

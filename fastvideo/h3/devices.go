@@ -15,6 +15,6 @@ func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 		return nil, &family.RequestError{Field: "devices", Value: devices, Allowed: fmt.Sprintf(
 			"a count that divides the DiT's %d attention heads and FFN width %d (%v)", c.spec.DiT.NumAttentionHeads, c.spec.DiT.FFNDim, err)}
 	}
-	return &family.DevicePlan{Devices: devices, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
+	return &family.DevicePlan{Devices: devices, Split: family.TensorParallel, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
 		DiTShardBytes: sp.ShardedBytes, DiTReplicatedBytes: sp.ReplicatedBytes}, nil
 }

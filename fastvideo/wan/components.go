@@ -40,13 +40,15 @@ type components struct {
 
 	cond *textenc.Conditioner
 	dit  *wandit.Model
-	vae  *wanvae.Decoder
-	enc  *wanvae.Decoder // the VAE with its encoder (image-to-video)
+	// replica is the DiT on the unconditional forwards' device (CFG-parallel runs).
+	replica *wandit.Model
+	vae     *wanvae.Decoder
+	enc     *wanvae.Decoder // the VAE with its encoder (image-to-video)
 }
 
 // Close releases the resident components.
 func (c *components) Close() error {
-	return errors.Join(family.Release(&c.cond), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc))
+	return errors.Join(family.Release(&c.cond), family.Release(&c.replica), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc))
 }
 
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight

@@ -2,7 +2,9 @@ package wan
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
@@ -110,7 +112,14 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	text, negText, err := p.prepareText(dit)
+	uncondDiT := dit
+	if p.cfgParallel() {
+		uncondDiT, err = family.Acquire(p.s, &c.replica, "dit_replica", func() (*wandit.Model, error) { return dit.Replica(c.uncondDevice()) })
+		if err != nil {
+			return err
+		}
+	}
+	text, negText, err := p.prepareText(dit, uncondDiT)
 	if err != nil {
 		return err
 	}
@@ -127,7 +136,7 @@ func (p *run) Denoise(ctx context.Context) error {
 		roundBF16(x) // upstream blends the condition into latents cast to bfloat16
 	}
 	p.pin(x)
-	st := &sampler{run: p, dit: dit, text: text, negText: negText, ladder: l, noise: noise}
+	st := &sampler{run: p, dit: dit, uncondDiT: uncondDiT, text: text, negText: negText, ladder: l, noise: noise}
 	if err := p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) }); err != nil {
 		return err
 	}
@@ -139,16 +148,18 @@ func (p *run) Denoise(ctx context.Context) error {
 	return nil
 }
 
-// prepareText runs the DiT's text embedder on the prompt and, with CFG, the negative prompt.
-func (p *run) prepareText(dit *wandit.Model) (text, negText *wandit.TextState, err error) {
+// prepareText runs the DiT's text embedder on the prompt and, with CFG, the negative prompt, each on
+// the DiT of its forwards (uncondDiT: the replica of a CFG-parallel run, else dit).
+func (p *run) prepareText(dit, uncondDiT *wandit.Model) (text, negText *wandit.TextState, err error) {
 	for _, t := range []struct {
 		emb []float32
+		dit *wandit.Model
 		dst **wandit.TextState
-	}{{p.cond, &text}, {p.uncond, &negText}} {
+	}{{p.cond, dit, &text}, {p.uncond, uncondDiT, &negText}} {
 		if t.emb == nil {
 			continue
 		}
-		ts, err := dit.PrepareText(t.emb)
+		ts, err := t.dit.PrepareText(t.emb)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -162,14 +173,16 @@ func (p *run) prepareText(dit *wandit.Model) (text, negText *wandit.TextState, e
 // sampler is the state of one Wan sampling loop.
 type sampler struct {
 	*run
-	dit           *wandit.Model
-	text, negText *wandit.TextState
-	ladder        *ladder
-	noise         *family.GaussianStream
+	// dit runs the conditional forwards, uncondDiT the unconditional ones: dit itself, or its replica
+	// on another device in a CFG-parallel run (the two forwards of a step then run at once).
+	dit, uncondDiT *wandit.Model
+	text, negText  *wandit.TextState
+	ladder         *ladder
+	noise          *family.GaussianStream
 }
 
-// forward is one DiT forward at timestep t.
-func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, text *wandit.TextState) ([]float32, error) {
+// forward is one forward of dit at timestep t.
+func (st *sampler) forward(ctx context.Context, dit *wandit.Model, k int, x []float32, t float32, text *wandit.TextState) ([]float32, error) {
 	if err := st.s.Canceled(ctx); err != nil {
 		return nil, err
 	}
@@ -183,7 +196,7 @@ func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, t
 		}
 		ts = tokenTimesteps(t, geo.TokenHeight*geo.TokenWidth, geo.Tokens)
 	}
-	v, err := st.dit.Forward(wandit.ForwardInputs{
+	v, err := dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
 		Timesteps: ts, TextState: text, VSA: st.r.vsa.forStep(k),
 	})
@@ -197,18 +210,11 @@ func (st *sampler) forward(ctx context.Context, k int, x []float32, t float32, t
 func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 	r := st.r
 	t := st.ladder.timesteps[k]
-	v, err := st.forward(ctx, k, *x, t, st.text)
+	v, err := st.velocity(ctx, k, *x, t)
 	if err != nil {
 		return err
 	}
 	if st.ladder.unipc != nil {
-		if r.CFG {
-			vu, err := st.forward(ctx, k, *x, t, st.negText)
-			if err != nil {
-				return err
-			}
-			guide(v, vu, float32(r.Guidance))
-		}
 		*x, err = st.ladder.unipc.Step(v, *x)
 		st.pin(*x)
 		return err
@@ -232,6 +238,34 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 	}
 	st.pin(*x)
 	return nil
+}
+
+// velocity is step k's DiT prediction at timestep t: one forward, or with CFG the conditional and
+// the unconditional forward guided (the two at once when the unconditional one has its own device).
+func (st *sampler) velocity(ctx context.Context, k int, x []float32, t float32) ([]float32, error) {
+	if !st.r.CFG || st.ladder.unipc == nil {
+		return st.forward(ctx, st.dit, k, x, t, st.text)
+	}
+	var vu []float32
+	var errU error
+	uncond := func() { vu, errU = st.forward(ctx, st.uncondDiT, k, x, t, st.negText) }
+	var wg sync.WaitGroup
+	if st.uncondDiT != st.dit {
+		wg.Go(uncond)
+	}
+	v, err := st.forward(ctx, st.dit, k, x, t, st.text)
+	if st.uncondDiT == st.dit {
+		if err != nil {
+			return nil, err
+		}
+		uncond()
+	}
+	wg.Wait()
+	if err := errors.Join(err, errU); err != nil {
+		return nil, err
+	}
+	guide(v, vu, float32(st.r.Guidance))
+	return v, nil
 }
 
 // pin puts the image condition back into the first latent frame (no-op for text-to-video).

@@ -66,10 +66,18 @@ func MustExec[F ExecGraphFn](backend compute.Backend, name string, fn F) *Exec {
 	return e.WithName(name)
 }
 
-// Call runs e and returns its outputs; a failure, panic included, is an error that names e.
+// Call runs e on device 0 and returns its outputs; a failure, panic included, is an error that names e.
 func Call(e *Exec, args ...any) (out []*tensors.Tensor, err error) {
+	return CallOn(e, 0, args...)
+}
+
+// CallOn runs the single-device executable e on device dev: host arguments are uploaded there, and
+// device arguments must already live there (GoMLX refuses a tensor on another device rather than
+// moving it). GoMLX's Exec.CallOnDevice ignores its device in v0.28.2, so this goes through
+// CallWithGraphOnDevice.
+func CallOn(e *Exec, dev compute.DeviceNum, args ...any) (out []*tensors.Tensor, err error) {
 	defer Recover(&err, e.Name())
-	out, err = e.Call(args...)
+	out, _, err = e.CallWithGraphOnDevice(dev, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name(), err)
 	}
@@ -105,13 +113,39 @@ func Args(args []any, ts ...*tensors.Tensor) []any {
 // Upload moves host tensors to the backend's device 0 once, so the executables that take them reuse
 // one device copy. On failure the tensors already moved, and the rest, are freed.
 func Upload(backend compute.Backend, ts ...*tensors.Tensor) error {
+	return UploadTo(backend, 0, ts...)
+}
+
+// UploadTo is Upload to device dev.
+func UploadTo(backend compute.Backend, dev compute.DeviceNum, ts ...*tensors.Tensor) error {
 	for i, t := range ts {
-		if err := t.ToDevice(backend, 0); err != nil {
+		if err := t.ToDevice(backend, dev); err != nil {
 			Finalize(ts...)
 			return fmt.Errorf("uploading tensor %d of %d (%s): %w", i+1, len(ts), t.Shape(), err)
 		}
 	}
 	return nil
+}
+
+// CopyToDevice returns a copy of t on device dev (device to device where t is on a device; the
+// pure-Go backend, with one device, has no such copy).
+func CopyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.DeviceNum) (*tensors.Tensor, error) {
+	if !t.IsOnAnyDevice() {
+		return t.OnDeviceClone(backend, dev)
+	}
+	from, err := t.Device()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := t.Buffer(backend, from)
+	if err != nil {
+		return nil, err
+	}
+	c, err := buf.CopyToDevice(dev)
+	if err != nil {
+		return nil, fmt.Errorf("copying a %s tensor from device %d to device %d: %w", t.Shape(), from, dev, err)
+	}
+	return tensors.FromBuffer(c)
 }
 
 // HostF32 copies a float tensor to the host as float32 (exact for Float32, BFloat16 and Float16).

@@ -11,6 +11,8 @@ import (
 // RopeCache keeps the device RoPE tables of the last geometry: every step of a generation uses the
 // same one, and comparing it is far cheaper than recomputing and uploading 2·L·width cos/sin values.
 type RopeCache[K any] struct {
+	// Device is where the tables are uploaded (0 unless the model runs on another device).
+	Device   compute.DeviceNum
 	equal    func(a, b K) bool
 	key      K
 	cos, sin *tensors.Tensor
@@ -28,7 +30,7 @@ func (c *RopeCache[K]) Tables(backend compute.Backend, key K, rows, width int, t
 	c.Finalize()
 	cosH, sinH := tables()
 	cos, sin = tensors.FromFlatDataAndDimensions(cosH, rows, width), tensors.FromFlatDataAndDimensions(sinH, rows, width)
-	if err := graphexec.Upload(backend, cos, sin); err != nil {
+	if err := graphexec.UploadTo(backend, c.Device, cos, sin); err != nil {
 		return nil, nil, fmt.Errorf("RoPE tables: %w", err)
 	}
 	c.key, c.cos, c.sin = key, cos, sin

@@ -161,6 +161,17 @@ func AssertAtDType(t testing.TB, label string, dt dtypes.DType, got, want []floa
 // GPUTestEnv must be 1 for the GPU tests to run (on a machine with an NVIDIA GPU).
 const GPUTestEnv = "FASTVIDEO_GPU_TEST"
 
+// MultiGPUBackend is GPUBackend for a test that needs at least n devices: it skips, saying why,
+// where the backend has fewer.
+func MultiGPUBackend(t testing.TB, spec string, n int) compute.Backend {
+	t.Helper()
+	b := GPUBackend(t, spec)
+	if b.NumDevices() < n {
+		t.Skipf("the backend %s has %d device(s); this test needs %d", b.Name(), b.NumDevices(), n)
+	}
+	return b
+}
+
 // GPUBackend skips the test unless $FASTVIDEO_GPU_TEST is 1, then creates the backend of spec (e.g.
 // "xla:cuda,tf32=false"), which is finalized when the test ends.
 func GPUBackend(t testing.TB, spec string) compute.Backend {

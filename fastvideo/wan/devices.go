@@ -1,0 +1,72 @@
+package wan
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute"
+
+	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/family"
+)
+
+// cfgDevices is the device count of the CFG-parallel split: one per guidance branch.
+const cfgDevices = 2
+
+// DevicePlan lays a model with classifier-free guidance out CFG-parallel over two devices
+// (family.DeviceSplitter, docs/architecture.md "Tensor parallelism"): the conditional forward of each
+// step on device 0, the unconditional one at the same time on device 1 with a replica of the DiT, so
+// each device holds the whole DiT plus the activation allowance. Models without guidance and the 14B
+// (which wants its DiT split, not copied) are refused before anything loads.
+func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
+	s := c.spec
+	refuse := func(why string) error {
+		return &family.RequestError{Field: "devices", Value: devices, Allowed: "1: " + why}
+	}
+	switch {
+	case !s.hasCFG():
+		return nil, refuse(fmt.Sprintf("%s runs without classifier-free guidance (one DiT forward per step), and guidance "+
+			"is what Wan splits over devices (its two forwards per step, one on each)", s.Name))
+	case s.DiT.HiddenSize() >= wandit.Wan21T2V14B().HiddenSize():
+		return nil, refuse(fmt.Sprintf("%s's %d-wide DiT would be split tensor-parallel over devices, which is not built for "+
+			"Wan yet (the CFG-parallel split copies the whole DiT to each device: the 1.3B and 5B models)", s.Name, s.DiT.HiddenSize()))
+	case devices != cfgDevices:
+		return nil, refuse(fmt.Sprintf("or %d: Wan splits classifier-free guidance over devices, the conditional forward "+
+			"on one and the unconditional on the other", cfgDevices))
+	}
+	f32, half, err := paramGroups(s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	dit, err := family.WeightBytes(f32, half, family.DTypeOf(c.Engine.DType))
+	if err != nil {
+		return nil, err
+	}
+	return &family.DevicePlan{Devices: devices, Split: family.CFGParallel, LocalHeads: s.DiT.NumAttentionHeads,
+		LocalFFN: s.DiT.FFNDim, DiTReplicatedBytes: dit}, nil
+}
+
+// hasCFG reports whether any preset of the model guides with a negative prompt: UniPC at a guidance
+// scale above 1 (the FastWan students' DMD presets never do).
+func (s *Spec) hasCFG() bool {
+	for _, p := range s.presets {
+		if p.Sampler == SamplerUniPC && p.GuidanceScale > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// uncondDevice is where a CFG-parallel run's unconditional forwards go: device 1, or device 0 where
+// the backend has only one (the pure-Go backend: the replica then shares the DiT's weights and the
+// two forwards still run at once, the CPU reference of the split).
+func (c *components) uncondDevice() compute.DeviceNum {
+	if c.Engine.Backend.NumDevices() >= cfgDevices {
+		return 1
+	}
+	return 0
+}
+
+// cfgParallel reports whether this run's guidance forwards split over two devices.
+func (p *run) cfgParallel() bool {
+	return p.c.Engine.Devices >= cfgDevices && p.r.CFG && p.r.steps.unipc != nil
+}
