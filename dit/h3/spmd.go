@@ -82,7 +82,7 @@ func (m *Model) placeShards(devices []compute.DeviceNum, compile spmdCompiler) (
 					}
 					continue
 				}
-				c, err := copyToDevice(m.backend, t, dev)
+				c, err := graphexec.CopyToDevice(m.backend, t, dev)
 				if err != nil {
 					return err
 				}
@@ -92,26 +92,6 @@ func (m *Model) placeShards(devices []compute.DeviceNum, compile spmdCompiler) (
 		}
 	}
 	return nil
-}
-
-// copyToDevice returns a copy of t on device dev (device to device where t is on a device).
-func copyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.DeviceNum) (*tensors.Tensor, error) {
-	if !t.IsOnAnyDevice() {
-		return t.OnDeviceClone(backend, dev)
-	}
-	from, err := t.Device()
-	if err != nil {
-		return nil, err
-	}
-	buf, err := t.Buffer(backend, from)
-	if err != nil {
-		return nil, err
-	}
-	c, err := buf.CopyToDevice(dev)
-	if err != nil {
-		return nil, fmt.Errorf("copying a %s tensor from device %d to device %d: %w", t.Shape(), from, dev, err)
-	}
-	return tensors.FromBuffer(c)
 }
 
 // newSPMDExec is the SPMD block executable of a placed model.
@@ -143,7 +123,7 @@ func (c *deviceCopies) of(t *tensors.Tensor) ([]*tensors.Tensor, error) {
 			per[k] = t
 			continue
 		}
-		cp, err := copyToDevice(c.backend, t, dev)
+		cp, err := graphexec.CopyToDevice(c.backend, t, dev)
 		if err != nil {
 			return nil, err
 		}

@@ -66,14 +66,41 @@ func MustExec[F ExecGraphFn](backend compute.Backend, name string, fn F) *Exec {
 	return e.WithName(name)
 }
 
-// Call runs e and returns its outputs; a failure, panic included, is an error that names e.
+// Call runs e on device 0 and returns its outputs; a failure, panic included, is an error that names e.
 func Call(e *Exec, args ...any) (out []*tensors.Tensor, err error) {
+	return CallOn(e, 0, args...)
+}
+
+// CallOn runs e, a single-device (portable) executable, on device dev: host arguments are uploaded
+// there, device arguments must already be there, and the outputs stay there.
+func CallOn(e *Exec, dev compute.DeviceNum, args ...any) (out []*tensors.Tensor, err error) {
 	defer Recover(&err, e.Name())
-	out, err = e.Call(args...)
+	out, _, err = e.CallWithGraphOnDevice(dev, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name(), err)
 	}
 	return out, nil
+}
+
+// CopyToDevice returns a copy of t on device dev (device to device where t is on a device); t is
+// left as it is.
+func CopyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.DeviceNum) (*tensors.Tensor, error) {
+	if !t.IsOnAnyDevice() {
+		return t.OnDeviceClone(backend, dev)
+	}
+	from, err := t.Device()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := t.Buffer(backend, from)
+	if err != nil {
+		return nil, err
+	}
+	c, err := buf.CopyToDevice(dev)
+	if err != nil {
+		return nil, fmt.Errorf("copying a %s tensor from device %d to device %d: %w", t.Shape(), from, dev, err)
+	}
+	return tensors.FromBuffer(c)
 }
 
 // Finalize frees tensors (on the device and on the host); nil entries are skipped.
