@@ -44,7 +44,7 @@ func TestPlanDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dp.Devices != 2 || dp.LocalHeads != 1 || dp.LocalFFN != 128 || dp.DiTShardBytes <= 0 || dp.DiTReplicatedBytes <= 0 ||
-		dp.PerDeviceBytes != dp.DiTShardBytes+dp.DiTReplicatedBytes+activationHeadroom {
+		dp.VideoVAEBytes <= 0 || dp.PerDeviceBytes != dp.DiTShardBytes+dp.DiTReplicatedBytes+dp.VideoVAEBytes+activationHeadroom {
 		t.Errorf("device plan %+v", dp)
 	}
 	var re *RequestError
@@ -96,7 +96,7 @@ func TestShardedGeneration(t *testing.T) {
 	if err := plan.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces); per device 20.00 GiB = DiT shard") {
+	if !strings.Contains(table.String(), "2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces), video VAE clip i on device i mod 2 (a decoder replica on each); per device 20.00 GiB = DiT shard") {
 		t.Errorf("the plan table does not show the device layout:\n%s", table.String())
 	}
 }

@@ -17,10 +17,7 @@ import (
 //	go test -c -ldflags='-s -w' -o .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelOnGPU -test.v
 func TestTensorParallelOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
-	if b.NumDevices() < 2 {
-		t.Skipf("the backend %s has %d device(s); tensor parallelism over devices needs 2 or more", b.Name(), b.NumDevices())
-	}
+	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		load := func(shards int) *Model {
 			return testutil.Open(t, func() (*Model, error) {
@@ -50,10 +47,7 @@ func TestTensorParallelOnGPU(t *testing.T) {
 //
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelBF16OnGPU -test.v
 func TestTensorParallelBF16OnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda")
-	if b.NumDevices() < 2 {
-		t.Skipf("the backend %s has %d device(s); tensor parallelism over devices needs 2 or more", b.Name(), b.NumDevices())
-	}
+	b := testutil.MultiGPUBackend(t, "xla:cuda", 2)
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		out := testutil.Run(t, func() (*Model, error) {
 			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, Shards: 2})

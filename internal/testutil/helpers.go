@@ -176,6 +176,17 @@ func GPUBackend(t testing.TB, spec string) compute.Backend {
 	return b
 }
 
+// MultiGPUBackend is GPUBackend for a test that needs devices devices: it skips, saying why, where
+// the backend has fewer.
+func MultiGPUBackend(t testing.TB, spec string, devices int) compute.Backend {
+	t.Helper()
+	b := GPUBackend(t, spec)
+	if b.NumDevices() < devices {
+		t.Skipf("the backend %s has %d device(s); this test spreads work over %d", b.Name(), b.NumDevices(), devices)
+	}
+	return b
+}
+
 // Traced is one intermediate a model handed to its test trace hook.
 type Traced struct {
 	Shape  []int

@@ -1,8 +1,6 @@
 package h3video
 
 import (
-	"context"
-	"errors"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -82,34 +80,6 @@ func TestClipLanes(t *testing.T) {
 				t.Errorf("%d lanes: clips finished in the order %v; the test means clip 0 to finish late", lanes, done)
 			}
 			t.Logf("%d lanes: clips finished in the order %v", lanes, done)
-		}
-	})
-}
-
-// TestClipLanesStop cancels a several-lane decode from its first emit and fails one in a lane: the
-// decode returns the cause, stops every lane and stays usable.
-func TestClipLanesStop(t *testing.T) {
-	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
-		r := fixtureConfig(t, fx).SpatialRatio()
-		d := openDecoder(t, fx, Options{TileSize: 3 * r, TileOverlap: r, TileBatch: 2})
-		addLanes(t, d, 2)
-		z, s := laneLatents(t, fx)
-		ctx, cancel := context.WithCancel(context.Background())
-		runs := 0
-		err := d.DecodeDenormalized(ctx, z, s, func(Frames) error {
-			runs++
-			cancel()
-			return nil
-		})
-		if !errors.Is(err, context.Canceled) || runs != 1 {
-			t.Errorf("decode cancelled in its first emit returned %v after %d runs", err, runs)
-		}
-		boom := errors.New("sink full")
-		if err := d.DecodeDenormalized(context.Background(), z, s, func(Frames) error { return boom }); !errors.Is(err, boom) {
-			t.Errorf("a failing emit returned %v, want %v", err, boom)
-		}
-		if _, _, err := d.DecodeToPixels(context.Background(), z, s); err != nil {
-			t.Fatal(err)
 		}
 	})
 }

@@ -16,10 +16,7 @@ import (
 //	go test -c -ldflags='-s -w' -o .gpu/h3video.test ./vae/h3video
 //	cd vae/h3video && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3video.test -test.run TestClipParallelOnGPU -test.v
 func TestClipParallelOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
-	if b.NumDevices() < 2 {
-		t.Skipf("the backend %s has %d device(s); a clip-parallel decode needs 2 or more", b.Name(), b.NumDevices())
-	}
+	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
 		r := fixtureConfig(t, fx).SpatialRatio()
 		load := func(devices int) *Decoder {
