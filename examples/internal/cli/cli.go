@@ -168,7 +168,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
 		x264:        fs.String("x264-preset", "", `libx264 speed preset: "veryfast" finishes the MP4 sooner after the last frame (default: medium, upstream's)`),
-		gpus: fs.Int("gpus", 1, "accelerators of this host to split the DiT over, tensor-parallel by heads and FFN width "+
+		gpus: fs.Int("gpus", 1, "accelerators of this host to spread the run over: the DiT tensor-parallel by heads and FFN width, the video VAE's clips round-robin "+
 			"(needs an accelerator backend with that many devices; the shards run one after another on the first device for now)"),
 		fast: defineFast(fs),
 	}
