@@ -44,7 +44,7 @@ func TestPlanDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dp.Devices != 2 || dp.LocalHeads != 1 || dp.LocalFFN != 128 || dp.DiTShardBytes <= 0 || dp.DiTReplicatedBytes <= 0 ||
-		dp.PerDeviceBytes != dp.DiTShardBytes+dp.DiTReplicatedBytes+activationHeadroom {
+		dp.VideoVAEBytes <= 0 || dp.PerDeviceBytes != dp.DiTShardBytes+dp.DiTReplicatedBytes+dp.VideoVAEBytes+activationHeadroom {
 		t.Errorf("device plan %+v", dp)
 	}
 	var re *RequestError
@@ -81,7 +81,7 @@ func TestShardedGeneration(t *testing.T) {
 		t.Errorf("the run's plan does not carry the 2-device layout: %+v", res.Plan)
 	}
 	checkPlanRow(t, g, Request{Prompt: "a red fox"},
-		"2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces); per device 20.00 GiB = DiT shard")
+		"2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces), video VAE clip i on device i mod 2 (a decoder replica on each); per device 20.00 GiB = DiT shard")
 }
 
 // overTwoDevices opens a generator with open(opts...), closed when the test ends, and lays it out over two

@@ -206,7 +206,7 @@ func deviceFree(e *family.Engine) (int64, error) {
 }
 
 // planDevices lays the model out over the engine's devices and checks, before anything loads, that
-// each device holds its share: the DiT's shard, its replicated weights and activationHeadroom
+// each device holds its share: the DiT's shard, its replicated weights, the video VAE and activationHeadroom
 // within what the accelerator can still give this process.
 func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan, error) {
 	if e.Devices <= 1 {
@@ -221,7 +221,7 @@ func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan,
 		return nil, err
 	}
 	dp.ActivationBytes = activationHeadroom
-	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.ActivationBytes
+	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.VideoVAEBytes + dp.ActivationBytes
 	if e.DeviceMemory == nil {
 		return dp, nil
 	}

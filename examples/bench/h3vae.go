@@ -40,6 +40,7 @@ var (
 	h3vaeTile   = flag.Int("h3vae-tile", 0, "h3vae: spatial tile size in pixels (0: the reference's 256)")
 	h3vaeOver   = flag.Int("h3vae-overlap", 0, "h3vae: minimum tile overlap in pixels (0: the reference's 64)")
 	h3vaeLayers = flag.Int("h3vae-layers", 0, "h3vae: decoder layers (0: the release's 36; fewer only for smoke tests)")
+	h3vaeGPUs   = flag.Int("h3vae-gpus", 1, "h3vae: devices the clips are spread over (Options.Devices: a weight replica on each, clip i on device i mod N)")
 	h3vaeBatch  = flag.String("h3vae-tile-batch", "0", "h3vae: Options.TileBatch values to run, comma-separated (0: automatic; 1: tile by tile); run ascending for meaningful memory peaks")
 )
 
@@ -163,12 +164,15 @@ func newH3VAEBench(b compute.Backend, frameCounts []int, height, width, tile int
 // runConfig draws a decoder of dtype dt and TileBatch tb and times it at every frame count.
 func (h *h3vaeBench) runConfig(dt dtypes.DType, tb int, frameCounts []int) error {
 	tag := fmt.Sprintf("%s/tb%d", dt, tb)
+	if *h3vaeGPUs > 1 {
+		tag += fmt.Sprintf("/gpus%d", *h3vaeGPUs)
+	}
 	path, err := attention.Resolve(h.b, dt, h.cfg.DecoderHeadDim, h.c.Attention)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
-	opts := h3video.Options{DType: dt, TileSize: h.tile, TileOverlap: *h3vaeOver, TileBatch: tb, Attention: h.c.Attention}
+	opts := h3video.Options{DType: dt, TileSize: h.tile, TileOverlap: *h3vaeOver, TileBatch: tb, Attention: h.c.Attention, Devices: *h3vaeGPUs}
 	dec, err := h3video.NewRandom(h.b, h.cfg, opts, int64(h.c.Seed))
 	if err != nil {
 		return err

@@ -201,9 +201,12 @@ type DevicePlan struct {
 	// device holds whole (text refiner, AdaLN, norms, embedders, heads).
 	DiTShardBytes      int64 `json:"dit_shard_bytes"`
 	DiTReplicatedBytes int64 `json:"dit_replicated_bytes"`
+	// VideoVAEBytes is the video VAE decoder every device holds whole to decode its clips.
+	VideoVAEBytes int64 `json:"video_vae_bytes,omitempty"`
 	// ActivationBytes is the allowance for activations and compiled programs on each device.
 	ActivationBytes int64 `json:"activation_bytes"`
-	// PerDeviceBytes is what each device must hold while denoising: the sum of the three.
+	// PerDeviceBytes is what each device must hold: the sum of the above (an upper bound where the DiT
+	// is released before the VAE loads).
 	PerDeviceBytes int64 `json:"per_device_bytes"`
 }
 
@@ -213,6 +216,6 @@ func (d *DevicePlan) Breakdown() string {
 	if d.Split == CFGParallel {
 		return fmt.Sprintf("%.2f GiB = DiT %.2f + activations %.2f", g(d.PerDeviceBytes), g(d.DiTReplicatedBytes), g(d.ActivationBytes))
 	}
-	return fmt.Sprintf("%.2f GiB = DiT shard %.2f + replicated %.2f + activations %.2f", g(d.PerDeviceBytes),
-		g(d.DiTShardBytes), g(d.DiTReplicatedBytes), g(d.ActivationBytes))
+	return fmt.Sprintf("%.2f GiB = DiT shard %.2f + replicated %.2f + video VAE %.2f + activations %.2f", g(d.PerDeviceBytes),
+		g(d.DiTShardBytes), g(d.DiTReplicatedBytes), g(d.VideoVAEBytes), g(d.ActivationBytes))
 }

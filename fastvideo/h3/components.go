@@ -207,7 +207,7 @@ func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, er
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
 	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "h3video", func(src weights.Source) (*h3video.Decoder, error) {
-		return h3video.FromSource(e.Backend, f.spec.VAE, src, h3video.Options{DType: e.DType, Attention: e.Attention})
+		return h3video.FromSource(e.Backend, f.spec.VAE, src, videoVAEOptions(e))
 	})
 }
 

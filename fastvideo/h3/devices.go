@@ -5,10 +5,12 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/vae/h3video"
 )
 
 // DevicePlan lays the DiT out tensor-parallel over devices devices (family.DeviceSplitter): each holds
-// its shard of the joint blocks and the replicated rest, plus the activation allowance.
+// its shard of the joint blocks and the replicated rest, a replica of the video VAE decoder for its
+// clips (videoVAEOptions), plus the activation allowance.
 func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	sp, err := h3dit.PlanShards(c.spec.DiT, c.Engine.DType, devices)
 	if err != nil {
@@ -16,5 +18,14 @@ func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 			"a count that divides the DiT's %d attention heads and FFN width %d (%v)", c.spec.DiT.NumAttentionHeads, c.spec.DiT.FFNDim, err)}
 	}
 	return &family.DevicePlan{Devices: devices, Split: family.TensorParallel, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
-		DiTShardBytes: sp.ShardedBytes, DiTReplicatedBytes: sp.ReplicatedBytes}, nil
+		DiTShardBytes: sp.ShardedBytes, DiTReplicatedBytes: sp.ReplicatedBytes,
+		VideoVAEBytes: family.ParamBytes(h3video.Params(c.spec.VAE))(int64(c.Engine.DType.Size()))}, nil
+}
+
+// videoVAEOptions are the video decoder's options: the engine's dtype and attention, and its clips
+// spread over the engine's devices (docs/architecture.md, "Tensor parallelism"). A backend with fewer
+// devices (New refuses that; tests set Engine.Devices on the pure-Go backend) decodes on device 0, as
+// the DiT then runs its shards in turn there.
+func videoVAEOptions(e *family.Engine) h3video.Options {
+	return h3video.Options{DType: e.DType, Attention: e.Attention, Devices: min(max(e.Devices, 1), e.Backend.NumDevices())}
 }

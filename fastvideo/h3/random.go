@@ -69,7 +69,7 @@ func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Mod
 }
 
 func (r *randomSource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
-	return h3video.NewRandom(e.Backend, r.spec.VAE, h3video.Options{DType: e.DType, Attention: e.Attention}, r.seed+1)
+	return h3video.NewRandom(e.Backend, r.spec.VAE, videoVAEOptions(e), r.seed+1)
 }
 
 // loadAudioVAE draws the BigVGAN once per generator, on the host (tens of MB), with tiny-h3's

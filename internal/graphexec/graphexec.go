@@ -84,6 +84,27 @@ func CallOn(e *Exec, dev compute.DeviceNum, args ...any) (out []*tensors.Tensor,
 	return out, nil
 }
 
+// CopyToDevice returns a copy of t on device dev (device to device where t is on a device); t is
+// left as it is.
+func CopyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.DeviceNum) (*tensors.Tensor, error) {
+	if !t.IsOnAnyDevice() {
+		return t.OnDeviceClone(backend, dev)
+	}
+	from, err := t.Device()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := t.Buffer(backend, from)
+	if err != nil {
+		return nil, err
+	}
+	c, err := buf.CopyToDevice(dev)
+	if err != nil {
+		return nil, fmt.Errorf("copying a %s tensor from device %d to device %d: %w", t.Shape(), from, dev, err)
+	}
+	return tensors.FromBuffer(c)
+}
+
 // Finalize frees tensors (on the device and on the host); nil entries are skipped.
 func Finalize(ts ...*tensors.Tensor) {
 	for _, t := range ts {
@@ -125,27 +146,6 @@ func UploadTo(backend compute.Backend, dev compute.DeviceNum, ts ...*tensors.Ten
 		}
 	}
 	return nil
-}
-
-// CopyToDevice returns a copy of t on device dev (device to device where t is on a device; the
-// pure-Go backend, with one device, has no such copy).
-func CopyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.DeviceNum) (*tensors.Tensor, error) {
-	if !t.IsOnAnyDevice() {
-		return t.OnDeviceClone(backend, dev)
-	}
-	from, err := t.Device()
-	if err != nil {
-		return nil, err
-	}
-	buf, err := t.Buffer(backend, from)
-	if err != nil {
-		return nil, err
-	}
-	c, err := buf.CopyToDevice(dev)
-	if err != nil {
-		return nil, fmt.Errorf("copying a %s tensor from device %d to device %d: %w", t.Shape(), from, dev, err)
-	}
-	return tensors.FromBuffer(c)
 }
 
 // HostF32 copies a float tensor to the host as float32 (exact for Float32, BFloat16 and Float16).

@@ -83,30 +83,34 @@ func TestTileBatch(t *testing.T) {
 	})
 }
 
-// TestDecodeStopsEarly cancels the context from emit while the device goroutine is ahead: the decode
-// must return the context's error and release everything it holds.
+// TestDecodeStopsEarly cancels the context from emit while the device goroutines are ahead, with one
+// lane and with three (clip-parallel, all on device 0), then fails an emit: the decode must return
+// the cause, stop every lane, release everything it holds and stay usable.
 func TestDecodeStopsEarly(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
 		r := cfg.SpatialRatio()
-		d := openDecoder(t, fx, Options{TileSize: 3 * r, TileOverlap: r, TileBatch: 2})
-		_, shape := fx.F32(t, "in.latents_normalized")
-		s := []int{1, shape[1], 12, shape[3], shape[4]}
-		z := make([]float32, s[1]*s[2]*s[3]*s[4])
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		runs := 0
-		err := d.DecodeDenormalized(ctx, z, s, func(Frames) error {
-			runs++
-			cancel()
-			return nil
-		})
-		if !errors.Is(err, context.Canceled) || runs != 1 {
-			t.Errorf("decode cancelled in its first emit returned %v after %d runs", err, runs)
-		}
-		// The decoder stays usable.
-		if _, _, err := d.DecodeToPixels(context.Background(), z, s); err != nil {
-			t.Fatal(err)
+		z, s := laneLatents(t, fx)
+		for _, lanes := range []int{1, 3} {
+			d := openDecoder(t, fx, Options{TileSize: 3 * r, TileOverlap: r, TileBatch: 2})
+			addLanes(t, d, lanes-1)
+			ctx, cancel := context.WithCancel(context.Background())
+			runs := 0
+			err := d.DecodeDenormalized(ctx, z, s, func(Frames) error {
+				runs++
+				cancel()
+				return nil
+			})
+			if !errors.Is(err, context.Canceled) || runs != 1 {
+				t.Errorf("%d lanes: decode cancelled in its first emit returned %v after %d runs", lanes, err, runs)
+			}
+			boom := errors.New("sink full")
+			if err := d.DecodeDenormalized(context.Background(), z, s, func(Frames) error { return boom }); !errors.Is(err, boom) {
+				t.Errorf("%d lanes: a failing emit returned %v, want %v", lanes, err, boom)
+			}
+			if _, _, err := d.DecodeToPixels(context.Background(), z, s); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

@@ -13,7 +13,6 @@ import (
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
-	"fastvideo/internal/weights"
 )
 
 // Frames is a run of consecutive decoded frames, handed to the Decode callback in video order. Its
@@ -155,21 +154,7 @@ func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []i
 	if err != nil {
 		return err
 	}
-	results, stop := d.decodeOnDevice(ctx, lat, plan.Chunks, cp)
-	defer stop()
-	a := d.newClipAssembler(cp, plan.Frames, emit)
-	for k := 0; k < plan.Chunks; k++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := a.collect(ctx, results); err != nil {
-			return err
-		}
-		if err := a.emitClip(); err != nil {
-			return err
-		}
-	}
-	return a.finish()
+	return d.decodeClips(ctx, lat, plan.Chunks, cp, d.newClipAssembler(cp, plan.Frames, emit))
 }
 
 // batchOut is one decoded batch of tiles, on the device, or the error that ended the decode.
@@ -178,9 +163,9 @@ type batchOut struct {
 	err error
 }
 
-// decodeOnDevice decodes every batch of every clip, in order, in a goroutine of its own and hands
-// them over on results. stop ends it and frees what was not consumed.
-func (d *Decoder) decodeOnDevice(ctx context.Context, lat latentView, chunks int, cp *clipPlan) (results <-chan batchOut, stop func()) {
+// decodeOnDevice decodes every batch of the clips (indices, in order) on rep's device, in a goroutine
+// of its own, and hands them over on results. stop ends it and frees what was not consumed.
+func (d *Decoder) decodeOnDevice(ctx context.Context, rep *replica, lat latentView, clips []int, cp *clipPlan) (results <-chan batchOut, stop func()) {
 	devCtx, cancel := context.WithCancel(ctx)
 	out := make(chan batchOut, 1)
 	chunkTokens := d.cfg.TokensChunkSize()
@@ -189,9 +174,9 @@ func (d *Decoder) decodeOnDevice(ctx context.Context, lat latentView, chunks int
 	go func() {
 		defer producer.Done()
 		defer close(out)
-		for k := 0; k < chunks; k++ {
+		for _, k := range clips {
 			for _, b := range cp.batches {
-				pix, err := d.runBatch(devCtx, lat, k*chunkTokens, cp, b)
+				pix, err := d.runBatch(devCtx, rep, lat, k*chunkTokens, cp, b)
 				select {
 				case out <- batchOut{pix, err}:
 				case <-devCtx.Done():
@@ -213,14 +198,12 @@ func (d *Decoder) decodeOnDevice(ctx context.Context, lat latentView, chunks int
 	}
 }
 
-// clipAssembler stitches each clip's tiles on the host, blends it over the previous clip's tail
-// and emits the finished frames in order.
+// clipAssembler blends each stitched clip over the previous clip's tail and emits the finished
+// frames in order.
 type clipAssembler struct {
 	cfg                   Config
 	cp                    *clipPlan
 	emit                  func(Frames) error
-	canvas                []float32 // one clip [oc][clipFrames][H][W]
-	st                    *clipStitcher
 	oc, plane, clipFrames int
 	pre, chunkEnd, frames int
 	start                 int       // frames emitted so far
@@ -233,44 +216,17 @@ func (d *Decoder) newClipAssembler(cp *clipPlan, frames int, emit func(Frames) e
 		cfg: d.cfg, cp: cp, emit: emit, oc: d.cfg.OutChannels, plane: cp.hh * cp.ww, clipFrames: cp.frames,
 		pre: d.cfg.FramePrePadding(), chunkEnd: d.cfg.TokensChunkSize() * d.cfg.TemporalRatio(), frames: frames,
 	}
-	a.canvas = make([]float32, a.oc*a.clipFrames*a.plane)
-	a.st = newClipStitcher(d.backend, cp, a.canvas)
 	return a
 }
 
-// collect receives one clip's batches and stitches them into the canvas.
-func (a *clipAssembler) collect(ctx context.Context, results <-chan batchOut) error {
-	a.st.reset()
-	defer a.st.wait()
-	for bi := range a.cp.batches {
-		r, ok := <-results
-		if !ok {
-			a.st.wait()
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return errors.New("h3video: internal error: device goroutine stopped early")
-		}
-		if r.err != nil {
-			return r.err
-		}
-		err := a.st.add(bi, r.pix)
-		graphexec.Finalize(r.pix)
-		if err != nil {
-			return fmt.Errorf("h3video: copying decoded tiles from the device: %w", err)
-		}
-	}
-	return nil
-}
-
-// emitClip emits the kept frames of the stitched clip, blended over the previous clip's tail, and
-// keeps this clip's tail for the next one.
-func (a *clipAssembler) emitClip() error {
+// emitClip emits the kept frames of the stitched clip canvas [oc][clipFrames][H][W], blended over the
+// previous clip's tail, and keeps this clip's tail for the next one (canvas may be reused afterwards).
+func (a *clipAssembler) emitClip(canvas []float32) error {
 	oc, plane, clipFrames, pre, chunkEnd := a.oc, a.plane, a.clipFrames, a.pre, a.chunkEnd
 	kept := chunkEnd - pre
 	run := make([]float32, oc*kept*plane)
 	for c := 0; c < oc; c++ {
-		copy(run[c*kept*plane:(c+1)*kept*plane], a.canvas[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
+		copy(run[c*kept*plane:(c+1)*kept*plane], canvas[(c*clipFrames+pre)*plane:(c*clipFrames+chunkEnd)*plane])
 	}
 	if a.overlap != nil {
 		blendFrames(a.overlap, a.nOverlap, run, kept, plane, oc, a.cfg.FrameOverlap())
@@ -281,7 +237,7 @@ func (a *clipAssembler) emitClip() error {
 		a.nOverlap = max(clipFrames-(chunkEnd+pre), 0)
 		a.overlap = make([]float32, oc*a.nOverlap*plane)
 		for c := 0; c < oc; c++ {
-			copy(a.overlap[c*a.nOverlap*plane:(c+1)*a.nOverlap*plane], a.canvas[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
+			copy(a.overlap[c*a.nOverlap*plane:(c+1)*a.nOverlap*plane], canvas[(c*clipFrames+chunkEnd+pre)*plane:(c+1)*clipFrames*plane])
 		}
 	}
 	return a.emitRun(run, kept, count)
@@ -500,7 +456,7 @@ func batchTiles(tiles []tilePlan, limit func(tilePlan) int) [][]int {
 
 // runBatch decodes the tiles idx of the clip starting at latent frame t0 and returns their pixels
 // on the device, [B, oc, frames, h·p, w·p].
-func (d *Decoder) runBatch(ctx context.Context, lat latentView, t0 int, cp *clipPlan, idx []int) (*tensors.Tensor, error) {
+func (d *Decoder) runBatch(ctx context.Context, rep *replica, lat latentView, t0 int, cp *clipPlan, idx []int) (*tensors.Tensor, error) {
 	tp := cp.tiles[idx[0]]
 	n := lat.c * cp.nt * tp.lh * tp.lw
 	z := make([]float32, len(idx)*n)
@@ -508,7 +464,7 @@ func (d *Decoder) runBatch(ctx context.Context, lat latentView, t0 int, cp *clip
 		w := cp.tiles[i]
 		lat.window(z[b*n:(b+1)*n], t0, cp.nt, w.ly0, w.lh, w.lx0, w.lw)
 	}
-	return d.decodeTiles(ctx, tensors.FromFlatDataAndDimensions(z, len(idx), lat.c, cp.nt, tp.lh, tp.lw), nil)
+	return d.decodeTiles(ctx, rep, tensors.FromFlatDataAndDimensions(z, len(idx), lat.c, cp.nt, tp.lh, tp.lw), nil)
 }
 
 // clipStitcher assembles one clip's canvas from batches of decoded tiles. Tiles are stitched in
@@ -516,6 +472,7 @@ func (d *Decoder) runBatch(ctx context.Context, lat latentView, t0 int, cp *clip
 // host blending of one batch overlaps the copy of the next.
 type clipStitcher struct {
 	backend compute.Backend
+	dev     compute.DeviceNum // where the decoded tiles are
 	cp      *clipPlan
 	canvas  []float32
 	bufs    [][]float32 // host copy of each batch, reused between clips
@@ -524,8 +481,8 @@ type clipStitcher struct {
 	wg      sync.WaitGroup
 }
 
-func newClipStitcher(backend compute.Backend, cp *clipPlan, canvas []float32) *clipStitcher {
-	return &clipStitcher{backend: backend, cp: cp, canvas: canvas, bufs: make([][]float32, len(cp.batches)),
+func newClipStitcher(backend compute.Backend, dev compute.DeviceNum, cp *clipPlan, canvas []float32) *clipStitcher {
+	return &clipStitcher{backend: backend, dev: dev, cp: cp, canvas: canvas, bufs: make([][]float32, len(cp.batches)),
 		tiles: make([]*tile, len(cp.tiles)), started: make([]bool, len(cp.tiles))}
 }
 
@@ -547,7 +504,7 @@ func (s *clipStitcher) add(bi int, pix *tensors.Tensor) error {
 		s.bufs[bi] = make([]float32, n)
 	}
 	buf := s.bufs[bi]
-	b, err := pix.Buffer(s.backend, 0)
+	b, err := pix.Buffer(s.backend, s.dev)
 	if err != nil {
 		return err
 	}
@@ -593,10 +550,11 @@ func (d *Decoder) decodeClip(ctx context.Context, lat latentView, t0 int, canvas
 	if len(canvas) != cp.planes*cp.hh*cp.ww {
 		return 0, fmt.Errorf("h3video: internal error: canvas has %d values, want %d", len(canvas), cp.planes*cp.hh*cp.ww)
 	}
-	st := newClipStitcher(d.backend, cp, canvas)
+	rep := d.replicas[0]
+	st := newClipStitcher(d.backend, rep.dev, cp, canvas)
 	defer st.wait() // never return while a stitch still writes into canvas
 	for bi, idx := range cp.batches {
-		pix, err := d.runBatch(ctx, lat, t0, cp, idx)
+		pix, err := d.runBatch(ctx, rep, lat, t0, cp, idx)
 		if err != nil {
 			return 0, err
 		}
@@ -665,7 +623,7 @@ type actHook func(name string, t *tensors.Tensor)
 // consumes) and returns its pixels [oc][nt·pt][h·p][w·p] (normalized pixel space). hook, when set,
 // sees intermediate tensors and must copy what it keeps before returning.
 func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHook) ([]float32, error) {
-	pix, err := d.decodeTiles(ctx, z, hook)
+	pix, err := d.decodeTiles(ctx, d.replicas[0], z, hook)
 	if err != nil {
 		return nil, err
 	}
@@ -685,16 +643,16 @@ func (d *Decoder) decodeTile(ctx context.Context, z *tensors.Tensor, hook actHoo
 }
 
 // decodeTiles runs post_quant_conv and the ViT decoder on a batch of equally sized latent tiles
-// z [B, C, nt, h, w] (which it consumes) in one device call per graph, and returns their pixels
-// [B, oc, nt·pt, h·p, w·p] (normalized pixel space) on the device; the caller frees them. hook, when
+// z [B, C, nt, h, w] (which it consumes) in one call per graph on rep's device, and returns their
+// pixels [B, oc, nt·pt, h·p, w·p] (normalized pixel space) there; the caller frees them. hook, when
 // set, sees intermediate tensors and must copy what it keeps before returning.
-func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHook) (*tensors.Tensor, error) {
+func (d *Decoder) decodeTiles(ctx context.Context, rep *replica, z *tensors.Tensor, hook actHook) (*tensors.Tensor, error) {
 	dims := z.Shape().Dimensions
 	geom := [3]int{dims[2], dims[3], dims[4]}
-	x, err := d.runBlocks(ctx, z, geom, hook)
+	x, err := d.runBlocks(ctx, rep, z, geom, hook)
 	var pix *tensors.Tensor
 	if err == nil {
-		pix, err = d.project(x, geom)
+		pix, err = d.project(rep, x, geom)
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
@@ -707,13 +665,13 @@ func (d *Decoder) decodeTiles(ctx context.Context, z *tensors.Tensor, hook actHo
 
 // runBlocks runs post_quant_conv, proj_in and every transformer block on the tiles z (consumed) of
 // geometry geom, checking ctx between blocks, and returns the residual stream on the device.
-func (d *Decoder) runBlocks(ctx context.Context, z *tensors.Tensor, geom [3]int, hook actHook) (*tensors.Tensor, error) {
+func (d *Decoder) runBlocks(ctx context.Context, rep *replica, z *tensors.Tensor, geom [3]int, hook actHook) (*tensors.Tensor, error) {
 	defer graphexec.Finalize(z)
-	rope, err := d.ropeFor(geom)
+	rope, err := d.ropeFor(rep, geom)
 	if err != nil {
 		return nil, err
 	}
-	res, err := graphexec.Call(d.preExec, z, d.pqW.T, d.pqB.T, d.piW.T, d.piB.T, d.registers.T)
+	res, err := graphexec.CallOn(d.preExec, rep.dev, graphexec.Args([]any{z}, rep.pre()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -723,13 +681,13 @@ func (d *Decoder) runBlocks(ctx context.Context, z *tensors.Tensor, geom [3]int,
 		hook("proj_in", x)
 	}
 	graphexec.Finalize(res[1])
-	for i, blk := range d.blocks {
+	for i := range rep.blocks {
 		if err := ctx.Err(); err != nil {
 			graphexec.Finalize(x)
 			return nil, err
 		}
 		args := blockInputs[*tensors.Tensor]{X: x, Cos: rope[0], Sin: rope[1]}
-		out, err := graphexec.Call(d.blockExec, graphexec.Pack(&args, paramTensors(blk[:])...)...)
+		out, err := graphexec.CallOn(d.blockExec, rep.dev, graphexec.Pack(&args, rep.block(i)...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
@@ -744,31 +702,23 @@ func (d *Decoder) runBlocks(ctx context.Context, z *tensors.Tensor, geom [3]int,
 
 // project runs norm_out, proj_out and the unpatchify of geometry geom on x (consumed): the pixels
 // [B, oc, nt·pt, h·p, w·p] on the device.
-func (d *Decoder) project(x *tensors.Tensor, geom [3]int) (*tensors.Tensor, error) {
+func (d *Decoder) project(rep *replica, x *tensors.Tensor, geom [3]int) (*tensors.Tensor, error) {
 	defer graphexec.Finalize(x)
 	post, err := d.postFor(geom)
 	if err != nil {
 		return nil, err
 	}
-	out, err := graphexec.Call(post, x, d.noW.T, d.noB.T, d.poW.T, d.poB.T)
+	out, err := graphexec.CallOn(post, rep.dev, graphexec.Args([]any{x}, rep.post()...)...)
 	if err != nil {
 		return nil, err
 	}
 	return out[0], nil
 }
 
-// paramTensors lists the bound tensors of ps.
-func paramTensors(ps []*weights.Param) []*tensors.Tensor {
-	out := make([]*tensors.Tensor, len(ps))
-	for i, p := range ps {
-		out[i] = p.T
-	}
-	return out
-}
-
-// ropeFor returns the cached device RoPE tables of a tile geometry.
-func (d *Decoder) ropeFor(geom [3]int) ([2]*tensors.Tensor, error) {
-	if r, ok := d.ropes[geom]; ok {
+// ropeFor returns the RoPE tables of a tile geometry on rep's device (cached; a replica is used by one
+// goroutine at a time).
+func (d *Decoder) ropeFor(rep *replica, geom [3]int) ([2]*tensors.Tensor, error) {
+	if r, ok := rep.ropes[geom]; ok {
 		return r, nil
 	}
 	rot := d.cfg.RotaryDim()
@@ -779,17 +729,20 @@ func (d *Decoder) ropeFor(geom [3]int) ([2]*tensors.Tensor, error) {
 		tensors.FromFlatDataAndDimensions(sin, l, rot),
 	}
 	for _, t := range r {
-		if err := t.ToDevice(d.backend, 0); err != nil {
+		if err := t.ToDevice(d.backend, rep.dev); err != nil {
+			graphexec.Finalize(r[:]...)
 			return r, err
 		}
 	}
-	d.ropes[geom] = r
+	rep.ropes[geom] = r
 	return r, nil
 }
 
 // postFor returns the output graph of a tile geometry (the unpatchify needs t, h, w, which the token
 // count alone does not determine).
 func (d *Decoder) postFor(geom [3]int) (*Exec, error) {
+	d.postMu.Lock() // lanes of a clip-parallel decode ask at once
+	defer d.postMu.Unlock()
 	return d.postExecs.Get(geom, func() (*Exec, error) {
 		return NewExec(d.backend, func(in []*Node) *Node { return d.gs.post(geom[0], geom[1], geom[2], in) })
 	})

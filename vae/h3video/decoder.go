@@ -2,11 +2,11 @@ package h3video
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
-	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
@@ -38,6 +38,11 @@ type Options struct {
 	// DisableTiling decodes each clip over the whole canvas in one pass (the reference with
 	// use_tiling=False). Attention memory then grows with the square of the canvas area.
 	DisableTiling bool
+	// Devices is how many devices of the backend the clips of a decode spread over (0 or 1: device 0
+	// alone). Each device beyond the first holds its own copy of the weights, made at load and freed
+	// at Close; clip i decodes on device i mod Devices, concurrently, and the frames still come out in
+	// order. The results are those of one device.
+	Devices int
 	// Attention selects the attention implementation (default: fused on xla:cuda with bf16, exact
 	// float32 otherwise; Attention.Path forces one).
 	Attention attention.Options
@@ -57,8 +62,10 @@ type Decoder struct {
 	noW, noB, poW, poB            *weights.Param
 
 	preExec, blockExec *Exec
+	postMu             sync.Mutex
 	postExecs          modelkit.ExecCache[[3]int]
-	ropes              map[[3]int][2]*tensors.Tensor
+	replicas           []*replica           // one per device the clips spread over; device 0's first
+	clipHook           func(lane, clip int) // tests only: a lane finished stitching a clip
 
 	guard modelkit.Guard
 }
@@ -91,8 +98,11 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 	if _, err := attention.Resolve(backend, opts.DType, cfg.DecoderHeadDim, opts.Attention); err != nil {
 		return nil, fmt.Errorf("h3video: %w", err)
 	}
-	d := &Decoder{cfg: cfg, opts: opts, backend: backend,
-		postExecs: modelkit.ExecCache[[3]int]{}, ropes: map[[3]int][2]*tensors.Tensor{}}
+	if opts.Devices < 0 || opts.Devices > backend.NumDevices() {
+		return nil, fmt.Errorf("h3video: Options.Devices=%d: the backend %s has %d device(s); use 1..%d (0 is 1)",
+			opts.Devices, backend.Name(), backend.NumDevices(), backend.NumDevices())
+	}
+	d := &Decoder{cfg: cfg, opts: opts, backend: backend, postExecs: modelkit.ExecCache[[3]int]{}}
 	if err := checkTiles(cfg, opts); err != nil {
 		return nil, err
 	}
@@ -115,7 +125,7 @@ func (d *Decoder) build() error {
 	}); err != nil {
 		return fmt.Errorf("h3video: building graphs: %w", err)
 	}
-	return nil
+	return d.placeReplicas()
 }
 
 // checkTiles validates the tiling options against the config.
@@ -203,9 +213,7 @@ func (d *Decoder) release() error {
 	if d.set != nil {
 		d.set.Release()
 	}
-	for _, r := range d.ropes {
-		graphexec.Finalize(r[:]...)
-	}
+	d.releaseReplicas()
 	d.postExecs.Finalize()
 	graphexec.FinalizeExecs(d.preExec, d.blockExec)
 	return nil

@@ -168,8 +168,8 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
 		x264:        fs.String("x264-preset", "", `libx264 speed preset: "veryfast" finishes the MP4 sooner after the last frame (default: medium, upstream's)`),
-		gpus: fs.Int("gpus", 1, "accelerators of this host to spread the DiT over: H3 tensor-parallel by heads and FFN width, "+
-			"Wan with guidance (1.3B, 5B) CFG-parallel on 2 (the unconditional forward on the second device); "+
+		gpus: fs.Int("gpus", 1, "accelerators of this host to spread the run over: H3: the DiT tensor-parallel by heads and FFN width and the video VAE's clips round-robin; "+
+			"Wan with guidance (1.3B, 5B): CFG-parallel on 2 (the unconditional forward on the second device); "+
 			"needs an accelerator backend with that many devices"),
 		fast: defineFast(fs),
 	}
