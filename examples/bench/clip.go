@@ -117,6 +117,10 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 		return []clipVariant{{name: "flags", dense: *clipDense, fast: *clipFast, spatial: *clipFastSp,
 			firstImage: *clipImage != "", lastImage: *clipLast != ""}}, nil
 	}
+	if *clipDense || *clipFast || *clipFastSp {
+		// Each variant names its own modes; a mode flag beside the list would otherwise be silently ignored.
+		return nil, badFlag("invalid -clip-dense/-clip-fast/-clip-fast-spatial with -clip-variants %q: use the dense, fast and spatial tokens of -clip-variants", list)
+	}
 	var vs []clipVariant
 	for _, name := range strings.Split(list, ",") {
 		v := clipVariant{name: name}
@@ -136,7 +140,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			case "alt":
 				v.alt = true
 			default:
-				return nil, fmt.Errorf("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
 			}
 		}
 		vs = append(vs, v)
@@ -156,7 +160,7 @@ func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo
 		case wan.FamilyName:
 			req.Options = &wan.Options{VSA: &wan.VSA{Off: true}}
 		default:
-			return req, fmt.Errorf("-clip-variants dense: the %s family has no VSA switch", fam)
+			return req, badFlag("-clip-variants dense: the %s family has no VSA switch", fam)
 		}
 	}
 	var err error

@@ -101,7 +101,7 @@ func decoderGFLOP(cfg h3audio.Config, b, n int) float64 {
 // on the backend, stereo latents [2, 32, frames] -> 2 × 800·frames samples.
 func benchH3AudioVAE(b compute.Backend, frames, warmup, iters int, seed uint64) error {
 	if frames <= 0 || iters <= 0 {
-		return fmt.Errorf("h3audio bench: -audio-frames (%d) and -iters (%d) must be positive", frames, iters)
+		return badFlag("h3audio bench: -audio-frames (%d) and -iters (%d) must be positive", frames, iters)
 	}
 	cfg := h3audio.DefaultConfig()
 	src, err := randomAudioBenchWeights(cfg, seed)

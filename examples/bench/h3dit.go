@@ -46,7 +46,7 @@ func init() {
 		case 4, 6, 8:
 			scheme = &quant.Scheme{Bits: *h3ditQBits, GroupSize: quant.DefaultGroupSize}
 		default:
-			return fmt.Errorf("h3dit bench: -h3dit-quant-bits %d; use 8, 6, 4 or 0 (dense)", *h3ditQBits)
+			return badFlag("h3dit bench: -h3dit-quant-bits %d; use 8, 6, 4 or 0 (dense)", *h3ditQBits)
 		}
 		return benchH3DiT(b, cfg, dt, scheme, *h3ditFlags.height, *h3ditFlags.width, *h3ditFlags.frames, *h3ditFlags.text, c)
 	})
@@ -62,8 +62,8 @@ func h3ditTFLOP(cfg h3.Config, rows int) float64 {
 }
 
 func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, height, width, frames, textTokens int, c common) error {
-	if c.Iters < 3 {
-		return fmt.Errorf("h3dit bench: -iters %d; use at least 3 for a median", c.Iters)
+	if err := c.medianIters("h3dit"); err != nil {
+		return err
 	}
 	doc, err := newH3DiTDocument(height, width, frames, textTokens)
 	if err != nil {
@@ -190,7 +190,7 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 	if *h3ditFP8 != "" {
 		path, err := quant.ParseFP8Path(*h3ditFP8)
 		if err != nil {
-			return nil, "", fmt.Errorf("h3dit bench: -h3dit-fp8: %w", err)
+			return nil, "", badFlag("h3dit bench: -h3dit-fp8: %w", err)
 		}
 		opts.FP8, opts.Dispatch.FP8 = true, path
 		weightsLabel = "fp8 " + path.String()

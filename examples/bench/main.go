@@ -8,6 +8,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -91,7 +92,7 @@ func main() {
 		}
 		if err := sfn(*spec, c); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			os.Exit(exitCode(err))
 		}
 		return
 	}
@@ -104,11 +105,11 @@ func main() {
 	c.Window.cuda = plan.Backend == backend.KindXLA && plan.IsCUDA()
 	if err := fn(b, c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 	if err := c.Window.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -131,4 +132,26 @@ func (c *common) readEnv() error {
 	c.Attention = attention.Options{Path: path}
 	c.Dispatch, err = quant.ParseDispatch(os.Getenv(quant.DQGEMMEnv))
 	return err
+}
+
+// invalidFlag is a flag value the bench cannot run with: it exits 2 for it, as for an unknown -what,
+// and 1 for a run that failed.
+type invalidFlag struct{ error }
+
+func badFlag(format string, args ...any) error { return invalidFlag{fmt.Errorf(format, args...)} }
+
+func exitCode(err error) int {
+	var bad invalidFlag
+	if errors.As(err, &bad) {
+		return 2
+	}
+	return 1
+}
+
+// medianIters refuses fewer than 3 timed runs to the benches that report a median.
+func (c common) medianIters(bench string) error {
+	if c.Iters < 3 {
+		return badFlag("%s bench: -iters %d; use at least 3 for a median", bench, c.Iters)
+	}
+	return nil
 }

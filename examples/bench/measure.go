@@ -22,7 +22,7 @@ import (
 func parseDType(flagName, v string) (dtypes.DType, error) {
 	dt, err := dtypeOf(v)
 	if err != nil {
-		return dt, fmt.Errorf("-%s %w", flagName, err)
+		return dt, badFlag("-%s %w", flagName, err)
 	}
 	return dt, nil
 }
@@ -71,7 +71,7 @@ func parseList[T any](flagName, v string, parse func(string) (T, error)) ([]T, e
 	for _, s := range strings.Split(v, ",") {
 		x, err := parse(strings.TrimSpace(s))
 		if err != nil {
-			return nil, fmt.Errorf("-%s %q: %w", flagName, v, err)
+			return nil, badFlag("-%s %q: %w", flagName, v, err)
 		}
 		out = append(out, x)
 	}

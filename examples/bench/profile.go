@@ -55,5 +55,5 @@ func (w *profileWindow) check() error {
 	if w == nil || w.tag == "" || w.done {
 		return nil
 	}
-	return fmt.Errorf("-profile-window %q matched no measurement; this run measured: %s", w.tag, strings.Join(w.seen, ", "))
+	return badFlag("-profile-window %q matched no measurement; this run measured: %s", w.tag, strings.Join(w.seen, ", "))
 }

@@ -271,10 +271,10 @@ func (p *gpuMemPoller) stop() {
 // reports the time and the peak device memory.
 func benchQwen3VL(b compute.Backend, cfg qwen3vl.Config, tokens, index int, source string, dt dtypes.DType, warmup, iters int, seed uint64) error {
 	if tokens <= 0 || index <= 0 || index > cfg.NumHiddenLayers || iters <= 0 {
-		return fmt.Errorf("qwen3vl bench: need -qwen-tokens > 0 (got %d), -qwen-index in 1..%d (got %d), -iters > 0 (got %d)", tokens, cfg.NumHiddenLayers, index, iters)
+		return badFlag("qwen3vl bench: need -qwen-tokens > 0 (got %d), -qwen-index in 1..%d (got %d), -iters > 0 (got %d)", tokens, cfg.NumHiddenLayers, index, iters)
 	}
 	if source != "device" && source != "host" {
-		return fmt.Errorf("qwen3vl bench: -qwen-weights %q: use device or host", source)
+		return badFlag("qwen3vl bench: -qwen-weights %q: use device or host", source)
 	}
 	mem := startGPUMemPoller()
 	defer mem.stop()

@@ -25,7 +25,7 @@ func init() {
 func benchRIFE(b compute.Backend, c common) error {
 	var h, w int
 	if _, err := fmt.Sscanf(*rifeSize, "%dx%d", &h, &w); err != nil || h < 1 || w < 1 {
-		return fmt.Errorf("-rife-size %q: want HxW", *rifeSize)
+		return badFlag("-rife-size %q: want HxW", *rifeSize)
 	}
 	batches, err := parseList("rife-batch", *rifeBatch, intAtLeast(1))
 	if err != nil {

@@ -56,14 +56,14 @@ func vsaBenchTiling() (*attention.Tiling, int, int, error) {
 		tl, err := attention.NewTiling(nil, [3]int{nt, nh, nw}, wan.VSATileSize)
 		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
 	}
-	return nil, 0, 0, fmt.Errorf("-vsa-geometry %q is not h3 or wan", *vsaGeometry)
+	return nil, 0, 0, badFlag("-vsa-geometry %q is not h3 or wan", *vsaGeometry)
 }
 
 // benchVSA times one attention call at the tiling's geometry: dense, then VSA at -vsa-sparsity with the
 // gated compression branch, on random q, k, v and gate drawn on the device.
 func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dtypes.DType, c common) error {
-	if c.Iters < 3 {
-		return fmt.Errorf("vsa bench: -iters %d; use at least 3 for a median", c.Iters)
+	if err := c.medianIters("vsa"); err != nil {
+		return err
 	}
 	l := tl.Rows()
 	k := attention.TopKTiles(*vsaSparsity, tl.NumVideo)

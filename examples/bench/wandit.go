@@ -37,7 +37,7 @@ func init() {
 		case "5b":
 			cfg, vaeStride = wan.Wan22TI2V5B(), 16
 		default:
-			return fmt.Errorf("wandit bench: -wandit-model %q is not 1.3b, 14b or 5b", *wanditModel)
+			return badFlag("wandit bench: -wandit-model %q is not 1.3b, 14b or 5b", *wanditModel)
 		}
 		if *wanditFlags.layers > 0 {
 			cfg.NumLayers = *wanditFlags.layers
@@ -61,8 +61,8 @@ func init() {
 
 func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, height, width, frames, textRows int,
 	steps []int, runs int, c common) error {
-	if c.Iters < 3 {
-		return fmt.Errorf("wandit bench: -iters %d; use at least 3 for a median", c.Iters)
+	if err := c.medianIters("wandit"); err != nil {
+		return err
 	}
 	if (frames-1)%4 != 0 || height%vaeStride != 0 || width%vaeStride != 0 {
 		return fmt.Errorf("wandit bench: %dx%dx%d: frames must be 4n+1 and height/width multiples of the VAE stride %d", width, height, frames, vaeStride)
@@ -140,7 +140,7 @@ func benchWanForward(m *wan.Model, in wan.ForwardInputs, tag string, tflop float
 // x0 = x − σ·v, re-noise into the next step; the prompt is embedded once beforehand, as the pipeline does.
 func benchWanDenoise(m *wan.Model, in wan.ForwardInputs, steps []int, runs int, tflop float64, randn func(int) []float32) error {
 	if runs < 1 {
-		return fmt.Errorf("wandit bench: -wandit-denoise-runs %d must be positive", runs)
+		return badFlag("wandit bench: -wandit-denoise-runs %d must be positive", runs)
 	}
 	ladder, err := schedule.NewDMDLadder(steps)
 	if err != nil {

@@ -35,7 +35,7 @@ func init() {
 		case "wan22":
 			cfg = wan.Wan22Config()
 		default:
-			return fmt.Errorf("wanvae bench: -wanvae-variant %q is not wan21 or wan22", *wanvaeVariant)
+			return badFlag("wanvae bench: -wanvae-variant %q is not wan21 or wan22", *wanvaeVariant)
 		}
 		return benchWanVAE(b, cfg, dts, c.Warmup, c.Iters, c.Seed)
 	})
@@ -51,7 +51,7 @@ func benchWanVAE(b compute.Backend, cfg wan.Config, dts []dtypes.DType, warmup, 
 	}
 	tr, r := cfg.TemporalRatio(), cfg.SpatialRatio()
 	if frames <= 0 || (frames-1)%tr != 0 {
-		return fmt.Errorf("wanvae bench: -wanvae-frames %d must be %d·n+1", frames, tr)
+		return badFlag("wanvae bench: -wanvae-frames %d must be %d·n+1", frames, tr)
 	}
 	if height <= 0 || width <= 0 || height%r != 0 || width%r != 0 {
 		return fmt.Errorf("wanvae bench: canvas %dx%d must be positive multiples of %d", height, width, r)
