@@ -69,7 +69,7 @@ type linearLayout [numCoreLinears]quant.Scheme
 // inputs is the number of weight tensors of a block with this layout: the four norm weights and the
 // linears' tensors (dense linears of an FP8 block take two: codes and scales).
 func (l linearLayout) inputs(fp8 bool) int {
-	n := 4
+	n := numBlockNorms
 	for _, s := range l {
 		switch {
 		case s != (quant.Scheme{}):
@@ -97,7 +97,7 @@ func coreFromSlice(in []*Node, lay linearLayout, fp8 bool) coreWeights {
 		panic(fmt.Errorf("h3: block executable got %d weight inputs, its layout takes %d", len(in), lay.inputs(fp8)))
 	}
 	var ws [numCoreLinears]quant.GraphWeight
-	i := 4
+	i := numBlockNorms
 	for k, s := range lay {
 		switch {
 		case s != (quant.Scheme{}):

@@ -39,6 +39,10 @@ func (c *coreParams) layout() linearLayout {
 	return l
 }
 
+// numBlockNorms is how many norm weights lead a block's weight list (tensors, coreFromSlice): norm1,
+// norm2, norm_q and norm_k; the linears' tensors follow.
+const numBlockNorms = 4
+
 // tensors returns the block weights in the order coreFromSlice expects: the four norm weights, then each
 // linear's tensors (1 dense, 3 quantized) in linearLayout order.
 func (c *coreParams) tensors() []*tensors.Tensor {

@@ -139,7 +139,7 @@ func (s *shardedBlocks) close() {
 	}
 	for _, shards := range s.weights {
 		for _, w := range shards {
-			graphexec.Finalize(w[4:]...)
+			graphexec.Finalize(w[numBlockNorms:]...)
 		}
 	}
 	if s.spmd != nil {
@@ -153,7 +153,7 @@ func (s *shardedBlocks) close() {
 func (s *shardedBlocks) bytes() (sliced, copies int64) {
 	for _, shards := range s.weights {
 		for _, w := range shards {
-			for _, t := range w[4:] {
+			for _, t := range w[numBlockNorms:] {
 				sliced += t.Shape().ByteSize()
 			}
 		}

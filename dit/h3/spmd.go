@@ -74,21 +74,18 @@ func (m *Model) placeShards(devices []compute.DeviceNum, compile spmdCompiler) (
 			if dev == 0 {
 				continue
 			}
-			for i, t := range w {
-				if i >= 4 {
-					// The slices are this shard's alone: move them (the device-0 copy is freed).
-					if err := t.MaterializeOnDevice(m.backend, false, dev); err != nil {
-						return err
-					}
-					continue
-				}
-				c, err := graphexec.CopyToDevice(m.backend, t, dev)
-				if err != nil {
+			// The slices are this shard's alone: move them (the device-0 copy is freed).
+			for _, t := range w[numBlockNorms:] {
+				if err := t.MaterializeOnDevice(m.backend, false, dev); err != nil {
 					return err
 				}
-				sp.copies = append(sp.copies, c)
-				w[i] = c
 			}
+			norms, err := graphexec.CopyAllToDevice(m.backend, w[:numBlockNorms], dev)
+			if err != nil {
+				return err
+			}
+			sp.copies = append(sp.copies, norms...)
+			copy(w, norms)
 		}
 	}
 	return nil

@@ -34,9 +34,6 @@ func (m *Model) Replica(dev compute.DeviceNum) (r *Model, err error) {
 	}
 	r.rope.Device = dev
 	if err := r.placeWeights(m); err != nil {
-		if !r.sharesWeights {
-			r.p.set.Release()
-		}
 		return nil, err
 	}
 	return r, r.finish()
@@ -45,19 +42,18 @@ func (m *Model) Replica(dev compute.DeviceNum) (r *Model, err error) {
 // placeWeights binds r's parameters to m's: the same tensors on m's device, device copies elsewhere.
 func (r *Model) placeWeights(m *Model) error {
 	from, to := m.p.set.Params(), r.p.set.Params()
+	ts := make([]*tensors.Tensor, len(from))
 	for i, q := range from {
-		if q.T == nil {
-			continue // an optional weight the checkpoint lacks (the VSA gates)
+		ts[i] = q.T // nil for an optional weight the checkpoint lacks (the VSA gates)
+	}
+	if !r.sharesWeights {
+		var err error
+		if ts, err = graphexec.CopyAllToDevice(m.backend, ts, r.device); err != nil {
+			return fmt.Errorf("wan: copying the weights to device %d: %w", r.device, err)
 		}
-		if r.sharesWeights {
-			to[i].T = q.T
-			continue
-		}
-		c, err := graphexec.CopyToDevice(m.backend, q.T, r.device)
-		if err != nil {
-			return fmt.Errorf("wan: copying %s to device %d: %w", q.Name, r.device, err)
-		}
-		to[i].T = c
+	}
+	for i, t := range ts {
+		to[i].T = t
 	}
 	return nil
 }

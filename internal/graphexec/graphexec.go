@@ -105,6 +105,24 @@ func CopyToDevice(backend compute.Backend, t *tensors.Tensor, dev compute.Device
 	return tensors.FromBuffer(c)
 }
 
+// CopyAllToDevice copies every tensor of ts to device dev (nil entries stay nil): a device replica of
+// a model's weights. On failure the copies already made are freed.
+func CopyAllToDevice(backend compute.Backend, ts []*tensors.Tensor, dev compute.DeviceNum) ([]*tensors.Tensor, error) {
+	out := make([]*tensors.Tensor, len(ts))
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		c, err := CopyToDevice(backend, t, dev)
+		if err != nil {
+			Finalize(out...)
+			return nil, fmt.Errorf("tensor %d of %d: %w", i+1, len(ts), err)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
 // Finalize frees tensors (on the device and on the host); nil entries are skipped.
 func Finalize(ts ...*tensors.Tensor) {
 	for _, t := range ts {

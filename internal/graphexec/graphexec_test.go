@@ -72,3 +72,25 @@ func TestTrace(t *testing.T) {
 		t.Errorf("Emit of an int tensor must fail naming the context and the name: %v", err)
 	}
 }
+
+// CopyAllToDevice gives separate device copies with the same values, keeps nil entries nil, and
+// names the tensor it could not place. (The pure-Go backend has no device-to-device copy, so only host
+// sources are exercised here.)
+func TestCopyAllToDevice(t *testing.T) {
+	b := testutil.Backend(t)
+	src := []*tensors.Tensor{tensors.FromValue([]float32{1, 2}), nil}
+	copies, err := CopyAllToDevice(b, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Finalize(copies...)
+	if copies[1] != nil || copies[0] == src[0] || !copies[0].IsOnAnyDevice() {
+		t.Fatalf("copies %v of %v: want a new device tensor and nil kept", copies, src)
+	}
+	if got := tensors.MustCopyFlatData[float32](copies[0]); !slices.Equal(got, []float32{1, 2}) {
+		t.Errorf("the copy holds %v, want [1 2]", got)
+	}
+	if _, err := CopyAllToDevice(b, src, 7); err == nil || !strings.Contains(err.Error(), "tensor 1 of 2") {
+		t.Errorf("a device the backend lacks: %v", err)
+	}
+}

@@ -56,18 +56,16 @@ func (r *replica) post() []*tensors.Tensor { return r.weights[len(r.weights)-pos
 func (d *Decoder) newReplica(dev compute.DeviceNum) (*replica, error) {
 	r := &replica{dev: dev, ropes: map[[3]int][2]*tensors.Tensor{}, blocks: len(d.blocks)}
 	for _, p := range d.replicaParams() {
-		if dev == 0 {
-			r.weights = append(r.weights, p.T)
-			continue
-		}
-		c, err := graphexec.CopyToDevice(d.backend, p.T, dev)
-		if err != nil {
-			r.release()
-			return nil, fmt.Errorf("h3video: copying the weights to device %d: %w", dev, err)
-		}
-		r.owned = append(r.owned, c)
-		r.weights = append(r.weights, c)
+		r.weights = append(r.weights, p.T)
 	}
+	if dev == 0 {
+		return r, nil
+	}
+	copies, err := graphexec.CopyAllToDevice(d.backend, r.weights, dev)
+	if err != nil {
+		return nil, fmt.Errorf("h3video: copying the weights to device %d: %w", dev, err)
+	}
+	r.weights, r.owned = copies, copies
 	return r, nil
 }
 
