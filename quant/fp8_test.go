@@ -9,6 +9,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/testutil"
 )
 
@@ -223,7 +224,7 @@ func TestFP8Linear(t *testing.T) {
 	emulated, dense := tensors.MustCopyFlatData[float32](out[0]), tensors.MustCopyFlatData[float32](out[1])
 	want := fp8Reference(x, m, codes, scales, n, k)
 	testutil.AssertClose(t, "emulated FP8 vs host reference", emulated, want, []int{m, n}, testutil.ParityTol(want))
-	snr := testutil.SNRdB(emulated, dense)
+	snr := hostmath.SNRdB(emulated, dense)
 	t.Logf("FP8 linear vs dense: SNR %.1f dB", snr)
 	if snr < 25 {
 		t.Errorf("FP8 linear SNR vs dense %.1f dB, below 25 dB", snr)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
@@ -28,7 +29,7 @@ func TestFP8Forward(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sv, sa := testutil.SNRdB(out.Video, refV), testutil.SNRdB(out.Audio, refA)
+			sv, sa := hostmath.SNRdB(out.Video, refV), hostmath.SNRdB(out.Audio, refA)
 			t.Logf("FP8 %s: SNR vs the reference: video %.1f dB, audio %.1f dB", dt, sv, sa)
 			if min(sv, sa) < fp8MinSNR {
 				t.Errorf("FP8 %s: SNR %.1f dB below %d dB", dt, min(sv, sa), fp8MinSNR)

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
@@ -57,7 +58,7 @@ func TestQuantizedOnGPU(t *testing.T) {
 		}
 		snr := func(label string, bits int, out ForwardOutputs) {
 			t.Helper()
-			sv, sa := testutil.SNRdB(out.Video, refV), testutil.SNRdB(out.Audio, refA)
+			sv, sa := hostmath.SNRdB(out.Video, refV), hostmath.SNRdB(out.Audio, refA)
 			t.Logf("%s: SNR vs the dense reference: video %.1f dB, audio %.1f dB", label, sv, sa)
 			if min(sv, sa) < minSNR[bits] {
 				t.Errorf("%s: SNR %.1f dB below %.0f dB", label, min(sv, sa), minSNR[bits])
@@ -106,7 +107,7 @@ func TestFP8OnGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snr := testutil.SNRdB(emulated.Video, refV)
+		snr := hostmath.SNRdB(emulated.Video, refV)
 		t.Logf("FP8 emulated bf16 on the GPU: video SNR %.1f dB; backend declares F8E4M3FN: %v", snr, quant.SupportsNativeFP8(b))
 		if snr < fp8MinSNR {
 			t.Errorf("FP8 emulated: SNR %.1f dB below %d dB", snr, fp8MinSNR)

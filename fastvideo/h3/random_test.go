@@ -9,6 +9,7 @@ import (
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/h3"
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/testutil"
 )
 
@@ -71,7 +72,7 @@ func TestFP8DType(t *testing.T) {
 	if fp8.DType != fastvideo.FP8 || testutil.SameBits(dense.Latents.Video, fp8.Latents.Video) {
 		t.Fatalf("dtype %s; the FP8 run must report fp8 and differ from the dense one", fp8.DType)
 	}
-	if snr := testutil.SNRdB(fp8.Latents.Video, dense.Latents.Video); snr < 20 {
+	if snr := hostmath.SNRdB(fp8.Latents.Video, dense.Latents.Video); snr < 20 {
 		t.Errorf("FP8 latents %.1f dB from the dense ones (want >= 20 dB after one step)", snr)
 	} else {
 		t.Logf("FP8 vs dense latents after one step: %.1f dB", snr)

@@ -82,3 +82,15 @@ func TorchLinspaceF32(start, end float32, steps int) []float32 {
 func fmaF32(a, b, c float32) float32 {
 	return float32(math.FMA(float64(a), float64(b), float64(c)))
 }
+
+// SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
+// 10·log10(Σ ref² / Σ (got − ref)²) (+Inf when they are equal).
+func SNRdB(got, ref []float32) float64 {
+	var s, n float64
+	for i := range ref {
+		d := float64(got[i]) - float64(ref[i])
+		s += float64(ref[i]) * float64(ref[i])
+		n += d * d
+	}
+	return 10 * math.Log10(s/n)
+}

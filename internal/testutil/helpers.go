@@ -420,18 +420,6 @@ func CheckBinding(t *testing.T, b Binding) {
 	})
 }
 
-// SNRdB is the signal-to-noise ratio of got against the reference ref, in decibels:
-// 10·log10(Σ ref² / Σ (got − ref)²) (+Inf when they are equal).
-func SNRdB(got, ref []float32) float64 {
-	var s, n float64
-	for i := range ref {
-		d := float64(got[i]) - float64(ref[i])
-		s += float64(ref[i]) * float64(ref[i])
-		n += d * d
-	}
-	return 10 * math.Log10(s/n)
-}
-
 // SlogCapture records, in order, the value of one attribute of the log records with one message, e.g.
 // the "path" of every "quant.Linear" record, so a test can see which kernel a graph chose.
 type SlogCapture struct {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"fastvideo/internal/blockfp8"
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/minifloat"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
@@ -236,7 +237,7 @@ func referenceDequant(t *testing.T, w, scale safetensors.Info) []float32 {
 // placed scale or a misdecoded code falls far below it.
 func checkFP8Error(t *testing.T, got, dense []float32) {
 	t.Helper()
-	snr := testutil.SNRdB(got, dense)
+	snr := hostmath.SNRdB(got, dense)
 	limit := 20 * math.Log10(16)
 	t.Logf("block FP8 vs dense hidden state: SNR %.1f dB (bound %.1f dB)", snr, limit)
 	if !(snr >= limit) {
