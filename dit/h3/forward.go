@@ -14,13 +14,13 @@ import (
 
 // stageExecs are the executables of one forward; the traced set also returns intermediates.
 type stageExecs struct {
-	time, adaln, normOut, text, refiner, finalNorm, input, block, output *Exec
+	time, adaln, normOut, text, refiner, finalNorm, input, output *Exec
 	// shard runs the joint blocks of a tensor-parallel model (nil otherwise).
 	shard *shardExecs
 }
 
 func (s *stageExecs) Finalize() {
-	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.block, s.output)
+	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.output)
 	if s.shard != nil {
 		s.shard.Finalize()
 	}
@@ -70,7 +70,7 @@ func traced(trace bool, n int, all ...*Node) []*Node {
 func (m *Model) newStageExecs(trace bool) *stageExecs {
 	cfg, spec, dt := m.cfg, m.spec, m.dtype
 	hidden := cfg.HiddenSize
-	refinerLayout, blockLayout, blockFP8 := m.p.RefinerLayout, m.p.BlockLayout, m.p.BlockFP8
+	refinerLayout := m.p.RefinerLayout
 	s := &stageExecs{
 		// -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
 		time: graphexec.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
@@ -107,7 +107,6 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			all := Concatenate([]*Node{a.Text, ConvertDType(ve, a.Text.DType()), ConvertDType(ae, a.Text.DType())}, 0)
 			return traced(trace, 1, Gather(all, ExpandAxes(a.Perm, -1)), ve, ae)
 		}),
-		block: graphexec.MustExec(m.backend, "h3.joint_block", jointBlockFn(spec, blockLayout, blockFP8, trace)),
 		output: graphexec.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
 			var a outputInputs[*Node]
 			graphexec.Unpack(in, &a)
@@ -463,16 +462,32 @@ func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], 
 	if m.shards != nil && m.shards.spmd != nil {
 		return m.runSPMDBlocks(x, args, cache)
 	}
-	for b := range blocks {
-		args.X, args.Mod = x, cache.tables[b]
-		var res []*tensors.Tensor
-		var err error
-		if m.shards != nil {
-			res, err = m.runShardedBlock(b, args)
-		} else {
-			exec, extra := m.blockExec(vsa, b)
-			res, err = graphexec.Call(exec, graphexec.Pack(&args, append(blocks[b].tensors(), extra...)...)...)
+	if m.shards != nil {
+		return m.runShardedBlocks(x, args, cache)
+	}
+	group := m.blockGroup()
+	for b0 := 0; b0 < len(blocks); b0 += group {
+		b1 := min(b0+group, len(blocks))
+		res, err := m.runBlockGroup(vsa, b0, b1, x, args, cache)
+		graphexec.Finalize(x)
+		if err != nil {
+			return nil, err
 		}
+		x = res[0]
+		if err := m.traceBlock(b0, res); err != nil {
+			graphexec.Finalize(x)
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// runShardedBlocks runs the tensor-parallel shards of every joint block on device 0, one after the
+// other (the fallback below Options.Shards devices).
+func (m *Model) runShardedBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) (*tensors.Tensor, error) {
+	for b := range m.p.Blocks {
+		args.X, args.Mod = x, cache.tables[b]
+		res, err := m.runShardedBlock(b, args)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err

@@ -37,6 +37,7 @@
 package h3
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,9 @@ type Options struct {
 	// shards run one after the other on device 0, their partial outputs summed where the SPMD program
 	// all-reduces (Model.TensorParallel says which). Both give the whole model's numbers within rounding.
 	Shards int
+	// BlockGroup is how many consecutive joint blocks one XLA program runs (0: DefaultBlockGroup; 1:
+	// one block per program, the shortest compile). The numbers do not depend on it.
+	BlockGroup int
 }
 
 // Model is a loaded H3 transformer. It is not safe for concurrent Forward calls.
@@ -92,9 +96,10 @@ type Model struct {
 	closeSrc     func() error
 
 	stages *modelkit.Stages[*stageExecs]
-	// vsaExecs are the joint-block executables of the VSA geometries met so far.
-	vsaExecs map[vsaKey]*graph.Exec
-	rope     *modelkit.RopeCache[[]float64]
+	// groupExecs are the joint-block programs (runs of consecutive blocks of given kinds) met so far.
+	groupExecs map[groupKey]*graph.Exec
+	group      int // joint blocks per program (Options.BlockGroup)
+	rope       *modelkit.RopeCache[[]float64]
 	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
 	shards      *shardedBlocks
 	shardsAsked int
@@ -202,6 +207,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			return nil, err
 		}
 	}
+	if opts.BlockGroup < 0 {
+		return nil, fmt.Errorf("h3: Options.BlockGroup %d is negative; use 0 for the default (%d joint blocks per program) or a positive count", opts.BlockGroup, DefaultBlockGroup)
+	}
 	if opts.AdaLNManifest != nil {
 		if err := opts.AdaLNManifest.validate(cfg); err != nil {
 			return nil, err
@@ -224,6 +232,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			Dispatch: opts.Dispatch,
 		},
 		shardsAsked: opts.Shards,
+		group:       cmp.Or(opts.BlockGroup, DefaultBlockGroup),
 	}, nil
 }
 
@@ -290,7 +299,7 @@ func (m *Model) Close() error {
 		m.ckCache.Close()
 		m.ckCache = nil
 	}
-	m.closeVSA()
+	m.closeGroups()
 	m.shards.close()
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil

@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/dit/h3"
+	"fastvideo/internal/hostmath"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/weights"
@@ -103,7 +104,7 @@ func load(t *testing.T, dir string) *h3.Model {
 // video and in audio.
 func requireSNR(t *testing.T, label string, got, ref h3.ForwardOutputs, floor float64) {
 	t.Helper()
-	sv, sa := testutil.SNRdB(got.Video, ref.Video), testutil.SNRdB(got.Audio, ref.Audio)
+	sv, sa := hostmath.SNRdB(got.Video, ref.Video), hostmath.SNRdB(got.Audio, ref.Audio)
 	t.Logf("%s: SNR vs dense f32: video %.1f dB, audio %.1f dB", label, sv, sa)
 	if min(sv, sa) < floor {
 		t.Fatalf("%s: SNR %.1f dB below %.0f dB", label, min(sv, sa), floor)
@@ -389,7 +390,8 @@ func TestQuantizedDispatch(t *testing.T) {
 		cfg := h3.FixtureConfig(t, fx)
 		dir := h3.ConvertFixture(t, fx, 4, h3.ConvertOptions{})
 		// paths is what the joint-block and refiner executables log: each is built once and logs its six
-		// core linears (a config without refiner layers builds no refiner graph).
+		// core linears (one joint block per program here; a config without refiner layers builds no
+		// refiner graph).
 		paths := func(block, refiner string) string {
 			n := map[string]int{block: 6}
 			if cfg.NumRefinerLayers > 0 {
@@ -409,7 +411,7 @@ func TestQuantizedDispatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			pathCounts(log)
-			m, err := h3.Load(testutil.Backend(t), dir, h3.Options{Dispatch: d})
+			m, err := h3.Load(testutil.Backend(t), dir, h3.Options{Dispatch: d, BlockGroup: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,8 +463,11 @@ func TestQuantizedDispatch(t *testing.T) {
 		}
 		defer ck.Close()
 		pathCounts(log)
-		sameOutputs(t, "FASTVIDEO_DQ_GEMM=1 vs the dense model on the host-dequantized checkpoint",
-			allDQ, run(t, fromSource(t, cfg, ck.Dequantized()), big))
+		dense, err := h3.FromSource(testutil.Backend(t), cfg, ck.Dequantized(), h3.Options{BlockGroup: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameOutputs(t, "FASTVIDEO_DQ_GEMM=1 vs the dense model on the host-dequantized checkpoint", allDQ, run(t, dense, big))
 		if got, want := pathCounts(log), paths("dense", "dense"); got != want {
 			t.Fatalf("dense model logged %q, want %q", got, want)
 		}

@@ -3,12 +3,8 @@ package h3
 import (
 	"fmt"
 
-	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
-	"github.com/gomlx/gomlx/core/tensors"
-
 	"fastvideo/attention"
 	"fastvideo/dit/h3/packing"
-	"fastvideo/internal/graphexec"
 )
 
 // VSA turns Video Sparse Attention on for one forward, as FastVideo's VSA-H3 backend runs the joint
@@ -48,7 +44,7 @@ type vsaKey struct {
 	prefix, grid [3]int
 	tile, topK   int
 	mode         attention.Mode
-	gate, trace  bool
+	gate         bool
 }
 
 // vsaPlan is one forward's VSA: its tiling, the top-k of sparse and of dense layers, and the layers
@@ -89,51 +85,4 @@ func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
 		p.dense[b] = true
 	}
 	return p, nil
-}
-
-// blockExec returns the executable of joint block b and its extra weight inputs (the gate).
-func (m *Model) blockExec(p *vsaPlan, b int) (*Exec, []*tensors.Tensor) {
-	if p == nil {
-		return m.execs().block, nil
-	}
-	key := vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode,
-		gate: m.p.Blocks[b].Gate.Bound(), trace: m.trace != nil}
-	if p.dense[b] {
-		key.topK = p.tl.NumVideo
-	}
-	var extra []*tensors.Tensor
-	if key.gate {
-		extra = []*tensors.Tensor{m.p.Blocks[b].Gate.T}
-	}
-	if e, ok := m.vsaExecs[key]; ok {
-		return e, extra
-	}
-	spec := m.spec
-	spec.Attention.Sparse = &attention.Sparse{Tiling: p.tl, TopK: key.topK, Mode: key.mode}
-	layout, fp8, trace := m.p.BlockLayout, m.p.BlockFP8, key.trace
-	e := graphexec.MustExec(m.backend, "h3.joint_block_vsa", func(in []*Node) []*Node {
-		var a blockInputs[*Node]
-		ws := graphexec.Unpack(in, &a)
-		var gate *Node
-		if key.gate {
-			ws, gate = ws[:len(ws)-1], ws[len(ws)-1]
-		}
-		w := coreFromSlice(ws, layout, fp8)
-		w.Attn.Gate = gate
-		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
-		return traced(trace, 1, out, attnOut, ffOut)
-	})
-	if m.vsaExecs == nil {
-		m.vsaExecs = map[vsaKey]*Exec{}
-	}
-	m.vsaExecs[key] = e
-	return e, extra
-}
-
-// closeVSA frees the VSA executables.
-func (m *Model) closeVSA() {
-	for _, e := range m.vsaExecs {
-		graphexec.FinalizeExecs(e)
-	}
-	m.vsaExecs = nil
 }

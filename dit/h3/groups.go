@@ -1,0 +1,124 @@
+package h3
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/attention"
+	"fastvideo/internal/graphexec"
+)
+
+// DefaultBlockGroup is how many consecutive joint blocks one XLA program runs when
+// Options.BlockGroup is 0. go-xla waits for each execution to finish before it returns (its
+// ExecuteAndWait), so between two programs the GPU idles while the host returns and launches the
+// next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Kernel-level profile"), 50 ms of a
+// release forward with one block per program. Grouping cuts the waits by the group size; the
+// program's compile time grows with it.
+const DefaultBlockGroup = 5
+
+// blockKind is what one joint block's graph depends on besides its weights: dense attention, or VSA
+// with the geometry and routing of vsa (graph constants), and the block's weight-input count.
+type blockKind struct {
+	sparse  bool
+	vsa     vsaKey
+	weights int
+}
+
+// groupKey identifies a program of consecutive joint blocks.
+type groupKey struct {
+	kinds string
+	trace bool
+}
+
+// blockGroup is the number of joint blocks per program: 1 while tracing (the tests read every block's
+// outputs).
+func (m *Model) blockGroup() int {
+	if m.trace != nil {
+		return 1
+	}
+	return m.group
+}
+
+// blockKindOf returns joint block b's kind under the forward's VSA plan p (nil: dense) and its extra
+// weight inputs (the VSA gate).
+func (m *Model) blockKindOf(p *vsaPlan, b int) (blockKind, []*tensors.Tensor) {
+	k := blockKind{weights: len(m.p.Blocks[b].tensors())}
+	if p == nil {
+		return k, nil
+	}
+	k.sparse = true
+	k.vsa = vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode,
+		gate: m.p.Blocks[b].Gate.Bound()}
+	if p.dense[b] {
+		k.vsa.topK = p.tl.NumVideo
+	}
+	if !k.vsa.gate {
+		return k, nil
+	}
+	k.weights++
+	return k, []*tensors.Tensor{m.p.Blocks[b].Gate.T}
+}
+
+// runBlockGroup runs joint blocks [b0, b1) on x as one program: inputs x, the row indices and RoPE
+// tables of args, each block's modulation table from cache, then each block's weights.
+func (m *Model) runBlockGroup(p *vsaPlan, b0, b1 int, x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) ([]*tensors.Tensor, error) {
+	kinds := make([]blockKind, 0, b1-b0)
+	in := []any{x, args.RowIdx, args.Cos, args.Sin}
+	var ws []any
+	for b := b0; b < b1; b++ {
+		k, extra := m.blockKindOf(p, b)
+		kinds = append(kinds, k)
+		in = append(in, cache.tables[b])
+		ws = graphexec.Args(graphexec.Args(ws, m.p.Blocks[b].tensors()...), extra...)
+	}
+	return graphexec.Call(m.groupExec(kinds, p), append(in, ws...)...)
+}
+
+// groupExec returns (compiling at first use) the program of consecutive blocks of these kinds.
+func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
+	key := groupKey{kinds: fmt.Sprint(kinds), trace: m.trace != nil}
+	if e, ok := m.groupExecs[key]; ok {
+		return e
+	}
+	spec, layout, fp8, trace := m.spec, m.p.BlockLayout, m.p.BlockFP8, key.trace
+	var tl *attention.Tiling
+	if p != nil {
+		tl = p.tl
+	}
+	e := graphexec.MustExec(m.backend, fmt.Sprintf("h3.joint_blocks_%d", len(kinds)), func(in []*Node) []*Node {
+		x, rowIdx, cos, sin := in[0], in[1], in[2], in[3]
+		mods, ws := in[4:4+len(kinds)], in[4+len(kinds):]
+		var attnOut, ffOut *Node
+		for i, k := range kinds {
+			bw := ws[:k.weights]
+			ws = ws[k.weights:]
+			var gate *Node
+			if k.vsa.gate {
+				bw, gate = bw[:len(bw)-1], bw[len(bw)-1]
+			}
+			w := coreFromSlice(bw, layout, fp8)
+			w.Attn.Gate = gate
+			s := spec
+			if k.sparse {
+				s.Attention.Sparse = &attention.Sparse{Tiling: tl, TopK: k.vsa.topK, Mode: k.vsa.mode}
+			}
+			x, attnOut, ffOut = s.jointBlock(x, mods[i], rowIdx, cos, sin, w)
+		}
+		return traced(trace, 1, x, attnOut, ffOut)
+	})
+	if m.groupExecs == nil {
+		m.groupExecs = map[groupKey]*Exec{}
+	}
+	m.groupExecs[key] = e
+	return e
+}
+
+// closeGroups frees the joint-block programs.
+func (m *Model) closeGroups() {
+	for _, e := range m.groupExecs {
+		graphexec.FinalizeExecs(e)
+	}
+	m.groupExecs = nil
+}
