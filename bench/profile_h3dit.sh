@@ -4,6 +4,8 @@
 #
 #   OUT=/some/dir LAYERS=8 bash bench/profile_h3dit.sh      # repo root as cwd, .gpu/bench built
 #
+# XLA_FLAGS from the caller apply to every Go run. GO_EXTRA adds bench flags to every Go run (e.g. "-h3dit-fp8 native" with a binary from
+# bench/build_native_fp8.sh, BENCH=that binary); TORCH=0 leaves the torch runs out.
 # LAYERS joint blocks (default 8: ~300 kernels per forward, which ncu's kernel replay of one
 # single-pass metric handles in well under a minute; per-block figures scale to the 50 blocks).
 # Writes under $OUT: go_plain.log (timings without a profiler attached, and the XLA dump hlo.tgz),
@@ -22,10 +24,10 @@ NCU=$(command -v ncu || ls -d /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-comput
 echo "ncu: ${NCU:-not found}"
 # The last "--wall-ms X" a log prints: the timed median outside any profiler range.
 wall() { grep -o -- '--wall-ms [0-9.]*' "$1" | tail -1 | cut -d' ' -f2; }
-go_args=(-what h3dit -backend xla:cuda -h3dit-layers "$LAYERS" -warmup 1 -iters 3 -profile-window "$TAG")
+go_args=(-what h3dit -backend xla:cuda -h3dit-layers "$LAYERS" -warmup 1 -iters 3 -profile-window "$TAG" ${GO_EXTRA:-})
 
 # 1. Go without a profiler: the wall time, and the optimized HLO of every module.
-XLA_FLAGS="--xla_dump_to=$OUT/hlo --xla_dump_hlo_as_text" timeout 120 "$BENCH" "${go_args[@]}" >"$OUT/go_plain.log" 2>&1
+XLA_FLAGS="${XLA_FLAGS:-} --xla_dump_to=$OUT/hlo --xla_dump_hlo_as_text" timeout 120 "$BENCH" "${go_args[@]}" >"$OUT/go_plain.log" 2>&1
 echo "go plain: rc $?"; grep -E 'summary|profile window' "$OUT/go_plain.log"
 python3 bench/hlo_summary.py "$OUT/hlo" >"$OUT/hlo_summary.txt" 2>&1; head -4 "$OUT/hlo_summary.txt"
 tar -czf "$OUT/hlo.tgz" -C "$OUT" hlo && rm -rf "$OUT/hlo"
@@ -60,6 +62,7 @@ fi
 
 # 4. torch eager and torch.compile: one forward each under torch.profiler after the timed runs.
 for mode in eager compile; do
+  [ "${TORCH:-1}" = 0 ] && break
   flag=""; [ "$mode" = compile ] && flag=--compile
   timeout $([ "$mode" = compile ] && echo 150 || echo 100) python3 bench/h3_dit_torch.py --layers "$LAYERS" --adaln-cache --iters 3 --warmup 1 $flag \
     --profile "$OUT/torch_$mode.csv" >"$OUT/torch_$mode.log" 2>&1

@@ -86,9 +86,10 @@ func TestQuantizedOnGPU(t *testing.T) {
 // TestFP8OnGPU runs the fixtures with Options.FP8 on xla:cuda in bf16: the emulated graph must reach the
 // FP8 SNR floor against the reference, and the native F8E4M3FN graph, where the backend declares the
 // dtype, must match the emulation at the bf16 tolerance; where it does not (go-xla v0.4.1 writes no f8
-// type into StableHLO), the native graph must be refused:
+// type into StableHLO), the native graph must be refused. Both cases, the second with the patched build:
 //
 //	go test -c -o .gpu/h3.test ./dit/h3
+//	bash bench/build_native_fp8.sh -test .gpu/h3_f8.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFP8OnGPU -test.v
 func TestFP8OnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")

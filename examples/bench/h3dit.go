@@ -12,6 +12,7 @@ import (
 	"fastvideo/attention"
 	"fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/hostmath"
 	"fastvideo/quant"
 )
 
@@ -23,6 +24,8 @@ var (
 	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
 	h3ditShards  = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
 	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
+	h3ditGroup   = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup, 1: one block per program)")
+	h3ditFP8Ref  = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
 	h3ditFP8     = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
 
@@ -78,27 +81,33 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
 
+	var denseVideo []float32
+	if *h3ditFP8 != "" && *h3ditFP8Ref && scheme == nil {
+		if denseVideo, err = denseH3DiTVideo(b, cfg, dt, doc, textTokens, c); err != nil {
+			return err
+		}
+	}
 	m, weightsLabel, err := newRandomH3DiT(b, cfg, dt, scheme, c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	randn := randnSource(c.Seed, 0x68336469)
-	in := doc.inputs(cfg, randn)
-	t0 := time.Now()
-	text, err := m.PrepareText(randn(textTokens * cfg.TextDim))
+	in, text, err := h3ditInputs(m, cfg, doc, textTokens, c)
 	if err != nil {
 		return err
 	}
 	defer text.Close()
-	in.TextState = text
-	fmt.Printf("h3dit: prompt refined once (compile + run) in %.2f s\n", time.Since(t0).Seconds())
 
-	measure := func(label string, in h3.ForwardInputs) error {
+	measure := func(label string, in h3.ForwardInputs) ([]float32, error) {
 		return measureH3DiT(m, in, label, weightsLabel, h3ditTFLOP(cfg, lay.SequenceLength), c)
 	}
-	if err := measure("adaln per step", in); err != nil {
+	video, err := measure("adaln per step", in)
+	if err != nil {
 		return err
+	}
+	if denseVideo != nil {
+		fmt.Printf("h3dit: FP8 (%s) video output vs the dense %s model from the same seed: SNR %.1f dB\n",
+			weightsLabel, dt, hostmath.SNRdB(video, denseVideo))
 	}
 	if *h3ditCached {
 		cache, err := m.PrepareAdaLN(doc.video, doc.audio)
@@ -107,7 +116,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		}
 		defer cache.Close()
 		in.AdaLN = cache
-		if err := measure("adaln cached", in); err != nil {
+		if _, err := measure("adaln cached", in); err != nil {
 			return err
 		}
 	}
@@ -122,7 +131,44 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
 	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile\n",
 		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k)
-	return measureH3DiT(m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	_, err = measureH3DiT(m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	return err
+}
+
+// h3ditInputs draws the document's inputs and refines the prompt once on m (text must be closed).
+func h3ditInputs(m *h3.Model, cfg h3.Config, doc *h3ditDocument, textTokens int, c common) (h3.ForwardInputs, *h3.TextState, error) {
+	randn := randnSource(c.Seed, 0x68336469)
+	in := doc.inputs(cfg, randn)
+	t0 := time.Now()
+	text, err := m.PrepareText(randn(textTokens * cfg.TextDim))
+	if err != nil {
+		return in, nil, err
+	}
+	in.TextState = text
+	fmt.Printf("h3dit: prompt refined once (compile + run) in %.2f s\n", time.Since(t0).Seconds())
+	return in, text, nil
+}
+
+// denseH3DiTVideo runs one forward of the dense model drawn from the bench's seed, the reference of the
+// FP8 model's SNR, and frees the model before the FP8 one is drawn (both would not fit on one H200).
+func denseH3DiTVideo(b compute.Backend, cfg h3.Config, dt dtypes.DType, doc *h3ditDocument, textTokens int, c common) ([]float32, error) {
+	t0 := time.Now()
+	m, err := h3.NewRandom(b, cfg, h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}, int64(c.Seed))
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	in, text, err := h3ditInputs(m, cfg, doc, textTokens, c)
+	if err != nil {
+		return nil, err
+	}
+	defer text.Close()
+	out, err := m.Forward(in)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("h3dit: dense %s reference forward for the FP8 SNR in %.1f s (draw, compile, run)\n", dt, time.Since(t0).Seconds())
+	return out.Video, nil
 }
 
 // h3ditVSATFLOP is h3ditTFLOP with the attention term counted over the pairs VSA computes (full tiles).
@@ -186,7 +232,7 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 		fmt.Printf("h3dit: core linears int%d group %d (%s: dispatch %+v; zero floor = %d rows)\n",
 			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, c.Dispatch, quant.DefaultDQGEMMFloor)
 	}
-	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch}
+	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
 	if *h3ditFP8 != "" {
 		path, err := quant.ParseFP8Path(*h3ditFP8)
 		if err != nil {
@@ -230,15 +276,16 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
-// measureH3DiT times m's forward on in and prints the measurement and a summary line.
-func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) error {
+// measureH3DiT times m's forward on in, prints the measurement and a summary line and returns the
+// video output.
+func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) ([]float32, error) {
 	tag := "h3dit[" + label + "]"
 	tm, out, err := timeForward(c, tag, func() (h3.ForwardOutputs, error) { return m.Forward(in) })
 	if err != nil {
-		return err
+		return nil, err
 	}
 	reportForward(tag, tm, tflop, "video", out.Video)
 	fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
 		weightsLabel, label, tm.Median(), gib(m.WeightMemory().Total), tm.PeakGPU)
-	return nil
+	return out.Video, nil
 }
