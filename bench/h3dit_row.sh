@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 18's row in one device command (under 10 minutes on one H200): PyTorch eager and torch.compile
+# (bench/h3_dit_torch.py, AdaLN step cache), our bf16 forward with 5 and 1 joint blocks per XLA program
+# and with XLA's command buffers on and off, our FP8 forward (native graph, binary from
+# bench/build_native_fp8.sh), then the kernel trace of the default bf16 forward (bench/profile_h3dit.sh,
+# 8 blocks). 832x480x124 with a 93-token prompt (14,937 rows), 50 blocks, median of 3.
+#
+#   go build -o .gpu/bench ./examples/bench && bash bench/build_native_fp8.sh .gpu/bench_f8
+#   OUT=/some/dir BENCH=.gpu/bench BENCH_F8=.gpu/bench_f8 bash bench/h3dit_row.sh     # repo root as cwd
+set -u
+: "${OUT:?set OUT to the output folder}"
+BENCH=${BENCH:-.gpu/bench}
+BENCH_F8=${BENCH_F8:-.gpu/bench_f8}
+mkdir -p "$OUT"
+end=$((SECONDS + 585))
+left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
+CB0="--xla_gpu_enable_command_buffer="
+for mode in eager compile; do
+  flag=""; [ "$mode" = compile ] && flag=--compile
+  timeout "$(left $([ "$mode" = compile ] && echo 150 || echo 70))" python3 bench/h3_dit_torch.py --iters 3 --warmup 1 --adaln-cache $flag >"$OUT/torch_$mode.log" 2>&1
+  echo "torch $mode rc $? at $SECONDS s"; grep -E "median|peak" "$OUT/torch_$mode.log" | head -3
+done
+run() { # name, XLA_FLAGS, binary, bench flags...
+  local name=$1 flags=$2 bin=$3; shift 3
+  XLA_FLAGS="$flags" timeout "$(left "${T:-75}")" "$bin" -what h3dit -backend xla:cuda -warmup 1 -iters 3 "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc $? at $SECONDS s"; grep -E "summary|compile ~|SNR|panic|rror" "$OUT/$name.log" | cut -c1-260 | head -8
+}
+run bf16_g5_cb0 "$CB0" "$BENCH" -h3dit-group 5
+run bf16_g5_cb1 "" "$BENCH" -h3dit-group 5
+run bf16_g1_cb0 "$CB0" "$BENCH" -h3dit-group 1
+# Triton GEMMs off: XLA's autotuner did not finish compiling the FP8 block of this shape with them on.
+T=150 run fp8_native "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH_F8" -h3dit-group 5 -h3dit-fp8 native
+grep -q "summary \[fp8" "$OUT/fp8_native.log" || T=90 run fp8_emulated "$CB0" "$BENCH" -h3dit-group 5 -h3dit-fp8 emulated
+XLA_FLAGS="$CB0" OUT=$OUT/prof_after LAYERS=8 BENCH=$BENCH TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_after.log" 2>&1
+echo "profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_after.log"
