@@ -16,7 +16,7 @@ const fp8MinSNR = 30
 
 // TestFP8Forward runs every H3 DiT fixture with the joint blocks' linears in FP8 (emulated on the CPU
 // backend), in float32 and bf16, and requires SNR ≥ 30 dB against the fixture's reference outputs
-// (FastVideo's module in float32). It also checks what the conversion leaves on the device: every
+// (FastVideo's module in float32) and against the dense forward in the same dtype. It also checks what the conversion leaves on the device: every
 // joint-block linear as Uint8 codes [out, in] and float32 scales [out], the refiner's linears dense.
 func TestFP8Forward(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
@@ -29,10 +29,19 @@ func TestFP8Forward(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sv, sa := hostmath.SNRdB(out.Video, refV), hostmath.SNRdB(out.Audio, refA)
-			t.Logf("FP8 %s: SNR vs the reference: video %.1f dB, audio %.1f dB", dt, sv, sa)
-			if min(sv, sa) < fp8MinSNR {
-				t.Errorf("FP8 %s: SNR %.1f dB below %d dB", dt, min(sv, sa), fp8MinSNR)
+			dense, err := fixtureModel(t, fx, Options{DType: dt}).Forward(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ref := range []struct {
+				name       string
+				video, aud []float32
+			}{{"the reference", refV, refA}, {"the dense " + dt.String() + " forward", dense.Video, dense.Audio}} {
+				sv, sa := hostmath.SNRdB(out.Video, ref.video), hostmath.SNRdB(out.Audio, ref.aud)
+				t.Logf("FP8 %s: SNR vs %s: video %.1f dB, audio %.1f dB", dt, ref.name, sv, sa)
+				if min(sv, sa) < fp8MinSNR {
+					t.Errorf("FP8 %s: SNR vs %s %.1f dB below %d dB", dt, ref.name, min(sv, sa), fp8MinSNR)
+				}
 			}
 			checkFP8Memory(t, m)
 		}
