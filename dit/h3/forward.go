@@ -465,7 +465,7 @@ func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], 
 	if m.shards != nil {
 		return m.runShardedBlocks(x, args, cache)
 	}
-	group := m.blockGroup()
+	group := m.blockGroup(vsa)
 	for b0 := 0; b0 < len(blocks); b0 += group {
 		b1 := min(b0+group, len(blocks))
 		res, err := m.runBlockGroup(vsa, b0, b1, x, args, cache)

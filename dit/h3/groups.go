@@ -15,7 +15,10 @@ import (
 // ExecuteAndWait), so between two programs the GPU idles while the host returns and launches the
 // next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Kernel-level profile"), 50 ms of a
 // release forward with one block per program. Grouping cuts the waits by the group size; the
-// program's compile time grows with it.
+// program's compile time grows with it, and its temp buffer too (+1.0 GiB for five dense blocks of
+// the release shape), which is why a VSA forward, whose blocks need far more temp (a FastH3 run
+// peaks ~15 GiB above its weights), keeps one block per program unless Options.BlockGroup asks
+// otherwise: its grouped memory is not measured yet.
 const DefaultBlockGroup = 5
 
 // blockKind is what one joint block's graph depends on besides its weights: dense attention, or VSA
@@ -28,17 +31,24 @@ type blockKind struct {
 
 // groupKey identifies a program of consecutive joint blocks.
 type groupKey struct {
-	kinds string
-	trace bool
+	kinds  string
+	blocks int
+	vsa    bool // VSA's sparse attention in the program
+	trace  bool
 }
 
-// blockGroup is the number of joint blocks per program: 1 while tracing (the tests read every block's
-// outputs).
-func (m *Model) blockGroup() int {
-	if m.trace != nil {
+// blockGroup is the number of joint blocks per program: Options.BlockGroup, else DefaultBlockGroup
+// for a dense forward and 1 for a VSA one; 1 while tracing (the tests read every block's outputs).
+func (m *Model) blockGroup(p *vsaPlan) int {
+	switch {
+	case m.trace != nil:
+		return 1
+	case m.group > 0:
+		return m.group
+	case p != nil:
 		return 1
 	}
-	return m.group
+	return DefaultBlockGroup
 }
 
 // blockKindOf returns joint block b's kind under the forward's VSA plan p (nil: dense) and its extra
@@ -78,7 +88,7 @@ func (m *Model) runBlockGroup(p *vsaPlan, b0, b1 int, x *tensors.Tensor, args bl
 
 // groupExec returns (compiling at first use) the program of consecutive blocks of these kinds.
 func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
-	key := groupKey{kinds: fmt.Sprint(kinds), trace: m.trace != nil}
+	key := groupKey{kinds: fmt.Sprint(kinds), blocks: len(kinds), vsa: p != nil, trace: m.trace != nil}
 	if e, ok := m.groupExecs[key]; ok {
 		return e
 	}

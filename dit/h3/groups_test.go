@@ -1,14 +1,17 @@
 package h3
 
 import (
+	"cmp"
+	"maps"
 	"strings"
 	"testing"
 
 	"fastvideo/internal/testutil"
 )
 
-// Running the joint blocks several per program (Options.BlockGroup) gives the numbers of one block per
-// program, bit for bit on the CPU, and the fixture's outputs; a negative group is refused.
+// Running the joint blocks several per program (Options.BlockGroup; 0 groups a dense forward) gives the
+// numbers of one block per program, bit for bit on the CPU, and the fixture's outputs; a negative group
+// is refused. TestVSAForwardParity does the same for VSA forwards.
 func TestBlockGroups(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		in := fixtureInputs(t, fx)
@@ -19,9 +22,7 @@ func TestBlockGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if programs := len(m.groupExecs); programs != 1 {
-				t.Errorf("group %d: %d joint-block programs compiled, want 1", group, programs)
-			}
+			checkPrograms(t, m, cmp.Or(group, DefaultBlockGroup))
 			want, sh := fx.F32(t, "out.video")
 			testutil.AssertClose(t, "out.video", out.Video, want, sh, testutil.ParityTol(want))
 			if group == 1 {
@@ -36,4 +37,22 @@ func TestBlockGroups(t *testing.T) {
 			t.Errorf("a negative BlockGroup: error %v, want one naming Options.BlockGroup", err)
 		}
 	})
+}
+
+// checkPrograms fails unless m compiled exactly the joint-block programs its layers need with group
+// blocks per program: full groups, and the shorter remainder.
+func checkPrograms(t *testing.T, m *Model, group int) {
+	t.Helper()
+	layers := len(m.p.Blocks)
+	want := map[int]bool{min(group, layers): true}
+	if r := layers % group; layers > group && r != 0 {
+		want[r] = true
+	}
+	got := map[int]bool{}
+	for k := range m.groupExecs {
+		got[k.blocks] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("%d layers, %d blocks per program: programs of %v blocks, want %v", layers, group, got, want)
+	}
 }

@@ -37,7 +37,6 @@
 package h3
 
 import (
-	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -78,8 +77,9 @@ type Options struct {
 	// shards run one after the other on device 0, their partial outputs summed where the SPMD program
 	// all-reduces (Model.TensorParallel says which). Both give the whole model's numbers within rounding.
 	Shards int
-	// BlockGroup is how many consecutive joint blocks one XLA program runs (0: DefaultBlockGroup; 1:
-	// one block per program, the shortest compile). The numbers do not depend on it.
+	// BlockGroup is how many consecutive joint blocks one XLA program runs (0: DefaultBlockGroup for a
+	// dense forward, 1 for a VSA one; 1: one block per program, the shortest compile). The numbers do
+	// not depend on it.
 	BlockGroup int
 }
 
@@ -98,7 +98,7 @@ type Model struct {
 	stages *modelkit.Stages[*stageExecs]
 	// groupExecs are the joint-block programs (runs of consecutive blocks of given kinds) met so far.
 	groupExecs map[groupKey]*graph.Exec
-	group      int // joint blocks per program (Options.BlockGroup)
+	group      int // joint blocks per program (Options.BlockGroup; 0: blockGroup decides)
 	rope       *modelkit.RopeCache[[]float64]
 	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
 	shards      *shardedBlocks
@@ -232,7 +232,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			Dispatch: opts.Dispatch,
 		},
 		shardsAsked: opts.Shards,
-		group:       cmp.Or(opts.BlockGroup, DefaultBlockGroup),
+		group:       opts.BlockGroup,
 	}, nil
 }
 

@@ -37,6 +37,8 @@ func TestVSAForwardParity(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := fixtureModel(t, fx, Options{})
+		// Both blocks in one program: a VSA layer and, in the dense-layer case, a dense one together.
+		grouped := fixtureModel(t, fx, Options{BlockGroup: 2})
 		in := fixtureInputs(t, fx)
 		dense, err := m.Forward(in)
 		if err != nil {
@@ -70,6 +72,19 @@ func TestVSAForwardParity(t *testing.T) {
 				}
 				if d := testutil.MaxAbsDiff(out.Video, dense.Video); d <= 100*testutil.ParityTol(dense.Video) {
 					t.Errorf("VSA output within %.3g of the dense forward: the case does not exercise sparsity", d)
+				}
+				g, err := grouped.Forward(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !testutil.SameBits(g.Video, out.Video) || !testutil.SameBits(g.Audio, out.Audio) {
+					t.Error("two blocks per program differ from one block per program")
+				}
+				checkPrograms(t, grouped, 2)
+				for k := range m.groupExecs {
+					if k.vsa && k.blocks != 1 {
+						t.Errorf("the default BlockGroup ran a VSA program of %d blocks; VSA keeps one per program", k.blocks)
+					}
 				}
 			})
 		}
