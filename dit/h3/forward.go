@@ -463,31 +463,25 @@ func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], 
 		return m.runSPMDBlocks(x, args, cache)
 	}
 	if m.shards != nil {
-		return m.runShardedBlocks(x, args, cache)
+		return m.chainBlocks(x, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
+			args.X, args.Mod = x, cache.tables[b]
+			res, err := m.runShardedBlock(b, args)
+			return b + 1, res, err
+		})
 	}
 	group := m.blockGroup(vsa)
-	for b0 := 0; b0 < len(blocks); b0 += group {
-		b1 := min(b0+group, len(blocks))
-		res, err := m.runBlockGroup(vsa, b0, b1, x, args, cache)
-		graphexec.Finalize(x)
-		if err != nil {
-			return nil, err
-		}
-		x = res[0]
-		if err := m.traceBlock(b0, res); err != nil {
-			graphexec.Finalize(x)
-			return nil, err
-		}
-	}
-	return x, nil
+	return m.chainBlocks(x, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
+		next := min(b+group, len(blocks))
+		res, err := m.runBlockGroup(vsa, b, next, x, args, cache)
+		return next, res, err
+	})
 }
 
-// runShardedBlocks runs the tensor-parallel shards of every joint block on device 0, one after the
-// other (the fallback below Options.Shards devices).
-func (m *Model) runShardedBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) (*tensors.Tensor, error) {
-	for b := range m.p.Blocks {
-		args.X, args.Mod = x, cache.tables[b]
-		res, err := m.runShardedBlock(b, args)
+// chainBlocks runs the joint blocks on x (consumed) one program at a time: step runs the program that
+// starts at block b and returns the block after it and the program's outputs (the new x first).
+func (m *Model) chainBlocks(x *tensors.Tensor, step func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error)) (*tensors.Tensor, error) {
+	for b := 0; b < len(m.p.Blocks); {
+		next, res, err := step(b, x)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
@@ -497,6 +491,7 @@ func (m *Model) runShardedBlocks(x *tensors.Tensor, args blockInputs[*tensors.Te
 			graphexec.Finalize(x)
 			return nil, err
 		}
+		b = next
 	}
 	return x, nil
 }
