@@ -4,6 +4,7 @@
 #
 #   bash bench/build_native_fp8.sh OUTPUT [PACKAGE]        # default package ./examples/bench
 #   bash bench/build_native_fp8.sh -test OUTPUT PACKAGE    # a test binary (go test -c)
+#   bash bench/build_native_fp8.sh -async OUTPUT [PACKAGE]  # also bench/goxla-async.patch (below)
 #
 # go-xla v0.4.1 (the version GoMLX v0.28.2 uses) has the float8 dtypes in its PJRT buffer enums but
 # writes no f8 type into the StableHLO text it hands to PJRT (internal/utils DTypeToStableHLO) and
@@ -14,16 +15,26 @@
 # the copies: the repository's go.mod stays as it is and every other build (tests, CI, users) keeps
 # the emulated FP8 graph that auto picks without the dtype.
 #
+# -async adds an experiment for the bf16 gap (BENCHMARKS.md, "Where the time goes"): go-xla's Execute
+# then returns once a program is queued instead of awaiting its completion events, so the host
+# launches the next joint-block program while the current one runs, as JAX dispatches. Not measured
+# yet; the flags can be combined (-test -async).
+#
 # Run the native graph with XLA_FLAGS=--xla_gpu_enable_triton_gemm=false: with Triton GEMMs on, XLA's
 # autotuner had not finished compiling one FP8 joint block of the release shape after 100 s (the
 # fixtures' tiny shapes compile at once); with them off the block compiles in ~2.4 s (BENCHMARKS.md).
 set -euo pipefail
 build=(go build)
-if [ "${1:-}" = -test ]; then
-  build=(go test -c)
+patches=(bench/goxla-f8.patch)
+while [ $# -gt 0 ]; do
+  case $1 in
+  -test) build=(go test -c) ;;
+  -async) patches+=(bench/goxla-async.patch) ;;
+  *) break ;;
+  esac
   shift
-fi
-out=$(realpath -m "${1:?usage: build_native_fp8.sh [-test] OUTPUT [PACKAGE]}")
+done
+out=$(realpath -m "${1:?usage: build_native_fp8.sh [-test] [-async] OUTPUT [PACKAGE]}")
 pkg=${2:-./examples/bench}
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
@@ -38,5 +49,7 @@ for m in go-xla:v0.4.1 compute:v0.1.2; do
   chmod -R u+w "$work/$name"
   echo "replace $path => $work/$name" >>"$work/go.mod"
 done
-patch -s -d "$work" -p1 <bench/goxla-f8.patch
+for p in "${patches[@]}"; do
+  patch -s -d "$work" -p1 <"$p"
+done
 "${build[@]}" -modfile "$work/go.mod" -ldflags='-s -w' -o "$out" "$pkg"
