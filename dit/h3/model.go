@@ -103,6 +103,9 @@ type Model struct {
 	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
 	shards      *shardedBlocks
 	shardsAsked int
+	// shardSrc is the checkpoint the joint blocks' linears are cut from at load (deferShards; nil
+	// once cut, or when they are bound whole and sliced on the device).
+	shardSrc weights.Source
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -185,6 +188,7 @@ func openTransformer(dir string) (Config, weights.Source, func() error, error) {
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer graphexec.Recover(&err, "h3: building the model")
 	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemesOf(src)) }, func(m *Model) error {
+		m.deferShards(src)
 		return modelkit.BindSource("h3", src, m.p.set, m.dtype, backend, m.finish)
 	})
 }
@@ -248,14 +252,11 @@ func (m *Model) finish() error {
 		}
 	}
 	if n := m.shardsAsked; n > 1 {
-		if err := m.shardBlocks(n); err != nil {
+		devices := m.shardDevices(n)
+		if err := m.cutShards(n, devices); err != nil {
 			return err
 		}
 		if m.backend.NumDevices() >= n {
-			devices := make([]compute.DeviceNum, n)
-			for k := range devices {
-				devices[k] = compute.DeviceNum(k)
-			}
 			if err := m.placeShards(devices, xlaSPMD); err != nil {
 				return err
 			}

@@ -3,11 +3,13 @@ package h3
 import (
 	"fmt"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/weights"
 )
 
 // Tensor parallelism of the joint blocks (docs/architecture.md, "Tensor parallelism"): Megatron's split
@@ -166,25 +168,59 @@ func (s *shardedBlocks) bytes() (sliced, copies int64) {
 	return sliced, copies
 }
 
-// shardBlocks cuts every joint block's core linears into n shards by shardRules and frees the whole
-// weights, so the model holds 1/n of each per shard.
-func (m *Model) shardBlocks(n int) (err error) {
+// shardDevices are the devices of shards 0..n-1: their own where the backend has n, else device 0 for
+// all (the shards then run in turn).
+func (m *Model) shardDevices(n int) []compute.DeviceNum {
+	devices := make([]compute.DeviceNum, n)
+	if m.backend.NumDevices() >= n {
+		for k := range devices {
+			devices[k] = compute.DeviceNum(k)
+		}
+	}
+	return devices
+}
+
+// newShardedBlocks starts the n-way split of the joint blocks: one shard's spec and, per block, each
+// shard's weight list holding the block's norms (shared; the sliced linears are appended).
+func (m *Model) newShardedBlocks(n int) *shardedBlocks {
+	sb := &shardedBlocks{spec: m.spec}
+	sb.spec.Heads, sb.spec.FFN, sb.spec.AllReduce = m.spec.Heads/n, m.spec.FFN/n, nil
+	return sb
+}
+
+func sharedNorms(c *coreParams, n int) [][]*tensors.Tensor {
+	per := make([][]*tensors.Tensor, n)
+	for k := range per {
+		per[k] = []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
+	}
+	return per
+}
+
+// cutShards splits every joint block's core linears into n shards by shardRules, so the model holds
+// 1/n of each per shard: straight from the checkpoint when deferShards kept them out of the bind,
+// else by slicing the bound (drawn) weights on their device and freeing them.
+func (m *Model) cutShards(n int, devices []compute.DeviceNum) (err error) {
 	defer graphexec.Recover(&err, "h3: slicing the joint blocks into shards")
 	if m.p.BlockLayout != (linearLayout{}) {
 		return fmt.Errorf("h3: tensor parallelism of quantized joint blocks is not supported; load a dense checkpoint")
 	}
-	sl := newSlicer(m, n)
-	defer graphexec.FinalizeExecs(sl.execs[:]...)
-	sb := &shardedBlocks{spec: m.spec}
-	sb.spec.Heads, sb.spec.FFN, sb.spec.AllReduce = m.spec.Heads/n, m.spec.FFN/n, nil
+	sb := m.newShardedBlocks(n)
+	var sl *slicer
+	if m.shardSrc == nil {
+		sl = newSlicer(m, n)
+		defer graphexec.FinalizeExecs(sl.execs[:]...)
+	}
 	for b := range m.p.Blocks {
 		c := &m.p.Blocks[b].coreParams
-		per := make([][]*tensors.Tensor, n)
-		for k := range per {
-			per[k] = []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
-		}
+		per := sharedNorms(c, n)
 		for i, w := range c.linears() {
-			parts, err := graphexec.Call(sl.execs[shardRules[i].Split], w.W.T)
+			var parts []*tensors.Tensor
+			if sl != nil {
+				parts, err = graphexec.Call(sl.execs[shardRules[i].Split], w.W.T)
+				releaseParams(w.W)
+			} else {
+				parts, err = m.loadSlices(w.W, shardRules[i].Split, devices)
+			}
 			if err != nil {
 				sb.weights = append(sb.weights, per)
 				sb.close()
@@ -193,47 +229,96 @@ func (m *Model) shardBlocks(n int) (err error) {
 			for k := range per {
 				per[k] = append(per[k], parts[k])
 			}
-			releaseParams(w.W)
 		}
 		sb.weights = append(sb.weights, per)
 	}
-	m.shards = sb
+	m.shards, m.shardSrc = sb, nil
 	return nil
 }
 
-// slicer holds one executable per ShardSplit that cuts a weight [out, in] into its n shards.
+// deferShards keeps the joint blocks' core linears of a dense checkpoint out of the bind (weights
+// Param.Deferred): cutShards then reads each from src, slices it on the host and uploads every slice
+// straight to its shard's device, so no device ever holds a whole block's linears.
+func (m *Model) deferShards(src weights.Source) {
+	if m.shardsAsked < 2 || m.p.BlockFP8 || m.p.BlockLayout != (linearLayout{}) {
+		return
+	}
+	for b := range m.p.Blocks {
+		for _, w := range m.p.Blocks[b].linears() {
+			w.W.Deferred = true
+		}
+	}
+	m.shardSrc = src
+}
+
+// loadSlices reads the checkpoint tensor of p and uploads shard k's slice of it (split) to devices[k].
+func (m *Model) loadSlices(p *weights.Param, split ShardSplit, devices []compute.DeviceNum) ([]*tensors.Tensor, error) {
+	info, ok := m.shardSrc.Tensor(p.Name)
+	if !ok {
+		return nil, fmt.Errorf("h3: %s is missing from the checkpoint", p.Name)
+	}
+	dt := p.Storage
+	if dt == dtypes.InvalidDType {
+		dt = m.dtype
+	}
+	out := make([]*tensors.Tensor, 0, len(devices))
+	for k, dev := range devices {
+		axis, spans := shardSpans(split, p.Shape, k, len(devices))
+		part, err := weights.SliceInfo(info, axis, spans...)
+		var t *tensors.Tensor
+		if err == nil {
+			t, err = weights.LoadTo(part, dt, m.backend, dev)
+		}
+		if err != nil {
+			graphexec.Finalize(out...)
+			return nil, fmt.Errorf("h3: shard %d of %s: %w", k, p.Name, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// shardSpans is what shard k of n holds of a weight of shape under split: the axis and its index
+// spans, concatenated in order.
+func shardSpans(split ShardSplit, shape []int, k, n int) (axis int, spans []weights.Span) {
+	switch split {
+	case SplitColumns:
+		step := shape[1] / n
+		return 1, []weights.Span{{From: k * step, To: (k + 1) * step}}
+	case SplitGatedRows:
+		f := shape[0] / 2
+		step := f / n
+		return 0, []weights.Span{{From: k * step, To: (k + 1) * step}, {From: f + k*step, To: f + (k+1)*step}}
+	}
+	step := shape[0] / n
+	return 0, []weights.Span{{From: k * step, To: (k + 1) * step}}
+}
+
+// slicer holds one executable per ShardSplit that cuts a weight [out, in] on its device into its n
+// shards (shardSpans), for weights drawn on the device.
 type slicer struct{ execs [SplitGatedRows + 1]*Exec }
 
 func newSlicer(m *Model, n int) *slicer {
-	cut := func(w *Node, axis int, from, to int) *Node {
-		if axis == 0 {
-			return Slice(w, AxisRange(from, to))
-		}
-		return Slice(w, AxisRange(), AxisRange(from, to))
-	}
-	split := func(axis int) func(w *Node) []*Node {
+	split := func(rule ShardSplit) func(w *Node) []*Node {
 		return func(w *Node) []*Node {
-			step := w.Shape().Dim(axis) / n
 			out := make([]*Node, n)
 			for k := range out {
-				out[k] = cut(w, axis, k*step, (k+1)*step)
+				axis, spans := shardSpans(rule, w.Shape().Dimensions, k, n)
+				parts := make([]*Node, len(spans))
+				for i, s := range spans {
+					ranges := []SliceAxisSpec{AxisRange(), AxisRange()}
+					ranges[axis] = AxisRange(s.From, s.To)
+					parts[i] = Slice(w, ranges...)
+				}
+				out[k] = Concatenate(parts, axis)
 			}
 			return out
 		}
 	}
-	gated := func(w *Node) []*Node {
-		f := w.Shape().Dim(0) / 2
-		step := f / n
-		out := make([]*Node, n)
-		for k := range out {
-			out[k] = Concatenate([]*Node{cut(w, 0, k*step, (k+1)*step), cut(w, 0, f+k*step, f+(k+1)*step)}, 0)
-		}
-		return out
-	}
 	var s slicer
-	s.execs[SplitRows] = graphexec.MustExec(m.backend, "h3.shard_rows", split(0))
-	s.execs[SplitColumns] = graphexec.MustExec(m.backend, "h3.shard_columns", split(1))
-	s.execs[SplitGatedRows] = graphexec.MustExec(m.backend, "h3.shard_gated_rows", gated)
+	s.execs[SplitRows] = graphexec.MustExec(m.backend, "h3.shard_rows", split(SplitRows))
+	s.execs[SplitColumns] = graphexec.MustExec(m.backend, "h3.shard_columns", split(SplitColumns))
+	s.execs[SplitGatedRows] = graphexec.MustExec(m.backend, "h3.shard_gated_rows", split(SplitGatedRows))
 	return &s
 }
 

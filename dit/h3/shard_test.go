@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
@@ -158,4 +160,44 @@ func TestPlanShardsRelease(t *testing.T) {
 	if _, err := PlanShards(cfg, dtypes.BFloat16, 3); err == nil {
 		t.Error("56 heads over 3 devices was accepted")
 	}
+}
+
+// A checkpoint's joint-block linears are cut on the host at load (never bound whole: deferred in the
+// bind) into exactly the slices the device-side slicer cuts from the bound weights, bit for bit.
+func TestShardsCutAtLoad(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		whole := fixtureModel(t, fx, Options{})
+		for _, n := range shardCounts(fixtureConfig(t, fx)) {
+			m := fixtureModel(t, fx, Options{Shards: n})
+			sl := newSlicer(whole, n)
+			for b := range m.p.Blocks {
+				for i, w := range m.p.Blocks[b].linears() {
+					if !w.W.Deferred || w.W.T != nil {
+						t.Fatalf("Shards %d: %s was bound whole (deferred %v)", n, w.Name, w.W.Deferred)
+					}
+					want, err := graphexec.Call(sl.execs[shardRules[i].Split], whole.p.Blocks[b].linears()[i].W.T)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for k := range n {
+						got := m.shards.weights[b][k][numBlockNorms+i]
+						if !got.Shape().Equal(want[k].Shape()) || !testutil.SameBits(hostF32(t, got), hostF32(t, want[k])) {
+							t.Errorf("Shards %d, block %d, %s, shard %d: the host cut differs from the device cut", n, b, w.Name, k)
+						}
+					}
+					graphexec.Finalize(want...)
+				}
+			}
+			graphexec.FinalizeExecs(sl.execs[:]...)
+		}
+	})
+}
+
+func hostF32(t *testing.T, x *tensors.Tensor) []float32 {
+	t.Helper()
+	v, err := graphexec.HostF32(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -59,6 +59,10 @@ type Param struct {
 	// the checkpoint must match exactly.
 	Storage  dtypes.DType
 	Optional bool
+	// Deferred parameters are checked by Bind like the others (present, shape, dtype) but not loaded:
+	// the model loads them itself, e.g. cut into per-device slices (LoadTo, SliceInfo), so that the
+	// whole tensor never lands on a device.
+	Deferred bool
 	T        *tensors.Tensor
 }
 
@@ -225,6 +229,9 @@ func Bind(src Source, set *Set, opts Options) error {
 	var loaded []*Param
 	_, lazy := src.(HeaderSource)
 	for _, j := range jobs {
+		if j.p.Deferred {
+			continue
+		}
 		info := j.info
 		if lazy {
 			info, _ = src.Tensor(j.p.Name)
@@ -305,9 +312,14 @@ func convertible(from safetensors.DType, to dtypes.DType) bool {
 // Load converts one checkpoint tensor to dtype dt and places it on backend (nil:
 // a host tensor). Same-dtype tensors are uploaded straight from the mapping.
 func Load(info safetensors.Info, dt dtypes.DType, backend compute.Backend) (*tensors.Tensor, error) {
+	return LoadTo(info, dt, backend, 0)
+}
+
+// LoadTo is Load onto the backend's device dev.
+func LoadTo(info safetensors.Info, dt dtypes.DType, backend compute.Backend, dev compute.DeviceNum) (*tensors.Tensor, error) {
 	shape := shapes.Make(dt, info.Shape...)
 	if STDType(info.DType) == dt {
-		return fromRaw(backend, shape, info.Data)
+		return fromRaw(backend, dev, shape, info.Data)
 	}
 	if !info.DType.IsFloat() {
 		return nil, fmt.Errorf("%s tensor cannot be converted to %s", info.DType, dt)
@@ -320,16 +332,16 @@ func Load(info safetensors.Info, dt dtypes.DType, backend compute.Backend) (*ten
 	if err != nil {
 		return nil, err
 	}
-	return fromRaw(backend, shape, EncodeFloats(vals, dt))
+	return fromRaw(backend, dev, shape, EncodeFloats(vals, dt))
 }
 
-func fromRaw(backend compute.Backend, shape shapes.Shape, data []byte) (t *tensors.Tensor, err error) {
+func fromRaw(backend compute.Backend, dev compute.DeviceNum, shape shapes.Shape, data []byte) (t *tensors.Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("uploading %s: %v", shape, r)
 		}
 	}()
-	return tensors.FromRaw(backend, 0, shape, data)
+	return tensors.FromRaw(backend, dev, shape, data)
 }
 
 // EncodeFloats rounds values to dt (round to nearest even) as little-endian bytes.

@@ -148,3 +148,23 @@ func TestLoadRejectsNonFloatTarget(t *testing.T) {
 		t.Errorf("Load(F32 -> Int32) = %v, want an error naming the target dtype", err)
 	}
 }
+
+// A deferred parameter is checked like the others but left unbound for the model to load itself.
+func TestBindChecksButSkipsDeferred(t *testing.T) {
+	src := source(t, f32("a", []int{2}, 1, 2), f32("b", []int{2}, 3, 4))
+	s := NewSet("")
+	a, b := s.Add("a", 2), s.Add("b", 2)
+	b.Deferred = true
+	if err := Bind(src, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Bound() || b.Bound() {
+		t.Fatalf("bound: a %v, deferred b %v; want a only", a.Bound(), b.Bound())
+	}
+	s = NewSet("")
+	s.Add("a", 2)
+	s.Add("b", 3).Deferred = true
+	if err := Bind(src, s, Options{}); err == nil || !strings.Contains(err.Error(), "b: checkpoint shape [2], model expects [3]") {
+		t.Errorf("a deferred parameter of the wrong shape: %v", err)
+	}
+}
