@@ -212,7 +212,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 		}
 	}
 	if opts.BlockGroup < 0 {
-		return nil, fmt.Errorf("h3: Options.BlockGroup %d is negative; use 0 for the default (%d joint blocks per program) or a positive count", opts.BlockGroup, DefaultBlockGroup)
+		return nil, fmt.Errorf("h3: Options.BlockGroup %d is negative; use 0 for the default (%d joint blocks per program for a dense forward, 1 for a VSA one) or a positive count", opts.BlockGroup, DefaultBlockGroup)
 	}
 	if opts.AdaLNManifest != nil {
 		if err := opts.AdaLNManifest.validate(cfg); err != nil {
