@@ -141,7 +141,6 @@ func TestPlanDevicesWan(t *testing.T) {
 		want    string
 	}{
 		{"fastwan2.1-t2v-1.3b", 2, "without classifier-free guidance"},
-		{"wan2.1-t2v-14b", 2, "tensor-parallel over devices, which is not built"},
 		{"wan2.1-t2v-1.3b", 3, "or 2"},
 	} {
 		if _, err := planDevices(open(c.name, c.devices)); !errors.As(err, &re) || re.Field != "devices" || !strings.Contains(err.Error(), c.want) {
@@ -161,6 +160,16 @@ func TestPlanDevicesWan(t *testing.T) {
 	e.DeviceMemory = func() (uint64, uint64, error) { return uint64(60 * gib), uint64(80 * gib), nil }
 	if _, err := planDevices(e, comps); !errors.As(err, &re) || !strings.Contains(err.Error(), "each device needs") {
 		t.Errorf("a DiT copy larger than the free memory: %v", err)
+	}
+	// The 14B splits CFG-parallel too: a 14.3 B-param copy (~28.6 GB in bf16) on each device, refused
+	// where it does not fit beside the activation allowance.
+	e, comps = open("wan2.1-t2v-14b", 2)
+	if dp, err = planDevices(e, comps); err != nil || dp.Split != family.CFGParallel || dp.DiTReplicatedBytes < 26*gib || dp.DiTReplicatedBytes > 28*gib {
+		t.Errorf("wan2.1-t2v-14b on 2 devices: plan %+v, %v; want CFG-parallel with a 26-28 GiB DiT copy per device", dp, err)
+	}
+	e.DeviceMemory = func() (uint64, uint64, error) { return uint64(40 * gib), uint64(48 * gib), nil }
+	if _, err := planDevices(e, comps); !errors.As(err, &re) || !strings.Contains(err.Error(), "each device needs") {
+		t.Errorf("the 14B's DiT copy on a 40 GiB device: %v", err)
 	}
 }
 
