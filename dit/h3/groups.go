@@ -13,7 +13,7 @@ import (
 // DefaultBlockGroup is how many consecutive joint blocks one XLA program runs when
 // Options.BlockGroup is 0. go-xla waits for each execution to finish before it returns (its
 // ExecuteAndWait), so between two programs the GPU idles while the host returns and launches the
-// next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Kernel-level profile"), 50 ms of a
+// next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Where the time goes"), 50 ms of a
 // release forward with one block per program. Grouping cuts the waits by the group size; the
 // program's compile time grows with it, and its temp buffer too (+1.0 GiB for five dense blocks of
 // the release shape), which is why a VSA forward, whose blocks need far more temp (a FastH3 run
