@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19's rows in one device command on the nvidia-h200-x2 kind (under 10 minutes): parity of every
 # multi-device path first, then the H3 DiT forward on 1 and 2 GPUs (832x480x124), the whole FastH3 clip
-# on 2 GPUs (dense attention: VSA does not split), the H3 video decode on 1 and 2 GPUs, and the Wan
+# on 2 GPUs (VSA as trained, and dense), the H3 video decode on 1 and 2 GPUs, and the Wan
 # clips CFG-parallel (1.3B, 5B, and the 14B step) against one GPU. Each step has its own time limit
 # inside one deadline; the logs go under $OUT. Built beforehand, here (the GPU machine has no Go):
 #
@@ -38,7 +38,8 @@ gpu_test . fastvideo.test TestCFGParallelOnGPU
 dit=(-what h3dit -warmup 1 -iters 3 -h3dit-cached=false)
 bench h3dit_1gpu 70 CUDA_VISIBLE_DEVICES=0 -- "${dit[@]}"
 bench h3dit_2gpu 80 -- "${dit[@]}" -h3dit-shards 2
-bench fasth3_clip_2gpu 90 -- -what clip -clip-dense -clip-gpus 2
+bench fasth3_clip_2gpu 90 -- -what clip -clip-gpus 2
+bench fasth3_dense_clip_2gpu 90 -- -what clip -clip-dense -clip-gpus 2
 vae=(-what h3vae -warmup 1 -iters 3 -h3vae-frames 124)
 bench h3vae_1gpu 60 CUDA_VISIBLE_DEVICES=0 -- "${vae[@]}"
 bench h3vae_2gpu 60 -- "${vae[@]}" -h3vae-gpus 2

@@ -455,17 +455,13 @@ func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*ten
 // block's tables of cache, with VSA when vsa is set.
 func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
 	blocks := m.p.Blocks
-	if m.shards != nil && vsa != nil {
-		graphexec.Finalize(x)
-		return nil, fmt.Errorf("h3: VSA with tensor-parallel shards is not supported; run the sharded model dense")
-	}
 	if m.shards != nil && m.shards.spmd != nil {
-		return m.runSPMDBlocks(x, args, cache)
+		return m.runSPMDBlocks(x, args, cache, vsa)
 	}
 	if m.shards != nil {
 		return m.chainBlocks(x, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
 			args.X, args.Mod = x, cache.tables[b]
-			res, err := m.runShardedBlock(b, args)
+			res, err := m.runShardedBlock(b, args, vsa)
 			return b + 1, res, err
 		})
 	}

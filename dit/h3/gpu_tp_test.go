@@ -61,3 +61,31 @@ func TestTensorParallelBF16OnGPU(t *testing.T) {
 		}
 	})
 }
+
+// TestTensorParallelVSAOnGPU runs every case of the VSA fixtures tensor-parallel over 2 GPUs (one head
+// per GPU at the fixture's size, each with its rows of the gate) in float32 with TF32 off, against
+// FastVideo's VSA outputs:
+//
+//	go test -c -o .gpu/h3.test ./dit/h3
+//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelVSAOnGPU -test.v
+func TestTensorParallelVSAOnGPU(t *testing.T) {
+	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
+	testutil.ForEachFixture(t, "h3_dit_vsa", func(t *testing.T, fx *testutil.Fixture) {
+		m := testutil.Open(t, func() (*Model, error) {
+			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32, Shards: 2})
+		})
+		if tp := m.TensorParallel(); !strings.Contains(tp, "SPMD") {
+			t.Fatalf("Shards 2 on %d devices ran %q, want the SPMD path", b.NumDevices(), tp)
+		}
+		in := fixtureInputs(t, fx)
+		for name, v := range vsaCases(t, fx) {
+			in.VSA = v
+			out, err := m.Forward(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, sh := fx.F32(t, "out."+name+".video")
+			testutil.AssertClose(t, name+" video over 2 GPUs", out.Video, want, sh, testutil.ParityTol(want))
+		}
+	})
+}

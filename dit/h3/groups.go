@@ -6,7 +6,6 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
 )
 
@@ -59,11 +58,7 @@ func (m *Model) blockKindOf(p *vsaPlan, b int) (blockKind, []*tensors.Tensor) {
 		return k, nil
 	}
 	k.sparse = true
-	k.vsa = vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode,
-		gate: m.p.Blocks[b].Gate.Bound()}
-	if p.dense[b] {
-		k.vsa.topK = p.tl.NumVideo
-	}
+	k.vsa = p.key(b, m.p.Blocks[b].Gate.Bound())
 	if !k.vsa.gate {
 		return k, nil
 	}
@@ -93,10 +88,6 @@ func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
 		return e
 	}
 	spec, layout, fp8, trace := m.spec, m.p.BlockLayout, m.p.BlockFP8, key.trace
-	var tl *attention.Tiling
-	if p != nil {
-		tl = p.tl
-	}
 	e := graphexec.MustExec(m.backend, fmt.Sprintf("h3.joint_blocks_%d", len(kinds)), func(in []*Node) []*Node {
 		x, rowIdx, cos, sin := in[0], in[1], in[2], in[3]
 		mods, ws := in[4:4+len(kinds)], in[4+len(kinds):]
@@ -112,7 +103,7 @@ func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
 			w.Attn.Gate = gate
 			s := spec
 			if k.sparse {
-				s.Attention.Sparse = &attention.Sparse{Tiling: tl, TopK: k.vsa.topK, Mode: k.vsa.mode}
+				s.Attention.Sparse = p.sparse(k.vsa)
 			}
 			x, attnOut, ffOut = s.jointBlock(x, mods[i], rowIdx, cos, sin, w)
 		}
@@ -125,10 +116,13 @@ func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
 	return e
 }
 
-// closeGroups frees the joint-block programs.
+// closeGroups frees the joint-block programs, the tensor-parallel VSA ones included.
 func (m *Model) closeGroups() {
 	for _, e := range m.groupExecs {
 		graphexec.FinalizeExecs(e)
 	}
-	m.groupExecs = nil
+	for _, e := range m.shardVSAExecs {
+		graphexec.FinalizeExecs(e)
+	}
+	m.groupExecs, m.shardVSAExecs = nil, nil
 }

@@ -98,8 +98,10 @@ type Model struct {
 	stages *modelkit.Stages[*stageExecs]
 	// groupExecs are the joint-block programs (runs of consecutive blocks of given kinds) met so far.
 	groupExecs map[groupKey]*graph.Exec
-	group      int // joint blocks per program (Options.BlockGroup; 0: blockGroup decides)
-	rope       *modelkit.RopeCache[[]float64]
+	// shardVSAExecs are the VSA executables of a tensor-parallel model (shard_vsa.go).
+	shardVSAExecs map[shardVSAKey]*graph.Exec
+	group         int // joint blocks per program (Options.BlockGroup; 0: blockGroup decides)
+	rope          *modelkit.RopeCache[[]float64]
 	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
 	shards      *shardedBlocks
 	shardsAsked int

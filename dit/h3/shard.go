@@ -127,6 +127,8 @@ func checkShards(cfg Config, devices int) error {
 type shardedBlocks struct {
 	spec    blockSpec // one shard's: local heads and FFN width, no all-reduce of its own
 	weights [][][]*tensors.Tensor
+	// gates[b][k] is shard k's rows of block b's VSA gate (gates[b] nil: the block has none).
+	gates [][]*tensors.Tensor
 	// spmd places shard k on its own device and runs each block as one SPMD program (nil: the shards run
 	// in turn on device 0).
 	spmd *spmdPlacement
@@ -144,10 +146,13 @@ func (s *shardedBlocks) close() {
 			graphexec.Finalize(w[numBlockNorms:]...)
 		}
 	}
+	for _, g := range s.gates {
+		graphexec.Finalize(g...)
+	}
 	if s.spmd != nil {
 		graphexec.Finalize(s.spmd.copies...)
 	}
-	s.weights = nil
+	s.weights, s.gates = nil, nil
 }
 
 // bytes is the memory of the slices of every shard; copies that of the norms replicated on the other
@@ -158,6 +163,11 @@ func (s *shardedBlocks) bytes() (sliced, copies int64) {
 			for _, t := range w[numBlockNorms:] {
 				sliced += t.Shape().ByteSize()
 			}
+		}
+	}
+	for _, g := range s.gates {
+		for _, t := range g {
+			sliced += t.Shape().ByteSize()
 		}
 	}
 	if s.spmd != nil {
@@ -231,14 +241,20 @@ func (m *Model) cutShards(n int, devices []compute.DeviceNum) (err error) {
 			}
 		}
 		sb.weights = append(sb.weights, per)
+		gate, err := m.cutGate(b, sl, devices)
+		if err != nil {
+			sb.close()
+			return err
+		}
+		sb.gates = append(sb.gates, gate)
 	}
 	m.shards, m.shardSrc = sb, nil
 	return nil
 }
 
 // deferShards keeps the joint blocks' core linears of a dense checkpoint out of the bind (weights
-// Param.Deferred): cutShards then reads each from src, slices it on the host and uploads every slice
-// straight to its shard's device, so no device ever holds a whole block's linears.
+// Param.Deferred), and their VSA gates: cutShards then reads each from src, slices it on the host and
+// uploads every slice straight to its shard's device, so no device ever holds a whole block's linears.
 func (m *Model) deferShards(src weights.Source) {
 	if m.shardsAsked < 2 || m.p.BlockFP8 || m.p.BlockLayout != (linearLayout{}) {
 		return
@@ -246,6 +262,9 @@ func (m *Model) deferShards(src weights.Source) {
 	for b := range m.p.Blocks {
 		for _, w := range m.p.Blocks[b].linears() {
 			w.W.Deferred = true
+		}
+		if g := m.p.Blocks[b].Gate; g != nil {
+			g.Deferred = true
 		}
 	}
 	m.shardSrc = src
@@ -377,15 +396,20 @@ func (m *Model) newShardExecs(trace bool) *shardExecs {
 	}
 }
 
-// runShardedBlock runs joint block b shard by shard, summing the partial outputs between the parts. It
-// returns the block output and, when tracing, the summed attention and FFN outputs.
-func (m *Model) runShardedBlock(b int, args blockInputs[*tensors.Tensor]) (out []*tensors.Tensor, err error) {
+// runShardedBlock runs joint block b shard by shard (with VSA when vsa is set), summing the partial
+// outputs between the parts. It returns the block output and, when tracing, the summed attention and
+// FFN outputs.
+func (m *Model) runShardedBlock(b int, args blockInputs[*tensors.Tensor], vsa *vsaPlan) (out []*tensors.Tensor, err error) {
 	ex := m.execs().shard
 	shards := m.shards.weights[b]
+	attention := ex.attention
+	if vsa != nil {
+		attention = m.shardVSAExec(vsa, b)
+	}
 	var attn, ff, extra []*tensors.Tensor
 	defer func() { graphexec.Finalize(append(append(attn, ff...), extra...)...) }()
-	for _, w := range shards {
-		res, err := graphexec.Call(ex.attention, graphexec.Pack(&args, w...)...)
+	for k := range shards {
+		res, err := graphexec.Call(attention, graphexec.Pack(&args, m.shardInputs(vsa, b, k)...)...)
 		if err != nil {
 			return nil, err
 		}

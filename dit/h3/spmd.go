@@ -68,14 +68,18 @@ func (m *Model) placeShards(devices []compute.DeviceNum, compile spmdCompiler) (
 	defer graphexec.Recover(&err, "h3: placing the shards on their devices")
 	sp := &spmdPlacement{devices: devices, compile: compile}
 	m.shards.spmd = sp
-	for _, shards := range m.shards.weights {
+	for b, shards := range m.shards.weights {
 		for k, w := range shards {
 			dev := devices[k]
 			if dev == 0 {
 				continue
 			}
 			// The slices are this shard's alone: move them (the device-0 copy is freed).
-			for _, t := range w[numBlockNorms:] {
+			slices := w[numBlockNorms:]
+			if g := m.shards.gates[b]; g != nil {
+				slices = append(slices[:len(slices):len(slices)], g[k])
+			}
+			for _, t := range slices {
 				if err := t.MaterializeOnDevice(m.backend, false, dev); err != nil {
 					return err
 				}
@@ -135,7 +139,7 @@ func (c *deviceCopies) close() { graphexec.Finalize(c.owned...) }
 
 // runSPMDBlocks runs every joint block as one SPMD program on x (consumed, on device 0) and returns
 // device 0's output of the last block.
-func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) (*tensors.Tensor, error) {
+func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
 	copies := &deviceCopies{backend: m.backend, devices: m.shards.spmd.devices, made: map[*tensors.Tensor][]*tensors.Tensor{}}
 	defer copies.close()
 	copies.owned = append(copies.owned, x) // the first block's input, freed with its copies
@@ -145,7 +149,7 @@ func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tenso
 	}
 	for b := range m.p.Blocks {
 		args.Mod = cache.tables[b]
-		outs, dev0, err := m.runSPMDBlock(b, xs, args, copies)
+		outs, dev0, err := m.runSPMDBlock(b, xs, args, copies, vsa)
 		if b > 0 {
 			graphexec.Finalize(xs...)
 		}
@@ -162,12 +166,16 @@ func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tenso
 	return xs[0], nil
 }
 
-// runSPMDBlock runs joint block b on every shard's device at once, xs being its input on each. It returns
-// the block output on each device and device 0's outputs (the block output, then, when tracing, the
-// all-reduced attention and FFN outputs).
-func (m *Model) runSPMDBlock(b int, xs []*tensors.Tensor, args blockInputs[*tensors.Tensor], copies *deviceCopies) (outs, dev0 []*tensors.Tensor, err error) {
+// runSPMDBlock runs joint block b on every shard's device at once (with VSA when vsa is set), xs being
+// its input on each. It returns the block output on each device and device 0's outputs (the block
+// output, then, when tracing, the all-reduced attention and FFN outputs).
+func (m *Model) runSPMDBlock(b int, xs []*tensors.Tensor, args blockInputs[*tensors.Tensor], copies *deviceCopies, vsa *vsaPlan) (outs, dev0 []*tensors.Tensor, err error) {
+	exec := m.execs().shard.spmd
+	if vsa != nil {
+		exec = m.shardVSAExec(vsa, b)
+	}
 	var call []any
-	for k, w := range m.shards.weights[b] {
+	for k := range m.shards.weights[b] {
 		a := args
 		a.X = xs[k]
 		for _, f := range a.Fields()[1:] {
@@ -177,9 +185,9 @@ func (m *Model) runSPMDBlock(b int, xs []*tensors.Tensor, args blockInputs[*tens
 			}
 			*f = per[k]
 		}
-		call = append(call, graphexec.Pack(&a, w...)...)
+		call = append(call, graphexec.Pack(&a, m.shardInputs(vsa, b, k)...)...)
 	}
-	res, err := graphexec.Call(m.execs().shard.spmd, call...)
+	res, err := graphexec.Call(exec, call...)
 	if err != nil {
 		return nil, nil, err
 	}

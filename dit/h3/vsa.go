@@ -86,3 +86,18 @@ func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
 	}
 	return p, nil
 }
+
+// key is joint block b's VSA executable key under the plan (gate: the block has a to_gate_compress);
+// a layer forced dense keeps the sparse path with every video tile selected.
+func (p *vsaPlan) key(b int, gate bool) vsaKey {
+	k := vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode, gate: gate}
+	if p.dense[b] {
+		k.topK = p.tl.NumVideo
+	}
+	return k
+}
+
+// sparse is the attention's Sparse option of an executable with key k.
+func (p *vsaPlan) sparse(k vsaKey) *attention.Sparse {
+	return &attention.Sparse{Tiling: p.tl, TopK: k.topK, Mode: k.mode}
+}

@@ -25,20 +25,19 @@ type vsaFixtureCase struct {
 // layer forced dense, trained gates; each must also differ from the dense forward.
 func TestVSAForwardParity(t *testing.T) {
 	testutil.ForEachPendingFixture(t, "h3_dit_vsa", "dit/h3/testdata/gen_h3_dit_vsa.py", func(t *testing.T, fx *testutil.Fixture) {
-		var geo struct {
-			Prefix [3]int `json:"prefix_segments"`
-			Grid   [3]int `json:"grid"`
-		}
-		var cases map[string]vsaFixtureCase
-		if err := fx.DecodeConfig(&geo, "vsa"); err != nil {
-			t.Fatal(err)
-		}
-		if err := fx.DecodeConfig(&cases, "cases"); err != nil {
-			t.Fatal(err)
-		}
+		cases := vsaCases(t, fx)
 		m := fixtureModel(t, fx, Options{})
 		// Both blocks in one program: a VSA layer and, in the dense-layer case, a dense one together.
 		grouped := fixtureModel(t, fx, Options{BlockGroup: 2})
+		// Tensor-parallel over the fixture's two heads: the shards in turn, and the SPMD program with an
+		// emulated all-reduce; each shard runs VSA on its head with its rows of the gate.
+		sharded, spmd := fixtureModel(t, fx, Options{Shards: 2}), fixtureModel(t, fx, Options{Shards: 2})
+		emulateSPMD(t, spmd)
+		for b, g := range sharded.shards.gates {
+			if len(g) != 2 || sharded.p.Blocks[b].Gate.Bound() {
+				t.Fatalf("block %d: gate cut into %d slices (whole gate still bound: %v), want 2", b, len(g), sharded.p.Blocks[b].Gate.Bound())
+			}
+		}
 		in := fixtureInputs(t, fx)
 		dense, err := m.Forward(in)
 		if err != nil {
@@ -47,28 +46,29 @@ func TestVSAForwardParity(t *testing.T) {
 		wantDense, sh := fx.F32(t, "out.dense.video")
 		testutil.AssertClose(t, "out.dense.video", dense.Video, wantDense, sh, testutil.ParityTol(wantDense))
 		for _, name := range slices.Sorted(maps.Keys(cases)) {
-			c := cases[name]
 			t.Run(name, func(t *testing.T) {
-				mode, err := attention.ParseMode(c.Mode)
-				if err != nil {
-					t.Fatal(err)
-				}
-				v := &VSA{Sparsity: c.Sparsity, TileSize: c.TileSize, Mode: mode, DenseLayers: c.DenseLayers, Prefix: geo.Prefix, Grid: geo.Grid}
-				if k := attention.TopKTiles(c.Sparsity, c.NumVideo); k != c.TopK || k >= c.NumVideo {
-					t.Fatalf("top-k %d of %d video tiles, fixture %d: the case must be really sparse", k, c.NumVideo, c.TopK)
-				}
-				in.VSA = v
+				in.VSA = cases[name]
 				out, err := m.Forward(in)
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, part := range []struct {
-					name string
-					got  []float32
-				}{{"video", out.Video}, {"audio", out.Audio}} {
-					want, sh := fx.F32(t, "out."+name+"."+part.name)
-					tol := testutil.ParityTol(want)
-					testutil.AssertClose(t, "out."+name+"."+part.name, part.got, want, sh, tol)
+				for _, run := range []struct {
+					label string
+					m     *Model
+				}{{"", nil}, {"tensor-parallel ", sharded}, {"SPMD ", spmd}} {
+					got := out
+					if run.m != nil {
+						if got, err = run.m.Forward(in); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for _, part := range []struct {
+						name string
+						got  []float32
+					}{{"video", got.Video}, {"audio", got.Audio}} {
+						want, sh := fx.F32(t, "out."+name+"."+part.name)
+						testutil.AssertClose(t, run.label+"out."+name+"."+part.name, part.got, want, sh, testutil.ParityTol(want))
+					}
 				}
 				if d := testutil.MaxAbsDiff(out.Video, dense.Video); d <= 100*testutil.ParityTol(dense.Video) {
 					t.Errorf("VSA output within %.3g of the dense forward: the case does not exercise sparsity", d)
@@ -89,4 +89,33 @@ func TestVSAForwardParity(t *testing.T) {
 			})
 		}
 	})
+}
+
+// vsaCases reads an h3_dit_vsa fixture's cases as the VSA each forward runs, by case name; every case
+// must be really sparse.
+func vsaCases(t *testing.T, fx *testutil.Fixture) map[string]*VSA {
+	t.Helper()
+	var geo struct {
+		Prefix [3]int `json:"prefix_segments"`
+		Grid   [3]int `json:"grid"`
+	}
+	var cases map[string]vsaFixtureCase
+	if err := fx.DecodeConfig(&geo, "vsa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.DecodeConfig(&cases, "cases"); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*VSA{}
+	for name, c := range cases {
+		mode, err := attention.ParseMode(c.Mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := attention.TopKTiles(c.Sparsity, c.NumVideo); k != c.TopK || k >= c.NumVideo {
+			t.Fatalf("%s: top-k %d of %d video tiles, fixture %d: the case must be really sparse", name, k, c.NumVideo, c.TopK)
+		}
+		out[name] = &VSA{Sparsity: c.Sparsity, TileSize: c.TileSize, Mode: mode, DenseLayers: c.DenseLayers, Prefix: geo.Prefix, Grid: geo.Grid}
+	}
+	return out
 }

@@ -37,7 +37,7 @@ var (
 	clipFast     = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
 	clipFastSp   = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
 	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
-	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel and the video VAE's clips round-robin (FastH3 needs -clip-dense then); Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
+	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel (dense or VSA) and the video VAE's clips round-robin; Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")

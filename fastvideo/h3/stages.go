@@ -36,10 +36,6 @@ func (c *components) Start(res family.Resolution, s *family.Session) (family.Sta
 	if err := h3dit.CheckAdaLNLadder(c.spec.AdaLN, r.Steps, r.sched.Video.Timesteps, r.sched.Audio.Timesteps); err != nil {
 		return nil, &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
-	if r.vsa != nil && c.Engine.Devices > 1 {
-		return nil, &family.RequestError{Field: "devices", Value: c.Engine.Devices, Allowed: "1 with Video Sparse Attention, which the tensor-parallel DiT does not run yet; " +
-			"or run dense (h3.Options{VSA: &h3.VSA{Off: true}})"}
-	}
 	return &run{c: c, s: s, r: r}, nil
 }
 
