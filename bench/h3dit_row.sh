@@ -10,7 +10,10 @@
 #
 # Optional: BENCH_ASYNC (a binary from build_native_fp8.sh -async) adds the bf16 forward with go-xla
 # executing without awaiting each program; MEM=1 adds the peak device memory of the bf16 and FP8
-# forwards, measured with the XLA pool growing on demand (preallocate=false) instead of reserved.
+# forwards, measured with the XLA pool growing on demand (preallocate=false) instead of reserved;
+# GROUPS="10 25" adds bf16 rows with that many joint blocks per program; NOTRITON=1 a bf16 row with
+# XLA's Triton GEMMs off (the FP8 block compiles in 2.4 s that way: does bf16 compile faster, and run
+# as fast?).
 set -u
 : "${OUT:?set OUT to the output folder}"
 BENCH=${BENCH:-.gpu/bench}
@@ -38,6 +41,12 @@ grep -q "summary \[fp8" "$OUT/fp8_native.log" || T=90 run fp8_emulated "$CB0" "$
 if [ -n "${BENCH_ASYNC:-}" ]; then
   run bf16_g5_async "$CB0" "$BENCH_ASYNC" -h3dit-group 5
   run bf16_g1_async "$CB0" "$BENCH_ASYNC" -h3dit-group 1
+fi
+for g in ${GROUPS:-}; do
+  run "bf16_g${g}_cb0" "$CB0" "$BENCH" -h3dit-group "$g"
+done
+if [ "${NOTRITON:-0}" = 1 ]; then
+  run bf16_g5_notriton "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH" -h3dit-group 5
 fi
 if [ "${MEM:-0}" = 1 ]; then
   run mem_bf16 "$CB0" "$BENCH" -backend xla:cuda,preallocate=false -h3dit-cached=false -warmup 0
