@@ -11,7 +11,7 @@
 # Optional: BENCH_ASYNC (a binary from build_native_fp8.sh -async) adds the bf16 forward with go-xla
 # executing without awaiting each program; MEM=1 adds the peak device memory of the bf16 and FP8
 # forwards, measured with the XLA pool growing on demand (preallocate=false) instead of reserved;
-# GROUPS="10 25" adds bf16 rows with that many joint blocks per program; NOTRITON=1 a bf16 row with
+# BLOCK_GROUPS="10 25" adds bf16 rows with that many joint blocks per program; NOTRITON=1 a bf16 row with
 # XLA's Triton GEMMs off (the FP8 block compiles in 2.4 s that way: does bf16 compile faster, and run
 # as fast?).
 set -u
@@ -38,19 +38,19 @@ run bf16_g1_cb0 "$CB0" "$BENCH" -h3dit-group 1
 # Triton GEMMs off: XLA's autotuner did not finish compiling the FP8 block of this shape with them on.
 T=150 run fp8_native "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH_F8" -h3dit-group 5 -h3dit-fp8 native
 grep -q "summary \[fp8" "$OUT/fp8_native.log" || T=90 run fp8_emulated "$CB0" "$BENCH" -h3dit-group 5 -h3dit-fp8 emulated
+if [ "${MEM:-0}" = 1 ]; then
+  run mem_bf16 "$CB0" "$BENCH" -backend xla:cuda,preallocate=false -h3dit-cached=false -warmup 0
+  run mem_fp8 "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH_F8" -backend xla:cuda,preallocate=false -h3dit-cached=false -warmup 0 -h3dit-fp8 native -h3dit-fp8-snr=false
+fi
 if [ -n "${BENCH_ASYNC:-}" ]; then
   run bf16_g5_async "$CB0" "$BENCH_ASYNC" -h3dit-group 5
   run bf16_g1_async "$CB0" "$BENCH_ASYNC" -h3dit-group 1
 fi
-for g in ${GROUPS:-}; do
+for g in ${BLOCK_GROUPS:-}; do
   run "bf16_g${g}_cb0" "$CB0" "$BENCH" -h3dit-group "$g"
 done
 if [ "${NOTRITON:-0}" = 1 ]; then
   run bf16_g5_notriton "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH" -h3dit-group 5
-fi
-if [ "${MEM:-0}" = 1 ]; then
-  run mem_bf16 "$CB0" "$BENCH" -backend xla:cuda,preallocate=false -h3dit-cached=false -warmup 0
-  run mem_fp8 "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH_F8" -backend xla:cuda,preallocate=false -h3dit-cached=false -warmup 0 -h3dit-fp8 native -h3dit-fp8-snr=false
 fi
 XLA_FLAGS="$CB0" OUT=$OUT/prof_after LAYERS=8 BENCH=$BENCH TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_after.log" 2>&1
 echo "profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_after.log"
