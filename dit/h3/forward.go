@@ -125,13 +125,14 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	return s
 }
 
-// jointBlockFn is the graph of one joint block, fed blockInputs and the block's weights: the whole
-// model's block, and with a shard's spec (local heads and FFN, the all-reduce hook) every device's
-// program of the SPMD tensor-parallel block.
-func jointBlockFn(spec blockSpec, layout linearLayout, fp8, trace bool) func(in []*Node) []*Node {
+// jointBlockFn is the graph of one joint block, fed blockInputs, the block's weights and, when gate is
+// set, its VSA gate: with a shard's spec (local heads and FFN, the all-reduce hook, VSA's Sparse or
+// not) every device's program of the SPMD tensor-parallel block.
+func jointBlockFn(spec blockSpec, layout linearLayout, fp8, gate, trace bool) func(in []*Node) []*Node {
 	return func(in []*Node) []*Node {
 		var a blockInputs[*Node]
-		w := coreFromSlice(graphexec.Unpack(in, &a), layout, fp8)
+		w := coreAndGate(graphexec.Unpack(in, &a), layout, fp8, gate)
+		spec.check(w)
 		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
 		return traced(trace, 1, out, attnOut, ffOut)
 	}

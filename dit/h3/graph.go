@@ -90,6 +90,18 @@ func describeScheme(s quant.Scheme) string {
 	return fmt.Sprintf("int%d (group %d)", s.Bits, s.GroupSize)
 }
 
+// coreAndGate reads one joint block's weight inputs: its core weights, followed by its VSA gate
+// (to_gate_compress) when gate is set.
+func coreAndGate(ws []*Node, layout linearLayout, fp8, gate bool) coreWeights {
+	var g *Node
+	if gate {
+		ws, g = ws[:len(ws)-1], ws[len(ws)-1]
+	}
+	w := coreFromSlice(ws, layout, fp8)
+	w.Attn.Gate = g
+	return w
+}
+
 // coreFromSlice rebuilds the block weights from the graph inputs fed with coreParams.tensors(); fp8 says
 // the dense linears were converted to FP8 (Options.FP8).
 func coreFromSlice(in []*Node, lay linearLayout, fp8 bool) coreWeights {

@@ -93,14 +93,8 @@ func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
 		mods, ws := in[4:4+len(kinds)], in[4+len(kinds):]
 		var attnOut, ffOut *Node
 		for i, k := range kinds {
-			bw := ws[:k.weights]
+			w := coreAndGate(ws[:k.weights], layout, fp8, k.vsa.gate)
 			ws = ws[k.weights:]
-			var gate *Node
-			if k.vsa.gate {
-				bw, gate = bw[:len(bw)-1], bw[len(bw)-1]
-			}
-			w := coreFromSlice(bw, layout, fp8)
-			w.Attn.Gate = gate
 			s := spec
 			if k.sparse {
 				s.Attention.Sparse = p.sparse(k.vsa)

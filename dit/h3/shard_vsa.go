@@ -51,35 +51,21 @@ func (m *Model) shardVSAExec(p *vsaPlan, b int) *Exec {
 	if e, ok := m.shardVSAExecs[key]; ok {
 		return e
 	}
-	spec, layout, sparse := m.shards.spec, m.p.BlockLayout, p.sparse(key.vsa)
-	spec.Attention.Sparse = sparse
-	unpack := func(in []*Node) (blockInputs[*Node], coreWeights) {
-		var a blockInputs[*Node]
-		ws := graphexec.Unpack(in, &a)
-		var gate *Node
-		if key.vsa.gate {
-			ws, gate = ws[:len(ws)-1], ws[len(ws)-1]
-		}
-		w := coreFromSlice(ws, layout, false) // sharded blocks are dense
-		spec.check(w)
-		w.Attn.Gate = gate
-		return a, w
-	}
+	spec, layout := m.shards.spec, m.p.BlockLayout
+	spec.Attention.Sparse = p.sparse(key.vsa)
 	var e *Exec
 	if key.spmd {
 		sp := m.shards.spmd
 		e = sp.compile(m.backend, "h3.joint_block_spmd_vsa", sp.devices, func(reduce AllReduce) func(in []*Node) []*Node {
 			s := spec
 			s.AllReduce = reduce
-			return func(in []*Node) []*Node {
-				a, w := unpack(in)
-				out, attnOut, ffOut := s.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
-				return traced(key.trace, 1, out, attnOut, ffOut)
-			}
+			return jointBlockFn(s, layout, false, key.vsa.gate, key.trace) // sharded blocks are dense
 		})
 	} else {
 		e = graphexec.MustExec(m.backend, "h3.joint_attention_shard_vsa", func(in []*Node) []*Node {
-			a, w := unpack(in)
+			var a blockInputs[*Node]
+			w := coreAndGate(graphexec.Unpack(in, &a), layout, false, key.vsa.gate)
+			spec.check(w)
 			return []*Node{spec.jointAttention(a.X, rowTables(a.X, a.Mod, a.RowIdx), a.Cos, a.Sin, w)}
 		})
 	}

@@ -100,7 +100,7 @@ func (m *Model) newSPMDExec(trace bool) *Exec {
 	spec, sp := m.shards.spec, m.shards.spmd
 	return sp.compile(m.backend, "h3.joint_block_spmd", sp.devices, func(reduce AllReduce) func(in []*Node) []*Node {
 		spec.AllReduce = reduce
-		return jointBlockFn(spec, m.p.BlockLayout, false, trace) // sharded blocks are dense
+		return jointBlockFn(spec, m.p.BlockLayout, false, false, trace) // sharded blocks are dense
 	})
 }
 
