@@ -149,11 +149,16 @@ func h3ditInputs(m *h3.Model, cfg h3.Config, doc *h3ditDocument, textTokens int,
 	return in, text, nil
 }
 
+// h3ditOptions are the model options every h3dit model of the bench shares (FP8 and quantization aside).
+func h3ditOptions(dt dtypes.DType, c common) h3.Options {
+	return h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
+}
+
 // denseH3DiTVideo runs one forward of the dense model drawn from the bench's seed, the reference of the
 // FP8 model's SNR, and frees the model before the FP8 one is drawn (both would not fit on one H200).
 func denseH3DiTVideo(b compute.Backend, cfg h3.Config, dt dtypes.DType, doc *h3ditDocument, textTokens int, c common) ([]float32, error) {
 	t0 := time.Now()
-	m, err := h3.NewRandom(b, cfg, h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}, int64(c.Seed))
+	m, err := h3.NewRandom(b, cfg, h3ditOptions(dt, c), int64(c.Seed))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +237,7 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 		fmt.Printf("h3dit: core linears int%d group %d (%s: dispatch %+v; zero floor = %d rows)\n",
 			scheme.Bits, scheme.GroupSize, quant.DQGEMMEnv, c.Dispatch, quant.DefaultDQGEMMFloor)
 	}
-	opts := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
+	opts := h3ditOptions(dt, c)
 	if *h3ditFP8 != "" {
 		path, err := quant.ParseFP8Path(*h3ditFP8)
 		if err != nil {
