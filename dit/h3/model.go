@@ -191,6 +191,11 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 	defer graphexec.Recover(&err, "h3: building the model")
 	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemesOf(src)) }, func(m *Model) error {
 		m.deferShards(src)
+		done, err := m.convertFP8OnBind()
+		if err != nil {
+			return err
+		}
+		defer done()
 		return modelkit.BindSource("h3", src, m.p.set, m.dtype, backend, m.finish)
 	})
 }
@@ -242,15 +247,15 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	}, nil
 }
 
-// finish converts the joint blocks' linears to FP8 when asked and builds the executables once the
-// parameters are bound.
+// finish builds the executables once the parameters are bound (and, with Options.FP8, converted).
 func (m *Model) finish() error {
-	if m.p.BlockFP8 && m.shardsAsked > 1 {
-		return fmt.Errorf("h3: Options.FP8 with Options.Shards = %d is not supported: split the dense model, or run FP8 on one device", m.shardsAsked)
-	}
 	if m.p.BlockFP8 {
-		if err := m.convertFP8(); err != nil {
-			return err
+		for i := range m.p.Blocks {
+			for _, w := range m.p.Blocks[i].linears() {
+				if !w.FP8 {
+					return fmt.Errorf("h3: %s was bound but not converted to FP8", w.Name)
+				}
+			}
 		}
 	}
 	if n := m.shardsAsked; n > 1 {
@@ -275,22 +280,32 @@ func (m *Model) finish() error {
 	return nil
 }
 
-// convertFP8 turns the six core linears of every joint block into FP8 weights on the backend, one
-// matrix at a time, so the dense copy of only one matrix is alive beside the converted ones.
-func (m *Model) convertFP8() error {
+// convertFP8OnBind makes the six core linears of every joint block turn into FP8 weights on the backend
+// as each lands (weights.Param.AfterBind), so that beside the converted model only one dense matrix is
+// ever alive: loading FP8 from a dense checkpoint peaks near the FP8 model's memory, not the dense
+// one's. done frees the converter once the bind is over. Without Options.FP8 it does nothing.
+func (m *Model) convertFP8OnBind() (done func(), err error) {
+	if !m.p.BlockFP8 {
+		return func() {}, nil
+	}
+	if m.shardsAsked > 1 {
+		return nil, fmt.Errorf("h3: Options.FP8 with Options.Shards = %d is not supported: split the dense model, or run FP8 on one device", m.shardsAsked)
+	}
 	c, err := quant.NewFP8Converter(m.backend)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer c.Close()
 	for i := range m.p.Blocks {
 		for _, w := range m.p.Blocks[i].linears() {
-			if err := w.ToFP8(m.p.set, c); err != nil {
-				return fmt.Errorf("h3: %w", err)
+			w.W.AfterBind = func(*weights.Param) error {
+				if err := w.ToFP8(m.p.set, c); err != nil {
+					return fmt.Errorf("h3: %w", err)
+				}
+				return nil
 			}
 		}
 	}
-	return nil
+	return c.Close, nil
 }
 
 // Close frees the weights and executables.

@@ -48,6 +48,11 @@ func newRandom(backend compute.Backend, cfg Config, opts Options, schemes scheme
 		return nil, fmt.Errorf("h3: NewRandom draws the AdaLN projections; Options.AdaLNManifest must be nil")
 	}
 	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemes) }, func(m *Model) error {
+		done, err := m.convertFP8OnBind()
+		if err != nil {
+			return err
+		}
+		defer done()
 		return modelkit.DrawRandom("h3", m.p.set, m.dtype, m.backend, seed, m.randomDraw(), m.finish)
 	})
 }

@@ -25,7 +25,8 @@ type Draw func(p *weights.Param) (scale, offset float32)
 // by seed is threaded through the parameters in declaration order, so a given set, dtype and seed
 // always produce the same weights. Float parameters are draw(p)'s normal values, drawn in float32 and
 // stored in the parameter's dtype (dt for compute-dtype parameters); uint32 parameters (packed
-// quantized words) get uniformly random bits, so every code is equally likely. On failure the
+// quantized words) get uniformly random bits, so every code is equally likely. A parameter's AfterBind
+// runs as soon as it is drawn. On failure the
 // parameters already drawn stay bound: release the set.
 func FillRandom(backend compute.Backend, set *weights.Set, dt dtypes.DType, seed int64, draw Draw) error {
 	d := NewDrawer(backend)
@@ -83,6 +84,11 @@ func (d *Drawer) Fill(set *weights.Set, dt dtypes.DType, seed int64, draw Draw) 
 		}
 		_ = state.FinalizeAll()
 		state, p.T = out[0], out[1]
+		if p.AfterBind != nil {
+			if err := p.AfterBind(p); err != nil {
+				return fmt.Errorf("after drawing %s: %w", p.Name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package randweights
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -70,5 +72,32 @@ func TestFixtureDraw(t *testing.T) {
 		if s != c.scale || o != c.offset {
 			t.Errorf("%s %v: (%v, %v), want (%v, %v)", c.name, c.shape, s, o, c.scale, c.offset)
 		}
+	}
+}
+
+// A parameter's AfterBind runs as soon as it is drawn, before the next parameter is drawn, and its
+// error names the parameter.
+func TestFillRandomRunsAfterBind(t *testing.T) {
+	b := testutil.Backend(t)
+	s := weights.NewSet("")
+	first, second := s.Add("first.weight", 8, 4), s.Add("second.weight", 8, 4)
+	defer s.Release()
+	draw := func(p *weights.Param) (float32, float32) { return 1, 0 }
+	var secondDrawnFirst bool
+	first.AfterBind = func(*weights.Param) error {
+		secondDrawnFirst = second.Bound()
+		return nil
+	}
+	if err := FillRandom(b, s, dtypes.Float32, 1, draw); err != nil {
+		t.Fatal(err)
+	}
+	if secondDrawnFirst || !first.Bound() || !second.Bound() {
+		t.Errorf("second drawn before first's AfterBind: %v; bound: %v %v", secondDrawnFirst, first.Bound(), second.Bound())
+	}
+	s2 := weights.NewSet("")
+	defer s2.Release()
+	s2.Add("only.weight", 2).AfterBind = func(*weights.Param) error { return errors.New("refused") }
+	if err := FillRandom(b, s2, dtypes.Float32, 1, draw); err == nil || !strings.Contains(err.Error(), "after drawing only.weight: refused") {
+		t.Errorf("a failing AfterBind: %v", err)
 	}
 }

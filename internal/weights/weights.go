@@ -63,7 +63,11 @@ type Param struct {
 	// the model loads them itself, e.g. cut into per-device slices (LoadTo, SliceInfo), so that the
 	// whole tensor never lands on a device.
 	Deferred bool
-	T        *tensors.Tensor
+	// AfterBind, when set, runs as soon as T holds the value (loaded by Bind, or drawn by randweights)
+	// and before the next parameter lands, so that a model can convert it on the device (FP8) without
+	// the unconverted copies of all its weights being alive at once. It may replace T.
+	AfterBind func(*Param) error
+	T         *tensors.Tensor
 }
 
 // Bound reports whether the parameter received a value (always true for
@@ -246,6 +250,15 @@ func Bind(src Source, set *Set, opts Options) error {
 		}
 		j.p.T = t
 		loaded = append(loaded, j.p)
+		if j.p.AfterBind != nil {
+			if err := j.p.AfterBind(j.p); err != nil {
+				for _, p := range loaded {
+					p.T.FinalizeAll()
+					p.T = nil
+				}
+				return fmt.Errorf("weights: after loading %s: %w", j.p.Name, err)
+			}
+		}
 	}
 	return nil
 }

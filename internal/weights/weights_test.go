@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -166,5 +167,38 @@ func TestBindChecksButSkipsDeferred(t *testing.T) {
 	s.Add("b", 3).Deferred = true
 	if err := Bind(src, s, Options{}); err == nil || !strings.Contains(err.Error(), "b: checkpoint shape [2], model expects [3]") {
 		t.Errorf("a deferred parameter of the wrong shape: %v", err)
+	}
+}
+
+// AfterBind runs as each parameter lands, before the next one loads, and may replace its tensor; its
+// error fails the bind with the parameter's name and leaves nothing bound.
+func TestBindRunsAfterBindAsEachLands(t *testing.T) {
+	src := source(t, f32("a", []int{2}, 1, 2), f32("b", []int{2}, 3, 4))
+	s := NewSet("")
+	a, b := s.Add("a", 2), s.Add("b", 2)
+	var bLoadedBeforeA bool
+	a.AfterBind = func(p *Param) error {
+		bLoadedBeforeA = b.Bound()
+		p.T = tensors.FromValue([]float32{7, 8})
+		return nil
+	}
+	if err := Bind(src, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if bLoadedBeforeA {
+		t.Error("b was loaded before a's AfterBind ran")
+	}
+	if got := a.T.Value().([]float32); got[0] != 7 || got[1] != 8 {
+		t.Errorf("a = %v after an AfterBind that replaced it with [7 8]", got)
+	}
+	s = NewSet("")
+	a, b = s.Add("a", 2), s.Add("b", 2)
+	b.AfterBind = func(*Param) error { return errors.New("no room") }
+	err := Bind(src, s, Options{})
+	if err == nil || !strings.Contains(err.Error(), "after loading b: no room") {
+		t.Errorf("a failing AfterBind: %v", err)
+	}
+	if a.Bound() || b.Bound() {
+		t.Errorf("after a failed bind: a bound %v, b bound %v; want neither", a.Bound(), b.Bound())
 	}
 }
