@@ -15,6 +15,11 @@
 # the copies: the repository's go.mod stays as it is and every other build (tests, CI, users) keeps
 # the emulated FP8 graph that auto picks without the dtype.
 #
+# bench/goxla-memstats.patch (always applied) lets the bench read the XLA allocator's bytes in use and
+# their peak (PJRT_Device_MemoryStats; go-xla v0.4.1 does not call it): the peak device memory of
+# BENCHMARKS.md's rows, which nvidia-smi cannot give (XLA's pool grows by doubling regions and keeps
+# them).
+#
 # -async adds an experiment for the bf16 gap (BENCHMARKS.md, "Where the time goes"): go-xla's Execute
 # then returns once a program is queued instead of awaiting its completion events, so the host
 # launches the next joint-block program while the current one runs, as JAX dispatches. Not measured
@@ -25,7 +30,7 @@
 # fixtures' tiny shapes compile at once); with them off the block compiles in ~2.4 s (BENCHMARKS.md).
 set -euo pipefail
 build=(go build)
-patches=(bench/goxla-f8.patch)
+patches=(bench/goxla-f8.patch bench/goxla-memstats.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) build=(go test -c) ;;

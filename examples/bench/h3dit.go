@@ -99,7 +99,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	defer text.Close()
 
 	measure := func(label string, in h3.ForwardInputs) ([]float32, error) {
-		return measureH3DiT(m, in, label, weightsLabel, h3ditTFLOP(cfg, lay.SequenceLength), c)
+		return measureH3DiT(b, m, in, label, weightsLabel, h3ditTFLOP(cfg, lay.SequenceLength), c)
 	}
 	video, err := measure("adaln per step", in)
 	if err != nil {
@@ -131,7 +131,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
 	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile\n",
 		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k)
-	_, err = measureH3DiT(m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	_, err = measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
 	return err
 }
 
@@ -269,8 +269,8 @@ func newRandomH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *q
 		}
 		weightsLabel += fmt.Sprintf(", %d shards %s", *h3ditShards, path)
 	}
-	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB)\n",
-		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU)
+	fmt.Printf("h3dit: random weights drawn on the device in %.2f s; device memory %d MiB (before weights %d MiB); %s\n",
+		time.Since(t0).Seconds(), gpuMemMiB(), baseGPU, allocatorStats(b))
 	wm := m.WeightMemory()
 	core := wm.QuantizedLinears + wm.FP8Linears + wm.DenseCoreLinears
 	fmt.Printf("h3dit: resident weights %.2f GiB (%s): core linears %.2f GiB quantized + %.2f GiB FP8 + %.2f GiB dense, AdaLN projections %.2f GiB, other %.2f GiB; without the AdaLN projections (a cache-carrying conversion) %.2f GiB\n",
@@ -283,14 +283,14 @@ func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // measureH3DiT times m's forward on in, prints the measurement and a summary line and returns the
 // video output.
-func measureH3DiT(m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) ([]float32, error) {
+func measureH3DiT(b compute.Backend, m *h3.Model, in h3.ForwardInputs, label, weightsLabel string, tflop float64, c common) ([]float32, error) {
 	tag := "h3dit[" + label + "]"
 	tm, out, err := timeForward(c, tag, func() (h3.ForwardOutputs, error) { return m.Forward(in) })
 	if err != nil {
 		return nil, err
 	}
 	reportForward(tag, tm, tflop, "video", out.Video)
-	fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB\n",
-		weightsLabel, label, tm.Median(), gib(m.WeightMemory().Total), tm.PeakGPU)
+	fmt.Printf("h3dit summary [%s, %s]: forward median %.3f s, resident weights %.2f GiB, peak device %d MiB (nvidia-smi); %s\n",
+		weightsLabel, label, tm.Median(), gib(m.WeightMemory().Total), tm.PeakGPU, allocatorStats(b))
 	return out.Video, nil
 }

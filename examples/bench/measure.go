@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 )
 
@@ -220,6 +221,25 @@ func gpuMemMiB() int {
 		}
 	}
 	return most
+}
+
+// allocatorStats describes device 0's XLA allocator: the bytes its live buffers hold now and their
+// peak since the backend was created (PJRT_Device_MemoryStats, what torch's max_memory_allocated is
+// to PyTorch), or "unavailable" where the binary's go-xla lacks the call (bench/goxla-memstats.patch
+// adds it; bench/build_native_fp8.sh builds with it) or the backend is not XLA. nvidia-smi cannot
+// stand in: XLA's pool grows by doubling regions up to its memory fraction and never shrinks.
+func allocatorStats(b compute.Backend) string {
+	s, ok := b.(interface {
+		DeviceMemoryStats(compute.DeviceNum) (inUse, peak int64, err error)
+	})
+	if !ok {
+		return "allocator stats unavailable (go-xla without bench/goxla-memstats.patch)"
+	}
+	inUse, peak, err := s.DeviceMemoryStats(0)
+	if err != nil || peak < 0 {
+		return fmt.Sprintf("allocator stats unavailable (%v, peak %d)", err, peak)
+	}
+	return fmt.Sprintf("allocator in use %.2f GiB, peak %.2f GiB", float64(inUse)/(1<<30), float64(peak)/(1<<30))
 }
 
 // gpuPeak polls gpuMemMiB until stopped and reports the largest value seen.
