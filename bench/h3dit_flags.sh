@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# XLA's Triton GEMMs and command buffers, and go-xla's wait after each program (the -async build), for
+# the bf16 H3 DiT forward in one device command, torch.compile before and after the Go rows
+# (BENCHMARKS.md, "Triton GEMMs and go-xla's wait"). 832x480x124, 50 blocks, 5 per program, median of 5.
+#
+#   bash bench/build_native_fp8.sh .gpu/bench && bash bench/build_native_fp8.sh -async .gpu/bench_async
+#   OUT=/some/dir bash bench/h3dit_flags.sh     # repo root as cwd; about 6 minutes on one H200
+set -u
+: "${OUT:?set OUT to the output folder}"
+mkdir -p "$OUT"
+torch() {
+  timeout 80 python3 bench/h3_dit_torch.py --iters 5 --warmup 1 --adaln-cache --compile >"$OUT/$1.log" 2>&1
+  echo "$1 rc $? at $SECONDS s"; grep -E "median|peak" "$OUT/$1.log"
+}
+CB0="--xla_gpu_enable_command_buffer="
+NT="--xla_gpu_enable_triton_gemm=false"
+run() { # name, XLA_FLAGS, binary
+  XLA_FLAGS="$2" timeout 70 "$3" -what h3dit -backend xla:cuda -warmup 1 -iters 5 -h3dit-group 5 >"$OUT/$1.log" 2>&1
+  echo "$1 rc $? at $SECONDS s"; grep -E "summary|compile ~" "$OUT/$1.log" | cut -c1-200
+}
+torch torch_compile
+run bf16_default "" .gpu/bench
+run bf16_cb0 "$CB0" .gpu/bench
+run bf16_notriton "$NT" .gpu/bench
+run bf16_cb0_notriton "$CB0 $NT" .gpu/bench
+run bf16_async_cb0 "$CB0" .gpu/bench_async
+run bf16_async_cb0_notriton "$CB0 $NT" .gpu/bench_async
+run bf16_async_notriton "$NT" .gpu/bench_async
+torch torch_compile_after
