@@ -11,7 +11,7 @@
 #   OUT=/some/dir BENCH=.gpu/bench bash bench/h3dit_row.sh     # repo root as cwd
 #
 # Optional: BENCH_ASYNC (the -async build) adds the bf16 forward with go-xla executing without
-# awaiting each program; BLOCK_GROUPS="10 25" adds bf16 rows with that many joint blocks per program;
+# awaiting each program, and its kernel trace; BLOCK_GROUPS="10 25" adds bf16 rows with that many joint blocks per program;
 # NOTRITON=1 a bf16 row with XLA's Triton GEMMs off (the FP8 block compiles in 2.4 s that way: does
 # bf16 compile faster, and run as fast?); PROFILE=0 leaves out the kernel trace.
 set -u
@@ -51,3 +51,7 @@ fi
 [ "${PROFILE:-1}" = 1 ] || exit 0
 XLA_FLAGS="$CB0" OUT=$OUT/prof_after LAYERS=8 BENCH=$BENCH TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_after.log" 2>&1
 echo "profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_after.log"
+if [ -n "${BENCH_ASYNC:-}" ]; then
+  XLA_FLAGS="$CB0" OUT=$OUT/prof_async LAYERS=8 BENCH=$BENCH_ASYNC TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_async.log" 2>&1
+  echo "async profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_async.log"
+fi
