@@ -188,12 +188,7 @@ func Bind(src Source, set *Set, opts Options) error {
 	}
 	root := set.root
 	var errs BindError
-	type job struct {
-		p    *Param
-		info safetensors.Info
-		dt   dtypes.DType
-	}
-	var jobs []job
+	var jobs []bindJob
 	for _, p := range root.params {
 		info, ok := HeaderOf(src, p.Name)
 		if !ok {
@@ -214,7 +209,7 @@ func Bind(src Source, set *Set, opts Options) error {
 			errs.Mismatched = append(errs.Mismatched, fmt.Sprintf("%s: checkpoint dtype %s cannot be stored as %s", p.Name, info.DType, dt))
 			continue
 		}
-		jobs = append(jobs, job{p, info, dt})
+		jobs = append(jobs, bindJob{p, info, dt})
 	}
 	if !opts.AllowUnexpected {
 		for _, n := range src.Names() {
@@ -230,7 +225,27 @@ func Bind(src Source, set *Set, opts Options) error {
 		sort.Strings(errs.Mismatched)
 		return &errs
 	}
+	return loadJobs(src, jobs, opts.Backend)
+}
+
+// bindJob is one checked parameter of a Bind: its checkpoint header and the dtype it is stored in.
+type bindJob struct {
+	p    *Param
+	info safetensors.Info
+	dt   dtypes.DType
+}
+
+// loadJobs loads the checked parameters in order, running each one's AfterBind before the next loads;
+// on failure it frees what it loaded.
+func loadJobs(src Source, jobs []bindJob, backend compute.Backend) error {
 	var loaded []*Param
+	fail := func(err error) error {
+		for _, p := range loaded {
+			p.T.FinalizeAll()
+			p.T = nil
+		}
+		return err
+	}
 	_, lazy := src.(HeaderSource)
 	for _, j := range jobs {
 		if j.p.Deferred {
@@ -240,23 +255,15 @@ func Bind(src Source, set *Set, opts Options) error {
 		if lazy {
 			info, _ = src.Tensor(j.p.Name)
 		}
-		t, err := Load(info, j.dt, opts.Backend)
+		t, err := Load(info, j.dt, backend)
 		if err != nil {
-			for _, p := range loaded {
-				p.T.FinalizeAll()
-				p.T = nil
-			}
-			return fmt.Errorf("weights: loading %s: %w", j.p.Name, err)
+			return fail(fmt.Errorf("weights: loading %s: %w", j.p.Name, err))
 		}
 		j.p.T = t
 		loaded = append(loaded, j.p)
 		if j.p.AfterBind != nil {
 			if err := j.p.AfterBind(j.p); err != nil {
-				for _, p := range loaded {
-					p.T.FinalizeAll()
-					p.T = nil
-				}
-				return fmt.Errorf("weights: after loading %s: %w", j.p.Name, err)
+				return fail(fmt.Errorf("weights: after loading %s: %w", j.p.Name, err))
 			}
 		}
 	}
