@@ -267,10 +267,7 @@ func (g *VideoGenerator) Model() ModelInfo { return g.model.Info() }
 // Backend returns the compute backend's resolved spec and the compute dtype, e.g.
 // "go:ops_sequential", "f32".
 func (g *VideoGenerator) Backend() (spec string, dtype DType) {
-	if g.engine.FP8 {
-		return g.engine.BackendSpec, FP8
-	}
-	return g.engine.BackendSpec, family.DTypeOf(g.engine.DType)
+	return g.engine.BackendSpec, g.engine.RunDType()
 }
 
 // Plan resolves a request against the generator's model without running it (see the package-level
@@ -280,7 +277,7 @@ func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := r.Plan(family.DTypeOf(g.engine.DType))
+	p, err := r.Plan(g.engine.RunDType())
 	if err != nil {
 		return nil, err
 	}

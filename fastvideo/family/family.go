@@ -132,6 +132,15 @@ func DTypeOf(dt dtypes.DType) DType {
 	return F32
 }
 
+// RunDType is the dtype an engine's runs report and size their weights in: FP8 when it runs the FP8
+// path, else its compute dtype.
+func (e *Engine) RunDType() DType {
+	if e.FP8 {
+		return FP8
+	}
+	return DTypeOf(e.DType)
+}
+
 // MemoryPolicy decides how many heavyweight components stay resident.
 type MemoryPolicy string
 

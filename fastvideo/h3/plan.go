@@ -116,13 +116,30 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	for _, f := range r.Filters {
 		p.FrameFilters = append(p.FrameFilters, f.Name())
 	}
-	fp32, half := ditParamGroups(s.DiT, s.VSAGates)
-	p.DiTParams = fp32 + half
+	p.DiTParams = ditParams(s.DiT, s.VSAGates)
 	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
-	if p.WeightsBytes, err = family.WeightBytes(fp32, half, p.WeightsDType); err != nil {
+	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// ditWeightBytes is the DiT's weight memory in dtype. FP8 (h3.Options.FP8) keeps the six core linears
+// of every joint block as one-byte codes with a float32 scale per output channel and the rest in bf16,
+// the compute dtype of the accelerators it is for.
+func ditWeightBytes(c h3dit.Config, vsaGates bool, dtype family.DType) (int64, error) {
+	fp32, half := ditParamGroups(c, vsaGates)
+	if dtype != family.FP8 {
+		return family.WeightBytes(fp32, half, dtype)
+	}
+	rest, err := family.WeightBytes(fp32, half, family.BF16)
+	if err != nil {
+		return 0, err
+	}
+	H, I, F := int64(c.HiddenSize), int64(c.InnerDim()), int64(c.FFNDim)
+	weights := 4*H*I + H*2*F + F*H // Q, K, V, out, SwiGLU in and out
+	outs := 3*I + H + 2*F + H
+	return rest + int64(c.NumLayers)*(4*outs-weights), nil // 2 bytes a weight become 1
 }
 
 // ditTFLOPs is the DiT's cost over the denoise of layout l: its costliest step and the total,

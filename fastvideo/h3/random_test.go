@@ -2,6 +2,7 @@ package h3_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -61,7 +62,8 @@ func TestRandomWeightsFolder(t *testing.T) {
 }
 
 // TestFP8DType: WithDType(FP8) runs tiny-h3 for FastH3's 4 steps with its DiT's core linears in float8
-// (the result says fp8) and its latents stay close to the dense run's; Wan refuses it before loading.
+// (the result and its plan say fp8, the plan sizing the converted weights) and its latents stay close
+// to the dense run's; Wan refuses it before loading, and in a plan.
 func TestFP8DType(t *testing.T) {
 	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 96, NumFrames: 5, NumInferenceSteps: 4,
 		Seed: fastvideo.Ptr[int64](7), SkipSave: true, ReturnLatents: true}
@@ -72,6 +74,10 @@ func TestFP8DType(t *testing.T) {
 	if fp8.DType != fastvideo.FP8 || testutil.SameBits(dense.Latents.Video, fp8.Latents.Video) {
 		t.Fatalf("dtype %s; the FP8 run must report fp8 and differ from the dense one", fp8.DType)
 	}
+	if p := fp8.Plan; p.WeightsDType != fastvideo.FP8 || p.WeightsBytes >= dense.Plan.WeightsBytes {
+		t.Errorf("FP8 run's plan: weights %d bytes in %s; the dense run's %d in %s", p.WeightsBytes, p.WeightsDType,
+			dense.Plan.WeightsBytes, dense.Plan.WeightsDType)
+	}
 	if snr := hostmath.SNRdB(fp8.Latents.Video, dense.Latents.Video); snr < 20 {
 		t.Errorf("FP8 latents %.1f dB from the dense ones (want >= 20 dB after four steps)", snr)
 	} else {
@@ -79,5 +85,9 @@ func TestFP8DType(t *testing.T) {
 	}
 	if _, err := fastvideo.New(context.Background(), "tiny-wan", fastvideo.WithBackend("go"), fastvideo.WithDType(fastvideo.FP8)); err == nil {
 		t.Error("Wan accepted the FP8 dtype")
+	}
+	var re *fastvideo.RequestError
+	if _, err := fastvideo.Plan("tiny-wan", fastvideo.Request{}, fastvideo.WithDType(fastvideo.FP8)); !errors.As(err, &re) || re.Field != "dtype" {
+		t.Errorf("a Wan plan in FP8: %v; want a RequestError on dtype", err)
 	}
 }

@@ -72,7 +72,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if p.layout, err = packing.Build(r.layoutRequest()); err != nil {
 		return fmt.Errorf("fastvideo: packing: %w", err)
 	}
-	if res.Plan, err = r.planWith(p.layout, family.DTypeOf(c.Engine.DType)); err != nil {
+	if res.Plan, err = r.planWith(p.layout, c.Engine.RunDType()); err != nil {
 		return err
 	}
 	p.hidden = out

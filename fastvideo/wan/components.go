@@ -51,13 +51,16 @@ func (c *components) Close() error {
 	return errors.Join(family.Release(&c.cond), family.Release(&c.replica), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc))
 }
 
+// errNoFP8 refuses DType FP8, which has no Wan path.
+var errNoFP8 = &family.RequestError{Field: "dtype", Value: string(family.FP8),
+	Allowed: `"f32", "bf16" or auto: the FP8 path covers the MiniMax H3 DiT only`}
+
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight
 // checkpoint's headers open and the tokenizer file exists.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
 	if e.FP8 {
-		return nil, &family.RequestError{Field: "dtype", Value: string(family.FP8),
-			Allowed: `"f32", "bf16" or auto: the FP8 path covers the MiniMax H3 DiT only`}
+		return nil, errNoFP8
 	}
 	if e.RandomWeights != nil {
 		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}

@@ -174,6 +174,9 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		return nil, err
 	}
 	p.DiTParams = f32 + half
+	if dtype == family.FP8 {
+		return nil, errNoFP8
+	}
 	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
 	if p.WeightsBytes, err = family.WeightBytes(f32, half, p.WeightsDType); err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if err := p.encodeImage(ctx); err != nil {
 		return err
 	}
-	res.Plan, err = r.Plan(family.DTypeOf(c.Engine.DType))
+	res.Plan, err = r.Plan(c.Engine.RunDType())
 	return err
 }
 
