@@ -217,17 +217,22 @@ func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 	})
 }
 
-// ResidentBytes is the device memory of every component's weights (family.ResidentSizer): the DiT,
-// the video VAE and the text layers up to the hidden state H3 reads at the engine's dtype, the
-// audio VAE in float32, and for a model that takes keyframes the vision tower and the video VAE's
-// encoder in float32 (the precision they load in), since AllResident keeps them beside the rest.
+// ResidentBytes is the device memory of every component's weights (family.ResidentSizer): the DiT as
+// the plan sizes it (its VSA gates included, FP8 linears as codes and scales), the video VAE and the
+// text layers up to the hidden state H3 reads at the engine's dtype, the audio VAE in float32, and for
+// a model that takes keyframes the vision tower and the video VAE's encoder in float32 (the precision
+// they load in), since AllResident keeps them beside the rest.
 func (c *components) ResidentBytes() int64 {
 	dt := int64(c.Engine.DType.Size())
 	text := family.ParamBytes(qwen3vl.Params(c.textCfg))(dt)
 	if index, err := textOptions(c.textCfg, c.Engine.DType).ResolveHiddenState(c.textCfg); err == nil && c.textCfg.NumHiddenLayers > 0 {
 		text = text * int64(index) / int64(c.textCfg.NumHiddenLayers)
 	}
-	total := family.ParamBytes(h3dit.Params(c.spec.DiT))(dt) + family.ParamBytes(h3video.Params(c.spec.VAE))(dt) +
+	dit, err := ditWeightBytes(c.spec.DiT, c.spec.VSAGates, c.Engine.RunDType())
+	if err != nil {
+		return 0
+	}
+	total := dit + family.ParamBytes(h3video.Params(c.spec.VAE))(dt) +
 		family.ParamBytes(h3audio.Params(c.spec.AudioVAE))(4) + text
 	if v := c.spec.Vision; v != nil && (c.spec.FirstImage || c.spec.LastImage) {
 		total += family.ParamBytes(qwen3vl.VisionParams(*v))(4) + family.ParamBytes(h3video.EncoderParams(c.spec.VAE))(4)
