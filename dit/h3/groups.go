@@ -15,7 +15,7 @@ import (
 // next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Where the time goes"), 50 ms of a
 // release forward with one block per program. Grouping cuts the waits by the group size; the
 // program's compile time grows with it, and its temp buffer too (+1.0 GiB for five dense blocks of
-// the release shape), which is why a VSA forward, whose blocks need far more temp (a FastH3 run
+// the release shape; the allocator's measured peak grew 0.5 GiB, to 2.7 GiB beside the weights), which is why a VSA forward, whose blocks need far more temp (a FastH3 run
 // peaks ~15 GiB above its weights), keeps one block per program unless Options.BlockGroup asks
 // otherwise: its grouped memory is not measured yet.
 const DefaultBlockGroup = 5
