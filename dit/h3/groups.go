@@ -14,10 +14,10 @@ import (
 // ExecuteAndWait), so between two programs the GPU idles while the host returns and launches the
 // next one: about 1 ms per program on the H200 (BENCHMARKS.md, "Where the time goes"), 50 ms of a
 // release forward with one block per program. Grouping cuts the waits by the group size; the
-// program's compile time grows with it, and its temp buffer too (+1.0 GiB for five dense blocks of
-// the release shape; the allocator's measured peak grew 0.5 GiB, to 2.7 GiB beside the weights), which is why a VSA forward, whose blocks need far more temp (a FastH3 run
-// peaks ~15 GiB above its weights), keeps one block per program unless Options.BlockGroup asks
-// otherwise: its grouped memory is not measured yet.
+// program's compile time grows with it, and its memory too: the allocator's peak beside the release
+// weights grew from 2.2 to 2.7 GiB for five dense blocks. A VSA forward keeps one block per program
+// unless Options.BlockGroup asks otherwise: five per program measured 2.574 against 2.594 s, within
+// the spread between processes, for 1.04 GiB more peak memory (3.5 -> 4.5 GiB beside the weights).
 const DefaultBlockGroup = 5
 
 // blockKind is what one joint block's graph depends on besides its weights: dense attention, or VSA
