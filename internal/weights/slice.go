@@ -18,7 +18,7 @@ func SliceInfo(info safetensors.Info, axis int, spans ...Span) (safetensors.Info
 		return safetensors.Info{}, fmt.Errorf("weights: slicing %s %v along axis %d: only 2-D tensors along axis 0 or 1", info.Name, info.Shape, axis)
 	}
 	rows, cols, elem := info.Shape[0], info.Shape[1], info.DType.Size()
-	if !holds(len(info.Data), rows, cols, elem) {
+	if size, ok := safetensors.ByteSize(info.DType, info.Shape); !ok || size != int64(len(info.Data)) {
 		return safetensors.Info{}, fmt.Errorf("weights: %s claims %v %s but holds %d bytes", info.Name, info.Shape, info.DType, len(info.Data))
 	}
 	n := 0
@@ -51,19 +51,4 @@ func SliceInfo(info safetensors.Info, axis int, spans ...Span) (safetensors.Info
 		}
 	}
 	return out, nil
-}
-
-// holds reports whether size bytes are exactly rows × cols elements of elem bytes, dividing instead of
-// multiplying so that no claimed dimension can overflow the product.
-func holds(size, rows, cols, elem int) bool {
-	if rows < 0 || cols < 0 || elem <= 0 {
-		return false
-	}
-	if rows == 0 || cols == 0 {
-		return size == 0
-	}
-	if cols > size/elem || rows > size/(cols*elem) {
-		return false
-	}
-	return rows*cols*elem == size
 }
