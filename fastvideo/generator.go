@@ -26,9 +26,11 @@ var ErrClosed = errors.New("fastvideo: the VideoGenerator is closed")
 // It is safe for concurrent use: Generate calls run one at a time (a generation already uses the
 // whole device), in the order they acquire the generator, and Close waits for the running one.
 //
-// Memory: with the default OneResident policy each heavyweight component is loaded by the stage
-// that needs it and released at that stage's end, so peak memory is the largest component;
-// WithMemoryPolicy(AllResident) keeps them loaded between calls.
+// Memory: with the default AutoMemory policy each heavyweight component stays on the device between
+// calls where it fits beside the others (the DiT first, then the decoders; the text encoder streams
+// its layers when it does not fit), so a warm call reloads nothing it need not; the plan lists the
+// decision. OneResident loads each at the stage that needs it and releases it at that stage's end
+// (peak memory is the largest component); AllResident keeps them all.
 type VideoGenerator struct {
 	model   family.Model
 	comps   family.Components
@@ -97,7 +99,7 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
-	e.Memory = chooseMemory(e, comps)
+	e.Residency = chooseResidency(e, comps)
 	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters, devices: devices}
 	if g.rife, err = rifeWeights(o, m); err != nil {
 		comps.Close()
@@ -147,6 +149,9 @@ func openEngine(o Options) (*family.Engine, error) {
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
 		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
 	e.FP8 = o.DType == FP8
+	if !e.Accelerated {
+		e.HostMemory = backend.HostAvailable
+	}
 	if n := o.Devices; n > 1 && (!e.Accelerated || b.NumDevices() < n) {
 		have := fmt.Sprintf("%s has %d", bp.Spec, b.NumDevices())
 		b.Finalize()
@@ -170,29 +175,44 @@ func openEngine(o Options) (*family.Engine, error) {
 }
 
 // activationHeadroom is the device memory AutoMemory leaves beside the resident weights for a
-// generation's activations and the compiled programs (a FastH3 832x480x124 run peaks near 15 GiB
-// above its weights).
-const activationHeadroom = 20 << 30
+// generation's activations, the compiled programs and the allocator's slack: FastH3 832x480x124 with
+// every component resident (106.7 GiB of weights) peaked at 129.3 GiB of XLA pool on the H200
+// (BENCHMARKS.md, "Whole clip"), 22.6 GiB above its weights.
+const activationHeadroom = 24 << 30
 
-// chooseMemory resolves AutoMemory: every component resident when what the accelerator can still
-// give this process (its allocator's cap less what is in use) holds all the weights plus
-// activationHeadroom, else one at a time.
-func chooseMemory(e *family.Engine, comps family.Components) MemoryPolicy {
+// hostHeadroom is the same on the pure-Go backend, whose "device" is the host: its models are the
+// tiny and small ones (a release model in float32 on a CPU is impractical), and the Go runtime
+// returns freed memory.
+const hostHeadroom = 2 << 30
+
+// chooseResidency fixes where each component lives between calls: AutoMemory keeps, in the family's
+// order (most costly to bring back first), what leaves every other component room to run in what
+// the device can still give (family.ChooseResidency); the explicit policies keep all or none.
+func chooseResidency(e *family.Engine, comps family.Components) []family.ComponentResidency {
+	sizer, ok := comps.(family.ComponentSizer)
+	if !ok {
+		return nil
+	}
+	return decideResidency(e, sizer.ComponentSizes())
+}
+
+// decideResidency is chooseResidency over sizes already known (a plan's).
+func decideResidency(e *family.Engine, sizes []family.ComponentSize) []family.ComponentResidency {
 	if e.Memory != AutoMemory {
-		return e.Memory
+		return family.UniformResidency(e.Memory, sizes)
 	}
-	sizer, ok := comps.(family.ResidentSizer)
-	if !ok || e.DeviceMemory == nil {
-		return OneResident
+	free, headroom := int64(-1), int64(activationHeadroom)
+	switch {
+	case e.DeviceMemory != nil:
+		if f, err := deviceFree(e); err == nil {
+			free = f
+		}
+	case !e.Accelerated && e.HostMemory != nil:
+		if avail, err := e.HostMemory(); err == nil {
+			free, headroom = int64(avail), hostHeadroom
+		}
 	}
-	free, err := deviceFree(e)
-	if err != nil {
-		return OneResident
-	}
-	if need := sizer.ResidentBytes(); need > 0 && need+activationHeadroom <= free {
-		return AllResident
-	}
-	return OneResident
+	return family.ChooseResidency(free, headroom, sizes)
 }
 
 // deviceFree is what the accelerator can still give this process: its allocator's cap less what
@@ -282,6 +302,7 @@ func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 		return nil, err
 	}
 	p.Devices = g.devices
+	p.Memory = g.engine.Residency
 	return p, nil
 }
 
@@ -335,7 +356,32 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Plan(o.DType)
+	p, err := r.Plan(o.DType)
+	if err != nil {
+		return nil, err
+	}
+	p.Memory = planResidency(o, p.Memory)
+	return p, nil
+}
+
+// planResidency decides the plan's residency for the device the options name, read without
+// starting the backend (the accelerator's memory through its driver, the host's for the pure-Go
+// backend); with no reading the sizes stay undecided.
+func planResidency(o Options, rs []family.ComponentResidency) []family.ComponentResidency {
+	if o, err := o.fromEnvironment(); err == nil {
+		spec, _ := o.backendSpec()
+		if bp, err := backend.Resolve(spec); err == nil {
+			e := &family.Engine{Memory: family.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo,
+				DeviceMemory: bp.MemoryStats()}
+			if !e.Accelerated {
+				e.HostMemory = backend.HostAvailable
+			}
+			if e.Memory != AutoMemory || e.DeviceMemory != nil || e.HostMemory != nil {
+				return decideResidency(e, family.Sizes(rs))
+			}
+		}
+	}
+	return rs
 }
 
 // Validate checks a generation request against a model without loading anything heavy; unlike

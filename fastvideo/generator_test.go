@@ -561,38 +561,49 @@ func probe(path string) (*media.ProbeInfo, error) {
 	return tools.Probe(path)
 }
 
-// sizedComponents are Components of a known resident size (family.ResidentSizer).
+// sizedComponents are Components of known component sizes (family.ComponentSizer).
 type sizedComponents struct {
 	family.Components
-	bytes int64
+	sizes []family.ComponentSize
 }
 
-func (s sizedComponents) ResidentBytes() int64 { return s.bytes }
+func (s sizedComponents) ComponentSizes() []family.ComponentSize { return s.sizes }
 
-// TestChooseMemory: auto keeps everything resident only where the weights and the activation
-// headroom fit what the allocator can still give; explicit policies stand.
-func TestChooseMemory(t *testing.T) {
+// TestChooseResidency: auto keeps, most costly first, what leaves every other component room to run
+// beside it with the activation headroom, in what the allocator can still give; explicit policies
+// keep all or none; no statistics keep nothing (the text encoder streams).
+func TestChooseResidency(t *testing.T) {
 	const gib = int64(1) << 30
 	device := func(used, limit int64) func() (uint64, uint64, error) {
 		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
 	}
+	sizes := []family.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
+		{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: gib}}
 	for _, c := range []struct {
 		name   string
 		policy MemoryPolicy
 		device func() (uint64, uint64, error)
-		bytes  int64
-		want   MemoryPolicy
+		want   string
 	}{
-		{"fits", AutoMemory, device(gib, 128*gib), 100 * gib, AllResident},
-		{"no room for activations", AutoMemory, device(gib, 128*gib), 113 * gib, OneResident},
-		{"other processes hold memory", AutoMemory, device(60*gib, 128*gib), 50 * gib, OneResident},
-		{"no device statistics", AutoMemory, nil, gib, OneResident},
-		{"explicit all", AllResident, nil, 1000 * gib, AllResident},
-		{"explicit one", OneResident, device(0, 128*gib), gib, OneResident},
+		{"everything fits", AutoMemory, device(gib, 134*gib), "resident resident resident"},
+		{"the text encoder streams", AutoMemory, device(gib, 125*gib), "resident resident streamed"},
+		{"the DiT crowds out the decoder", AutoMemory, device(gib, 89*gib), "resident per_call streamed"},
+		{"other processes hold memory", AutoMemory, device(60*gib, 130*gib), "per_call resident streamed"},
+		{"no device statistics", AutoMemory, nil, "per_call per_call streamed"},
+		{"explicit all", AllResident, nil, "resident resident resident"},
+		{"explicit one", OneResident, device(0, 128*gib), "per_call per_call streamed"},
 	} {
-		e := &family.Engine{Memory: c.policy, DeviceMemory: c.device}
-		if got := chooseMemory(e, sizedComponents{bytes: c.bytes}); got != c.want {
-			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		e := &family.Engine{Memory: c.policy, DeviceMemory: c.device, Accelerated: true}
+		var got []string
+		e.Residency = chooseResidency(e, sizedComponents{sizes: sizes})
+		for _, r := range e.Residency {
+			got = append(got, string(r.Residency))
+			if want := r.Residency == family.Kept; e.Keeps(r.Name) != want {
+				t.Errorf("%s: Keeps(%s) = %v, want %v", c.name, r.Name, !want, want)
+			}
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("%s: %s, want %s", c.name, strings.Join(got, " "), c.want)
 		}
 	}
 }

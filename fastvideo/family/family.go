@@ -132,6 +132,15 @@ func DTypeOf(dt dtypes.DType) DType {
 	return F32
 }
 
+// Compute is the compute dtype a weight dtype runs in: float32 for F32, else bfloat16 (FP8's
+// non-linear weights and activations included).
+func (d DType) Compute() dtypes.DType {
+	if d == F32 {
+		return dtypes.Float32
+	}
+	return dtypes.BFloat16
+}
+
 // RunDType is the dtype an engine's runs report and size their weights in: FP8 when it runs the FP8
 // path, else its compute dtype.
 func (e *Engine) RunDType() DType {
@@ -145,9 +154,10 @@ func (e *Engine) RunDType() DType {
 type MemoryPolicy string
 
 const (
-	// AutoMemory (the default) keeps every component resident (AllResident) on an accelerator
-	// whose free memory holds all of their weights with room for a generation's activations, and
-	// loads them one at a time (OneResident) otherwise, on the CPU backend too. New decides once.
+	// AutoMemory (the default) decides for each component (ChooseResidency): those that cost most
+	// to bring back stay resident while every other one still runs beside them with room for a
+	// generation's activations, in what the accelerator (or, on the pure-Go backend, the host) can
+	// give; the rest stream or load per call. New decides once.
 	AutoMemory MemoryPolicy = "auto"
 	// OneResident loads the text encoder, the DiT and the VAEs one at a time and
 	// releases each at the end of the stage that loaded it: peak memory is the largest component,
@@ -165,9 +175,11 @@ type Engine struct {
 	// BackendSpec is the resolved backend, e.g. "go:ops_sequential".
 	BackendSpec string
 	// Accelerated is set on accelerator backends (XLA), where bf16 and fused attention apply.
-	Accelerated    bool
-	DType          dtypes.DType
-	Memory         MemoryPolicy
+	Accelerated bool
+	DType       dtypes.DType
+	Memory      MemoryPolicy
+	// Residency is AutoMemory's decision per component (New fills it; see Keeps).
+	Residency      []ComponentResidency
 	PromptCacheDir string // "" disables the prompt cache
 	// Media are the ffmpeg and ffprobe executables; X264Preset the encoder's speed preset ("":
 	// medium).
@@ -187,6 +199,9 @@ type Engine struct {
 	// included) and the most this process may use (the device's, capped by the allocator's
 	// memory fraction); nil where the backend has no such statistics.
 	DeviceMemory func() (used, limit uint64, err error)
+	// HostMemory reads the host memory still available, in bytes: the pure-Go backend's device
+	// (nil where unknown).
+	HostMemory func() (available uint64, err error)
 	// Devices is how many accelerators of the host the run spreads over (0 or 1: one).
 	Devices int
 }
@@ -196,12 +211,3 @@ type Engine struct {
 type DeviceSplitter interface {
 	DevicePlan(devices int) (*DevicePlan, error)
 }
-
-// ResidentSizer is implemented by Components that can tell the device bytes of all their
-// weights at the engine's dtype (what AllResident keeps loaded).
-type ResidentSizer interface {
-	ResidentBytes() int64
-}
-
-// Resident reports whether components stay loaded between runs.
-func (e *Engine) Resident() bool { return e.Memory == AllResident }

@@ -62,6 +62,11 @@ type Plan struct {
 	// Devices is the multi-device layout (nil on one device).
 	Devices *DevicePlan `json:"devices,omitempty"`
 
+	// Memory is each heavyweight component's device bytes and where it lives between calls: the
+	// memory policy's decision for the device the plan was made for (without one, the sizes alone,
+	// residency empty).
+	Memory []ComponentResidency `json:"memory,omitempty"`
+
 	// Details are the family's own fields (e.g. *h3.PlanDetails, *wan.PlanDetails).
 	Details PlanDetails `json:"-"`
 }

@@ -62,8 +62,8 @@ type Component interface {
 }
 
 // Acquire returns the resident component in *slot, or loads one (reporting name as a load and
-// timing it): kept in *slot when the engine keeps components resident, else released at the end
-// of the running stage.
+// timing it): kept in *slot when the engine keeps that component (Engine.Keeps), else released at
+// the end of the running stage.
 func Acquire[T Component](s *Session, slot *T, name string, load func() (T, error)) (T, error) {
 	var zero T
 	if *slot != zero {
@@ -76,7 +76,7 @@ func Acquire[T Component](s *Session, slot *T, name string, load func() (T, erro
 		return zero, err
 	}
 	s.Result.Timings.AddLoad(name, time.Since(t0))
-	if s.Engine.Resident() {
+	if s.Engine.Keeps(name) {
 		*slot = c
 	} else {
 		s.OnRelease(c.Close)

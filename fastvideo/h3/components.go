@@ -35,8 +35,8 @@ type source interface {
 	loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error)
 }
 
-// components are an opened H3 model: its source, its text encoder config and the resident slots
-// of the AllResident memory policy.
+// components are an opened H3 model: its source, its text encoder config and the slots of the
+// components the memory policy keeps resident.
 type components struct {
 	family.Opened[source]
 	spec    *Spec
@@ -131,7 +131,7 @@ func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error
 	}
 	cfg, dt := c.textCfg, c.Engine.DType
 	opts := textOptions(cfg, dt)
-	opts.Resident = c.Engine.Resident()
+	opts.Resident = c.Engine.Keeps(family.CompTextEncoder)
 	index, err := opts.ResolveHiddenState(cfg)
 	if err != nil {
 		return nil, err
@@ -217,27 +217,43 @@ func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 	})
 }
 
-// ResidentBytes is the device memory of every component's weights (family.ResidentSizer): the DiT as
-// the plan sizes it (its VSA gates included, FP8 linears as codes and scales), the video VAE and the
-// text layers up to the hidden state H3 reads at the engine's dtype, the audio VAE in float32, and for
-// a model that takes keyframes the vision tower and the video VAE's encoder in float32 (the precision
-// they load in), since AllResident keeps them beside the rest.
-func (c *components) ResidentBytes() int64 {
-	dt := int64(c.Engine.DType.Size())
-	text := family.ParamBytes(qwen3vl.Params(c.textCfg))(dt)
-	if index, err := textOptions(c.textCfg, c.Engine.DType).ResolveHiddenState(c.textCfg); err == nil && c.textCfg.NumHiddenLayers > 0 {
-		text = text * int64(index) / int64(c.textCfg.NumHiddenLayers)
+// ComponentSizes are the device bytes of each heavyweight component (family.ComponentSizer), most
+// costly to bring back first: the DiT as the plan sizes it (its VSA gates included, FP8 linears as
+// codes and scales), the video VAE at the engine's dtype, the audio VAE in float32 (its ~18 s compile
+// on the H200 makes it dearer to bring back than its size says), for a model that takes keyframes the
+// vision tower and the video VAE's encoder in float32 (the precision they load in), and the text
+// layers up to the hidden state H3 reads, which stream one layer at a time when not kept.
+func (c *components) ComponentSizes() []family.ComponentSize {
+	return componentSizes(c.spec, c.textCfg, c.Engine.DType, c.Engine.RunDType())
+}
+
+// componentSizes sizes an H3 model's components for a compute dtype dt (runDType: FP8 when the DiT's
+// linears are FP8).
+func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDType family.DType) []family.ComponentSize {
+	size := int64(dt.Size())
+	text := family.ParamBytes(qwen3vl.Params(textCfg))(size)
+	layer := text
+	if n := int64(textCfg.NumHiddenLayers); n > 0 {
+		layer = text / n
+		if index, err := textOptions(textCfg, dt).ResolveHiddenState(textCfg); err == nil {
+			text = text * int64(index) / n
+		}
 	}
-	dit, err := ditWeightBytes(c.spec.DiT, c.spec.VSAGates, c.Engine.RunDType())
+	dit, err := ditWeightBytes(spec.DiT, spec.VSAGates, runDType)
 	if err != nil {
-		return 0
+		dit = 0
 	}
-	total := dit + family.ParamBytes(h3video.Params(c.spec.VAE))(dt) +
-		family.ParamBytes(h3audio.Params(c.spec.AudioVAE))(4) + text
-	if v := c.spec.Vision; v != nil && (c.spec.FirstImage || c.spec.LastImage) {
-		total += family.ParamBytes(qwen3vl.VisionParams(*v))(4) + family.ParamBytes(h3video.EncoderParams(c.spec.VAE))(4)
+	sizes := []family.ComponentSize{
+		{Name: family.CompDiT, Bytes: dit},
+		{Name: family.CompVideoVAE, Bytes: family.ParamBytes(h3video.Params(spec.VAE))(size)},
+		{Name: family.CompAudioVAE, Bytes: family.ParamBytes(h3audio.Params(spec.AudioVAE))(4)},
 	}
-	return total
+	if v := spec.Vision; v != nil && (spec.FirstImage || spec.LastImage) {
+		sizes = append(sizes,
+			family.ComponentSize{Name: family.CompVisionEncoder, Bytes: family.ParamBytes(qwen3vl.VisionParams(*v))(4)},
+			family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: family.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
+	}
+	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
 }
 
 func (f *folder) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {

@@ -7,6 +7,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 )
 
@@ -121,6 +122,11 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
+	textCfg := qwen3vl.Q32B()
+	if s.Name == TinyName {
+		textCfg = tinyTextEncoder()
+	}
+	p.Memory = family.Undecided(componentSizes(s, textCfg, p.WeightsDType.Compute(), p.WeightsDType))
 	return p, nil
 }
 
@@ -330,6 +336,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	family.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each; shard k on device k, one SPMD program per joint block, 2 all-reduces), "+
 			"video VAE clip i on device i mod %d (a decoder replica on each); per device %s", dp.Devices, dp.LocalHeads, dp.LocalFFN, dp.Devices, dp.Breakdown())

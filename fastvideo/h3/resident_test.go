@@ -36,14 +36,14 @@ func TestResidentBytesKeyframes(t *testing.T) {
 			t.Fatal(err)
 		}
 		extra := 4 * (vision.Count() + encoder.Count())
-		if got := with.ResidentBytes() - without.ResidentBytes(); extra <= 0 || got != extra {
+		if got := totalBytes(with) - totalBytes(without); extra <= 0 || got != extra {
 			t.Errorf("%s: keyframes add %d resident bytes, want %d (vision tower and VAE encoder in float32)", name, got, extra)
 		}
 	}
 }
 
 // TestResidentBytesFP8: with FP8 the DiT counts as dit/h3 holds it converted, 50 x 385,107,968 bytes
-// (17.93 GiB) less than in bf16 for the released geometry, so AutoMemory keeps everything resident
+// (17.93 GiB) less than in bf16 for the released geometry, so AutoMemory keeps the DiT resident
 // where the FP8 model fits; FastH3's VSA gates count too.
 func TestResidentBytesFP8(t *testing.T) {
 	m, err := lookup(t, "fasth3")
@@ -53,15 +53,66 @@ func TestResidentBytesFP8(t *testing.T) {
 	spec := m.(*Spec)
 	resident := func(fp8 bool) int64 {
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: fp8}
-		return (&components{Opened: family.Opened[source]{Engine: e}, spec: spec, textCfg: qwen3vl.Q32B()}).ResidentBytes()
+		return totalBytes(&components{Opened: family.Opened[source]{Engine: e}, spec: spec, textCfg: qwen3vl.Q32B()})
 	}
 	if got := resident(false) - resident(true); got != 50*385107968 {
 		t.Errorf("FP8 saves %d resident bytes, want %d", got, 50*385107968)
 	}
 	gates := *spec
 	gates.VSAGates = false
-	noGates := (&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dtypes.BFloat16}}, spec: &gates, textCfg: qwen3vl.Q32B()}).ResidentBytes()
+	noGates := totalBytes(&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dtypes.BFloat16}}, spec: &gates, textCfg: qwen3vl.Q32B()})
 	if got := resident(false) - noGates; got != 2*50*5376*7168 {
 		t.Errorf("the VSA gates add %d resident bytes, want %d", got, 2*50*5376*7168)
+	}
+}
+
+// totalBytes sums a model's component sizes.
+func totalBytes(c *components) int64 {
+	var n int64
+	for _, s := range c.ComponentSizes() {
+		n += s.Bytes
+	}
+	return n
+}
+
+// TestResidencyByDevice: AutoMemory's choice for the released FastH3 on devices of 139.8, 80 and 48
+// GiB (XLA's default cap of 0.92 of each, less 0.5 GiB in use; the generator's 24 GiB of activation
+// headroom), with bf16 and FP8 DiT weights. 139.8 GiB keeps the DiT and both VAEs (and in FP8 the
+// text stack too); on 80 GiB the bf16 DiT cannot run at all (flagged) and constrains nothing, while
+// the FP8 DiT runs but leaves no room for the video VAE beside it, so both load per call; on 48 GiB
+// neither DiT runs and the decoders stay.
+func TestResidencyByDevice(t *testing.T) {
+	const gib = int64(1) << 30
+	m, err := lookup(t, "fasth3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := *m.(*Spec)
+	spec.setKeyframes(nil, nil) // a text-to-video run's components
+	for _, c := range []struct {
+		deviceGiB float64
+		fp8       bool
+		want      map[string]family.Residency
+		ditFits   bool
+	}{
+		{139.8, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
+		{139.8, true, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
+		{80, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, false},
+		{80, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
+		{48, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+		{48, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+	} {
+		e := &family.Engine{DType: dtypes.BFloat16, FP8: c.fp8}
+		sizes := (&components{Opened: family.Opened[source]{Engine: e}, spec: &spec, textCfg: qwen3vl.Q32B()}).ComponentSizes()
+		free := int64(c.deviceGiB*0.92*float64(gib)) - gib/2
+		got := family.ChooseResidency(free, 24*gib, sizes)
+		for _, r := range got {
+			if r.Residency != c.want[r.Name] {
+				t.Errorf("%.1f GiB, fp8 %v: %s is %s, want %s (%s)", c.deviceGiB, c.fp8, r.Name, r.Residency, c.want[r.Name], family.DescribeResidency(got))
+			}
+			if r.Name == "dit" && r.Fits != c.ditFits {
+				t.Errorf("%.1f GiB, fp8 %v: the DiT fits %v, want %v", c.deviceGiB, c.fp8, r.Fits, c.ditFits)
+			}
+		}
 	}
 }

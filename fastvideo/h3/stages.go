@@ -224,9 +224,9 @@ func (p *run) keepLatents(cond, xv, xa []float32) error {
 }
 
 // Decode runs the audio VAE on the stereo rows when the file or the caller needs the waveform,
-// and the video VAE clip by clip into sink. With every component resident the two decoders run
-// at once (the audio beside the video clips, whose frames are encoded as they come); otherwise the
-// audio VAE is released before the video VAE loads.
+// and the video VAE clip by clip into sink. When the memory policy keeps both VAEs the two decoders
+// run at once (the audio beside the video clips, whose frames are encoded as they come); otherwise
+// the audio VAE is released before the video VAE loads.
 func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
 	c, req := p.c, p.s.Request
 	if req.SkipSave && !req.ReturnAudio {
@@ -247,7 +247,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		return wave, nil
 	}
 	var wave [][]float32
-	if c.Engine.Resident() && sink != nil {
+	if c.Engine.Keeps(family.CompAudioVAE) && c.Engine.Keeps(family.CompVideoVAE) && sink != nil {
 		audio := make(chan error, 1)
 		go func() {
 			var err error

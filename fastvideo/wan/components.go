@@ -110,7 +110,7 @@ func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error
 	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer, textLen}, family.TextEncoder{
 		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
-			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Resident(), TextLen: textLen})
+			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Keeps(family.CompTextEncoder), TextLen: textLen})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -197,10 +197,29 @@ func (f *folder) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
 // encoderOptions build the VAE for encoding: float32, FastVideo's VAE encode precision.
 var encoderOptions = wanvae.Options{DType: dtypes.Float32, Encoder: true}
 
-// ResidentBytes is the device memory of every component's weights (family.ResidentSizer) at the
-// engine's dtype: the DiT, the VAE and the UMT5 encoder.
-func (c *components) ResidentBytes() int64 {
-	dt := int64(c.Engine.DType.Size())
-	return family.ParamBytes(wandit.Params(c.spec.DiT))(dt) + family.ParamBytes(wanvae.Params(c.spec.VAE))(dt) +
-		family.ParamBytes(umt5.Params(c.spec.TextEncoder))(dt)
+// ComponentSizes are the device bytes of each heavyweight component at the engine's dtype
+// (family.ComponentSizer), most costly to bring back first: the DiT, the VAE (and, for a model that
+// takes a first image, the VAE with its encoder in float32), then the UMT5 encoder, which streams
+// one layer at a time when not kept.
+func (c *components) ComponentSizes() []family.ComponentSize {
+	return componentSizes(c.spec, c.Engine.DType)
+}
+
+// componentSizes sizes a Wan model's components for a compute dtype.
+func componentSizes(spec *Spec, dt dtypes.DType) []family.ComponentSize {
+	size := int64(dt.Size())
+	text := family.ParamBytes(umt5.Params(spec.TextEncoder))(size)
+	layer := text
+	if n := int64(spec.TextEncoder.NumLayers); n > 0 {
+		layer = text / n
+	}
+	sizes := []family.ComponentSize{
+		{Name: family.CompDiT, Bytes: family.ParamBytes(wandit.Params(spec.DiT))(size)},
+		{Name: family.CompVideoVAE, Bytes: family.ParamBytes(wanvae.Params(spec.VAE))(size)},
+	}
+	if spec.FirstImage {
+		enc := family.ParamBytes(wanvae.Params(spec.VAE))(4) + family.ParamBytes(wanvae.EncoderParams(spec.VAE))(4)
+		sizes = append(sizes, family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: enc})
+	}
+	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
 }

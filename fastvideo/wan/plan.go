@@ -181,6 +181,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	if p.WeightsBytes, err = family.WeightBytes(f32, half, p.WeightsDType); err != nil {
 		return nil, err
 	}
+	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
 	return p, nil
 }
 
@@ -285,6 +286,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	family.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",
 			dp.Devices, dp.Breakdown())

@@ -497,3 +497,17 @@ func TestCUDAOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestParseMemAvailable: the memory policy's host figure is MemAvailable in bytes; a missing or
+// absurd line is an error, never a guess.
+func TestParseMemAvailable(t *testing.T) {
+	got, err := parseMemAvailable([]byte("MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n"))
+	if err != nil || got != 20000000<<10 {
+		t.Fatalf("got %d, %v", got, err)
+	}
+	for _, bad := range []string{"MemTotal: 1 kB\n", "MemAvailable: x kB\n", "MemAvailable: 99999999999999999 kB\n"} {
+		if _, err := parseMemAvailable([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
