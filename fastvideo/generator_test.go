@@ -632,3 +632,48 @@ func TestRandomWeightsBringRIFE(t *testing.T) {
 		t.Fatalf("the random RIFE is not the released size: %v %v", info.Shape, ok)
 	}
 }
+
+// TestWarmCallCompilesNothing: with the default memory policy on the pure-Go backend (the host has
+// room for the tiny models) the second identical Generate loads nothing and compiles no program, and
+// one with another frame count compiles only the programs whose input geometry changed (the text
+// encoder's, for one, stays): fewer than the first call.
+func TestWarmCallCompilesNothing(t *testing.T) {
+	for _, model := range []struct {
+		name string
+		open func(...Option) (*VideoGenerator, error)
+		// more frames than the preset's that the model takes
+		moreFrames func(frames int) int
+	}{{"tiny-h3", newTiny, func(n int) int { return n + 2*(n/4+1) }}, {"tiny-wan", newTinyWan, func(n int) int { return n + 4 }}} {
+		g, err := model.open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true}
+		first, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var loads []string
+		g.loadHook = func(c string) { loads = append(loads, c) }
+		second, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.CompiledPrograms == 0 || first.Timings.Compile <= 0 {
+			t.Errorf("%s: the first call reports %d compiled programs in %v", model.name, first.CompiledPrograms, first.Timings.Compile)
+		}
+		if second.CompiledPrograms != 0 || len(loads) != 0 {
+			t.Errorf("%s: the warm call compiled %d programs and loaded %v", model.name, second.CompiledPrograms, loads)
+		}
+		req.NumFrames = model.moreFrames(first.NumFrames)
+		other, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.NumFrames == first.NumFrames || other.CompiledPrograms == 0 || other.CompiledPrograms >= first.CompiledPrograms {
+			t.Errorf("%s: %d frames after %d compiled %d programs (the first call %d): want some, fewer than the first",
+				model.name, other.NumFrames, first.NumFrames, other.CompiledPrograms, first.CompiledPrograms)
+		}
+		g.Close()
+	}
+}

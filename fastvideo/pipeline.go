@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/media"
 )
 
@@ -46,6 +47,7 @@ type pipelineRun struct {
 
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
 	p := &pipelineRun{g: g, req: req, mem: newMemSampler(g.engine.DeviceMemory), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
+	programs0, compile0 := graphexec.Compiles()
 	p.sess = family.NewSession(g.engine, req, p.res, p.emit, g.noteLoad)
 	defer func() {
 		p.mem.finish()
@@ -83,6 +85,8 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 		p.res.Plan.Devices = g.devices
 	}
 	p.res.Timings.Total = time.Since(p.start)
+	programs, compile := graphexec.Compiles()
+	p.res.CompiledPrograms, p.res.Timings.Compile = programs-programs0, compile-compile0
 	p.res.PeakHostBytes = p.mem.finish()
 	p.res.PeakDeviceBytes = p.mem.devicePeakBytes()
 	return p.res, nil

@@ -44,6 +44,10 @@ type Result struct {
 	Latents *Latents `json:"-"`
 
 	Timings Timings `json:"timings"`
+	// CompiledPrograms counts the XLA programs (or pure-Go backend graphs) this call compiled, which
+	// took Timings.Compile: a warm call on a device with room compiles none (programs are compiled at
+	// their first use with each input geometry and kept with their component).
+	CompiledPrograms int64 `json:"compiled_programs"`
 	// PeakHostBytes is the largest memory the Go runtime held during the generation
 	// (runtime/metrics /memory/classes/total:bytes, process-wide, sampled every 10 ms and at every
 	// event). On the pure-Go backend weights and activations live there too; memory allocated outside
@@ -88,6 +92,8 @@ type Timings struct {
 	// the stage that needed it.
 	Loads []StageTime
 	Total time.Duration
+	// Compile is the time spent compiling programs, inside the stages that needed them.
+	Compile time.Duration
 }
 
 // StageTime is the wall time of one stage (or, in Timings.Loads, of one component load: Stage is
@@ -135,7 +141,7 @@ func (t Timings) MarshalJSON() ([]byte, error) {
 		}
 		return m
 	}
-	m := map[string]any{"total": t.Total.Seconds()}
+	m := map[string]any{"total": t.Total.Seconds(), "compile": t.Compile.Seconds()}
 	for k, v := range seconds(t.Stages) {
 		m[k] = v
 	}
@@ -174,6 +180,7 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		}
 		row("loads", "%s", strings.Join(loads, ", "))
 	}
+	row("compiled", "%d programs in %s", r.CompiledPrograms, secs(r.Timings.Compile))
 	for _, w := range r.Warnings {
 		row("warning", "%s", w)
 	}

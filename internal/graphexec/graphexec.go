@@ -9,6 +9,7 @@ package graphexec
 import (
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -71,13 +72,35 @@ func Call(e *Exec, args ...any) (out []*tensors.Tensor, err error) {
 	return CallOn(e, 0, args...)
 }
 
+// Call1 is Call for an executable of one output.
+func Call1(e *Exec, args ...any) (*tensors.Tensor, error) {
+	out, err := Call(e, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != 1 {
+		Finalize(out...)
+		return nil, fmt.Errorf("%s: %d outputs, want 1", e.Name(), len(out))
+	}
+	return out[0], nil
+}
+
 // CallOn runs the single-device executable e on device dev: host arguments are uploaded there, and
 // device arguments must already live there (GoMLX refuses a tensor on another device rather than
 // moving it). GoMLX's Exec.CallOnDevice ignores its device in v0.28.2, so this goes through
-// CallWithGraphOnDevice.
+// CallWithGraphOnDevice. A call that compiles a program counts it (Compiles).
 func CallOn(e *Exec, dev compute.DeviceNum, args ...any) (out []*tensors.Tensor, err error) {
 	defer Recover(&err, e.Name())
-	out, _, err = e.CallWithGraphOnDevice(dev, args...)
+	var pre *Graph
+	if e.NumDevices() <= 1 {
+		pre = precompile(e, args)
+	}
+	t0 := time.Now()
+	var g *Graph
+	out, g, err = e.CallWithGraphOnDevice(dev, args...)
+	if pre == nil {
+		noteGraph(g, time.Since(t0))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name(), err)
 	}

@@ -94,3 +94,28 @@ func TestCopyAllToDevice(t *testing.T) {
 		t.Errorf("a device the backend lacks: %v", err)
 	}
 }
+
+// TestCompileCounter: Call counts one compile per new input shape of an executable and none for a
+// repeated call.
+func TestCompileCounter(t *testing.T) {
+	exe := MustExec(testutil.Backend(t), "double", func(x *Node) *Node { return MulScalar(x, 2) })
+	defer FinalizeExecs(exe, nil)
+	programs0, took0 := Compiles()
+	for i, c := range []struct {
+		in   any
+		want int64
+	}{{tensors.FromValue([]float32{1, 2}), 1}, {[]float32{3, 4}, 1}, {tensors.FromValue([]float32{1, 2, 3}), 2}, {[]float32{5, 6, 7}, 2}} {
+		out, err := Call1(exe, c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := HostF32(out)
+		Finalize(out)
+		if len(got) < 2 || got[1] <= got[0] {
+			t.Errorf("call %d: %v", i, got)
+		}
+		if n, took := Compiles(); n-programs0 != c.want || took <= took0 {
+			t.Errorf("call %d: %d compiles in %v, want %d", i, n-programs0, took-took0, c.want)
+		}
+	}
+}

@@ -78,7 +78,7 @@ func (d *Drawer) Fill(set *weights.Set, dt dtypes.DType, seed int64, draw Draw) 
 			return err
 		}
 		scale, offset := draw(p)
-		out, err := e.Call(state, scale, offset)
+		out, err := graphexec.Call(e, state, scale, offset)
 		if err != nil {
 			return fmt.Errorf("drawing %s: %w", p.Name, err)
 		}

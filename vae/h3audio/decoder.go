@@ -188,7 +188,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(graphexec.ParamArgs([]any{z}, d.dec...)...)
+	return graphexec.Call(exec, graphexec.ParamArgs([]any{z}, d.dec...)...)
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {

@@ -257,5 +257,5 @@ func (d *Decoder) runEncode(x *tensors.Tensor, tapNames []string) (outs []*tenso
 	if err != nil {
 		return nil, err
 	}
-	return exec.Call(graphexec.ParamArgs([]any{x}, d.enc...)...)
+	return graphexec.Call(exec, graphexec.ParamArgs([]any{x}, d.enc...)...)
 }

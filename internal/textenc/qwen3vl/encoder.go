@@ -267,7 +267,7 @@ func (e *Encoder) embed(in *forwardInputs) (*tensors.Tensor, error) {
 	if err != nil || in.mm == nil {
 		return x, err
 	}
-	return e.replace(x, func() (*tensors.Tensor, error) { return e.splice.Call1(x, in.mm.keep, in.mm.embeds) }, "splicing the vision embeddings")
+	return e.replace(x, func() (*tensors.Tensor, error) { return graphexec.Call1(e.splice, x, in.mm.keep, in.mm.embeds) }, "splicing the vision embeddings")
 }
 
 // runLayer runs decoder layer i on x (consumed), then adds layer i's DeepStack features.
@@ -282,12 +282,12 @@ func (e *Encoder) runLayer(i int, x, cosT, sinT *tensors.Tensor, mm *multimodalT
 	for _, w := range ws {
 		args = append(args, w)
 	}
-	x, err = e.replace(x, func() (*tensors.Tensor, error) { return e.layer.Call1(args...) }, fmt.Sprintf("decoder layer %d", i))
+	x, err = e.replace(x, func() (*tensors.Tensor, error) { return graphexec.Call1(e.layer, args...) }, fmt.Sprintf("decoder layer %d", i))
 	release()
 	if err != nil || mm == nil || i >= len(mm.deepstack) {
 		return x, err
 	}
-	return e.replace(x, func() (*tensors.Tensor, error) { return e.inject.Call1(x, mm.deepstack[i]) }, fmt.Sprintf("DeepStack features after layer %d", i))
+	return e.replace(x, func() (*tensors.Tensor, error) { return graphexec.Call1(e.inject, x, mm.deepstack[i]) }, fmt.Sprintf("DeepStack features after layer %d", i))
 }
 
 func (e *Encoder) applyFinalNorm(x *tensors.Tensor) (*tensors.Tensor, error) {
@@ -297,7 +297,7 @@ func (e *Encoder) applyFinalNorm(x *tensors.Tensor) (*tensors.Tensor, error) {
 		return nil, err
 	}
 	defer release()
-	return e.replace(x, func() (*tensors.Tensor, error) { return e.norm.Call1(x, w) }, "final norm")
+	return e.replace(x, func() (*tensors.Tensor, error) { return graphexec.Call1(e.norm, x, w) }, "final norm")
 }
 
 // replace runs step on x and frees x, which the result replaces (x is freed on failure too).

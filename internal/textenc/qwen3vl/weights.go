@@ -13,6 +13,7 @@ import (
 
 	"fastvideo/internal/blockfp8"
 	"fastvideo/internal/embedrows"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -225,7 +226,7 @@ func (w *CheckpointWeights) Embed(ids []int) (*tensors.Tensor, error) {
 		}
 		idsT := tensors.FromFlatDataAndDimensions(idx, len(idx))
 		defer idsT.FinalizeAll()
-		return w.gather.Call1(w.table.Params()[0].T, idsT)
+		return graphexec.Call1(w.gather, w.table.Params()[0].T, idsT)
 	}
 	table, ok := w.src.Tensor(w.embedName())
 	if !ok {

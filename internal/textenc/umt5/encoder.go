@@ -474,7 +474,7 @@ func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, 
 			for _, p := range set.Params() {
 				args = append(args, p.T)
 			}
-			y, err := e.block.Call1(args...)
+			y, err := graphexec.Call1(e.block, args...)
 			if !e.resident {
 				set.Release()
 			}
@@ -489,7 +489,7 @@ func (e *Encoder) forward(ctx context.Context, ids, mask []int, visit func(int, 
 				}
 			}
 		}
-		y, err := e.norm.Call1(x, e.final.Params()[0].T)
+		y, err := graphexec.Call1(e.norm, x, e.final.Params()[0].T)
 		if err != nil {
 			return fmt.Errorf("umt5: final layer norm: %w", err)
 		}

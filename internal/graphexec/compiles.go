@@ -1,0 +1,91 @@
+package graphexec
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// compiled counts the programs compiled through Call and CallOn, process-wide: GoMLX compiles an
+// executable at its first call with each set of input shapes and keeps the result in the executable,
+// so a call whose graph was never seen before compiled one. (A backend that wraps the real one
+// cannot count instead: GoMLX tensors remember the backend of the buffers the real one returns and
+// refuse to mix them with the wrapper's.)
+var compiled struct {
+	mu       sync.Mutex
+	seen     map[weak.Pointer[Graph]]struct{}
+	programs atomic.Int64
+	nanos    atomic.Int64
+}
+
+// Compiles returns the programs compiled so far in this process and the time compiling them took
+// (graph building included).
+func Compiles() (programs int64, took time.Duration) {
+	return compiled.programs.Load(), time.Duration(compiled.nanos.Load())
+}
+
+// noteGraph counts g once, with the time it took to appear.
+func noteGraph(g *Graph, took time.Duration) {
+	if g == nil {
+		return
+	}
+	wp := weak.Make(g)
+	compiled.mu.Lock()
+	if compiled.seen == nil {
+		compiled.seen = map[weak.Pointer[Graph]]struct{}{}
+	}
+	_, old := compiled.seen[wp]
+	if !old {
+		compiled.seen[wp] = struct{}{}
+	}
+	compiled.mu.Unlock()
+	if old {
+		return
+	}
+	runtime.AddCleanup(g, func(wp weak.Pointer[Graph]) {
+		compiled.mu.Lock()
+		delete(compiled.seen, wp)
+		compiled.mu.Unlock()
+	}, wp)
+	compiled.programs.Add(1)
+	compiled.nanos.Add(int64(took))
+}
+
+// precompile compiles e for args' shapes before the call, so that the compile is timed apart from
+// the execution; it returns nil when an argument's shape cannot be read (the call then compiles).
+func precompile(e *Exec, args []any) *Graph {
+	if len(args) == 1 {
+		if list, ok := args[0].([]*tensors.Tensor); ok {
+			args = make([]any, len(list))
+			for i, t := range list {
+				args[i] = t
+			}
+		}
+	}
+	in := make([]shapes.Shape, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case *tensors.Tensor:
+			in[i] = v.Shape()
+		default:
+			s, err := shapes.FromAnyValue(a)
+			if err != nil {
+				return nil
+			}
+			in[i] = s
+		}
+	}
+	t0 := time.Now()
+	g, err := e.Compile(in...)
+	if err != nil {
+		return nil
+	}
+	noteGraph(g, time.Since(t0))
+	return g
+}
