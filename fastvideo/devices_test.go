@@ -81,7 +81,7 @@ func TestShardedGeneration(t *testing.T) {
 		t.Errorf("the run's plan does not carry the 2-device layout: %+v", res.Plan)
 	}
 	checkPlanRow(t, g, Request{Prompt: "a red fox"},
-		"2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces), video VAE clip i on device i mod 2 (a decoder replica on each); per device 20.00 GiB = DiT shard")
+		"2, DiT tensor-parallel (1 heads and FFN 128 each; shard k on device k, one SPMD program per joint block, 2 all-reduces), video VAE clip i on device i mod 2 (a decoder replica on each); per device 24.00 GiB = DiT shard")
 }
 
 // overTwoDevices opens a generator with open(opts...), closed when the test ends, and lays it out over two
@@ -196,6 +196,6 @@ func TestCFGParallelGeneration(t *testing.T) {
 			t.Errorf("%s: loads over two generations %q, want %q", mem, got, wantLoads)
 		}
 		checkPlanRow(t, g, req,
-			"2, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device 20.00 GiB = DiT 0.00")
+			"2, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device 24.00 GiB = DiT 0.00")
 	}
 }

@@ -186,13 +186,14 @@ func TestImageFlag(t *testing.T) {
 	}
 }
 
-// TestVSAFlags: FastWan plans VSA by default (0.8 for 1.3B), -vsa-sparsity changes its top-k,
-// -dense-attention drops it, and a model without VSA gates refuses a sparsity.
+// TestVSAFlags: FastWan plans dense attention by default (this build has no block-sparse kernel), -vsa
+// the trained VSA (0.8 for 1.3B), -vsa-sparsity changes its top-k, -dense-attention drops it, a model
+// without VSA gates refuses a sparsity and -vsa with -dense-attention is refused.
 func TestVSAFlags(t *testing.T) {
 	for _, c := range []struct {
 		args string
 		topK int // 0: dense
-	}{{"", 73}, {"-vsa-sparsity 0.5", 182}, {"-dense-attention", 0}} {
+	}{{"", 0}, {"-vsa", 73}, {"-vsa-sparsity 0.5", 182}, {"-dense-attention", 0}} {
 		_, d := plan(t, strings.Fields("-model fastwan2.1-t2v-1.3b "+c.args)...)
 		switch {
 		case c.topK == 0 && d.VSA != nil:
@@ -203,6 +204,7 @@ func TestVSAFlags(t *testing.T) {
 	}
 	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
 		{"-plan -model wan2.1-t2v-1.3b -vsa-sparsity 0.5", 2, "invalid -vsa-sparsity"},
+		{"-plan -model fastwan2.1-t2v-1.3b -vsa -dense-attention", 2, "one of -dense-attention or -vsa"},
 		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity -0.1", 2, "invalid -vsa-sparsity"},
 	})
 }

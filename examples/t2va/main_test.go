@@ -24,12 +24,13 @@ func TestPlanJSON(t *testing.T) {
 	}
 }
 
-// TestVSAFlags: FastH3 plans VSA by default, -vsa-sparsity changes its top-k, -dense-attention drops it.
+// TestVSAFlags: FastH3 plans dense attention by default (this build has no block-sparse kernel), -vsa
+// plans the trained VSA, -vsa-sparsity changes its top-k, -dense-attention drops it.
 func TestVSAFlags(t *testing.T) {
 	for _, c := range []struct {
 		args string
 		topK int // 0: dense
-	}{{"", 28}, {"-vsa-sparsity 0.5", 140}, {"-dense-attention", 0}} {
+	}{{"", 0}, {"-vsa", 28}, {"-vsa-sparsity 0.5", 140}, {"-vsa -vsa-sparsity 0.5", 140}, {"-dense-attention", 0}} {
 		var d h3.PlanDetails
 		clitest.RunPlan(t, run, &d, strings.Fields("-model fasth3 "+c.args)...)
 		switch {

@@ -33,6 +33,8 @@ type PlanDetails struct {
 	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
 	// VSA is the Video Sparse Attention of the run (nil: dense attention).
 	VSA *VSAPlan `json:"vsa,omitempty"`
+	// Attention says which attention a VSA-trained model runs when VSA is off, and why.
+	Attention string `json:"attention,omitempty"`
 	// Keyframes are FL2VA's condition images (none for T2VA); KeyframeDiTTFLOPsTotal is what their
 	// rows (condition video rows, labels and vision tokens) add to the DiT's total.
 	Keyframes              []KeyframePlan `json:"keyframes,omitempty"`
@@ -100,6 +102,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	}
 	p.Details = d
 	var err error
+	d.Attention = r.attentionWhy
 	if d.VSA, err = r.vsa.plan(l, len(sched.Video.Timesteps), s.DiT.NumLayers, s.DiT.NumAttentionHeads, s.DiT.AttentionHeadDim); err != nil {
 		return nil, err
 	}
@@ -330,6 +333,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
+	}
+	if d.Attention != "" {
+		row("attention", "%s", d.Attention)
 	}
 	if v := d.VSA; v != nil {
 		row("attention", "VSA sparsity %g, %d-row tiles (%s): %d prefix + %d video tiles, top-%d video key tiles; %.1f TFLOP of attention skipped",

@@ -418,9 +418,14 @@ func TestReadFolder(t *testing.T) {
 }
 
 // The FastH3 plan reports its VSA tiling: 832×480×124 with a 93-token prompt is 9 prefix + 280 video
-// tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256; the base model runs dense.
+// tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256; the base model runs dense. Without a request
+// for VSA, FastH3 runs dense attention and says why (no block-sparse kernel in this build).
 func TestPlanVSATiles(t *testing.T) {
 	req := family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
+	if _, d := mustPlan(t, "fasth3", req); d.VSA != nil || d.Attention != family.DenseByDefault {
+		t.Errorf("fasth3 by default: VSA %+v, attention %q; want dense, because %q", d.VSA, d.Attention, family.DenseByDefault)
+	}
+	req.Options = &Options{VSA: &VSA{}}
 	_, d := mustPlan(t, "fasth3", req)
 	if v := d.VSA; v == nil || v.PrefixTiles != 9 || v.VideoTiles != 280 || v.TopK != 28 || v.AttentionTFLOPsSaved <= 0 {
 		t.Errorf("fasth3 VSA plan %+v, want 9 + 280 tiles, k 28, work saved", v)

@@ -26,6 +26,8 @@ type resolved struct {
 
 	sched *schedule.H3Schedule
 	vsa   *vsaConfig // nil: dense attention
+	// attentionWhy says why a VSA-trained model runs dense attention (the plan's attention row).
+	attentionWhy string
 
 	// keyframes are FL2VA's condition images (none: T2VA), each becoming visionTokens vision
 	// tokens; textTags are the prompt rows' tags once the condition stage has tokenized them.

@@ -42,6 +42,10 @@ func (r *resolved) resolveVSA(family.Request, family.Preset) error {
 	if !r.spec.VSAGates || (o != nil && o.Off) {
 		return nil
 	}
+	if o == nil && !attention.BlockSparseKernel() {
+		r.attentionWhy = family.DenseByDefault
+		return nil
+	}
 	c := &vsaConfig{sparsity: r.spec.VSASparsity, tileSize: r.spec.VSATileSize, mode: attention.ModeExempt}
 	if o != nil {
 		if o.Sparsity != nil {

@@ -31,6 +31,8 @@ type PlanDetails struct {
 	Image *ImagePlan `json:"image_condition,omitempty"`
 	// VSA is the Video Sparse Attention of the run (nil: dense attention).
 	VSA *VSAPlan `json:"vsa,omitempty"`
+	// Attention says which attention a VSA-trained model runs when VSA is off, and why.
+	Attention string `json:"attention,omitempty"`
 
 	FastTemporal *FastTemporalPlan `json:"fast_temporal,omitempty"`
 	FastSpatial  *FastSpatialPlan  `json:"fast_spatial,omitempty"`
@@ -152,6 +154,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		}
 	}
 	var err error
+	d.Attention = r.attentionWhy
 	if d.VSA, err = r.vsa.plan([3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
 		return nil, err
 	}
@@ -280,6 +283,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
+	}
+	if d.Attention != "" {
+		row("attention", "%s", d.Attention)
 	}
 	if v := d.VSA; v != nil {
 		row("attention", "VSA sparsity %g, %d-row tiles: %d tiles, top-%d key tiles; %.1f TFLOP of attention skipped",

@@ -36,6 +36,8 @@ type resolved struct {
 	image *imageCondition
 	// vsa is the run's Video Sparse Attention (nil: dense).
 	vsa *vsaConfig
+	// attentionWhy says why a VSA-trained model runs dense attention (the plan's attention row).
+	attentionWhy string
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
 	// UniPC solver is stateful, and every run resolves its request afresh).
 	steps *ladder

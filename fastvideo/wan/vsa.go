@@ -43,6 +43,10 @@ func (r *resolved) resolveVSA(family.Request) error {
 	if !r.spec.VSAGates || (o != nil && o.Off) {
 		return nil
 	}
+	if o == nil && !attention.BlockSparseKernel() {
+		r.attentionWhy = family.DenseByDefault
+		return nil
+	}
 	c := &vsaConfig{sparsity: r.spec.VSASparsity}
 	if o != nil {
 		if o.Sparsity != nil {

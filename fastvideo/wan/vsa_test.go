@@ -9,9 +9,14 @@ import (
 
 // The FastWan plans report their VSA tiling: 480×832×81 is a 21×30×52 token grid, 6·8·13 = 624 tiles
 // of (4,4,4), of which sparsity 0.8 keeps ceil(0.2·624) = 125; dense first steps save less; the base
-// models plan no VSA and refuse it.
+// models plan no VSA and refuse it. Without a request for VSA, FastWan runs dense attention and says
+// why (no block-sparse kernel in this build).
 func TestPlanVSA(t *testing.T) {
 	req := family.Request{Height: 480, Width: 832, NumFrames: 81}
+	if _, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, family.DTypeAuto); d.VSA != nil || d.Attention != family.DenseByDefault {
+		t.Errorf("fastwan2.1-t2v-1.3b by default: VSA %+v, attention %q; want dense", d.VSA, d.Attention)
+	}
+	req.Options = &Options{VSA: &VSA{}}
 	_, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, family.DTypeAuto)
 	v := d.VSA
 	if v == nil || v.Tiles != 624 || v.TopK != 125 || v.Sparsity != 0.8 || v.TileSize != 64 || v.AttentionTFLOPsSaved <= 0 {

@@ -263,7 +263,7 @@ var flagNames = map[string]string{
 	"memory": "-memory", "x264_preset": "-x264-preset", "devices": "-gpus", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
-	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity",
+	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa",
 }
 
 // fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1
