@@ -23,8 +23,12 @@ import (
 // TestMain closes them. They load per call (OneResident), so that each test sees its own loads and
 // timings whatever ran before it; TestWarmCallCompilesNothing covers the default policy.
 var (
-	shared    = sharedGenerator{open: func(o ...Option) (*VideoGenerator, error) { return newTiny(append(o, WithMemoryPolicy(OneResident))...) }}
-	wanShared = sharedGenerator{open: func(o ...Option) (*VideoGenerator, error) { return newTinyWan(append(o, WithMemoryPolicy(OneResident))...) }}
+	shared = sharedGenerator{open: func(o ...Option) (*VideoGenerator, error) {
+		return newTiny(append(o, WithMemoryPolicy(OneResident))...)
+	}}
+	wanShared = sharedGenerator{open: func(o ...Option) (*VideoGenerator, error) {
+		return newTinyWan(append(o, WithMemoryPolicy(OneResident))...)
+	}}
 
 	newTiny    = opener("tiny-h3")
 	newTinyWan = opener("tiny-wan")
