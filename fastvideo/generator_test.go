@@ -393,7 +393,7 @@ func TestCancelDuringVideoDecode(t *testing.T) {
 	var sawTemps []string
 	err := generateCancelled(g, filepath.Join(dir, "x.mp4"), func(e Event) bool {
 		if e.Kind == DecodeProgress {
-			sawTemps = dirNames(t, dir)
+			sawTemps = encoderTemps(t, dir)
 		}
 		return e.Kind == DecodeProgress
 	})
@@ -415,6 +415,19 @@ func generateCancelled(g *VideoGenerator, out string, cancelAt func(Event) bool)
 
 // checkCancelledDecode checks a run cancelled while encoding: it failed with ctx's error, and the
 // temporary files seen while encoding (sawTemps) are gone from dir.
+// encoderTemps lists dir once ffmpeg has created its temporary output there: frames reach the
+// encoder through a queue (framePump), so the first decoded frames can be reported before ffmpeg,
+// fed from another goroutine, has opened its file. It gives up after 10 s (then the test fails).
+func encoderTemps(t *testing.T, dir string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if names := dirNames(t, dir); len(names) > 0 {
+			return names
+		}
+	}
+	return nil
+}
+
 func checkCancelledDecode(t *testing.T, err error, dir string, sawTemps []string) {
 	t.Helper()
 	if !errors.Is(err, context.Canceled) {

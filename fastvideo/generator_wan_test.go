@@ -168,7 +168,7 @@ func TestWanCancel(t *testing.T) {
 		// After the second chunk (5 of 9 frames): ffmpeg has had the time of a chunk's decode to
 		// create its output, which it does only once frames arrive.
 		if e.Kind == DecodeProgress && e.Done == 5 {
-			sawTemps = dirNames(t, dir)
+			sawTemps = encoderTemps(t, dir)
 			return true
 		}
 		return false

@@ -42,7 +42,8 @@ type pipelineRun struct {
 	target  string // final output path
 	staging string // the writer's finished file before placeFile
 	writer  *media.MP4Writer
-	written int // frames out of the filters so far
+	pump    *framePump // feeds writer
+	written int        // frames out of the filters so far
 }
 
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
@@ -136,6 +137,9 @@ func (p *pipelineRun) emit(e Event) {
 func (p *pipelineRun) cleanup(failed bool) error {
 	err := p.sess.Release()
 	if failed {
+		if p.pump != nil {
+			p.pump.abandon()
+		}
 		if p.writer != nil {
 			p.writer.Abort() // synchronous: ffmpeg is gone and its temporaries removed on return
 		}
@@ -296,8 +300,8 @@ func (p *pipelineRun) output(f family.Frames) error {
 	}
 	for i := 0; i < f.Count; i++ {
 		frame := f.Frame(i)
-		if p.writer != nil {
-			if err := p.writer.WriteFrame(frame); err != nil {
+		if p.pump != nil {
+			if err := p.pump.put(frame); err != nil {
 				return err
 			}
 		}
@@ -325,6 +329,9 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 		Path: p.staging, Width: c.Width, Height: c.Height, FPS: float64(c.FPS),
 		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels, Preset: p.g.engine.X264Preset,
 	})
+	if err == nil {
+		p.pump = newFramePump(p.writer, c.Width*c.Height*3)
+	}
 	return err
 }
 
@@ -333,6 +340,11 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 func (p *pipelineRun) mux(ctx context.Context, audio [][]float32) error {
 	if p.req.SkipSave {
 		return nil
+	}
+	pump := p.pump
+	p.pump = nil
+	if err := pump.finish(); err != nil {
+		return err
 	}
 	if err := p.writer.Close(audio); err != nil {
 		return err

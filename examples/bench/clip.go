@@ -31,17 +31,17 @@ var (
 	clipWidth    = flag.Int("clip-width", 0, "clip: width (0: the preset's)")
 	clipFrames   = flag.Int("clip-frames", 0, "clip: frames (0: the preset's)")
 	clipSteps    = flag.Int("clip-steps", 0, "clip: denoising steps (0: the preset's)")
-	clipMemory   = flag.String("clip-memory", "all_resident", `clip: memory policy ("all_resident" keeps every component between calls, "one_resident")`)
+	clipMemory   = flag.String("clip-memory", "auto", `clip: memory policy ("auto", the default's per-component residency; "all_resident" keeps every component between calls, "one_resident")`)
 	clipCache    = flag.Bool("clip-prompt-cache", true, "clip: cache encoded prompts, so warm calls skip the text encoder")
 	clipOut      = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
 	clipFast     = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
 	clipFastSp   = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
-	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention for FastH3 (VSA off)")
+	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention forced (VSA off; also the default while the build has no block-sparse kernel)")
 	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel (dense or VSA) and the video VAE's clips round-robin; Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, fast, spatial, image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -60,6 +60,8 @@ type clipRecord struct {
 	Loads      map[string]float64 `json:"loads_s,omitempty"`
 	Cached     bool               `json:"prompt_cached"`
 	PeakGPUMiB int                `json:"peak_gpu_mib"`
+	Compiled   int64              `json:"compiled_programs"`
+	CompileS   float64            `json:"compile_s"`
 	PeakHost   float64            `json:"peak_host_gib"`
 	Output     string             `json:"output"`
 }
@@ -103,9 +105,9 @@ func benchClip(spec string, c common) error {
 // clipVariant is one request shape of -clip-variants; the model and its loads are shared, so each
 // variant's first call pays only its own compilation.
 type clipVariant struct {
-	name                  string
-	dense, fast, spatial  bool
-	firstImage, lastImage bool
+	name                      string
+	dense, vsa, fast, spatial bool
+	firstImage, lastImage     bool
 	// alt draws other synthetic images, so a repeated keyframe request misses the prompt cache.
 	alt bool
 }
@@ -129,6 +131,8 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			case "default":
 			case "dense":
 				v.dense = true
+			case "vsa":
+				v.vsa = true
 			case "fast":
 				v.fast = true
 			case "spatial":
@@ -140,7 +144,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			case "alt":
 				v.alt = true
 			default:
-				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
 			}
 		}
 		vs = append(vs, v)
@@ -153,14 +157,14 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo.Request, error) {
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
 		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, OutputPath: out + string(filepath.Separator)}
-	if v.dense {
+	if v.dense || v.vsa {
 		switch fam := g.Model().Family; fam {
 		case h3.FamilyName:
-			req.Options = &h3.Options{VSA: &h3.VSA{Off: true}}
+			req.Options = &h3.Options{VSA: &h3.VSA{Off: v.dense}}
 		case wan.FamilyName:
-			req.Options = &wan.Options{VSA: &wan.VSA{Off: true}}
+			req.Options = &wan.Options{VSA: &wan.VSA{Off: v.dense}}
 		default:
-			return req, badFlag("-clip-variants dense: the %s family has no VSA switch", fam)
+			return req, badFlag("-clip-variants dense/vsa: the %s family has no VSA switch", fam)
 		}
 	}
 	var err error
@@ -225,7 +229,7 @@ func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant st
 		}
 		rec := clipRecord{Model: *clipModel, Variant: variant, Call: call, Cold: call == 1, Size: fmt.Sprintf("%dx%dx%d", res.Width, res.Height, res.NumFrames),
 			Total: res.Timings.Total.Seconds(), Stages: map[string]float64{}, Loads: map[string]float64{}, Cached: res.PromptCached,
-			PeakGPUMiB: peak, PeakHost: float64(res.PeakHostBytes) / (1 << 30), Output: filepath.Base(res.OutputPath)}
+			PeakGPUMiB: peak, Compiled: res.CompiledPrograms, CompileS: res.Timings.Compile.Seconds(), PeakHost: float64(res.PeakHostBytes) / (1 << 30), Output: filepath.Base(res.OutputPath)}
 		for _, st := range res.Timings.Stages {
 			rec.Stages[string(st.Stage)] = st.Elapsed.Seconds()
 		}

@@ -82,10 +82,10 @@ type Latents struct {
 
 // Timings are the wall times of a generation, stage by stage in the order the stages ran
 // (validate, condition, denoise, decode, filter, mux; a stage that did not run is absent), the
-// component loads inside them, and the total. Decode includes encoding the frames (ffmpeg runs
-// concurrently and is fed as clips are decoded) and the frame filters, whose own share is the
-// filter stage; Mux is finishing the H.264 stream and muxing the audio. In JSON the values are
-// seconds.
+// component loads inside them, and the total. Decode includes the frame filters, whose own share is
+// the filter stage, and queueing the frames for the encoder (ffmpeg runs concurrently, fed from the
+// queue as clips are decoded); Mux is waiting for the encoder to take what is still queued, finishing
+// the H.264 stream and muxing the audio. In JSON the values are seconds.
 type Timings struct {
 	Stages []StageTime
 	// Loads are the component loads (text_encoder, dit, video_vae, audio_vae, ...), each part of

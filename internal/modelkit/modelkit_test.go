@@ -1,6 +1,7 @@
 package modelkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/media"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/weights"
@@ -227,5 +229,31 @@ func TestPopulate(t *testing.T) {
 		if filled != (c.wantErr != declareErr) {
 			t.Errorf("%s: fill called with the declared model: %v", c.name, filled)
 		}
+	}
+}
+
+// halfPixels is a test pixel space: channel c maps v to v/(c+2), clamped.
+type halfPixels struct{}
+
+func (halfPixels) ToUnit(c int, v float32) float32 { return min(max(v/float32(c+2), 0), 1) }
+
+// TestRGB24MatchesPixels: the fused, parallel RGB24 pass gives exactly the bytes of Pixels then
+// media.AppendRGB24 (the two-pass definition), on frames large enough to split over goroutines,
+// NaN, out-of-range values and an odd size included, appended after existing bytes.
+func TestRGB24MatchesPixels(t *testing.T) {
+	const count, h, w = 3, 61, 1013 // 185,379 pixels a channel: several parallel ranges
+	plane := count * h * w
+	f := Frames[halfPixels]{Count: count, Height: h, Width: w, Sample: make([]float32, 3*plane)}
+	for i := range f.Sample {
+		f.Sample[i] = float32(i%977)/300 - 0.5
+	}
+	f.Sample[5], f.Sample[plane+7] = float32(math.NaN()), float32(math.Inf(1))
+	want := media.AppendRGB24([]byte{9}, f.Pixels(), plane)
+	got := f.RGB24([]byte{9})
+	if !bytes.Equal(got, want) {
+		t.Fatalf("RGB24 differs from AppendRGB24(Pixels()) (%d vs %d bytes)", len(got), len(want))
+	}
+	if got[1+3*5] != 0 || got[1+3*7+1] != 255 {
+		t.Errorf("NaN gave %d, +Inf gave %d; want 0 and 255", got[1+3*5], got[1+3*7+1])
 	}
 }

@@ -2,6 +2,8 @@ package modelkit
 
 import (
 	"context"
+	"runtime"
+	"sync"
 
 	"fastvideo/internal/media"
 )
@@ -19,25 +21,71 @@ type Frames[M PixelSpace] struct {
 	Sample []float32
 }
 
-// PixelSpace is a video VAE's output space: ToUnit maps a sample [3][plane] to [0, 1] pixels, NaN
-// staying NaN as with torch.clamp.
+// PixelSpace is a video VAE's output space: ToUnit maps a value of channel c to [0, 1] as the VAE's
+// pipeline does, NaN staying NaN as with torch.clamp.
 type PixelSpace interface {
-	ToUnit(sample []float32, plane int) []float32
+	ToUnit(c int, v float32) float32
 }
 
 // Pixels maps the frames to [0, 1] as the VAE's pipeline does. The layout stays [3][Count][Height][Width].
 func (f Frames[M]) Pixels() []float32 {
 	var space M
-	return space.ToUnit(f.Sample, f.Count*f.Height*f.Width)
+	out := make([]float32, len(f.Sample))
+	plane := f.Count * f.Height * f.Width
+	parallelRanges(plane, func(lo, hi int) {
+		for c := 0; c < 3 && (c+1)*plane <= len(f.Sample); c++ {
+			for i := c*plane + lo; i < c*plane+hi; i++ {
+				out[i] = space.ToUnit(c, f.Sample[i])
+			}
+		}
+	})
+	return out
 }
 
 // Span is the run's first frame, frame count and [0, 1] pixels (FrameRun).
 func (f Frames[M]) Span() (start, count int, pixels []float32) { return f.Start, f.Count, f.Pixels() }
 
 // RGB24 appends the frames to dst as interleaved 8-bit RGB, frame after frame, each row-major
-// [Height][Width][3] (ffmpeg's rgb24), and returns the extended slice.
+// [Height][Width][3] (ffmpeg's rgb24), and returns the extended slice: the pixel mapping and the
+// quantization (media.Quantize) in one pass, spread over the host's cores, since this host pass over
+// every decoded value sits between the decoder and the encoder.
 func (f Frames[M]) RGB24(dst []byte) []byte {
-	return media.AppendRGB24(dst, f.Pixels(), f.Count*f.Height*f.Width)
+	var space M
+	plane := f.Count * f.Height * f.Width
+	base := len(dst)
+	dst = append(dst, make([]byte, 3*plane)...)
+	out := dst[base:]
+	parallelRanges(plane, func(lo, hi int) {
+		for c := 0; c < 3 && (c+1)*plane <= len(f.Sample); c++ {
+			in := f.Sample[c*plane : (c+1)*plane]
+			for i := lo; i < hi; i++ {
+				out[3*i+c] = media.Quantize(space.ToUnit(c, in[i]))
+			}
+		}
+	})
+	return dst
+}
+
+// parallelChunk is the least work worth a goroutine (values a channel).
+const parallelChunk = 1 << 16
+
+// parallelRanges runs fn over [0, n) cut into one contiguous range per core (fewer for small n).
+func parallelRanges(n int, fn func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range parts {
+		lo, hi := n*k/parts, n*(k+1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
 }
 
 // FrameRun is a run of consecutive decoded frames of a video VAE.
