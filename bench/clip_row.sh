@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The whole-clip row (BENCHMARKS.md, "Whole clip with default flags") in one device command, under 10
+# minutes on one H200: what a user waits for, prompt to MP4, bf16 random weights at release size.
+#   1. FastH3 832x480x124 through the public API in one process (`bench -what clip`, memory policy
+#      auto, prompt cache on): the default flags, dense forced, VSA forced, `-fast -fast-spatial`; a
+#      cold (first) and a warm call of each, with stage times, loads, programs compiled and peak memory.
+#   2. FastWan2.1 1.3B 480x832x81 the same way: the default flags and dense forced.
+#   3. The decoders alone (bench -what h3vae, wanvae) at the same sizes: the decode stage's overhead.
+#   4. The same-math PyTorch chains (bench/h3_clip_torch.py, bench/wan_clip_torch.py), same ffmpeg.
+#   5. A fresh `t2va -model fasth3 -random-weights` process, timed whole (wall seconds).
+# Every change to the pipeline, the memory policy, attention, a DiT or a VAE reruns it before it is
+# called done.
+#
+# On the dev machine (repo root):
+#   go build -ldflags='-s -w' -o .gpu/bench ./examples/bench && go build -ldflags='-s -w' -o .gpu/t2va ./examples/t2va
+#   xz -T0 -k .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz, .gpu/ffprobe.xz: static ffmpeg and ffprobe
+# On the GPU machine (carry .gpu):
+#   OUT=$OUT bash bench/clip_row.sh
+# Optional: PARTS="h3 wan vae torch t2va" (the default: all), BENCH/T2VA for other binaries.
+set -u
+: "${OUT:?set OUT to the output folder}"
+PARTS=${PARTS:-"h3 wan vae torch t2va"}
+mkdir -p "$OUT" /tmp/cliprow
+end=$((SECONDS + 585))
+left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
+unpack() { # .gpu/NAME(.xz) -> /tmp/cliprow/NAME
+  if [ -f ".gpu/$1.xz" ]; then xz -dc ".gpu/$1.xz" >"/tmp/cliprow/$1"; else cp ".gpu/$1" "/tmp/cliprow/$1"; fi
+  chmod +x "/tmp/cliprow/$1"
+}
+for b in bench t2va ffmpeg ffprobe; do unpack $b; done
+BENCH=${BENCH:-/tmp/cliprow/bench}
+T2VA=${T2VA:-/tmp/cliprow/t2va}
+export FASTVIDEO_FFMPEG=/tmp/cliprow/ffmpeg FASTVIDEO_FFPROBE=/tmp/cliprow/ffprobe
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+records() { grep -E "clip record|opened in|summary|panic|rror" "$1" | cut -c1-400; }
+
+if has h3; then
+  timeout "$(left 240)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 \
+    -clip-variants default,dense,vsa,fast+spatial >"$OUT/h3_clip.log" 2>&1
+  echo "h3 clip rc $? at $SECONDS s"; records "$OUT/h3_clip.log"
+fi
+if has wan; then
+  timeout "$(left 120)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
+    -clip-height 480 -clip-width 832 -clip-frames 81 -clip-variants default,dense >"$OUT/wan_clip.log" 2>&1
+  echo "wan clip rc $? at $SECONDS s"; records "$OUT/wan_clip.log"
+fi
+if has vae; then
+  timeout "$(left 60)" "$BENCH" -what h3vae -backend xla:cuda -warmup 1 -iters 2 -h3vae-frames 124 >"$OUT/h3vae.log" 2>&1
+  echo "h3vae rc $? at $SECONDS s"; grep -E "summary|median|rror" "$OUT/h3vae.log" | cut -c1-300 | head -5
+  timeout "$(left 60)" "$BENCH" -what wanvae -backend xla:cuda -warmup 1 -iters 2 >"$OUT/wanvae.log" 2>&1
+  echo "wanvae rc $? at $SECONDS s"; grep -E "summary|median|rror" "$OUT/wanvae.log" | cut -c1-300 | head -5
+fi
+if has torch; then
+  PYTHONUNBUFFERED=1 timeout "$(left 120)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
+  echo "h3 torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-400
+  PYTHONUNBUFFERED=1 timeout "$(left 90)" python3 bench/wan_clip_torch.py --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/wan_torch.log" 2>&1
+  echo "wan torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/wan_torch.log" | cut -c1-400
+fi
+if has t2va; then
+  t0=$SECONDS
+  timeout "$(left 150)" "$T2VA" -model fasth3 -random-weights -backend xla:cuda -prompt "A red fox trots through fresh snow at dawn." \
+    -out /tmp/cliprow/t2va.mp4 >"$OUT/t2va.log" 2>&1
+  echo "t2va fresh process rc $? wall $((SECONDS - t0)) s"; grep -E "timings|loads|compiled|memory|done in|rror" "$OUT/t2va.log" | cut -c1-300
+fi
+echo "clip_row done at $SECONDS s"
