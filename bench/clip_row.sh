@@ -13,7 +13,7 @@
 #
 # On the dev machine (repo root):
 #   go build -ldflags='-s -w' -o .gpu/bench ./examples/bench && go build -ldflags='-s -w' -o .gpu/t2va ./examples/t2va
-#   xz -T0 -k .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz, .gpu/ffprobe.xz: static ffmpeg and ffprobe
+#   xz -T0 .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
 # On the GPU machine (carry .gpu):
 #   OUT=$OUT bash bench/clip_row.sh
 # Optional: PARTS="h3 wan vae torch t2va" (the default: all), BENCH/T2VA for other binaries.
@@ -27,10 +27,10 @@ unpack() { # .gpu/NAME(.xz) -> /tmp/cliprow/NAME
   if [ -f ".gpu/$1.xz" ]; then xz -dc ".gpu/$1.xz" >"/tmp/cliprow/$1"; else cp ".gpu/$1" "/tmp/cliprow/$1"; fi
   chmod +x "/tmp/cliprow/$1"
 }
-for b in bench t2va ffmpeg ffprobe; do unpack $b; done
+for b in bench t2va ffmpeg; do unpack $b; done
 BENCH=${BENCH:-/tmp/cliprow/bench}
 T2VA=${T2VA:-/tmp/cliprow/t2va}
-export FASTVIDEO_FFMPEG=/tmp/cliprow/ffmpeg FASTVIDEO_FFPROBE=/tmp/cliprow/ffprobe
+export FASTVIDEO_FFMPEG=/tmp/cliprow/ffmpeg
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 records() { grep -E "clip record|opened in|summary|panic|rror" "$1" | cut -c1-400; }
