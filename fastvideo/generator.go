@@ -99,9 +99,13 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
-	e.Residency = chooseResidency(e, comps)
 	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters, devices: devices}
 	if g.rife, err = rifeWeights(o, m); err != nil {
+		comps.Close()
+		e.Backend.Finalize()
+		return nil, err
+	}
+	if e.Residency, err = chooseResidency(e, comps, g.rife); err != nil {
 		comps.Close()
 		e.Backend.Finalize()
 		return nil, err
@@ -186,14 +190,22 @@ const activationHeadroom = 24 << 30
 const hostHeadroom = 2 << 30
 
 // chooseResidency fixes where each component lives between calls: AutoMemory keeps, in the family's
-// order (most costly to bring back first), what leaves every other component room to run in what
-// the device can still give (family.ChooseResidency); the explicit policies keep all or none.
-func chooseResidency(e *family.Engine, comps family.Components) []family.ComponentResidency {
-	sizer, ok := comps.(family.ComponentSizer)
-	if !ok {
-		return nil
+// order (most costly to bring back first) and then the interpolator (rife: nil for none), what leaves
+// every other component room to run in what the device can still give (family.ChooseResidency); the
+// explicit policies keep all or none.
+func chooseResidency(e *family.Engine, comps family.Components, rife family.WeightOpener) ([]family.ComponentResidency, error) {
+	var sizes []family.ComponentSize
+	if sizer, ok := comps.(family.ComponentSizer); ok {
+		sizes = sizer.ComponentSizes()
 	}
-	return decideResidency(e, sizer.ComponentSizes())
+	if rife != nil {
+		s, err := family.RIFESize(e, rife)
+		if err != nil {
+			return nil, err
+		}
+		sizes = append(sizes, s)
+	}
+	return decideResidency(e, sizes), nil
 }
 
 // decideResidency is chooseResidency over sizes already known (a plan's).

@@ -613,7 +613,10 @@ func TestChooseResidency(t *testing.T) {
 	} {
 		e := &family.Engine{Memory: c.policy, DeviceMemory: c.device, Accelerated: true}
 		var got []string
-		e.Residency = chooseResidency(e, sizedComponents{sizes: sizes})
+		var err error
+		if e.Residency, err = chooseResidency(e, sizedComponents{sizes: sizes}, nil); err != nil {
+			t.Fatal(err)
+		}
 		for _, r := range e.Residency {
 			got = append(got, string(r.Residency))
 			if want := r.Residency == family.Kept; e.Keeps(r.Name) != want {
@@ -654,14 +657,16 @@ func TestRandomWeightsBringRIFE(t *testing.T) {
 // TestWarmCallCompilesNothing: with the default memory policy on the pure-Go backend (the host has
 // room for the tiny models) the second identical Generate loads nothing and compiles no program, and
 // one with another frame count compiles only the programs whose input geometry changed (the text
-// encoder's, for one, stays): fewer than the first call.
+// encoder's, for one, stays): fewer than the first call. A warm call of the temporal fast mode keeps
+// its interpolator (RIFE) too.
 func TestWarmCallCompilesNothing(t *testing.T) {
 	for _, model := range []struct {
 		name string
 		open func(...Option) (*VideoGenerator, error)
 		// more frames than the preset's that the model takes
 		moreFrames func(frames int) int
-	}{{"tiny-h3", newTiny, func(n int) int { return n + 2*(n/4+1) }}, {"tiny-wan", newTinyWan, func(n int) int { return n + 4 }}} {
+		fastFrames int // a clip the temporal fast mode shortens
+	}{{"tiny-h3", newTiny, func(n int) int { return n + 2*(n/4+1) }, 56}, {"tiny-wan", newTinyWan, func(n int) int { return n + 4 }, 33}} {
 		g, err := model.open()
 		if err != nil {
 			t.Fatal(err)
@@ -691,6 +696,19 @@ func TestWarmCallCompilesNothing(t *testing.T) {
 		if other.NumFrames == first.NumFrames || other.CompiledPrograms == 0 || other.CompiledPrograms >= first.CompiledPrograms {
 			t.Errorf("%s: %d frames after %d compiled %d programs (the first call %d): want some, fewer than the first",
 				model.name, other.NumFrames, first.NumFrames, other.CompiledPrograms, first.CompiledPrograms)
+		}
+		// The temporal fast mode's interpolator stays too: its programs compile for every batch size.
+		fast := Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true, Fast: true, NumFrames: model.fastFrames}
+		if _, err := g.Generate(context.Background(), fast); err != nil {
+			t.Fatal(err)
+		}
+		loads = nil
+		warm, err := g.Generate(context.Background(), fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm.CompiledPrograms != 0 || len(loads) != 0 {
+			t.Errorf("%s: the warm fast call compiled %d programs and loaded %v", model.name, warm.CompiledPrograms, loads)
 		}
 		g.Close()
 	}

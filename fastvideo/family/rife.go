@@ -93,6 +93,21 @@ func LoadRIFE(e *Engine, open WeightOpener) (Interpolator, error) {
 	return &rifeInterpolator{m: m, batch: batch}, nil
 }
 
+// RIFESize sizes the interpolator RIFE weights open would load, for the memory policy: small (tens
+// of MB), but costly to bring back, since its programs compile for every batch size of a stream.
+func RIFESize(e *Engine, open WeightOpener) (ComponentSize, error) {
+	src, closeSrc, err := open()
+	if err != nil {
+		return ComponentSize{}, err
+	}
+	defer closeSrc()
+	cfg, layout, err := rife.Detect(src)
+	if err != nil {
+		return ComponentSize{}, err
+	}
+	return ComponentSize{Name: CompRIFE, Bytes: ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
+}
+
 // rifeInterpolator runs the pairs in RIFEBatches of at most batch on the device.
 type rifeInterpolator struct {
 	m     *rife.Model
