@@ -44,7 +44,7 @@ type Options struct {
 	// RandomWeights, when set, draws every model's weights from this seed instead of reading
 	// checkpoints (see WithRandomWeights).
 	RandomWeights *int64
-	// X264Preset is libx264's speed preset for the MP4; empty means medium (upstream's mux).
+	// X264Preset is libx264's speed preset for the MP4; empty means media.DefaultPreset (faster).
 	X264Preset string
 	// Devices is how many accelerators of the host a generation spreads over (see WithDevices);
 	// 0 means one.
@@ -194,9 +194,9 @@ func WithRandomWeights(seed int64) Option {
 	return func(o *Options) error { o.RandomWeights = &seed; return nil }
 }
 
-// WithX264Preset sets libx264's speed preset: "veryfast" takes most of the encoding off the wait
-// after the last frame (at a somewhat larger file for the same CRF); the default, medium, is
-// upstream's mux.
+// WithX264Preset sets libx264's speed preset. The default, faster, is the slowest that keeps pace
+// with the video decoders on a GPU host (media.DefaultPreset); medium is upstream's mux (a file a few
+// percent smaller for the same CRF, at a wait after the last frame).
 func WithX264Preset(preset string) Option {
 	return func(o *Options) error {
 		if preset != "" && !slices.Contains(media.X264Presets, preset) {

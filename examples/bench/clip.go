@@ -38,7 +38,7 @@ var (
 	clipFastSp   = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
 	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention forced (VSA off; also the default while the build has no block-sparse kernel)")
 	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel (dense or VSA) and the video VAE's clips round-robin; Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
-	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: medium, upstream's)")
+	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
 	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")

@@ -182,7 +182,7 @@ type Engine struct {
 	Residency      []ComponentResidency
 	PromptCacheDir string // "" disables the prompt cache
 	// Media are the ffmpeg and ffprobe executables; X264Preset the encoder's speed preset ("":
-	// medium).
+	// media.DefaultPreset).
 	Media      media.Tools
 	X264Preset string
 	// Attention and QuantDispatch are the kernel choices every model is built with.
