@@ -32,6 +32,11 @@ const (
 // tokenizer) owns the text encoder it opens, and a DiT replica is the DiT's copy on another device.
 var companions = map[string]string{"tokenizer": CompTextEncoder, "dit_replica": CompDiT}
 
+// conditioner is the load that holds the text encoder: kept unless the encoder loads per call, since a
+// streaming encoder holds no weights on the device between calls, and keeping it keeps the
+// tokenizer, the open checkpoint and its compiled layer program.
+const conditioner = "tokenizer"
+
 // ComponentSize is what the memory policy knows of one heavyweight component.
 type ComponentSize struct {
 	Name string `json:"name"`
@@ -149,11 +154,15 @@ func (e *Engine) Keeps(name string) bool {
 	case OneResident:
 		return false
 	}
-	if owner, ok := companions[name]; ok {
-		name = owner
+	owner, companion := companions[name]
+	if !companion {
+		owner = name
 	}
 	for _, r := range e.Residency {
-		if r.Name == name {
+		if r.Name == owner {
+			if name == conditioner {
+				return r.Residency != PerCall
+			}
 			return r.Residency == Kept
 		}
 	}
