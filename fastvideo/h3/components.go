@@ -243,6 +243,9 @@ func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDTyp
 	if err != nil {
 		dit = 0
 	}
+	if spec.DiTStoredBytes > 0 {
+		dit = spec.DiTStoredBytes
+	}
 	sizes := []family.ComponentSize{
 		{Name: family.CompDiT, Bytes: dit},
 		{Name: family.CompVideoVAE, Bytes: family.ParamBytes(h3video.Params(spec.VAE))(size)},

@@ -9,6 +9,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
@@ -88,6 +89,9 @@ func (s *Spec) readComponents(dir string) error {
 	}
 	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, family.DirTransformer)); err != nil {
 		return err
+	}
+	if h3dit.IsConverted(filepath.Join(dir, family.DirTransformer)) {
+		s.DiTStoredBytes = storedBytes(filepath.Join(dir, family.DirTransformer))
 	}
 	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, family.DirVAE)); err != nil {
 		return family.MissingOr(dir, snapshotName, filepath.Join(family.DirVAE, "config.json"), err)
@@ -260,4 +264,21 @@ func (s *Spec) readKeyframeConfigs(dir string) error {
 	}
 	s.setKeyframes(&vc, &pc)
 	return nil
+}
+
+// storedBytes sums the tensor bytes of the checkpoint in dir, from its headers; 0 for a folder
+// without weights (plans read configs alone; New checks the weights).
+func storedBytes(dir string) int64 {
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return 0
+	}
+	defer ck.Close()
+	var n int64
+	for _, name := range ck.Names() {
+		if info, ok := ck.Tensor(name); ok {
+			n += int64(len(info.Data))
+		}
+	}
+	return n
 }

@@ -49,6 +49,9 @@ type Spec struct {
 	VSATileSize int
 	// AdaLN is the converted checkpoint's fixed AdaLN cache manifest (nil: computed per run).
 	AdaLN *h3dit.AdaLNManifest
+	// DiTStoredBytes are the tensor bytes of a converted (quantized) transformer checkpoint, which loads
+	// as stored (packed codes, scales and biases); 0 for a released one, sized from its config.
+	DiTStoredBytes int64
 	// WeightsDType is the DiT checkpoint precision: BF16 (the release: BF16 with the five boundary
 	// modules in FP32) or F32.
 	WeightsDType family.DType

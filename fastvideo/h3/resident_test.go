@@ -1,11 +1,13 @@
 package h3
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/vae/h3video"
 )
@@ -77,10 +79,10 @@ func totalBytes(c *components) int64 {
 
 // TestResidencyByDevice: AutoMemory's choice for the released FastH3 on devices of 139.8, 80 and 48
 // GiB (XLA's default cap of 0.92 of each, less 0.5 GiB in use; the generator's 24 GiB of activation
-// headroom), with bf16 and FP8 DiT weights. 139.8 GiB keeps the DiT and both VAEs (and in FP8 the
+// headroom), with bf16, FP8 and converted 8-bit (INT8) DiT weights. 139.8 GiB keeps the DiT and both VAEs (and in FP8 the
 // text stack too); on 80 GiB the bf16 DiT cannot run at all (flagged) and constrains nothing, while
 // the FP8 DiT runs but leaves no room for the video VAE beside it, so both load per call; on 48 GiB
-// neither DiT runs and the decoders stay.
+// neither DiT runs and the decoders stay. INT8 sizes like FP8 (its scales and biases a little more).
 func TestResidencyByDevice(t *testing.T) {
 	const gib = int64(1) << 30
 	m, err := lookup(t, "fasth3")
@@ -89,21 +91,43 @@ func TestResidencyByDevice(t *testing.T) {
 	}
 	spec := *m.(*Spec)
 	spec.setKeyframes(nil, nil) // a text-to-video run's components
+	// The MLX 8-bit conversion (group 64) of the six core linears of every joint block, the rest in bf16,
+	// as a converted checkpoint stores (and loads) it.
+	int8Spec := spec
+	bf16, err := ditWeightBytes(spec.DiT, spec.VSAGates, family.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	H, I, F := int64(spec.DiT.HiddenSize), int64(spec.DiT.InnerDim()), int64(spec.DiT.FFNDim)
+	var saved int64
+	for _, l := range [][2]int64{{I, H}, {I, H}, {I, H}, {H, I}, {2 * F, H}, {H, F}} { // Q, K, V, out, SwiGLU in, out
+		out, in := l[0], l[1]
+		saved += 2*out*in - (out*in + out*(in/64)*2*2)
+	}
+	int8Spec.DiTStoredBytes = bf16 - int64(spec.DiT.NumLayers)*saved
 	for _, c := range []struct {
 		deviceGiB float64
 		fp8       bool
+		int8      bool
 		want      map[string]family.Residency
 		ditFits   bool
 	}{
-		{139.8, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
-		{139.8, true, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
-		{80, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, false},
-		{80, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
-		{48, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
-		{48, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+		{139.8, false, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
+		{139.8, true, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
+		{80, false, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, false},
+		{80, true, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
+		{48, false, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+		{48, true, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+		{139.8, false, true, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
+		{80, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
+		{48, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
 	} {
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: c.fp8}
-		sizes := (&components{Opened: family.Opened[source]{Engine: e}, spec: &spec, textCfg: qwen3vl.Q32B()}).ComponentSizes()
+		sp := &spec
+		if c.int8 {
+			sp = &int8Spec
+		}
+		sizes := (&components{Opened: family.Opened[source]{Engine: e}, spec: sp, textCfg: qwen3vl.Q32B()}).ComponentSizes()
 		free := int64(c.deviceGiB*0.92*float64(gib)) - gib/2
 		got := family.ChooseResidency(free, 24*gib, sizes)
 		for _, r := range got {
@@ -114,5 +138,32 @@ func TestResidencyByDevice(t *testing.T) {
 				t.Errorf("%.1f GiB, fp8 %v: the DiT fits %v, want %v", c.deviceGiB, c.fp8, r.Fits, c.ditFits)
 			}
 		}
+	}
+}
+
+// TestConvertedDiTBytes: a converted transformer/ is sized by its stored tensors (it loads as
+// stored), and a folder without weights sizes 0 (the config decides).
+func TestConvertedDiTBytes(t *testing.T) {
+	dir := t.TempDir()
+	ts := []safetensors.Tensor{{Name: "a", DType: safetensors.U32, Shape: []int{4, 8}, Data: make([]byte, 128)},
+		{Name: "b", DType: safetensors.BF16, Shape: []int{3}, Data: make([]byte, 6)}}
+	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedBytes(dir); got != 134 {
+		t.Errorf("stored bytes %d, want 134", got)
+	}
+	if got := storedBytes(t.TempDir()); got != 0 {
+		t.Errorf("no weights: %d bytes, want 0", got)
+	}
+	m, err := lookup(t, "fasth3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := *m.(*Spec)
+	spec.DiTStoredBytes = 12345
+	sizes := componentSizes(&spec, qwen3vl.Q32B(), dtypes.BFloat16, family.BF16)
+	if sizes[0].Name != family.CompDiT || sizes[0].Bytes != 12345 {
+		t.Errorf("converted DiT sized %+v, want 12345 bytes", sizes[0])
 	}
 }
