@@ -26,7 +26,7 @@ import torch
 from benchutil import timed
 
 # internal/media/writer.go: DefaultPreset, DefaultCRF, DefaultAudioBitrate.
-DEFAULT_PRESET = "medium"
+DEFAULT_PRESET = "faster"  # internal/media DefaultPreset: the same encoder work as the Go chain
 DEFAULT_CRF = 18
 DEFAULT_AUDIO_BITRATE = 192_000
 
@@ -42,7 +42,7 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ffmpeg", default=os.environ.get("FASTVIDEO_FFMPEG") or "ffmpeg",
                     help="ffmpeg executable (default: $FASTVIDEO_FFMPEG, else ffmpeg on PATH); without a usable one "
                          "the mux stage is skipped and the frames go to a host buffer")
-    ap.add_argument("--preset", default=DEFAULT_PRESET, help="libx264 preset (the Go writer's default: medium)")
+    ap.add_argument("--preset", default=DEFAULT_PRESET, help="libx264 preset (the Go writer's default: faster)")
     ap.add_argument("--crf", type=int, default=DEFAULT_CRF, help="libx264 CRF (the Go writer's default: 18)")
     ap.add_argument("--out", default="", help="folder for the MP4s (default: a temporary folder, removed at the end)")
     ap.add_argument("--smoke", action="store_true", help="2 layers per model and a tiny clip: a quick check that it runs")
