@@ -46,7 +46,8 @@ type Result struct {
 	Timings Timings `json:"timings"`
 	// CompiledPrograms counts the XLA programs (or pure-Go backend graphs) this call compiled, which
 	// took Timings.Compile: a warm call on a device with room compiles none (programs are compiled at
-	// their first use with each input geometry and kept with their component).
+	// their first use with each input geometry and kept with their component). The count is
+	// process-wide: another generator compiling at the same time counts here too.
 	CompiledPrograms int64 `json:"compiled_programs"`
 	// PeakHostBytes is the largest memory the Go runtime held during the generation
 	// (runtime/metrics /memory/classes/total:bytes, process-wide, sampled every 10 ms and at every

@@ -58,7 +58,9 @@ func noteGraph(g *Graph, took time.Duration) {
 }
 
 // precompile compiles e for args' shapes before the call, so that the compile is timed apart from
-// the execution; it returns nil when an argument's shape cannot be read (the call then compiles).
+// the execution. It takes tensors only (a Go value's shape is left to GoMLX's own conversion, so that
+// a compile is never made for a shape the call would not use); otherwise it returns nil and the call
+// compiles, timed with its execution.
 func precompile(e *Exec, args []any) *Graph {
 	if len(args) == 1 {
 		if list, ok := args[0].([]*tensors.Tensor); ok {
@@ -70,16 +72,11 @@ func precompile(e *Exec, args []any) *Graph {
 	}
 	in := make([]shapes.Shape, len(args))
 	for i, a := range args {
-		switch v := a.(type) {
-		case *tensors.Tensor:
-			in[i] = v.Shape()
-		default:
-			s, err := shapes.FromAnyValue(a)
-			if err != nil {
-				return nil
-			}
-			in[i] = s
+		t, ok := a.(*tensors.Tensor)
+		if !ok || t == nil {
+			return nil
 		}
+		in[i] = t.Shape()
 	}
 	t0 := time.Now()
 	g, err := e.Compile(in...)
