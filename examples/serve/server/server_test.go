@@ -146,6 +146,19 @@ func (h *harness) events(id string) []Video {
 }
 
 // files lists the videos folder, hidden staging files included.
+// encoderFiles lists the videos folder once ffmpeg has created its staging file there: frames reach
+// the encoder through a queue, so a decode event can come before ffmpeg, fed from another goroutine,
+// has opened its file. It gives up after 10 s (then the caller's check fails).
+func (h *harness) encoderFiles() []string {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if names := h.files(); len(names) > 0 {
+			return names
+		}
+	}
+	return nil
+}
+
 func (h *harness) files() []string {
 	h.t.Helper()
 	entries, err := os.ReadDir(filepath.Join(h.dir, "videos"))
@@ -364,7 +377,7 @@ func TestQueueFullAndCancel(t *testing.T) {
 	running := h.create(`{"prompt": "first"}`)
 	queued := h.create(`{"prompt": "second"}`)
 	wait(t, reached, "the first job's decode")
-	if len(h.files()) == 0 {
+	if len(h.encoderFiles()) == 0 {
 		t.Errorf("no staging file while decoding")
 	}
 	var body struct{ Error APIError }
