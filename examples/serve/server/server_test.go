@@ -145,7 +145,6 @@ func (h *harness) events(id string) []Video {
 	return out
 }
 
-// files lists the videos folder, hidden staging files included.
 // encoderFiles lists the videos folder once ffmpeg has created its staging file there: frames reach
 // the encoder through a queue, so a decode event can come before ffmpeg, fed from another goroutine,
 // has opened its file. It gives up after 10 s (then the caller's check fails).
@@ -159,6 +158,7 @@ func (h *harness) encoderFiles() []string {
 	return nil
 }
 
+// files lists the videos folder, hidden staging files included.
 func (h *harness) files() []string {
 	h.t.Helper()
 	entries, err := os.ReadDir(filepath.Join(h.dir, "videos"))
