@@ -22,6 +22,16 @@ func TestPlanJSON(t *testing.T) {
 		p.DiTTFLOPsPerStep <= 0 || p.WeightsBytes <= 0 {
 		t.Fatalf("plan %+v %+v", p, d)
 	}
+	// Each component's bytes and where the memory policy keeps it on this machine (the go backend's
+	// device is the host): the DiT first, at the plan's weight bytes.
+	names := map[string]bool{}
+	for _, m := range p.Memory {
+		names[m.Name] = m.Residency != "" && m.Bytes > 0
+	}
+	if len(p.Memory) == 0 || p.Memory[0].Name != "dit" || p.Memory[0].Bytes != p.WeightsBytes ||
+		!names["dit"] || !names["video_vae"] || !names["audio_vae"] || !names["text_encoder"] {
+		t.Errorf("plan memory %+v, want the DiT (%d bytes), the VAEs and the text encoder, each with a residency", p.Memory, p.WeightsBytes)
+	}
 }
 
 // TestVSAFlags: FastH3 plans dense attention by default (this build has no block-sparse kernel), -vsa
