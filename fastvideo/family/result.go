@@ -93,7 +93,8 @@ type Timings struct {
 	// the stage that needed it.
 	Loads []StageTime
 	Total time.Duration
-	// Compile is the time spent compiling programs, inside the stages that needed them.
+	// Compile is the time spent compiling programs, inside the stages (and loads) that needed them,
+	// summed over programs: compiles that run at once (two decoders) add up.
 	Compile time.Duration
 }
 
