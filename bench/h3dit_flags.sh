@@ -3,7 +3,7 @@
 # the bf16 H3 DiT forward in one device command, torch.compile before and after the Go rows
 # (BENCHMARKS.md, "Triton GEMMs and go-xla's wait"). 832x480x124, 50 blocks, 5 per program, median of 5.
 #
-#   bash bench/build_native_fp8.sh .gpu/bench && bash bench/build_native_fp8.sh -async .gpu/bench_async
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench && bash bench/build_gpu.sh -async .gpu/bench_async ./examples/bench
 #   OUT=/some/dir bash bench/h3dit_flags.sh     # repo root as cwd; about 6 minutes on one H200
 set -u
 : "${OUT:?set OUT to the output folder}"

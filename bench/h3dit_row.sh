@@ -3,11 +3,11 @@
 # (bench/h3_dit_torch.py, AdaLN step cache), our bf16 forward with 5 and 1 joint blocks per XLA program
 # and with XLA's command buffers on and off, our FP8 forward (native graph), then the kernel trace of
 # the default bf16 forward (bench/profile_h3dit.sh, 8 blocks). 832x480x124 with a 93-token prompt
-# (14,937 rows), 50 blocks, median of 3. Both binaries come from bench/build_native_fp8.sh: its go-xla
+# (14,937 rows), 50 blocks, median of 3. Both binaries come from bench/build_gpu.sh: its go-xla
 # patches give the FP8 graph its dtype and every row its XLA allocator peak (the peak memory column;
 # the bf16 rows run no FP8 and are the same program as a plain build's).
 #
-#   bash bench/build_native_fp8.sh .gpu/bench && bash bench/build_native_fp8.sh -async .gpu/bench_async
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench && bash bench/build_gpu.sh -async .gpu/bench_async ./examples/bench
 #   OUT=/some/dir BENCH=.gpu/bench bash bench/h3dit_row.sh     # repo root as cwd
 #
 # Optional: BENCH_ASYNC (the -async build) adds the bf16 forward with go-xla executing without

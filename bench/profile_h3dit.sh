@@ -5,7 +5,7 @@
 #   OUT=/some/dir LAYERS=8 bash bench/profile_h3dit.sh      # repo root as cwd, .gpu/bench built
 #
 # XLA_FLAGS from the caller apply to every Go run. GO_EXTRA adds bench flags to every Go run (e.g. "-h3dit-fp8 native" with a binary from
-# bench/build_native_fp8.sh, BENCH=that binary); TORCH=0 leaves the torch runs out.
+# bench/build_gpu.sh, BENCH=that binary); TORCH=0 leaves the torch runs out.
 # LAYERS joint blocks (default 8: ~300 kernels per forward, which ncu's kernel replay of one
 # single-pass metric handles in well under a minute; per-block figures scale to the 50 blocks).
 # Writes under $OUT: go_plain.log (timings without a profiler attached, and the XLA dump hlo.tgz),

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
@@ -155,6 +156,14 @@ func openEngine(o Options) (*family.Engine, error) {
 	e.FP8 = o.DType == FP8
 	if !e.Accelerated {
 		e.HostMemory = backend.HostAvailable
+	}
+	if s, ok := b.(interface {
+		DeviceMemoryStats(compute.DeviceNum) (inUse, peak int64, err error)
+	}); ok && e.DeviceMemory != nil {
+		e.AllocatorMemory = func() (uint64, error) {
+			inUse, _, err := s.DeviceMemoryStats(0)
+			return uint64(max(inUse, 0)), err
+		}
 	}
 	if n := o.Devices; n > 1 && (!e.Accelerated || b.NumDevices() < n) {
 		have := fmt.Sprintf("%s has %d", bp.Spec, b.NumDevices())

@@ -4,6 +4,8 @@ import (
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"fastvideo/fastvideo/family"
 )
 
 // memSampler tracks the peak of the Go runtime's mapped memory, sampled at every event and every
@@ -54,6 +56,18 @@ func (m *memSampler) take() {
 			m.devicePeak = max(m.devicePeak, used)
 		}
 	}
+}
+
+// deviceReader is what the sampler reads of the device: the XLA allocator's bytes in use where the
+// binary can read them, else NVML's used memory (the pool's size); nil for none.
+func deviceReader(e *family.Engine) func() (used, total uint64, err error) {
+	if a := e.AllocatorMemory; a != nil {
+		return func() (uint64, uint64, error) {
+			inUse, err := a()
+			return inUse, 0, err
+		}
+	}
+	return e.DeviceMemory
 }
 
 // devicePeakBytes is the accelerator's peak, -1 when it was not read.

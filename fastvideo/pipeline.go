@@ -47,7 +47,7 @@ type pipelineRun struct {
 }
 
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
-	p := &pipelineRun{g: g, req: req, mem: newMemSampler(g.engine.DeviceMemory), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
+	p := &pipelineRun{g: g, req: req, mem: newMemSampler(deviceReader(g.engine)), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
 	programs0, compile0 := graphexec.Compiles()
 	p.sess = family.NewSession(g.engine, req, p.res, p.emit, g.noteLoad)
 	defer func() {
@@ -186,6 +186,8 @@ func (p *pipelineRun) validate(context.Context) error {
 	res.SampleRate = c.Model.AudioSampleRate
 	res.Backend, res.DType = g.Backend()
 	switch {
+	case g.engine.AllocatorMemory != nil:
+		res.DeviceMemory = "the XLA allocator's bytes in use on device 0, sampled every 10 ms (PJRT_Device_MemoryStats; the GPU build's)"
 	case g.engine.DeviceMemory != nil:
 		res.DeviceMemory = "the GPU's used memory, sampled every 10 ms (NVIDIA management library): XLA's pool high-water mark and the CUDA context, every process on the device"
 	case g.engine.Accelerated:

@@ -215,7 +215,7 @@ func ParseFP8Path(v string) (FP8Path, error) {
 
 // SupportsNativeFP8 reports whether the backend declares the F8E4M3FN dtype. Neither the pure-Go
 // backend nor go-xla v0.4.1's XLA backend does (go-xla writes no f8 type into StableHLO); a binary
-// built by bench/build_native_fp8.sh (go-xla and compute patched) does.
+// built by bench/build_gpu.sh (go-xla and compute patched) does.
 func SupportsNativeFP8(b compute.Backend) bool { return b.Capabilities().DTypes[dtypes.F8E4M3FN] }
 
 // native resolves the path for the graph's backend.

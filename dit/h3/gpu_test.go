@@ -89,7 +89,7 @@ func TestQuantizedOnGPU(t *testing.T) {
 // type into StableHLO), the native graph must be refused. Both cases, the second with the patched build:
 //
 //	go test -c -o .gpu/h3.test ./dit/h3
-//	bash bench/build_native_fp8.sh -test .gpu/h3_f8.test ./dit/h3
+//	bash bench/build_gpu.sh -test .gpu/h3_f8.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFP8OnGPU -test.v
 func TestFP8OnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")

@@ -226,7 +226,7 @@ func gpuMemMiB() int {
 // allocatorStats describes device 0's XLA allocator: the bytes its live buffers hold now and their
 // peak since the backend was created (PJRT_Device_MemoryStats, what torch's max_memory_allocated is
 // to PyTorch), or "unavailable" where the binary's go-xla lacks the call (bench/goxla-memstats.patch
-// adds it; bench/build_native_fp8.sh builds with it) or the backend is not XLA. nvidia-smi cannot
+// adds it; bench/build_gpu.sh builds with it) or the backend is not XLA. nvidia-smi cannot
 // stand in: XLA's pool grows by doubling regions up to its memory fraction and never shrinks.
 func allocatorStats(b compute.Backend) string {
 	s, ok := b.(interface {

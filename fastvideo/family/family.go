@@ -199,6 +199,10 @@ type Engine struct {
 	// included) and the most this process may use (the device's, capped by the allocator's
 	// memory fraction); nil where the backend has no such statistics.
 	DeviceMemory func() (used, limit uint64, err error)
+	// AllocatorMemory reads the bytes the XLA allocator holds for live buffers on device 0 (nil where
+	// the binary's go-xla has no statistics: the GPU build, bench/build_gpu.sh, adds them). Results
+	// report its peak; the memory policy keeps reading DeviceMemory, which counts other processes too.
+	AllocatorMemory func() (inUse uint64, err error)
 	// HostMemory reads the host memory still available, in bytes: the pure-Go backend's device
 	// (nil where unknown).
 	HostMemory func() (available uint64, err error)

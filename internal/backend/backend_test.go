@@ -511,3 +511,16 @@ func TestParseMemAvailable(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildFeatures: the plain modules (what go test builds) have the XLA backend but neither native
+// float8 nor the allocator's statistics; the GPU build's -gotest run of this package sees both.
+func TestBuildFeatures(t *testing.T) {
+	f := BuildFeatures()
+	if !f.XLA {
+		t.Skip("built without the XLA backend")
+	}
+	if f.NativeFP8 != f.AllocatorStats {
+		t.Errorf("features %+v: the GPU build's patches come together", f)
+	}
+	t.Logf("features %+v", f)
+}

@@ -52,17 +52,17 @@ func (c Command) Main() {
 
 // flags are the common flags' values.
 type flags struct {
-	model, preset, prompt, negative    *string
-	height, width, frames, fps, steps  *int
-	seed                               *int64
-	out, backend, dtype, cache, memory *string
-	x264                               *string
-	gpus                               *int
-	plan, asJSON, randomWeights        *bool
-	weightsSeed                        *int64
-	fast                               fastFlags
-	image                              *string
-	applyExtra                         func(*fastvideo.Request, map[string]bool) error
+	model, preset, prompt, negative      *string
+	height, width, frames, fps, steps    *int
+	seed                                 *int64
+	out, backend, dtype, cache, memory   *string
+	x264                                 *string
+	gpus                                 *int
+	plan, asJSON, randomWeights, version *bool
+	weightsSeed                          *int64
+	fast                                 fastFlags
+	image                                *string
+	applyExtra                           func(*fastvideo.Request, map[string]bool) error
 }
 
 // fastFlags are the fast modes' flags, mirroring the MLX runtime's --fast, --fast-factor,
@@ -122,6 +122,12 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "%s: unexpected argument %q (the prompt goes in -prompt)\n", c.Name, fs.Arg(0))
 		return 2
 	}
+	if *f.version {
+		if err := fastvideo.WriteVersion(stdout, c.Name); err != nil {
+			return c.fail(stderr, err)
+		}
+		return 0
+	}
 	req, err := f.request(fs)
 	if err != nil {
 		return c.fail(stderr, err)
@@ -160,7 +166,8 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		backend:  fs.String("backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`),
 		dtype:    fs.String("dtype", "", `compute precision: "f32", "bf16" or "fp8" (MiniMax H3: bf16 with the DiT's core linears in float8; default: f32 on the go backend, bf16 on accelerators)`),
 		cache:    fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)"),
-		memory:   fs.String("memory", "", `"auto" (default: every component stays loaded where the GPU's free memory holds them all, else one at a time), "one_resident" or "all_resident"`),
+		memory:   fs.String("memory", "", `"auto" (default: each component stays on the device where every other one still runs beside it; -plan lists the choice), "one_resident" or "all_resident"`),
+		version:  fs.Bool("version", false, "print the version and which fast features this binary has (and the command that builds the others), then exit"),
 		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
 		asJSON:   fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout"),
 		randomWeights: fs.Bool("random-weights", false, "draw the model's weights from -weights-seed instead of reading checkpoints: "+

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU build: every binary (t2va, t2v, serve, convert, bench) with our go-xla patches applied at
+# build time to the pinned module versions, so that a user gets the fast paths the plain build lacks:
+#
+#   bash bench/build_gpu.sh OUTDIR                     # every binary of examples/ into OUTDIR
+#   bash bench/build_gpu.sh OUTPUT PACKAGE             # one binary, e.g. .gpu/bench ./examples/bench
+#   bash bench/build_gpu.sh -test OUTPUT PACKAGE       # a test binary (go test -c)
+#   bash bench/build_gpu.sh -gotest PACKAGE...         # go test the patched variant (CI does, on CPU)
+#   bash bench/build_gpu.sh -async ...                 # also bench/goxla-async.patch (below)
+#
+# `<binary> -version` says which fast features a binary has. The patches, applied to copies of the
+# modules from the module cache through a temporary go.mod (-modfile), never to the repository's
+# go.mod: plain `go build`/`go test` stay as they are. No copy of their source is kept here.
+#
+# bench/goxla-f8.patch: go-xla v0.4.1 (the version GoMLX v0.28.2 uses) has the float8 dtypes in its
+# PJRT buffer enums but writes no f8 type into the StableHLO text it hands to PJRT (internal/utils
+# DTypeToStableHLO) and does not declare them in the backend's capabilities; github.com/gomlx/compute
+# v0.1.2 gives them no Go type, so a Bitcast to F8E4M3FN panics in its shape inference (DType.Bits ->
+# Size -> GoType). The patch adds the three (a dozen lines); the FP8 linears (quant.FP8Native, `-dtype
+# fp8`) then run as FP8 GEMMs on Hopper. Run them with XLA_FLAGS=--xla_gpu_enable_triton_gemm=false:
+# with Triton GEMMs on, XLA's autotuner had not finished compiling one FP8 joint block of the release
+# shape after 100 s; with them off the block compiles in ~2.4 s (BENCHMARKS.md).
+#
+# bench/goxla-memstats.patch: the XLA allocator's bytes in use and their peak (PJRT_Device_MemoryStats;
+# go-xla v0.4.1 does not call it): the peak device memory of BENCHMARKS.md's rows, which nvidia-smi
+# cannot give (XLA's pool grows by doubling regions and keeps them).
+#
+# -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
+# instead of awaiting its completion events, so the host launches the next joint-block program while
+# the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
+# DiT forward).
+set -euo pipefail
+mode=build
+patches=(bench/goxla-f8.patch bench/goxla-memstats.patch)
+while [ $# -gt 0 ]; do
+  case $1 in
+  -test) mode=testbin ;;
+  -gotest) mode=gotest ;;
+  -async) patches+=(bench/goxla-async.patch) ;;
+  *) break ;;
+  esac
+  shift
+done
+[ $# -gt 0 ] || { echo "usage: build_gpu.sh [-test|-gotest] [-async] OUTDIR | OUTPUT PACKAGE | PACKAGE..." >&2; exit 2; }
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+cp go.mod "$work/go.mod"
+cp go.sum "$work/go.sum"
+for m in go-xla:v0.4.1 compute:v0.1.2; do
+  name=${m%%:*} want=${m##*:}
+  path=github.com/gomlx/$name
+  version=$(go list -m -f '{{.Version}}' "$path")
+  if [ "$version" != "$want" ]; then
+    echo "build_gpu: the patches were written against $path $want, go.mod has $version: update them" >&2
+    exit 1
+  fi
+  cp -r "$(go list -m -f '{{.Dir}}' "$path")" "$work/$name"
+  chmod -R u+w "$work/$name"
+  echo "replace $path => $work/$name" >>"$work/go.mod"
+done
+for p in "${patches[@]}"; do
+  patch -s --forward -d "$work" -p1 <"$p" || { echo "build_gpu: $p no longer applies" >&2; exit 1; }
+done
+flags=(-modfile "$work/go.mod" -ldflags='-s -w')
+case $mode in
+gotest) go test -modfile "$work/go.mod" "$@" ;;
+testbin) go test -c "${flags[@]}" -o "$(realpath -m "$1")" "${2:?a package}" ;;
+build)
+  if [ $# -ge 2 ]; then
+    go build "${flags[@]}" -o "$(realpath -m "$1")" "$2"
+  else
+    out=$(realpath -m "$1")
+    mkdir -p "$out"
+    for b in t2va t2v serve convert bench; do
+      go build "${flags[@]}" -o "$out/$b" "./examples/$b"
+    done
+    echo "build_gpu: $(ls "$out" | tr '\n' ' ')in $out"
+  fi
+  ;;
+esac

@@ -1,0 +1,76 @@
+package fastvideo
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"fastvideo/attention"
+	"fastvideo/internal/backend"
+)
+
+// GPUBuildCommand builds every binary with the GPU build's patches (README, "The GPU build").
+const GPUBuildCommand = "bash bench/build_gpu.sh OUTDIR"
+
+// Feature is a fast path this binary has or lacks, and how to get it.
+type Feature struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	// Note says what it gives, or the command or work that gets it.
+	Note string `json:"note"`
+}
+
+// BuildFeatures lists the fast paths of this binary: nothing fails for lack of one, it is only slower
+// (or reports less).
+func BuildFeatures() []Feature {
+	f := backend.BuildFeatures()
+	unless := func(have bool, yes, no string) string {
+		if have {
+			return yes
+		}
+		return no
+	}
+	return []Feature{
+		{"native FP8 GEMMs (-dtype fp8)", f.NativeFP8, unless(f.NativeFP8, "FP8 linears run as FP8 GEMMs on Hopper",
+			"emulated (same numbers, bf16 speed); "+GPUBuildCommand+" gets them")},
+		{"XLA allocator statistics", f.AllocatorStats, unless(f.AllocatorStats, "the allocator's own bytes in use and peak",
+			"device memory is NVML's pool size; "+GPUBuildCommand+" gets them")},
+		{"asynchronous execution", false, "an experiment (bench/build_gpu.sh -async): 1 % on the H3 DiT forward, not in the GPU build"},
+		{"persistent compile cache", false, "not built yet: a fresh process compiles every program again"},
+		{"block-sparse attention kernel", attention.BlockSparseKernel(), unless(attention.BlockSparseKernel(), "VSA reads the selected tiles in place",
+			"not built yet: VSA gathers the selected tiles, so dense attention is the default")},
+	}
+}
+
+// WriteVersion prints the module's version, the toolchain, the XLA backend and BuildFeatures.
+func WriteVersion(w io.Writer, binary string) error {
+	version := "(devel)"
+	deps := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		version = info.Main.Version
+		for _, d := range info.Deps {
+			switch d.Path {
+			case "github.com/gomlx/gomlx", "github.com/gomlx/go-xla":
+				v := d.Version
+				if d.Replace != nil {
+					v += " (patched)"
+				}
+				deps += fmt.Sprintf(", %s %s", d.Path[len("github.com/gomlx/"):], v)
+			}
+		}
+	}
+	if _, err := fmt.Fprintf(w, "%s (fastvideo %s, %s%s; XLA backend: %v)\n", binary, version, runtime.Version(), deps, backend.BuildFeatures().XLA); err != nil {
+		return err
+	}
+	for _, f := range BuildFeatures() {
+		mark := "no "
+		if f.Available {
+			mark = "yes"
+		}
+		if _, err := fmt.Fprintf(w, "  %s  %s: %s\n", mark, f.Name, f.Note); err != nil {
+			return err
+		}
+	}
+	return nil
+}
