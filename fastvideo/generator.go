@@ -15,6 +15,7 @@ import (
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/backend"
 	"fastvideo/internal/media"
+	"fastvideo/internal/promptenhance"
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -314,7 +315,7 @@ func (g *VideoGenerator) Backend() (spec string, dtype DType) {
 // Plan resolves a request against the generator's model without running it (see the package-level
 // Plan).
 func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
-	r, err := g.model.Resolve(req, false)
+	r, err := g.model.Resolve(plannedPrompt(req), false)
 	if err != nil {
 		return nil, err
 	}
@@ -427,6 +428,17 @@ func resolveWith(model string, req Request, needPrompt bool, opts []Option) (Opt
 	if err != nil {
 		return o, nil, err
 	}
-	r, err := m.Resolve(req, needPrompt)
+	r, err := m.Resolve(plannedPrompt(req), needPrompt)
 	return o, r, err
+}
+
+// plannedPrompt is req with the prompt a run would use: enhanced when it asks (the template is
+// deterministic, so the plan's prompt length is the run's; the run caches, plans never write).
+func plannedPrompt(req Request) Request {
+	if req.EnhancePrompt {
+		if e, err := promptenhance.Template(req.Prompt); err == nil {
+			req.Prompt = e
+		}
+	}
+	return req
 }

@@ -16,6 +16,7 @@ import (
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/media"
+	"fastvideo/internal/promptenhance"
 	"fastvideo/internal/testutil"
 )
 
@@ -711,5 +712,48 @@ func TestWarmCallCompilesNothing(t *testing.T) {
 			t.Errorf("%s: the warm fast call compiled %d programs and loaded %v", model.name, warm.CompiledPrograms, loads)
 		}
 		g.Close()
+	}
+}
+
+// TestEnhancePrompt: with EnhancePrompt the model runs on the template's text (Result.Prompt, more
+// tokens), the original is reported and names the file, the second call finds the enhancement in the
+// prompt cache folder, and the plan sizes the enhanced prompt.
+func TestEnhancePrompt(t *testing.T) {
+	cache := t.TempDir()
+	g, err := newTiny(WithPromptCache(cache))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dir := t.TempDir()
+	req := Request{Prompt: "a red  fox", EnhancePrompt: true, OutputPath: dir + string(filepath.Separator)}
+	want, err := promptenhance.Template(req.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, backend := range []string{"template", "cache"} {
+		res, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := res.PromptEnhancement
+		if res.Prompt != want || e == nil || e.Original != "a red fox" || e.Backend != backend || res.PromptTokens <= 3 {
+			t.Errorf("call %d: prompt %q (%d tokens), enhancement %+v; want %q from the %s", i+1, res.Prompt, res.PromptTokens, e, want, backend)
+		}
+		if base := filepath.Base(res.OutputPath); !strings.HasPrefix(base, "a_red_fox") {
+			t.Errorf("call %d: the file is named %s, want it after the user's prompt", i+1, base)
+		}
+	}
+	plain, err := g.Plan(Request{Prompt: "a red fox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enhanced, err := g.Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := func(p *GenerationPlan) int { return p.Details.(*h3.PlanDetails).Rows.Text }
+	if pt(enhanced) <= pt(plain) {
+		t.Errorf("the plan sizes %d text rows enhanced, %d plain", pt(enhanced), pt(plain))
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/media"
+	"fastvideo/internal/promptenhance"
 )
 
 // pipelineRun is one generation (g.mu held): the stages in order, each timed and reported, each
@@ -152,6 +154,9 @@ func (p *pipelineRun) cleanup(failed bool) error {
 
 // validate resolves the request and checks everything a run needs before anything is loaded.
 func (p *pipelineRun) validate(context.Context) error {
+	if err := p.enhancePrompt(); err != nil {
+		return err
+	}
 	g, req := p.g, p.req
 	r, err := g.model.Resolve(req, true)
 	if err != nil {
@@ -162,7 +167,11 @@ func (p *pipelineRun) validate(context.Context) error {
 		return err
 	}
 	if !req.SkipSave {
-		if p.target, err = outputTarget(req.OutputPath, c.Prompt); err != nil {
+		named := c.Prompt
+		if e := p.res.PromptEnhancement; e != nil {
+			named = e.Original // the user's words name the file, not the clauses added to them
+		}
+		if p.target, err = outputTarget(req.OutputPath, named); err != nil {
 			return err
 		}
 		// Staging files of runs that were killed (SIGKILL, a power cut) would stay hidden forever.
@@ -195,6 +204,26 @@ func (p *pipelineRun) validate(context.Context) error {
 	default:
 		res.DeviceMemory = "not reported: the go backend computes in host memory, counted in peak_host_bytes"
 	}
+	return nil
+}
+
+// enhancePrompt applies Request.EnhancePrompt: the request (and the session's copy) carry the
+// enhanced prompt from here on, cached beside the prompt cache when there is one. An empty prompt is
+// left to Resolve, which names the field.
+func (p *pipelineRun) enhancePrompt() error {
+	if !p.req.EnhancePrompt || strings.TrimSpace(p.req.Prompt) == "" {
+		return nil
+	}
+	dir := ""
+	if c := p.g.engine.PromptCacheDir; c != "" {
+		dir = filepath.Join(c, "enhanced_prompts")
+	}
+	e, err := promptenhance.Enhance(p.req.Prompt, dir)
+	if err != nil {
+		return &RequestError{Field: "prompt", Value: p.req.Prompt, Allowed: err.Error()}
+	}
+	p.req.Prompt, p.sess.Request.Prompt = e.Enhanced, e.Enhanced
+	p.res.PromptEnhancement = &family.PromptEnhancement{Original: e.Original, Backend: e.Backend}
 	return nil
 }
 

@@ -17,6 +17,11 @@ type Request struct {
 	// Prompt is tokenized verbatim after trimming surrounding white space (no chat template);
 	// H3 speech markup such as "(S1) A presenter says <d>[English] Hello.</d>" is plain text.
 	Prompt string `json:"prompt"`
+	// EnhancePrompt expands the prompt into cinematic shot language before anything else sees it
+	// (FastVideo's --enhance-prompt with its template backend: camera, light and motion clauses for
+	// the cue categories the prompt lacks, then a quality clause); Result.Prompt is what ran and
+	// Result.PromptEnhancement the original. Off by default.
+	EnhancePrompt bool `json:"enhance_prompt,omitempty"`
 	// NegativePrompt is the text of the unconditional forward of classifier-free guidance; empty
 	// means the preset's. Families whose models run without guidance reject a non-empty one.
 	NegativePrompt string `json:"negative_prompt,omitempty"`

@@ -25,6 +25,9 @@ type Result struct {
 	// or text encoder ran; Wan with guidance: for the negative prompt too).
 	PromptTokens int  `json:"prompt_tokens"`
 	PromptCached bool `json:"prompt_cached"`
+	// PromptEnhancement is set when Request.EnhancePrompt rewrote the prompt: Prompt is then the
+	// enhanced text the model ran on.
+	PromptEnhancement *PromptEnhancement `json:"prompt_enhancement,omitempty"`
 
 	Width     int `json:"width"`
 	Height    int `json:"height"`
@@ -66,6 +69,14 @@ type Result struct {
 
 	// Plan is what ran (exact text rows).
 	Plan *Plan `json:"plan"`
+}
+
+// PromptEnhancement is where an enhanced prompt came from.
+type PromptEnhancement struct {
+	// Original is the request's prompt, white space collapsed.
+	Original string `json:"original"`
+	// Backend is "template", or "cache" when the prompt cache folder had it.
+	Backend string `json:"backend"`
 }
 
 // Latents are the denoised latents of a generation in DiT space (before the VAEs' de-normalization).
@@ -170,6 +181,9 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		cached = " (prompt cache hit)"
 	}
 	row("prompt", "%d tokens%s, seed %d", r.PromptTokens, cached, r.Seed)
+	if e := r.PromptEnhancement; e != nil {
+		row("enhanced", "%q (%s, from %q)", r.Prompt, e.Backend, e.Original)
+	}
 	var stages []string
 	for _, st := range r.Timings.Stages {
 		stages = append(stages, fmt.Sprintf("%s %s", st.Stage, secs(st.Elapsed)))

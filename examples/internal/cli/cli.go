@@ -59,6 +59,7 @@ type flags struct {
 	x264                                 *string
 	gpus                                 *int
 	plan, asJSON, randomWeights, version *bool
+	enhance                              *bool
 	weightsSeed                          *int64
 	fast                                 fastFlags
 	image                                *string
@@ -167,6 +168,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		dtype:    fs.String("dtype", "", `compute precision: "f32", "bf16" or "fp8" (MiniMax H3: bf16 with the DiT's core linears in float8; default: f32 on the go backend, bf16 on accelerators)`),
 		cache:    fs.String("prompt-cache", "", "folder caching encoded prompts (a repeated prompt skips the text encoder)"),
 		memory:   fs.String("memory", "", `"auto" (default: each component stays on the device where every other one still runs beside it; -plan lists the choice), "one_resident" or "all_resident"`),
+		enhance:  fs.Bool("enhance-prompt", false, "expand the prompt into cinematic shot language first (FastVideo's template enhancer: camera, light and motion clauses for what the prompt lacks); the result shows the prompt used"),
 		version:  fs.Bool("version", false, "print the version and which fast features this binary has (and the command that builds the others), then exit"),
 		plan:     fs.Bool("plan", false, "print the generation plan and exit without generating"),
 		asJSON:   fs.Bool("json", false, "print the plan (with -plan) or the result summary as JSON on stdout"),
@@ -191,6 +193,7 @@ func (f *flags) request(fs *flag.FlagSet) (fastvideo.Request, error) {
 	req := fastvideo.Request{
 		Prompt: *f.prompt, NegativePrompt: *f.negative, Height: *f.height, Width: *f.width, NumFrames: *f.frames,
 		FPS: *f.fps, NumInferenceSteps: *f.steps, OutputPath: *f.out, Preset: *f.preset, ImagePath: *f.image,
+		EnhancePrompt: *f.enhance,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
