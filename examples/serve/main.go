@@ -76,7 +76,7 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	fs.IntVar(&o.maxPrompt, "max-prompt", 4096, "longest prompt in bytes")
 	fs.StringVar(&o.backend, "backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`)
 	fs.StringVar(&o.dtype, "dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`)
-	fs.StringVar(&o.memory, "memory", "", `"one_resident" (default) or "all_resident" (keep every component loaded between jobs)`)
+	fs.StringVar(&o.memory, "memory", "", `"auto" (default: each component stays on the device where every other one still runs beside it), "one_resident" or "all_resident"`)
 	fs.StringVar(&o.cache, "prompt-cache", "", "folder caching encoded prompts")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -564,3 +564,20 @@ func TestExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestRelativeDataDir: the index opens in a data folder given relative to the working directory, as
+// the default -data ("serve-data") is.
+func TestRelativeDataDir(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("serve-data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore("serve-data", "relative")
+	if err != nil {
+		t.Fatalf("a relative data folder: %v", err)
+	}
+	st.close()
+	if _, err := os.Stat(filepath.Join("serve-data", "index.db")); err != nil {
+		t.Errorf("the index is not in the relative folder: %v", err)
+	}
+}

@@ -53,7 +53,13 @@ type store struct {
 // openStore opens (creating if needed) the index in dir. WAL lets readers run while the worker
 // writes; busy_timeout makes writers of several processes wait for each other instead of failing.
 func openStore(dir, owner string) (*store, error) {
-	dsn := (&url.URL{Scheme: "file", Path: filepath.Join(dir, "index.db"), RawQuery: url.Values{
+	// A file URL takes an absolute path: a relative one (the default -data, "serve-data") would
+	// become the URL's authority and fail to open ("invalid uri authority").
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening the job index in %s: %w", dir, err)
+	}
+	dsn := (&url.URL{Scheme: "file", Path: filepath.Join(abs, "index.db"), RawQuery: url.Values{
 		"_pragma": {"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)"},
 		"_txlock": {"immediate"},
 	}.Encode()}).String()
