@@ -95,6 +95,8 @@ type model struct {
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	m := model{ID: s.info.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "fastvideo", ModelInfo: s.info}
+	// The server generates from text only (input_reference is refused), whatever the model takes.
+	m.FirstImage, m.LastImage = false, false
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
 }
 
@@ -280,6 +282,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		if live := s.live(v.ID); live != nil {
 			list[i] = live
 		}
+	}
+	if list == nil {
+		list = []*Video{} // an empty list, not null
 	}
 	out := map[string]any{"object": "list", "data": list, "has_more": more}
 	if len(list) > 0 {

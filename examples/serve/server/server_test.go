@@ -581,3 +581,38 @@ func TestRelativeDataDir(t *testing.T) {
 		t.Errorf("the index is not in the relative folder: %v", err)
 	}
 }
+
+// TestEmptyListAndModels: an empty video list is [] (not null), and the model object advertises no
+// image input, which the server refuses (a text-to-video server whatever the model takes).
+func TestEmptyListAndModels(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	var raw map[string]json.RawMessage
+	if resp := h.do("GET", "/v1/videos", "", "", &raw); resp.StatusCode != 200 || string(raw["data"]) != "[]" {
+		t.Errorf("empty list: %d, data %s", resp.StatusCode, raw["data"])
+	}
+	var models struct {
+		Data []map[string]any `json:"data"`
+	}
+	if resp := h.do("GET", "/v1/models", "", "", &models); resp.StatusCode != 200 || len(models.Data) != 1 {
+		t.Fatalf("models: %d %+v", resp.StatusCode, models)
+	}
+	if _, first := models.Data[0]["first_image"]; first {
+		t.Errorf("the model object advertises image input: %v", models.Data[0])
+	}
+	if _, last := models.Data[0]["last_image"]; last {
+		t.Errorf("the model object advertises a last keyframe: %v", models.Data[0])
+	}
+}
+
+// TestPageHidesPlayer: the page's own rules must not show an element marked hidden (the player
+// before any video): a display rule on video beats the browser's [hidden] default unless the page
+// restores it.
+func TestPageHidesPlayer(t *testing.T) {
+	page := string(page)
+	if !strings.Contains(page, `<video id="video" controls playsinline hidden>`) {
+		t.Fatal("the page no longer starts with a hidden player; update this test")
+	}
+	if strings.Contains(page, "display: block") && !strings.Contains(page, "[hidden] { display: none !important; }") {
+		t.Error("a display rule shows the hidden player: the page needs [hidden] { display: none !important; }")
+	}
+}
