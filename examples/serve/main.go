@@ -39,7 +39,8 @@ const summary = "serve an OpenAI-style video generation API (queue, progress eve
 const envAPIKey = "FASTVIDEO_API_KEY"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP (the terminal closing) shuts down as cleanly as SIGTERM: the running job gets its grace.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], os.Getenv(envAPIKey), os.Stderr, nil)
 	stop()
 	os.Exit(code)
@@ -93,11 +94,31 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 		fmt.Fprintf(stderr, "serve: -keep: %v\n", err)
 		return nil, 2
 	}
+	if err := checkAddr(o.addr); err != nil {
+		fmt.Fprintf(stderr, "serve: invalid -addr %q: %v; use HOST:PORT, e.g. 127.0.0.1:8080 or :8080\n", o.addr, err)
+		return nil, 2
+	}
 	if o.queue < 1 || o.maxBody < 1 || o.maxPrompt < 1 || o.timeout < 0 || o.grace < 0 {
 		fmt.Fprintln(stderr, "serve: -queue, -max-body and -max-prompt must be positive, -timeout and -grace not negative")
 		return nil, 2
 	}
 	return o, -1
+}
+
+// checkAddr refuses a listen address whose form is wrong (no port, a port that is no number or
+// service name, out of range) before anything starts; whether it can be bound is the runtime's.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if port == "" {
+		return errors.New("no port")
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q: %w", port, err)
+	}
+	return nil
 }
 
 // parseKeep reads "AGE", "SIZE" or "AGE,SIZE": a Go duration, and bytes with an optional

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,6 +26,9 @@ func TestExitCodes(t *testing.T) {
 		{"argument", []string{"tiny-h3"}, 2, "unexpected argument"},
 		{"bad keep", []string{"-keep", "forever"}, 2, "-keep"},
 		{"bad queue", []string{"-queue", "0"}, 2, "-queue"},
+		{"bad address", []string{"-addr", ":8080x"}, 2, "invalid -addr"},
+		{"no port", []string{"-addr", "127.0.0.1"}, 2, "invalid -addr"},
+		{"port out of range", []string{"-addr", ":70000"}, 2, "invalid -addr"},
 		{"unknown model", []string{"-model", "sora-2", "-data", t.TempDir()}, 2, "invalid model"},
 		{"address in use", []string{"-addr", "256.0.0.1:1", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 1, "serve:"},
 	}
@@ -76,5 +83,56 @@ func TestServeAndStop(t *testing.T) {
 	stop()
 	if c := <-code; c != 0 {
 		t.Errorf("exit %d after the stop signal: %s", c, stderr.String())
+	}
+}
+
+// mainArgsEnv makes the test binary run main with these arguments: signal handling lives in main,
+// which only a separate process can receive signals in.
+const mainArgsEnv = "SERVE_TEST_MAIN_ARGS"
+
+// TestSignalsShutDownCleanly: SIGTERM and SIGHUP (a closed terminal) stop a serving process with a
+// clean shutdown, exit 0, on the built binary.
+func TestSignalsShutDownCleanly(t *testing.T) {
+	if args := os.Getenv(mainArgsEnv); args != "" {
+		os.Args = append([]string{"serve"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSignalsShutDownCleanly$")
+			cmd.Env = append(os.Environ(), mainArgsEnv+"=-addr 127.0.0.1:0 -backend go:ops_sequential -data "+t.TempDir())
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			serving := make(chan bool, 1)
+			go func() {
+				sc := bufio.NewScanner(stderr)
+				found := false
+				for sc.Scan() {
+					if !found && strings.Contains(sc.Text(), "msg=serving") {
+						found = true
+						serving <- true
+					}
+				}
+				if !found {
+					serving <- false
+				}
+			}()
+			if !<-serving {
+				cmd.Wait()
+				t.Fatal("the server never started")
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("after %s: %v, want exit status 0", sig, err)
+			}
+		})
 	}
 }
