@@ -206,5 +206,6 @@ func TestVSAFlags(t *testing.T) {
 		{"-plan -model wan2.1-t2v-1.3b -vsa-sparsity 0.5", 2, "invalid -vsa-sparsity"},
 		{"-plan -model fastwan2.1-t2v-1.3b -vsa -dense-attention", 2, "one of -dense-attention or -vsa"},
 		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity -0.1", 2, "invalid -vsa-sparsity"},
+		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity NaN", 2, "invalid -vsa-sparsity"},
 	})
 }

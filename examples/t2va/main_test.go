@@ -100,6 +100,7 @@ func TestExitCodes(t *testing.T) {
 		{"-plan -spatial-scale 3", 2, "invalid -spatial-scale"},
 		{"-plan -fast-spatial -spatial-scale 1", 2, "invalid -spatial-scale 1"},
 		{"-plan -model fasth3 -vsa-sparsity 1.5", 2, `invalid -vsa-sparsity "1.5"`},
+		{"-plan -model fasth3 -vsa-sparsity NaN", 2, `invalid -vsa-sparsity "NaN"`},
 		{"-plan -vsa-sparsity 0.5", 2, "invalid -vsa-sparsity"}, // tiny-h3 carries no VSA gates
 	})
 	if names, _ := os.ReadDir(dir); len(names) != 1 {

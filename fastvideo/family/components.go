@@ -292,7 +292,7 @@ func HasVSAGates(dir string) (bool, error) {
 // VSA_sparsity, vsa_dense_first_n_steps, vsa_dense_layers) for a DiT of numLayers blocks.
 func CheckVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, numLayers int) error {
 	switch {
-	case sparsity < 0 || sparsity >= 1:
+	case !(sparsity >= 0 && sparsity < 1): // NaN too
 		return &RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
 	case denseFirstSteps < 0:
 		return &RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
