@@ -616,3 +616,32 @@ func TestPageHidesPlayer(t *testing.T) {
 		t.Error("a display rule shows the hidden player: the page needs [hidden] { display: none !important; }")
 	}
 }
+
+// TestIndexIsPrivate: the job index (every prompt) is readable by its owner alone, also when an
+// earlier version left it readable by others.
+func TestIndexIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "index.db")
+	for _, before := range []os.FileMode{0, 0o644} {
+		if before != 0 {
+			if err := os.Chmod(path, before); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := openStore(dir, "private")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.list(1, "", true); err != nil {
+			t.Fatal(err)
+		}
+		st.close()
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := info.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("index.db is %v (before: %v), want owner-only", perm, before)
+		}
+	}
+}

@@ -59,7 +59,11 @@ func openStore(dir, owner string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the job index in %s: %w", dir, err)
 	}
-	dsn := (&url.URL{Scheme: "file", Path: filepath.Join(abs, "index.db"), RawQuery: url.Values{
+	path := filepath.Join(abs, "index.db")
+	if err := privateFile(path); err != nil {
+		return nil, fmt.Errorf("opening the job index: %w", err)
+	}
+	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: url.Values{
 		"_pragma": {"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)"},
 		"_txlock": {"immediate"},
 	}.Encode()}).String()
@@ -75,6 +79,21 @@ func openStore(dir, owner string) (*store, error) {
 }
 
 func (st *store) close() error { return st.db.Close() }
+
+// privateFile creates the index file readable by its owner alone, or takes group and world access
+// away from an existing one: it holds every prompt. SQLite gives its -wal and -shm files the main
+// file's permissions.
+func privateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Mode().Perm()&0o077 != 0 {
+		err = f.Chmod(st.Mode().Perm() &^ 0o077)
+	}
+	return errors.Join(err, f.Close())
+}
 
 func unixMilli(t time.Time) int64 { return t.UnixMilli() }
 
