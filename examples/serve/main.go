@@ -49,6 +49,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	model, addr, data, backend, dtype, memory, cache, apiKey string
+	allowedHosts                                             []string
 	queue, maxPrompt                                         int
 	maxBody                                                  int64
 	timeout, grace                                           time.Duration
@@ -73,6 +74,7 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long the running job may go on before it is cancelled")
 	keep := fs.String("keep", "", `expire finished videos by age and/or total size, e.g. "24h", "10GB", "168h,50GB" (empty: keep all)`)
 	fs.StringVar(&o.apiKey, "api-key", envKey, "bearer token required on /v1/ (default $"+envAPIKey+"; empty: no authentication)")
+	hosts := fs.String("allowed-hosts", "", "comma-separated host names a server without -api-key answers besides IP addresses and localhost (DNS-rebinding protection), e.g. the machine's LAN name")
 	fs.Int64Var(&o.maxBody, "max-body", 64<<10, "largest request body in bytes")
 	fs.IntVar(&o.maxPrompt, "max-prompt", 4096, "longest prompt in bytes")
 	fs.StringVar(&o.backend, "backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`)
@@ -88,6 +90,14 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "serve: unexpected argument %q\n", fs.Arg(0))
 		return nil, 2
+	}
+	for _, h := range strings.Split(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			o.allowedHosts = append(o.allowedHosts, h)
+		}
+	}
+	if host, _, err := net.SplitHostPort(o.addr); err == nil && host != "" && net.ParseIP(host) == nil {
+		o.allowedHosts = append(o.allowedHosts, host) // the name the server was told to listen on
 	}
 	var err error
 	if o.keepAge, o.keepBytes, err = parseKeep(*keep); err != nil {
@@ -181,7 +191,7 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 	}
 	defer gen.Close()
 	srv, err := server.New(server.Config{Generator: gen, DataDir: o.data, QueueSize: o.queue, JobTimeout: o.timeout,
-		KeepAge: o.keepAge, KeepBytes: o.keepBytes, APIKey: o.apiKey, MaxBodyBytes: o.maxBody,
+		KeepAge: o.keepAge, KeepBytes: o.keepBytes, APIKey: o.apiKey, AllowedHosts: o.allowedHosts, MaxBodyBytes: o.maxBody,
 		MaxPromptBytes: o.maxPrompt, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", err)

@@ -31,7 +31,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", s.authorized(api))
 	mux.HandleFunc("GET /{$}", servePage)
-	return mux
+	return s.guarded(mux)
 }
 
 // authorized requires the bearer token when one is configured.

@@ -34,8 +34,13 @@ type Config struct {
 	// KeepBytes in all (0: no limit).
 	KeepAge   time.Duration
 	KeepBytes int64
-	// APIKey, when set, is the bearer token every /v1/ request must carry.
+	// APIKey, when set, is the bearer token every /v1/ request must carry. Without one the server
+	// answers only Hosts that are IP addresses, localhost or AllowedHosts, and refuses
+	// state-changing requests from other origins (what a browser page elsewhere could send).
 	APIKey string
+	// AllowedHosts are the host names (no port) a keyless server answers besides IP addresses and
+	// localhost, e.g. the machine's name on the LAN.
+	AllowedHosts []string
 	// MaxBodyBytes bounds a request body (default 64 KiB); MaxPromptBytes a prompt (default 4096).
 	MaxBodyBytes   int64
 	MaxPromptBytes int

@@ -645,3 +645,71 @@ func TestIndexIsPrivate(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserGuards: without an API key, a Host that is not an IP address, localhost or an allowed
+// name is refused (DNS rebinding), a state-changing request from another origin is refused, and
+// every response, errors and the page included, forbids sniffing and framing; with a key the Host
+// and origin rules give way to the token.
+func TestBrowserGuards(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.AllowedHosts = []string{"video.lan"} })
+	send := func(method, path, host string, header map[string]string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, h.http.URL+path, strings.NewReader(`{"prompt": "a fox", "seconds": "1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if host != "" {
+			req.Host = host
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct {
+		name, method, path, host string
+		header                   map[string]string
+		status                   int
+	}{
+		{"an IP address", "GET", "/v1/models", "", nil, 200},
+		{"localhost", "GET", "/v1/models", "localhost:8080", nil, 200},
+		{"an allowed name", "GET", "/", "VIDEO.lan:8080", nil, 200},
+		{"a rebinding domain", "GET", "/v1/models", "attacker.example:8080", nil, 403},
+		{"a rebinding domain, the page", "GET", "/", "attacker.example", nil, 403},
+		{"a post from another origin", "POST", "/v1/videos", "", map[string]string{"Origin": "http://attacker.example"}, 403},
+		{"a post from a sandboxed page", "POST", "/v1/videos", "", map[string]string{"Origin": "null"}, 403},
+		{"a delete marked cross-site", "DELETE", "/v1/videos/video_000000000000000000000000", "", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"a cross-origin read", "GET", "/v1/models", "", map[string]string{"Origin": "http://attacker.example"}, 200},
+	} {
+		resp := send(c.method, c.path, c.host, c.header)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.status)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+			resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: headers %v", c.name, resp.Header)
+		}
+	}
+	// A post from the server's own page is the same origin.
+	if resp := send("POST", "/v1/videos", "", map[string]string{"Origin": h.http.URL}); resp.StatusCode != 200 {
+		t.Errorf("a same-origin post: %d", resp.StatusCode)
+	}
+	keyed := start(t, t.TempDir(), func(c *Config) { c.APIKey = "sesame" })
+	req, _ := http.NewRequest("GET", keyed.http.URL+"/v1/models", nil)
+	req.Host = "attacker.example"
+	req.Header.Set("Authorization", "Bearer sesame")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("with a key, any Host: %d %v", resp.StatusCode, resp.Header)
+	}
+}
