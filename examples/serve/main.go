@@ -50,9 +50,9 @@ func main() {
 type options struct {
 	model, addr, data, backend, dtype, memory, cache, apiKey string
 	allowedHosts                                             []string
-	queue, maxPrompt                                         int
+	queue, maxPrompt, maxConns, perClient                    int
 	maxBody                                                  int64
-	timeout, grace                                           time.Duration
+	timeout, grace, bodyTimeout                              time.Duration
 	keepAge                                                  time.Duration
 	keepBytes                                                int64
 }
@@ -76,6 +76,9 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	fs.StringVar(&o.apiKey, "api-key", envKey, "bearer token required on /v1/ (default $"+envAPIKey+"; empty: no authentication)")
 	hosts := fs.String("allowed-hosts", "", "comma-separated host names a server without -api-key answers besides IP addresses and localhost (DNS-rebinding protection), e.g. the machine's LAN name")
 	fs.Int64Var(&o.maxBody, "max-body", 64<<10, "largest request body in bytes")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive (408 after)")
+	fs.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections served at once; more wait in the kernel's backlog")
+	fs.IntVar(&o.perClient, "max-conns-per-client", defaultPerClient, "connections one client IP address may hold at once; more are closed")
 	fs.IntVar(&o.maxPrompt, "max-prompt", 4096, "longest prompt in bytes")
 	fs.StringVar(&o.backend, "backend", "", `compute backend: "go" (pure Go, CPU) or "xla:cuda" (default: $GOMLX_BACKEND, else go)`)
 	fs.StringVar(&o.dtype, "dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`)
@@ -108,8 +111,8 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 		fmt.Fprintf(stderr, "serve: invalid -addr %q: %v; use HOST:PORT, e.g. 127.0.0.1:8080 or :8080\n", o.addr, err)
 		return nil, 2
 	}
-	if o.queue < 1 || o.maxBody < 1 || o.maxPrompt < 1 || o.timeout < 0 || o.grace < 0 {
-		fmt.Fprintln(stderr, "serve: -queue, -max-body and -max-prompt must be positive, -timeout and -grace not negative")
+	if o.queue < 1 || o.maxBody < 1 || o.maxPrompt < 1 || o.maxConns < 1 || o.perClient < 1 || o.bodyTimeout <= 0 || o.timeout < 0 || o.grace < 0 {
+		fmt.Fprintln(stderr, "serve: -queue, -max-body, -max-prompt, -max-conns, -max-conns-per-client and -body-timeout must be positive, -timeout and -grace not negative")
 		return nil, 2
 	}
 	return o, -1
@@ -191,7 +194,7 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 	}
 	defer gen.Close()
 	srv, err := server.New(server.Config{Generator: gen, DataDir: o.data, QueueSize: o.queue, JobTimeout: o.timeout,
-		KeepAge: o.keepAge, KeepBytes: o.keepBytes, APIKey: o.apiKey, AllowedHosts: o.allowedHosts, MaxBodyBytes: o.maxBody,
+		KeepAge: o.keepAge, KeepBytes: o.keepBytes, APIKey: o.apiKey, AllowedHosts: o.allowedHosts, MaxBodyBytes: o.maxBody, BodyTimeout: o.bodyTimeout,
 		MaxPromptBytes: o.maxPrompt, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", err)
@@ -203,7 +206,7 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 		srv.Shutdown(0)
 		return 1
 	}
-	return serve(ctx, ln, srv, o, log, ready)
+	return serve(ctx, newLimitListener(ln, o.maxConns, o.perClient), srv, o, log, ready)
 }
 
 // serve answers requests until ctx ends, then shuts down in order: no new jobs, the running one

@@ -101,6 +101,11 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	// The body must arrive within BodyTimeout: a client trickling it would hold its connection (and
+	// the server's memory for it) as long as it likes. Set here only, for this request (the server
+	// sets the next request's deadlines itself): a read deadline for every request would also end the
+	// event streams. It also bounds the server's read of an unread rest after an early answer.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	v, req, err := s.admit(r)
 	if err == nil {

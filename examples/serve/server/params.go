@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,6 +178,9 @@ func bodyError(err error) error {
 	if errors.As(err, &tooLarge) {
 		return &badRequest{status: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit)}
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &badRequest{status: http.StatusRequestTimeout, msg: "the request body did not arrive in time: send it at once"}
 	}
 	return invalid("", "the body is not a JSON object or a form: %v", err)
 }

@@ -41,6 +41,8 @@ type Config struct {
 	// AllowedHosts are the host names (no port) a keyless server answers besides IP addresses and
 	// localhost, e.g. the machine's name on the LAN.
 	AllowedHosts []string
+	// BodyTimeout bounds how long a create request's body may take to arrive (default 10 s; 408 after).
+	BodyTimeout time.Duration
 	// MaxBodyBytes bounds a request body (default 64 KiB); MaxPromptBytes a prompt (default 4096).
 	MaxBodyBytes   int64
 	MaxPromptBytes int
@@ -131,6 +133,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.MaxPromptBytes <= 0 {
 		cfg.MaxPromptBytes = 4096
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

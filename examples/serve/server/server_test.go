@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -711,5 +712,26 @@ func TestBrowserGuards(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Errorf("with a key, any Host: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestSlowBodyTimesOut: a create request whose body does not arrive within BodyTimeout is answered
+// 408 and its connection closed, rather than held for as long as the client trickles.
+func TestSlowBodyTimesOut(t *testing.T) {
+	h := start(t, t.TempDir(), func(c *Config) { c.BodyTimeout = 200 * time.Millisecond })
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.http.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a slow body: %d, want 408", resp.StatusCode)
 	}
 }
