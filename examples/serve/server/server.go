@@ -193,6 +193,15 @@ func (s *Server) removeOrphans(stagingOnly bool) error {
 		if err != nil {
 			return err
 		}
+		if !owned && !staging {
+			// A finished video is never lost: its job's index write may have failed after the rename.
+			if owned, err = s.st.adopt(strings.TrimSuffix(e.Name(), ".mp4"), e.Name(), info.Size(), time.Now()); err != nil {
+				return err
+			}
+			if owned {
+				s.log.Info("adopted a finished video whose job lost its index write", "file", e.Name())
+			}
+		}
 		if !owned {
 			s.log.Info("removing an orphaned file", "file", e.Name())
 			os.Remove(filepath.Join(s.videosDir, e.Name()))

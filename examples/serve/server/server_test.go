@@ -735,3 +735,46 @@ func TestSlowBodyTimesOut(t *testing.T) {
 		t.Errorf("a slow body: %d, want 408", resp.StatusCode)
 	}
 }
+
+// TestFinishedVideoAdopted: a video renamed into place whose job lost its index write (the job is
+// still in progress in the index when the server restarts) is adopted: the job completes with it and
+// serves it, and the file stays; an output whose job was deleted is still removed.
+func TestFinishedVideoAdopted(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, nil)
+	id, _ := newVideoID()
+	now := time.Now()
+	v := &Video{ID: id, Object: "video", Status: statusQueued, CreatedAt: now.Unix(), Prompt: "x"}
+	if err := first.s.st.insert(v, fastvideo.Request{Prompt: "x"}, now); err != nil {
+		t.Fatal(err)
+	}
+	v.Status = statusInProgress
+	if err := first.s.st.update(v, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	video := filepath.Join(dir, "videos", outputName(id))
+	deletedJob, _ := newVideoID()
+	orphan := filepath.Join(dir, "videos", outputName(deletedJob))
+	for _, p := range []string{video, orphan} {
+		if err := os.WriteFile(p, []byte("a finished video"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		old := now.Add(-time.Hour)
+		os.Chtimes(p, old, old)
+	}
+	first.stop()
+	second := start(t, dir, nil)
+	got := second.get(id)
+	if got.Status != statusCompleted || got.Error != nil || got.Progress != 100 {
+		t.Errorf("the job of a renamed video after restart: %+v", got)
+	}
+	if _, err := os.Stat(video); err != nil {
+		t.Errorf("the finished video was removed: %v", err)
+	}
+	if resp := second.do("GET", "/v1/videos/"+id+"/content", "", "", nil); resp.StatusCode != 200 {
+		t.Errorf("its content: %d", resp.StatusCode)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("the output of a job that does not exist was kept: %v", err)
+	}
+}

@@ -360,6 +360,39 @@ func (st *store) remove(id string) (file string, err error) {
 }
 
 // hasFile tells whether a completed job owns the output file name.
+// adopt records a finished output whose job lost its index write (the process stopped, or the write
+// failed, after the video was renamed into place): the job, still queued, in progress or settled as
+// failed with no file, becomes completed with it. It reports whether a job took the file.
+func (st *store) adopt(id, file string, size int64, now time.Time) (bool, error) {
+	var obj string
+	err := st.db.QueryRow(`SELECT object FROM jobs WHERE id = ? AND file IS NULL AND status IN ('queued', 'in_progress', 'failed')`, id).Scan(&obj)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	v, err := decodeVideo(obj)
+	if err != nil {
+		return false, err
+	}
+	v.Status, v.Progress, v.Stage, v.Error = statusCompleted, 100, "", nil
+	if v.CompletedAt == nil {
+		v.CompletedAt = fastvideo.Ptr(now.Unix())
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return false, err
+	}
+	res, err := st.db.Exec(`UPDATE jobs SET status = ?, object = ?, file = ?, bytes = ?, finished_at = ? WHERE id = ? AND file IS NULL`,
+		statusCompleted, out, file, size, now.UnixMilli(), id)
+	if err != nil {
+		return false, err
+	}
+	k, err := res.RowsAffected()
+	return k > 0, err
+}
+
 func (st *store) hasFile(name string) (bool, error) {
 	var n int
 	err := st.db.QueryRow(`SELECT COUNT(*) FROM jobs WHERE file = ?`, name).Scan(&n)
