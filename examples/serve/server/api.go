@@ -148,6 +148,9 @@ func (s *Server) admit(r *http.Request) (*Video, fastvideo.Request, error) {
 	plan, err := s.gen.Plan(req)
 	var re *fastvideo.RequestError
 	if errors.As(err, &re) {
+		if sent := p.clientParam(re.Field); sent != re.Field {
+			return nil, req, invalid(sent, "%s gives %s", sent, re.Error())
+		}
 		return nil, req, invalid(re.Field, "%s", re.Error())
 	}
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"fastvideo/fastvideo"
+	"fastvideo/internal/strictjson"
 )
 
 // badRequest is invalid input: the HTTP status (400 unless said otherwise) and the field.
@@ -41,6 +42,20 @@ type createParams struct {
 	fastFactor, fastSpatialScale                int
 	seed                                        *int64
 	fast, fastSpatial                           bool
+	// sent are the fields the client gave, so that an error names what it sent.
+	sent map[string]bool
+}
+
+// clientParam names a field of the SDK's request as the client sent it: a frame count the client
+// gave as seconds is its "seconds", a size its "size", the steps its "steps".
+func (p *createParams) clientParam(field string) string {
+	for _, alias := range map[string][]string{"num_frames": {"seconds"}, "height": {"size"}, "width": {"size"},
+		"num_inference_steps": {"steps"}}[field] {
+		if p.sent[alias] && !p.sent[field] {
+			return alias
+		}
+	}
+	return field
 }
 
 // paramFields are the accepted fields and where each goes; "steps" is the short name of
@@ -99,7 +114,10 @@ func parseCreate(r *http.Request) (*createParams, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names) // the first bad field reported is the same every time
-	p := &createParams{}
+	p := &createParams{sent: map[string]bool{}}
+	for _, name := range names {
+		p.sent[name] = true
+	}
 	for _, name := range names {
 		set, ok := paramFields[name]
 		if !ok {
@@ -168,6 +186,10 @@ func decodeJSONObject(body []byte) (map[string]json.RawMessage, error) {
 	}
 	if dec.More() {
 		return nil, invalid("", "the body holds more than one JSON value")
+	}
+	// encoding/json keeps the last of a repeated key: a client (or a proxy) could mean the first.
+	if err := strictjson.CheckUniqueKeys(body); err != nil {
+		return nil, invalid("", "%v: send each field once", err)
 	}
 	return fields, nil
 }
