@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -208,4 +209,21 @@ func TestVSAFlags(t *testing.T) {
 		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity -0.1", 2, "invalid -vsa-sparsity"},
 		{"-plan -model fastwan2.1-t2v-1.3b -vsa-sparsity NaN", 2, "invalid -vsa-sparsity"},
 	})
+}
+
+// TestFastSpatialHintWorks: -fast-spatial on the default tiny model's size is refused with a size the
+// spatial fast mode divides, and that request plans.
+func TestFastSpatialHintWorks(t *testing.T) {
+	code, _, stderr := clitest.Run(run, "-fast-spatial", "-plan")
+	i := strings.Index(stderr, "(height ")
+	if code != 2 || i < 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var h, w int
+	if _, err := fmt.Sscanf(stderr[i:], "(height %d, width %d)", &h, &w); err != nil {
+		t.Fatalf("%q: %v", stderr[i:], err)
+	}
+	if code, _, stderr := clitest.Run(run, "-fast-spatial", "-plan", "-height", fmt.Sprint(h), "-width", fmt.Sprint(w)); code != 0 {
+		t.Errorf("the suggested %dx%d: exit %d: %s", h, w, code, stderr)
+	}
 }

@@ -187,3 +187,17 @@ func writePNG(t *testing.T, path string, w, h int) {
 		t.Fatal(err)
 	}
 }
+
+// TestFastHintWorks: -fast on the default tiny model's short clip is refused with a frame count that
+// the temporal fast mode does shorten, and that request plans.
+func TestFastHintWorks(t *testing.T) {
+	code, _, stderr := clitest.Run(run, "-fast", "-plan")
+	i := strings.Index(stderr, "num_frames ")
+	if code != 2 || i < 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	frames := strings.Fields(stderr[i+len("num_frames "):])[0]
+	if code, _, stderr := clitest.Run(run, "-fast", "-plan", "-frames", frames); code != 0 {
+		t.Errorf("the suggested -frames %s: exit %d: %s", frames, code, stderr)
+	}
+}

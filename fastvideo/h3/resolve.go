@@ -197,7 +197,8 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		if err != nil {
 			if req.FastFactor == 0 {
 				return &family.RequestError{Field: "fast", Value: true, Allowed: fmt.Sprintf(
-					"false for this %d-frame clip: the default factor 2 does not shorten it (%v); ask for more frames", r.NumFrames, err)}
+					"false for this %d-frame clip: the default factor 2 does not shorten it (%v); ask for more frames%s",
+					r.NumFrames, err, r.fastFramesHint(factor))}
 			}
 			return &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf(
 				"an integer >= 2 that shortens the %d-frame clip to fewer aligned frames; this one does not (%v): "+
@@ -295,4 +296,18 @@ func (r *resolved) layoutRequest() packing.Request {
 		tags = r.estimatedTextTags()
 	}
 	return r.Denoise.Request(tags, 0, r.anchors()...)
+}
+
+// fastFramesHint names the shortest aligned clip longer than this one that factor shortens: a
+// request the error's reader can send as it is.
+func (r *resolved) fastFramesHint(factor int) string {
+	for n := r.NumFrames + 1; n <= r.spec.MaxAlignedFrames; n++ {
+		if (n-5)%17 != 0 {
+			continue // H3 clips are 17k+5 frames
+		}
+		if _, err := packing.PlanFastTemporal(n, factor); err == nil {
+			return fmt.Sprintf(", e.g. num_frames %d", n)
+		}
+	}
+	return ""
 }

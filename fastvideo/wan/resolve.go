@@ -166,9 +166,11 @@ func (r *resolved) stage1Size(req family.Request, rule family.SizeRule) (h, w in
 	scale := family.OrPreset(req.FastSpatialScale, 2)
 	h, w = r.Height/max(scale, 1), r.Width/max(scale, 1)
 	if scale < 2 || r.Height%scale != 0 || r.Width%scale != 0 || h%rule.HeightMultiple != 0 || w%rule.WidthMultiple != 0 {
+		// A fix that works: the nearest size at least as large that this scale divides onto the grid.
+		fh, fw := roundUp(r.Height, scale*rule.HeightMultiple), roundUp(r.Width, scale*rule.WidthMultiple)
 		return 0, 0, &family.RequestError{Field: "fast_spatial_scale", Value: scale, Allowed: fmt.Sprintf(
-			"an integer >= 2 dividing %dx%d into a size that is a multiple of %dx%d (%s)",
-			r.Height, r.Width, rule.HeightMultiple, rule.WidthMultiple, rule.Why)}
+			"an integer >= 2 dividing %dx%d into a size that is a multiple of %dx%d (%s); at scale %d ask for a size such as %dx%d (height %d, width %d)",
+			r.Height, r.Width, rule.HeightMultiple, rule.WidthMultiple, rule.Why, max(scale, 2), fh, fw, fh, fw)}
 	}
 	r.FastSpatial = &FastSpatialPlan{TargetHeight: r.Height, TargetWidth: r.Width, Stage1Height: h, Stage1Width: w, Scale: scale}
 	return h, w, nil
@@ -322,3 +324,6 @@ func (r *resolved) checkNoise(req family.Request) error {
 	return family.CheckNoise("renoise_noise", r.opts.RenoiseNoise, (r.Steps-1)*n,
 		fmt.Sprintf("%d blocks of %s, one per step after the first", r.Steps-1, layout))
 }
+
+// roundUp is n rounded up to a multiple of m (m > 0).
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
