@@ -63,7 +63,7 @@ func RIFEFolder(field, path string) (WeightOpener, error) {
 			"a RIFE 4.25 checkpoint: mlx-community/RIFE-4.25 (model.safetensors) or Practical-RIFE's flownet.pkl saved as safetensors (%v)", err)}
 	}
 	defer ck.Close()
-	if _, _, err := rife.Detect(ck); err != nil {
+	if err := rife.Check(ck); err != nil {
 		return nil, &RequestError{Field: field, Value: path, Allowed: err.Error()}
 	}
 	return func() (weights.Source, func() error, error) {

@@ -3,12 +3,16 @@ package family
 import (
 	"bytes"
 	"context"
+	"errors"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/internal/rife"
+	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 )
 
@@ -53,5 +57,42 @@ func TestRIFEPaddedBatchesEqualSinglePairs(t *testing.T) {
 	}
 	if batched.Count != n || !bytes.Equal(batched.RGB, single.RGB) {
 		t.Fatalf("padded batch of %d pairs differs from single pairs", batched.Count)
+	}
+}
+
+// TestRIFEFolderChecksEveryTensor: a RIFE folder whose file holds a misshapen tensor is invalid input
+// naming the tensor when the generator opens it, not a failure in the middle of a generation.
+func TestRIFEFolderChecksEveryTensor(t *testing.T) {
+	table, err := rife.Params(rife.Tiny(), rife.PyTorch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(bad string) string {
+		dir := t.TempDir()
+		var ts []safetensors.Tensor
+		for _, p := range table {
+			shape := p.Shape
+			if p.Name == bad {
+				shape = []int{1}
+			}
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			ts = append(ts, safetensors.Tensor{Name: p.Name, DType: safetensors.F32, Shape: shape, Data: make([]byte, 4*n)})
+		}
+		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	if _, err := RIFEFolder("rife", write("")); err != nil {
+		t.Fatalf("a whole tiny RIFE: %v", err)
+	}
+	bad := table[len(table)/2].Name
+	_, err = RIFEFolder("rife", write(bad))
+	var re *RequestError
+	if !errors.As(err, &re) || re.Field != "rife" || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a misshapen %s: %v", bad, err)
 	}
 }

@@ -223,3 +223,25 @@ func TestBindErrorsNameTheTensor(t *testing.T) {
 		t.Errorf("Detect of an empty source: %v", err)
 	}
 }
+
+// TestCheckBeforeLoading: Check passes both released layouts whole and refuses, from the headers
+// alone, a checkpoint with a missing, a misshapen or a non-float tensor, naming them.
+func TestCheckBeforeLoading(t *testing.T) {
+	pt, mlx := tinySources(t)
+	for _, src := range []weights.Source{pt, mlx} {
+		if err := Check(src); err != nil {
+			t.Errorf("a whole checkpoint: %v", err)
+		}
+	}
+	gone, bad, ints := "module.block2.convblock.3.conv.weight", "module.encode.cnn1.bias", "module.block0.lastconv.0.bias"
+	info, _ := pt.Tensor(ints)
+	src := &testutil.EditSource{Base: pt, Hide: func(n string) bool { return n == gone },
+		Replace: map[string]safetensors.Info{bad: {DType: safetensors.F32, Shape: []int{3}, Data: make([]byte, 12)},
+			ints: {DType: safetensors.I32, Shape: info.Shape, Data: make([]byte, 4*info.NumElements())}}}
+	err := Check(src)
+	for _, want := range []string{"block2.convblock.3.conv.weight missing", "encode.cnn1.bias is [3]", "block0.lastconv.0.bias is I32"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check: %v; want it to say %q", err, want)
+		}
+	}
+}

@@ -193,6 +193,41 @@ func (s *ifnetSource) Tensor(name string) (safetensors.Info, bool) {
 	return s.src.Tensor(full)
 }
 
+// Check reads a checkpoint's layout (Detect) and checks, from the headers alone, that it holds every
+// tensor of that layout's table at its shape and as floats: a file that would fail mid-load, after a
+// generation's denoising, fails here instead.
+func Check(src weights.Source) error {
+	cfg, layout, err := Detect(src)
+	if err != nil {
+		return err
+	}
+	table, err := Params(cfg, layout)
+	if err != nil {
+		return err
+	}
+	s := newIFNetSource(src)
+	var problems []string
+	for _, p := range table {
+		info, ok := s.Tensor(p.Name)
+		switch {
+		case !ok:
+			problems = append(problems, p.Name+" missing")
+		case !slices.Equal(info.Shape, p.Shape):
+			problems = append(problems, fmt.Sprintf("%s is %v, want %v", p.Name, info.Shape, p.Shape))
+		case !info.DType.IsFloat():
+			problems = append(problems, fmt.Sprintf("%s is %s, want floats", p.Name, info.DType))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	more := ""
+	if len(problems) > 3 {
+		more, problems = fmt.Sprintf(" (and %d more)", len(problems)-3), problems[:3]
+	}
+	return fmt.Errorf("rife: a RIFE 4.25 %s checkpoint of block widths %v, but %s%s", layout, cfg.BlockChannels, strings.Join(problems, "; "), more)
+}
+
 // Detect reads a checkpoint's layout and block widths from its tensor names and shapes.
 func Detect(src weights.Source) (Config, Layout, error) {
 	s := newIFNetSource(src)
