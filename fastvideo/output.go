@@ -48,7 +48,7 @@ func outputTarget(outputPath, prompt string) (string, error) {
 	default:
 		dir, name = filepath.Dir(p), filepath.Base(p)
 	}
-	if err := checkWritableDir(dir); err != nil {
+	if err := checkCreatableDir(dir); err != nil {
 		return "", bad(fmt.Sprintf("a folder this process can create and write in (%v)", err))
 	}
 	abs, err := filepath.Abs(filepath.Join(dir, name))
@@ -167,4 +167,53 @@ func stagingPath(dst string) (string, error) {
 		base = base[:maxNameBytes]
 	}
 	return filepath.Join(filepath.Dir(dst), "."+base+".fastvideo-"+hex.EncodeToString(token[:])+videoExt), nil
+}
+
+// checkCreatableDir proves that dir can hold a new file without creating it: dir itself when it
+// exists, else its nearest existing ancestor, must be a folder a file can be created in. Nothing is
+// left behind, so a request that fails later leaves no folder it made (the run makes it, makeDirs).
+func checkCreatableDir(dir string) error {
+	probe := dir
+	for {
+		st, err := os.Stat(probe)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("%s is not a folder", probe)
+			}
+			return checkWritableDir(probe)
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		parent := filepath.Dir(probe)
+		if parent == probe {
+			return err
+		}
+		probe = parent
+	}
+}
+
+// makeDirs creates dir and its missing parents and returns the folders it created, outermost first,
+// for removeDirs to take back after a failed run.
+func makeDirs(dir string) ([]string, error) {
+	var missing []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		missing = append([]string{p}, missing...)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	return missing, os.MkdirAll(dir, 0o755)
+}
+
+// removeDirs removes the folders makeDirs created, innermost first, as long as they are empty.
+func removeDirs(made []string) {
+	for i := len(made) - 1; i >= 0; i-- {
+		if os.Remove(made[i]) != nil {
+			return
+		}
+	}
 }

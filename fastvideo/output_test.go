@@ -25,10 +25,18 @@ func TestOutputNames(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	// A file path is used as is; an existing file is never overwritten.
+	// A file path is used as is; an existing file is never overwritten. Its folder is not made
+	// yet (the run makes it), so a request that fails later leaves none.
 	p, err := outputTarget(filepath.Join(dir, "sub", "clip.MP4"), "x")
 	if err != nil || p != filepath.Join(dir, "sub", "clip.MP4") {
 		t.Fatalf("outputTarget file: %q, %v", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("outputTarget made the folder: %v", err)
+	}
+	made, err := makeDirs(filepath.Join(dir, "sub"))
+	if err != nil || len(made) != 1 || made[0] != filepath.Join(dir, "sub") {
+		t.Fatalf("makeDirs: %v, %v", made, err)
 	}
 	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)

@@ -45,7 +45,9 @@ type pipelineRun struct {
 	staging string // the writer's finished file before placeFile
 	writer  *media.MP4Writer
 	pump    *framePump // feeds writer
-	written int        // frames out of the filters so far
+	// madeDirs are the output folders this run created (removed again if it fails).
+	madeDirs []string
+	written  int // frames out of the filters so far
 }
 
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
@@ -148,6 +150,7 @@ func (p *pipelineRun) cleanup(failed bool) error {
 		if p.staging != "" {
 			os.Remove(p.staging)
 		}
+		removeDirs(p.madeDirs) // a failed run leaves no folder it made either
 	}
 	return err
 }
@@ -353,6 +356,9 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 	}
 	c := p.r.Common()
 	var err error
+	if p.madeDirs, err = makeDirs(filepath.Dir(p.target)); err != nil {
+		return fmt.Errorf("fastvideo: creating the output folder: %w", err)
+	}
 	if p.staging, err = stagingPath(p.target); err != nil {
 		return err
 	}

@@ -201,3 +201,17 @@ func TestFastHintWorks(t *testing.T) {
 		t.Errorf("the suggested -frames %s: exit %d: %s", frames, code, stderr)
 	}
 }
+
+// TestInvalidRequestLeavesNoFolder: a request refused after its output path was checked (here an
+// unreadable -rife folder, refused when the model opens) leaves no output folder behind.
+func TestInvalidRequestLeavesNoFolder(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "new", "sub") + string(filepath.Separator)
+	code, _, stderr := clitest.Run(run, "-prompt", "a fox", "-out", out, "-rife", filepath.Join(dir, "no-such-rife"))
+	if code != 2 {
+		t.Fatalf("exit %d, want 2: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Errorf("the refused request left %s (%v)", filepath.Join(dir, "new"), err)
+	}
+}
