@@ -131,7 +131,8 @@ var fp4Codes = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, 
 // scale as E4M3 (times 448·6/global when global is not 0) and divides w by the decoded scale (times
 // the same factor); mxfp* store E8M0 round(log2(scale)) (half to even; 0 for a zero scale) and divide
 // w by 2^that. FP8 codes are the saturating E4M3 bytes, four to a little-endian uint32 word; FP4
-// codes eight to a word, value k at bit 4k. Errors wrap ErrGroupSize or ErrShape.
+// codes eight to a word, value k at bit 4k. Errors wrap ErrGroupSize or ErrShape; a weight that is
+// not finite is refused (MLX would write a NaN scale and silently spoil its whole group).
 func QuantizeFloat(m FloatMode, w []float32, rows, cols int, global float32) (words, scales []byte, err error) {
 	if rows <= 0 || len(w) != rows*cols {
 		return nil, nil, fmt.Errorf("%w: %d values for a [%d, %d] matrix", ErrShape, len(w), rows, cols)
@@ -141,6 +142,11 @@ func QuantizeFloat(m FloatMode, w []float32, rows, cols int, global float32) (wo
 	}
 	if math.IsNaN(float64(global)) || math.IsInf(float64(global), 0) || global < 0 || (global != 0 && m.Group != 16) {
 		return nil, nil, fmt.Errorf("%w: global scale %g: only nvfp4 takes one, and it must be finite and positive", ErrManifest, global)
+	}
+	for i, v := range w {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, nil, fmt.Errorf("quant: weight [%d, %d] = %v is not finite; cannot quantize", i/cols, i%cols, v)
+		}
 	}
 	codes := make([]byte, len(w))
 	scales = make([]byte, len(w)/m.Group)

@@ -3,8 +3,10 @@ package quant
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"fastvideo/internal/minifloat"
@@ -132,5 +134,19 @@ func TestDequantizeFloatErrors(t *testing.T) {
 	words.DType = safetensors.U8
 	if _, err := DequantizeFloat(m, words, scales, 0); !errors.Is(err, ErrShape) {
 		t.Fatalf("U8 words: %v", err)
+	}
+}
+
+// TestQuantizeFloatRefusesNonFinite: every float mode refuses a NaN or infinite weight, naming its
+// place, rather than writing a group with a NaN scale.
+func TestQuantizeFloatRefusesNonFinite(t *testing.T) {
+	for name, m := range FloatModes {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			w := make([]float32, 2*m.Group)
+			w[m.Group+3] = bad
+			if _, _, err := QuantizeFloat(m, w, 2, m.Group, 0); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("[1, 3] = %v", bad)) {
+				t.Errorf("%s with %v: %v", name, bad, err)
+			}
+		}
 	}
 }

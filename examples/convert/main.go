@@ -149,13 +149,18 @@ var scaleDTypes = map[string]safetensors.DType{"": "", "bf16": safetensors.BF16,
 // adalnDTypes are the values of -adaln-dtype.
 var adalnDTypes = map[string]dtypes.DType{"bf16": dtypes.BFloat16, "f32": dtypes.Float32}
 
+// maxAdaLNSteps bounds -adaln-steps: the cache holds every visited timestep's tables of every block
+// (the base model's 49 steps are about 0.16 GB at release size; each step more adds its share, so an
+// unbounded count exhausts memory before any error).
+const maxAdaLNSteps = 100
+
 // parseValues checks the numeric and dtype flags.
 func (o *options) parseValues() error {
 	if err := (quant.Scheme{Bits: o.bits, GroupSize: o.group}).Validate(); err != nil {
 		return usageError{fmt.Errorf("-bits %d -group %d: %w", o.bits, o.group, err)}
 	}
-	if o.adalnSteps < 0 {
-		return usagef("-adaln-steps = %d; use 0 (keep the AdaLN projections) or a positive step count", o.adalnSteps)
+	if o.adalnSteps < 0 || o.adalnSteps > maxAdaLNSteps {
+		return usagef("-adaln-steps = %d; use 0 (keep the AdaLN projections) or a step count up to %d", o.adalnSteps, maxAdaLNSteps)
 	}
 	var ok bool
 	if o.scaleDType, ok = scaleDTypes[o.scaleDTypeS]; !ok {

@@ -217,6 +217,7 @@ func TestConvertFloatMode(t *testing.T) {
 	for _, args := range [][]string{
 		{"-mode", "fp6"}, {"-mode", "mxfp8", "-bits", "8"}, {"-mode", "mxfp4", "-scale-dtype", "f32"},
 		{"-mode", "mxfp8", "-global-scale"}, {"-global-scale"},
+		{"-adaln-steps", "101"}, {"-adaln-steps", "1000000000"}, // bounded before anything is computed
 	} {
 		err := run(append([]string{"-in", in, "-out", t.TempDir()}, args...), io.Discard)
 		var ue usageError
