@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -315,7 +316,15 @@ func (g *VideoGenerator) Backend() (spec string, dtype DType) {
 // Plan resolves a request against the generator's model without running it (see the package-level
 // Plan).
 func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
-	r, err := g.model.Resolve(plannedPrompt(req), false)
+	req = plannedPrompt(req)
+	if counter, ok := g.comps.(family.PromptCounter); ok && req.PromptTokens == 0 && strings.TrimSpace(req.Prompt) != "" {
+		n, err := counter.PromptTokens(strings.TrimSpace(req.Prompt))
+		if err != nil {
+			return nil, err
+		}
+		req.PromptTokens = n
+	}
+	r, err := g.model.Resolve(req, false)
 	if err != nil {
 		return nil, err
 	}

@@ -757,3 +757,27 @@ func TestEnhancePrompt(t *testing.T) {
 		t.Errorf("the plan sizes %d text rows enhanced, %d plain", pt(enhanced), pt(plain))
 	}
 }
+
+// TestPlanCountsPromptTokens: a generator plans with the tokenizer's exact count, so a prompt the
+// estimate undercounts (1,365 CJK characters: one "word" to the estimate, over 1,024 tokens to Qwen3)
+// is refused by Plan, as Generate would refuse it, while a model name alone can only estimate.
+func TestPlanCountsPromptTokens(t *testing.T) {
+	g := tinyGenerator(t)
+	var b strings.Builder
+	for i := range 1365 {
+		b.WriteRune(rune(0x4e00 + 37*i%20000)) // CJK ideographs that rarely merge into one token
+	}
+	prompt := b.String()
+	if _, err := Plan("tiny-h3", Request{Prompt: prompt}); err != nil {
+		t.Fatalf("the estimate already refuses it, the test proves nothing: %v", err)
+	}
+	_, err := g.Plan(Request{Prompt: prompt})
+	var re *RequestError
+	if !errors.As(err, &re) || re.Field != "prompt" {
+		t.Errorf("Plan of %d CJK characters: %v, want the prompt refused", len([]rune(prompt)), err)
+	}
+	p, err := g.Plan(Request{Prompt: "a red fox"})
+	if err != nil || p.Details.(*h3.PlanDetails).Rows.TextEstimated || p.Details.(*h3.PlanDetails).Rows.Text != 3 {
+		t.Errorf("a short prompt: %+v, %v; want its exact 3 tokens", p, err)
+	}
+}

@@ -56,6 +56,13 @@ type ComponentResidency struct {
 	Fits bool `json:"fits"`
 }
 
+// PromptCounter is implemented by Components that can count a prompt's tokens exactly (their
+// tokenizer), so that a generator's Plan checks a prompt's length as Generate will, not from an
+// estimate (which undercounts scripts without spaces between words, CJK for one).
+type PromptCounter interface {
+	PromptTokens(prompt string) (int, error)
+}
+
 // ComponentSizer is implemented by Components that size their heavyweight components, the one
 // that costs most to bring back (load and compile) first: the memory policy keeps them in that order.
 type ComponentSizer interface {

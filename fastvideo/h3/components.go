@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/gomlx/compute/dtypes"
 
@@ -42,7 +43,11 @@ type components struct {
 	spec    *Spec
 	textCfg qwen3vl.Config
 
-	cond    *textenc.Conditioner
+	cond *textenc.Conditioner
+	// tok is the tokenizer PromptTokens counts with, loaded at its first use.
+	tokOnce sync.Once
+	tok     *tokenizer.Tokenizer
+	tokErr  error
 	vision  *qwen3vl.Vision
 	encoder *h3video.Encoder
 	dit     *h3dit.Model
@@ -157,6 +162,15 @@ func textOptions(cfg qwen3vl.Config, dt dtypes.DType) qwen3vl.Options {
 		opts.HiddenStateIndex = 0
 	}
 	return opts
+}
+
+// PromptTokens counts the prompt's tokens as the condition stage will (family.PromptCounter).
+func (c *components) PromptTokens(prompt string) (int, error) {
+	c.tokOnce.Do(func() { c.tok, c.tokErr = c.Src.loadTokenizer() })
+	if c.tokErr != nil {
+		return 0, c.tokErr
+	}
+	return len(c.tok.Encode(prompt)), nil
 }
 
 // tokenizerAdapter gives the tokenizer the conditioner's interface (its Encode cannot fail).
