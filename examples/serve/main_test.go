@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,5 +136,101 @@ func TestSignalsShutDownCleanly(t *testing.T) {
 				t.Fatalf("after %s: %v, want exit status 0", sig, err)
 			}
 		})
+	}
+}
+
+// readmeServe returns the README's serve command's arguments and the body of its first curl
+// example, as a user copies them.
+func readmeServe(t *testing.T) (args []string, body string) {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	i := strings.Index(readme, "go run ./examples/serve ")
+	if i < 0 {
+		t.Fatal("the README has no serve command")
+	}
+	line := readme[i+len("go run ./examples/serve "):]
+	line = line[:strings.IndexAny(line, "#\n")]
+	j := strings.Index(readme, "-d '{")
+	if j < 0 {
+		t.Fatal("the README has no create request")
+	}
+	body = readme[j+len("-d '"):]
+	return strings.Fields(line), body[:strings.Index(body, "'")]
+}
+
+// TestReadmeServeCommand runs the README's serve command as written, in a folder as a fresh clone
+// would be (the default, relative -data included; only the address is a free loopback port, as the
+// test cannot count on 8080), creates the README's video through it and downloads the MP4.
+func TestReadmeServeCommand(t *testing.T) {
+	if args := os.Getenv(mainArgsEnv); args != "" {
+		os.Args = append([]string{"serve"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	args, body := readmeServe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReadmeServeCommand$")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(append(args, "-addr", "127.0.0.1:0"), " "))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	base := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if _, addr, ok := strings.Cut(sc.Text(), "addr=http://"); ok {
+				base <- "http://" + strings.Fields(addr)[0]
+			}
+		}
+		close(base)
+	}()
+	url, ok := <-base
+	if !ok {
+		t.Fatal("the README's command did not start serving")
+	}
+	resp, err := http.Post(url+"/v1/videos", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID, Status string
+		Error      any
+	}
+	json.NewDecoder(resp.Body).Decode(&job)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || job.ID == "" {
+		t.Fatalf("the README's request: %d %+v", resp.StatusCode, job)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); job.Status != "completed"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) || job.Status == "failed" {
+			t.Fatalf("the job: %+v", job)
+		}
+		r, err := http.Get(url + "/v1/videos/" + job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(r.Body).Decode(&job)
+		r.Body.Close()
+	}
+	r, err := http.Get(url + "/v1/videos/" + job.ID + "/content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	head := make([]byte, 12)
+	if _, err := io.ReadFull(r.Body, head); err != nil || string(head[4:8]) != "ftyp" {
+		t.Errorf("the video: %d %q %v", r.StatusCode, head, err)
+	}
+	if _, err := os.Stat(filepath.Join(cmd.Dir, "serve-data", "index.db")); err != nil {
+		t.Errorf("the default data folder: %v", err)
 	}
 }

@@ -99,6 +99,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: no generator")
 	}
 	cfg = withDefaults(cfg)
+	// Paths are compared with the SDK's absolute output paths: a relative data folder (the default
+	// -data is) would make every finished video "written under another name".
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("server: the data folder %q: %w", cfg.DataDir, err)
+	}
+	cfg.DataDir = abs
 	s := &Server{
 		cfg: cfg, gen: cfg.Generator, info: cfg.Generator.Model(), videosDir: filepath.Join(cfg.DataDir, "videos"),
 		keep: keepPolicy{cfg.KeepAge, cfg.KeepBytes}, limits: limits{maxPromptBytes: cfg.MaxPromptBytes},
