@@ -31,8 +31,8 @@ import (
 func main() { os.Exit(run()) }
 
 type config struct {
-	url, model, backend     string
-	n, queue, clients, each int
+	url, model, backend, slowFrom string
+	n, queue, clients, each, slow int
 }
 
 func run() int {
@@ -44,11 +44,24 @@ func run() int {
 	flag.IntVar(&c.queue, "queue", 16, "queue size of the in-process server")
 	flag.IntVar(&c.clients, "clients", 32, "concurrent clients")
 	flag.IntVar(&c.each, "cancel-every", 10, "cancel every n-th job (0: none)")
+	flag.IntVar(&c.slow, "slow", 0, "instead of jobs: open this many slow-body connections to -url and time a normal client beside them")
+	flag.StringVar(&c.slowFrom, "slow-from", "127.0.0.2", "loopback address the slow connections come from")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "loadtest: submit many video jobs concurrently and check that none is lost")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if c.slow > 0 {
+		if c.url == "" {
+			fmt.Fprintln(os.Stderr, "loadtest: -slow needs -url (a serve process, whose connection limits are its own)")
+			return 2
+		}
+		if err := slowAttack(strings.TrimRight(c.url, "/"), c.slowFrom, c.slow); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			return 1
+		}
+		return 0
+	}
 	base, mem, stop, err := target(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
