@@ -65,6 +65,7 @@ type Server struct {
 	limits    limits
 	log       *slog.Logger
 	handler   http.Handler
+	unlock    func() error // releases the data folder (lockDataDir)
 	started   time.Time
 
 	mu        sync.Mutex
@@ -115,13 +116,18 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(s.videosDir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: creating the data folder: %w", err)
 	}
+	if s.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	st, err := openStore(cfg.DataDir, newOwner())
 	if err != nil {
+		s.unlock()
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.st = st
 	if err := s.recover(); err != nil {
 		st.close()
+		s.unlock()
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.handler = s.routes()
@@ -315,7 +321,7 @@ func (s *Server) Shutdown(grace time.Duration) error {
 		close(s.stopped)
 		<-s.workerDone
 		s.janitor.Wait()
-		err = s.st.close()
+		err = errors.Join(s.st.close(), s.unlock())
 	})
 	return err
 }

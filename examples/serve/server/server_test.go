@@ -516,6 +516,11 @@ func TestRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The first process "dies": the kernel drops its lock on the folder; its goroutines wake later.
+	if err := first.s.unlock(); err != nil {
+		t.Fatal(err)
+	}
+	first.s.unlock = func() error { return nil }
 	second := start(t, dir, nil)
 	if v := second.get(done.ID); v.Status != statusCompleted {
 		t.Errorf("finished job after restart: %+v", v)
@@ -779,4 +784,20 @@ func TestFinishedVideoAdopted(t *testing.T) {
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 		t.Errorf("the output of a job that does not exist was kept: %v", err)
 	}
+}
+
+// TestOneServerPerDataDir: a second server on a data folder in use refuses to start, naming the
+// folder and the fix, and starts once the first has shut down.
+func TestOneServerPerDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, nil)
+	if _, err := New(Config{Generator: gen, DataDir: dir}); err == nil || !strings.Contains(err.Error(), "another server is using the data folder") {
+		t.Fatalf("a second server on the folder: %v", err)
+	}
+	first.stop()
+	second, err := New(Config{Generator: gen, DataDir: dir})
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	second.Shutdown(0)
 }
