@@ -263,8 +263,7 @@ func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan,
 	if err != nil {
 		return nil, err
 	}
-	dp.ActivationBytes = activationHeadroom
-	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.VideoVAEBytes + dp.ActivationBytes
+	withActivations(dp)
 	if e.DeviceMemory == nil {
 		return dp, nil
 	}
@@ -277,6 +276,12 @@ func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan,
 			"a count whose share fits: each device needs %s, %.2f GiB is free", dp.Breakdown(), float64(free)/(1<<30))}
 	}
 	return dp, nil
+}
+
+// withActivations completes a device layout with each device's activation headroom and its total.
+func withActivations(dp *family.DevicePlan) {
+	dp.ActivationBytes = activationHeadroom
+	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.VideoVAEBytes + dp.ActivationBytes
 }
 
 // checkPromptCache returns a warning when the prompt cache folder cannot be written: the cache is
@@ -392,7 +397,32 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 		return nil, err
 	}
 	p.Memory = planResidency(o, p.Memory)
+	if p.Devices, err = planSpecDevices(model, o); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// planSpecDevices is the layout over o.Devices devices a generator of model would run (nil for one),
+// from its specification: a plan shows what -gpus does before anything opens.
+func planSpecDevices(model string, o Options) (*family.DevicePlan, error) {
+	if o.Devices <= 1 {
+		return nil, nil
+	}
+	m, err := lookup(model, o.families())
+	if err != nil {
+		return nil, err
+	}
+	splitter, ok := m.(family.SpecSplitter)
+	if !ok {
+		return nil, &RequestError{Field: "devices", Value: o.Devices, Allowed: "1: this model does not split over devices yet"}
+	}
+	dp, err := splitter.PlanDevices(o.Devices, family.OrPreset(o.DType, BF16).Compute())
+	if err != nil {
+		return nil, err
+	}
+	withActivations(dp)
+	return dp, nil
 }
 
 // planResidency decides the plan's residency for the device the options name, read without

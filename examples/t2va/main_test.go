@@ -215,3 +215,16 @@ func TestInvalidRequestLeavesNoFolder(t *testing.T) {
 		t.Errorf("the refused request left %s (%v)", filepath.Join(dir, "new"), err)
 	}
 }
+
+// TestPlanShowsGPUs: -plan with -gpus shows the layout a generation over that many devices would
+// run (it was ignored), and refuses a count the model cannot split over, as a generation would.
+func TestPlanShowsGPUs(t *testing.T) {
+	var d h3.PlanDetails
+	p := clitest.RunPlan(t, run, &d, "-model", "fasth3", "-gpus", "2")
+	if p.Devices == nil || p.Devices.Devices != 2 || p.Devices.LocalHeads != 28 || p.Devices.PerDeviceBytes <= p.Devices.DiTShardBytes {
+		t.Errorf("plan devices %+v", p.Devices)
+	}
+	if code, _, stderr := clitest.Run(run, "-plan", "-model", "fasth3", "-gpus", "3"); code != 2 || !strings.Contains(stderr, "invalid -gpus 3") {
+		t.Errorf("-gpus 3: exit %d: %s", code, stderr)
+	}
+}

@@ -210,6 +210,12 @@ type Engine struct {
 	Devices int
 }
 
+// SpecSplitter is implemented by Models whose layout over devices follows from their specification
+// alone, so that a plan (nothing opened, no backend) shows it as a generator would run it.
+type SpecSplitter interface {
+	PlanDevices(devices int, dt dtypes.DType) (*DevicePlan, error)
+}
+
 // DeviceSplitter is implemented by Components that can spread their model over several devices:
 // DevicePlan says what each of devices devices holds, or why the model does not split that way.
 type DeviceSplitter interface {

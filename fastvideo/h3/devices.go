@@ -1,6 +1,8 @@
 package h3
 
 import (
+	"github.com/gomlx/compute/dtypes"
+
 	"fmt"
 
 	h3dit "fastvideo/dit/h3"
@@ -11,6 +13,11 @@ import (
 // DevicePlan lays the DiT out tensor-parallel over devices devices (family.DeviceSplitter): each holds
 // its shard of the joint blocks and the replicated rest, a replica of the video VAE decoder for its
 // clips (videoVAEOptions), plus the activation allowance.
+// PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
+func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
+	return (&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
+}
+
 func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	sp, err := h3dit.PlanShards(c.spec.DiT, c.Engine.DType, devices)
 	if err != nil {

@@ -1,6 +1,8 @@
 package wan
 
 import (
+	"github.com/gomlx/compute/dtypes"
+
 	"fmt"
 
 	"github.com/gomlx/compute"
@@ -17,6 +19,11 @@ const cfgDevices = 2
 // each device holds the whole DiT plus the activation allowance (the 14B's 28.6 GB bf16 copy fits an
 // 80 GB or larger device; the plan refuses a device without room before anything loads). Models
 // without guidance are refused: there is nothing to split.
+// PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
+func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
+	return (&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
+}
+
 func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	s := c.spec
 	refuse := func(why string) error {
