@@ -127,7 +127,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, &APIError{Code: "server_shutting_down", Message: err.Error()})
 	default:
 		s.log.Error("creating a job", "err", err)
-		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: err.Error(), Type: "server_error"})
+		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: s.redact(err.Error()), Type: "server_error"})
 	}
 }
 
@@ -203,7 +203,7 @@ func (s *Server) found(w http.ResponseWriter, id string, err error) bool {
 		writeError(w, http.StatusNotFound, notFound(id))
 	default:
 		s.log.Error("reading the job index", "id", id, "err", err)
-		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: err.Error(), Type: "server_error"})
+		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: s.redact(err.Error()), Type: "server_error"})
 	}
 	return false
 }
@@ -250,7 +250,7 @@ func (s *Server) handleContent(w http.ResponseWriter, r *http.Request, id string
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: err.Error(), Type: "server_error"})
+		writeError(w, http.StatusInternalServerError, &APIError{Code: "internal_error", Message: s.redact(err.Error()), Type: "server_error"})
 		return
 	}
 	w.Header().Set("Content-Type", "video/mp4")

@@ -137,6 +137,16 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// redact takes this machine's paths out of a message a client will read: the data folder becomes
+// "<data>", the home folder "~".
+func (s *Server) redact(msg string) string {
+	msg = strings.ReplaceAll(msg, s.cfg.DataDir, "<data>")
+	if home, err := os.UserHomeDir(); err == nil && len(home) > 1 {
+		msg = strings.ReplaceAll(msg, home, "~")
+	}
+	return msg
+}
+
 func withDefaults(cfg Config) Config {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 16

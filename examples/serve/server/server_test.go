@@ -801,3 +801,18 @@ func TestOneServerPerDataDir(t *testing.T) {
 	}
 	second.Shutdown(0)
 }
+
+// TestRedactHostPaths: messages a client reads name the data folder and the home folder by
+// placeholders, not by this machine's paths.
+func TestRedactHostPaths(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip("no home folder")
+	}
+	msg := h.s.redact("writing " + filepath.Join(h.s.cfg.DataDir, "videos", "x.mp4") + " after reading " + filepath.Join(home, "models", "h3"))
+	if strings.Contains(msg, h.s.cfg.DataDir) || strings.Contains(msg, home+string(filepath.Separator)) ||
+		!strings.Contains(msg, "<data>"+string(filepath.Separator)+"videos") {
+		t.Errorf("redacted: %q", msg)
+	}
+}

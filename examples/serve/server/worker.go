@@ -177,6 +177,10 @@ func (s *Server) finish(j *job, res *fastvideo.Result, err, cause error, elapsed
 	default:
 		v.fail(now, errorOf(err, cause))
 	}
+	if e := v.Error; e != nil {
+		s.log.Info("job failed", "id", j.id, "err", e.Message) // whole here; the client sees no host paths
+		e.Message = s.redact(e.Message)
+	}
 	s.log.Info("job finished", "id", j.id, "status", final.Status, "seconds", elapsed.Seconds())
 	s.retire(j, final, file, size)
 }
