@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 	"fastvideo/schedule"
+
+	"fastvideo/examples/internal/clitest"
 )
 
 // releasedFolder writes the tiny DiT fixture as a released transformer/ folder: config.json and two
@@ -225,4 +228,11 @@ func TestConvertFloatMode(t *testing.T) {
 			t.Errorf("%v: want a usage error, got %v", args, err)
 		}
 	}
+}
+
+// TestReadmeListsEveryFlag: the README's flag table of convert is complete.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	var help bytes.Buffer
+	run([]string{"-h"}, &help)
+	clitest.CheckReadmeFlags(t, "convert", help.String())
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"fastvideo/examples/internal/clitest"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -233,4 +235,11 @@ func TestReadmeServeCommand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cmd.Dir, "serve-data", "index.db")); err != nil {
 		t.Errorf("the default data folder: %v", err)
 	}
+}
+
+// TestReadmeListsEveryFlag: the README's flag table of serve is complete.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	var help bytes.Buffer
+	run(context.Background(), []string{"-h"}, "", &help, nil)
+	clitest.CheckReadmeFlags(t, "serve", help.String())
 }

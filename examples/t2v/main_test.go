@@ -227,3 +227,9 @@ func TestFastSpatialHintWorks(t *testing.T) {
 		t.Errorf("the suggested %dx%d: exit %d: %s", h, w, code, stderr)
 	}
 }
+
+// TestReadmeListsEveryFlag: the README's flag table of t2v is complete.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	_, _, help := clitest.Run(run, "-h")
+	clitest.CheckReadmeFlags(t, "t2v", help)
+}

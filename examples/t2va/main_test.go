@@ -228,3 +228,9 @@ func TestPlanShowsGPUs(t *testing.T) {
 		t.Errorf("-gpus 3: exit %d: %s", code, stderr)
 	}
 }
+
+// TestReadmeListsEveryFlag: the README's flag table of t2va is complete.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	_, _, help := clitest.Run(run, "-h")
+	clitest.CheckReadmeFlags(t, "t2va", help)
+}

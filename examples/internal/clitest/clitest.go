@@ -166,3 +166,38 @@ func CheckFastModes(t *testing.T, run RunFunc, details any, cases []FastCase) {
 		})
 	}
 }
+
+// CheckReadmeFlags checks that the README's flag table of binary (its "Every flag" section, a
+// <details> block whose summary names the binary) lists every flag the binary's -h output shows,
+// and no flag the binary does not have.
+func CheckReadmeFlags(t *testing.T, binary, help string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	start := strings.Index(readme, "<summary><code>"+binary+"</code>")
+	if start < 0 {
+		t.Fatalf("the README has no flag table for %s", binary)
+	}
+	table := readme[start:]
+	table = table[:strings.Index(table, "</details>")]
+	var want []string
+	for _, line := range strings.Split(help, "\n") {
+		if name, ok := strings.CutPrefix(line, "  -"); ok && name != "" {
+			want = append(want, "-"+strings.Fields(name)[0])
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("%s -h lists no flags:\n%s", binary, help)
+	}
+	for _, f := range want {
+		if !strings.Contains(table, "| `"+f+"` |") {
+			t.Errorf("the README's %s table lacks %s: regenerate it from %s -h", binary, f, binary)
+		}
+	}
+	if rows := strings.Count(table, "\n| `-"); rows != len(want) {
+		t.Errorf("the README's %s table has %d flags, %s -h %d", binary, rows, binary, len(want))
+	}
+}
