@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 )
 
@@ -130,5 +131,41 @@ func TestOutputPathChecks(t *testing.T) {
 	}
 	if names := dirNames(t, dir); len(names) > 1 {
 		t.Errorf("the folder holds %v", names)
+	}
+}
+
+// TestKilledRunLeftoversSwept: what a run killed with SIGKILL leaves in its output folder (the hidden
+// staging file, the encoder's .part files and the audio pass's .f32le, named as this SDK names them)
+// is removed by the next generation into that folder once older than an hour; younger ones may be a
+// live run's and stay.
+func TestKilledRunLeftoversSwept(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "a_red_fox.mp4")
+	staging, err := stagingPath(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stem := filepath.Join(dir, "."+filepath.Base(staging)+".0123456789ab")
+	old := []string{staging, stem + ".part", stem + ".video.part", filepath.Join(dir, "."+filepath.Base(staging)+".123456.f32le")}
+	young := filepath.Join(dir, ".young.mp4.fastvideo-abcdefabcdef.mp4")
+	for _, p := range append(old, young) {
+		if err := os.WriteFile(p, []byte("left by a killed run"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range old {
+		then := time.Now().Add(-2 * time.Hour)
+		os.Chtimes(p, then, then)
+	}
+	if _, err := tinyGenerator(t).Generate(context.Background(), Request{Prompt: "a red fox", OutputPath: dir + string(filepath.Separator)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range old {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s stayed: %v", filepath.Base(p), err)
+		}
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("a young staging file (maybe a live run's) was removed: %v", err)
 	}
 }
