@@ -41,7 +41,7 @@ type createParams struct {
 	numFrames, fps, steps                       int
 	fastFactor, fastSpatialScale                int
 	seed                                        *int64
-	fast, fastSpatial                           bool
+	fast, fastSpatial, enhancePrompt            bool
 	// sent are the fields the client gave, so that an error names what it sent.
 	sent map[string]bool
 }
@@ -77,6 +77,7 @@ var paramFields = map[string]func(p *createParams, raw json.RawMessage) error{
 	"fast_spatial_scale":  numberField(func(p *createParams) *int { return &p.fastSpatialScale }),
 	"fast":                numberField(func(p *createParams) *bool { return &p.fast }),
 	"fast_spatial":        numberField(func(p *createParams) *bool { return &p.fastSpatial }),
+	"enhance_prompt":      numberField(func(p *createParams) *bool { return &p.enhancePrompt }),
 	"seed": func(p *createParams, raw json.RawMessage) error {
 		p.seed = new(int64)
 		return decodeLoose(raw, p.seed)
@@ -219,6 +220,7 @@ func (p *createParams) request(info fastvideo.ModelInfo, lim limits) (fastvideo.
 		Prompt: p.prompt, NegativePrompt: p.negativePrompt, NumFrames: p.numFrames, FPS: p.fps,
 		NumInferenceSteps: p.steps, GuidanceScale: p.guidanceScale, Seed: p.seed, Preset: p.preset,
 		Fast: p.fast, FastFactor: p.fastFactor, FastSpatial: p.fastSpatial, FastSpatialScale: p.fastSpatialScale,
+		EnhancePrompt: p.enhancePrompt,
 	}
 	if p.model != "" && p.model != info.Name {
 		return req, invalid("model", "model %q is not served here; this server serves %q", p.model, info.Name)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"fastvideo/fastvideo"
+	"fastvideo/internal/promptenhance"
 )
 
 // gen is the tiny-h3 generator every test's server shares (Generate serializes its calls).
@@ -814,5 +815,24 @@ func TestRedactHostPaths(t *testing.T) {
 	if strings.Contains(msg, h.s.cfg.DataDir) || strings.Contains(msg, home+string(filepath.Separator)) ||
 		!strings.Contains(msg, "<data>"+string(filepath.Separator)+"videos") {
 		t.Errorf("redacted: %q", msg)
+	}
+}
+
+// TestEnhancePromptField: enhance_prompt rewrites the prompt with the SDK's template enhancer; the
+// job keeps the client's prompt and reports the one the model ran on.
+func TestEnhancePromptField(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	v := h.create(`{"prompt": "a red fox", "enhance_prompt": true}`)
+	evs := h.events(v.ID)
+	last := evs[len(evs)-1]
+	want, err := promptenhance.Template("a red fox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Status != statusCompleted || last.Prompt != "a red fox" || last.PromptUsed != want {
+		t.Errorf("job %s: prompt %q, used %q; want %q", last.Status, last.Prompt, last.PromptUsed, want)
+	}
+	if plain := h.create(`{"prompt": "a red fox"}`); h.events(plain.ID)[0].PromptUsed != "" {
+		t.Error("a job without enhance_prompt reports a used prompt")
 	}
 }

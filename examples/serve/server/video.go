@@ -27,13 +27,15 @@ const (
 // status, progress, model, seconds, size, completed_at, expires_at, error) plus the generation's
 // own fields.
 type Video struct {
-	ID          string    `json:"id"`
-	Object      string    `json:"object"` // always "video"
-	CreatedAt   int64     `json:"created_at"`
-	Status      string    `json:"status"`
-	Progress    int       `json:"progress"` // 0-100
-	Model       string    `json:"model"`
-	Prompt      string    `json:"prompt"`
+	ID        string `json:"id"`
+	Object    string `json:"object"` // always "video"
+	CreatedAt int64  `json:"created_at"`
+	Status    string `json:"status"`
+	Progress  int    `json:"progress"` // 0-100
+	Model     string `json:"model"`
+	Prompt    string `json:"prompt"`
+	// PromptUsed is the prompt the model ran on when enhance_prompt rewrote it (once completed).
+	PromptUsed  string    `json:"prompt_used,omitempty"`
 	Seconds     string    `json:"seconds"` // duration of the output, from the resolved frame count
 	Size        string    `json:"size"`    // "WxH"
 	StartedAt   *int64    `json:"started_at"`

@@ -203,6 +203,9 @@ func (s *Server) completed(v *Video, res *fastvideo.Result) (string, int64, erro
 		return "", 0, err
 	}
 	v.Status, v.Progress, v.Timings, v.Seed = statusCompleted, 100, timings, res.Seed
+	if res.PromptEnhancement != nil {
+		v.PromptUsed = res.Prompt
+	}
 	v.Width, v.Height, v.NumFrames, v.FPS = res.Width, res.Height, res.NumFrames, res.FPS
 	v.Seconds = formatSeconds(res.NumFrames, res.FPS)
 	return filepath.Base(want), st.Size(), nil
