@@ -32,8 +32,8 @@
 //
 // Randomness: the initial noise comes from GaussianNoise, a documented Go generator. It cannot
 // reproduce PyTorch's torch.randn stream, so a Go run and a Python run with the same seed differ; to
-// reproduce a reference run, inject its noise with Request.VideoNoise and Request.AudioNoise (Wan DMD:
-// Request.RenoiseNoise for the draws between steps).
+// reproduce a reference run, inject its noise with Request.VideoNoise and, for MiniMax H3, the
+// family option h3.Options.AudioNoise (Wan DMD: Request.RenoiseNoise for the draws between steps).
 //
 // The built-in "tiny-h3" and "tiny-wan" models are the two architectures at toy width with
 // deterministic random weights made in memory (tiny-wan also with a toy tokenizer); they run the

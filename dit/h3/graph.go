@@ -22,7 +22,8 @@ type AllReduce = nn.AllReduce
 // count and FFN width: with tensor parallelism the Q/K/V/FFN-in weights are split by rows and to_out/
 // FFN-out by columns at load time, and AllReduce sums the partial outputs.
 //
-// Quantized weights split the same way (no tensor-parallel loader exists yet; this is its contract): a
+// Quantized weights would split the same way (tensor parallelism refuses quantized joint blocks today,
+// shard.go; this is the contract a quantized split must keep): a
 // row split takes the same rows of the packed words, the scales and the biases. A column split of to_out
 // or FFN-out (the input axis, along which MLX groups) must fall on group boundaries: a shard of columns
 // [c0, c1) with c0, c1 multiples of the group size (64) takes words [c0·bits/32, c1·bits/32) — whole words

@@ -51,8 +51,8 @@ type Request struct {
 	PromptTokens int `json:"prompt_tokens,omitempty"`
 
 	// Fast enables the temporal fast mode: denoise and decode fewer frames on the full timeline,
-	// then interpolate to the requested count (MLX --fast). Plan only for now: Generate rejects it
-	// (the frame interpolator is not in the SDK yet).
+	// then interpolate to the requested count with RIFE 4.25 (MLX --fast; released models need its
+	// weights, fastvideo.WithRIFE).
 	Fast       bool `json:"fast,omitempty"`
 	FastFactor int  `json:"fast_factor,omitempty"` // 0: 2
 	// FastSpatial enables the spatial fast mode: denoise and decode on a canvas FastSpatialScale

@@ -142,9 +142,8 @@ func (s *Server) admit(r *http.Request) (*Video, fastvideo.Request, error) {
 	if err != nil {
 		return nil, req, err
 	}
-	// Plan applies the SDK's request rules without loading anything (the prompt's presence is
-	// checked above, the output path is the server's). Generate alone rejects the fast modes, which
-	// the SDK plans but cannot run yet: such a job fails with error.param "fast".
+	// Plan applies the SDK's request rules without loading anything heavy (the prompt's presence is
+	// checked above, the output path is the server's), its length measured with the model's tokenizer.
 	plan, err := s.gen.Plan(req)
 	var re *fastvideo.RequestError
 	if errors.As(err, &re) {
