@@ -47,7 +47,8 @@ type Request struct {
 	Preset     string `json:"preset,omitempty"` // "" selects the model's default preset
 
 	// PromptTokens is the prompt's length in tokens when already known (from the tokenizer or a
-	// prompt cache); 0 lets Plan estimate it from the text.
+	// prompt cache); with 0 a generator's Plan counts it with the model's tokenizer and the
+	// package-level Plan, which opens nothing, estimates it from the text.
 	PromptTokens int `json:"prompt_tokens,omitempty"`
 
 	// Fast enables the temporal fast mode: denoise and decode fewer frames on the full timeline,
