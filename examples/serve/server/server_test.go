@@ -836,3 +836,18 @@ func TestEnhancePromptField(t *testing.T) {
 		t.Error("a job without enhance_prompt reports a used prompt")
 	}
 }
+
+// TestLongCJKPromptRefusedAtAdmission: a prompt the SDK's estimate undercounts (1,365 CJK characters,
+// over H3's 1,024 tokens) is a 400 naming the prompt when submitted, not a job that fails later.
+func TestLongCJKPromptRefusedAtAdmission(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	var b strings.Builder
+	for i := range 1365 {
+		b.WriteRune(rune(0x4e00 + 37*i%20000))
+	}
+	body, _ := json.Marshal(map[string]string{"prompt": b.String()})
+	var out struct{ Error APIError }
+	if resp := h.do("POST", "/v1/videos", "application/json", string(body), &out); resp.StatusCode != 400 || out.Error.Param != "prompt" || !strings.Contains(out.Error.Message, "tokens") {
+		t.Errorf("a 1,365-character CJK prompt: %d %+v, want 400 naming the prompt", resp.StatusCode, out.Error)
+	}
+}
