@@ -61,7 +61,7 @@ func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
 	if v == nil {
 		return nil, nil
 	}
-	if v.Sparsity < 0 || v.Sparsity >= 1 {
+	if !(v.Sparsity >= 0 && v.Sparsity < 1) { // written so NaN fails too
 		return nil, fmt.Errorf("h3: VSA sparsity %g is outside [0, 1)", v.Sparsity)
 	}
 	tl, err := v.Tiling()

@@ -58,7 +58,7 @@ func (m *Model) planVSA(v *VSA, grid [3]int) (*vsaPlan, error) {
 	if v == nil {
 		return nil, nil
 	}
-	if v.Sparsity < 0 || v.Sparsity >= 1 {
+	if !(v.Sparsity >= 0 && v.Sparsity < 1) { // written so NaN fails too
 		return nil, fmt.Errorf("wan: VSA sparsity %g is outside [0, 1)", v.Sparsity)
 	}
 	if !m.HasVSAGates() {

@@ -226,7 +226,7 @@ func (c *inferenceContract) check(path string) error {
 // applyContractVSA takes the contract's VSA defaults, when it declares them.
 func (s *Spec) applyContractVSA(c *inferenceContract, path string) error {
 	if c.VSASparsity != nil {
-		if *c.VSASparsity < 0 || *c.VSASparsity >= 1 {
+		if !(*c.VSASparsity >= 0 && *c.VSASparsity < 1) { // written so NaN fails too
 			return fmt.Errorf("fastvideo: %s: vsa_sparsity %g is outside [0, 1)", path, *c.VSASparsity)
 		}
 		s.VSASparsity = *c.VSASparsity
