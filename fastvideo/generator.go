@@ -154,11 +154,9 @@ func openEngine(o Options) (*family.Engine, error) {
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
-		DeviceMemory: bp.MemoryStats(), X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
+		X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
 	e.FP8 = o.DType == FP8
-	if !e.Accelerated {
-		e.HostMemory = backend.HostAvailable
-	}
+	readMemory(e, bp)
 	if s, ok := b.(interface {
 		DeviceMemoryStats(compute.DeviceNum) (inUse, peak int64, err error)
 	}); ok && e.DeviceMemory != nil {
@@ -187,6 +185,15 @@ func openEngine(o Options) (*family.Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// readMemory gives e the memory readings of the backend bp resolves to, without starting it: the
+// accelerator's through its driver, the host's for the pure-Go backend, whose device the host is.
+func readMemory(e *family.Engine, bp *backend.Plan) {
+	e.DeviceMemory = bp.MemoryStats()
+	if !e.Accelerated {
+		e.HostMemory = backend.HostAvailable
+	}
 }
 
 // activationHeadroom is the device memory AutoMemory leaves beside the resident weights for a
@@ -322,12 +329,15 @@ func (g *VideoGenerator) Backend() (spec string, dtype DType) {
 // Plan).
 func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 	req = plannedPrompt(req)
-	if counter, ok := g.comps.(family.PromptCounter); ok && req.PromptTokens == 0 && strings.TrimSpace(req.Prompt) != "" {
-		n, err := counter.PromptTokens(strings.TrimSpace(req.Prompt))
-		if err != nil {
-			return nil, err
+	// Counted as the condition stage will count it: trimmed, as Resolve leaves it.
+	if counter, ok := g.comps.(family.PromptCounter); ok && req.PromptTokens == 0 {
+		if prompt := strings.TrimSpace(req.Prompt); prompt != "" {
+			n, err := counter.PromptTokens(prompt)
+			if err != nil {
+				return nil, err
+			}
+			req.PromptTokens = n
 		}
-		req.PromptTokens = n
 	}
 	r, err := g.model.Resolve(req, false)
 	if err != nil {
@@ -388,7 +398,7 @@ func (g *VideoGenerator) String() string {
 // Options may set the weight dtype (WithDType) used for WeightsBytes; the default is the
 // checkpoint's own precision.
 func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
-	o, r, err := resolveWith(model, req, false, opts)
+	o, m, r, err := resolveWith(model, req, false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -397,21 +407,17 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 		return nil, err
 	}
 	p.Memory = planResidency(o, p.Memory)
-	if p.Devices, err = planSpecDevices(model, o); err != nil {
+	if p.Devices, err = planSpecDevices(m, o); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// planSpecDevices is the layout over o.Devices devices a generator of model would run (nil for one),
+// planSpecDevices is the layout over o.Devices devices a generator of m would run (nil for one),
 // from its specification: a plan shows what -gpus does before anything opens.
-func planSpecDevices(model string, o Options) (*family.DevicePlan, error) {
+func planSpecDevices(m family.Model, o Options) (*family.DevicePlan, error) {
 	if o.Devices <= 1 {
 		return nil, nil
-	}
-	m, err := lookup(model, o.families())
-	if err != nil {
-		return nil, err
 	}
 	splitter, ok := m.(family.SpecSplitter)
 	if !ok {
@@ -432,11 +438,8 @@ func planResidency(o Options, rs []family.ComponentResidency) []family.Component
 	if o, err := o.fromEnvironment(); err == nil {
 		spec, _ := o.backendSpec()
 		if bp, err := backend.Resolve(spec); err == nil {
-			e := &family.Engine{Memory: family.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo,
-				DeviceMemory: bp.MemoryStats()}
-			if !e.Accelerated {
-				e.HostMemory = backend.HostAvailable
-			}
+			e := &family.Engine{Memory: family.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo}
+			readMemory(e, bp)
 			if e.Memory != AutoMemory || e.DeviceMemory != nil || e.HostMemory != nil {
 				return decideResidency(e, family.Sizes(rs))
 			}
@@ -448,7 +451,7 @@ func planResidency(o Options, rs []family.ComponentResidency) []family.Component
 // Validate checks a generation request against a model without loading anything heavy; unlike
 // Plan it also requires a prompt, and it checks the output path.
 func Validate(model string, req Request, opts ...Option) error {
-	_, r, err := resolveWith(model, req, true, opts)
+	_, _, r, err := resolveWith(model, req, true, opts)
 	if err != nil || req.SkipSave {
 		return err
 	}
@@ -458,17 +461,17 @@ func Validate(model string, req Request, opts ...Option) error {
 
 // resolveWith applies opts, looks the model up and resolves req against it (needPrompt: Validate's
 // rule, the prompt is required).
-func resolveWith(model string, req Request, needPrompt bool, opts []Option) (Options, family.Resolution, error) {
+func resolveWith(model string, req Request, needPrompt bool, opts []Option) (Options, family.Model, family.Resolution, error) {
 	o, err := applyOptions(opts)
 	if err != nil {
-		return o, nil, err
+		return o, nil, nil, err
 	}
 	m, err := lookup(model, o.families())
 	if err != nil {
-		return o, nil, err
+		return o, nil, nil, err
 	}
 	r, err := m.Resolve(plannedPrompt(req), needPrompt)
-	return o, r, err
+	return o, m, r, err
 }
 
 // plannedPrompt is req with the prompt a run would use: enhanced when it asks (the template is

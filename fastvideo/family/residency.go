@@ -1,9 +1,6 @@
 package family
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Residency is where a heavyweight component's weights are between the calls of a generator.
 type Residency string
@@ -174,15 +171,6 @@ func (e *Engine) Keeps(name string) bool {
 		}
 	}
 	return false
-}
-
-// DescribeResidency is one line for messages: "dit resident 65.3 GiB, text_encoder streamed ...".
-func DescribeResidency(rs []ComponentResidency) string {
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = fmt.Sprintf("%s %s %.2f GiB", r.Name, r.Residency, float64(r.Bytes)/(1<<30))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // MemoryRows writes one plan-table row per component: its bytes and, when decided, where it lives.

@@ -115,10 +115,7 @@ func (c *components) readTextConfig(f *folder) error {
 // fixed weights) with its text stack, a folder at its configs' geometry without reading its
 // weight files.
 func (c *components) openRandom(seed int64) error {
-	c.textCfg = qwen3vl.Q32B()
-	if c.spec.Name == TinyName {
-		c.textCfg = tinyTextEncoder()
-	}
+	c.textCfg = c.spec.builtinTextConfig()
 	if c.spec.Dir != "" {
 		if err := c.readTextConfig(&folder{Snapshot: family.Snapshot{Dir: c.spec.Dir}, spec: c.spec}); err != nil {
 			return err
@@ -126,6 +123,15 @@ func (c *components) openRandom(seed int64) error {
 	}
 	c.Src = newRandomSource(c.spec, c.textCfg, seed)
 	return nil
+}
+
+// builtinTextConfig is the text encoder config of a built-in model (tiny-h3's toy stack, else the
+// released Qwen3-VL-32B); a folder's own config.json overrides it when read.
+func (s *Spec) builtinTextConfig() qwen3vl.Config {
+	if s.Name == TinyName {
+		return tinyTextEncoder()
+	}
+	return qwen3vl.Q32B()
 }
 
 // conditioner builds the tokenizer -> Qwen3-VL -> prompt cache chain.

@@ -7,7 +7,6 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
-	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 )
 
@@ -125,11 +124,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
-	textCfg := qwen3vl.Q32B()
-	if s.Name == TinyName {
-		textCfg = tinyTextEncoder()
-	}
-	p.Memory = family.Undecided(componentSizes(s, textCfg, p.WeightsDType.Compute(), p.WeightsDType))
+	p.Memory = family.Undecided(componentSizes(s, s.builtinTextConfig(), p.WeightsDType.Compute(), p.WeightsDType))
 	return p, nil
 }
 

@@ -1,7 +1,9 @@
 package h3
 
 import (
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -132,7 +134,7 @@ func TestResidencyByDevice(t *testing.T) {
 		got := family.ChooseResidency(free, 24*gib, sizes)
 		for _, r := range got {
 			if r.Residency != c.want[r.Name] {
-				t.Errorf("%.1f GiB, fp8 %v: %s is %s, want %s (%s)", c.deviceGiB, c.fp8, r.Name, r.Residency, c.want[r.Name], family.DescribeResidency(got))
+				t.Errorf("%.1f GiB, fp8 %v: %s is %s, want %s (%s)", c.deviceGiB, c.fp8, r.Name, r.Residency, c.want[r.Name], describe(got))
 			}
 			if r.Name == "dit" && r.Fits != c.ditFits {
 				t.Errorf("%.1f GiB, fp8 %v: the DiT fits %v, want %v", c.deviceGiB, c.fp8, r.Fits, c.ditFits)
@@ -166,4 +168,13 @@ func TestConvertedDiTBytes(t *testing.T) {
 	if sizes[0].Name != family.CompDiT || sizes[0].Bytes != 12345 {
 		t.Errorf("converted DiT sized %+v, want 12345 bytes", sizes[0])
 	}
+}
+
+// describe is one line of decisions for messages: "dit resident 65.32 GiB, ...".
+func describe(rs []family.ComponentResidency) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s %s %.2f GiB", r.Name, r.Residency, float64(r.Bytes)/(1<<30))
+	}
+	return strings.Join(parts, ", ")
 }
