@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"fastvideo/internal/safefile"
+	"fastvideo/internal/safetensors"
 )
 
 // Backend is the one backend this package has.
@@ -163,7 +163,7 @@ func readCache(path, original string) (Result, bool) {
 	return Result{Original: c.Original, Enhanced: c.Enhanced, Backend: "cache"}, true
 }
 
-// writeCache writes c to a temporary file in path's folder and renames it into place.
+// writeCache writes c atomically (safetensors.WriteAtomic: a temporary file renamed into place).
 func writeCache(path string, c cached) error {
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -172,23 +172,5 @@ func writeCache(path string, c cached) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".enhanced-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("promptenhance: %w", err)
-	}
-	return nil
+	return safetensors.WriteAtomic(path, data)
 }
