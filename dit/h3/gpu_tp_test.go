@@ -49,6 +49,7 @@ func TestTensorParallelOnGPU(t *testing.T) {
 func TestTensorParallelBF16OnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda", 2)
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
+		skipUnlessSplitsInTwo(t, fx)
 		out := testutil.Run(t, func() (*Model, error) {
 			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, Shards: 2})
 		}, func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
@@ -71,6 +72,7 @@ func TestTensorParallelBF16OnGPU(t *testing.T) {
 func TestTensorParallelVSAOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "h3_dit_vsa", func(t *testing.T, fx *testutil.Fixture) {
+		skipUnlessSplitsInTwo(t, fx)
 		m := testutil.Open(t, func() (*Model, error) {
 			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32, Shards: 2})
 		})
@@ -88,4 +90,12 @@ func TestTensorParallelVSAOnGPU(t *testing.T) {
 			testutil.AssertClose(t, name+" video over 2 GPUs", out.Video, want, sh, testutil.ParityTol(want))
 		}
 	})
+}
+
+// skipUnlessSplitsInTwo skips a fixture whose heads do not split over the two GPUs these tests hold.
+func skipUnlessSplitsInTwo(t *testing.T, fx *testutil.Fixture) {
+	t.Helper()
+	if err := checkShards(fixtureConfig(t, fx), 2); err != nil {
+		t.Skipf("two GPUs: %v", err)
+	}
 }

@@ -10,9 +10,24 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// tinyVSA is the VSA of the tiny fixture's document: [text 8 | cond 6 | audio 74 | video 7×2×3].
-func tinyVSA(sparsity float64, mode attention.Mode) *VSA {
-	return &VSA{Sparsity: sparsity, TileSize: 64, Mode: mode, Prefix: [3]int{8, 6, 74}, Grid: [3]int{7, 2, 3}}
+// fixtureVSA is the VSA of an h3_dit fixture's document, [text | condition | audio | video grid], read
+// from its inputs and request.
+func fixtureVSA(t *testing.T, fx *testutil.Fixture, sparsity float64, mode attention.Mode) *VSA {
+	t.Helper()
+	var req struct {
+		Frames   int `json:"latent_frames"`
+		H        int `json:"latent_h"`
+		W        int `json:"latent_w"`
+		CondRows int `json:"num_condition_video_rows"`
+	}
+	if err := fx.DecodeConfig(&req, "request"); err != nil {
+		t.Fatal(err)
+	}
+	p := fixtureConfig(t, fx).PatchSize
+	text, _ := fx.I64(t, "in.text_indices")
+	audio, _ := fx.I64(t, "in.audio_indices")
+	return &VSA{Sparsity: sparsity, TileSize: 64, Mode: mode, Prefix: [3]int{len(text), req.CondRows, len(audio)},
+		Grid: [3]int{req.Frames / p[0], req.H / p[1], req.W / p[2]}}
 }
 
 // gatedSource adds random to_gate_compress matrices (scaled by amp; 0 gives zero gates) to the fixture.
@@ -57,16 +72,16 @@ func TestVSAForwardProperties(t *testing.T) {
 				t.Errorf("%s: equals dense (%.3g): the VSA path did nothing", label, diff)
 			}
 		}
-		check("sparsity 0, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), tinyVSA(0, attention.ModeExempt)), true)
-		check("sparsity 0, gate", vsaForward(t, fx, gatedSource(fx, cfg, 0.5), tinyVSA(0, attention.ModeExempt)), false)
-		check("sparsity 0.9, compete", vsaForward(t, fx, gatedSource(fx, cfg, 0), tinyVSA(0.9, attention.ModeCompete)), false)
-		all := tinyVSA(0.9, attention.ModeExempt)
+		check("sparsity 0, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), fixtureVSA(t, fx, 0, attention.ModeExempt)), true)
+		check("sparsity 0, gate", vsaForward(t, fx, gatedSource(fx, cfg, 0.5), fixtureVSA(t, fx, 0, attention.ModeExempt)), false)
+		check("sparsity 0.9, compete", vsaForward(t, fx, gatedSource(fx, cfg, 0), fixtureVSA(t, fx, 0.9, attention.ModeCompete)), false)
+		all := fixtureVSA(t, fx, 0.9, attention.ModeExempt)
 		for b := 0; b < cfg.NumLayers; b++ {
 			all.DenseLayers = append(all.DenseLayers, b)
 		}
 		check("dense layers, zero gate", vsaForward(t, fx, gatedSource(fx, cfg, 0), all), true)
 		// Without gate weights in the checkpoint the branch is off (the base H3 checkpoint).
-		check("no gate weights", vsaForward(t, fx, &testutil.EditSource{Base: fx.Weights()}, tinyVSA(0, attention.ModeExempt)), true)
+		check("no gate weights", vsaForward(t, fx, &testutil.EditSource{Base: fx.Weights()}, fixtureVSA(t, fx, 0, attention.ModeExempt)), true)
 	})
 }
 
@@ -74,7 +89,7 @@ func TestVSARejectsWrongLayout(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
 		in := fixtureInputs(t, fx)
-		in.VSA = tinyVSA(0.5, attention.ModeExempt)
+		in.VSA = fixtureVSA(t, fx, 0.5, attention.ModeExempt)
 		in.VSA.Prefix[0]++
 		if _, err := m.Forward(in); err == nil {
 			t.Error("VSA segments that do not cover the sequence: want an error")

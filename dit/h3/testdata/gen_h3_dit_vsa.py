@@ -1,9 +1,12 @@
 # Golden fixture for the MiniMax H3 DiT forward with Video Sparse Attention on (kind "h3_dit_vsa"), from
 # FastVideo's own modules on a tiny random config (float32; CPU or GPU, TF32 off):
 #
-#   FASTVIDEO_SRC=/path/to/FastVideo python3 dit/h3/testdata/gen_h3_dit_vsa.py OUT_DIR
+#   FASTVIDEO_SRC=/path/to/FastVideo python3 dit/h3/testdata/gen_h3_dit_vsa.py OUT_DIR [wide]
 #
-# Writes OUT_DIR/h3_dit_vsa_tiny.{safetensors,json} (about 1 MB).
+# Writes OUT_DIR/h3_dit_vsa_tiny.{safetensors,json} (about 1 MB). With "wide": another width, head count, text
+# length and latent grid (h3_dit_vsa_wide), plus an "h3_dit" fixture of the same weights and document with
+# the timesteps of a real ladder and upstream's scheduler step (h3_dit_wide): the second geometry every
+# H3 DiT parity, quant and VSA test must also pass, so that none hard-codes the first fixture's.
 #
 # Upstream files (read unchanged; the folders fastvideo/ and fastvideo-kernel/python/ of the checkout):
 #   fastvideo/models/dits/minimax_h3.py (+ minimax_h3_fusions/, base.py)  MiniMaxH3Transformer3DModel
@@ -41,7 +44,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../internal/testutil/pyfv"))
 import fvupstream as fu  # noqa: E402
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else sys.exit("usage: gen_h3_dit_vsa.py OUT_DIR")
+OUT = sys.argv[1] if len(sys.argv) > 1 else sys.exit("usage: gen_h3_dit_vsa.py OUT_DIR [wide]")
+WIDE = sys.argv[2:] == ["wide"]
 fu.bind()
 stubbed_diffusers = fu.ensure_diffusers_randn()
 fu.bind_vsa_kernels()
@@ -57,6 +61,9 @@ ARCH = dict(hidden_size=64, num_attention_heads=2, attention_head_dim=32, num_la
             ffn_dim=128, in_channels=8, audio_in_channels=8, patch_size=(1, 2, 2), text_dim=32, freq_dim=256,
             time_embed_hidden_dim=32, time_embed_dim=16, adaln_rank=None, rope_freq_dim=4, rope_theta=10000.0,
             norm_eps=1e-5, qk_norm_eps=1e-5, final_norm_eps=1e-5)
+if WIDE:
+    ARCH.update(hidden_size=192, num_attention_heads=3, attention_head_dim=64, ffn_dim=192, in_channels=12,
+                audio_in_channels=6, text_dim=40)
 PATCH = ARCH["patch_size"]
 # One FL2VA-style document: 6 text tokens, a first keyframe, 9 latent frames of 10x12 (token grid 9x5x6 = 270
 # generated video rows: 64-token tiles (4,4,4) give 3x2x2 = 12 video tiles, 256-token tiles (4,8,8) 3x1x1, all
@@ -65,6 +72,11 @@ TEXT_TAGS = torch.tensor([1, 1, 0, 0, 1, 1])
 LATENT = (9, 10, 12)
 AUDIO_LATENTS = 5
 T_VIDEO, T_AUDIO = 0.3, 0.45
+if WIDE:  # token grid 6x4x5 = 120 video rows: 64-token tiles 2x1x2, 256-token tiles 2x1x1, all partial
+    TEXT_TAGS = torch.tensor([1, 1, 1, 0, 0, 1, 1])
+    LATENT = (6, 8, 10)
+    AUDIO_LATENTS = 7
+NAME = "wide" if WIDE else "tiny"
 CASES = {  # name: (tile_size, sparsity, mode, dense_layers)
     "e64_exempt": (64, 0.6, "exempt", ()),
     "e64_compete": (64, 0.6, "compete", ()),
@@ -148,5 +160,54 @@ meta = {
     "stubs": ["fvupstream plumbing"] + (["diffusers.randn_tensor"] if stubbed_diffusers else []),
     "device": str(dev), "env": fu.env_info(), "seed": 3000,
 }
-fu.save(OUT, "h3_dit_vsa_tiny", tensors, meta)
+fu.save(OUT, "h3_dit_vsa_" + NAME, tensors, meta)
 print("ok", OUT, {k: round(c["max_abs_diff_from_dense"], 4) for k, c in cases.items()})
+if not WIDE:
+    sys.exit(0)
+
+# The "h3_dit" fixture: the dense model at step 1 of 5 of upstream's ladders (video shift 12, audio shift 3, as
+# the h3_dit fixtures of the shared golden set), upstream's scheduler step on the target rows, unpatchified.
+if fu.ensure_diffusers_scheduler():
+    meta["stubs"].append("diffusers scheduler base classes")
+sched = fu.load_file("h3_scheduler", "fastvideo/models/schedulers/scheduling_minimax_h3.py")
+ladders = {}
+for name, shift in (("video", 12.0), ("audio", 3.0)):
+    sc = sched.MiniMaxH3Scheduler(shift=shift)
+    sc.set_timesteps(5)
+    ladders[name] = sc
+STEP = 1
+t_v, t_a = float(ladders["video"].timesteps[STEP]), float(ladders["audio"].timesteps[STEP])
+uniq, inv = packing.build_row_timesteps(lay, t_v, t_a, max(t_v, packing.MINIMAX_H3_KEYFRAME_NOISE_AUG), 1.0)
+ins.update(timestep=uniq.float(), timestep_indices=inv, video_sigmas=ladders["video"].sigmas.float(),
+           audio_sigmas=ladders["audio"].sigmas.float())
+args = {k: v.to(dev) for k, v in ins.items() if not k.endswith("_sigmas")}
+with torch.no_grad(), fctx.set_forward_context(current_timestep=0, attn_metadata=None):
+    dv, da = dense(**args)
+dv, da = dv.cpu(), da.cpu()
+cond = lay.num_condition_video_rows
+def step(name, v, x, t):
+    sc = ladders[name]
+    sc.set_begin_index(STEP)
+    return sc.step(v, torch.tensor(t), x, return_dict=False)[0]
+next_v = step("video", dv[:, cond:], ins["hidden_states"][:, cond:], t_v)
+next_a = step("audio", da, ins["audio_hidden_states"], t_a)
+dense_tensors = {"in." + k: v for k, v in ins.items()}
+dense_tensors.update({"out.video": dv, "out.audio": da, "out.next_video_rows": next_v, "out.next_audio_rows": next_a,
+                      "out.next_video_latent": packing.unpatchify_video_tokens(next_v, *LATENT, ARCH["in_channels"], PATCH),
+                      "out.next_audio_latent": packing.unpack_audio_tokens(next_a, AUDIO_LATENTS)})
+dense_weights, renamed = fu.released_weights(dense)
+dense_tensors.update(dense_weights)
+fu.save(OUT, "h3_dit_" + NAME, dense_tensors, {
+    "kind": "h3_dit", "module": "fastvideo.models.dits.minimax_h3.MiniMaxH3Transformer3DModel",
+    "arch_config": fu.arch_json(dense.config.arch_config), "renamed(fastvideo->released)": renamed,
+    "request": {"latent_frames": LATENT[0], "latent_h": LATENT[1], "latent_w": LATENT[2],
+                "num_audio_latents": AUDIO_LATENTS, "text_token_tags": TEXT_TAGS.tolist(), "keyframe_anchors": ["first"],
+                "sequence_length": lay.sequence_length, "num_condition_video_rows": cond, "video_timestep": t_v,
+                "audio_timestep": t_a, "schedule": "MiniMaxH3Scheduler video shift=12 / audio shift=3, "
+                "set_timesteps(5), step index 1"},
+    "notes": ["The weights and document of h3_dit_vsa_wide without the VSA gates, through TORCH_SDPA.",
+              "out.video/out.audio: transformer outputs for every packed video/audio row (cond rows included); "
+              "out.next_*: upstream's scheduler step on the target rows, unpatchified with upstream's packing."],
+    "stubs": meta["stubs"], "device": str(dev), "env": fu.env_info(), "seed": 3000,
+})
+print("ok", OUT, "h3_dit_" + NAME)

@@ -362,7 +362,7 @@ def arch_json(arch_config):
 
 def ensure_diffusers_scheduler():
     """diffusers (third party) when absent: the scheduler base classes scheduling_flow_unipc_multistep.py
-    imports. register_to_config records the __init__ arguments (defaults filled in) as self.config, which is
+    and scheduling_minimax_h3.py import. register_to_config records the __init__ arguments (defaults filled in) as self.config, which is
     all the scheduler reads from it; ConfigMixin/SchedulerMixin are plain bases; SchedulerOutput holds
     prev_sample; deprecate is a no-op. Returns whether the stub was installed."""
     try:
@@ -395,6 +395,7 @@ def ensure_diffusers_scheduler():
     _module("diffusers.schedulers.scheduling_utils", SchedulerMixin=type("SchedulerMixin", (), {}),
             SchedulerOutput=SchedulerOutput, KarrasDiffusionSchedulers=enum.Enum("KarrasDiffusionSchedulers", "NONE"))
     sys.modules["diffusers.utils"].deprecate = lambda *a, **k: None
+    sys.modules["diffusers.utils"].BaseOutput = object  # scheduling_minimax_h3.py's output dataclass base
     return True
 
 
