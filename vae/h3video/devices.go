@@ -11,15 +11,14 @@ import (
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
-	"fastvideo/schedule"
 )
 
 // Clip-parallel decode (docs/architecture.md, "Tensor parallelism"): the clips of a decode are
 // independent device work (each reads its own latent frames), and only the host's blending of a clip
 // over the previous one's tail is sequential. So each device holds a replica of the weights and runs
-// a lane: clip i goes to lane i mod N (schedule.ClipAssignment), the lane decodes and stitches its
+// a lane: clip i goes to lane i mod N (clipAssignment), the lane decodes and stitches its
 // clips in order, and the finished clips re-enter the frame stream in clip order
-// (schedule.ClipOrder). One lane is the one-device decode.
+// (clipOrder). One lane is the one-device decode.
 
 // replica is one device's copy of the decoder's weights and of its RoPE tables per tile geometry.
 // Device 0's weights are the parameter set's own; another device's are copies made at load and freed
@@ -121,7 +120,7 @@ type lane struct {
 
 // decodeClips decodes every clip of cp over the replicas and emits them, in clip order, through a.
 func (d *Decoder) decodeClips(ctx context.Context, lat latentView, chunks int, cp *clipPlan, a *clipAssembler) error {
-	assign, err := schedule.ClipAssignment(chunks, len(d.replicas))
+	assign, err := clipAssignment(chunks, len(d.replicas))
 	if err != nil {
 		return err
 	}
@@ -145,7 +144,7 @@ func (d *Decoder) decodeClips(ctx context.Context, lat latentView, chunks int, c
 			d.runLane(ctx, l, lat, cp, r, finished)
 		}()
 	}
-	order := schedule.NewClipOrder[finishedClip](chunks)
+	order := newClipOrder[finishedClip](chunks)
 	for emitted := 0; emitted < chunks; {
 		var c finishedClip
 		select {

@@ -1,4 +1,4 @@
-package schedule
+package h3video
 
 import (
 	"math/rand/v2"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestClipAssignmentRoundRobin(t *testing.T) {
-	got, err := ClipAssignment(8, 3)
+	got, err := clipAssignment(8, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,13 +17,10 @@ func TestClipAssignmentRoundRobin(t *testing.T) {
 			t.Errorf("device %d decodes clips %v, want %v", d, got[d], want[d])
 		}
 	}
-	if r := ClipRounds(8, 3); r != 3 {
-		t.Errorf("8 clips over 3 devices take %d rounds, want 3", r)
-	}
 	// Every clip exactly once, on any device count.
 	for clips := 1; clips <= 9; clips++ {
 		for devices := 1; devices <= 4; devices++ {
-			a, err := ClipAssignment(clips, devices)
+			a, err := clipAssignment(clips, devices)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,13 +31,13 @@ func TestClipAssignmentRoundRobin(t *testing.T) {
 				busiest = max(busiest, len(l))
 			}
 			slices.Sort(all)
-			if len(all) != clips || all[0] != 0 || all[len(all)-1] != clips-1 || busiest != ClipRounds(clips, devices) {
+			if len(all) != clips || all[0] != 0 || all[len(all)-1] != clips-1 || busiest != (clips+devices-1)/devices {
 				t.Errorf("%d clips over %d devices: %v (busiest %d)", clips, devices, a, busiest)
 			}
 		}
 	}
 	for _, bad := range [][2]int{{0, 2}, {3, 0}} {
-		if _, err := ClipAssignment(bad[0], bad[1]); err == nil {
+		if _, err := clipAssignment(bad[0], bad[1]); err == nil {
 			t.Errorf("%d clips over %d devices accepted", bad[0], bad[1])
 		}
 	}
@@ -51,7 +48,7 @@ func TestClipOrderRestoresStream(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 50; trial++ {
 		n := 1 + r.IntN(12)
-		o := NewClipOrder[int](n)
+		o := newClipOrder[int](n)
 		var stream []int
 		for _, i := range r.Perm(n) {
 			ready, err := o.Put(i, 100+i)
@@ -75,7 +72,7 @@ func TestClipOrderRestoresStream(t *testing.T) {
 }
 
 func TestClipOrderRefuses(t *testing.T) {
-	o := NewClipOrder[string](3)
+	o := newClipOrder[string](3)
 	if ready, err := o.Put(1, "b"); err != nil || len(ready) != 0 {
 		t.Fatalf("clip 1 before clip 0: %v, %v; want it held", ready, err)
 	}
