@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/imageops"
 )
 
@@ -172,8 +173,8 @@ func checkUpsampledFrames(t *testing.T, got [][]byte, req Request) {
 	if len(got) != len(ref.Frames) {
 		t.Fatalf("%d frames, the plain run %d", len(got), len(ref.Frames))
 	}
-	f, err := family.NewPixelFilter(family.PixelSteps{Width: 192, Height: 128, Interpolation: imageops.Bilinear,
-		Sharpen: family.SpatialSharpen}, 1)
+	f, err := framefilter.NewPixelFilter(framefilter.PixelSteps{Width: 192, Height: 128, Interpolation: imageops.Bilinear,
+		Sharpen: framefilter.SpatialSharpen}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

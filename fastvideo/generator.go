@@ -14,6 +14,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/backend"
 	"fastvideo/internal/media"
 	"fastvideo/internal/promptenhance"
@@ -44,7 +45,7 @@ type VideoGenerator struct {
 	// rife opens the temporal fast mode's RIFE weights (WithRIFE, else the model's own; nil: none);
 	// interp is the loaded interpolator while resident.
 	rife   family.WeightOpener
-	interp family.Interpolator
+	interp framefilter.Interpolator
 
 	mu       sync.Mutex
 	closed   bool
@@ -123,15 +124,15 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 // models'), else none.
 func rifeWeights(o Options, m family.Model) (family.WeightOpener, error) {
 	if o.RIFEDir != "" {
-		return family.RIFEFolder("rife", o.RIFEDir)
+		return framefilter.RIFEFolder("rife", o.RIFEDir)
 	}
-	if b, ok := m.(family.BuiltinInterpolator); ok {
+	if b, ok := m.(framefilter.BuiltinInterpolator); ok {
 		if src := b.InterpolatorWeights(); src != nil {
 			return family.InMemory(src), nil
 		}
 	}
 	if o.RandomWeights != nil {
-		src, err := family.ReleaseRIFE(*o.RandomWeights + 5)
+		src, err := framefilter.ReleaseRIFE(*o.RandomWeights + 5)
 		if err != nil {
 			return nil, err
 		}
@@ -217,7 +218,7 @@ func chooseResidency(e *family.Engine, comps family.Components, rife family.Weig
 		sizes = sizer.ComponentSizes()
 	}
 	if rife != nil {
-		s, err := family.RIFESize(e, rife)
+		s, err := framefilter.RIFESize(e, rife)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/media"
 	"fastvideo/internal/promptenhance"
@@ -231,9 +232,9 @@ func (p *pipelineRun) enhancePrompt() error {
 }
 
 // interpolatorUser is a frame filter that needs the generator's interpolator (the temporal fast
-// mode's family.TemporalFilter).
+// mode's framefilter.TemporalFilter).
 type interpolatorUser interface {
-	UseInterpolator(load func() (family.Interpolator, error))
+	UseInterpolator(load func() (framefilter.Interpolator, error))
 }
 
 // bindInterpolator gives the filters that interpolate the generator's RIFE, loaded when the first
@@ -249,8 +250,8 @@ func (p *pipelineRun) bindInterpolator(filters []family.FrameFilter) error {
 			return &RequestError{Field: "fast", Value: true, Allowed: "false, or RIFE 4.25 weights given to New " +
 				"(fastvideo.WithRIFE(dir), -rife DIR: mlx-community/RIFE-4.25 or Practical-RIFE's flownet as safetensors)"}
 		}
-		u.UseInterpolator(func() (family.Interpolator, error) {
-			return family.Acquire(p.sess, &g.interp, "rife", func() (family.Interpolator, error) { return family.LoadRIFE(g.engine, g.rife) })
+		u.UseInterpolator(func() (framefilter.Interpolator, error) {
+			return family.Acquire(p.sess, &g.interp, "rife", func() (framefilter.Interpolator, error) { return framefilter.LoadRIFE(g.engine, g.rife) })
 		})
 	}
 	return nil

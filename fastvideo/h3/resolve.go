@@ -6,6 +6,7 @@ import (
 
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/schedule"
 )
@@ -235,25 +236,25 @@ func (r *resolved) geometry(h, w int) (packing.Geometry, error) {
 // apply_fast_spatial_upsample; examples/inference/basic/mlx_wan_prompt_to_video.py,
 // _postprocess_video).
 func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
-	k, err := family.ResolveFastPixelKnobs(req)
+	k, err := framefilter.ResolveFastPixelKnobs(req)
 	if err != nil {
 		return err
 	}
 	r.Filters = nil
-	var pixel family.PixelSteps
+	var pixel framefilter.PixelSteps
 	if fs := r.FastSpatial; fs != nil {
-		pixel = family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
+		pixel = framefilter.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
 		if fs.Stage1Width != fs.CanvasWidth || fs.Stage1Height != fs.CanvasHeight {
 			pixel.CropWidth, pixel.CropHeight = fs.Stage1Width, fs.Stage1Height
 		}
 	}
 	var temporal family.FrameFilter
 	if ft := r.FastTemporal; ft != nil {
-		if temporal, err = family.NewTemporalFilter(family.PositionSources(ft.InterpolationPositions(), ft.SourceFrames), ft.SourceFrames); err != nil {
+		if temporal, err = framefilter.NewTemporalFilter(framefilter.PositionSources(ft.InterpolationPositions(), ft.SourceFrames), ft.SourceFrames); err != nil {
 			return err
 		}
 	}
-	r.Filters, err = family.FastFilters(pixel, temporal, k.Sharpen)
+	r.Filters, err = framefilter.FastFilters(pixel, temporal, k.Sharpen)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/internal/tokenizer/qwen3data"
@@ -117,7 +118,7 @@ func tinySpec() *Spec {
 	s.setPresets("tiny_t2va", tinyH3Presets)
 	vc, pc := tinyVision(), tinyProcessor()
 	s.setKeyframes(&vc, &pc)
-	s.rife, _ = family.TinyRIFE(tinyWeightsSeed + 4) // a fixed, valid table: it cannot fail
+	s.rife, _ = framefilter.TinyRIFE(tinyWeightsSeed + 4) // a fixed, valid table: it cannot fail
 	return s
 }
 

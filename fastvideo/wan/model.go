@@ -86,7 +86,7 @@ type Spec struct {
 	rife weights.Source
 }
 
-// InterpolatorWeights are the tiny model's RIFE weights (family.BuiltinInterpolator), nil for others.
+// InterpolatorWeights are the tiny model's RIFE weights (framefilter.BuiltinInterpolator), nil for others.
 func (s *Spec) InterpolatorWeights() weights.Source { return s.rife }
 
 // Info describes the model.

@@ -7,6 +7,7 @@ import (
 
 	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 )
 
 // MaxFPS bounds a Wan request's frame rate: the rate only labels the container (the model has no
@@ -135,7 +136,7 @@ func (r *resolved) sourceFrames(req family.Request, tr int) (int, error) {
 	if factor < 2 || factor > maxFrames {
 		return 0, &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf("an integer from 2 to %d", maxFrames)}
 	}
-	source := family.AlignedKeyframeCount(n, factor, tr)
+	source := framefilter.AlignedKeyframeCount(n, factor, tr)
 	if source >= n {
 		field, value := "fast_factor", any(factor)
 		if req.FastFactor == 0 {
@@ -180,25 +181,25 @@ func (r *resolved) stage1Size(req family.Request, rule family.SizeRule) (h, w in
 // runtime's order (examples/inference/basic/mlx_wan_prompt_to_video.py, _postprocess_video): RIFE
 // at the reduced size, the resize to the requested size, one unsharp pass at the larger strength.
 func (r *resolved) resolveFilters(req family.Request) error {
-	k, err := family.ResolveFastPixelKnobs(req)
+	k, err := framefilter.ResolveFastPixelKnobs(req)
 	if err != nil {
 		return err
 	}
-	var pixel family.PixelSteps
+	var pixel framefilter.PixelSteps
 	if fs := r.FastSpatial; fs != nil {
-		pixel = family.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
+		pixel = framefilter.PixelSteps{Width: fs.TargetWidth, Height: fs.TargetHeight, Interpolation: k.Upsample}
 	}
 	var temporal family.FrameFilter
 	if ft := r.FastTemporal; ft != nil {
-		sources, err := family.FactorSources(ft.SourceFrames, ft.TargetFrames, ft.Factor)
+		sources, err := framefilter.FactorSources(ft.SourceFrames, ft.TargetFrames, ft.Factor)
 		if err != nil {
 			return err
 		}
-		if temporal, err = family.NewTemporalFilter(sources, ft.SourceFrames); err != nil {
+		if temporal, err = framefilter.NewTemporalFilter(sources, ft.SourceFrames); err != nil {
 			return err
 		}
 	}
-	r.Filters, err = family.FastFilters(pixel, temporal, k.Sharpen)
+	r.Filters, err = framefilter.FastFilters(pixel, temporal, k.Sharpen)
 	return err
 }
 

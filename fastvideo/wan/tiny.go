@@ -11,6 +11,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/internal/tokenizer/unigram"
 	"fastvideo/internal/weights"
@@ -86,7 +87,7 @@ func tinySpec() *Spec {
 			Height: 48, Width: 64, NumFrames: 9, FPS: 16, Steps: 4, GuidanceScale: 5, Seed: defaultSeed},
 			Sampler: SamplerUniPC, NegativePrompt: NegativePromptEN},
 	)
-	s.rife, _ = family.TinyRIFE(tinyWanWeightsSeed + 4) // a fixed, valid table: it cannot fail
+	s.rife, _ = framefilter.TinyRIFE(tinyWanWeightsSeed + 4) // a fixed, valid table: it cannot fail
 	return s
 }
 

@@ -23,6 +23,10 @@ const module = "fastvideo"
 // package drives; it sits below the families.
 const contract = module + "/fastvideo/family"
 
+// beside are the packages at the contract's rank that are not the contract: what the families and the
+// root package share besides it (the frame filters run after decode, which families configure).
+var beside = map[string]bool{module + "/fastvideo/framefilter": true}
+
 // testHelpers is the helper package of the tests that drive the SDK through its public API; only
 // test files may import it.
 const testHelpers = module + "/fastvideo/fvtest"
@@ -58,7 +62,7 @@ func layer(pkg string) int {
 		switch {
 		case pkg == module+"/fastvideo", pkg == testHelpers:
 			return rankRoot
-		case pkg == contract || strings.HasPrefix(pkg, contract+"/"):
+		case pkg == contract || strings.HasPrefix(pkg, contract+"/") || beside[pkg]:
 			return rankContract
 		}
 		return rankFamily

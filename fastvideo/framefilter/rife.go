@@ -1,9 +1,10 @@
-package family
+package framefilter
 
 import (
 	"context"
 	"fmt"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/rife"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -55,16 +56,16 @@ func syntheticRIFE(cfg rife.Config, seed int64) (weights.Source, error) {
 
 // RIFEFolder checks a RIFE 4.25 checkpoint (mlx-community/RIFE-4.25's model.safetensors, or
 // Practical-RIFE's flownet converted to safetensors: a file, or a folder of them) from its headers
-// and returns its opener. A bad path or checkpoint is a *RequestError for field.
-func RIFEFolder(field, path string) (WeightOpener, error) {
+// and returns its opener. A bad path or checkpoint is a *family.RequestError for field.
+func RIFEFolder(field, path string) (family.WeightOpener, error) {
 	ck, err := safetensors.OpenCheckpoint(path)
 	if err != nil {
-		return nil, &RequestError{Field: field, Value: path, Allowed: fmt.Sprintf(
+		return nil, &family.RequestError{Field: field, Value: path, Allowed: fmt.Sprintf(
 			"a RIFE 4.25 checkpoint: mlx-community/RIFE-4.25 (model.safetensors) or Practical-RIFE's flownet.pkl saved as safetensors (%v)", err)}
 	}
 	defer ck.Close()
 	if err := rife.Check(ck); err != nil {
-		return nil, &RequestError{Field: field, Value: path, Allowed: err.Error()}
+		return nil, &family.RequestError{Field: field, Value: path, Allowed: err.Error()}
 	}
 	return func() (weights.Source, func() error, error) {
 		ck, err := safetensors.OpenCheckpoint(path)
@@ -76,7 +77,7 @@ func RIFEFolder(field, path string) (WeightOpener, error) {
 }
 
 // LoadRIFE loads the interpolator from open on e's backend, in e's compute dtype.
-func LoadRIFE(e *Engine, open WeightOpener) (Interpolator, error) {
+func LoadRIFE(e *family.Engine, open family.WeightOpener) (Interpolator, error) {
 	src, closeSrc, err := open()
 	if err != nil {
 		return nil, err
@@ -95,17 +96,17 @@ func LoadRIFE(e *Engine, open WeightOpener) (Interpolator, error) {
 
 // RIFESize sizes the interpolator RIFE weights open would load, for the memory policy: small (tens
 // of MB), but costly to bring back, since its programs compile for every batch size of a stream.
-func RIFESize(e *Engine, open WeightOpener) (ComponentSize, error) {
+func RIFESize(e *family.Engine, open family.WeightOpener) (family.ComponentSize, error) {
 	src, closeSrc, err := open()
 	if err != nil {
-		return ComponentSize{}, err
+		return family.ComponentSize{}, err
 	}
 	defer closeSrc()
 	cfg, layout, err := rife.Detect(src)
 	if err != nil {
-		return ComponentSize{}, err
+		return family.ComponentSize{}, err
 	}
-	return ComponentSize{Name: CompRIFE, Bytes: ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
+	return family.ComponentSize{Name: family.CompRIFE, Bytes: family.ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
 }
 
 // rifeInterpolator runs the pairs in RIFEBatches of at most batch on the device.
@@ -114,18 +115,18 @@ type rifeInterpolator struct {
 	batch int
 }
 
-func (r *rifeInterpolator) Interpolate(ctx context.Context, a, b Frames, t []float64) (Frames, error) {
+func (r *rifeInterpolator) Interpolate(ctx context.Context, a, b family.Frames, t []float64) (family.Frames, error) {
 	w, h := a.Width, a.Height
 	if b.Width != w || b.Height != h || a.Count != len(t) || b.Count != len(t) {
-		return Frames{}, fmt.Errorf("rife: %d and %d frames (%dx%d, %dx%d) for %d fractions", a.Count, b.Count, w, h, b.Width, b.Height, len(t))
+		return family.Frames{}, fmt.Errorf("rife: %d and %d frames (%dx%d, %dx%d) for %d fractions", a.Count, b.Count, w, h, b.Width, b.Height, len(t))
 	}
-	out := Frames{Width: w, Height: h, Count: len(t), RGB: make([]byte, 0, len(t)*w*h*3)}
+	out := family.Frames{Width: w, Height: h, Count: len(t), RGB: make([]byte, 0, len(t)*w*h*3)}
 	n := w * h * 3
 	sizes, used := RIFEBatches(len(t), r.batch)
 	i := 0
 	for c, size := range sizes {
 		if err := ctx.Err(); err != nil {
-			return Frames{}, err
+			return family.Frames{}, err
 		}
 		k := used[c]
 		pa, pb, pt := a.RGB[i*n:(i+k)*n], b.RGB[i*n:(i+k)*n], t[i:i+k]
@@ -134,7 +135,7 @@ func (r *rifeInterpolator) Interpolate(ctx context.Context, a, b Frames, t []flo
 		}
 		mid, err := r.m.Interpolate(pa, pb, size, h, w, pt)
 		if err != nil {
-			return Frames{}, err
+			return family.Frames{}, err
 		}
 		out.RGB = append(out.RGB, mid[:k*n]...)
 		i += k

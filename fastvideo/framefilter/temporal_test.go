@@ -1,19 +1,20 @@
-package family
+package framefilter
 
 import (
 	"context"
 	"math"
 	"testing"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/hostmath"
 )
 
 // linear is a stand-in interpolator: each byte is a*(1-t) + b*t, rounded.
 type linear struct{ calls int }
 
-func (l *linear) Interpolate(_ context.Context, a, b Frames, t []float64) (Frames, error) {
+func (l *linear) Interpolate(_ context.Context, a, b family.Frames, t []float64) (family.Frames, error) {
 	l.calls++
-	out := Frames{Width: a.Width, Height: a.Height, Count: a.Count, RGB: make([]byte, len(a.RGB))}
+	out := family.Frames{Width: a.Width, Height: a.Height, Count: a.Count, RGB: make([]byte, len(a.RGB))}
 	n := a.Width * a.Height * 3
 	for i := range out.RGB {
 		f := t[i/n]
@@ -84,7 +85,7 @@ func TestTemporalFilterStreams(t *testing.T) {
 	frame := func(i int) []byte { return []byte{byte(30 * i), byte(30*i + 1), 0, byte(255 - 30*i), 7, 9} }
 	var got []byte
 	for _, clip := range [][2]int{{0, 1}, {1, 4}, {4, 7}} {
-		var in Frames
+		var in family.Frames
 		in.Width, in.Height, in.Count = w, h, clip[1]-clip[0]
 		for i := clip[0]; i < clip[1]; i++ {
 			in.RGB = append(in.RGB, frame(i)...)
@@ -116,7 +117,7 @@ func TestTemporalFilterStreams(t *testing.T) {
 	}
 	short, _ := NewTemporalFilter(ss, source)
 	short.UseInterpolator(func() (Interpolator, error) { return interp, nil })
-	if _, err := short.Filter(context.Background(), Frames{Width: w, Height: h, Count: 1, RGB: frame(0)}); err != nil {
+	if _, err := short.Filter(context.Background(), family.Frames{Width: w, Height: h, Count: 1, RGB: frame(0)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := short.Flush(context.Background()); err == nil {

@@ -1,4 +1,4 @@
-package family
+package framefilter
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/rife"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
@@ -42,7 +43,7 @@ func TestRIFEPaddedBatchesEqualSinglePairs(t *testing.T) {
 		return rife.Random(testutil.Backend(t), rife.Tiny(), dtypes.Float32, 5)
 	})
 	const w, h, n = 24, 16, 3
-	a, b := Frames{Width: w, Height: h, Count: n}, Frames{Width: w, Height: h, Count: n}
+	a, b := family.Frames{Width: w, Height: h, Count: n}, family.Frames{Width: w, Height: h, Count: n}
 	for i := range n * w * h * 3 {
 		a.RGB, b.RGB = append(a.RGB, byte(i*7)), append(b.RGB, byte(i*13+5))
 	}
@@ -91,7 +92,7 @@ func TestRIFEFolderChecksEveryTensor(t *testing.T) {
 	}
 	bad := table[len(table)/2].Name
 	_, err = RIFEFolder("rife", write(bad))
-	var re *RequestError
+	var re *family.RequestError
 	if !errors.As(err, &re) || re.Field != "rife" || !strings.Contains(err.Error(), bad) {
 		t.Errorf("a misshapen %s: %v", bad, err)
 	}

@@ -1,8 +1,9 @@
-package family
+package framefilter
 
 import (
 	"context"
 	"errors"
+	"fastvideo/fastvideo/family"
 	"fmt"
 	"math"
 )
@@ -11,7 +12,7 @@ import (
 type Interpolator interface {
 	// Interpolate returns, for each i, the frame at fraction t[i] in (0, 1) between frame i of a
 	// and frame i of b (same size and count).
-	Interpolate(ctx context.Context, a, b Frames, t []float64) (Frames, error)
+	Interpolate(ctx context.Context, a, b family.Frames, t []float64) (family.Frames, error)
 	Close() error
 }
 
@@ -77,7 +78,7 @@ type TemporalFilter struct {
 	source  int // source frames the schedule expects
 	load    func() (Interpolator, error)
 
-	held     Frames // source frames base, base+1, ...
+	held     family.Frames // source frames base, base+1, ...
 	base     int
 	received int
 	next     int // next output frame
@@ -106,33 +107,33 @@ func (f *TemporalFilter) Name() string {
 }
 
 // Filter takes the next source frames and returns every output frame they complete.
-func (f *TemporalFilter) Filter(ctx context.Context, in Frames) (Frames, error) {
+func (f *TemporalFilter) Filter(ctx context.Context, in family.Frames) (family.Frames, error) {
 	if in.Count == 0 {
-		return Frames{}, nil
+		return family.Frames{}, nil
 	}
 	if f.received+in.Count > f.source {
-		return Frames{}, fmt.Errorf("%d source frames, the schedule has %d", f.received+in.Count, f.source)
+		return family.Frames{}, fmt.Errorf("%d source frames, the schedule has %d", f.received+in.Count, f.source)
 	}
 	if f.held.Count > 0 && (in.Width != f.held.Width || in.Height != f.held.Height) {
-		return Frames{}, fmt.Errorf("frames of %dx%d after %dx%d", in.Width, in.Height, f.held.Width, f.held.Height)
+		return family.Frames{}, fmt.Errorf("frames of %dx%d after %dx%d", in.Width, in.Height, f.held.Width, f.held.Height)
 	}
-	f.held = Frames{Width: in.Width, Height: in.Height, Count: f.held.Count + in.Count, RGB: append(f.held.RGB, in.RGB...)}
+	f.held = family.Frames{Width: in.Width, Height: in.Height, Count: f.held.Count + in.Count, RGB: append(f.held.RGB, in.RGB...)}
 	f.received += in.Count
 	return f.emit(ctx)
 }
 
 // Flush returns nothing: the last source frame completes the schedule; a short stream is an error.
-func (f *TemporalFilter) Flush(context.Context) (Frames, error) {
+func (f *TemporalFilter) Flush(context.Context) (family.Frames, error) {
 	if f.next != len(f.sources) {
-		return Frames{}, fmt.Errorf("the stream ended after %d of %d source frames (%d of %d outputs made)",
+		return family.Frames{}, fmt.Errorf("the stream ended after %d of %d source frames (%d of %d outputs made)",
 			f.received, f.source, f.next, len(f.sources))
 	}
-	return Frames{}, nil
+	return family.Frames{}, nil
 }
 
 // emit makes the outputs whose source frames have arrived (interpolations in one batch) and drops
 // the source frames no later output needs.
-func (f *TemporalFilter) emit(ctx context.Context) (Frames, error) {
+func (f *TemporalFilter) emit(ctx context.Context) (family.Frames, error) {
 	start := f.next
 	for f.next < len(f.sources) {
 		s := f.sources[f.next]
@@ -147,7 +148,7 @@ func (f *TemporalFilter) emit(ctx context.Context) (Frames, error) {
 	}
 	out, err := f.make(ctx, f.sources[start:f.next])
 	if err != nil {
-		return Frames{}, err
+		return family.Frames{}, err
 	}
 	keep := f.received - 1 // the last frame is always kept: a later output may start there
 	if f.next < len(f.sources) {
@@ -163,10 +164,10 @@ func (f *TemporalFilter) emit(ctx context.Context) (Frames, error) {
 }
 
 // make builds the given outputs from the held source frames.
-func (f *TemporalFilter) make(ctx context.Context, srcs []FrameSource) (Frames, error) {
+func (f *TemporalFilter) make(ctx context.Context, srcs []FrameSource) (family.Frames, error) {
 	w, h := f.held.Width, f.held.Height
-	out := Frames{Width: w, Height: h, Count: len(srcs), RGB: make([]byte, len(srcs)*w*h*3)}
-	var a, b Frames
+	out := family.Frames{Width: w, Height: h, Count: len(srcs), RGB: make([]byte, len(srcs)*w*h*3)}
+	var a, b family.Frames
 	var ts []float64
 	var slots []int
 	for i, s := range srcs {
@@ -182,20 +183,20 @@ func (f *TemporalFilter) make(ctx context.Context, srcs []FrameSource) (Frames, 
 		return out, nil
 	}
 	if f.load == nil {
-		return Frames{}, errors.New("no frame interpolator was given to the temporal fast mode")
+		return family.Frames{}, errors.New("no frame interpolator was given to the temporal fast mode")
 	}
 	interp, err := f.load()
 	if err != nil {
-		return Frames{}, err
+		return family.Frames{}, err
 	}
 	a.Width, a.Height, a.Count = w, h, len(ts)
 	b.Width, b.Height, b.Count = w, h, len(ts)
 	mid, err := interp.Interpolate(ctx, a, b, ts)
 	if err != nil {
-		return Frames{}, err
+		return family.Frames{}, err
 	}
 	if mid.Count != len(ts) || mid.Width != w || mid.Height != h {
-		return Frames{}, fmt.Errorf("the interpolator gave %d frames of %dx%d for %d of %dx%d", mid.Count, mid.Width, mid.Height, len(ts), w, h)
+		return family.Frames{}, fmt.Errorf("the interpolator gave %d frames of %dx%d for %d of %dx%d", mid.Count, mid.Width, mid.Height, len(ts), w, h)
 	}
 	for k, i := range slots {
 		copy(out.Frame(i), mid.Frame(k))

@@ -1,4 +1,4 @@
-package family
+package framefilter
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/imageops"
 )
 
@@ -15,23 +16,23 @@ import (
 func TestFastPixelKnobs(t *testing.T) {
 	zero, half := 0.0, 0.5
 	for _, c := range []struct {
-		req     Request
+		req     family.Request
 		mode    imageops.Interpolation
 		sharpen float64
 		field   string
 	}{
-		{req: Request{}},
-		{req: Request{FastSpatial: true}, sharpen: SpatialSharpen},
-		{req: Request{Fast: true}, sharpen: TemporalSharpen},
-		{req: Request{Fast: true, FastSpatial: true}, sharpen: TemporalSharpen},
-		{req: Request{FastSpatial: true, Upsample: "nearest", Sharpen: &zero}, mode: imageops.Nearest},
-		{req: Request{Fast: true, FastSpatial: true, Sharpen: &half}, sharpen: 0.5},
-		{req: Request{FastSpatial: true, Upsample: "Lanczos"}, field: "upsample"},
-		{req: Request{Fast: true, Upsample: "cubic"}, field: "upsample"},
-		{req: Request{Sharpen: &half}, field: "sharpen"},
+		{req: family.Request{}},
+		{req: family.Request{FastSpatial: true}, sharpen: SpatialSharpen},
+		{req: family.Request{Fast: true}, sharpen: TemporalSharpen},
+		{req: family.Request{Fast: true, FastSpatial: true}, sharpen: TemporalSharpen},
+		{req: family.Request{FastSpatial: true, Upsample: "nearest", Sharpen: &zero}, mode: imageops.Nearest},
+		{req: family.Request{Fast: true, FastSpatial: true, Sharpen: &half}, sharpen: 0.5},
+		{req: family.Request{FastSpatial: true, Upsample: "Lanczos"}, field: "upsample"},
+		{req: family.Request{Fast: true, Upsample: "cubic"}, field: "upsample"},
+		{req: family.Request{Sharpen: &half}, field: "sharpen"},
 	} {
 		k, err := ResolveFastPixelKnobs(c.req)
-		var re *RequestError
+		var re *family.RequestError
 		switch {
 		case c.field != "" && (!errors.As(err, &re) || re.Field != c.field):
 			t.Errorf("%+v: error %v, want one naming %s", c.req, err, c.field)
@@ -42,9 +43,9 @@ func TestFastPixelKnobs(t *testing.T) {
 }
 
 // randomClip is n random frames of w x h.
-func randomClip(n, w, h int) Frames {
+func randomClip(n, w, h int) family.Frames {
 	rng := rand.New(rand.NewPCG(3, 4))
-	f := Frames{Width: w, Height: h, Count: n, RGB: make([]byte, n*w*h*3)}
+	f := family.Frames{Width: w, Height: h, Count: n, RGB: make([]byte, n*w*h*3)}
 	for i := range f.RGB {
 		f.RGB[i] = byte(rng.IntN(256))
 	}
@@ -56,7 +57,7 @@ func randomClip(n, w, h int) Frames {
 func TestPixelFilter(t *testing.T) {
 	steps := PixelSteps{CropWidth: 40, CropHeight: 30, Width: 80, Height: 60, Interpolation: imageops.Lanczos, Sharpen: 0.4}
 	in := randomClip(5, 48, 32)
-	var outs []Frames
+	var outs []family.Frames
 	for _, workers := range []int{1, 3} {
 		f, err := NewPixelFilter(steps, workers)
 		if err != nil {
@@ -78,7 +79,7 @@ func TestPixelFilter(t *testing.T) {
 		t.Error("frame 4 is not crop, resize, unsharp in that order")
 	}
 	f, _ := NewPixelFilter(steps, 0)
-	if _, err := f.Filter(context.Background(), Frames{Width: 48, Height: 32, Count: 2, RGB: in.RGB[:100]}); err == nil {
+	if _, err := f.Filter(context.Background(), family.Frames{Width: 48, Height: 32, Count: 2, RGB: in.RGB[:100]}); err == nil {
 		t.Error("a short clip was accepted")
 	}
 	if _, err := NewPixelFilter(PixelSteps{Width: 80}, 1); err == nil {

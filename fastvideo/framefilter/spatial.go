@@ -1,4 +1,4 @@
-package family
+package framefilter
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 	"strings"
 	"sync"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/imageops"
 )
 
-// The fast modes' unsharp strengths when Request.Sharpen is unset: 0.4 after the spatial mode's
+// The fast modes' unsharp strengths when family.Request.Sharpen is unset: 0.4 after the spatial mode's
 // resize (DEFAULT_FAST_SPATIAL_SHARPEN, fastvideo/mlx_runtime/fast_spatial.py), 0.6 after the
 // temporal mode's interpolation (--fast-sharpen), and one pass at the larger of the two when both
 // modes run (the MLX FastH3 runtime, examples/inference/basic/mlx_fasth3.py).
@@ -20,7 +21,7 @@ const (
 	TemporalSharpen = 0.6
 )
 
-// DefaultUpsample is the spatial mode's resize kernel when Request.Upsample is empty
+// DefaultUpsample is the spatial mode's resize kernel when family.Request.Upsample is empty
 // (DEFAULT_PIXEL_UPSAMPLE_MODE, fastvideo/mlx_runtime/frame_upsample.py).
 const DefaultUpsample = "lanczos"
 
@@ -30,30 +31,30 @@ type FastPixelKnobs struct {
 	Sharpen  float64 // the one unsharp pass's strength; 0: none
 }
 
-// ResolveFastPixelKnobs validates Request.Upsample and Request.Sharpen and applies upstream's
+// ResolveFastPixelKnobs validates family.Request.Upsample and family.Request.Sharpen and applies upstream's
 // defaults: each knob is invalid unless a mode that uses it is on (Upsample: the spatial mode;
 // Sharpen: either), Sharpen must be finite and >= 0 (plan_fast_spatial rejects a negative one).
-func ResolveFastPixelKnobs(req Request) (FastPixelKnobs, error) {
+func ResolveFastPixelKnobs(req family.Request) (FastPixelKnobs, error) {
 	var k FastPixelKnobs
 	name := DefaultUpsample
 	if req.Upsample != "" {
 		if !req.FastSpatial {
-			return k, &RequestError{Field: "upsample", Value: req.Upsample, Allowed: "empty unless the spatial fast mode is on"}
+			return k, &family.RequestError{Field: "upsample", Value: req.Upsample, Allowed: "empty unless the spatial fast mode is on"}
 		}
 		name = req.Upsample
 	}
 	mode, err := imageops.ParseInterpolation(name)
 	if err != nil {
-		return k, &RequestError{Field: "upsample", Value: req.Upsample,
+		return k, &family.RequestError{Field: "upsample", Value: req.Upsample,
 			Allowed: strings.Join(imageops.InterpolationNames, ", ") + " (OpenCV's INTER_LANCZOS4, INTER_CUBIC, INTER_LINEAR, INTER_NEAREST)"}
 	}
 	k.Upsample = mode
 	switch {
 	case req.Sharpen != nil && !req.Fast && !req.FastSpatial:
-		return k, &RequestError{Field: "sharpen", Value: *req.Sharpen, Allowed: "unset unless a fast mode is on"}
+		return k, &family.RequestError{Field: "sharpen", Value: *req.Sharpen, Allowed: "unset unless a fast mode is on"}
 	case req.Sharpen != nil:
 		if s := *req.Sharpen; !(s >= 0) || math.IsInf(s, 1) {
-			return k, &RequestError{Field: "sharpen", Value: s, Allowed: "a finite strength >= 0 (0 turns the unsharp pass off)"}
+			return k, &family.RequestError{Field: "sharpen", Value: s, Allowed: "a finite strength >= 0 (0 turns the unsharp pass off)"}
 		}
 		k.Sharpen = *req.Sharpen
 	case req.Fast && req.FastSpatial:
@@ -134,15 +135,15 @@ func (f *PixelFilter) outSize(w, h int) (int, int) {
 }
 
 // Filter runs the steps on every frame of the clip.
-func (f *PixelFilter) Filter(ctx context.Context, in Frames) (Frames, error) {
+func (f *PixelFilter) Filter(ctx context.Context, in family.Frames) (family.Frames, error) {
 	if in.Count == 0 {
 		return in, nil
 	}
 	if in.Width <= 0 || in.Height <= 0 || len(in.RGB) != in.Count*in.Width*in.Height*3 {
-		return Frames{}, fmt.Errorf("%d bytes for %d frames of %dx%d RGB", len(in.RGB), in.Count, in.Width, in.Height)
+		return family.Frames{}, fmt.Errorf("%d bytes for %d frames of %dx%d RGB", len(in.RGB), in.Count, in.Width, in.Height)
 	}
 	w, h := f.outSize(in.Width, in.Height)
-	out := Frames{Width: w, Height: h, Count: in.Count, RGB: make([]byte, in.Count*w*h*3)}
+	out := family.Frames{Width: w, Height: h, Count: in.Count, RGB: make([]byte, in.Count*w*h*3)}
 	errs := make([]error, in.Count)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -161,11 +162,11 @@ func (f *PixelFilter) Filter(ctx context.Context, in Frames) (Frames, error) {
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return Frames{}, err
+		return family.Frames{}, err
 	}
 	for _, err := range errs {
 		if err != nil {
-			return Frames{}, err
+			return family.Frames{}, err
 		}
 	}
 	return out, nil
@@ -195,14 +196,14 @@ func (f *PixelFilter) frame(rgb []byte, w, h int, dst []byte) error {
 }
 
 // Flush has nothing to release: every frame leaves Filter.
-func (f *PixelFilter) Flush(context.Context) (Frames, error) { return Frames{}, nil }
+func (f *PixelFilter) Flush(context.Context) (family.Frames, error) { return family.Frames{}, nil }
 
 // FastFilters are the fast modes' frame filters in the MLX runtime's order
 // (examples/inference/basic/mlx_wan_prompt_to_video.py, _postprocess_video; the FastH3 runtime
 // crops first): pixel's center-crop, then the temporal filter (nil: none) at the reduced size, then
 // pixel's resize and one unsharp pass of strength sharpen. No step, no filter.
-func FastFilters(pixel PixelSteps, temporal FrameFilter, sharpen float64) ([]FrameFilter, error) {
-	var out []FrameFilter
+func FastFilters(pixel PixelSteps, temporal family.FrameFilter, sharpen float64) ([]family.FrameFilter, error) {
+	var out []family.FrameFilter
 	add := func(s PixelSteps) error {
 		if s.CropWidth == 0 && s.Width == 0 && s.Sharpen == 0 {
 			return nil
