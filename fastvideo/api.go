@@ -1,6 +1,9 @@
 package fastvideo
 
-import "fastvideo/fastvideo/family"
+import (
+	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
+)
 
 // The types every model family shares live in fastvideo/family, the contract between this package
 // and the families; they are the SDK's public types under these names.
@@ -33,7 +36,7 @@ type (
 	FrameFilter = family.FrameFilter
 	Frames      = family.Frames
 	// NoiseStream names an independent Gaussian stream of a seed.
-	NoiseStream = family.NoiseStream
+	NoiseStream = familykit.NoiseStream
 )
 
 // Stages, event kinds, precisions, memory policies and noise streams.
@@ -60,15 +63,15 @@ const (
 	OneResident = family.OneResident
 	AllResident = family.AllResident
 
-	VideoNoise = family.VideoNoise
-	AudioNoise = family.AudioNoise
+	VideoNoise = familykit.VideoNoise
+	AudioNoise = familykit.AudioNoise
 )
 
 // Ptr returns a pointer to v, for optional fields such as Request.Seed.
 func Ptr[T any](v T) *T { return &v }
 
 // GaussianNoise fills n standard-normal float32 values for (seed, stream): the SDK's documented
-// initial noise (family.GaussianNoise says how it is drawn; it cannot reproduce torch.randn).
+// initial noise (familykit.GaussianNoise says how it is drawn; it cannot reproduce torch.randn).
 func GaussianNoise(seed int64, stream NoiseStream, n int) []float32 {
-	return family.GaussianNoise(seed, stream, n)
+	return familykit.GaussianNoise(seed, stream, n)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/testutil"
 )
 
@@ -44,10 +45,10 @@ func (m fakeModel) Resolve(req family.Request, needPrompt bool) (family.Resoluti
 	if err != nil {
 		return nil, err
 	}
-	if r.Height, r.Width, err = family.ResolveSize(req, preset, family.SizeRule{HeightMultiple: 16, WidthMultiple: 16, MaxSide: 256}); err != nil {
+	if r.Height, r.Width, err = familykit.ResolveSize(req, preset, familykit.SizeRule{HeightMultiple: 16, WidthMultiple: 16, MaxSide: 256}); err != nil {
 		return nil, err
 	}
-	r.NumFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
+	r.NumFrames = familykit.OrPreset(req.NumFrames, preset.NumFrames)
 	if r.NumFrames < 1 || r.NumFrames > 50 {
 		return nil, &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: "1 to 50"}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/backend"
 	"fastvideo/internal/media"
@@ -44,7 +45,7 @@ type VideoGenerator struct {
 	devices *family.DevicePlan
 	// rife opens the temporal fast mode's RIFE weights (WithRIFE, else the model's own; nil: none);
 	// interp is the loaded interpolator while resident.
-	rife   family.WeightOpener
+	rife   familykit.WeightOpener
 	interp framefilter.Interpolator
 
 	mu       sync.Mutex
@@ -122,13 +123,13 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 
 // rifeWeights are the interpolator weights: the folder of WithRIFE, else the model's own (the tiny
 // models'), else none.
-func rifeWeights(o Options, m family.Model) (family.WeightOpener, error) {
+func rifeWeights(o Options, m family.Model) (familykit.WeightOpener, error) {
 	if o.RIFEDir != "" {
 		return framefilter.RIFEFolder("rife", o.RIFEDir)
 	}
 	if b, ok := m.(framefilter.BuiltinInterpolator); ok {
 		if src := b.InterpolatorWeights(); src != nil {
-			return family.InMemory(src), nil
+			return familykit.InMemory(src), nil
 		}
 	}
 	if o.RandomWeights != nil {
@@ -136,7 +137,7 @@ func rifeWeights(o Options, m family.Model) (family.WeightOpener, error) {
 		if err != nil {
 			return nil, err
 		}
-		return family.InMemory(src), nil
+		return familykit.InMemory(src), nil
 	}
 	return nil, nil
 }
@@ -153,7 +154,7 @@ func openEngine(o Options) (*family.Engine, error) {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
-		Memory: family.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
+		Memory: familykit.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
 		X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
 	e.FP8 = o.DType == FP8
@@ -212,7 +213,7 @@ const hostHeadroom = 2 << 30
 // order (most costly to bring back first) and then the interpolator (rife: nil for none), what leaves
 // every other component room to run in what the device can still give (family.ChooseResidency); the
 // explicit policies keep all or none.
-func chooseResidency(e *family.Engine, comps family.Components, rife family.WeightOpener) ([]family.ComponentResidency, error) {
+func chooseResidency(e *family.Engine, comps family.Components, rife familykit.WeightOpener) ([]family.ComponentResidency, error) {
 	var sizes []family.ComponentSize
 	if sizer, ok := comps.(family.ComponentSizer); ok {
 		sizes = sizer.ComponentSizes()
@@ -424,7 +425,7 @@ func planSpecDevices(m family.Model, o Options) (*family.DevicePlan, error) {
 	if !ok {
 		return nil, &RequestError{Field: "devices", Value: o.Devices, Allowed: "1: this model does not split over devices yet"}
 	}
-	dp, err := splitter.PlanDevices(o.Devices, family.OrPreset(o.DType, BF16).Compute())
+	dp, err := splitter.PlanDevices(o.Devices, familykit.OrPreset(o.DType, BF16).Compute())
 	if err != nil {
 		return nil, err
 	}
@@ -439,7 +440,7 @@ func planResidency(o Options, rs []family.ComponentResidency) []family.Component
 	if o, err := o.fromEnvironment(); err == nil {
 		spec, _ := o.backendSpec()
 		if bp, err := backend.Resolve(spec); err == nil {
-			e := &family.Engine{Memory: family.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo}
+			e := &family.Engine{Memory: familykit.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo}
 			readMemory(e, bp)
 			if e.Memory != AutoMemory || e.DeviceMemory != nil || e.HostMemory != nil {
 				return decideResidency(e, family.Sizes(rs))

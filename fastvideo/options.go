@@ -8,6 +8,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/media"
 	"fastvideo/quant"
 )
@@ -79,8 +80,8 @@ func (o Options) backendSpec() (spec, field string) {
 // fromEnvironment fills the options left unset from the environment, once, when New starts: the
 // only place the SDK reads it below the binaries. A bad value is invalid input naming the variable.
 func (o Options) fromEnvironment() (Options, error) {
-	o.FFmpeg = family.OrPreset(o.FFmpeg, os.Getenv(media.EnvFFmpeg))
-	o.FFprobe = family.OrPreset(o.FFprobe, os.Getenv(media.EnvFFprobe))
+	o.FFmpeg = familykit.OrPreset(o.FFmpeg, os.Getenv(media.EnvFFmpeg))
+	o.FFprobe = familykit.OrPreset(o.FFprobe, os.Getenv(media.EnvFFprobe))
 	if o.Attention == attention.PathAuto {
 		v := os.Getenv(attention.EnvVar)
 		p, err := attention.ParsePath(v)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -153,35 +152,6 @@ func (p *Plan) WriteTable(w io.Writer) error {
 func NewTable(w io.Writer) (*tabwriter.Writer, func(key, format string, a ...any)) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	return tw, func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
-}
-
-// Floats formats a ladder for a table: the first 12 values, then the count.
-func Floats(v []float32) string {
-	const shown = 12
-	var b strings.Builder
-	for i, x := range v {
-		if i == shown {
-			fmt.Fprintf(&b, " ... (%d values)", len(v))
-			break
-		}
-		if i > 0 {
-			b.WriteString(" ")
-		}
-		fmt.Fprintf(&b, "%.7g", x)
-	}
-	return b.String()
-}
-
-// WeightBytes sizes weights kept half in float32 and half in the compute dtype: bf16 keeps the
-// release's mixed precision, f32 stores everything in float32.
-func WeightBytes(fp32, half int64, dtype DType) (int64, error) {
-	switch dtype {
-	case BF16:
-		return 4*fp32 + 2*half, nil
-	case F32:
-		return 4 * (fp32 + half), nil
-	}
-	return 0, &RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
 }
 
 // Ways a generation splits over devices (DevicePlan.Split).

@@ -2,7 +2,6 @@ package family
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 )
@@ -106,89 +105,3 @@ func FindPreset(info ModelInfo, name string) (Preset, error) {
 	return Preset{}, &RequestError{Field: "preset", Value: name,
 		Allowed: fmt.Sprintf("one of %s for model %s (empty: %s)", strings.Join(names, ", "), info.Name, info.DefaultPreset)}
 }
-
-// OrPreset is a request field, or the preset's value when the field is left at zero (unset).
-func OrPreset[T comparable](requested, preset T) T {
-	var unset T
-	if requested != unset {
-		return requested
-	}
-	return preset
-}
-
-// SizeRule is what a model accepts as an output size: multiples of Multiple (per axis), at most
-// MaxSide pixels a side.
-type SizeRule struct {
-	HeightMultiple, WidthMultiple int
-	MaxSide                       int
-	// Why explains the multiple, e.g. "the VAE's 16x compression times the DiT's 2x2 patch".
-	Why string
-}
-
-// ResolveSize applies "both or neither" to the requested size, falls back to the preset's and
-// checks the rule. Values beyond the bound are reported without arithmetic on them, so a huge
-// value can never overflow into a misleading hint.
-func ResolveSize(req Request, preset Preset, rule SizeRule) (h, w int, err error) {
-	switch {
-	case req.Height == 0 && req.Width != 0:
-		return 0, 0, &RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
-	case req.Width == 0 && req.Height != 0:
-		return 0, 0, &RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
-	}
-	h, w = req.Height, req.Width
-	if h == 0 {
-		h, w = preset.Height, preset.Width
-	}
-	if err := rule.check("height", h, rule.HeightMultiple); err != nil {
-		return 0, 0, err
-	}
-	if err := rule.check("width", w, rule.WidthMultiple); err != nil {
-		return 0, 0, err
-	}
-	return h, w, nil
-}
-
-func (rule SizeRule) check(field string, v, multiple int) error {
-	allowed := fmt.Sprintf("a positive multiple of %d up to %d", multiple, rule.MaxSide)
-	if rule.Why != "" {
-		allowed += " (" + rule.Why + ")"
-	}
-	if v <= 0 || v > rule.MaxSide {
-		return &RequestError{Field: field, Value: v, Allowed: allowed}
-	}
-	if v%multiple != 0 {
-		return &RequestError{Field: field, Value: v, Allowed: allowed + NearestMultiple(v, multiple)}
-	}
-	return nil
-}
-
-// NearestMultiple suggests the multiples of m around v (v within int range and positive).
-func NearestMultiple(v, m int) string {
-	lo := v / m * m
-	if lo <= 0 {
-		return fmt.Sprintf(" (e.g. %d)", m)
-	}
-	return fmt.Sprintf(" (e.g. %d or %d)", lo, lo+m)
-}
-
-// CheckNoise validates injected noise: nil (draw from the seed) or exactly n finite values.
-func CheckNoise(field string, v []float32, n int, layout string) error {
-	if v == nil {
-		return nil
-	}
-	if len(v) != n {
-		return &RequestError{Field: field, Value: fmt.Sprintf("%d values", len(v)),
-			Allowed: fmt.Sprintf("nil (noise from the seed) or %d float32 values in the layout %s", n, layout)}
-	}
-	for i, x := range v {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return &RequestError{Field: field, Value: fmt.Sprintf("%v at index %d", x, i), Allowed: "finite values"}
-		}
-	}
-	return nil
-}
-
-// DenseByDefault is why a VSA-trained model runs dense attention when the request does not name
-// one: dense is faster on every backend until the block-sparse kernel exists
-// (attention.BlockSparseKernel).
-const DenseByDefault = "dense (the default: this build has no block-sparse kernel, and its gather VSA measured slower than dense attention; Options.VSA / -vsa forces VSA)"

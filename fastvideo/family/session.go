@@ -20,6 +20,10 @@ type Session struct {
 	releases []func() error // non-resident components of the running stage, released last first
 }
 
+// NoteLoad reports that the run loads component now (a load the session's Acquire does not see, such
+// as a text encoder opened on a prompt-cache miss).
+func (s *Session) NoteLoad(component string) { s.noteLoad(component) }
+
 // NewSession starts a run's session: emit receives every event, noteLoad every component load.
 func NewSession(e *Engine, req Request, res *Result, emit func(Event), noteLoad func(string)) *Session {
 	return &Session{Engine: e, Request: req, Result: res, emit: emit, noteLoad: noteLoad}

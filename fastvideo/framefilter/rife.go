@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/rife"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -57,7 +58,7 @@ func syntheticRIFE(cfg rife.Config, seed int64) (weights.Source, error) {
 // RIFEFolder checks a RIFE 4.25 checkpoint (mlx-community/RIFE-4.25's model.safetensors, or
 // Practical-RIFE's flownet converted to safetensors: a file, or a folder of them) from its headers
 // and returns its opener. A bad path or checkpoint is a *family.RequestError for field.
-func RIFEFolder(field, path string) (family.WeightOpener, error) {
+func RIFEFolder(field, path string) (familykit.WeightOpener, error) {
 	ck, err := safetensors.OpenCheckpoint(path)
 	if err != nil {
 		return nil, &family.RequestError{Field: field, Value: path, Allowed: fmt.Sprintf(
@@ -77,7 +78,7 @@ func RIFEFolder(field, path string) (family.WeightOpener, error) {
 }
 
 // LoadRIFE loads the interpolator from open on e's backend, in e's compute dtype.
-func LoadRIFE(e *family.Engine, open family.WeightOpener) (Interpolator, error) {
+func LoadRIFE(e *family.Engine, open familykit.WeightOpener) (Interpolator, error) {
 	src, closeSrc, err := open()
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func LoadRIFE(e *family.Engine, open family.WeightOpener) (Interpolator, error) 
 
 // RIFESize sizes the interpolator RIFE weights open would load, for the memory policy: small (tens
 // of MB), but costly to bring back, since its programs compile for every batch size of a stream.
-func RIFESize(e *family.Engine, open family.WeightOpener) (family.ComponentSize, error) {
+func RIFESize(e *family.Engine, open familykit.WeightOpener) (family.ComponentSize, error) {
 	src, closeSrc, err := open()
 	if err != nil {
 		return family.ComponentSize{}, err
@@ -106,7 +107,7 @@ func RIFESize(e *family.Engine, open family.WeightOpener) (family.ComponentSize,
 	if err != nil {
 		return family.ComponentSize{}, err
 	}
-	return family.ComponentSize{Name: family.CompRIFE, Bytes: family.ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
+	return family.ComponentSize{Name: family.CompRIFE, Bytes: familykit.ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
 }
 
 // rifeInterpolator runs the pairs in RIFEBatches of at most batch on the device.

@@ -10,6 +10,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
@@ -23,9 +24,9 @@ import (
 // source is where an H3 model's components come from: a snapshot folder, or tiny-h3's in-memory
 // random weights. Each load builds a fresh instance that the caller owns.
 type source interface {
-	family.Source
+	familykit.Source
 	loadTokenizer() (*tokenizer.Tokenizer, error)
-	textWeights() (family.WeightOpener, string, error)
+	textWeights() (familykit.WeightOpener, string, error)
 	newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error)
 	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
 	loadVideoVAE(e *family.Engine) (*h3video.Decoder, error)
@@ -39,7 +40,7 @@ type source interface {
 // components are an opened H3 model: its source, its text encoder config and the slots of the
 // components the memory policy keeps resident.
 type components struct {
-	family.Opened[source]
+	familykit.Opened[source]
 	spec    *Spec
 	textCfg qwen3vl.Config
 
@@ -64,7 +65,7 @@ func (c *components) Close() error {
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
 // and every weight checkpoint's headers and the tokenizer are checked; nothing heavy is loaded.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
-	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
+	c := &components{Opened: familykit.Opened[source]{Engine: e}, spec: s}
 	if e.RandomWeights != nil {
 		return c, c.openRandom(*e.RandomWeights)
 	}
@@ -77,7 +78,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		c.Src, c.textCfg = newTinySource(s), tinyTextEncoder()
 		return c, nil
 	}
-	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
+	f := &folder{Snapshot: familykit.Snapshot{Dir: s.Dir}, spec: s}
 	if err := c.readTextConfig(f); err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return nil, err
 	}
 	// A converted checkpoint's names and packing differ from the released table.
-	if !h3dit.IsConverted(f.Path(family.DirTransformer)) {
+	if !h3dit.IsConverted(f.Path(familykit.DirTransformer)) {
 		if err := f.CheckTransformer(h3dit.Params(s.DiT)); err != nil {
 			return nil, err
 		}
@@ -97,15 +98,15 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 // readTextConfig reads the folder's text encoder config and checks it against the DiT.
 func (c *components) readTextConfig(f *folder) error {
 	var err error
-	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(family.DirTextEncoder)); err != nil {
+	if c.textCfg, err = qwen3vl.LoadConfig(f.Path(familykit.DirTextEncoder)); err != nil {
 		return fmt.Errorf("fastvideo: %w (the snapshot's text_encoder/ holds the Qwen3-VL config.json and weights)", err)
 	}
 	if _, err := textOptions(c.textCfg, dtypes.Float32).ResolveHiddenState(c.textCfg); err != nil {
-		return fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(family.DirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
+		return fmt.Errorf("fastvideo: %s: %w (MiniMax H3 reads the output of text layer %d)", f.Path(familykit.DirTextEncoder), err, qwen3vl.H3HiddenStateIndex)
 	}
 	if c.textCfg.HiddenSize != c.spec.DiT.TextDim {
 		return fmt.Errorf("fastvideo: the text encoder's hidden_size %d (%s) differs from the transformer's text_dim %d",
-			c.textCfg.HiddenSize, f.Path(family.DirTextEncoder, "config.json"), c.spec.DiT.TextDim)
+			c.textCfg.HiddenSize, f.Path(familykit.DirTextEncoder, "config.json"), c.spec.DiT.TextDim)
 	}
 	return nil
 }
@@ -117,7 +118,7 @@ func (c *components) readTextConfig(f *folder) error {
 func (c *components) openRandom(seed int64) error {
 	c.textCfg = c.spec.builtinTextConfig()
 	if c.spec.Dir != "" {
-		if err := c.readTextConfig(&folder{Snapshot: family.Snapshot{Dir: c.spec.Dir}, spec: c.spec}); err != nil {
+		if err := c.readTextConfig(&folder{Snapshot: familykit.Snapshot{Dir: c.spec.Dir}, spec: c.spec}); err != nil {
 			return err
 		}
 	}
@@ -136,7 +137,7 @@ func (s *Spec) builtinTextConfig() qwen3vl.Config {
 
 // conditioner builds the tokenizer -> Qwen3-VL -> prompt cache chain.
 func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
-	parts, err := family.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
+	parts, err := familykit.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error
 	if err != nil {
 		return nil, err
 	}
-	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer}, family.TextEncoder{
+	return familykit.NewConditioner(s, tokenizerAdapter{parts.Tokenizer}, familykit.TextEncoder{
 		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
 			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, opts)
@@ -187,7 +188,7 @@ func (a tokenizerAdapter) Fingerprint() string               { return a.t.Finger
 
 // folder is an H3 snapshot folder as a component source.
 type folder struct {
-	family.Snapshot
+	familykit.Snapshot
 	checkpointText
 	spec *Spec
 }
@@ -203,30 +204,30 @@ func (checkpointText) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src w
 func (f *folder) Describe() string { return f.Dir }
 
 func (f *folder) Check() error {
-	if err := f.CheckWeights(family.DirTransformer, family.DirVAE, dirAudioVAE, family.DirTextEncoder); err != nil {
+	if err := f.CheckWeights(familykit.DirTransformer, familykit.DirVAE, dirAudioVAE, familykit.DirTextEncoder); err != nil {
 		return err
 	}
-	if f.HasFile(family.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
+	if f.HasFile(familykit.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
 		return nil
 	}
 	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
-		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, family.DirTokenizer, "tokenizer.json"))}
+		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, familykit.DirTokenizer, "tokenizer.json"))}
 }
 
 func (f *folder) loadTokenizer() (*tokenizer.Tokenizer, error) {
-	return tokenizer.Load(f.Path(family.DirTokenizer))
+	return tokenizer.Load(f.Path(familykit.DirTokenizer))
 }
 
-func (f *folder) textWeights() (family.WeightOpener, string, error) {
-	return f.Weights(family.DirTextEncoder, "qwen3vl")
+func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
+	return f.Weights(familykit.DirTextEncoder, "qwen3vl")
 }
 
 func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
-	return h3dit.Load(e.Backend, f.Path(family.DirTransformer), opts)
+	return h3dit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {
-	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "h3video", func(src weights.Source) (*h3video.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirVAE), "h3video", func(src weights.Source) (*h3video.Decoder, error) {
 		return h3video.FromSource(e.Backend, f.spec.VAE, src, videoVAEOptions(e))
 	})
 }
@@ -251,7 +252,7 @@ func (c *components) ComponentSizes() []family.ComponentSize {
 // linears are FP8).
 func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDType family.DType) []family.ComponentSize {
 	size := int64(dt.Size())
-	text := family.ParamBytes(qwen3vl.Params(textCfg))(size)
+	text := familykit.ParamBytes(qwen3vl.Params(textCfg))(size)
 	layer := text
 	if n := int64(textCfg.NumHiddenLayers); n > 0 {
 		layer = text / n
@@ -268,25 +269,25 @@ func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDTyp
 	}
 	sizes := []family.ComponentSize{
 		{Name: family.CompDiT, Bytes: dit},
-		{Name: family.CompVideoVAE, Bytes: family.ParamBytes(h3video.Params(spec.VAE))(size)},
-		{Name: family.CompAudioVAE, Bytes: family.ParamBytes(h3audio.Params(spec.AudioVAE))(4)},
+		{Name: family.CompVideoVAE, Bytes: familykit.ParamBytes(h3video.Params(spec.VAE))(size)},
+		{Name: family.CompAudioVAE, Bytes: familykit.ParamBytes(h3audio.Params(spec.AudioVAE))(4)},
 	}
 	if v := spec.Vision; v != nil && (spec.FirstImage || spec.LastImage) {
 		sizes = append(sizes,
-			family.ComponentSize{Name: family.CompVisionEncoder, Bytes: family.ParamBytes(qwen3vl.VisionParams(*v))(4)},
-			family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: family.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
+			family.ComponentSize{Name: family.CompVisionEncoder, Bytes: familykit.ParamBytes(qwen3vl.VisionParams(*v))(4)},
+			family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: familykit.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
 	}
 	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
 }
 
 func (f *folder) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {
-	return modelkit.LoadCheckpoint(f.Path(family.DirTextEncoder), "qwen3vl", func(src weights.Source) (*qwen3vl.Vision, error) {
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirTextEncoder), "qwen3vl", func(src weights.Source) (*qwen3vl.Vision, error) {
 		return qwen3vl.NewVision(e.Backend, cfg, src)
 	})
 }
 
 func (f *folder) loadVideoEncoder(e *family.Engine) (*h3video.Encoder, error) {
-	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "h3video", func(src weights.Source) (*h3video.Encoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirVAE), "h3video", func(src weights.Source) (*h3video.Encoder, error) {
 		return h3video.EncoderFromSource(e.Backend, f.spec.VAE, src, encoderOptions)
 	})
 }

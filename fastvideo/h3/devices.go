@@ -7,6 +7,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/vae/h3video"
 )
 
@@ -15,7 +16,7 @@ import (
 // clips (videoVAEOptions), plus the activation allowance.
 // PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
 func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
-	return (&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
+	return (&components{Opened: familykit.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
 }
 
 func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
@@ -26,7 +27,7 @@ func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	}
 	return &family.DevicePlan{Devices: devices, Split: family.TensorParallel, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
 		DiTShardBytes: sp.ShardedBytes, DiTReplicatedBytes: sp.ReplicatedBytes,
-		VideoVAEBytes: family.ParamBytes(h3video.Params(c.spec.VAE))(int64(c.Engine.DType.Size()))}, nil
+		VideoVAEBytes: familykit.ParamBytes(h3video.Params(c.spec.VAE))(int64(c.Engine.DType.Size()))}, nil
 }
 
 // videoVAEOptions are the video decoder's options: the engine's dtype and attention, and its clips

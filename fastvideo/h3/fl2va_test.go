@@ -12,6 +12,7 @@ import (
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/internal/imagefile"
@@ -118,7 +119,7 @@ func tinyKeyframeLatents(t *testing.T, images ...image.Image) ([][]float32, *h3v
 		if err != nil {
 			t.Fatal(err)
 		}
-		z, err := post.Sample(family.GaussianNoise(packing.KeyframeEncodeSeed, family.KeyframeSampleNoise, len(post.Mean)))
+		z, err := post.Sample(familykit.GaussianNoise(packing.KeyframeEncodeSeed, familykit.KeyframeSampleNoise, len(post.Mean)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestFL2VAConditionFixed(t *testing.T) {
 		if len(shape) != 4 || shape[1] != len(c.latents) || len(cond) != shape[0]*shape[1]*shape[2]*shape[3] {
 			t.Fatalf("%s: condition latents of %d values, shape %v", c.name, len(cond), shape)
 		}
-		noise := family.NewGaussianStream(seed, family.KeyframeNoise)
+		noise := familykit.NewGaussianStream(seed, familykit.KeyframeNoise)
 		for k, zk := range c.latents {
 			nk := make([]float32, len(zk))
 			noise.Fill(nk)

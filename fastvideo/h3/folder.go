@@ -9,6 +9,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
@@ -29,7 +30,7 @@ func (Family) Detect(dir string) (bool, error) {
 	if !isDir(filepath.Join(dir, dirAudioVAE)) {
 		return false, nil
 	}
-	return isDir(filepath.Join(dir, family.DirTransformer)), nil
+	return isDir(filepath.Join(dir, familykit.DirTransformer)), nil
 }
 
 func isDir(path string) bool {
@@ -55,7 +56,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 		return nil, err
 	}
 	var err error
-	if s.VSAGates, err = family.HasVSAGates(filepath.Join(dir, family.DirTransformer)); err != nil {
+	if s.VSAGates, err = familykit.HasVSAGates(filepath.Join(dir, familykit.DirTransformer)); err != nil {
 		return nil, err
 	}
 	s.VSASparsity, s.VSATileSize = 0.9, 64 // as the FastH3 students were trained (FastVideo PR #1776)
@@ -84,24 +85,24 @@ func (s *Spec) readComponents(dir string) error {
 	var err error
 	// The DiT's own reader, so that a converted transformer/ (its config lives in the
 	// quantization manifest) reads like a released one.
-	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, family.DirTransformer)); err != nil {
-		return family.MissingOr(dir, snapshotName, filepath.Join(family.DirTransformer, "config.json"), err)
+	if s.DiT, err = h3dit.ReadConfig(filepath.Join(dir, familykit.DirTransformer)); err != nil {
+		return familykit.MissingOr(dir, snapshotName, filepath.Join(familykit.DirTransformer, "config.json"), err)
 	}
-	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, family.DirTransformer)); err != nil {
+	if s.AdaLN, err = h3dit.ReadAdaLNManifest(filepath.Join(dir, familykit.DirTransformer)); err != nil {
 		return err
 	}
-	if h3dit.IsConverted(filepath.Join(dir, family.DirTransformer)) {
-		s.DiTStoredBytes = storedBytes(filepath.Join(dir, family.DirTransformer))
+	if h3dit.IsConverted(filepath.Join(dir, familykit.DirTransformer)) {
+		s.DiTStoredBytes = storedBytes(filepath.Join(dir, familykit.DirTransformer))
 	}
-	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, family.DirVAE)); err != nil {
-		return family.MissingOr(dir, snapshotName, filepath.Join(family.DirVAE, "config.json"), err)
+	if s.VAE, err = h3video.LoadConfig(filepath.Join(dir, familykit.DirVAE)); err != nil {
+		return familykit.MissingOr(dir, snapshotName, filepath.Join(familykit.DirVAE, "config.json"), err)
 	}
 	if s.VAE.SpatialRatio() != packing.VAESpatialRatio || s.VAE.LatentChannels != s.DiT.InChannels {
 		return fmt.Errorf("fastvideo: %s: spatial ratio %d and %d latent channels do not match the H3 geometry (ratio %d, %d DiT input channels)",
-			filepath.Join(dir, family.DirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
+			filepath.Join(dir, familykit.DirVAE, "config.json"), s.VAE.SpatialRatio(), s.VAE.LatentChannels, packing.VAESpatialRatio, s.DiT.InChannels)
 	}
 	if s.AudioVAE, err = h3audio.ReadConfig(filepath.Join(dir, dirAudioVAE)); err != nil {
-		return family.MissingOr(dir, snapshotName, filepath.Join(dirAudioVAE, "config.json"), err)
+		return familykit.MissingOr(dir, snapshotName, filepath.Join(dirAudioVAE, "config.json"), err)
 	}
 	if s.AudioVAE.LatentChannels != s.DiT.AudioInChannels {
 		return fmt.Errorf("fastvideo: %s: %d latent channels, but the DiT takes %d audio channels",
@@ -131,9 +132,9 @@ func (s *Spec) readSchedulers(dir string) error {
 
 // readJSON reads a small JSON file of the snapshot; a missing required file is invalid input.
 func readJSON(dir, rel string, v any, required bool) error {
-	err := family.ReadConfigJSON(filepath.Join(dir, rel), v)
+	err := familykit.ReadConfigJSON(filepath.Join(dir, rel), v)
 	if required && err != nil {
-		return family.MissingOr(dir, snapshotName, rel, err)
+		return familykit.MissingOr(dir, snapshotName, rel, err)
 	}
 	return err
 }
@@ -180,7 +181,7 @@ const maxContractRungs = family.MaxSteps
 // readContract applies a shift-declaring fastvideo_inference.json (at the folder root or in
 // transformer/); four-step sidecars without shifts keep the uniform ladder.
 func (s *Spec) readContract(dir string) error {
-	for _, rel := range []string{contractFile, filepath.Join(family.DirTransformer, contractFile)} {
+	for _, rel := range []string{contractFile, filepath.Join(familykit.DirTransformer, contractFile)} {
 		var c inferenceContract
 		if err := readJSON(dir, rel, &c, false); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -250,9 +251,9 @@ func (s *Spec) readKeyframeConfigs(dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, dirProcessor, "preprocessor_config.json")); err != nil {
 		return nil
 	}
-	vc, err := qwen3vl.LoadVisionConfig(filepath.Join(dir, family.DirTextEncoder))
+	vc, err := qwen3vl.LoadVisionConfig(filepath.Join(dir, familykit.DirTextEncoder))
 	if err != nil {
-		return fmt.Errorf("fastvideo: %w (FL2VA keyframes need the vision tower of %s)", err, filepath.Join(dir, family.DirTextEncoder))
+		return fmt.Errorf("fastvideo: %w (FL2VA keyframes need the vision tower of %s)", err, filepath.Join(dir, familykit.DirTextEncoder))
 	}
 	pc, err := qwen3vl.LoadProcessorConfig(filepath.Join(dir, dirProcessor))
 	if err != nil {
@@ -260,7 +261,7 @@ func (s *Spec) readKeyframeConfigs(dir string) error {
 	}
 	if vc.OutHiddenSize != s.DiT.TextDim {
 		return fmt.Errorf("fastvideo: %s: the vision tower's out_hidden_size %d differs from the transformer's text_dim %d",
-			filepath.Join(dir, family.DirTextEncoder, "config.json"), vc.OutHiddenSize, s.DiT.TextDim)
+			filepath.Join(dir, familykit.DirTextEncoder, "config.json"), vc.OutHiddenSize, s.DiT.TextDim)
 	}
 	s.setKeyframes(&vc, &pc)
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/imageops"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/qwen3vl"
@@ -250,7 +251,7 @@ func (p *run) encodeKeyframes(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fastvideo: encoding keyframe %d: %w", i+1, err)
 		}
-		z, err := post.Sample(family.GaussianNoise(packing.KeyframeEncodeSeed, family.KeyframeSampleNoise, len(post.Mean)))
+		z, err := post.Sample(familykit.GaussianNoise(packing.KeyframeEncodeSeed, familykit.KeyframeSampleNoise, len(post.Mean)))
 		if err != nil {
 			return err
 		}
@@ -270,7 +271,7 @@ func (p *run) conditionRows() ([]float32, error) {
 		return nil, nil
 	}
 	g, ch := p.r.Denoise, p.c.spec.DiT.InChannels
-	stream := family.NewGaussianStream(p.r.Seed, family.KeyframeNoise)
+	stream := familykit.NewGaussianStream(p.r.Seed, familykit.KeyframeNoise)
 	noise := make([][]float32, len(p.keyLatents))
 	for i, z := range p.keyLatents {
 		noise[i] = make([]float32, len(z))

@@ -18,6 +18,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
@@ -194,5 +195,5 @@ func (Family) Lookup(name string) (family.Model, bool) {
 // FolderLayout names the files of an H3 snapshot.
 func (Family) FolderLayout() string {
 	return fmt.Sprintf("a MiniMax H3 snapshot holds %s/config.json, %s/config.json, %s/config.json, %s/, %s/ and scheduler/scheduler_config.json",
-		family.DirTransformer, family.DirVAE, dirAudioVAE, family.DirTextEncoder, family.DirTokenizer)
+		familykit.DirTransformer, familykit.DirVAE, dirAudioVAE, familykit.DirTextEncoder, familykit.DirTokenizer)
 }

@@ -7,6 +7,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/schedule"
 )
 
@@ -120,7 +121,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 		p.FrameFilters = append(p.FrameFilters, f.Name())
 	}
 	p.DiTParams = ditParams(s.DiT, s.VSAGates)
-	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
+	p.WeightsDType = familykit.OrPreset(dtype, s.WeightsDType)
 	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
@@ -134,9 +135,9 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 func ditWeightBytes(c h3dit.Config, vsaGates bool, dtype family.DType) (int64, error) {
 	fp32, half := ditParamGroups(c, vsaGates)
 	if dtype != family.FP8 {
-		return family.WeightBytes(fp32, half, dtype)
+		return familykit.WeightBytes(fp32, half, dtype)
 	}
-	rest, err := family.WeightBytes(fp32, half, family.BF16)
+	rest, err := familykit.WeightBytes(fp32, half, family.BF16)
 	if err != nil {
 		return 0, err
 	}
@@ -322,9 +323,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 		row("keyframe cost", "%.1f TFLOP of DiT compute (plus the vision tower and the VAE encoder)", d.KeyframeDiTTFLOPsTotal)
 	}
 	row("steps", "%d, seed %d", p.Steps, p.Seed)
-	row("video sigmas", "%s", family.Floats(p.VideoSigmas))
-	row("audio sigmas", "%s", family.Floats(d.AudioSigmas))
-	row("adaln timesteps", "%s", family.Floats(d.AdaLNTimesteps))
+	row("video sigmas", "%s", familykit.Floats(p.VideoSigmas))
+	row("audio sigmas", "%s", familykit.Floats(d.AudioSigmas))
+	row("adaln timesteps", "%s", familykit.Floats(d.AdaLNTimesteps))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)

@@ -15,6 +15,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/testutil"
 	"fastvideo/quant"
 )
@@ -133,7 +134,7 @@ func TestDiTParamsAndBytes(t *testing.T) {
 		t.Errorf("VSA gates %d, want 1,926,758,400", n)
 	}
 	fp32, half := ditParamGroups(rel, false)
-	b, err := family.WeightBytes(fp32, half, family.BF16)
+	b, err := familykit.WeightBytes(fp32, half, family.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +142,10 @@ func TestDiTParamsAndBytes(t *testing.T) {
 	if b != 2*33122992896+2*17222144 {
 		t.Errorf("bf16 bytes %d", b)
 	}
-	if f32, _ := family.WeightBytes(fp32, half, family.F32); f32 != 4*33122992896 {
+	if f32, _ := familykit.WeightBytes(fp32, half, family.F32); f32 != 4*33122992896 {
 		t.Errorf("f32 bytes %d", f32)
 	}
-	if _, err := family.WeightBytes(fp32, half, "int3"); err == nil {
+	if _, err := familykit.WeightBytes(fp32, half, "int3"); err == nil {
 		t.Error("an unknown dtype must be rejected")
 	}
 	r16 := rel
@@ -422,8 +423,8 @@ func TestReadFolder(t *testing.T) {
 // for VSA, FastH3 runs dense attention and says why (no block-sparse kernel in this build).
 func TestPlanVSATiles(t *testing.T) {
 	req := family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
-	if _, d := mustPlan(t, "fasth3", req); d.VSA != nil || d.Attention != family.DenseByDefault {
-		t.Errorf("fasth3 by default: VSA %+v, attention %q; want dense, because %q", d.VSA, d.Attention, family.DenseByDefault)
+	if _, d := mustPlan(t, "fasth3", req); d.VSA != nil || d.Attention != familykit.DenseByDefault {
+		t.Errorf("fasth3 by default: VSA %+v, attention %q; want dense, because %q", d.VSA, d.Attention, familykit.DenseByDefault)
 	}
 	req.Options = &Options{VSA: &VSA{}}
 	_, d := mustPlan(t, "fasth3", req)

@@ -6,6 +6,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/internal/tokenizer/qwen3data"
@@ -34,8 +35,8 @@ type randomSource struct {
 func newRandomSource(s *Spec, textCfg qwen3vl.Config, seed int64) *randomSource {
 	r := &randomSource{spec: s, textCfg: textCfg, seed: seed, tok: qwen3data.Load}
 	if s.Dir != "" {
-		f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
-		if f.HasFile(family.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
+		f := &folder{Snapshot: familykit.Snapshot{Dir: s.Dir}, spec: s}
+		if f.HasFile(familykit.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
 			r.tok = f.loadTokenizer
 		}
 	}
@@ -43,7 +44,7 @@ func newRandomSource(s *Spec, textCfg qwen3vl.Config, seed int64) *randomSource 
 }
 
 func (r *randomSource) Describe() string {
-	return family.DescribeRandom(r.spec.Name, r.spec.Dir, r.seed)
+	return familykit.DescribeRandom(r.spec.Name, r.spec.Dir, r.seed)
 }
 
 // Check has nothing to re-validate: no file is read but the tokenizer's.
@@ -53,8 +54,8 @@ func (r *randomSource) loadTokenizer() (*tokenizer.Tokenizer, error) { return r.
 
 // textWeights opens nothing (newTextEncoder draws the layers); the identity keys the prompt cache
 // by seed and geometry, so a random model never reads a real one's cached prompts.
-func (r *randomSource) textWeights() (family.WeightOpener, string, error) {
-	return family.InMemory(weights.MapSource{}), fmt.Sprintf("random:seed=%d:%+v", r.seed, r.textCfg), nil
+func (r *randomSource) textWeights() (familykit.WeightOpener, string, error) {
+	return familykit.InMemory(weights.MapSource{}), fmt.Sprintf("random:seed=%d:%+v", r.seed, r.textCfg), nil
 }
 
 func (r *randomSource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, _ weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error) {
@@ -75,7 +76,7 @@ func (r *randomSource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) 
 // loadAudioVAE draws the BigVGAN once per generator, on the host (tens of MB), with tiny-h3's
 // initialization that keeps a random waveform finite.
 func (r *randomSource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
-	r.once.Do(func() { r.audio, r.err = family.Synthetic(r.seed+2, h3audio.Params, r.spec.AudioVAE, initAudioVAE) })
+	r.once.Do(func() { r.audio, r.err = familykit.Synthetic(r.seed+2, h3audio.Params, r.spec.AudioVAE, initAudioVAE) })
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/vae/h3video"
@@ -27,10 +28,10 @@ func TestResidentBytesKeyframes(t *testing.T) {
 			t.Fatalf("%s takes no keyframes", name)
 		}
 		engine := &family.Engine{DType: dtypes.BFloat16}
-		with := &components{Opened: family.Opened[source]{Engine: engine}, spec: spec, textCfg: qwen3vl.Q32B()}
+		with := &components{Opened: familykit.Opened[source]{Engine: engine}, spec: spec, textCfg: qwen3vl.Q32B()}
 		plain := *spec
 		plain.setKeyframes(nil, nil)
-		without := &components{Opened: family.Opened[source]{Engine: engine}, spec: &plain, textCfg: qwen3vl.Q32B()}
+		without := &components{Opened: familykit.Opened[source]{Engine: engine}, spec: &plain, textCfg: qwen3vl.Q32B()}
 		vision, err := qwen3vl.VisionParams(*spec.Vision)
 		if err != nil {
 			t.Fatal(err)
@@ -57,14 +58,14 @@ func TestResidentBytesFP8(t *testing.T) {
 	spec := m.(*Spec)
 	resident := func(fp8 bool) int64 {
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: fp8}
-		return totalBytes(&components{Opened: family.Opened[source]{Engine: e}, spec: spec, textCfg: qwen3vl.Q32B()})
+		return totalBytes(&components{Opened: familykit.Opened[source]{Engine: e}, spec: spec, textCfg: qwen3vl.Q32B()})
 	}
 	if got := resident(false) - resident(true); got != 50*385107968 {
 		t.Errorf("FP8 saves %d resident bytes, want %d", got, 50*385107968)
 	}
 	gates := *spec
 	gates.VSAGates = false
-	noGates := totalBytes(&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dtypes.BFloat16}}, spec: &gates, textCfg: qwen3vl.Q32B()})
+	noGates := totalBytes(&components{Opened: familykit.Opened[source]{Engine: &family.Engine{DType: dtypes.BFloat16}}, spec: &gates, textCfg: qwen3vl.Q32B()})
 	if got := resident(false) - noGates; got != 2*50*5376*7168 {
 		t.Errorf("the VSA gates add %d resident bytes, want %d", got, 2*50*5376*7168)
 	}
@@ -129,7 +130,7 @@ func TestResidencyByDevice(t *testing.T) {
 		if c.int8 {
 			sp = &int8Spec
 		}
-		sizes := (&components{Opened: family.Opened[source]{Engine: e}, spec: sp, textCfg: qwen3vl.Q32B()}).ComponentSizes()
+		sizes := (&components{Opened: familykit.Opened[source]{Engine: e}, spec: sp, textCfg: qwen3vl.Q32B()}).ComponentSizes()
 		free := int64(c.deviceGiB*0.92*float64(gib)) - gib/2
 		got := family.ChooseResidency(free, 24*gib, sizes)
 		for _, r := range got {

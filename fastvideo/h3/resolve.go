@@ -6,6 +6,7 @@ import (
 
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/schedule"
@@ -74,7 +75,7 @@ func (r *resolved) resolveGuidance(req family.Request, preset family.Preset) err
 		return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
 			Allowed: "an empty string (MiniMax-H3 is guidance-distilled and takes no negative prompt)"}
 	}
-	r.Guidance = family.OrPreset(req.GuidanceScale, preset.GuidanceScale)
+	r.Guidance = familykit.OrPreset(req.GuidanceScale, preset.GuidanceScale)
 	if r.Guidance != 1 {
 		return &family.RequestError{Field: "guidance_scale", Value: r.Guidance,
 			Allowed: "1.0 (MiniMax-H3 is guidance-distilled: no classifier-free guidance)"}
@@ -89,7 +90,7 @@ func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
 		return err
 	}
 	var err error
-	r.Height, r.Width, err = family.ResolveSize(req, preset, family.SizeRule{
+	r.Height, r.Width, err = familykit.ResolveSize(req, preset, familykit.SizeRule{
 		HeightMultiple: packing.CanvasMultiple, WidthMultiple: packing.CanvasMultiple, MaxSide: r.spec.MaxSide,
 		Why: fmt.Sprintf("the canvas of %s", r.spec.Name)})
 	if err != nil {
@@ -105,7 +106,7 @@ func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
 // the rate (H3 generates a fixed 24 fps).
 func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error {
 	s := r.spec
-	r.RequestedFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
+	r.RequestedFrames = familykit.OrPreset(req.NumFrames, preset.NumFrames)
 	lo, hi := s.frameRange()
 	aligned := 0
 	if r.RequestedFrames >= 1 && r.RequestedFrames <= hi {
@@ -118,7 +119,7 @@ func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error
 			float64(s.MaxAlignedFrames)/packing.FPS, packing.FPS)}
 	}
 	r.NumFrames = aligned
-	r.FPS = family.OrPreset(req.FPS, preset.FPS)
+	r.FPS = familykit.OrPreset(req.FPS, preset.FPS)
 	if r.FPS != packing.FPS {
 		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
 	}
@@ -141,7 +142,7 @@ func (s *Spec) frameRange() (lo, hi int) {
 // trained DMD rungs when its fastvideo_inference.json declares them, else the uniform ladder.
 func (r *resolved) resolveSteps(req family.Request, preset family.Preset) error {
 	s := r.spec
-	r.Steps = family.OrPreset(req.NumInferenceSteps, preset.Steps)
+	r.Steps = familykit.OrPreset(req.NumInferenceSteps, preset.Steps)
 	if r.Steps < 1 || r.Steps > family.MaxSteps {
 		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
 			Allowed: fmt.Sprintf("1 to %d DiT forwards (FastH3: %d, base preset: %d)", family.MaxSteps, schedule.FastH3Steps, schedule.H3BaseSteps)}
@@ -179,7 +180,7 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		return &family.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
 	}
 	if req.FastSpatial {
-		scale := family.OrPreset(req.FastSpatialScale, 2)
+		scale := familykit.OrPreset(req.FastSpatialScale, 2)
 		p, err := packing.PlanFastSpatial(r.Height, r.Width, scale)
 		if err != nil {
 			return &family.RequestError{Field: "fast_spatial_scale", Value: scale,
@@ -193,7 +194,7 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		return err
 	}
 	if req.Fast {
-		factor := family.OrPreset(req.FastFactor, 2)
+		factor := familykit.OrPreset(req.FastFactor, 2)
 		p, err := packing.PlanFastTemporal(r.NumFrames, factor)
 		if err != nil {
 			if req.FastFactor == 0 {
@@ -261,11 +262,11 @@ func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
 // checkNoise validates injected initial noise against the denoise geometry.
 func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
 	s, g := r.spec, r.Denoise
-	if err := family.CheckNoise("video_noise", req.VideoNoise, s.DiT.InChannels*g.LatentFrames*g.LatentHeight*g.LatentWidth,
+	if err := familykit.CheckNoise("video_noise", req.VideoNoise, s.DiT.InChannels*g.LatentFrames*g.LatentHeight*g.LatentWidth,
 		fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", s.DiT.InChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)); err != nil {
 		return err
 	}
-	return family.CheckNoise("audio_noise", r.opts.AudioNoise, packing.AudioChannels*s.DiT.AudioInChannels*g.AudioLatents,
+	return familykit.CheckNoise("audio_noise", r.opts.AudioNoise, packing.AudioChannels*s.DiT.AudioInChannels*g.AudioLatents,
 		fmt.Sprintf("[%d][%d][%d] (stereo, C, N)", packing.AudioChannels, s.DiT.AudioInChannels, g.AudioLatents))
 }
 

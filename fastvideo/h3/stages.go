@@ -7,6 +7,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/imageops"
 	"fastvideo/internal/textenc"
 	"fastvideo/vae/h3audio"
@@ -153,11 +154,11 @@ func (p *run) initialNoise() (xv, xa []float32, err error) {
 	ca, n := cfg.AudioInChannels, geo.AudioLatents
 	vn := p.s.Request.VideoNoise
 	if vn == nil {
-		vn = family.GaussianNoise(r.Seed, family.VideoNoise, c*t*hl*wl)
+		vn = familykit.GaussianNoise(r.Seed, familykit.VideoNoise, c*t*hl*wl)
 	}
 	an := r.opts.AudioNoise
 	if an == nil {
-		an = family.GaussianNoise(r.Seed, family.AudioNoise, packing.AudioChannels*ca*n)
+		an = familykit.GaussianNoise(r.Seed, familykit.AudioNoise, packing.AudioChannels*ca*n)
 	}
 	if xv, err = packing.PatchifyVideo(vn, c, t, hl, wl, geo.PatchSize); err != nil {
 		return nil, nil, err

@@ -10,6 +10,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/internal/tokenizer"
@@ -142,12 +143,12 @@ func (c *tinySource) sources() error {
 		seed := int64(tinyWeightsSeed)
 		s := c.spec
 		var errs [6]error
-		c.dit, errs[0] = family.Synthetic(seed, h3dit.Params, s.DiT, nil)
-		c.video, errs[1] = family.Synthetic(seed+1, h3video.Params, s.VAE, nil)
-		c.audio, errs[2] = family.Synthetic(seed+2, h3audio.Params, s.AudioVAE, initAudioVAE)
-		c.te, errs[3] = family.Synthetic(seed+3, qwen3vl.Params, tinyTextEncoder(), nil)
-		c.vision, errs[4] = family.Synthetic(seed+5, qwen3vl.VisionParams, *s.Vision, nil)
-		c.encoder, errs[5] = family.Synthetic(seed+6, h3video.EncoderParams, s.VAE, nil)
+		c.dit, errs[0] = familykit.Synthetic(seed, h3dit.Params, s.DiT, nil)
+		c.video, errs[1] = familykit.Synthetic(seed+1, h3video.Params, s.VAE, nil)
+		c.audio, errs[2] = familykit.Synthetic(seed+2, h3audio.Params, s.AudioVAE, initAudioVAE)
+		c.te, errs[3] = familykit.Synthetic(seed+3, qwen3vl.Params, tinyTextEncoder(), nil)
+		c.vision, errs[4] = familykit.Synthetic(seed+5, qwen3vl.VisionParams, *s.Vision, nil)
+		c.encoder, errs[5] = familykit.Synthetic(seed+6, h3video.EncoderParams, s.VAE, nil)
 		c.err = errors.Join(errs[:]...)
 	})
 	return c.err
@@ -159,11 +160,11 @@ func (c *tinySource) Check() error { return nil }
 
 func (c *tinySource) loadTokenizer() (*tokenizer.Tokenizer, error) { return qwen3data.Load() }
 
-func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
+func (c *tinySource) textWeights() (familykit.WeightOpener, string, error) {
 	if err := c.sources(); err != nil {
 		return nil, "", err
 	}
-	return family.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
+	return familykit.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
 func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {

@@ -7,6 +7,7 @@ import (
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 )
 
 // vsaConfig is the resolved VSA of a run (nil: dense attention).
@@ -43,7 +44,7 @@ func (r *resolved) resolveVSA(family.Request, family.Preset) error {
 		return nil
 	}
 	if o == nil && !attention.BlockSparseKernel() {
-		r.attentionWhy = family.DenseByDefault
+		r.attentionWhy = familykit.DenseByDefault
 		return nil
 	}
 	c := &vsaConfig{sparsity: r.spec.VSASparsity, tileSize: r.spec.VSATileSize, mode: attention.ModeExempt}
@@ -63,7 +64,7 @@ func (r *resolved) resolveVSA(family.Request, family.Preset) error {
 	if c.tileSize != 64 && c.tileSize != 256 {
 		return &family.RequestError{Field: "vsa_tile_size", Value: fmt.Sprint(c.tileSize), Allowed: "64 or 256"}
 	}
-	if err := family.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
+	if err := familykit.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
 		return err
 	}
 	r.vsa = c

@@ -5,11 +5,13 @@ import (
 
 	"errors"
 	"fmt"
-	"github.com/gomlx/compute/dtypes"
 	"path/filepath"
+
+	"github.com/gomlx/compute/dtypes"
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
@@ -22,9 +24,9 @@ import (
 // source is where a Wan model's components come from: a snapshot folder, or tiny-wan's in-memory
 // random weights. Each load builds a fresh instance that the caller owns.
 type source interface {
-	family.Source
+	familykit.Source
 	loadTokenizer() (*unigram.Tokenizer, error)
-	textWeights() (family.WeightOpener, string, error)
+	textWeights() (familykit.WeightOpener, string, error)
 	newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error)
 	loadDiT(e *family.Engine) (*wandit.Model, error)
 	loadVAE(e *family.Engine) (*wanvae.Decoder, error)
@@ -35,7 +37,7 @@ type source interface {
 // components are an opened Wan model: its source and the resident slots of the AllResident memory
 // policy.
 type components struct {
-	family.Opened[source]
+	familykit.Opened[source]
 	spec *Spec
 
 	cond *textenc.Conditioner
@@ -58,7 +60,7 @@ var errNoFP8 = &family.RequestError{Field: "dtype", Value: string(family.FP8),
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight
 // checkpoint's headers open and the tokenizer file exists.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
-	c := &components{Opened: family.Opened[source]{Engine: e}, spec: s}
+	c := &components{Opened: familykit.Opened[source]{Engine: e}, spec: s}
 	if e.FP8 {
 		return nil, errNoFP8
 	}
@@ -76,7 +78,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		c.Src = newTinySource(s)
 		return c, nil
 	}
-	f := &folder{Snapshot: family.Snapshot{Dir: s.Dir}, spec: s}
+	f := &folder{Snapshot: familykit.Snapshot{Dir: s.Dir}, spec: s}
 	if err := f.Check(); err != nil {
 		return nil, err
 	}
@@ -102,12 +104,12 @@ func joinIDs(ids []string) string {
 // encoder's last hidden state over the prompt's own tokens ([n, d_model], </s> included); the
 // denoise stage zero-pads it to TextLen rows.
 func (c *components) conditioner(s *family.Session) (*textenc.Conditioner, error) {
-	parts, err := family.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
+	parts, err := familykit.LoadTextParts(c.Src.loadTokenizer, c.Src.textWeights)
 	if err != nil {
 		return nil, err
 	}
 	cfg, textLen, dt := c.spec.TextEncoder, c.spec.TextLen, c.Engine.DType
-	return family.NewConditioner(s, tokenizerAdapter{parts.Tokenizer, textLen}, family.TextEncoder{
+	return familykit.NewConditioner(s, tokenizerAdapter{parts.Tokenizer, textLen}, familykit.TextEncoder{
 		Open: parts.Open,
 		New: func(src weights.Source) (textenc.Encoder, func() error, error) {
 			enc, err := c.Src.newTextEncoder(c.Engine, cfg, src, umt5.Options{DType: dt, Resident: c.Engine.Keeps(family.CompTextEncoder), TextLen: textLen})
@@ -143,7 +145,7 @@ func (e umt5Encoder) Encode(ctx context.Context, ids []int) ([]float32, []int, e
 
 // folder is a Wan snapshot folder as a component source.
 type folder struct {
-	family.Snapshot
+	familykit.Snapshot
 	checkpointText
 	spec *Spec
 }
@@ -159,37 +161,37 @@ func (checkpointText) newTextEncoder(e *family.Engine, cfg umt5.Config, src weig
 func (f *folder) Describe() string { return f.Dir }
 
 func (f *folder) Check() error {
-	if err := f.CheckWeights(family.DirTransformer, family.DirVAE, family.DirTextEncoder); err != nil {
+	if err := f.CheckWeights(familykit.DirTransformer, familykit.DirVAE, familykit.DirTextEncoder); err != nil {
 		return err
 	}
-	if f.HasFile(family.DirTokenizer, "tokenizer.json", "spiece.model") {
+	if f.HasFile(familykit.DirTokenizer, "tokenizer.json", "spiece.model") {
 		return nil
 	}
 	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
 		"a complete Wan snapshot: neither %s nor %s (the UMT5 tokenizer) exists",
-		filepath.Join(f.Dir, family.DirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, family.DirTokenizer, "spiece.model"))}
+		filepath.Join(f.Dir, familykit.DirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, familykit.DirTokenizer, "spiece.model"))}
 }
 
 func (f *folder) loadTokenizer() (*unigram.Tokenizer, error) {
-	return unigram.Load(f.Path(family.DirTokenizer), unigram.Options{})
+	return unigram.Load(f.Path(familykit.DirTokenizer), unigram.Options{})
 }
 
-func (f *folder) textWeights() (family.WeightOpener, string, error) {
-	return f.Weights(family.DirTextEncoder, "umt5")
+func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
+	return f.Weights(familykit.DirTextEncoder, "umt5")
 }
 
 func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
-	return wandit.Load(e.Backend, f.Path(family.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
+	return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
-	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
 		return wanvae.FromSource(e.Backend, f.spec.VAE, src, wanvae.Options{DType: e.DType})
 	})
 }
 
 func (f *folder) loadEncoder(e *family.Engine) (*wanvae.Decoder, error) {
-	return modelkit.LoadCheckpoint(f.Path(family.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirVAE), "wan", func(src weights.Source) (*wanvae.Decoder, error) {
 		return wanvae.FromSource(e.Backend, f.spec.VAE, src, encoderOptions)
 	})
 }
@@ -208,17 +210,17 @@ func (c *components) ComponentSizes() []family.ComponentSize {
 // componentSizes sizes a Wan model's components for a compute dtype.
 func componentSizes(spec *Spec, dt dtypes.DType) []family.ComponentSize {
 	size := int64(dt.Size())
-	text := family.ParamBytes(umt5.Params(spec.TextEncoder))(size)
+	text := familykit.ParamBytes(umt5.Params(spec.TextEncoder))(size)
 	layer := text
 	if n := int64(spec.TextEncoder.NumLayers); n > 0 {
 		layer = text / n
 	}
 	sizes := []family.ComponentSize{
-		{Name: family.CompDiT, Bytes: family.ParamBytes(wandit.Params(spec.DiT))(size)},
-		{Name: family.CompVideoVAE, Bytes: family.ParamBytes(wanvae.Params(spec.VAE))(size)},
+		{Name: family.CompDiT, Bytes: familykit.ParamBytes(wandit.Params(spec.DiT))(size)},
+		{Name: family.CompVideoVAE, Bytes: familykit.ParamBytes(wanvae.Params(spec.VAE))(size)},
 	}
 	if spec.FirstImage {
-		enc := family.ParamBytes(wanvae.Params(spec.VAE))(4) + family.ParamBytes(wanvae.EncoderParams(spec.VAE))(4)
+		enc := familykit.ParamBytes(wanvae.Params(spec.VAE))(4) + familykit.ParamBytes(wanvae.EncoderParams(spec.VAE))(4)
 		sizes = append(sizes, family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: enc})
 	}
 	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})

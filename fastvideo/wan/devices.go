@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 )
 
 // cfgDevices is the device count of the CFG-parallel split: one per guidance branch.
@@ -21,7 +22,7 @@ const cfgDevices = 2
 // without guidance are refused: there is nothing to split.
 // PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
 func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
-	return (&components{Opened: family.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
+	return (&components{Opened: familykit.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
 }
 
 func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
@@ -41,7 +42,7 @@ func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	dit, err := family.WeightBytes(f32, half, family.DTypeOf(c.Engine.DType))
+	dit, err := familykit.WeightBytes(f32, half, family.DTypeOf(c.Engine.DType))
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	wandit "fastvideo/dit/wan"
 	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/umt5"
 	wanvae "fastvideo/vae/wan"
 )
@@ -39,7 +40,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 // FolderLayout names the files of a Wan snapshot.
 func (Family) FolderLayout() string {
 	return fmt.Sprintf("a Wan snapshot holds %s (a Wan pipeline class), %s/config.json, %s/config.json, %s/config.json and %s/",
-		modelIndex, family.DirTransformer, family.DirVAE, family.DirTextEncoder, family.DirTokenizer)
+		modelIndex, familykit.DirTransformer, familykit.DirVAE, familykit.DirTextEncoder, familykit.DirTokenizer)
 }
 
 // classNameOf reads the "_class_name" of a JSON config; "" when the file does not exist.
@@ -47,7 +48,7 @@ func classNameOf(path string) (string, error) {
 	var c struct {
 		ClassName string `json:"_class_name"`
 	}
-	if err := family.ReadConfigJSON(path, &c); err != nil {
+	if err := familykit.ReadConfigJSON(path, &c); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil
 		}
@@ -66,7 +67,7 @@ func detect(dir string) (isWan bool, pipeline string, err error) {
 	if pipeline != "" {
 		return strings.HasPrefix(pipeline, "Wan"), pipeline, nil
 	}
-	cls, err := classNameOf(filepath.Join(dir, family.DirTransformer, "config.json"))
+	cls, err := classNameOf(filepath.Join(dir, familykit.DirTransformer, "config.json"))
 	if err != nil {
 		return false, "", err
 	}
@@ -88,26 +89,26 @@ func readFolder(dir, cls string) (*Spec, error) {
 	if strings.Contains(strings.ToLower(cls), "imagetovideo") || strings.Contains(strings.ToLower(cls), "i2v") {
 		return nil, fmt.Errorf("fastvideo: %s: pipeline %q is image-to-video, which is not supported; use a text-to-video snapshot", dir, cls)
 	}
-	dit, err := wandit.ReadConfig(filepath.Join(dir, family.DirTransformer))
+	dit, err := wandit.ReadConfig(filepath.Join(dir, familykit.DirTransformer))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirTransformer, "config.json"), err)
+		return nil, familykit.MissingOr(dir, "Wan", filepath.Join(familykit.DirTransformer, "config.json"), err)
 	}
-	vae, err := wanvae.LoadConfig(filepath.Join(dir, family.DirVAE))
+	vae, err := wanvae.LoadConfig(filepath.Join(dir, familykit.DirVAE))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirVAE, "config.json"), err)
+		return nil, familykit.MissingOr(dir, "Wan", filepath.Join(familykit.DirVAE, "config.json"), err)
 	}
 	if vae.ZDim != dit.InChannels || dit.OutChannels != dit.InChannels {
 		return nil, fmt.Errorf("fastvideo: %s: the VAE's z_dim %d must equal the transformer's in_channels %d and out_channels %d "+
 			"(text-to-video; 36- or 96-channel transformers take image or video conditions, which are not supported)",
-			filepath.Join(dir, family.DirVAE, "config.json"), vae.ZDim, dit.InChannels, dit.OutChannels)
+			filepath.Join(dir, familykit.DirVAE, "config.json"), vae.ZDim, dit.InChannels, dit.OutChannels)
 	}
-	te, err := umt5.LoadConfig(filepath.Join(dir, family.DirTextEncoder))
+	te, err := umt5.LoadConfig(filepath.Join(dir, familykit.DirTextEncoder))
 	if err != nil {
-		return nil, family.MissingOr(dir, "Wan", filepath.Join(family.DirTextEncoder, "config.json"), err)
+		return nil, familykit.MissingOr(dir, "Wan", filepath.Join(familykit.DirTextEncoder, "config.json"), err)
 	}
 	if te.DModel != dit.TextDim {
 		return nil, fmt.Errorf("fastvideo: the text encoder's d_model %d (%s) differs from the transformer's text_dim %d",
-			te.DModel, filepath.Join(dir, family.DirTextEncoder, "config.json"), dit.TextDim)
+			te.DModel, filepath.Join(dir, familykit.DirTextEncoder, "config.json"), dit.TextDim)
 	}
 
 	// The whole path, not the base name: a Hugging Face cache keeps the repository name above the
@@ -139,7 +140,7 @@ func readFolder(dir, cls string) (*Spec, error) {
 	m := v.spec()
 	m.Name, m.Dir = dir, dir
 	// The FastWan2.2-5B id also names a full-attention student: the weights decide.
-	if m.VSAGates, err = family.HasVSAGates(filepath.Join(dir, family.DirTransformer)); err != nil {
+	if m.VSAGates, err = familykit.HasVSAGates(filepath.Join(dir, familykit.DirTransformer)); err != nil {
 		return nil, err
 	}
 	m.Description = fmt.Sprintf("%s read from %s", strings.SplitN(v.description, " (", 2)[0], dir)

@@ -8,6 +8,7 @@ import (
 	wandit "fastvideo/dit/wan"
 	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/schedule"
 	wanvae "fastvideo/vae/wan"
 )
@@ -180,8 +181,8 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	if dtype == family.FP8 {
 		return nil, errNoFP8
 	}
-	p.WeightsDType = family.OrPreset(dtype, s.WeightsDType)
-	if p.WeightsBytes, err = family.WeightBytes(f32, half, p.WeightsDType); err != nil {
+	p.WeightsDType = familykit.OrPreset(dtype, s.WeightsDType)
+	if p.WeightsBytes, err = familykit.WeightBytes(f32, half, p.WeightsDType); err != nil {
 		return nil, err
 	}
 	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
@@ -278,8 +279,8 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			im.ConditionedLatentFrames, im.ConditionedTokens, d.Tokens)
 		row("extra", "VAE encoder, %.1f M params in f32, one pass over 1 frame", float64(im.EncoderParams)/1e6)
 	}
-	row("timesteps", "%s", family.Floats(p.VideoTimesteps))
-	row("sigmas", "%s", family.Floats(p.VideoSigmas))
+	row("timesteps", "%s", familykit.Floats(p.VideoTimesteps))
+	row("sigmas", "%s", familykit.Floats(p.VideoSigmas))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
 		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)

@@ -5,6 +5,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/internal/tokenizer/unigram"
 	"fastvideo/internal/weights"
@@ -24,7 +25,7 @@ type randomSource struct {
 }
 
 func (r *randomSource) Describe() string {
-	return family.DescribeRandom(r.spec.Name, r.spec.Dir, r.seed)
+	return familykit.DescribeRandom(r.spec.Name, r.spec.Dir, r.seed)
 }
 
 // Check has nothing to re-validate: no file is read.
@@ -36,8 +37,8 @@ func (r *randomSource) loadTokenizer() (*unigram.Tokenizer, error) {
 
 // textWeights opens nothing (newTextEncoder draws them); the identity keys the prompt cache by
 // seed and geometry, so a random model never reads a real one's cached prompts.
-func (r *randomSource) textWeights() (family.WeightOpener, string, error) {
-	return family.InMemory(weights.MapSource{}), fmt.Sprintf("random:seed=%d:%+v", r.seed, r.textConfig()), nil
+func (r *randomSource) textWeights() (familykit.WeightOpener, string, error) {
+	return familykit.InMemory(weights.MapSource{}), fmt.Sprintf("random:seed=%d:%+v", r.seed, r.textConfig()), nil
 }
 
 // textConfig is the spec's UMT5 with the toy vocabulary's row count.

@@ -7,6 +7,7 @@ import (
 
 	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 )
 
@@ -81,13 +82,13 @@ func (r *resolved) resolveGrid(req family.Request) error {
 	vae := geometryVAE(s.VAE)
 	patch := [3]int{s.DiT.PatchSize[0], s.DiT.PatchSize[1], s.DiT.PatchSize[2]}
 	var err error
-	rule := family.SizeRule{
+	rule := familykit.SizeRule{
 		HeightMultiple: vae.SpatialRatio * patch[1], WidthMultiple: vae.SpatialRatio * patch[2], MaxSide: s.MaxSide,
 		Why: fmt.Sprintf("the %s VAE's %dx compression times the DiT's patch", vae.Name, vae.SpatialRatio)}
-	if r.Height, r.Width, err = family.ResolveSize(req, preset.Preset, rule); err != nil {
+	if r.Height, r.Width, err = familykit.ResolveSize(req, preset.Preset, rule); err != nil {
 		return err
 	}
-	r.NumFrames = family.OrPreset(req.NumFrames, preset.NumFrames)
+	r.NumFrames = familykit.OrPreset(req.NumFrames, preset.NumFrames)
 	r.RequestedFrames = r.NumFrames
 	frames, err := r.sourceFrames(req, vae.TemporalRatio)
 	if err != nil {
@@ -103,7 +104,7 @@ func (r *resolved) resolveGrid(req family.Request) error {
 	if err := r.checkRope(); err != nil {
 		return err
 	}
-	r.FPS = family.OrPreset(req.FPS, preset.FPS)
+	r.FPS = familykit.OrPreset(req.FPS, preset.FPS)
 	if r.FPS < 1 || r.FPS > MaxFPS {
 		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("1 to %d frames per second (the Wan presets use 16 or 24)", MaxFPS)}
 	}
@@ -132,7 +133,7 @@ func (r *resolved) sourceFrames(req family.Request, tr int) (int, error) {
 		return 0, &family.RequestError{Field: "num_frames", Value: n, Allowed: fmt.Sprintf(
 			"2 to %d frames with the temporal fast mode (RIFE makes them from a %dn+1-frame source clip)", maxFrames, tr)}
 	}
-	factor := family.OrPreset(req.FastFactor, 2)
+	factor := familykit.OrPreset(req.FastFactor, 2)
 	if factor < 2 || factor > maxFrames {
 		return 0, &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf("an integer from 2 to %d", maxFrames)}
 	}
@@ -153,7 +154,7 @@ func (r *resolved) sourceFrames(req family.Request, tr int) (int, error) {
 // stage1Size is the size the DiT and VAE run at: the output's, or with the spatial fast mode the
 // output divided by the scale, without a crop (fastvideo/mlx_runtime/refine.py,
 // plan_refine_resolutions: both sizes divisible by the scale and on the VAE and patch grid).
-func (r *resolved) stage1Size(req family.Request, rule family.SizeRule) (h, w int, err error) {
+func (r *resolved) stage1Size(req family.Request, rule familykit.SizeRule) (h, w int, err error) {
 	if req.FastSpatialScale != 0 && !req.FastSpatial {
 		return 0, 0, &family.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
 	}
@@ -164,7 +165,7 @@ func (r *resolved) stage1Size(req family.Request, rule family.SizeRule) (h, w in
 		return 0, 0, &family.RequestError{Field: "fast_spatial", Value: true,
 			Allowed: "false with a condition image (the MLX runtime's spatial fast mode is text-to-video only)"}
 	}
-	scale := family.OrPreset(req.FastSpatialScale, 2)
+	scale := familykit.OrPreset(req.FastSpatialScale, 2)
 	h, w = r.Height/max(scale, 1), r.Width/max(scale, 1)
 	if scale < 2 || r.Height%scale != 0 || r.Width%scale != 0 || h%rule.HeightMultiple != 0 || w%rule.WidthMultiple != 0 {
 		// A fix that works: the nearest size at least as large that this scale divides onto the grid.
@@ -269,12 +270,12 @@ func (r *resolved) resolveDMD(req family.Request) error {
 
 // resolveUniPC: the base pipelines, with classifier-free guidance above a guidance scale of 1.
 func (r *resolved) resolveUniPC(req family.Request) error {
-	r.Steps = family.OrPreset(req.NumInferenceSteps, r.preset.Steps)
+	r.Steps = familykit.OrPreset(req.NumInferenceSteps, r.preset.Steps)
 	if r.Steps < 1 || r.Steps > family.MaxSteps {
 		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
 			Allowed: fmt.Sprintf("1 to %d UniPC steps (the presets run 50)", family.MaxSteps)}
 	}
-	r.Guidance = family.OrPreset(req.GuidanceScale, r.preset.GuidanceScale)
+	r.Guidance = familykit.OrPreset(req.GuidanceScale, r.preset.GuidanceScale)
 	if !(r.Guidance > 0) || math.IsInf(r.Guidance, 0) {
 		return &family.RequestError{Field: "guidance_scale", Value: r.Guidance,
 			Allowed: "a positive number; above 1 turns classifier-free guidance on (presets: 3.0 or 5.0)"}
@@ -316,13 +317,13 @@ func (r *resolved) latentLen() int {
 func (r *resolved) checkNoise(req family.Request) error {
 	g, n := r.Geometry, r.latentLen()
 	layout := fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)
-	if err := family.CheckNoise("video_noise", req.VideoNoise, n, layout); err != nil {
+	if err := familykit.CheckNoise("video_noise", req.VideoNoise, n, layout); err != nil {
 		return err
 	}
 	if r.Sampler != SamplerDMD {
 		return nil
 	}
-	return family.CheckNoise("renoise_noise", r.opts.RenoiseNoise, (r.Steps-1)*n,
+	return familykit.CheckNoise("renoise_noise", r.opts.RenoiseNoise, (r.Steps-1)*n,
 		fmt.Sprintf("%d blocks of %s, one per step after the first", r.Steps-1, layout))
 }
 

@@ -8,6 +8,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/umt5"
 	wanvae "fastvideo/vae/wan"
@@ -126,7 +127,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	l := p.r.steps
 	// Initial noise: injected, or the start of the seed's video stream, which the DMD re-noise
 	// draws continue (FastVideo draws both from one generator).
-	noise := family.NewGaussianStream(p.r.Seed, family.VideoNoise)
+	noise := familykit.NewGaussianStream(p.r.Seed, familykit.VideoNoise)
 	x := make([]float32, p.r.latentLen())
 	noise.Fill(x)
 	if v := p.s.Request.VideoNoise; v != nil {
@@ -178,7 +179,7 @@ type sampler struct {
 	dit, uncondDiT *wandit.Model
 	text, negText  *wandit.TextState
 	ladder         *ladder
-	noise          *family.GaussianStream
+	noise          *familykit.GaussianStream
 }
 
 // forward is one forward of dit at timestep t.

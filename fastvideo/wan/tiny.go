@@ -11,6 +11,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/internal/tokenizer/unigram"
@@ -240,9 +241,9 @@ func (c *tinySource) sources() error {
 		seed := int64(tinyWanWeightsSeed)
 		s := c.spec
 		var errs [3]error
-		c.dit, errs[0] = family.Synthetic(seed, wandit.Params, s.DiT, initWanDiT)
-		c.vae, errs[1] = family.Synthetic(seed+1, vaeWithEncoderParams, s.VAE, initWanVAE)
-		c.te, errs[2] = family.Synthetic(seed+2, umt5.Params, s.TextEncoder, nil)
+		c.dit, errs[0] = familykit.Synthetic(seed, wandit.Params, s.DiT, initWanDiT)
+		c.vae, errs[1] = familykit.Synthetic(seed+1, vaeWithEncoderParams, s.VAE, initWanVAE)
+		c.te, errs[2] = familykit.Synthetic(seed+2, umt5.Params, s.TextEncoder, nil)
 		c.tokenizerJSON = tinyWanTokenizerJSON()
 		c.err = errors.Join(errs[:]...)
 	})
@@ -260,11 +261,11 @@ func (c *tinySource) loadTokenizer() (*unigram.Tokenizer, error) {
 	return unigram.FromTokenizerJSON(c.tokenizerJSON, unigram.Options{})
 }
 
-func (c *tinySource) textWeights() (family.WeightOpener, string, error) {
+func (c *tinySource) textWeights() (familykit.WeightOpener, string, error) {
 	if err := c.sources(); err != nil {
 		return nil, "", err
 	}
-	return family.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
+	return familykit.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
 func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {

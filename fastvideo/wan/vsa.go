@@ -6,6 +6,7 @@ import (
 	"fastvideo/attention"
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 )
 
 // vsaSparsity is the default VSA sparsity of the VSA-trained variants (see VSA).
@@ -44,7 +45,7 @@ func (r *resolved) resolveVSA(family.Request) error {
 		return nil
 	}
 	if o == nil && !attention.BlockSparseKernel() {
-		r.attentionWhy = family.DenseByDefault
+		r.attentionWhy = familykit.DenseByDefault
 		return nil
 	}
 	c := &vsaConfig{sparsity: r.spec.VSASparsity}
@@ -54,7 +55,7 @@ func (r *resolved) resolveVSA(family.Request) error {
 		}
 		c.denseFirstSteps, c.denseLayers = o.DenseFirstSteps, o.DenseLayers
 	}
-	if err := family.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
+	if err := familykit.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
 		return err
 	}
 	r.vsa = c

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 )
 
 // The FastWan plans report their VSA tiling: 480×832×81 is a 21×30×52 token grid, 6·8·13 = 624 tiles
@@ -13,7 +14,7 @@ import (
 // why (no block-sparse kernel in this build).
 func TestPlanVSA(t *testing.T) {
 	req := family.Request{Height: 480, Width: 832, NumFrames: 81}
-	if _, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, family.DTypeAuto); d.VSA != nil || d.Attention != family.DenseByDefault {
+	if _, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, family.DTypeAuto); d.VSA != nil || d.Attention != familykit.DenseByDefault {
 		t.Errorf("fastwan2.1-t2v-1.3b by default: VSA %+v, attention %q; want dense", d.VSA, d.Attention)
 	}
 	req.Options = &Options{VSA: &VSA{}}

@@ -1,4 +1,4 @@
-package family
+package familykit
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"fastvideo/fastvideo/family"
 	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/textenc"
@@ -28,7 +29,7 @@ type Source interface {
 // Opened is what every family's opened components share: the engine they load on and the source
 // they load from, whose description and check are theirs.
 type Opened[S Source] struct {
-	Engine *Engine
+	Engine *family.Engine
 	Src    S
 }
 
@@ -104,7 +105,7 @@ func (s Snapshot) CheckParams(dir string, params weights.Shapes) error {
 		more = fmt.Sprintf(" (and %d more)", len(problems)-shown)
 		problems = problems[:shown]
 	}
-	return &RequestError{Field: "model", Value: s.Dir, Allowed: fmt.Sprintf(
+	return &family.RequestError{Field: "model", Value: s.Dir, Allowed: fmt.Sprintf(
 		"a snapshot whose %s/config.json matches its weights: %s%s", dir, strings.Join(problems, "; "), more)}
 }
 
@@ -172,11 +173,11 @@ type TextEncoder struct {
 // NewConditioner builds the tokenizer -> text encoder -> prompt cache chain every family uses. The
 // encoder is opened lazily, on the first cache miss (reported to s as the "text_encoder" load), so
 // a cached prompt never reads its weights.
-func NewConditioner(s *Session, tok textenc.Tokenizer, enc TextEncoder) *textenc.Conditioner {
+func NewConditioner(s *family.Session, tok textenc.Tokenizer, enc TextEncoder) *textenc.Conditioner {
 	cond := &textenc.Conditioner{
 		Tokenizer: tok,
 		OpenEncoder: func() (textenc.Encoder, error) {
-			s.noteLoad("text_encoder")
+			s.NoteLoad("text_encoder")
 			src, closeSrc, err := enc.Open()
 			if err != nil {
 				return nil, err
@@ -236,10 +237,10 @@ func ReadConfigJSON(path string, v any) error {
 // the model field naming the file; other errors pass through.
 func MissingOr(dir, snapshot, file string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return &RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
+		return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
 			"a complete %s snapshot: %s is missing", snapshot, filepath.Join(dir, file))}
 	}
-	if _, ok := err.(*RequestError); ok {
+	if _, ok := err.(*family.RequestError); ok {
 		return err
 	}
 	return fmt.Errorf("fastvideo: %w", err)
@@ -293,13 +294,13 @@ func HasVSAGates(dir string) (bool, error) {
 func CheckVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, numLayers int) error {
 	switch {
 	case !(sparsity >= 0 && sparsity < 1): // NaN too
-		return &RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
+		return &family.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
 	case denseFirstSteps < 0:
-		return &RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
+		return &family.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
 	}
 	for _, b := range denseLayers {
 		if b < 0 || b >= numLayers {
-			return &RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
+			return &family.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
 		}
 	}
 	return nil

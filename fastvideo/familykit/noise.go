@@ -1,4 +1,4 @@
-package family
+package familykit
 
 import (
 	"math"
@@ -27,7 +27,7 @@ const (
 // by a library's choice of normal sampler. It cannot reproduce PyTorch's
 // torch.randn stream: a Go run and a Python run with the same seed start from
 // different noise. To reproduce a Python latent exactly, inject its noise through
-// Request.VideoNoise / Request.AudioNoise.
+// Request.VideoNoise / h3.Options.AudioNoise.
 //
 // The first n values of a longer draw are the n values of a shorter one: a Wan DMD
 // run takes its initial noise and then its re-noise draws from one VideoNoise
