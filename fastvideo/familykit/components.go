@@ -289,23 +289,6 @@ func HasVSAGates(dir string) (bool, error) {
 	return slices.ContainsFunc(f.Names(), func(k string) bool { return strings.Contains(k, gate) }), nil
 }
 
-// CheckVSAKnobs validates the Video Sparse Attention knobs the families share (FastVideo's
-// VSA_sparsity, vsa_dense_first_n_steps, vsa_dense_layers) for a DiT of numLayers blocks.
-func CheckVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, numLayers int) error {
-	switch {
-	case !(sparsity >= 0 && sparsity < 1): // NaN too
-		return &family.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
-	case denseFirstSteps < 0:
-		return &family.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
-	}
-	for _, b := range denseLayers {
-		if b < 0 || b >= numLayers {
-			return &family.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
-		}
-	}
-	return nil
-}
-
 // DescribeRandom names a random-weight source for messages: the model, the seed and where its
 // geometry comes from (the release's for a built-in name, else the folder's configs).
 func DescribeRandom(name, dir string, seed int64) string {

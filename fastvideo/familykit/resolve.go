@@ -88,11 +88,6 @@ func CheckNoise(field string, v []float32, n int, layout string) error {
 	return nil
 }
 
-// DenseByDefault is why a VSA-trained model runs dense attention when the request does not name
-// one: dense is faster on every backend until the block-sparse kernel exists
-// (attention.BlockSparseKernel).
-const DenseByDefault = "dense (the default: this build has no block-sparse kernel, and its gather VSA measured slower than dense attention; family.Options.VSA / -vsa forces VSA)"
-
 // Floats formats a ladder for a table: the first 12 values, then the count.
 func Floats(v []float32) string {
 	const shown = 12

@@ -59,7 +59,7 @@ func (Family) ReadFolder(dir string) (family.Model, error) {
 	if s.VSAGates, err = familykit.HasVSAGates(filepath.Join(dir, familykit.DirTransformer)); err != nil {
 		return nil, err
 	}
-	s.VSASparsity, s.VSATileSize = 0.9, 64 // as the FastH3 students were trained (FastVideo PR #1776)
+	s.VSA = trainedVSA
 	if err := s.readContract(dir); err != nil {
 		return nil, err
 	}
@@ -230,13 +230,13 @@ func (s *Spec) applyContractVSA(c *inferenceContract, path string) error {
 		if !(*c.VSASparsity >= 0 && *c.VSASparsity < 1) { // written so NaN fails too
 			return fmt.Errorf("fastvideo: %s: vsa_sparsity %g is outside [0, 1)", path, *c.VSASparsity)
 		}
-		s.VSASparsity = *c.VSASparsity
+		s.VSA.Sparsity = *c.VSASparsity
 	}
 	if c.VSATileSize != 0 {
 		if c.VSATileSize != 64 && c.VSATileSize != 256 {
 			return fmt.Errorf("fastvideo: %s: vsa_tile_size %d is not 64 or 256", path, c.VSATileSize)
 		}
-		s.VSATileSize = c.VSATileSize
+		s.VSA.TileSize = c.VSATileSize
 	}
 	return nil
 }

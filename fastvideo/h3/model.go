@@ -44,10 +44,9 @@ type Spec struct {
 	// VSAGates is set for FastH3 students, whose transformer carries the trained
 	// attn.to_gate_compress matrices (an extra GEMM per block).
 	VSAGates bool
-	// VSASparsity and VSATileSize are the VSA defaults of a FastH3 checkpoint: as trained (0.9, 64),
-	// or its fastvideo_inference.json's vsa_sparsity / vsa_tile_size.
-	VSASparsity float64
-	VSATileSize int
+	// VSA is the VSA default of a FastH3 checkpoint: as trained (trainedVSA), or with its
+	// fastvideo_inference.json's vsa_sparsity / vsa_tile_size.
+	VSA familykit.VSA
 	// AdaLN is the converted checkpoint's fixed AdaLN cache manifest (nil: computed per run).
 	AdaLN *h3dit.AdaLNManifest
 	// DiTStoredBytes are the tensor bytes of a converted (quantized) transformer checkpoint, which loads
@@ -153,7 +152,7 @@ var builtins = map[string]func() *Spec{
 	"fasth3": func() *Spec {
 		s := released()
 		s.Name, s.Variant, s.VSAGates = "fasth3", "fasth3", true
-		s.VSASparsity, s.VSATileSize = 0.9, 64
+		s.VSA = trainedVSA
 		s.Description = "FastH3 (FastVideo/FastVideo-Minimax-FastH3-Preview): 4-step DMD student of MiniMax H3 with VSA gates"
 		s.setPresets("fasth3_t2va", fastH3Presets)
 		return s

@@ -103,7 +103,7 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	p.Details = d
 	var err error
 	d.Attention = r.attentionWhy
-	if d.VSA, err = r.vsa.plan(l, len(sched.Video.Timesteps), s.DiT.NumLayers, s.DiT.NumAttentionHeads, s.DiT.AttentionHeadDim); err != nil {
+	if d.VSA, err = vsaPlan(r.vsa, l, len(sched.Video.Timesteps), s.DiT.NumLayers, s.DiT.NumAttentionHeads, s.DiT.AttentionHeadDim); err != nil {
 		return nil, err
 	}
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = r.ditTFLOPs(l)

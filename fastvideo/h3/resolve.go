@@ -27,7 +27,7 @@ type resolved struct {
 	FastSpatial        *packing.FastSpatialPlan
 
 	sched *schedule.H3Schedule
-	vsa   *vsaConfig // nil: dense attention
+	vsa   *familykit.VSA // nil: dense attention
 	// attentionWhy says why a VSA-trained model runs dense attention (the plan's attention row).
 	attentionWhy string
 

@@ -182,7 +182,7 @@ func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInpu
 			idx[i] = int32(v)
 		}
 		in.VideoRows, in.AudioRows, in.Timesteps, in.TimestepIndices = xv, xa, uniq, idx
-		in.VSA = p.r.vsa.forStep(p.layout, k)
+		in.VSA = vsaForStep(p.r.vsa, p.layout, k)
 		out, err := dit.Forward(in)
 		if err != nil {
 			return fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, steps, err)

@@ -10,15 +10,6 @@ import (
 	"fastvideo/fastvideo/familykit"
 )
 
-// vsaConfig is the resolved VSA of a run (nil: dense attention).
-type vsaConfig struct {
-	sparsity        float64
-	tileSize        int
-	mode            attention.Mode
-	denseFirstSteps int
-	denseLayers     []int
-}
-
 // VSAPlan reports the VSA geometry of one forward and what it saves (PlanDetails.VSA).
 type VSAPlan struct {
 	Sparsity    float64 `json:"sparsity"`
@@ -34,71 +25,44 @@ type VSAPlan struct {
 	AttentionTFLOPsSaved float64 `json:"attention_tflops_saved"`
 }
 
+// trainedVSA is the VSA the FastH3 students were trained with (FastVideo PR #1776): sparsity 0.9,
+// 64-row tiles, the prefix exempt from selection.
+var trainedVSA = familykit.VSA{Sparsity: 0.9, TileSize: 64, Mode: attention.ModeExempt}
+
 // resolveVSA applies the checkpoint's VSA defaults and the request's knobs.
-func (r *resolved) resolveVSA(family.Request, family.Preset) error {
-	o := r.opts.VSA
-	if o != nil && !o.Off && !r.spec.VSAGates {
-		return &family.RequestError{Field: "vsa", Value: "on", Allowed: "a FastH3 checkpoint (its transformer carries to_gate_compress)"}
+func (r *resolved) resolveVSA(family.Request, family.Preset) (err error) {
+	var knobs *familykit.VSAKnobs
+	if o := r.opts.VSA; o != nil {
+		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, TileSize: o.TileSize, Mode: o.Mode,
+			DenseFirstSteps: o.DenseFirstSteps, DenseLayers: o.DenseLayers}
 	}
-	if !r.spec.VSAGates || (o != nil && o.Off) {
-		return nil
-	}
-	if o == nil && !attention.BlockSparseKernel() {
-		r.attentionWhy = familykit.DenseByDefault
-		return nil
-	}
-	c := &vsaConfig{sparsity: r.spec.VSASparsity, tileSize: r.spec.VSATileSize, mode: attention.ModeExempt}
-	if o != nil {
-		if o.Sparsity != nil {
-			c.sparsity = *o.Sparsity
-		}
-		if o.TileSize != 0 {
-			c.tileSize = o.TileSize
-		}
-		m, err := attention.ParseMode(o.Mode)
-		if err != nil {
-			return &family.RequestError{Field: "vsa_mode", Value: o.Mode, Allowed: "exempt or compete"}
-		}
-		c.mode, c.denseFirstSteps, c.denseLayers = m, o.DenseFirstSteps, o.DenseLayers
-	}
-	if c.tileSize != 64 && c.tileSize != 256 {
-		return &family.RequestError{Field: "vsa_tile_size", Value: fmt.Sprint(c.tileSize), Allowed: "64 or 256"}
-	}
-	if err := familykit.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
-		return err
-	}
-	r.vsa = c
-	return nil
+	r.vsa, r.attentionWhy, err = familykit.ResolveVSA(knobs, familykit.VSACheckpoint{
+		Gates: r.spec.VSAGates, GatesHint: "a FastH3 checkpoint (its transformer carries to_gate_compress)",
+		Default: r.spec.VSA, NumLayers: r.spec.DiT.NumLayers})
+	return err
 }
 
-// forStep returns the DiT's VSA for step k over layout l (nil when VSA is off).
-func (c *vsaConfig) forStep(l *packing.Layout, k int) *h3dit.VSA {
+// vsaForStep returns the DiT's VSA for step k over layout l (nil when VSA is off).
+func vsaForStep(c *familykit.VSA, l *packing.Layout, k int) *h3dit.VSA {
 	if c == nil {
 		return nil
 	}
-	v := h3dit.LayoutVSA(l, c.sparsity, c.tileSize, c.mode)
-	v.DenseLayers = c.denseLayers
-	if k < c.denseFirstSteps {
-		v.Sparsity = 0
-	}
+	v := h3dit.LayoutVSA(l, c.SparsityAt(k), c.TileSize, c.Mode)
+	v.DenseLayers = c.DenseLayers
 	return v
 }
 
-// plan reports the tiling of layout l and the attention work saved over steps forwards.
-func (c *vsaConfig) plan(l *packing.Layout, steps, layers, heads, headDim int) (*VSAPlan, error) {
+// vsaPlan reports the tiling of layout l and the attention work saved over steps forwards.
+func vsaPlan(c *familykit.VSA, l *packing.Layout, steps, layers, heads, headDim int) (*VSAPlan, error) {
 	if c == nil {
 		return nil, nil
 	}
-	tl, err := c.forStep(l, c.denseFirstSteps).Tiling()
+	tl, err := vsaForStep(c, l, c.DenseFirstSteps).Tiling()
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
-	k := attention.TopKTiles(c.sparsity, tl.NumVideo)
-	n := int64(tl.Rows())
-	sparseSteps := max(0, steps-c.denseFirstSteps)
-	sparseLayers := layers - len(c.denseLayers)
-	perPair := 4 * float64(heads*headDim) // QKᵀ and PV, 2 FLOPs per multiply-add each
-	saved := float64(n*n-tl.AttendedPairs(k)) * perPair * float64(sparseLayers*sparseSteps) / 1e12
-	return &VSAPlan{Sparsity: c.sparsity, TileSize: c.tileSize, Mode: c.mode.String(), PrefixTiles: tl.NumPrefix,
-		VideoTiles: tl.NumVideo, TopK: k, DenseFirstSteps: c.denseFirstSteps, AttentionTFLOPsSaved: saved}, nil
+	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
+	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps), layers, heads*headDim)
+	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Mode: c.Mode.String(), PrefixTiles: tl.NumPrefix,
+		VideoTiles: tl.NumVideo, TopK: k, DenseFirstSteps: c.DenseFirstSteps, AttentionTFLOPsSaved: saved}, nil
 }

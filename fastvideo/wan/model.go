@@ -18,6 +18,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/schedule"
 	wanvae "fastvideo/vae/wan"
@@ -68,9 +69,9 @@ type Spec struct {
 	// FastWan checkpoint: FastVideo's torch pipeline does not warp).
 	WarpDenoisingSteps bool
 	// VSAGates is set for VSA-trained students (FastWan), whose transformer carries to_gate_compress:
-	// they run with Video Sparse Attention at VSASparsity unless Options.VSA says otherwise.
-	VSAGates    bool
-	VSASparsity float64
+	// they run with Video Sparse Attention at VSA unless Options.VSA says otherwise.
+	VSAGates bool
+	VSA      familykit.VSA
 	// WeightsDType is the precision Plan sizes the DiT's weights in by default: bf16, the precision
 	// FastVideo runs Wan DiTs in (f32 for tiny-wan).
 	WeightsDType family.DType
@@ -192,7 +193,8 @@ func (v variant) spec() *Spec {
 	if v.vae().IsResidual { // the Wan2.2 VAE: the TI2V models
 		s.ImageMaxArea, s.FirstImage = releasedImageArea, true
 	}
-	s.VSASparsity, s.VSAGates = vsaSparsity[v.name]
+	s.VSA.Sparsity, s.VSAGates = vsaSparsity[v.name]
+	s.VSA.TileSize = wandit.VSATileSize
 	s.setPresets(releasedPresets()[v.preset])
 	return s
 }

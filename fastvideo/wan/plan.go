@@ -156,7 +156,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	}
 	var err error
 	d.Attention = r.attentionWhy
-	if d.VSA, err = r.vsa.plan([3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
+	if d.VSA, err = vsaPlan(r.vsa, [3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
 		return nil, err
 	}
 	p.Details = d

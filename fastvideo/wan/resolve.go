@@ -37,7 +37,7 @@ type resolved struct {
 	// image is the first-frame condition (Wan2.2 TI2V), nil for text-to-video.
 	image *imageCondition
 	// vsa is the run's Video Sparse Attention (nil: dense).
-	vsa *vsaConfig
+	vsa *familykit.VSA
 	// attentionWhy says why a VSA-trained model runs dense attention (the plan's attention row).
 	attentionWhy string
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a

@@ -199,7 +199,7 @@ func (st *sampler) forward(ctx context.Context, dit *wandit.Model, k int, x []fl
 	}
 	v, err := dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
-		Timesteps: ts, TextState: text, VSA: st.r.vsa.forStep(k),
+		Timesteps: ts, TextState: text, VSA: vsaForStep(st.r.vsa, k),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, st.r.Steps, err)

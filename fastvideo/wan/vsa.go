@@ -14,13 +14,6 @@ var vsaSparsity = map[string]float64{
 	"fastwan2.1-t2v-1.3b": 0.8, "fastwan2.1-t2v-14b-480p": 0.9, "fastwan2.2-ti2v-5b": 0.8,
 }
 
-// vsaConfig is the resolved VSA of a run (nil: dense attention).
-type vsaConfig struct {
-	sparsity        float64
-	denseFirstSteps int
-	denseLayers     []int
-}
-
 // VSAPlan reports the VSA geometry of one forward and what it saves (PlanDetails.VSA).
 type VSAPlan struct {
 	Sparsity float64 `json:"sparsity"`
@@ -36,59 +29,37 @@ type VSAPlan struct {
 }
 
 // resolveVSA applies the checkpoint's VSA default and the request's knobs.
-func (r *resolved) resolveVSA(family.Request) error {
-	o := r.opts.VSA
-	if o != nil && !o.Off && !r.spec.VSAGates {
-		return &family.RequestError{Field: "vsa", Value: "on", Allowed: "a VSA-trained checkpoint (FastWan: its transformer carries to_gate_compress)"}
+func (r *resolved) resolveVSA(family.Request) (err error) {
+	var knobs *familykit.VSAKnobs
+	if o := r.opts.VSA; o != nil {
+		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, DenseFirstSteps: o.DenseFirstSteps, DenseLayers: o.DenseLayers}
 	}
-	if !r.spec.VSAGates || (o != nil && o.Off) {
-		return nil
-	}
-	if o == nil && !attention.BlockSparseKernel() {
-		r.attentionWhy = familykit.DenseByDefault
-		return nil
-	}
-	c := &vsaConfig{sparsity: r.spec.VSASparsity}
-	if o != nil {
-		if o.Sparsity != nil {
-			c.sparsity = *o.Sparsity
-		}
-		c.denseFirstSteps, c.denseLayers = o.DenseFirstSteps, o.DenseLayers
-	}
-	if err := familykit.CheckVSAKnobs(c.sparsity, c.denseFirstSteps, c.denseLayers, r.spec.DiT.NumLayers); err != nil {
-		return err
-	}
-	r.vsa = c
-	return nil
+	r.vsa, r.attentionWhy, err = familykit.ResolveVSA(knobs, familykit.VSACheckpoint{
+		Gates: r.spec.VSAGates, GatesHint: "a VSA-trained checkpoint (FastWan: its transformer carries to_gate_compress)",
+		Default: r.spec.VSA, NumLayers: r.spec.DiT.NumLayers})
+	return err
 }
 
-// forStep returns the DiT's VSA for denoising step k (nil when VSA is off).
-func (c *vsaConfig) forStep(k int) *wandit.VSA {
+// vsaForStep returns the DiT's VSA for denoising step k (nil when VSA is off).
+func vsaForStep(c *familykit.VSA, k int) *wandit.VSA {
 	if c == nil {
 		return nil
 	}
-	v := &wandit.VSA{Sparsity: c.sparsity, DenseLayers: c.denseLayers}
-	if k < c.denseFirstSteps {
-		v.Sparsity = 0
-	}
-	return v
+	return &wandit.VSA{Sparsity: c.SparsityAt(k), DenseLayers: c.DenseLayers}
 }
 
-// plan reports the tiling of the token grid and the attention work saved over forwards DiT forwards.
-func (c *vsaConfig) plan(grid [3]int, steps, forwardsPerStep int, dit wandit.Config) (*VSAPlan, error) {
+// vsaPlan reports the tiling of the token grid and the attention work saved over the denoise's DiT
+// forwards.
+func vsaPlan(c *familykit.VSA, grid [3]int, steps, forwardsPerStep int, dit wandit.Config) (*VSAPlan, error) {
 	if c == nil {
 		return nil, nil
 	}
-	tl, err := attention.NewTiling(nil, grid, wandit.VSATileSize)
+	tl, err := attention.NewTiling(nil, grid, c.TileSize)
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
-	k := attention.TopKTiles(c.sparsity, tl.NumVideo)
-	n := int64(tl.Rows())
-	sparseForwards := max(0, steps-c.denseFirstSteps) * forwardsPerStep
-	sparseLayers := dit.NumLayers - len(c.denseLayers)
-	perPair := 4 * float64(dit.HiddenSize()) // QKᵀ and PV, 2 FLOPs per multiply-add each
-	saved := float64(n*n-tl.AttendedPairs(k)) * perPair * float64(sparseLayers*sparseForwards) / 1e12
-	return &VSAPlan{Sparsity: c.sparsity, TileSize: wandit.VSATileSize, Tiles: tl.NumVideo, TopK: k,
-		DenseFirstSteps: c.denseFirstSteps, DenseLayers: c.denseLayers, AttentionTFLOPsSaved: saved}, nil
+	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
+	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps)*forwardsPerStep, dit.NumLayers, dit.HiddenSize())
+	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Tiles: tl.NumVideo, TopK: k,
+		DenseFirstSteps: c.DenseFirstSteps, DenseLayers: c.DenseLayers, AttentionTFLOPsSaved: saved}, nil
 }
