@@ -89,7 +89,12 @@ func LoRATarget(module string, musubi bool) (lora.Target, bool) {
 	} else {
 		return lora.Target{}, false
 	}
-	return targetOf(base), true
+	t := targetOf(base)
+	// I2V-only layers: an I2V adapter's image cross-attention and image embedder have nothing to change in
+	// a T2V (or Wan2.2-A14B) checkpoint; LightX2V ships such keys in adapters for models that lack them.
+	t.Optional = strings.Contains(base, "add_k_proj") || strings.Contains(base, "add_v_proj") ||
+		strings.Contains(base, "norm_added_k") || strings.Contains(base, "image_embedder")
+	return t, true
 }
 
 // targetOf names the tensors of a diffusers module: tables are tensors themselves, norms of q/k have

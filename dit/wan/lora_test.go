@@ -194,3 +194,38 @@ func TestLoRAForeignAdapter(t *testing.T) {
 		}
 	}
 }
+
+// TestLoRAI2VAdapterOnT2V: an I2V adapter's image layers are skipped, and reported, on a checkpoint without
+// them (LightX2V's Wan2.2-I2V files on A14B); the rest merges as upstream's.
+func TestLoRAI2VAdapterOnT2V(t *testing.T) {
+	const name = "native_ab_i2v"
+	base := readLoRABase(t, filepath.Join(loraTestdata, "wan_lora_base.safetensors"))
+	w := readLoRABase(t, filepath.Join(loraTestdata, "wan_lora_base.safetensors"))
+	for n := range w {
+		if strings.Contains(n, "add_") || strings.Contains(n, "image_embedder") {
+			delete(w, n)
+			delete(base, n)
+		}
+	}
+	ad, err := lora.Open(filepath.Join(loraTestdata, "lora_"+name+".safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ad.Close()
+	touched, err := lora.Merge([]lora.Weighted{{Adapter: ad, Strength: 1}}, LoRANames(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := strings.Join(touched[0].Skipped, ",")
+	if want := "blocks.0.cross_attn.k_img,blocks.0.cross_attn.v_img,blocks.1.cross_attn.k_img,blocks.1.cross_attn.v_img,img_emb.proj.1,img_emb.proj.3"; skipped != want {
+		t.Errorf("skipped %s, want %s", skipped, want)
+	}
+	var changed []string
+	for _, n := range touched[0].Tensors {
+		if w[n] == nil {
+			t.Errorf("reports a change to %s, which the weights lack", n)
+		}
+		changed = append(changed, n)
+	}
+	checkLoRAWeights(t, name, changed, base, w, readLoRABase(t, filepath.Join(loraTestdata, "lora_expected.safetensors")))
+}

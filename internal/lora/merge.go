@@ -16,6 +16,9 @@ import (
 type Target struct {
 	Weight string // the weight (a linear's [out, in], a norm's [n], a modulation table)
 	Bias   string // the bias, "" when the module has none to change
+	// Optional marks a layer only some variants of the model have (Wan's I2V image layers): when the
+	// weights lack it, the module is skipped and listed in Touched.Skipped instead of failing.
+	Optional bool
 }
 
 // NameMap maps an adapter's normalized module names onto a model's checkpoint.
@@ -64,17 +67,21 @@ type Touched struct {
 	Adapter string
 	Modules int      // adapter modules applied
 	Tensors []string // checkpoint tensors changed, sorted
+	// Skipped lists the modules mapped onto optional layers these weights lack (e.g. an I2V adapter's
+	// image cross-attention on a T2V checkpoint), sorted.
+	Skipped []string
 }
 
 // step is one resolved module: the update and its target tensors.
 type step struct {
 	u      *Update
 	target Target
+	skip   bool // optional target absent from the weights
 }
 
 // Plan resolves every adapter against the model and the weights without changing anything: each module
-// must map onto the model, its tensors must exist and the shapes must agree. It reports the tensors each
-// adapter would change.
+// must map onto the model, its tensors must exist (an Optional target may be absent: it is skipped) and
+// the shapes must agree. It reports the tensors each adapter would change and the modules it would skip.
 func Plan(adapters []Weighted, names NameMap, w Weights) ([]Touched, error) {
 	_, touched, err := plan(adapters, names, w)
 	return touched, err
@@ -91,6 +98,9 @@ func Merge(adapters []Weighted, names NameMap, w Weights) ([]Touched, error) {
 	}
 	for i, ad := range adapters {
 		for _, s := range steps[i] {
+			if s.skip {
+				continue
+			}
 			if err := apply(s, ad.Strength, w); err != nil {
 				return touched, fmt.Errorf("lora: adapter %s: %w (weights changed so far stay changed: reload the checkpoint)", ad.Adapter.Name, err)
 			}
@@ -106,7 +116,7 @@ func plan(adapters []Weighted, names NameMap, w Weights) ([][]step, []Touched, e
 	steps := make([][]step, len(adapters))
 	touched := make([]Touched, len(adapters))
 	for i, ad := range adapters {
-		if ad.Adapter == nil || ad.Adapter.file == nil {
+		if ad.Adapter == nil || ad.Adapter.file == nil || ad.Adapter.Updates == nil {
 			return nil, nil, fmt.Errorf("lora: adapter %d is nil or closed", i)
 		}
 		if math.IsNaN(ad.Strength) || math.IsInf(ad.Strength, 0) {
@@ -124,7 +134,12 @@ func plan(adapters []Weighted, names NameMap, w Weights) ([][]step, []Touched, e
 
 func report(name string, steps []step) Touched {
 	set := map[string]bool{}
+	var skipped []string
 	for _, s := range steps {
+		if s.skip {
+			skipped = append(skipped, s.u.Module)
+			continue
+		}
 		if s.u.HasLowRank() || s.u.HasDiff() || s.u.HasSet() {
 			set[s.target.Weight] = true
 		}
@@ -132,7 +147,7 @@ func report(name string, steps []step) Touched {
 			set[s.target.Bias] = true
 		}
 	}
-	t := Touched{Adapter: name, Modules: len(steps)}
+	t := Touched{Adapter: name, Modules: len(steps) - len(skipped), Skipped: skipped}
 	for n := range set {
 		t.Tensors = append(t.Tensors, n)
 	}
@@ -150,10 +165,14 @@ func resolve(a *Adapter, names NameMap, w Weights) ([]step, error) {
 			unmatched = append(unmatched, u.Keys[0])
 			continue
 		}
+		if _, _, ok := w.Float32(t.Weight); !ok && t.Optional {
+			steps = append(steps, step{u, t, true})
+			continue
+		}
 		if err := check(u, t, w, names.Model); err != nil {
 			return nil, err
 		}
-		steps = append(steps, step{u, t})
+		steps = append(steps, step{u, t, false})
 	}
 	if len(unmatched) > 0 {
 		return nil, unmatchedError(unmatched, len(a.Updates), names)
