@@ -109,14 +109,20 @@ func targetOf(base string) lora.Target {
 	return lora.Target{Weight: base + ".weight", Bias: base + ".bias"}
 }
 
-// musubiNames are musubi-tuner's underscored native block modules (the '.'→'_' spelling of
-// nativeBlock's keys), and musubiTop the ones outside the blocks.
+// musubiBlock are the underscored block modules of musubi/kohya names (the '.'→'_' spelling of the native
+// and the diffusers names), musubiTop the ones outside the blocks.
 var musubiBlock, musubiTop = func() (map[string]string, map[string]string) {
 	b, t := map[string]string{}, map[string]string{}
 	for k := range nativeBlock {
 		b[strings.ReplaceAll(k, ".", "_")] = k
 	}
+	for k := range diffusersBlock {
+		b[strings.ReplaceAll(k, ".", "_")] = k
+	}
 	for k := range nativeTop {
+		t[strings.ReplaceAll(k, ".", "_")] = k
+	}
+	for k := range diffusersTop {
 		t[strings.ReplaceAll(k, ".", "_")] = k
 	}
 	return b, t

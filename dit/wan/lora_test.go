@@ -156,6 +156,8 @@ func TestLoRANamesMatchCheckpoint(t *testing.T) {
 		{"blocks_12_ffn_0", "blocks.12.ffn.net.0.proj.weight"},
 		{"head_head", "proj_out.weight"},
 		{"time_projection_1", "condition_embedder.time_proj.weight"},
+		{"blocks_1_attn1_to_out_0", "blocks.1.attn1.to_out.0.weight"},
+		{"blocks_0_ffn_net_0_proj", "blocks.0.ffn.net.0.proj.weight"},
 	} {
 		if tg, ok := LoRATarget(c.musubi, true); !ok || tg.Weight != c.want {
 			t.Errorf("musubi %s -> %+v %v, want %s", c.musubi, tg, ok, c.want)

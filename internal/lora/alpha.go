@@ -54,6 +54,10 @@ func parseMetadata(header map[string]string) (metadata, error) {
 func (m *metadata) field(key string, val json.RawMessage) error {
 	name := key
 	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		// A pipeline save prefixes each field by its component; only the denoiser's apply here.
+		if comp := key[:i]; comp != "transformer" && comp != "transformer_2" {
+			return nil
+		}
 		name = key[i+1:]
 	}
 	bad := func(what string) error {
@@ -81,8 +85,7 @@ func (m *metadata) field(key string, val json.RawMessage) error {
 	return nil
 }
 
-// addPatterns compiles PEFT's alpha_pattern keys the way PEFT matches them: a key matches a module
-// whose name is the key or ends with "."+key, the key read as a regular expression.
+// addPatterns compiles PEFT's alpha_pattern keys, read as regular expressions.
 func (m *metadata) addPatterns(field string, pats map[string]float64) error {
 	keys := make([]string, 0, len(pats))
 	for k := range pats {
@@ -94,8 +97,12 @@ func (m *metadata) addPatterns(field string, pats map[string]float64) error {
 		if !(a > 0) || math.IsInf(a, 0) {
 			return fmt.Errorf("header metadata %q field %q: alpha %v of %q must be a finite positive number", MetadataKey, field, a, k)
 		}
-		expr := strings.TrimPrefix(k, "^")
-		re, err := regexp.Compile(`^(?:.*\.)?(?:` + expr + `)$`)
+		// PEFT: a key matches a module named by it or ending in "."+key; "^key" anchors it at the start.
+		pattern := `^(?:.*\.)?(?:` + k + `)$`
+		if rest, ok := strings.CutPrefix(k, "^"); ok {
+			pattern = `^(?:` + rest + `)$`
+		}
+		re, err := regexp.Compile(pattern)
 		if err != nil {
 			return fmt.Errorf("header metadata %q field %q: pattern %q is not a valid regular expression (%v)", MetadataKey, field, k, err)
 		}

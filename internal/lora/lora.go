@@ -383,3 +383,18 @@ func finiteScalar(t *safetensors.Info) (float64, error) {
 	}
 	return v, nil
 }
+
+// Factors decodes the low-rank pair to float32: A [Rank, In] and B [Out, Rank], row-major, without alpha
+// or strength (for a run-time low-rank path; Merge does not need it).
+func (u *Update) Factors() (a, b []float32, err error) {
+	if u.a == nil {
+		return nil, nil, fmt.Errorf("lora: module %q has no low-rank pair", u.Module)
+	}
+	if a, err = u.a.Float32s(); err != nil {
+		return nil, nil, err
+	}
+	if b, err = u.b.Float32s(); err != nil {
+		return nil, nil, err
+	}
+	return a, b, nil
+}

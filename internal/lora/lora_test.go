@@ -235,6 +235,14 @@ func TestAlphaSources(t *testing.T) {
 	if u := got["blocks.0.x"]; u.Scale() != 0.125 {
 		t.Errorf("scale %v, want 0.5/4", u.Scale())
 	}
+	// Fields of other pipeline components do not apply; "^" anchors a pattern at the module's start.
+	meta = map[string]string{MetadataKey: `{"text_encoder.lora_alpha": 1, "lora_alpha": 8, "alpha_pattern": {"^x.m": 2, "n": 3}}`}
+	c := mustBuild(t, meta, append(append(append(pair("y.x.m"), pair("x.m")...), pair("y.n")...), pair("yn")...)...)
+	for i, want := range []float64{2, 3, 8, 8} { // sorted: x.m, y.n, y.x.m, yn
+		if u := c.Updates[i]; u.Alpha != want {
+			t.Errorf("%s: alpha %v (%s), want %v", u.Module, u.Alpha, u.AlphaFrom, want)
+		}
+	}
 	b := mustBuild(t, nil, pair("m")...)
 	if u := b.Updates[0]; u.Alpha != 4 || u.AlphaFrom != "default (alpha = rank)" || u.Scale() != 1 {
 		t.Errorf("default: %+v", u)
@@ -269,7 +277,8 @@ func TestZeroUpProjection(t *testing.T) {
 	nonzero := mustBuild(t, nil, ft("m.lora_A.weight", []int{2, 8}), ft("m.lora_B.weight", []int{8, 2}))
 	w := weightsFor(negZero)
 	before := snapshot(w)
-	for _, ad := range []Weighted{{a, 1}, {a, -3}, {nonzero, 0}} {
+	set := mustBuild(t, nil, ft("m.set_weight", []int{8, 8}))
+	for _, ad := range []Weighted{{a, 1}, {a, -3}, {nonzero, 0}, {set, 0}} {
 		if _, err := Merge([]Weighted{ad}, identity, w); err != nil {
 			t.Fatal(err)
 		}

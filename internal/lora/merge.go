@@ -90,13 +90,17 @@ func Plan(adapters []Weighted, names NameMap, w Weights) ([]Touched, error) {
 // Merge applies the adapters in order, in float32, after Plan has found no problem (so an error leaves
 // the weights unchanged): W += strength·(alpha/r)·B·A and bias += strength·(alpha/r)·lora_B.bias for a
 // low-rank pair, W += strength·diff and bias += strength·diff_b for dense deltas, W = set_weight for a
-// replacement. A zero product leaves a weight bit-identical (-0.0 included).
+// replacement (any strength but 0, as ComfyUI's "set" patch). Strength 0 leaves the weights untouched;
+// a zero product leaves a weight bit-identical (-0.0 included).
 func Merge(adapters []Weighted, names NameMap, w Weights) ([]Touched, error) {
 	steps, touched, err := plan(adapters, names, w)
 	if err != nil {
 		return nil, err
 	}
 	for i, ad := range adapters {
+		if ad.Strength == 0 {
+			continue // off: not even a set_weight applies
+		}
 		for _, s := range steps[i] {
 			if s.skip {
 				continue
