@@ -18,7 +18,7 @@ import (
 // <block>.modulation → the block's scale_shift_table and head.modulation → the output one (LightX2V's
 // .diff_m deltas), which diffusers drops.
 func LoRANames() lora.NameMap {
-	return lora.NameMap{Model: "the Wan DiT", Map: LoRATarget, Foreign: foreignLoRA}
+	return lora.NameMap{Model: "the Wan DiT", Map: LoRATarget, Hint: loraHint}
 }
 
 // nativeBlock maps the part of a native block module name after "blocks.i." onto diffusers'.
@@ -138,6 +138,14 @@ func musubiToNative(module string) (string, bool) {
 	}
 	n, ok := musubiTop[module]
 	return n, ok
+}
+
+// loraHint names the family whose module names an unmatched adapter carries.
+func loraHint(unmatched []string) string {
+	if other := foreignLoRA(unmatched); other != "" {
+		return "the keys look like " + other + ", not one for the Wan DiT; use an adapter trained for Wan"
+	}
+	return ""
 }
 
 // foreignLoRA recognizes the module names of other families' adapters.

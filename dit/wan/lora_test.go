@@ -190,7 +190,7 @@ func TestLoRAForeignAdapter(t *testing.T) {
 	if err == nil {
 		t.Fatal("an H3 adapter merged into Wan")
 	}
-	for _, s := range []string{"transformer_blocks.0.attn.to_q.lora_A.default.weight", "MiniMax H3", "the Wan DiT", "use an adapter"} {
+	for _, s := range []string{"transformer_blocks.0.attn.to_q.lora_A.default.weight", "MiniMax H3", "the Wan DiT", "use an adapter trained for Wan"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}

@@ -9,6 +9,9 @@ import (
 	"strings"
 )
 
+// defaultAlpha is the AlphaFrom of a module whose file states no alpha.
+const defaultAlpha = "default (alpha = rank)"
+
 // MetadataKey is the safetensors header entry in which diffusers saves the PEFT LoraConfig
 // (diffusers loaders/lora_base.py LORA_ADAPTER_METADATA_KEY).
 const MetadataKey = "lora_adapter_metadata"
@@ -85,7 +88,9 @@ func (m *metadata) field(key string, val json.RawMessage) error {
 	return nil
 }
 
-// addPatterns compiles PEFT's alpha_pattern keys, read as regular expressions.
+// addPatterns compiles PEFT's alpha_pattern keys, read as regular expressions (peft utils/other.py
+// get_pattern_key: re.match(rf"(.*\.)?({key})$", module)). The first match wins, in sorted key order: the
+// order of diffusers' saved JSON (sort_keys=True).
 func (m *metadata) addPatterns(field string, pats map[string]float64) error {
 	keys := make([]string, 0, len(pats))
 	for k := range pats {
@@ -142,6 +147,6 @@ func (u *Update) settleAlpha(meta metadata) error {
 		u.Alpha, u.AlphaFrom = meta.alpha, MetadataKey+" lora_alpha"
 		return nil
 	}
-	u.Alpha, u.AlphaFrom = float64(u.Rank), "default (alpha = rank)"
+	u.Alpha, u.AlphaFrom = float64(u.Rank), defaultAlpha
 	return nil
 }

@@ -398,3 +398,18 @@ func (u *Update) Factors() (a, b []float32, err error) {
 	}
 	return a, b, nil
 }
+
+// SetDefaultAlpha gives every low-rank module whose alpha the file does not state (alpha = rank by
+// default) this alpha instead: the trainer's alpha for files saved without it (LightX2V's H3 Turbo
+// adapters assume 8 when their metadata has none; lora.md §2).
+func (a *Adapter) SetDefaultAlpha(alpha float64) error {
+	if !(alpha > 0) || math.IsInf(alpha, 0) {
+		return fmt.Errorf("lora: adapter %s: default alpha %v must be a finite positive number", a.Name, alpha)
+	}
+	for _, u := range a.Updates {
+		if u.Rank > 0 && u.AlphaFrom == defaultAlpha {
+			u.Alpha, u.AlphaFrom = alpha, "the caller's default alpha"
+		}
+	}
+	return nil
+}

@@ -247,6 +247,20 @@ func TestAlphaSources(t *testing.T) {
 	if u := b.Updates[0]; u.Alpha != 4 || u.AlphaFrom != "default (alpha = rank)" || u.Scale() != 1 {
 		t.Errorf("default: %+v", u)
 	}
+	// The caller's default replaces alpha = rank only where the file states none.
+	if err := a.SetDefaultAlpha(8); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetDefaultAlpha(8); err != nil {
+		t.Fatal(err)
+	}
+	if u := b.Updates[0]; u.Alpha != 8 || u.Scale() != 2 {
+		t.Errorf("default alpha 8: %+v", u)
+	}
+	if got["blocks.0.x"].Alpha != 0.5 || got["blocks.0.attn1.to_q"].Alpha != 6 {
+		t.Error("SetDefaultAlpha changed an alpha the file states")
+	}
+	wantErr(t, b.SetDefaultAlpha(math.NaN()), "default alpha NaN", "finite positive")
 }
 
 // TestKeyNames: prefixes, PEFT adapter names, musubi names and diff_m are normalized.

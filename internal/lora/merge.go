@@ -27,9 +27,9 @@ type NameMap struct {
 	Model string
 	// Map returns the checkpoint tensors of one module, false when the model has no such module.
 	Map func(module string, musubi bool) (Target, bool)
-	// Foreign, when set, says what an adapter with these unmatched modules looks like it was made for
-	// ("a MiniMax H3 adapter"), or "".
-	Foreign func(unmatched []string) string
+	// Hint, when set, explains unmatched modules (the file keys of the modules Map refused), e.g. "the keys
+	// look like a MiniMax H3 adapter's: use one trained for the Wan DiT"; "" gives the generic advice.
+	Hint func(unmatched []string) string
 }
 
 // Weights are host float32 tensors merged in place.
@@ -187,9 +187,9 @@ func resolve(a *Adapter, names NameMap, w Weights) ([]step, error) {
 func unmatchedError(unmatched []string, total int, names NameMap) error {
 	show := unmatched[:min(len(unmatched), 4)]
 	msg := fmt.Sprintf("%d of %d modules have no counterpart in %s, e.g. %s", len(unmatched), total, names.Model, strings.Join(quoteAll(show), ", "))
-	if names.Foreign != nil {
-		if other := names.Foreign(unmatched); other != "" {
-			return fmt.Errorf("%s: the keys look like %s, not one for %s; use an adapter trained for this model", msg, other, names.Model)
+	if names.Hint != nil {
+		if hint := names.Hint(unmatched); hint != "" {
+			return fmt.Errorf("%s: %s", msg, hint)
 		}
 	}
 	return fmt.Errorf("%s: the adapter was trained for another model, or names modules this loader does not map; use an adapter for %s", msg, names.Model)
