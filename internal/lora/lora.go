@@ -413,3 +413,29 @@ func (a *Adapter) SetDefaultAlpha(alpha float64) error {
 	}
 	return nil
 }
+
+// BiasDeltas decodes the bias deltas: loraBias (lora_B.bias, scaled like B·A) and diffBias (.diff_b,
+// scaled by the strength only); nil when absent.
+func (u *Update) BiasDeltas() (loraBias, diffBias []float32, err error) {
+	return decodeOptional(u.loraBias, u.diffBias)
+}
+
+// Dense decodes the dense weight delta (.diff/.diff_m) and the replacement (.set_weight); nil when absent.
+// Their shape is DenseShape.
+func (u *Update) Dense() (diff, set []float32, err error) {
+	return decodeOptional(u.diff, u.set)
+}
+
+func decodeOptional(x, y *safetensors.Info) (xv, yv []float32, err error) {
+	if x != nil {
+		if xv, err = x.Float32s(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if y != nil {
+		if yv, err = y.Float32s(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return xv, yv, nil
+}

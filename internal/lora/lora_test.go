@@ -336,6 +336,13 @@ func TestMergeMath(t *testing.T) {
 	ad := mustBuild(t, nil, ft("m.lora_A.weight", []int{2, 3}, av...), ft("m.lora_B.weight", []int{2, 2}, bv...),
 		ft("m.alpha", nil, 0.5), ft("m.lora_B.bias", []int{2}, 1, 1), ft("m.diff_b", []int{2}, 2, -2), ft("m.diff", []int{2, 3}, 1, 1, 1, 1, 1, 1))
 	w := TensorMap{"m.weight": {Shape: []int{2, 3}, Data: make([]float32, 6)}, "m.bias": {Shape: []int{2}, Data: make([]float32, 2)}}
+	u := ad.Updates[0]
+	fa, fb, err := u.Factors()
+	lb, db, err2 := u.BiasDeltas()
+	diff, set, err3 := u.Dense()
+	if err != nil || err2 != nil || err3 != nil || fa[5] != 1 || fb[3] != 2 || lb[0] != 1 || db[1] != -2 || len(diff) != 6 || set != nil {
+		t.Fatalf("accessors: %v %v %v %v %v %v %v %v %v", fa, fb, lb, db, diff, set, err, err2, err3)
+	}
 	touched, err := Merge([]Weighted{{ad, 2}, {ad, 2}}, identity, w)
 	if err != nil {
 		t.Fatal(err)
@@ -386,5 +393,36 @@ func TestMergeRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMergeRowsInParallel: a module large enough to be split over goroutines matches a float64 reference.
+func TestMergeRowsInParallel(t *testing.T) {
+	const r, in, out = 32, 96, 80
+	rnd := func(n int, seed float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(math.Sin(float64(i)*0.37 + seed))
+		}
+		return v
+	}
+	av, bv, w0 := rnd(r*in, 1), rnd(out*r, 2), rnd(out*in, 3)
+	ad := mustBuild(t, nil, ft("m.lora_A.weight", []int{r, in}, av...), ft("m.lora_B.weight", []int{out, r}, bv...), ft("m.alpha", nil, 12.5))
+	w := TensorMap{"m.weight": {Shape: []int{out, in}, Data: append([]float32(nil), w0...)}}
+	if _, err := Merge([]Weighted{{ad, 0.75}}, identity, w); err != nil {
+		t.Fatal(err)
+	}
+	scale := 0.75 * 12.5 / r
+	for o := 0; o < out; o++ {
+		for i := 0; i < in; i++ {
+			var s float64
+			for k := 0; k < r; k++ {
+				s += float64(bv[o*r+k]) * float64(av[k*in+i])
+			}
+			want := float64(w0[o*in+i]) + scale*s
+			if got := w["m.weight"].Data[o*in+i]; math.Abs(float64(got)-want) > 1e-4*math.Max(1, math.Abs(want)) {
+				t.Fatalf("[%d,%d] = %g, want %g", o, i, got, want)
+			}
+		}
 	}
 }

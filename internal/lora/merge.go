@@ -311,7 +311,8 @@ func addLowRank(wd []float32, u *Update, scale float32) error {
 		return err
 	}
 	r, in, out := u.Rank, u.In, u.Out
-	workers := max(1, min(runtime.GOMAXPROCS(0), out))
+	// One goroutine per 64K products at most: small modules (most of an adapter's) stay on this one.
+	workers := max(1, min(runtime.GOMAXPROCS(0), out, out*in*r>>16))
 	var wg sync.WaitGroup
 	for g := 0; g < workers; g++ {
 		wg.Add(1)
