@@ -207,7 +207,7 @@ func quoteAll(s []string) []string {
 func check(u *Update, t Target, w Weights, model string) error {
 	_, shape, ok := w.Float32(t.Weight)
 	if !ok && (u.HasLowRank() || u.HasDiff() || u.HasSet()) {
-		return fmt.Errorf("module %q (key %q) maps to %q, which %s's weights lack: the adapter targets a layer this checkpoint does not have (another variant, e.g. I2V vs T2V?)", u.Module, u.Keys[0], t.Weight, model)
+		return fmt.Errorf("module %q (key %q) maps to %q, which %s's weights lack: the adapter targets a layer this checkpoint does not have (made for another size or variant, e.g. 14B vs 1.3B blocks, I2V vs T2V?)", u.Module, u.Keys[0], t.Weight, model)
 	}
 	if u.HasLowRank() && !slices.Equal(shape, []int{u.Out, u.In}) {
 		return fmt.Errorf("module %q: B·A from %q is [%d, %d] but %q is %v: the adapter was made for a model of another size", u.Module, u.b.Name, u.Out, u.In, t.Weight, shape)
