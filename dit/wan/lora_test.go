@@ -231,3 +231,30 @@ func TestLoRAI2VAdapterOnT2V(t *testing.T) {
 	}
 	checkLoRAWeights(t, name, changed, base, w, readLoRABase(t, filepath.Join(loraTestdata, "lora_expected.safetensors")))
 }
+
+// TestLoRATwoSpellings: one layer named both natively and in diffusers' names is refused, not applied twice.
+func TestLoRATwoSpellings(t *testing.T) {
+	a := make([]byte, 4*2*8)
+	var ts []safetensors.Tensor
+	for _, m := range []string{"diffusion_model.blocks.0.self_attn.q", "transformer.blocks.0.attn1.to_q"} {
+		ts = append(ts, safetensors.Tensor{Name: m + ".lora_down.weight", DType: safetensors.F32, Shape: []int{2, 8}, Data: a},
+			safetensors.Tensor{Name: m + ".lora_up.weight", DType: safetensors.F32, Shape: []int{8, 2}, Data: a})
+	}
+	img, err := safetensors.Encode(ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.FromBytes(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad, err := lora.FromFile("two.safetensors", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := lora.TensorMap{"blocks.0.attn1.to_q.weight": {Shape: []int{8, 8}, Data: make([]float32, 64)}}
+	_, err = lora.Merge([]lora.Weighted{{Adapter: ad, Strength: 1}}, LoRANames(), w)
+	if err == nil || !strings.Contains(err.Error(), `"blocks.0.attn1.to_q.weight"`) || !strings.Contains(err.Error(), "two spellings") {
+		t.Fatalf("error %v, want one naming the layer and the two spellings", err)
+	}
+}

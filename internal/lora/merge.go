@@ -163,12 +163,17 @@ func report(name string, steps []step) Touched {
 func resolve(a *Adapter, names NameMap, w Weights) ([]step, error) {
 	var steps []step
 	var unmatched []string
+	owner := map[string]*Update{} // target weight -> the module that changes it
 	for _, u := range a.Updates {
 		t, ok := names.Map(u.Module, u.Musubi)
 		if !ok {
 			unmatched = append(unmatched, u.Keys[0])
 			continue
 		}
+		if prev := owner[t.Weight]; prev != nil {
+			return nil, fmt.Errorf("keys %q and %q both change %q (modules %q and %q): the file names one layer in two spellings (native and diffusers?); keep one", prev.Keys[0], u.Keys[0], t.Weight, prev.Module, u.Module)
+		}
+		owner[t.Weight] = u
 		if _, _, ok := w.Float32(t.Weight); !ok && t.Optional {
 			steps = append(steps, step{u, t, true})
 			continue
