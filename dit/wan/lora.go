@@ -41,6 +41,8 @@ var nativeTop = map[string]string{
 	"time_embedding.0": "condition_embedder.time_embedder.linear_1", "time_embedding.2": "condition_embedder.time_embedder.linear_2",
 	"time_projection.1": "condition_embedder.time_proj",
 	"img_emb.proj.1":    "condition_embedder.image_embedder.ff.net.0.proj", "img_emb.proj.3": "condition_embedder.image_embedder.ff.net.2",
+	// The image embedder's LayerNorms (LightX2V's I2V files carry their .diff/.diff_b).
+	"img_emb.proj.0": "condition_embedder.image_embedder.norm1", "img_emb.proj.4": "condition_embedder.image_embedder.norm2",
 	"patch_embedding": "patch_embedding",
 }
 
@@ -59,6 +61,7 @@ var diffusersTop = map[string]bool{
 	"condition_embedder.time_embedder.linear_1": true, "condition_embedder.time_embedder.linear_2": true,
 	"condition_embedder.time_proj":                    true,
 	"condition_embedder.image_embedder.ff.net.0.proj": true, "condition_embedder.image_embedder.ff.net.2": true,
+	"condition_embedder.image_embedder.norm1": true, "condition_embedder.image_embedder.norm2": true,
 }
 
 var blockName = regexp.MustCompile(`^blocks\.(\d+)\.(.+)$`)

@@ -156,6 +156,8 @@ func TestLoRANamesMatchCheckpoint(t *testing.T) {
 		{"blocks_12_ffn_0", "blocks.12.ffn.net.0.proj.weight"},
 		{"head_head", "proj_out.weight"},
 		{"time_projection_1", "condition_embedder.time_proj.weight"},
+		{"img_emb_proj_4", "condition_embedder.image_embedder.norm2.weight"},
+		{"blocks_7_cross_attn_norm_k_img", "blocks.7.attn2.norm_added_k.weight"},
 		{"blocks_1_attn1_to_out_0", "blocks.1.attn1.to_out.0.weight"},
 		{"blocks_0_ffn_net_0_proj", "blocks.0.ffn.net.0.proj.weight"},
 	} {
