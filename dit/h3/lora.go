@@ -14,7 +14,8 @@ import (
 //
 // ComfyUI-named adapters (blocks.i.attn.qkv_proj, mlp.fc1, ...) are refused: splitting their fused rows
 // needs an order that upstream sources disagree on (contiguous [q;k;v] or per-head interleaved QKV;
-// gate-first or value-first fc1; lora.md §2), and no reference merge has settled it yet.
+// gate-first or value-first fc1: FastVideo's ComfyUI-H3 converter against vllm-omni
+// vllm_omni/diffusion/models/minimax_h3/lora.py), and no reference merge has settled it yet.
 //
 // The AdaLN projections (transformer_blocks.i.adaln_proj.linear, norm_out.linear) map as full-rank
 // linears: an adapter on them must be merged before the AdaLN step cache is built, and does not fit a

@@ -2,7 +2,8 @@
 // host float32 weights. It knows no model: a model's package maps the normalized module names onto its
 // checkpoint (a NameMap; dit/wan has Wan's).
 //
-// Layouts (docs: /work/shared/design/lora.md §1.1):
+// Layouts (diffusers loaders/lora_conversion_utils.py and lora_pipeline.py WanLoraLoaderMixin, ComfyUI
+// comfy/lora.py, FastVideo scripts/lora_extraction/extract_lora.py):
 //   - PEFT/diffusers: m.lora_A.weight [r,in], m.lora_B.weight [out,r], optional m.lora_B.bias, also
 //     m.lora_A.<adapter>.weight; alpha from the header's lora_adapter_metadata JSON, else alpha = r.
 //   - native Wan / ComfyUI / kohya / diffusion-pipe: m.lora_down.weight, m.lora_up.weight (or lora_A/lora_B
@@ -73,7 +74,7 @@ func (u *Update) Scale() float64 {
 	return u.Alpha / float64(u.Rank)
 }
 
-// HasLowRank, HasDiff, HasBiasDelta and HasSet report which parts the update carries.
+// HasLowRank reports a low-rank pair (A, B).
 func (u *Update) HasLowRank() bool { return u.a != nil }
 
 // HasDiff reports a dense weight delta (.diff or .diff_m).
@@ -401,7 +402,7 @@ func (u *Update) Factors() (a, b []float32, err error) {
 
 // SetDefaultAlpha gives every low-rank module whose alpha the file does not state (alpha = rank by
 // default) this alpha instead: the trainer's alpha for files saved without it (LightX2V's H3 Turbo
-// adapters assume 8 when their metadata has none; lora.md §2).
+// adapters assume 8 when their metadata has none: ModelTC/Minimax-H3-Turbo inference_minimax_h3.py).
 func (a *Adapter) SetDefaultAlpha(alpha float64) error {
 	if !(alpha > 0) || math.IsInf(alpha, 0) {
 		return fmt.Errorf("lora: adapter %s: default alpha %v must be a finite positive number", a.Name, alpha)
