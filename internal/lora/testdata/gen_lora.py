@@ -1,0 +1,462 @@
+"""Builds tiny Wan LoRA adapters in every layout internal/lora reads, and the merged weights upstream gets.
+
+Run offline:  python3 gen_lora.py --diffusers DIR --out DIR
+  --diffusers: a huggingface/diffusers checkout (DIR/src/diffusers/loaders/lora_conversion_utils.py);
+               read at 58eb52c0803ea9af3abec60841c2a093bdf1f951.
+  --out:       where to write (normally this testdata folder).
+
+Writes:
+  wan_lora_base.safetensors   a tiny Wan DiT's weights (diffusers WanTransformer3DModel names, f32):
+                              2 blocks, dim 8, ffn 16, text 6, freq 4, image 8, proj_out 4, I2V layers.
+  lora_<case>.safetensors     one adapter per layout (below).
+  lora_expected.safetensors   "<case>:<tensor>" = the merged value of every tensor the case changes (f32).
+  lora_cases.json             per case: adapters (file, strength) applied in order, changed tensors, the
+                              reference used, and what the case exercises.
+
+Reference (upstream code, unchanged): native, LightX2V-style and musubi files are converted with diffusers'
+_convert_non_diffusers_wan_lora_to_diffusers / _convert_musubi_wan_lora_to_diffusers
+(loaders/lora_conversion_utils.py; loaded from the checkout with only its package imports stubbed: the
+`logging` helper and `state_dict_all_zero`, the latter bound from utils/state_dict_utils.py's own source).
+They fold alpha/r into lora_A/lora_B and turn diff_b into lora_B.bias (and head.head.diff into lora_A with an
+identity lora_B). The converted pairs are then merged as PEFT fuses them with alpha = r (diffusers passes
+network_alphas=None for Wan): W + s*(B @ A), bias + s*lora_B.bias, in float32.
+PEFT-layout files (diffusers names, optional lora_adapter_metadata) need no conversion: PEFT's scale is
+lora_alpha/r (alpha_pattern per module), applied as W + s*(alpha/r)*(B @ A), bias + s*(alpha/r)*lora_B.bias
+(PEFT's LoRA Linear adds lora_B(lora_A(x))*scaling, lora_B's bias included).
+Dense payloads (.diff, .diff_b, .diff_m, .set_weight), which diffusers drops (norm diffs, leftover .diff,
+diff_m), follow ComfyUI's comfy/lora.py semantics by formula: W + s*diff, bias + s*diff_b, W = set_weight.
+Factors stored as bf16 are handed to the converter as float32 (ComfyUI merges in fp32).
+"""
+import argparse
+import ast
+import importlib.util
+import json
+import logging
+import os
+import struct
+import sys
+import types
+
+import numpy as np
+import torch
+
+DIFFUSERS_COMMIT = "58eb52c0803ea9af3abec60841c2a093bdf1f951"
+D, FFN, TEXT, FREQ, IMG, OUT, BLOCKS = 8, 16, 6, 4, 8, 4, 2
+
+
+# ---------------------------------------------------------------- upstream binding (plumbing stubs only)
+
+def _module(name, **attrs):
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    sys.modules[name] = mod
+    return mod
+
+
+def _bind_function(path, name):
+    """Binds one top-level function from an upstream file by compiling its own source (no module import)."""
+    src = open(path).read()
+    tree = ast.parse(src)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    code = compile(ast.Module(body=[fn], type_ignores=[]), path, "exec")
+    ns = {"torch": torch}
+    exec(code, ns)
+    return ns[name]
+
+
+def load_conversion(diffusers_dir):
+    src = os.path.join(diffusers_dir, "src", "diffusers")
+    path = os.path.join(src, "loaders", "lora_conversion_utils.py")
+    if not os.path.isfile(path):
+        sys.exit(f"no {path}: pass --diffusers a huggingface/diffusers checkout")
+    logging_stub = types.SimpleNamespace(get_logger=logging.getLogger)
+    all_zero = _bind_function(os.path.join(src, "utils", "state_dict_utils.py"), "state_dict_all_zero")
+    _module("diffusers", __path__=[src])
+    _module("diffusers.utils", logging=logging_stub, state_dict_all_zero=all_zero)
+    _module("diffusers.loaders", __path__=[os.path.join(src, "loaders")])
+    spec = importlib.util.spec_from_file_location("diffusers.loaders.lora_conversion_utils", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------- safetensors writer
+
+_DT = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int32: "I32"}
+
+
+def _bytes(t):
+    t = t.contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().astype("<i2").tobytes()
+    np_dt = {torch.float32: "<f4", torch.float16: "<f2", torch.int32: "<i4"}[t.dtype]
+    return t.numpy().astype(np_dt).tobytes()
+
+
+def write_safetensors(path, tensors, metadata=None):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        b = _bytes(t)
+        header[name] = {"dtype": _DT[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+# ---------------------------------------------------------------- tiny Wan model
+
+def base_weights(g):
+    shapes = {}
+
+    def lin(name, out, inp):
+        shapes[name + ".weight"] = (out, inp)
+        shapes[name + ".bias"] = (out,)
+
+    for i in range(BLOCKS):
+        b = f"blocks.{i}."
+        for a in ("attn1", "attn2"):
+            for p in ("to_q", "to_k", "to_v", "to_out.0"):
+                lin(b + a + "." + p, D, D)
+            shapes[b + a + ".norm_q.weight"] = (D,)
+            shapes[b + a + ".norm_k.weight"] = (D,)
+        lin(b + "attn2.add_k_proj", D, D)
+        lin(b + "attn2.add_v_proj", D, D)
+        lin(b + "ffn.net.0.proj", FFN, D)
+        lin(b + "ffn.net.2", D, FFN)
+        shapes[b + "norm2.weight"] = (D,)
+        shapes[b + "norm2.bias"] = (D,)
+        shapes[b + "scale_shift_table"] = (1, 6, D)
+    ce = "condition_embedder."
+    lin(ce + "time_embedder.linear_1", D, FREQ)
+    lin(ce + "time_embedder.linear_2", D, D)
+    lin(ce + "time_proj", 6 * D, D)
+    lin(ce + "text_embedder.linear_1", D, TEXT)
+    lin(ce + "text_embedder.linear_2", D, D)
+    lin(ce + "image_embedder.ff.net.0.proj", IMG, IMG)
+    lin(ce + "image_embedder.ff.net.2", D, IMG)
+    lin("proj_out", OUT, D)
+    shapes["scale_shift_table"] = (1, 2, D)
+    # -0.0 entries: an untouched or zero-delta weight must keep them bit for bit.
+    out = {}
+    for k, s in shapes.items():
+        t = torch.randn(s, generator=g) * 0.5
+        t.view(-1)[0] = -0.0
+        out[k] = t
+    return out
+
+
+# native (file) module -> (diffusers module, in, out)
+def native_modules(i2v):
+    mods = {}
+    for i in range(BLOCKS):
+        for o, c in zip("qkvo", ("to_q", "to_k", "to_v", "to_out.0")):
+            mods[f"blocks.{i}.self_attn.{o}"] = (f"blocks.{i}.attn1.{c}", D, D)
+            mods[f"blocks.{i}.cross_attn.{o}"] = (f"blocks.{i}.attn2.{c}", D, D)
+        if i2v:
+            mods[f"blocks.{i}.cross_attn.k_img"] = (f"blocks.{i}.attn2.add_k_proj", D, D)
+            mods[f"blocks.{i}.cross_attn.v_img"] = (f"blocks.{i}.attn2.add_v_proj", D, D)
+        mods[f"blocks.{i}.ffn.0"] = (f"blocks.{i}.ffn.net.0.proj", D, FFN)
+        mods[f"blocks.{i}.ffn.2"] = (f"blocks.{i}.ffn.net.2", FFN, D)
+    return mods
+
+
+def pair(g, r, inp, out, dtype=torch.float32):
+    a = (torch.randn(r, inp, generator=g) * 0.3).to(dtype)
+    b = (torch.randn(out, r, generator=g) * 0.3).to(dtype)
+    return a, b
+
+
+# ---------------------------------------------------------------- reference merges
+
+def merge_diffusers(weights, converted, s):
+    """Fuses a converted (diffusers/PEFT, alpha folded, alpha = r) state dict: W + s*(B @ A), bias + s*bias_B."""
+    w = dict(weights)
+    touched = set()
+    for k, a in converted.items():
+        if not k.endswith(".lora_A.weight"):
+            continue
+        mod = k[len("transformer."):-len(".lora_A.weight")]
+        b = converted[f"transformer.{mod}.lora_B.weight"]
+        w[mod + ".weight"] = w[mod + ".weight"] + s * (b.float() @ a.float())
+        touched.add(mod + ".weight")
+        bias = converted.get(f"transformer.{mod}.lora_B.bias")
+        if bias is not None:
+            w[mod + ".bias"] = w[mod + ".bias"] + s * bias.float()
+            touched.add(mod + ".bias")
+    return w, touched
+
+
+def merge_peft(weights, mods, s):
+    """PEFT scale alpha/r per module: mods = {module: (A, B, alpha, bias or None)}."""
+    w = dict(weights)
+    touched = set()
+    for mod, (a, b, alpha, bias) in mods.items():
+        scale = s * alpha / a.shape[0]
+        w[mod + ".weight"] = w[mod + ".weight"] + scale * (b.float() @ a.float())
+        touched.add(mod + ".weight")
+        if bias is not None:
+            w[mod + ".bias"] = w[mod + ".bias"] + scale * bias.float()
+            touched.add(mod + ".bias")
+    return w, touched
+
+
+def with_prefix(sd, prefix):
+    return {prefix + k: v for k, v in sd.items()}
+
+
+def f32(sd):
+    """Float32 copies (the converters scale cross-attention and FFN factors in place: `*=`)."""
+    return {k: (v.float().clone() if v.is_floating_point() else v.clone()) for k, v in sd.items()}
+
+
+# ---------------------------------------------------------------- cases
+
+def case_native_kohya(g, conv, base):
+    """ComfyUI/kohya native names, diffusion_model. prefix, lora_down/lora_up, per-module .alpha:
+    alpha != r, fractional, < 1, absent; diff_b; non-block modules (time_projection, head, embeddings)."""
+    alphas = {"self_attn.q": 8.0, "self_attn.k": 3.5, "self_attn.v": 0.5, "cross_attn.q": 2.0,
+              "cross_attn.k": 2.0, "cross_attn.v": 6.25, "cross_attn.o": 1.0, "ffn.0": 6.0, "ffn.2": 0.75}
+    sd = {}
+    for nat, (_, inp, out) in native_modules(False).items():
+        a, b = pair(g, 4, inp, out)
+        sd[nat + ".lora_down.weight"], sd[nat + ".lora_up.weight"] = a, b
+        alpha = alphas.get(nat.split(".", 2)[2])
+        if alpha is not None:
+            sd[nat + ".alpha"] = torch.tensor(alpha)
+    sd["blocks.0.self_attn.q.diff_b"] = torch.randn(D, generator=g) * 0.1
+    sd["blocks.1.ffn.2.diff_b"] = torch.randn(D, generator=g) * 0.1
+    # diffusers reads no alpha outside the blocks (a leftover .alpha would make its converter raise).
+    for nat, inp, out in (("time_projection.1", D, 6 * D), ("head.head", D, OUT), ("text_embedding.0", TEXT, D),
+                          ("text_embedding.2", D, D), ("time_embedding.0", FREQ, D), ("time_embedding.2", D, D)):
+        a, b = pair(g, 2, inp, out)
+        sd[nat + ".lora_down.weight"], sd[nat + ".lora_up.weight"] = a, b
+    sd["time_projection.1.diff_b"] = torch.randn(6 * D, generator=g) * 0.1
+    sd["head.head.diff_b"] = torch.randn(OUT, generator=g) * 0.1
+    file_sd = with_prefix(sd, "diffusion_model.")
+    s = 0.8
+    w, touched = merge_diffusers(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
+    return file_sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers + fuse"
+
+
+def case_native_ab_i2v(g, conv, base):
+    """diffusion-pipe style: native names without prefix, lora_A/lora_B, I2V k_img/v_img and img_emb,
+    alpha < 1 on self-attention."""
+    sd = {}
+    for nat, (_, inp, out) in native_modules(True).items():
+        a, b = pair(g, 4, inp, out)
+        sd[nat + ".lora_A.weight"], sd[nat + ".lora_B.weight"] = a, b
+        if ".self_attn." in nat:
+            sd[nat + ".alpha"] = torch.tensor(0.25)
+        elif ".cross_attn." in nat:
+            sd[nat + ".alpha"] = torch.tensor(5.0)
+    for nat, inp, out in (("img_emb.proj.1", IMG, IMG), ("img_emb.proj.3", IMG, D)):
+        a, b = pair(g, 2, inp, out)
+        sd[nat + ".lora_A.weight"], sd[nat + ".lora_B.weight"] = a, b
+    sd["img_emb.proj.3.diff_b"] = torch.randn(D, generator=g) * 0.1
+    s = 1.0
+    # diffusers detects the native layout by its prefix; this file has none (ComfyUI reads both).
+    conv_sd = conv._convert_non_diffusers_wan_lora_to_diffusers(f32(with_prefix(sd, "diffusion_model.")))
+    w, touched = merge_diffusers(base, conv_sd, s)
+    return sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers (prefix added) + fuse"
+
+
+def case_native_lightx2v(g, conv, base):
+    """LightX2V distill style: bf16 lora_down/lora_up with .alpha, diff_b on linears, zero norm3 .diff/.diff_b
+    (diffusers drops them; zeros must leave the norm bit-identical), head.head.diff (+ diff_b)."""
+    sd = {}
+    for nat, (_, inp, out) in native_modules(False).items():
+        a, b = pair(g, 4, inp, out, torch.bfloat16)
+        sd[nat + ".lora_down.weight"], sd[nat + ".lora_up.weight"] = a, b
+        sd[nat + ".alpha"] = torch.tensor(4.0)
+        sd[nat + ".diff_b"] = (torch.randn(out, generator=g) * 0.1).to(torch.bfloat16)
+    for i in range(BLOCKS):
+        sd[f"blocks.{i}.norm3.diff"] = torch.zeros(D, dtype=torch.bfloat16)
+        sd[f"blocks.{i}.norm3.diff_b"] = torch.zeros(D, dtype=torch.bfloat16)
+    sd["head.head.diff"] = (torch.randn(OUT, D, generator=g) * 0.1).to(torch.bfloat16)
+    sd["head.head.diff_b"] = (torch.randn(OUT, generator=g) * 0.1).to(torch.bfloat16)
+    file_sd = with_prefix(sd, "diffusion_model.")
+    s = 1.0
+    w, touched = merge_diffusers(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
+    return file_sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers (bf16 read as f32) + fuse"
+
+
+def case_musubi(g, conv, base):
+    """musubi-tuner: lora_unet_blocks_{i}_self_attn_q names, fp16, fractional alphas."""
+    sd = {}
+    alphas = [1.5, 0.5, 4.0, 6.25]
+    for k, (nat, (_, inp, out)) in enumerate(native_modules(False).items()):
+        name = "lora_unet_" + nat.replace(".", "_")
+        a, b = pair(g, 4, inp, out, torch.float16)
+        sd[name + ".lora_down.weight"], sd[name + ".lora_up.weight"] = a, b
+        sd[name + ".alpha"] = torch.tensor(alphas[k % len(alphas)], dtype=torch.float16)
+    s = 0.7
+    w, touched = merge_diffusers(base, conv._convert_musubi_wan_lora_to_diffusers(f32(sd)), s)
+    return sd, None, s, w, touched, "diffusers _convert_musubi_wan_lora_to_diffusers (fp16 read as f32) + fuse"
+
+
+def _peft_mods(g, names, r):
+    shapes = {k[:-len(".weight")]: v.shape for k, v in BASE_SHAPES.items() if k.endswith(".weight")}
+    mods = {}
+    for m in names:
+        out, inp = shapes[m]
+        a, b = pair(g, r, inp, out)
+        mods[m] = [a, b, float(r), None]
+    return mods
+
+
+PEFT_TARGETS = ["blocks.0.attn1.to_q", "blocks.1.attn1.to_q", "blocks.0.attn2.to_v", "blocks.1.ffn.net.0.proj",
+                "blocks.0.ffn.net.2", "proj_out", "condition_embedder.time_proj"]
+
+
+def case_peft_default(g, conv, base):
+    """PEFT in-memory names: base_model.model. prefix, .lora_A.default.weight, a lora_B bias; no
+    metadata: alpha = r."""
+    mods = _peft_mods(g, PEFT_TARGETS, 4)
+    mods["blocks.0.attn1.to_q"][3] = torch.randn(D, generator=g) * 0.1
+    sd = {}
+    for m, (a, b, _, bias) in mods.items():
+        sd[f"base_model.model.{m}.lora_A.default.weight"] = a
+        sd[f"base_model.model.{m}.lora_B.default.weight"] = b
+        if bias is not None:
+            sd[f"base_model.model.{m}.lora_B.default.bias"] = bias
+    s = 1.2
+    w, touched = merge_peft(base, mods, s)
+    return sd, None, s, w, touched, "PEFT fuse by formula (alpha = r)"
+
+
+def case_peft_metadata(g, conv, base):
+    """diffusers save_lora_weights: transformer. prefix, lora_adapter_metadata with lora_alpha and an
+    alpha_pattern (component-prefixed fields), a lora_B.bias scaled by alpha/r."""
+    mods = _peft_mods(g, PEFT_TARGETS, 4)
+    for m in mods:
+        mods[m][2] = 6.0
+    mods["blocks.1.attn1.to_q"][2] = 2.5
+    mods["proj_out"][3] = torch.randn(OUT, generator=g) * 0.1
+    sd = {}
+    for m, (a, b, _, bias) in mods.items():
+        sd[f"transformer.{m}.lora_A.weight"] = a
+        sd[f"transformer.{m}.lora_B.weight"] = b
+        if bias is not None:
+            sd[f"transformer.{m}.lora_B.bias"] = bias
+    meta = {"transformer.r": 4, "transformer.lora_alpha": 6, "transformer.alpha_pattern": {"blocks.1.attn1.to_q": 2.5},
+            "transformer.rank_pattern": {}, "transformer.target_modules": sorted(mods), "transformer.lora_bias": True}
+    header = {"format": "pt", "lora_adapter_metadata": json.dumps(meta, indent=2, sort_keys=True)}
+    s = 1.0
+    w, touched = merge_peft(base, mods, s)
+    return sd, header, s, w, touched, "PEFT fuse by formula (lora_alpha / alpha_pattern over r)"
+
+
+def case_fastvideo(g, conv, base):
+    """FastVideo's extractor: diffusers names, .lora_rank int32[1], .lora_alpha f32[1] (one alpha != rank)."""
+    mods = _peft_mods(g, PEFT_TARGETS[:4], 4)
+    mods["blocks.0.attn2.to_v"][2] = 3.0
+    sd = {}
+    for m, (a, b, alpha, _) in mods.items():
+        sd[m + ".lora_A.weight"], sd[m + ".lora_B.weight"] = a, b
+        sd[m + ".lora_rank"] = torch.tensor([a.shape[0]], dtype=torch.int32)
+        sd[m + ".lora_alpha"] = torch.tensor([alpha], dtype=torch.float32)
+    s = 1.0
+    w, touched = merge_peft(base, mods, s)
+    return sd, None, s, w, touched, "formula W + s*(alpha/r)*B@A (FastVideo lora_pipeline merge, alpha kept exact)"
+
+
+def case_dense(g, conv, base):
+    """Dense payloads: .diff, .diff_b, .diff_m (block modulation), norm3 .diff/.diff_b, .set_weight."""
+    sd = {
+        "blocks.0.self_attn.q.diff": torch.randn(D, D, generator=g) * 0.1,
+        "blocks.0.self_attn.q.diff_b": torch.randn(D, generator=g) * 0.1,
+        "blocks.1.diff_m": torch.randn(1, 6, D, generator=g) * 0.1,
+        "blocks.1.norm3.diff": torch.randn(D, generator=g) * 0.1,
+        "blocks.1.norm3.diff_b": torch.randn(D, generator=g) * 0.1,
+        "blocks.1.ffn.0.set_weight": torch.randn(FFN, D, generator=g),
+    }
+    s = 0.6
+    w = dict(base)
+    w["blocks.0.attn1.to_q.weight"] = base["blocks.0.attn1.to_q.weight"] + s * sd["blocks.0.self_attn.q.diff"]
+    w["blocks.0.attn1.to_q.bias"] = base["blocks.0.attn1.to_q.bias"] + s * sd["blocks.0.self_attn.q.diff_b"]
+    w["blocks.1.scale_shift_table"] = base["blocks.1.scale_shift_table"] + s * sd["blocks.1.diff_m"]
+    w["blocks.1.norm2.weight"] = base["blocks.1.norm2.weight"] + s * sd["blocks.1.norm3.diff"]
+    w["blocks.1.norm2.bias"] = base["blocks.1.norm2.bias"] + s * sd["blocks.1.norm3.diff_b"]
+    w["blocks.1.ffn.net.0.proj.weight"] = sd["blocks.1.ffn.0.set_weight"].clone()
+    touched = {k for k in w if w[k] is not base[k]}
+    return with_prefix(sd, "diffusion_model."), None, s, w, touched, "formula (ComfyUI comfy/lora.py semantics)"
+
+
+CASES = [case_native_kohya, case_native_ab_i2v, case_native_lightx2v, case_musubi, case_peft_default,
+         case_peft_metadata, case_fastvideo, case_dense]
+BASE_SHAPES = {}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--diffusers", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    conv = load_conversion(args.diffusers)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(34)
+    base = base_weights(g)
+    BASE_SHAPES.update({k: v for k, v in base.items()})
+    os.makedirs(args.out, exist_ok=True)
+    write_safetensors(os.path.join(args.out, "wan_lora_base.safetensors"), base)
+    expected, cases, results = {}, [], {}
+    for fn in CASES:
+        name = fn.__name__[len("case_"):]
+        sd, header, s, w, touched, ref = fn(g, conv, base)
+        file = f"lora_{name}.safetensors"
+        write_safetensors(os.path.join(args.out, file), sd, header)
+        results[name] = (file, s, w)
+        cases.append({"name": name, "adapters": [{"file": file, "strength": s}], "touched": sorted(touched),
+                      "reference": ref, "what": fn.__doc__.strip()})
+    # Two adapters in order: the first's result is the second's base.
+    (f1, s1, w1), (f2, _, _) = results["native_kohya"], results["peft_metadata"]
+    mods = {}
+    sd2 = _read_back(os.path.join(args.out, f2))
+    for m in PEFT_TARGETS:
+        a, b = sd2[f"transformer.{m}.lora_A.weight"], sd2[f"transformer.{m}.lora_B.weight"]
+        alpha = 2.5 if m == "blocks.1.attn1.to_q" else 6.0
+        mods[m] = (a, b, alpha, sd2.get(f"transformer.{m}.lora_B.bias"))
+    s2 = -0.5
+    w2, t2 = merge_peft(w1, mods, s2)
+    touched = sorted(set(next(c for c in cases if c["name"] == "native_kohya")["touched"]) | t2)
+    cases.append({"name": "chain", "adapters": [{"file": f1, "strength": s1}, {"file": f2, "strength": s2}],
+                  "touched": touched, "reference": "the two cases' references in order",
+                  "what": "two adapters applied in order (native then PEFT with metadata, negative strength)"})
+    results["chain"] = (None, None, w2)
+    for c in cases:
+        w = results[c["name"]][2]
+        for k in c["touched"]:
+            expected[f"{c['name']}:{k}"] = w[k].float().contiguous()
+    write_safetensors(os.path.join(args.out, "lora_expected.safetensors"), expected)
+    info = {"diffusers_commit": DIFFUSERS_COMMIT, "generator": "internal/lora/testdata/gen_lora.py",
+            "base": "wan_lora_base.safetensors", "expected": "lora_expected.safetensors", "cases": cases}
+    with open(os.path.join(args.out, "lora_cases.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
+def _read_back(path):
+    """Reads the F32 tensors of a file this script wrote."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = torch.from_numpy(np.frombuffer(body[s:e], dtype="<f4").copy()).reshape(v["shape"])
+    return out
+
+
+if __name__ == "__main__":
+    main()
