@@ -7,7 +7,6 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
-	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/weights"
@@ -287,6 +286,3 @@ func (w *Weight) ToFP8(set *weights.Set, c *FP8Converter) error {
 	w.FP8 = true
 	return nil
 }
-
-// fp8Tensors is the graph-input order of an FP8 weight: codes, then scales.
-func fp8Tensors(w *Weight) []*tensors.Tensor { return []*tensors.Tensor{w.W.T, w.Scales.T} }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
-	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -71,41 +69,6 @@ func Declare(set *weights.Set, name string, out, in int, scheme *Scheme) (*Weigh
 
 // Quantized reports whether the weight is affine-quantized.
 func (w *Weight) Quantized() bool { return w.Scales != nil && !w.FP8 }
-
-// Inputs is the number of graph inputs the weight takes (1 dense, 2 FP8, 3
-// quantized).
-func (w *Weight) Inputs() int {
-	switch {
-	case w.Quantized():
-		return 3
-	case w.FP8:
-		return 2
-	}
-	return 1
-}
-
-// Tensors returns the bound tensors in graph-input order (W[, Scales[, Biases]]).
-func (w *Weight) Tensors() []*tensors.Tensor {
-	switch {
-	case w.Quantized():
-		return []*tensors.Tensor{w.W.T, w.Scales.T, w.Biases.T}
-	case w.FP8:
-		return fp8Tensors(w)
-	}
-	return []*tensors.Tensor{w.W.T}
-}
-
-// Graph builds the GraphWeight from the first Inputs() nodes of in (the graph
-// inputs fed with Tensors()).
-func (w *Weight) Graph(in []*graph.Node) GraphWeight {
-	switch {
-	case w.Quantized():
-		return QuantizedWeight(in[0], in[1], in[2], w.Scheme)
-	case w.FP8:
-		return FP8Weight(in[0], in[1])
-	}
-	return DenseWeight(in[0])
-}
 
 // Dequantized returns a weights.Source over the same released names in which
 // every quantized key is a dense float32 [out, in] tensor dequantized on the

@@ -32,7 +32,7 @@ func TestDeclareBindLinear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !q.Quantized() || q.Inputs() != 3 || q.Name != qName || d.Quantized() || d.Inputs() != 1 {
+	if !q.Quantized() || q.Kind() != KindAffine || q.Name != qName || d.Quantized() || d.Kind() != KindDense {
 		t.Fatalf("declared %+v and %+v", q, d)
 	}
 	if err := weights.Bind(ck, set, weights.Options{DType: dtypes.Float32, AllowUnexpected: true}); err != nil {
@@ -42,12 +42,17 @@ func TestDeclareBindLinear(t *testing.T) {
 
 	r := rand.New(rand.NewPCG(31, 32))
 	x := randVec(r, 5*128)
+	qa := q.Args()
 	args := []any{tensors.FromFlatDataAndDimensions(x, 5, 128)}
-	for _, tt := range q.Tensors() {
-		args = append(args, tt)
+	for _, f := range qa.Fields(q.Kind()) {
+		args = append(args, *f)
 	}
 	out := run(t, func(in []*Node) []*Node {
-		w := q.Graph(in[1:])
+		var a Args[*Node]
+		for i, f := range a.Fields(KindAffine) {
+			*f = in[1+i]
+		}
+		w := KindAffine.Graph(a, q.Scheme)
 		return []*Node{Linear(in[0], w, nil, Dispatch{Path: PathDequantGEMM}), Linear(in[0], w, nil, Dispatch{Path: PathQuantized})}
 	}, args...)
 	a, err := ck.Affine(qName)

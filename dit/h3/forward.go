@@ -12,18 +12,14 @@ import (
 	"fastvideo/internal/nn"
 )
 
-// stageExecs are the executables of one forward; the traced set also returns intermediates.
+// stageExecs are the executables of one forward around the joint blocks (which the model's
+// blockRunner runs); the traced set also returns intermediates.
 type stageExecs struct {
 	time, adaln, normOut, text, refiner, finalNorm, input, output *Exec
-	// shard runs the joint blocks of a tensor-parallel model (nil otherwise).
-	shard *shardExecs
 }
 
 func (s *stageExecs) Finalize() {
 	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.output)
-	if s.shard != nil {
-		s.shard.Finalize()
-	}
 }
 
 // timeInputs feed the time MLP (float32), followed by the rank-r AdaLN basis when the model has one.
@@ -42,8 +38,8 @@ func (a *inputInputs[T]) Fields() []*T {
 	return []*T{&a.Video, &a.Audio, &a.Text, &a.Perm, &a.ProjInW, &a.ProjInB, &a.AudioInW, &a.AudioInB}
 }
 
-// blockInputs feed one joint block, followed by its weights (coreParams.tensors): X [L, D], Mod
-// [R, 6, D], RowIdx [L] int32, Cos and Sin [L, rot] float32.
+// blockInputs feed one joint block, followed by its weights (blockWeights): X [L, D], Mod [R, 6, D],
+// RowIdx [L] int32, Cos and Sin [L, rot] float32.
 type blockInputs[T any] struct{ X, Mod, RowIdx, Cos, Sin T }
 
 func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Mod, &a.RowIdx, &a.Cos, &a.Sin} }
@@ -59,13 +55,10 @@ func (a *outputInputs[T]) Fields() []*T {
 	return []*T{&a.X, &a.NormOut, &a.TIdx, &a.Norm, &a.VideoIdx, &a.AudioIdx, &a.ProjOutW, &a.ProjOutB, &a.AudioOutW, &a.AudioOutB}
 }
 
-// traced returns all when tracing, else only the first n outputs.
-func traced(trace bool, n int, all ...*Node) []*Node {
-	if trace {
-		return all
-	}
-	return all[:n]
-}
+// rowsInput feeds a refiner block its rows, followed by the block's weights.
+type rowsInput[T any] struct{ X T }
+
+func (a *rowsInput[T]) Fields() []*T { return []*T{&a.X} }
 
 func (m *Model) newStageExecs(trace bool) *stageExecs {
 	cfg, spec, dt := m.cfg, m.spec, m.dtype
@@ -94,7 +87,10 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return nn.Linear(ConvertDType(text, w.DType()), w, b)
 		}),
 		refiner: graphexec.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
-			return []*Node{spec.refinerBlock(in[0], coreFromSlice(in[1:], refinerLayout, false))}
+			var a rowsInput[*Node]
+			w := graphWeights(blockShape{layout: refinerLayout})
+			graphexec.Unpack(graphexec.Unpack(in, &a), w)
+			return []*Node{spec.refinerBlock(a.X, coreOf(w))}
 		}),
 		finalNorm: graphexec.MustExec(m.backend, "h3.refiner_final_norm", func(x, w *Node) *Node {
 			return nn.RMSNorm(x, w, cfg.FinalNormEps)
@@ -119,21 +115,20 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			return traced(trace, 2, video, audio, y)
 		}),
 	}
-	if m.shards != nil {
-		s.shard = m.newShardExecs(trace)
-	}
 	return s
 }
 
-// jointBlockFn is the graph of one joint block, fed blockInputs, the block's weights and, when gate is
-// set, its VSA gate: with a shard's spec (local heads and FFN, the all-reduce hook, VSA's Sparse or
-// not) every device's program of the SPMD tensor-parallel block.
-func jointBlockFn(spec blockSpec, layout linearLayout, fp8, gate, trace bool) func(in []*Node) []*Node {
+// jointBlockFn is the graph of one joint block, fed blockInputs and the block's weights of shape: with
+// a shard's spec (local heads and FFN, the all-reduce hook, VSA's Sparse or not) every device's
+// program of the SPMD tensor-parallel block.
+func jointBlockFn(spec blockSpec, shape blockShape, trace bool) func(in []*Node) []*Node {
 	return func(in []*Node) []*Node {
 		var a blockInputs[*Node]
-		w := coreAndGate(graphexec.Unpack(in, &a), layout, fp8, gate)
-		spec.check(w)
-		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, w)
+		w := graphWeights(shape)
+		graphexec.Unpack(graphexec.Unpack(in, &a), w)
+		c := coreOf(w)
+		spec.check(c)
+		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, c)
 		return traced(trace, 1, out, attnOut, ffOut)
 	}
 }
@@ -179,8 +174,8 @@ func (m *Model) PrepareText(text []float32) (ts *TextState, err error) {
 		return nil, err
 	}
 	for j := range m.p.Refiner {
-		args := graphexec.Args([]any{x}, m.p.Refiner[j].tensors()...)
-		out, err := graphexec.Call(ex.refiner, args...)
+		w := boundWeights(&m.p.Refiner[j], false, nil)
+		out, err := graphexec.Call(ex.refiner, graphexec.Pack(&rowsInput[*tensors.Tensor]{X: x}, graphexec.Values(w)...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
@@ -350,7 +345,9 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	if err != nil {
 		return out, err
 	}
-	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{RowIdx: ada.rowIdx, Cos: cos, Sin: sin}, ada.cache, vsa); err != nil {
+	f := &blockForward{args: blockInputs[*tensors.Tensor]{RowIdx: ada.rowIdx, Cos: cos, Sin: sin},
+		tables: ada.cache.tables, vsa: vsa, trace: m.trace}
+	if x, err = m.blocks.run(x, f); err != nil {
 		return out, err
 	}
 	return m.project(x, &in, lay, ada)
@@ -450,67 +447,6 @@ func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*ten
 		}
 	}
 	return res[0], nil
-}
-
-// runBlocks runs every joint block on x (consumed), with args' row indices and RoPE tables and each
-// block's tables of cache, with VSA when vsa is set.
-func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
-	blocks := m.p.Blocks
-	if m.shards != nil && m.shards.spmd != nil {
-		return m.runSPMDBlocks(x, args, cache, vsa)
-	}
-	if m.shards != nil {
-		return m.chainBlocks(x, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
-			args.X, args.Mod = x, cache.tables[b]
-			res, err := m.runShardedBlock(b, args, vsa)
-			return b + 1, res, err
-		})
-	}
-	group := m.blockGroup(vsa)
-	return m.chainBlocks(x, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
-		next := min(b+group, len(blocks))
-		res, err := m.runBlockGroup(vsa, b, next, x, args, cache)
-		return next, res, err
-	})
-}
-
-// chainBlocks runs the joint blocks on x (consumed) one program at a time: step runs the program that
-// starts at block b and returns the block after it and the program's outputs (the new x first).
-func (m *Model) chainBlocks(x *tensors.Tensor, step func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error)) (*tensors.Tensor, error) {
-	for b := 0; b < len(m.p.Blocks); {
-		next, res, err := step(b, x)
-		graphexec.Finalize(x)
-		if err != nil {
-			return nil, err
-		}
-		x = res[0]
-		if err := m.traceBlock(b, res); err != nil {
-			graphexec.Finalize(x)
-			return nil, err
-		}
-		b = next
-	}
-	return x, nil
-}
-
-// traceBlock hands the tests the first block's outputs and the last block's, and frees the extra
-// outputs of a traced block.
-func (m *Model) traceBlock(b int, res []*tensors.Tensor) error {
-	if m.trace == nil {
-		return nil
-	}
-	defer graphexec.Finalize(res[1:]...)
-	if b == 0 {
-		for i, name := range []string{"block0_out", "block0_attn_out", "block0_ff_out"} {
-			if err := m.emit(name, res[i]); err != nil {
-				return err
-			}
-		}
-	}
-	if b == len(m.p.Blocks)-1 {
-		return m.emit("block_last_out", res[0])
-	}
-	return nil
 }
 
 // project runs norm_out and the output projections on x (consumed) and reads the velocities back.

@@ -63,72 +63,15 @@ var coreLinearNames = [numCoreLinears]string{
 }
 
 // linearLayout is the quantization of a block's core linears (Q, K, V, Out, FFIn, FFOut; a zero Scheme
-// is dense). It fixes statically how many graph inputs each linear takes (1 dense, 3 quantized: packed
-// words, scales, biases) and how the words are unpacked, so the block executable is built for it once.
+// is dense). It fixes statically which graph inputs each linear takes (blockWeights) and how the words
+// are unpacked, so the block executable is built for it once.
 type linearLayout [numCoreLinears]quant.Scheme
-
-// inputs is the number of weight tensors of a block with this layout: the four norm weights and the
-// linears' tensors (dense linears of an FP8 block take two: codes and scales).
-func (l linearLayout) inputs(fp8 bool) int {
-	n := numBlockNorms
-	for _, s := range l {
-		switch {
-		case s != (quant.Scheme{}):
-			n += 3
-		case fp8:
-			n += 2
-		default:
-			n++
-		}
-	}
-	return n
-}
 
 func describeScheme(s quant.Scheme) string {
 	if s == (quant.Scheme{}) {
 		return "dense"
 	}
 	return fmt.Sprintf("int%d (group %d)", s.Bits, s.GroupSize)
-}
-
-// coreAndGate reads one joint block's weight inputs: its core weights, followed by its VSA gate
-// (to_gate_compress) when gate is set.
-func coreAndGate(ws []*Node, layout linearLayout, fp8, gate bool) coreWeights {
-	var g *Node
-	if gate {
-		ws, g = ws[:len(ws)-1], ws[len(ws)-1]
-	}
-	w := coreFromSlice(ws, layout, fp8)
-	w.Attn.Gate = g
-	return w
-}
-
-// coreFromSlice rebuilds the block weights from the graph inputs fed with coreParams.tensors(); fp8 says
-// the dense linears were converted to FP8 (Options.FP8).
-func coreFromSlice(in []*Node, lay linearLayout, fp8 bool) coreWeights {
-	if len(in) != lay.inputs(fp8) {
-		panic(fmt.Errorf("h3: block executable got %d weight inputs, its layout takes %d", len(in), lay.inputs(fp8)))
-	}
-	var ws [numCoreLinears]quant.GraphWeight
-	i := numBlockNorms
-	for k, s := range lay {
-		switch {
-		case s != (quant.Scheme{}):
-			ws[k] = quant.QuantizedWeight(in[i], in[i+1], in[i+2], s)
-			i += 3
-		case fp8:
-			ws[k] = quant.FP8Weight(in[i], in[i+1])
-			i += 2
-		default:
-			ws[k] = quant.DenseWeight(in[i])
-			i++
-		}
-	}
-	return coreWeights{
-		Norm1: in[0], Norm2: in[1],
-		Attn: attnWeights{Q: ws[0], K: ws[1], V: ws[2], Out: ws[3], NormQ: in[2], NormK: in[3]},
-		FFIn: ws[4], FFOut: ws[5],
-	}
 }
 
 func (s blockSpec) check(w coreWeights) {

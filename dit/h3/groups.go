@@ -3,6 +3,7 @@ package h3
 import (
 	"fmt"
 
+	"github.com/gomlx/compute"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -20,12 +21,24 @@ import (
 // the spread between processes, for 1.04 GiB more peak memory (3.5 -> 4.5 GiB beside the weights).
 const DefaultBlockGroup = 5
 
+// groupedRunner runs the joint blocks on one device, runs of consecutive blocks per program.
+type groupedRunner struct {
+	backend compute.Backend
+	spec    blockSpec
+	// blocks are the bound weights of every joint block, its VSA gate included (taken as an input by
+	// the VSA programs only).
+	blocks []*blockWeights[*tensors.Tensor]
+	group  int // Options.BlockGroup (0: blockGroup decides)
+	// execs are the programs met so far.
+	execs map[groupKey]*Exec
+}
+
 // blockKind is what one joint block's graph depends on besides its weights: dense attention, or VSA
-// with the geometry and routing of vsa (graph constants), and the block's weight-input count.
+// with the geometry and routing of vsa (graph constants), and the shape of its weight inputs.
 type blockKind struct {
-	sparse  bool
-	vsa     vsaKey
-	weights int
+	sparse bool
+	vsa    vsaKey
+	shape  blockShape
 }
 
 // groupKey identifies a program of consecutive joint blocks.
@@ -36,87 +49,107 @@ type groupKey struct {
 	trace  bool
 }
 
+// groupInputs feed a program of consecutive joint blocks, followed by each block's modulation table
+// and weights (groupBlockInputs).
+type groupInputs[T any] struct{ X, RowIdx, Cos, Sin T }
+
+func (a *groupInputs[T]) Fields() []*T { return []*T{&a.X, &a.RowIdx, &a.Cos, &a.Sin} }
+
+// groupBlockInputs are one block's inputs of such a program: its modulation table, then its weights.
+type groupBlockInputs[T any] struct {
+	Mod     T
+	Weights *blockWeights[T]
+}
+
+func (a *groupBlockInputs[T]) Fields() []*T { return append([]*T{&a.Mod}, a.Weights.Fields()...) }
+
 // blockGroup is the number of joint blocks per program: Options.BlockGroup, else DefaultBlockGroup
 // for a dense forward and 1 for a VSA one; 1 while tracing (the tests read every block's outputs).
-func (m *Model) blockGroup(p *vsaPlan) int {
+func (r *groupedRunner) blockGroup(f *blockForward) int {
 	switch {
-	case m.trace != nil:
+	case f.trace != nil:
 		return 1
-	case m.group > 0:
-		return m.group
-	case p != nil:
+	case r.group > 0:
+		return r.group
+	case f.vsa != nil:
 		return 1
 	}
 	return DefaultBlockGroup
 }
 
-// blockKindOf returns joint block b's kind under the forward's VSA plan p (nil: dense) and its extra
-// weight inputs (the VSA gate).
-func (m *Model) blockKindOf(p *vsaPlan, b int) (blockKind, []*tensors.Tensor) {
-	k := blockKind{weights: len(m.p.Blocks[b].tensors())}
+func (r *groupedRunner) run(x *tensors.Tensor, f *blockForward) (*tensors.Tensor, error) {
+	group := r.blockGroup(f)
+	return chainBlocks(x, f, func(b int, x *tensors.Tensor) (int, []*tensors.Tensor, error) {
+		next := min(b+group, len(r.blocks))
+		res, err := r.runGroup(f, b, next, x)
+		return next, res, err
+	})
+}
+
+// kindOf is joint block b's kind under the forward's VSA plan p (nil: dense) and its weights as that
+// kind takes them (the gate only where the VSA program reads it).
+func (r *groupedRunner) kindOf(p *vsaPlan, b int) (blockKind, *blockWeights[*tensors.Tensor]) {
+	w := r.blocks[b].withGate(false)
+	k := blockKind{shape: w.shape}
 	if p == nil {
-		return k, nil
+		return k, w
 	}
 	k.sparse = true
-	k.vsa = p.key(b, m.p.Blocks[b].Gate.Bound())
-	if !k.vsa.gate {
-		return k, nil
-	}
-	k.weights++
-	return k, []*tensors.Tensor{m.p.Blocks[b].Gate.T}
+	k.vsa = p.key(b, r.blocks[b].Gate != nil)
+	k.shape.gate = k.vsa.gate
+	return k, w.withGate(k.vsa.gate)
 }
 
-// runBlockGroup runs joint blocks [b0, b1) on x as one program: inputs x, the row indices and RoPE
-// tables of args, each block's modulation table from cache, then each block's weights.
-func (m *Model) runBlockGroup(p *vsaPlan, b0, b1 int, x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache) ([]*tensors.Tensor, error) {
+// runGroup runs joint blocks [b0, b1) on x as one program.
+func (r *groupedRunner) runGroup(f *blockForward, b0, b1 int, x *tensors.Tensor) ([]*tensors.Tensor, error) {
 	kinds := make([]blockKind, 0, b1-b0)
-	in := []any{x, args.RowIdx, args.Cos, args.Sin}
-	var ws []any
+	head := groupInputs[*tensors.Tensor]{X: x, RowIdx: f.args.RowIdx, Cos: f.args.Cos, Sin: f.args.Sin}
+	var blocks []*tensors.Tensor
 	for b := b0; b < b1; b++ {
-		k, extra := m.blockKindOf(p, b)
+		k, w := r.kindOf(f.vsa, b)
 		kinds = append(kinds, k)
-		in = append(in, cache.tables[b])
-		ws = graphexec.Args(graphexec.Args(ws, m.p.Blocks[b].tensors()...), extra...)
+		blocks = append(blocks, graphexec.Values(&groupBlockInputs[*tensors.Tensor]{Mod: f.tables[b], Weights: w})...)
 	}
-	return graphexec.Call(m.groupExec(kinds, p), append(in, ws...)...)
+	return graphexec.Call(r.exec(kinds, f.vsa, f.trace != nil), graphexec.Pack(&head, blocks...)...)
 }
 
-// groupExec returns (compiling at first use) the program of consecutive blocks of these kinds.
-func (m *Model) groupExec(kinds []blockKind, p *vsaPlan) *Exec {
-	key := groupKey{kinds: fmt.Sprint(kinds), blocks: len(kinds), vsa: p != nil, trace: m.trace != nil}
-	if e, ok := m.groupExecs[key]; ok {
+// exec returns (compiling at first use) the program of consecutive blocks of these kinds.
+func (r *groupedRunner) exec(kinds []blockKind, p *vsaPlan, trace bool) *Exec {
+	key := groupKey{kinds: fmt.Sprint(kinds), blocks: len(kinds), vsa: p != nil, trace: trace}
+	if e, ok := r.execs[key]; ok {
 		return e
 	}
-	spec, layout, fp8, trace := m.spec, m.p.BlockLayout, m.p.BlockFP8, key.trace
-	e := graphexec.MustExec(m.backend, fmt.Sprintf("h3.joint_blocks_%d", len(kinds)), func(in []*Node) []*Node {
-		x, rowIdx, cos, sin := in[0], in[1], in[2], in[3]
-		mods, ws := in[4:4+len(kinds)], in[4+len(kinds):]
+	spec := r.spec
+	e := graphexec.MustExec(r.backend, fmt.Sprintf("h3.joint_blocks_%d", len(kinds)), func(in []*Node) []*Node {
+		var head groupInputs[*Node]
+		in = graphexec.Unpack(in, &head)
+		x := head.X
 		var attnOut, ffOut *Node
-		for i, k := range kinds {
-			w := coreAndGate(ws[:k.weights], layout, fp8, k.vsa.gate)
-			ws = ws[k.weights:]
+		for _, k := range kinds {
+			blk := groupBlockInputs[*Node]{Weights: graphWeights(k.shape)}
+			in = graphexec.Unpack(in, &blk)
 			s := spec
 			if k.sparse {
 				s.Attention.Sparse = p.sparse(k.vsa)
 			}
-			x, attnOut, ffOut = s.jointBlock(x, mods[i], rowIdx, cos, sin, w)
+			x, attnOut, ffOut = s.jointBlock(x, blk.Mod, head.RowIdx, head.Cos, head.Sin, coreOf(blk.Weights))
 		}
 		return traced(trace, 1, x, attnOut, ffOut)
 	})
-	if m.groupExecs == nil {
-		m.groupExecs = map[groupKey]*Exec{}
+	if r.execs == nil {
+		r.execs = map[groupKey]*Exec{}
 	}
-	m.groupExecs[key] = e
+	r.execs[key] = e
 	return e
 }
 
-// closeGroups frees the joint-block programs, the tensor-parallel VSA ones included.
-func (m *Model) closeGroups() {
-	for _, e := range m.groupExecs {
+func (r *groupedRunner) describe() string                  { return "" }
+func (r *groupedRunner) heldBytes() (sliced, copies int64) { return 0, 0 }
+
+// close frees the programs (the weights belong to the parameter set).
+func (r *groupedRunner) close() {
+	for _, e := range r.execs {
 		graphexec.FinalizeExecs(e)
 	}
-	for _, e := range m.shardVSAExecs {
-		graphexec.FinalizeExecs(e)
-	}
-	m.groupExecs, m.shardVSAExecs = nil, nil
+	r.execs = nil
 }

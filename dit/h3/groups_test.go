@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"fastvideo/internal/testutil"
+
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Running the joint blocks several per program (Options.BlockGroup; 0 groups a dense forward) gives the
@@ -39,6 +41,16 @@ func TestBlockGroups(t *testing.T) {
 	})
 }
 
+// groupedExecs are the joint-block programs a one-device model compiled so far.
+func groupedExecs(t *testing.T, m *Model) map[groupKey]*graph.Exec {
+	t.Helper()
+	r, ok := m.blocks.(*groupedRunner)
+	if !ok {
+		t.Fatalf("the model runs its blocks with %T, want the one-device runner", m.blocks)
+	}
+	return r.execs
+}
+
 // checkPrograms fails unless m compiled exactly the joint-block programs its layers need with group
 // blocks per program: full groups, and the shorter remainder.
 func checkPrograms(t *testing.T, m *Model, group int) {
@@ -49,7 +61,7 @@ func checkPrograms(t *testing.T, m *Model, group int) {
 		want[r] = true
 	}
 	got := map[int]bool{}
-	for k := range m.groupExecs {
+	for k := range groupedExecs(t, m) {
 		got[k.blocks] = true
 	}
 	if !maps.Equal(got, want) {

@@ -43,7 +43,7 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
@@ -96,17 +96,12 @@ type Model struct {
 	closeSrc     func() error
 
 	stages *modelkit.Stages[*stageExecs]
-	// groupExecs are the joint-block programs (runs of consecutive blocks of given kinds) met so far.
-	groupExecs map[groupKey]*graph.Exec
-	// shardVSAExecs are the VSA executables of a tensor-parallel model (shard_vsa.go).
-	shardVSAExecs map[shardVSAKey]*graph.Exec
-	group         int // joint blocks per program (Options.BlockGroup; 0: blockGroup decides)
-	rope          *modelkit.RopeCache[[]float64]
-	// shards holds the joint blocks cut for Options.Shards > 1 (nil: whole).
-	shards      *shardedBlocks
-	shardsAsked int
-	// shardSrc is the checkpoint the joint blocks' linears are cut from at load (deferShards; nil
-	// once cut, or when they are bound whole and sliced on the device).
+	// blocks runs the joint blocks: the execution strategy Options chose (blockRunner).
+	blocks blockRunner
+	opts   Options
+	rope   *modelkit.RopeCache[[]float64]
+	// shardSrc is the checkpoint the joint blocks' linears are cut from at load when they were kept
+	// out of the bind (deferShards; nil otherwise, and once cut).
 	shardSrc weights.Source
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
@@ -190,7 +185,9 @@ func openTransformer(dir string) (Config, weights.Source, func() error, error) {
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (m *Model, err error) {
 	defer graphexec.Recover(&err, "h3: building the model")
 	return modelkit.Populate(func() (*Model, error) { return newModel(backend, cfg, opts, schemesOf(src)) }, func(m *Model) error {
-		m.deferShards(src)
+		if deferShards(m.p, m.opts.Shards) {
+			m.shardSrc = src
+		}
 		done, err := m.convertFP8OnBind()
 		if err != nil {
 			return err
@@ -242,9 +239,49 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
 			Dispatch: opts.Dispatch,
 		},
-		shardsAsked: opts.Shards,
-		group:       opts.BlockGroup,
+		opts: opts,
 	}, nil
+}
+
+// newBlockRunner is the joint blocks' execution strategy of Options: tensor-parallel shards as one SPMD
+// program per block when the backend has a device per shard, else in turn on device 0; without shards
+// the bound blocks on one device, runs of them per program.
+func (m *Model) newBlockRunner() (blockRunner, error) {
+	n := m.opts.Shards
+	if n < 2 {
+		r := &groupedRunner{backend: m.backend, spec: m.spec, group: m.opts.BlockGroup}
+		for b := range m.p.Blocks {
+			var gate *tensors.Tensor
+			if g := m.p.Blocks[b].Gate; g.Bound() {
+				gate = g.T
+			}
+			r.blocks = append(r.blocks, boundWeights(&m.p.Blocks[b].coreParams, m.p.BlockFP8, gate).withGate(false))
+		}
+		return r, nil
+	}
+	devices := shardDevices(m.backend, n)
+	w, err := cutShards(m.backend, m.dtype, m.p, m.spec, m.shardSrc, devices)
+	m.shardSrc = nil
+	if err != nil {
+		return nil, err
+	}
+	if m.backend.NumDevices() < n {
+		return newShardRunner(m.backend, w), nil
+	}
+	r, err := newSPMDRunner(m.backend, w, devices, xlaSPMD)
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// TensorParallel says how the joint blocks run: "" for a whole model, else the shard count and the path.
+func (m *Model) TensorParallel() string {
+	if m.blocks == nil {
+		return ""
+	}
+	return m.blocks.describe()
 }
 
 // finish builds the executables once the parameters are bound (and, with Options.FP8, converted).
@@ -258,16 +295,9 @@ func (m *Model) finish() error {
 			}
 		}
 	}
-	if n := m.shardsAsked; n > 1 {
-		devices := m.shardDevices(n)
-		if err := m.cutShards(n, devices); err != nil {
-			return err
-		}
-		if m.backend.NumDevices() >= n {
-			if err := m.placeShards(devices, xlaSPMD); err != nil {
-				return err
-			}
-		}
+	var err error
+	if m.blocks, err = m.newBlockRunner(); err != nil {
+		return err
 	}
 	m.stages = modelkit.NewStages(m.newStageExecs)
 	if m.p.Cache != nil {
@@ -288,8 +318,8 @@ func (m *Model) convertFP8OnBind() (done func(), err error) {
 	if !m.p.BlockFP8 {
 		return func() {}, nil
 	}
-	if m.shardsAsked > 1 {
-		return nil, fmt.Errorf("h3: Options.FP8 with Options.Shards = %d is not supported: split the dense model, or run FP8 on one device", m.shardsAsked)
+	if m.opts.Shards > 1 {
+		return nil, fmt.Errorf("h3: Options.FP8 with Options.Shards = %d is not supported: split the dense model, or run FP8 on one device", m.opts.Shards)
 	}
 	c, err := quant.NewFP8Converter(m.backend)
 	if err != nil {
@@ -317,8 +347,10 @@ func (m *Model) Close() error {
 		m.ckCache.Close()
 		m.ckCache = nil
 	}
-	m.closeGroups()
-	m.shards.close()
+	if m.blocks != nil {
+		m.blocks.close()
+		m.blocks = nil
+	}
 	err := modelkit.Release(m.p.set, m.closeSrc, m.stages, m.rope)
 	m.p = nil
 	return err
@@ -354,8 +386,8 @@ func (m *Model) WeightMemory() WeightMemory {
 	for _, p := range m.p.set.Params() {
 		wm.Total += size(p)
 	}
-	if m.shards != nil {
-		sliced, copies := m.shards.bytes()
+	if m.blocks != nil {
+		sliced, copies := m.blocks.heldBytes()
 		wm.Total += sliced + copies
 		wm.DenseCoreLinears += sliced
 	}

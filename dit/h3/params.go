@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
@@ -37,20 +36,6 @@ func (c *coreParams) layout() linearLayout {
 		l[i] = w.Scheme
 	}
 	return l
-}
-
-// numBlockNorms is how many norm weights lead a block's weight list (tensors, coreFromSlice): norm1,
-// norm2, norm_q and norm_k; the linears' tensors follow.
-const numBlockNorms = 4
-
-// tensors returns the block weights in the order coreFromSlice expects: the four norm weights, then each
-// linear's tensors (1 dense, 3 quantized) in linearLayout order.
-func (c *coreParams) tensors() []*tensors.Tensor {
-	out := []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
-	for _, w := range c.linears() {
-		out = append(out, w.Tensors()...)
-	}
-	return out
 }
 
 type blockParams struct {

@@ -19,6 +19,11 @@ import (
 // sums that one all-reduce each completes. Norms, AdaLN, the text refiner, the embedders and the output
 // heads are replicated.
 
+// Video Sparse Attention in a tensor-parallel model. VSA works head by head (each head's compressed
+// keys, its top-k tiles, its gate), so a shard runs it on its own heads: to_gate_compress [inner, D] is
+// cut by the output rows of those heads like Q, and the sparse attention's partial output goes through
+// to_out's columns and the same all-reduce as dense attention.
+
 // ShardSplit says which part of a weight a tensor-parallel shard holds.
 type ShardSplit int
 
@@ -122,67 +127,63 @@ func checkShards(cfg Config, devices int) error {
 	return nil
 }
 
-// shardedBlocks are the joint blocks cut into shards at load: weights[b][k] is shard k of block b in
-// coreFromSlice order (the norms shared, the linears sliced).
-type shardedBlocks struct {
-	spec    blockSpec // one shard's: local heads and FFN width, no all-reduce of its own
-	weights [][][]*tensors.Tensor
-	// gates[b][k] is shard k's rows of block b's VSA gate (gates[b] nil: the block has none).
-	gates [][]*tensors.Tensor
-	// spmd places shard k on its own device and runs each block as one SPMD program (nil: the shards run
-	// in turn on device 0).
-	spmd *spmdPlacement
+// shardedWeights are the joint blocks cut into shards at load: blocks[b][k] is shard k of block b, its
+// norms the parameter set's (or, on another device, copies), its linears and VSA gate (nil: none)
+// slices of the whole ones.
+type shardedWeights struct {
+	spec   blockSpec // one shard's: local heads and FFN width, no all-reduce of its own
+	blocks [][]*blockWeights[*tensors.Tensor]
+	// devices are the shards' devices; copies the norms placed on devices other than 0.
+	devices []compute.DeviceNum
+	copies  []*tensors.Tensor
 }
 
-func (s *shardedBlocks) n() int { return len(s.weights[0]) }
+func (s *shardedWeights) n() int { return len(s.devices) }
 
-// close frees the slices (the norms belong to the parameter set).
-func (s *shardedBlocks) close() {
-	if s == nil {
-		return
+// slices are shard w's tensors of its own: the linears' slices and the gate's.
+func (w *blockWeights[T]) slices() []*T {
+	var out []*T
+	for _, l := range w.linears() {
+		out = append(out, &l.W)
 	}
-	for _, shards := range s.weights {
-		for _, w := range shards {
-			graphexec.Finalize(w[numBlockNorms:]...)
-		}
-	}
-	for _, g := range s.gates {
-		graphexec.Finalize(g...)
-	}
-	if s.spmd != nil {
-		graphexec.Finalize(s.spmd.copies...)
-	}
-	s.weights, s.gates = nil, nil
+	return append(out, &w.Gate)
 }
 
-// bytes is the memory of the slices of every shard; copies that of the norms replicated on the other
-// devices.
-func (s *shardedBlocks) bytes() (sliced, copies int64) {
-	for _, shards := range s.weights {
+// close frees the slices and the copies (the norms on device 0 belong to the parameter set).
+func (s *shardedWeights) close() {
+	for _, shards := range s.blocks {
 		for _, w := range shards {
-			for _, t := range w[numBlockNorms:] {
-				sliced += t.Shape().ByteSize()
+			for _, t := range w.slices() {
+				graphexec.Finalize(*t)
 			}
 		}
 	}
-	for _, g := range s.gates {
-		for _, t := range g {
-			sliced += t.Shape().ByteSize()
+	graphexec.Finalize(s.copies...)
+	s.blocks, s.copies = nil, nil
+}
+
+// heldBytes is the memory of the slices of every shard and of the norms copied to other devices.
+func (s *shardedWeights) heldBytes() (sliced, copies int64) {
+	for _, shards := range s.blocks {
+		for _, w := range shards {
+			for _, t := range w.slices() {
+				if *t != nil {
+					sliced += (*t).Shape().ByteSize()
+				}
+			}
 		}
 	}
-	if s.spmd != nil {
-		for _, t := range s.spmd.copies {
-			copies += t.Shape().ByteSize()
-		}
+	for _, t := range s.copies {
+		copies += t.Shape().ByteSize()
 	}
 	return sliced, copies
 }
 
 // shardDevices are the devices of shards 0..n-1: their own where the backend has n, else device 0 for
 // all (the shards then run in turn).
-func (m *Model) shardDevices(n int) []compute.DeviceNum {
+func shardDevices(backend compute.Backend, n int) []compute.DeviceNum {
 	devices := make([]compute.DeviceNum, n)
-	if m.backend.NumDevices() >= n {
+	if backend.NumDevices() >= n {
 		for k := range devices {
 			devices[k] = compute.DeviceNum(k)
 		}
@@ -190,95 +191,123 @@ func (m *Model) shardDevices(n int) []compute.DeviceNum {
 	return devices
 }
 
-// newShardedBlocks starts the n-way split of the joint blocks: one shard's spec and, per block, each
-// shard's weight list holding the block's norms (shared; the sliced linears are appended).
-func (m *Model) newShardedBlocks(n int) *shardedBlocks {
-	sb := &shardedBlocks{spec: m.spec}
-	sb.spec.Heads, sb.spec.FFN, sb.spec.AllReduce = m.spec.Heads/n, m.spec.FFN/n, nil
-	return sb
+// shardCutter cuts the joint blocks' weights into shards: from the checkpoint (src, when deferShards
+// kept them out of the bind: sliced on the host, each slice uploaded to its shard's device), else from
+// the bound (drawn) weights with the device slicer, freeing the whole ones.
+type shardCutter struct {
+	backend compute.Backend
+	dtype   dtypes.DType
+	src     weights.Source // nil: slice the bound weights
+	devices []compute.DeviceNum
+	sl      *slicer
 }
 
-func sharedNorms(c *coreParams, n int) [][]*tensors.Tensor {
-	per := make([][]*tensors.Tensor, n)
-	for k := range per {
-		per[k] = []*tensors.Tensor{c.Norm1.T, c.Norm2.T, c.NormQ.T, c.NormK.T}
-	}
-	return per
-}
-
-// cutShards splits every joint block's core linears into n shards by shardRules, so the model holds
-// 1/n of each per shard: straight from the checkpoint when deferShards kept them out of the bind,
-// else by slicing the bound (drawn) weights on their device and freeing them.
-func (m *Model) cutShards(n int, devices []compute.DeviceNum) (err error) {
+// cutShards splits every joint block's core linears and VSA gate into len(devices) shards by
+// shardRules, so the model holds 1/n of each per shard; spec is the whole model's.
+func cutShards(backend compute.Backend, dtype dtypes.DType, p *params, spec blockSpec, src weights.Source, devices []compute.DeviceNum) (sw *shardedWeights, err error) {
 	defer graphexec.Recover(&err, "h3: slicing the joint blocks into shards")
-	if m.p.BlockLayout != (linearLayout{}) {
-		return fmt.Errorf("h3: tensor parallelism of quantized joint blocks is not supported; load a dense checkpoint")
+	if p.BlockLayout != (linearLayout{}) {
+		return nil, fmt.Errorf("h3: tensor parallelism of quantized joint blocks is not supported; load a dense checkpoint")
 	}
-	sb := m.newShardedBlocks(n)
-	var sl *slicer
-	if m.shardSrc == nil {
-		sl = newSlicer(m, n)
-		defer graphexec.FinalizeExecs(sl.execs[:]...)
+	n := len(devices)
+	sw = &shardedWeights{spec: spec, devices: devices}
+	sw.spec.Heads, sw.spec.FFN, sw.spec.AllReduce = spec.Heads/n, spec.FFN/n, nil
+	c := &shardCutter{backend: backend, dtype: dtype, src: src, devices: devices}
+	if src == nil {
+		c.sl = newSlicer(backend, n)
+		defer graphexec.FinalizeExecs(c.sl.execs[:]...)
 	}
-	for b := range m.p.Blocks {
-		c := &m.p.Blocks[b].coreParams
-		per := sharedNorms(c, n)
-		for i, w := range c.linears() {
-			var parts []*tensors.Tensor
-			if sl != nil {
-				parts, err = graphexec.Call(sl.execs[shardRules[i].Split], w.W.T)
-				releaseParams(w.W)
-			} else {
-				parts, err = m.loadSlices(w.W, shardRules[i].Split, devices)
-			}
-			if err != nil {
-				sb.weights = append(sb.weights, per)
-				sb.close()
-				return err
-			}
-			for k := range per {
-				per[k] = append(per[k], parts[k])
-			}
+	for b := range p.Blocks {
+		per, err := c.block(&p.Blocks[b])
+		if per != nil {
+			sw.blocks = append(sw.blocks, per)
 		}
-		sb.weights = append(sb.weights, per)
-		gate, err := m.cutGate(b, sl, devices)
 		if err != nil {
-			sb.close()
-			return err
+			sw.close()
+			return nil, err
 		}
-		sb.gates = append(sb.gates, gate)
 	}
-	m.shards, m.shardSrc = sb, nil
-	return nil
+	return sw, nil
+}
+
+// block cuts one joint block into its shards' weights.
+func (c *shardCutter) block(bp *blockParams) ([]*blockWeights[*tensors.Tensor], error) {
+	per := make([]*blockWeights[*tensors.Tensor], len(c.devices))
+	for k := range per {
+		per[k] = &blockWeights[*tensors.Tensor]{shape: blockShape{layout: bp.layout()},
+			Norm1: bp.Norm1.T, Norm2: bp.Norm2.T, NormQ: bp.NormQ.T, NormK: bp.NormK.T}
+	}
+	for i, w := range bp.linears() {
+		parts, err := c.cut(w.W, shardRules[i].Split)
+		if err != nil {
+			return per, err
+		}
+		for k := range per {
+			per[k].linears()[i].W = parts[k]
+		}
+	}
+	gate, err := c.gate(bp.Gate)
+	for k := range gate {
+		per[k].Gate = gate[k]
+	}
+	return per, err
+}
+
+// cut returns the shards' slices of p under split.
+func (c *shardCutter) cut(p *weights.Param, split ShardSplit) ([]*tensors.Tensor, error) {
+	if c.sl == nil {
+		return c.loadSlices(p, split)
+	}
+	parts, err := graphexec.Call(c.sl.execs[split], p.T)
+	releaseParams(p)
+	return parts, err
+}
+
+// gate cuts a VSA gate into the shards' row slices (nil: the block has none).
+func (c *shardCutter) gate(g *weights.Param) ([]*tensors.Tensor, error) {
+	switch {
+	case g == nil:
+		return nil, nil
+	case c.sl != nil:
+		if !g.Bound() {
+			return nil, nil
+		}
+		return c.cut(g, SplitRows)
+	}
+	if _, ok := weights.HeaderOf(c.src, g.Name); !ok {
+		return nil, nil
+	}
+	return c.loadSlices(g, SplitRows)
 }
 
 // deferShards keeps the joint blocks' core linears of a dense checkpoint out of the bind (weights
-// Param.Deferred), and their VSA gates: cutShards then reads each from src, slices it on the host and
-// uploads every slice straight to its shard's device, so no device ever holds a whole block's linears.
-func (m *Model) deferShards(src weights.Source) {
-	if m.shardsAsked < 2 || m.p.BlockFP8 || m.p.BlockLayout != (linearLayout{}) {
-		return
+// Param.Deferred), and their VSA gates, so that cutShards reads each from the checkpoint and no device
+// ever holds a whole block's linears. It reports whether it did.
+func deferShards(p *params, shards int) bool {
+	if shards < 2 || p.BlockFP8 || p.BlockLayout != (linearLayout{}) {
+		return false
 	}
-	for b := range m.p.Blocks {
-		for _, w := range m.p.Blocks[b].linears() {
+	for b := range p.Blocks {
+		for _, w := range p.Blocks[b].linears() {
 			w.W.Deferred = true
 		}
-		if g := m.p.Blocks[b].Gate; g != nil {
+		if g := p.Blocks[b].Gate; g != nil {
 			g.Deferred = true
 		}
 	}
-	m.shardSrc = src
+	return true
 }
 
 // loadSlices reads the checkpoint tensor of p and uploads shard k's slice of it (split) to devices[k].
-func (m *Model) loadSlices(p *weights.Param, split ShardSplit, devices []compute.DeviceNum) ([]*tensors.Tensor, error) {
-	info, ok := m.shardSrc.Tensor(p.Name)
+func (c *shardCutter) loadSlices(p *weights.Param, split ShardSplit) ([]*tensors.Tensor, error) {
+	devices := c.devices
+	info, ok := c.src.Tensor(p.Name)
 	if !ok {
 		return nil, fmt.Errorf("h3: %s is missing from the checkpoint", p.Name)
 	}
 	dt := p.Storage
 	if dt == dtypes.InvalidDType {
-		dt = m.dtype
+		dt = c.dtype
 	}
 	out := make([]*tensors.Tensor, 0, len(devices))
 	for k, dev := range devices {
@@ -286,7 +315,7 @@ func (m *Model) loadSlices(p *weights.Param, split ShardSplit, devices []compute
 		part, err := weights.SliceInfo(info, axis, spans...)
 		var t *tensors.Tensor
 		if err == nil {
-			t, err = weights.LoadTo(part, dt, m.backend, dev)
+			t, err = weights.LoadTo(part, dt, c.backend, dev)
 		}
 		if err != nil {
 			graphexec.Finalize(out...)
@@ -317,7 +346,7 @@ func shardSpans(split ShardSplit, shape []int, k, n int) (axis int, spans []weig
 // shards (shardSpans), for weights drawn on the device.
 type slicer struct{ execs [SplitGatedRows + 1]*Exec }
 
-func newSlicer(m *Model, n int) *slicer {
+func newSlicer(backend compute.Backend, n int) *slicer {
 	split := func(rule ShardSplit) func(w *Node) []*Node {
 		return func(w *Node) []*Node {
 			out := make([]*Node, n)
@@ -335,113 +364,8 @@ func newSlicer(m *Model, n int) *slicer {
 		}
 	}
 	var s slicer
-	s.execs[SplitRows] = graphexec.MustExec(m.backend, "h3.shard_rows", split(SplitRows))
-	s.execs[SplitColumns] = graphexec.MustExec(m.backend, "h3.shard_columns", split(SplitColumns))
-	s.execs[SplitGatedRows] = graphexec.MustExec(m.backend, "h3.shard_gated_rows", split(SplitGatedRows))
+	s.execs[SplitRows] = graphexec.MustExec(backend, "h3.shard_rows", split(SplitRows))
+	s.execs[SplitColumns] = graphexec.MustExec(backend, "h3.shard_columns", split(SplitColumns))
+	s.execs[SplitGatedRows] = graphexec.MustExec(backend, "h3.shard_gated_rows", split(SplitGatedRows))
 	return &s
-}
-
-// shardExecs run the joint blocks of a sharded model: spmd the whole block on every device at once, or,
-// on one device, attention, feedForward and residual run one shard's part of a block each, the sums of
-// the partials they take standing for the all-reduces.
-type shardExecs struct {
-	spmd *Exec
-	// attention: X, Mod, RowIdx, Cos, Sin, shard weights -> the shard's partial attention output.
-	// feedForward: X, Mod, RowIdx, every shard's attention partial, shard weights -> x + gated attention,
-	// the shard's partial FFN output (traced: and the summed attention output).
-	// residual: that x, Mod, RowIdx, every shard's FFN partial -> the block output (traced: and the
-	// summed FFN output).
-	attention, feedForward, residual *Exec
-}
-
-func (s *shardExecs) Finalize() {
-	graphexec.FinalizeExecs(s.spmd, s.attention, s.feedForward, s.residual)
-}
-
-// sumPartials is the all-reduce of partial outputs held side by side, in shard order.
-func sumPartials(parts []*Node) *Node {
-	sum := parts[0]
-	for _, p := range parts[1:] {
-		sum = Add(sum, p)
-	}
-	return sum
-}
-
-func (m *Model) newShardExecs(trace bool) *shardExecs {
-	if m.shards.spmd != nil {
-		return &shardExecs{spmd: m.newSPMDExec(trace)}
-	}
-	spec, n, layout := m.shards.spec, m.shards.n(), m.p.BlockLayout
-	weightsOf := func(in []*Node) coreWeights {
-		w := coreFromSlice(in, layout, false) // sharded blocks are dense (FP8 with shards is refused)
-		spec.check(w)
-		return w
-	}
-	return &shardExecs{
-		attention: graphexec.MustExec(m.backend, "h3.joint_attention_shard", func(in []*Node) []*Node {
-			var a blockInputs[*Node]
-			w := weightsOf(graphexec.Unpack(in, &a))
-			return []*Node{spec.jointAttention(a.X, rowTables(a.X, a.Mod, a.RowIdx), a.Cos, a.Sin, w)}
-		}),
-		feedForward: graphexec.MustExec(m.backend, "h3.joint_ffn_shard", func(in []*Node) []*Node {
-			x, table := in[0], rowTables(in[0], in[1], in[2])
-			attnOut := sumPartials(in[3 : 3+n])
-			sum, ff := spec.jointFeedForward(x, table, attnOut, weightsOf(in[3+n:]))
-			return traced(trace, 2, sum, ff, attnOut)
-		}),
-		residual: graphexec.MustExec(m.backend, "h3.joint_residual", func(in []*Node) []*Node {
-			ff := sumPartials(in[3:])
-			return traced(trace, 1, jointResidual(in[0], rowTables(in[0], in[1], in[2]), ff), ff)
-		}),
-	}
-}
-
-// runShardedBlock runs joint block b shard by shard (with VSA when vsa is set), summing the partial
-// outputs between the parts. It returns the block output and, when tracing, the summed attention and
-// FFN outputs.
-func (m *Model) runShardedBlock(b int, args blockInputs[*tensors.Tensor], vsa *vsaPlan) (out []*tensors.Tensor, err error) {
-	ex := m.execs().shard
-	shards := m.shards.weights[b]
-	attention := ex.attention
-	if vsa != nil {
-		attention = m.shardVSAExec(vsa, b)
-	}
-	var attn, ff, extra []*tensors.Tensor
-	defer func() { graphexec.Finalize(append(append(attn, ff...), extra...)...) }()
-	for k := range shards {
-		res, err := graphexec.Call(attention, graphexec.Pack(&args, m.shardInputs(vsa, b, k)...)...)
-		if err != nil {
-			return nil, err
-		}
-		attn = append(attn, res[0])
-	}
-	head := []any{args.X, args.Mod, args.RowIdx}
-	var sum, attnOut *tensors.Tensor
-	for k, w := range shards {
-		res, err := graphexec.Call(ex.feedForward, graphexec.Args(graphexec.Args(append([]any(nil), head...), attn...), w...)...)
-		if err != nil {
-			return nil, err
-		}
-		ff = append(ff, res[1])
-		if k > 0 {
-			// Every device computes the same residual sum after the all-reduce; one copy goes on.
-			extra = append(extra, res[0])
-			extra = append(extra, res[2:]...)
-			continue
-		}
-		sum = res[0]
-		if len(res) > 2 {
-			attnOut = res[2]
-		}
-	}
-	extra = append(extra, sum)
-	res, err := graphexec.Call(ex.residual, graphexec.Args([]any{sum, args.Mod, args.RowIdx}, ff...)...)
-	if err != nil {
-		graphexec.Finalize(attnOut)
-		return nil, err
-	}
-	if m.trace == nil {
-		return res, nil
-	}
-	return []*tensors.Tensor{res[0], attnOut, res[1]}, nil
 }

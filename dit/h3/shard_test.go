@@ -23,7 +23,7 @@ func TestShardedForwardParity(t *testing.T) {
 		want, wantActs := testutil.TracedForward(t, &whole.trace, func() (ForwardOutputs, error) { return whole.Forward(fixtureInputs(t, fx)) })
 		for _, n := range shardCounts(cfg) {
 			m := fixtureModel(t, fx, Options{Shards: n})
-			if m.shards == nil || m.shards.n() != n {
+			if sw := shardsOf(m); sw == nil || sw.n() != n {
 				t.Fatalf("Shards %d: the model did not cut its blocks into %d shards", n, n)
 			}
 			out, acts := testutil.TracedForward(t, &m.trace, func() (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
@@ -55,13 +55,25 @@ func shardCounts(cfg Config) []int {
 	return out
 }
 
+// shardsOf are a tensor-parallel model's shard weights (nil: a whole model).
+func shardsOf(m *Model) *shardedWeights {
+	switch r := m.blocks.(type) {
+	case *shardRunner:
+		return r.w
+	case *spmdRunner:
+		return r.w
+	}
+	return nil
+}
+
 // checkShardMemory: each shard holds 1/n of the joint blocks' core linears and the model frees the
 // whole ones, so the weights in memory are unchanged in total.
 func checkShardMemory(t *testing.T, whole, sharded *Model, n int) {
 	t.Helper()
-	for b, shards := range sharded.shards.weights {
+	for b, shards := range shardsOf(sharded).blocks {
 		for k, w := range shards {
-			for i, sl := range w[4:] {
+			for i, l := range w.linears() {
+				sl := l.W
 				full := whole.p.Blocks[b].linears()[i].W.T.Shape()
 				if got, want := sl.Shape().Size()*n, full.Size(); got != want {
 					t.Errorf("block %d shard %d %s: %v holds %d×%d values, want the whole %v", b, k, coreLinearNames[i], sl.Shape(), n, sl.Shape().Size(), full)
@@ -169,7 +181,7 @@ func TestShardsCutAtLoad(t *testing.T) {
 		whole := fixtureModel(t, fx, Options{})
 		for _, n := range shardCounts(fixtureConfig(t, fx)) {
 			m := fixtureModel(t, fx, Options{Shards: n})
-			sl := newSlicer(whole, n)
+			sl := newSlicer(whole.backend, n)
 			for b := range m.p.Blocks {
 				for i, w := range m.p.Blocks[b].linears() {
 					if !w.W.Deferred || w.W.T != nil {
@@ -180,7 +192,7 @@ func TestShardsCutAtLoad(t *testing.T) {
 						t.Fatal(err)
 					}
 					for k := range n {
-						got := m.shards.weights[b][k][numBlockNorms+i]
+						got := shardsOf(m).blocks[b][k].linears()[i].W
 						if !got.Shape().Equal(want[k].Shape()) || !testutil.SameBits(hostF32(t, got), hostF32(t, want[k])) {
 							t.Errorf("Shards %d, block %d, %s, shard %d: the host cut differs from the device cut", n, b, w.Name, k)
 						}

@@ -31,14 +31,6 @@ type spmdProgram func(reduce AllReduce) func(in []*Node) []*Node
 // 0's inputs, then device 1's, ...) and returning device-major outputs.
 type spmdCompiler func(backend compute.Backend, name string, devices []compute.DeviceNum, program spmdProgram) *Exec
 
-// spmdPlacement is where the shards of an SPMD model live.
-type spmdPlacement struct {
-	devices []compute.DeviceNum // shard k's device
-	// copies are the replicated weights placed on devices other than 0 (the model owns them).
-	copies  []*tensors.Tensor
-	compile spmdCompiler
-}
-
 // xlaSPMD compiles program as an XLA SPMD executable over a 1-D mesh of the devices, the all-reduce
 // summing over the mesh.
 func xlaSPMD(backend compute.Backend, name string, devices []compute.DeviceNum, program spmdProgram) *Exec {
@@ -50,58 +42,100 @@ func xlaSPMD(backend compute.Backend, name string, devices []compute.DeviceNum, 
 	return graphexec.MustExec(backend, name, program(sum)).SPMD(mesh).WithDeviceAssignment(devices)
 }
 
-// TensorParallel says how the joint blocks run: "" for a whole model, else the shard count and the path.
-func (m *Model) TensorParallel() string {
-	switch {
-	case m.shards == nil:
-		return ""
-	case m.shards.spmd != nil:
-		return fmt.Sprintf("%d shards on devices %v, one SPMD program per block (all-reduce)", m.shards.n(), m.shards.spmd.devices)
-	}
-	return fmt.Sprintf("%d shards in turn on device 0, partial outputs summed (the backend has %d device(s))",
-		m.shards.n(), m.backend.NumDevices())
+// spmdRunner runs a tensor-parallel model's joint blocks as one SPMD program per block, shard k on
+// device k.
+type spmdRunner struct {
+	backend compute.Backend
+	w       *shardedWeights
+	compile spmdCompiler
+	// execs are the dense block programs, traced or not; vsa the VSA ones met so far.
+	execs map[bool]*Exec
+	vsa   map[shardVSAKey]*Exec
 }
 
-// placeShards moves shard k's slices to devices[k] and copies its norms there, and makes the joint
-// blocks run through compile. Device 0 keeps the norms of the parameter set.
-func (m *Model) placeShards(devices []compute.DeviceNum, compile spmdCompiler) (err error) {
+// newSPMDRunner moves shard k's slices to devices[k] and copies its norms there (device 0 keeps the
+// norms of the parameter set), and makes the joint blocks run through compile.
+func newSPMDRunner(backend compute.Backend, w *shardedWeights, devices []compute.DeviceNum, compile spmdCompiler) (r *spmdRunner, err error) {
 	defer graphexec.Recover(&err, "h3: placing the shards on their devices")
-	sp := &spmdPlacement{devices: devices, compile: compile}
-	m.shards.spmd = sp
-	for b, shards := range m.shards.weights {
-		for k, w := range shards {
+	w.devices = devices
+	for _, shards := range w.blocks {
+		for k, sw := range shards {
 			dev := devices[k]
 			if dev == 0 {
 				continue
 			}
 			// The slices are this shard's alone: move them (the device-0 copy is freed).
-			slices := w[numBlockNorms:]
-			if g := m.shards.gates[b]; g != nil {
-				slices = append(slices[:len(slices):len(slices)], g[k])
-			}
-			for _, t := range slices {
-				if err := t.MaterializeOnDevice(m.backend, false, dev); err != nil {
-					return err
+			for _, t := range sw.slices() {
+				if *t == nil {
+					continue
+				}
+				if err := (*t).MaterializeOnDevice(backend, false, dev); err != nil {
+					return nil, err
 				}
 			}
-			norms, err := graphexec.CopyAllToDevice(m.backend, w[:numBlockNorms], dev)
+			norms := []*tensors.Tensor{sw.Norm1, sw.Norm2, sw.NormQ, sw.NormK}
+			copies, err := graphexec.CopyAllToDevice(backend, norms, dev)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			sp.copies = append(sp.copies, norms...)
-			copy(w, norms)
+			w.copies = append(w.copies, copies...)
+			sw.Norm1, sw.Norm2, sw.NormQ, sw.NormK = copies[0], copies[1], copies[2], copies[3]
 		}
 	}
-	return nil
+	return &spmdRunner{backend: backend, w: w, compile: compile}, nil
 }
 
-// newSPMDExec is the SPMD block executable of a placed model.
-func (m *Model) newSPMDExec(trace bool) *Exec {
-	spec, sp := m.shards.spec, m.shards.spmd
-	return sp.compile(m.backend, "h3.joint_block_spmd", sp.devices, func(reduce AllReduce) func(in []*Node) []*Node {
-		spec.AllReduce = reduce
-		return jointBlockFn(spec, m.p.BlockLayout, false, false, trace) // sharded blocks are dense
+func (r *spmdRunner) describe() string {
+	return fmt.Sprintf("%d shards on devices %v, one SPMD program per block (all-reduce)", r.w.n(), r.w.devices)
+}
+
+func (r *spmdRunner) heldBytes() (sliced, copies int64) { return r.w.heldBytes() }
+
+func (r *spmdRunner) close() {
+	for _, e := range r.execs {
+		graphexec.FinalizeExecs(e)
+	}
+	for _, e := range r.vsa {
+		graphexec.FinalizeExecs(e)
+	}
+	r.execs, r.vsa = nil, nil
+	r.w.close()
+}
+
+// exec returns (compiling at first use) joint block b's program under the forward's VSA plan p (nil:
+// the dense program every block shares).
+func (r *spmdRunner) exec(p *vsaPlan, b int, trace bool) *Exec {
+	spec, shape := r.w.spec, r.w.blocks[b][0].shape // sharded blocks are dense
+	if p == nil {
+		if e, ok := r.execs[trace]; ok {
+			return e
+		}
+		e := r.compile(r.backend, "h3.joint_block_spmd", r.w.devices, func(reduce AllReduce) func(in []*Node) []*Node {
+			spec.AllReduce = reduce
+			return jointBlockFn(spec, shape, trace)
+		})
+		if r.execs == nil {
+			r.execs = map[bool]*Exec{}
+		}
+		r.execs[trace] = e
+		return e
+	}
+	key := shardVSAKey{vsa: p.key(b, r.w.blocks[b][0].Gate != nil), trace: trace}
+	if e, ok := r.vsa[key]; ok {
+		return e
+	}
+	spec.Attention.Sparse = p.sparse(key.vsa)
+	shape.gate = key.vsa.gate
+	e := r.compile(r.backend, "h3.joint_block_spmd_vsa", r.w.devices, func(reduce AllReduce) func(in []*Node) []*Node {
+		s := spec
+		s.AllReduce = reduce
+		return jointBlockFn(s, shape, trace)
 	})
+	if r.vsa == nil {
+		r.vsa = map[shardVSAKey]*Exec{}
+	}
+	r.vsa[key] = e
+	return e
 }
 
 // deviceCopies are one forward's copies of device-0 tensors on the other shards' devices, made once
@@ -137,19 +171,20 @@ func (c *deviceCopies) of(t *tensors.Tensor) ([]*tensors.Tensor, error) {
 
 func (c *deviceCopies) close() { graphexec.Finalize(c.owned...) }
 
-// runSPMDBlocks runs every joint block as one SPMD program on x (consumed, on device 0) and returns
-// device 0's output of the last block.
-func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], cache *AdaLNCache, vsa *vsaPlan) (*tensors.Tensor, error) {
-	copies := &deviceCopies{backend: m.backend, devices: m.shards.spmd.devices, made: map[*tensors.Tensor][]*tensors.Tensor{}}
+// run runs every joint block as one SPMD program on x (consumed, on device 0) and returns device 0's
+// output of the last block.
+func (r *spmdRunner) run(x *tensors.Tensor, f *blockForward) (*tensors.Tensor, error) {
+	copies := &deviceCopies{backend: r.backend, devices: r.w.devices, made: map[*tensors.Tensor][]*tensors.Tensor{}}
 	defer copies.close()
 	copies.owned = append(copies.owned, x) // the first block's input, freed with its copies
 	xs, err := copies.of(x)
 	if err != nil {
 		return nil, err
 	}
-	for b := range m.p.Blocks {
-		args.Mod = cache.tables[b]
-		outs, dev0, err := m.runSPMDBlock(b, xs, args, copies, vsa)
+	args := f.args
+	for b := range r.w.blocks {
+		args.Mod = f.tables[b]
+		outs, dev0, err := r.runBlock(b, xs, args, copies, f)
 		if b > 0 {
 			graphexec.Finalize(xs...)
 		}
@@ -157,7 +192,7 @@ func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tenso
 			return nil, err
 		}
 		xs = outs
-		if err := m.traceBlock(b, dev0); err != nil {
+		if err := f.traceBlock(b, dev0); err != nil {
 			graphexec.Finalize(xs...)
 			return nil, err
 		}
@@ -166,16 +201,14 @@ func (m *Model) runSPMDBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tenso
 	return xs[0], nil
 }
 
-// runSPMDBlock runs joint block b on every shard's device at once (with VSA when vsa is set), xs being
-// its input on each. It returns the block output on each device and device 0's outputs (the block
-// output, then, when tracing, the all-reduced attention and FFN outputs).
-func (m *Model) runSPMDBlock(b int, xs []*tensors.Tensor, args blockInputs[*tensors.Tensor], copies *deviceCopies, vsa *vsaPlan) (outs, dev0 []*tensors.Tensor, err error) {
-	exec := m.execs().shard.spmd
-	if vsa != nil {
-		exec = m.shardVSAExec(vsa, b)
-	}
+// runBlock runs joint block b on every shard's device at once (with VSA when the forward runs it), xs
+// being its input on each. It returns the block output on each device and device 0's outputs (the
+// block output, then, when tracing, the all-reduced attention and FFN outputs).
+func (r *spmdRunner) runBlock(b int, xs []*tensors.Tensor, args blockInputs[*tensors.Tensor], copies *deviceCopies, f *blockForward) (outs, dev0 []*tensors.Tensor, err error) {
+	exec := r.exec(f.vsa, b, f.trace != nil)
+	gate := f.vsa != nil && r.w.blocks[b][0].Gate != nil
 	var call []any
-	for k := range m.shards.weights[b] {
+	for k, w := range r.w.blocks[b] {
 		a := args
 		a.X = xs[k]
 		for _, f := range a.Fields()[1:] {
@@ -185,7 +218,7 @@ func (m *Model) runSPMDBlock(b int, xs []*tensors.Tensor, args blockInputs[*tens
 			}
 			*f = per[k]
 		}
-		call = append(call, graphexec.Pack(&a, m.shardInputs(vsa, b, k)...)...)
+		call = append(call, graphexec.Pack(&a, graphexec.Values(w.withGate(gate))...)...)
 	}
 	res, err := graphexec.Call(exec, call...)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/internal/graphexec"
-	"fastvideo/internal/modelkit"
 	"fastvideo/internal/testutil"
 )
 
@@ -90,11 +89,16 @@ func (c *collective) reduce(k int) AllReduce {
 // after placing the shards).
 func emulateSPMD(t *testing.T, m *Model) {
 	t.Helper()
-	if err := m.placeShards(make([]compute.DeviceNum, m.shards.n()), emulatedSPMD); err != nil {
+	sr, ok := m.blocks.(*shardRunner)
+	if !ok {
+		t.Fatalf("the model runs its blocks with %T, want the shards in turn", m.blocks)
+	}
+	sr.closeExecs()
+	r, err := newSPMDRunner(m.backend, sr.w, make([]compute.DeviceNum, sr.w.n()), emulatedSPMD)
+	if err != nil {
 		t.Fatal(err)
 	}
-	m.stages.Finalize()
-	m.stages = modelkit.NewStages(m.newStageExecs)
+	m.blocks = r
 }
 
 // On the CPU backend (one device) a sharded model takes the fallback: the shards in turn on device 0.
@@ -107,15 +111,15 @@ func TestShardsFallbackOnOneDevice(t *testing.T) {
 		t.Skipf("the CPU backend has %d devices; this test needs one", b.NumDevices())
 	}
 	m := testutil.Open(t, func() (*Model, error) { return NewRandom(b, spmdTestConfig(), Options{Shards: 2}, 5) })
-	if m.shards == nil || m.shards.spmd != nil {
+	sr, ok := m.blocks.(*shardRunner)
+	if !ok {
 		t.Fatalf("Shards 2 on one device: the model chose %q, want the fallback", m.TensorParallel())
 	}
 	if got := m.TensorParallel(); !strings.Contains(got, "in turn on device 0") {
 		t.Errorf("TensorParallel() = %q, want it to name the one-device path", got)
 	}
-	ex := m.execs().shard
-	if ex.spmd != nil || ex.attention == nil || ex.feedForward == nil || ex.residual == nil {
-		t.Errorf("the fallback built executables %+v, want attention, feedForward and residual only", ex)
+	if ex := sr.parts(false); ex.attention == nil || ex.feedForward == nil || ex.residual == nil {
+		t.Errorf("the fallback built executables %+v, want attention, feedForward and residual", ex)
 	}
 	whole := testutil.Open(t, func() (*Model, error) { return NewRandom(b, spmdTestConfig(), Options{}, 5) })
 	if got := whole.TensorParallel(); got != "" {

@@ -40,9 +40,15 @@ func TestVSAForwardParity(t *testing.T) {
 			n := counts[0]
 			sharded, spmd := fixtureModel(t, fx, Options{Shards: n}), fixtureModel(t, fx, Options{Shards: n})
 			emulateSPMD(t, spmd)
-			for b, g := range sharded.shards.gates {
-				if len(g) != n || sharded.p.Blocks[b].Gate.Bound() {
-					t.Fatalf("block %d: gate cut into %d slices (whole gate still bound: %v), want %d", b, len(g), sharded.p.Blocks[b].Gate.Bound(), n)
+			for b, shards := range shardsOf(sharded).blocks {
+				cut := 0
+				for _, w := range shards {
+					if w.Gate != nil {
+						cut++
+					}
+				}
+				if cut != n || sharded.p.Blocks[b].Gate.Bound() {
+					t.Fatalf("block %d: gate cut into %d slices (whole gate still bound: %v), want %d", b, cut, sharded.p.Blocks[b].Gate.Bound(), n)
 				}
 			}
 			runs = append(runs, runs[0], runs[0])
@@ -91,7 +97,7 @@ func TestVSAForwardParity(t *testing.T) {
 					t.Error("two blocks per program differ from one block per program")
 				}
 				checkPrograms(t, grouped, 2)
-				for k := range m.groupExecs {
+				for k := range groupedExecs(t, m) {
 					if k.vsa && k.blocks != 1 {
 						t.Errorf("the default BlockGroup ran a VSA program of %d blocks; VSA keeps one per program", k.blocks)
 					}

@@ -279,6 +279,16 @@ func Unpack[T any](in []T, a Inputs[T]) []T {
 	return in[len(fs):]
 }
 
+// Values lists a's fields in order (to pass several Inputs in one call: Pack(first, Values(second)...)).
+func Values[T any](a Inputs[T]) []T {
+	fs := a.Fields()
+	out := make([]T, len(fs))
+	for i, f := range fs {
+		out[i] = *f
+	}
+	return out
+}
+
 // Pack lists a's fields in order as Exec.Call arguments, followed by rest.
 func Pack[T any](a Inputs[T], rest ...T) []any {
 	fs := a.Fields()
