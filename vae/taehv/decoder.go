@@ -24,6 +24,9 @@ type Options struct {
 	// Chunks carry every MemBlock's last input across the seam, so the frames are the same; memory
 	// then grows with the chunk, not the video.
 	ChunkLatents int
+	// Encoder also binds the encoder (encoder.*) so that Encode works; without it those tensors are
+	// skipped.
+	Encoder bool
 }
 
 // Decoder is a loaded TAEHV decoder. Calls run one at a time (a second call waits).
@@ -35,6 +38,9 @@ type Decoder struct {
 	set    *weights.Set
 	params []*weights.Param // graph inputs after the latents and the memories, in layer order
 
+	encSet    *weights.Set     // Options.Encoder
+	encParams []*weights.Param // encoder graph inputs after the frames
+
 	guard modelkit.Guard
 	execs modelkit.ExecCache[execKey]
 }
@@ -45,6 +51,7 @@ type execKey struct {
 	t, h, w int
 	first   bool
 	taps    bool
+	enc     int // encoder graphs: the number of clips (0: a decoder graph)
 }
 
 // Load opens a TAEHV safetensors file (taew2_1, taew2_2, taeh3 from madebyollin/taehv), reads the
@@ -62,13 +69,23 @@ func Load(backend compute.Backend, path string, opts Options) (*Decoder, error) 
 }
 
 // FromSource checks src against cfg (CheckSource) and binds the decoder.* tensors; encoder.* tensors
-// are ignored.
+// are checked and bound with Options.Encoder, otherwise ignored.
 func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Options) (*Decoder, error) {
 	if err := CheckSource(src, cfg); err != nil {
 		return nil, err
 	}
+	if opts.Encoder {
+		if err := checkLayout(src, cfg.encoderLayout(), cfg); err != nil {
+			return nil, err
+		}
+	}
 	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
-		return modelkit.BindSource("taehv", tgrowSource{src, cfg}, d.set, d.opts.DType, backend, nil)
+		return modelkit.BindSource("taehv", tgrowSource{src, cfg}, d.set, d.opts.DType, backend, func() error {
+			if d.encSet == nil {
+				return nil
+			}
+			return modelkit.BindSource("taehv encoder", src, d.encSet, d.opts.DType, backend, nil)
+		})
 	})
 }
 
@@ -77,7 +94,12 @@ func FromSource(backend compute.Backend, cfg Config, src weights.Source, opts Op
 // FormulaSource(cfg), …) is the deterministic host alternative the parity fixtures use.
 func NewRandom(backend compute.Backend, cfg Config, opts Options, seed int64) (*Decoder, error) {
 	return modelkit.Populate(func() (*Decoder, error) { return newDecoder(backend, cfg, opts) }, func(d *Decoder) error {
-		return modelkit.DrawRandom("taehv", d.set, d.opts.DType, backend, seed, randweights.FixtureDraw, nil)
+		return modelkit.DrawRandom("taehv", d.set, d.opts.DType, backend, seed, randweights.FixtureDraw, func() error {
+			if d.encSet == nil {
+				return nil
+			}
+			return modelkit.DrawRandom("taehv encoder", d.encSet, d.opts.DType, backend, seed+1, randweights.FixtureDraw, nil)
+		})
 	})
 }
 
@@ -94,6 +116,9 @@ func newDecoder(backend compute.Backend, cfg Config, opts Options) (*Decoder, er
 	d.set = weights.NewSet("decoder.")
 	for _, spec := range cfg.decoderLayout() {
 		d.params = append(d.params, d.set.Add(strings.TrimPrefix(spec.name, "decoder."), spec.shape...))
+	}
+	if opts.Encoder {
+		d.declareEncoder()
 	}
 	return d, nil
 }
@@ -118,6 +143,9 @@ func (d *Decoder) Close() error {
 	return d.guard.Close(func() error {
 		d.execs.Finalize()
 		d.set.Release()
+		if d.encSet != nil {
+			d.encSet.Release()
+		}
 		return nil
 	})
 }

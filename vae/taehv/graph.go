@@ -62,11 +62,20 @@ func (g *chunkGraph) memBlock(x *Node, l int) *Node {
 		past = Concatenate([]*Node{prev, Slice(x, AxisRange(0, nt-1))}, 0)
 	}
 	g.next = append(g.next, Slice(x, AxisRange(nt-1, nt)))
-	p := "decoder." + strconv.Itoa(l) + ".conv."
-	y := relu(conv(Concatenate([]*Node{x, past}, 1), g.w(p+"0.weight"), g.w(p+"0.bias")))
-	y = relu(conv(y, g.w(p+"2.weight"), g.w(p+"2.bias")))
-	y = conv(y, g.w(p+"4.weight"), g.w(p+"4.bias"))
+	return memBlockApply(x, past, g.p, "decoder."+strconv.Itoa(l)+".conv.")
+}
+
+// memBlockApply is MemBlock.forward(x, past) with the weights under prefix (…".conv.").
+func memBlockApply(x, past *Node, p graphexec.Bound, prefix string) *Node {
+	y := relu(conv(Concatenate([]*Node{x, past}, 1), p.Get(prefix+"0.weight"), p.Get(prefix+"0.bias")))
+	y = relu(conv(y, p.Get(prefix+"2.weight"), p.Get(prefix+"2.bias")))
+	y = conv(y, p.Get(prefix+"4.weight"), p.Get(prefix+"4.bias"))
 	return relu(Add(y, x))
+}
+
+// convStride2 is nn.Conv2d(k=3, stride=2, padding=1, bias=False).
+func convStride2(x, w *Node) *Node {
+	return Convolve(x, w).ChannelsAxis(images.ChannelsFirst).StridePerAxis(2, 2).PaddingPerDim([][2]int{{1, 1}, {1, 1}}).Done()
 }
 
 // upsample2x is nn.Upsample(scale_factor=2) (nearest) on [N, C, H, W].

@@ -300,13 +300,22 @@ func TestCheckpointErrors(t *testing.T) {
 			}
 		}
 	}
+	noEnc := FormulaSource(wan21)
+	delete(noEnc, "encoder.9.conv.4.weight")
+	if _, err := FromSource(testutil.Backend(t), wan21, noEnc, Options{}); err != nil {
+		t.Errorf("a file without encoder tensors must load without Options.Encoder: %v", err)
+	}
+	if _, err := FromSource(testutil.Backend(t), wan21, noEnc, Options{Encoder: true}); err == nil ||
+		!strings.Contains(err.Error(), "no encoder.9.conv.4.weight (want shape [64 64 3 3])") {
+		t.Errorf("missing encoder tensor: %v", err)
+	}
 	if _, err := DetectConfig(weights.MapSource{}); err == nil || !strings.Contains(err.Error(), "decoder.1.weight") {
 		t.Errorf("DetectConfig on an empty source: %v", err)
 	}
 }
 
-// TestLoadFile loads a formula checkpoint written as fp16 safetensors under a taeh3 name (with the
-// encoder keys a released file has, which the decoder ignores) and the TGrow rows truncated.
+// TestLoadFile loads a formula checkpoint written as fp16 safetensors under a taeh3 name, with the
+// encoder keys a released file has (ignored without Options.Encoder, bound with it).
 func TestLoadFile(t *testing.T) {
 	src := FormulaSource(Taeh3())
 	var ts []safetensors.Tensor
@@ -317,7 +326,6 @@ func TestLoadFile(t *testing.T) {
 		}
 		ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F16, Shape: info.Shape, Data: f16Bytes(vals)})
 	}
-	ts = append(ts, safetensors.Tensor{Name: "encoder.0.bias", DType: safetensors.F16, Shape: []int{64}, Data: make([]byte, 128)})
 	path := filepath.Join(t.TempDir(), "taeh3.safetensors")
 	if err := safetensors.WriteFile(path, ts, nil); err != nil {
 		t.Fatal(err)
@@ -330,6 +338,14 @@ func TestLoadFile(t *testing.T) {
 	if d.Config() != Taeh3() {
 		t.Errorf("Load detected %+v, want %+v", d.Config(), Taeh3())
 	}
+	if _, _, err := d.Encode(context.Background(), make([]float32, 3*16*16), []int{3, 1, 16, 16}); err == nil {
+		t.Error("Encode without Options.Encoder: no error")
+	}
+	de, err := Load(testutil.Backend(t), path, Options{Encoder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer de.Close()
 	bad := filepath.Join(t.TempDir(), "taew2_1.safetensors")
 	if err := os.WriteFile(bad, []byte("not a safetensors file"), 0o644); err != nil {
 		t.Fatal(err)
@@ -341,7 +357,7 @@ func TestLoadFile(t *testing.T) {
 
 func TestNewRandom(t *testing.T) {
 	cfg := Config{LatentChannels: 4, PatchSize: 1, NoTimeUpscale: true}
-	d, err := NewRandom(testutil.Backend(t), cfg, Options{}, 7)
+	d, err := NewRandom(testutil.Backend(t), cfg, Options{Encoder: true}, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,4 +374,50 @@ func TestNewRandom(t *testing.T) {
 			t.Fatalf("pixel %g outside [0, 1]", v)
 		}
 	}
+	lat, lshape, err := d.Encode(context.Background(), video, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lshape, []int{1, 4, 1, 1, 1}) || len(lat) != 4 {
+		t.Errorf("Encode of 2 frames: shape %v, %d values", lshape, len(lat))
+	}
+}
+
+// swap01 transposes [a][b][plane] into [b][a][plane].
+func swap01(v []float32, a, b, plane int) []float32 {
+	out := make([]float32, len(v))
+	for i := range a {
+		for j := range b {
+			copy(out[(j*a+i)*plane:(j*a+i+1)*plane], v[(i*b+j)*plane:(i*b+j+1)*plane])
+		}
+	}
+	return out
+}
+
+func TestEncoderParity(t *testing.T) {
+	backend := testutil.Backend(t)
+	testutil.ForEachFixture(t, "taehv_encoder", func(t *testing.T, fx *testutil.Fixture) {
+		var fc fixtureConfig
+		if err := fx.DecodeConfig(&fc, "config"); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fc.config(t)
+		d, err := FromSource(backend, cfg, FormulaSource(cfg), Options{Encoder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		frames, fshape := fx.F32(t, "in.frames") // [1, F, 3, H, W]
+		plane := fshape[3] * fshape[4]
+		x := swap01(frames, fshape[1], 3, plane)
+		want, wshape := fx.F32(t, "out.latents") // [1, T, C, h, w]
+		got, gshape, err := d.Encode(context.Background(), x, []int{1, 3, fshape[1], fshape[3], fshape[4]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(gshape, []int{1, wshape[2], wshape[1], wshape[3], wshape[4]}) {
+			t.Fatalf("latent shape %v, upstream %v (NTCHW)", gshape, wshape)
+		}
+		testutil.AssertClose(t, "out.latents", swap01(got, gshape[1], gshape[2], gshape[3]*gshape[4]), want, wshape, testutil.ParityTol(want))
+	})
 }

@@ -93,7 +93,12 @@ func CheckSource(src weights.Source, cfg Config) error {
 	if src == nil {
 		return fmt.Errorf("taehv: no weight source; open a checkpoint (safetensors.OpenCheckpoint)")
 	}
-	for _, spec := range cfg.decoderLayout() {
+	return checkLayout(src, cfg.decoderLayout(), cfg)
+}
+
+// checkLayout checks src's tensors against layout (TGrow weights may have more rows).
+func checkLayout(src weights.Source, layout []tensorSpec, cfg Config) error {
+	for _, spec := range layout {
 		info, ok := weights.HeaderOf(src, spec.name)
 		if !ok {
 			return fmt.Errorf("taehv: checkpoint has no %s (want shape %v)", spec.name, spec.shape)
@@ -113,9 +118,9 @@ func CheckSource(src weights.Source, cfg Config) error {
 // shapeHint names the config field a wrong shape most likely comes from.
 func shapeHint(name string, cfg Config) string {
 	switch name {
-	case "decoder.1.weight":
+	case "decoder.1.weight", "encoder.17.weight", "encoder.17.bias":
 		return fmt.Sprintf(" (latent channels %d: taew2_1 has 16, taew2_2 48, taeh3 24)", cfg.LatentChannels)
-	case "decoder.22.weight", "decoder.22.bias":
+	case "decoder.22.weight", "decoder.22.bias", "encoder.0.weight":
 		return fmt.Sprintf(" (patch size %d: 3p² output channels)", cfg.PatchSize)
 	}
 	return ""
@@ -146,7 +151,7 @@ func (s tgrowSource) Tensor(name string) (safetensors.Info, bool) {
 	return info, true
 }
 
-// FormulaSource is a deterministic stand-in checkpoint for cfg: every decoder tensor (TGrow weights
+// FormulaSource is a deterministic stand-in checkpoint for cfg: every decoder and encoder tensor (TGrow weights
 // with the rows of upstream's default time upscaling, as a released file has them) computed from its
 // name and shape. It is the weight formula of testdata/gen_taehv.py, reproduced bit for bit, so the
 // parity fixtures need not store ~9.8M weights; tiny test models can carry a TAEHV with it too.
@@ -158,7 +163,7 @@ func FormulaSource(cfg Config) weights.MapSource {
 	full := cfg
 	full.NoTimeUpscale = false
 	src := weights.MapSource{}
-	for _, spec := range full.decoderLayout() {
+	for _, spec := range append(full.decoderLayout(), full.encoderLayout()...) {
 		vals := formulaValues(spec.name, spec.shape)
 		src[spec.name] = safetensors.Info{Name: spec.name, DType: safetensors.F32, Shape: spec.shape, Data: safetensors.F32Bytes(vals)}
 	}

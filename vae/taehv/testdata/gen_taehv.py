@@ -17,6 +17,9 @@
 #   scale = 2*sqrt(3/fan_in) for a weight (fan_in: the product of every axis but the first).
 # The state dict goes through upstream's own loading path: load_state_dict(patch_tgrow_layers(sd)).
 #
+# Encoder cases (kind "taehv_encoder") store in.frames [1,F,3,H,W] in [0,1] and out.latents
+# [1,T,C,h,w] = encode_video(parallel=True).
+#
 # Each case is one fixture, <case>.safetensors with the JSON (kind "taehv") in its "refgen" metadata
 # and beside it as <case>.json. Tensors: in.latents [1,T,C,h,w] (NTCHW, raw DiT latents), out.frames
 # [1,F,3,H,W] = decode_video(parallel=True), act.decoder.<i> = the parallel decoder's activation after
@@ -51,6 +54,16 @@ CASES = [
     ("taeh3_t7", 24, 2, True, None, 7, 1, 2, [], False),
     ("taeh3_t37", 24, 2, True, None, 37, 1, 1, [], False),
     ("taew2_1_notime_t2_acts", 16, 1, False, (False, False), 2, 1, 2, [7, 13, 19, 22], False),
+]
+
+# Encoder cases (kind "taehv_encoder"): name, latent channels, patch, H3, frames F, H, W.
+# encode_video(parallel=True) pads F to a multiple of 4 by repeating the last frame (Wan) or follows
+# H3's 17-frame clips (repeat the last frame up to a multiple of 17, 3 zero frames before each clip,
+# drop the last 3 latents).
+ENCODER_CASES = [
+    ("enc_taew2_1_f7", 16, 1, False, 7, 16, 24),
+    ("enc_taew2_2_f5", 48, 2, False, 5, 32, 32),
+    ("enc_taeh3_f22", 24, 2, True, 22, 16, 32),
 ]
 
 ST_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
@@ -154,6 +167,7 @@ def one_case(mod, digest, case, outdir):
     if len(full_up) == 2:
         full_up = (False, *full_up)
     inside = ((frames > 0) & (frames < 1)).float().mean().item()
+    assert inside > 0.5, f"{name}: only {inside:.2f} of the pixels lie inside (0, 1); the fixture would test the clamp"
     meta = {
         "kind": "taehv",
         "module": "madebyollin/taehv taehv.py TAEHV(checkpoint_path=None, ...).decode_video(parallel=True), imported unchanged",
@@ -185,6 +199,35 @@ def one_case(mod, digest, case, outdir):
           f"{size} bytes" + (f", sequential diff {meta['sequential_max_abs_diff']:.3g}" if seq else ""))
 
 
+def encoder_case(mod, digest, case, outdir):
+    name, c, p, h3, f, h, w = case
+    torch.manual_seed(zlib.crc32(name.encode()))
+    model = build(mod, c, p, h3, None)
+    frames = torch.rand(1, f, 3, h, w, dtype=torch.float32)
+    with torch.no_grad():
+        latents = model.encode_video(frames.clone(), parallel=True, show_progress_bar=False).float()
+    meta = {
+        "kind": "taehv_encoder",
+        "module": "madebyollin/taehv taehv.py TAEHV(checkpoint_path=None, ...).encode_video(parallel=True), imported unchanged",
+        "upstream_sha256": digest,
+        "torch": torch.__version__,
+        "device": "cpu",
+        "dtype": "float32",
+        "config": {"latent_channels": c, "patch_size": p, "h3_trim": h3,
+                   "decoder_time_upscale": [False, True, True], "encoder_time_downscale": [True, True, False]},
+        "frames_shape": list(frames.shape),
+        "latent_shape": list(latents.shape),
+        "weights": "not stored: gen_taehv.py formula_weight (crc32-salted Weyl sequence, see the script header)",
+        "layout": "in.frames [1,F,3,H,W] NTCHW in [0,1]; out.latents [1,T,C,h,w] NTCHW",
+    }
+    js = json.dumps(meta, indent=1)
+    write_safetensors(os.path.join(outdir, name + ".safetensors"), {"in.frames": frames, "out.latents": latents}, {"refgen": js})
+    with open(os.path.join(outdir, name + ".json"), "w") as fh:
+        fh.write(js + "\n")
+    print(f"{name}: frames {list(frames.shape)} -> latents {list(latents.shape)}, "
+          f"{os.path.getsize(os.path.join(outdir, name + '.safetensors'))} bytes")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--upstream", required=True, help="checkout of madebyollin/taehv (taehv.py)")
@@ -199,6 +242,9 @@ def main():
     for case in CASES:
         if not only or case[0] in only:
             one_case(mod, digest, case, args.out)
+    for case in ENCODER_CASES:
+        if not only or case[0] in only:
+            encoder_case(mod, digest, case, args.out)
 
 
 if __name__ == "__main__":
