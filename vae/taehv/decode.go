@@ -29,9 +29,12 @@ func Quantize(x float32) uint8 { return media.Quantize(x) }
 // upstream's decode_video output. ctx is checked between chunks; an error from emit stops the decode
 // and is returned.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
-	t, _, _, err := d.cfg.LatentDims(shape)
+	t, h, w, err := d.cfg.LatentDims(shape)
 	if err != nil {
 		return err
+	}
+	if len(latents) != d.cfg.LatentChannels*t*h*w {
+		return fmt.Errorf("taehv: %d latent values for shape %v", len(latents), shape)
 	}
 	s := d.NewStream(t)
 	defer s.Close()

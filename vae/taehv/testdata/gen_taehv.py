@@ -157,8 +157,8 @@ def write_safetensors(path, tensors, metadata):
 def one_case(mod, digest, case, outdir):
     name, c, p, h3, time_up, T, h, w, acts, seq = case
     torch.manual_seed(zlib.crc32(name.encode()))
+    latents = torch.randn(1, T, c, h, w, dtype=torch.float32)  # before the modules draw their init
     model = build(mod, c, p, h3, time_up)
-    latents = torch.randn(1, T, c, h, w, dtype=torch.float32)
     out, store = run(model, latents, acts)
     frames = out.float()
     tensors = {"in.latents": latents, "out.frames": frames}
@@ -202,8 +202,8 @@ def one_case(mod, digest, case, outdir):
 def encoder_case(mod, digest, case, outdir):
     name, c, p, h3, f, h, w = case
     torch.manual_seed(zlib.crc32(name.encode()))
-    model = build(mod, c, p, h3, None)
     frames = torch.rand(1, f, 3, h, w, dtype=torch.float32)
+    model = build(mod, c, p, h3, None)
     with torch.no_grad():
         latents = model.encode_video(frames.clone(), parallel=True, show_progress_bar=False).float()
     meta = {
