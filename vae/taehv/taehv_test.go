@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomlx/compute/dtypes"
 	"github.com/x448/float16"
 
 	"fastvideo/internal/safetensors"
@@ -420,4 +421,36 @@ func TestEncoderParity(t *testing.T) {
 		}
 		testutil.AssertClose(t, "out.latents", swap01(got, gshape[1], gshape[2], gshape[3]*gshape[4]), want, wshape, testutil.ParityTol(want))
 	})
+}
+
+// TestHalfDType runs the decoder and encoder in bfloat16 (the GPU choice) and wants the float32
+// frames within bfloat16 rounding.
+func TestHalfDType(t *testing.T) {
+	cfg := Taew21()
+	cfg.NoTimeUpscale = true
+	z := make([]float32, 16*2)
+	for i := range z {
+		z[i] = float32(math.Cos(float64(3 * i)))
+	}
+	var videos [][]float32
+	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+		d, err := FromSource(testutil.Backend(t), cfg, FormulaSource(cfg), Options{DType: dt, Encoder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		video, shape, err := d.DecodeToPixels(context.Background(), z, []int{16, 2, 1, 1})
+		if err == nil {
+			_, _, err = d.Encode(context.Background(), video, shape)
+		}
+		d.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		videos = append(videos, video)
+	}
+	if d := testutil.Compare(videos[1], videos[0]); d.MaxAbs > 0.03 {
+		t.Errorf("bfloat16 frames differ from float32 by %g", d.MaxAbs)
+	} else {
+		t.Logf("bfloat16 frames within %g of float32", d.MaxAbs)
+	}
 }
