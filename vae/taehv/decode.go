@@ -74,7 +74,8 @@ func sliceLatents(latents []float32, shape []int, t0, n int) ([]float32, []int) 
 
 // Stream decodes latents a run at a time, carrying each MemBlock's last input frame across runs, so
 // that the frames equal a one-shot decode of all the runs together: live previews and memory-bounded
-// decodes. Make one with Decoder.NewStream; it holds the decoder's lock only while a Push runs.
+// decodes. Make one with Decoder.NewStream and use it from one goroutine; it holds the decoder's lock
+// only while a Push runs, and its carried memories (nine frames, one per MemBlock) until Close.
 type Stream struct {
 	d     *Decoder
 	total int // latent frames announced (0: open-ended)
