@@ -1,0 +1,130 @@
+package taehv
+
+import (
+	"strconv"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors/images"
+
+	"fastvideo/internal/graphexec"
+)
+
+// relu is nn.ReLU.
+func relu(x *Node) *Node { return MaxScalar(x, 0) }
+
+// chunkGraph builds upstream's apply_model_with_memblocks_parallel over one chunk of latent frames
+// (the frames are the batch axis of every 2-D conv). Each MemBlock's past is its input shifted one
+// frame later: the frame before the chunk comes from mem (the previous chunk's last input of that
+// block), or zeros on the first chunk, as upstream pads with zeros at t = 0.
+type chunkGraph struct {
+	cfg  Config
+	dt   dtypes.DType
+	p    graphexec.Bound
+	mem  []*Node // incoming memories [1, n, H, W], one per MemBlock (nil: first chunk)
+	next []*Node // outgoing memories, in MemBlock order
+	taps map[int]*Node
+}
+
+func (g *chunkGraph) tap(layer int, x *Node) {
+	if g.taps != nil {
+		g.taps[layer] = x
+	}
+}
+
+func (g *chunkGraph) w(name string) *Node { return g.p.Get(name) }
+
+// conv is nn.Conv2d with padding k/2 on [N, Cin, H, W] and an OIHW weight; b may be nil.
+func conv(x, w, b *Node) *Node {
+	k := w.Shape().Dim(2)
+	y := Convolve(x, w).ChannelsAxis(images.ChannelsFirst).PaddingPerDim([][2]int{{k / 2, k / 2}, {k / 2, k / 2}}).Done()
+	if b != nil {
+		y = Add(y, Reshape(b, 1, b.Shape().Dim(0), 1, 1))
+	}
+	return y
+}
+
+// memBlock is MemBlock(n, n) at layer l: ReLU(conv.4(ReLU(conv.2(ReLU(conv.0(cat[x, past]))))) + x).
+func (g *chunkGraph) memBlock(x *Node, l int) *Node {
+	i := len(g.next)
+	nt := x.Shape().Dim(0)
+	var prev *Node
+	if g.mem == nil {
+		d := x.Shape().Clone().Dimensions
+		d[0] = 1
+		prev = Zeros(x.Graph(), shapes.Make(x.DType(), d...))
+	} else {
+		prev = g.mem[i]
+	}
+	past := prev
+	if nt > 1 {
+		past = Concatenate([]*Node{prev, Slice(x, AxisRange(0, nt-1))}, 0)
+	}
+	g.next = append(g.next, Slice(x, AxisRange(nt-1, nt)))
+	return memBlockApply(x, past, g.p, "decoder."+strconv.Itoa(l)+".conv.")
+}
+
+// memBlockApply is MemBlock.forward(x, past) with the weights under prefix (…".conv.").
+func memBlockApply(x, past *Node, p graphexec.Bound, prefix string) *Node {
+	y := relu(conv(Concatenate([]*Node{x, past}, 1), p.Get(prefix+"0.weight"), p.Get(prefix+"0.bias")))
+	y = relu(conv(y, p.Get(prefix+"2.weight"), p.Get(prefix+"2.bias")))
+	y = conv(y, p.Get(prefix+"4.weight"), p.Get(prefix+"4.bias"))
+	return relu(Add(y, x))
+}
+
+// convStride2 is nn.Conv2d(k=3, stride=2, padding=1, bias=False).
+func convStride2(x, w *Node) *Node {
+	return Convolve(x, w).ChannelsAxis(images.ChannelsFirst).StridePerAxis(2, 2).PaddingPerDim([][2]int{{1, 1}, {1, 1}}).Done()
+}
+
+// upsample2x is nn.Upsample(scale_factor=2) (nearest) on [N, C, H, W].
+func upsample2x(x *Node) *Node {
+	d := x.Shape().Dimensions
+	n, c, h, w := d[0], d[1], d[2], d[3]
+	y := BroadcastToDims(Reshape(x, n, c, h, 1, w, 1), n, c, h, 2, w, 2)
+	return Reshape(y, n, c, 2*h, 2*w)
+}
+
+// tgrow is TGrow(n, s) at layer l: a 1×1 conv n→n·s, then frame t's channel block j becomes frame
+// t·s+j (upstream's reshape(-1, C, H, W)).
+func (g *chunkGraph) tgrow(x *Node, l int) *Node {
+	d := x.Shape().Dimensions
+	y := conv(x, g.w("decoder."+strconv.Itoa(l)+".conv.weight"), nil)
+	s := y.Shape().Dim(1) / d[1]
+	return Reshape(y, d[0]*s, d[1], d[2], d[3])
+}
+
+// decode runs the decoder on latents [C, t, h, w] and returns pixels [3, t·u, H, W] in [0, 1].
+func (g *chunkGraph) decode(z *Node) *Node {
+	x := ConvertDType(TransposeAllAxes(z, 1, 0, 2, 3), g.dt) // [t, C, h, w]
+	x = MulScalar(Tanh(DivScalar(x, 3)), 3)                  // 0: Clamp
+	x = relu(conv(x, g.w("decoder.1.weight"), g.w("decoder.1.bias")))
+	mb := 0
+	for s, tg := range tgrowLayers {
+		for range 3 {
+			x = g.memBlock(x, memLayers[mb].layer)
+			mb++
+		}
+		g.tap(tg.layer-2, x)
+		x = g.tgrow(upsample2x(x), tg.layer)
+		g.tap(tg.layer, x)
+		x = conv(x, g.w("decoder."+strconv.Itoa(tg.layer+1)+".weight"), nil)
+		if s == 2 {
+			x = relu(x) // 21
+		}
+	}
+	x = conv(x, g.w("decoder.22.weight"), g.w("decoder.22.bias"))
+	g.tap(22, x)
+	return pixelShuffle(ConvertDType(x, dtypes.Float32), g.cfg.PatchSize)
+}
+
+// pixelShuffle is F.pixel_shuffle(p) then clamp to [0, 1], laid out [3, N, H·p, W·p]:
+// out[c, n, h·p+i, w·p+j] = in[n, c·p²+i·p+j, h, w].
+func pixelShuffle(x *Node, p int) *Node {
+	d := x.Shape().Dimensions
+	n, h, w := d[0], d[2], d[3]
+	y := Reshape(x, n, 3, p, p, h, w)
+	y = TransposeAllAxes(y, 1, 0, 4, 2, 5, 3) // [3, n, h, p, w, p]
+	return ClipScalar(Reshape(y, 3, n, h*p, w*p), 0, 1)
+}
