@@ -1,13 +1,9 @@
 package h3
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"sort"
 
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -15,7 +11,6 @@ import (
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/hostmath"
-	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -24,80 +19,6 @@ import (
 // ladder a run visits they are computed once per generation (PrepareAdaLN) instead of once per step and
 // block; a converted checkpoint may carry them and drop the 13B projection weights, at the price of
 // serving only the ladder it was exported for.
-
-// AdaLNTimestepTolerance is how far a step's timestep may be from a cached one and still use its tables.
-const AdaLNTimestepTolerance = 1e-6
-
-// AdaLNCache holds, for a sorted set of timesteps, every block's modulation table [n·3, 6, D] and the
-// norm_out table [n, 2, D], on the device. Close frees them.
-type AdaLNCache struct {
-	// Timesteps are the cached timesteps, sorted ascending.
-	Timesteps []float32
-	tables    []*tensors.Tensor
-	normOut   *tensors.Tensor
-}
-
-// Close frees the device tables.
-func (c *AdaLNCache) Close() {
-	if c == nil {
-		return
-	}
-	graphexec.Finalize(c.tables...)
-	graphexec.Finalize(c.normOut)
-	c.tables, c.normOut = nil, nil
-}
-
-// positions maps each of a step's timesteps to its row in the cache.
-func (c *AdaLNCache) positions(ts []float32) ([]int, error) {
-	if c.normOut == nil {
-		return nil, fmt.Errorf("h3: the AdaLN cache was closed")
-	}
-	pos := make([]int, len(ts))
-	for i, t := range ts {
-		j := nearest(c.Timesteps, t)
-		if j < 0 || math.Abs(float64(c.Timesteps[j])-float64(t)) > AdaLNTimestepTolerance {
-			return nil, fmt.Errorf("h3: timestep %.9g is not in the AdaLN cache %v; prepare the cache for this run's ladder",
-				t, c.Timesteps)
-		}
-		pos[i] = j
-	}
-	return pos, nil
-}
-
-// nearest returns the index of the value of sorted closest to t (-1 if sorted is empty).
-func nearest(sorted []float32, t float32) int {
-	if len(sorted) == 0 {
-		return -1
-	}
-	i := sort.Search(len(sorted), func(i int) bool { return sorted[i] >= t })
-	switch {
-	case i == len(sorted):
-		return i - 1
-	case i == 0:
-		return 0
-	case float64(sorted[i])-float64(t) < float64(t)-float64(sorted[i-1]):
-		return i
-	default:
-		return i - 1
-	}
-}
-
-// CacheTimesteps is the key set of an AdaLN cache for the given ladders: the sorted unique union of all
-// timesteps plus 1.0 (the clean-condition time of FL2VA/Ref2VA rows), as the MLX converter builds it.
-func CacheTimesteps(ladders ...[]float32) []float32 {
-	set := map[float32]bool{1: true}
-	for _, l := range ladders {
-		for _, t := range l {
-			set[t] = true
-		}
-	}
-	out := make([]float32, 0, len(set))
-	for t := range set {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
 
 // PrepareAdaLN computes the modulation tables of every block for the timesteps a run visits (pass the
 // video and audio ladders; 1.0 is added). Pass the result in ForwardInputs.AdaLN for every step.
@@ -142,15 +63,6 @@ func (m *Model) KeepAdaLNCache(cache *AdaLNCache) error {
 	releaseParams(m.p.NormOut.W, m.p.NormOut.B, m.p.AdaLNBasis)
 	m.adalnDropped = true
 	return nil
-}
-
-func releaseParams(ps ...*weights.Param) {
-	for _, p := range ps {
-		if p != nil && p.T != nil {
-			p.T.FinalizeAll()
-			p.T = nil
-		}
-	}
 }
 
 // buildAdaLN runs the time MLP and every AdaLN projection for the timesteps ts; table rows follow the
@@ -215,88 +127,6 @@ func (m *Model) buildAdaLN(ts []float32) (c *AdaLNCache, err error) {
 	}
 	c.normOut = r[0]
 	return c, nil
-}
-
-// AdaLNManifest describes the AdaLN cache a converted checkpoint carries (the "adaln_cache" entry of
-// its manifest, written by scripts/checkpoint_conversion/convert_minimax_h3_mlx.py).
-type AdaLNManifest struct {
-	// Timesteps are the cached keys, sorted ascending (float32).
-	Timesteps []float32 `json:"timesteps"`
-	// NumBlocks must equal the config's num_layers; TablesPerBlock is 6.
-	NumBlocks      int `json:"num_blocks"`
-	TablesPerBlock int `json:"tables_per_block"`
-	// Steps is the number of forwards of the ladder the cache was exported for (0 when unknown).
-	Steps int `json:"steps,omitempty"`
-}
-
-func (a *AdaLNManifest) validate(cfg Config) error {
-	if len(a.Timesteps) == 0 {
-		return fmt.Errorf("h3: AdaLN cache manifest lists no timesteps")
-	}
-	if !sort.SliceIsSorted(a.Timesteps, func(i, j int) bool { return a.Timesteps[i] < a.Timesteps[j] }) {
-		return fmt.Errorf("h3: AdaLN cache manifest timesteps %v are not sorted ascending", a.Timesteps)
-	}
-	if a.NumBlocks != cfg.NumLayers {
-		return fmt.Errorf("h3: AdaLN cache manifest num_blocks = %d, the config has num_layers = %d", a.NumBlocks, cfg.NumLayers)
-	}
-	if a.TablesPerBlock != 6 {
-		return fmt.Errorf("h3: AdaLN cache manifest tables_per_block = %d, H3 has 6", a.TablesPerBlock)
-	}
-	return nil
-}
-
-// AdaLNManifestFiles are the manifest files Load looks for in a transformer folder, in order.
-var AdaLNManifestFiles = []string{"adaln_cache.json", ManifestFile}
-
-// ReadAdaLNManifest returns the "adaln_cache" entry of the first manifest file of dir that has one, or
-// nil when the folder carries no cache (a released checkpoint).
-func ReadAdaLNManifest(dir string) (*AdaLNManifest, error) {
-	for _, name := range AdaLNManifestFiles {
-		path := filepath.Join(dir, name)
-		data, err := modelcfg.ReadJSON(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("h3: reading %s: %w", path, err)
-		}
-		var doc struct {
-			AdaLN *AdaLNManifest `json:"adaln_cache"`
-		}
-		if err := json.Unmarshal(data, &doc); err != nil {
-			return nil, fmt.Errorf("h3: %s is not valid JSON: %w", path, err)
-		}
-		if doc.AdaLN != nil {
-			return doc.AdaLN, nil
-		}
-	}
-	return nil, nil
-}
-
-// CheckAdaLNLadder verifies, before anything heavy is loaded, that a run of steps forwards whose
-// timesteps are the given ladders (video, audio, ...) can be served by a checkpoint's AdaLN cache. A nil
-// manifest (full checkpoint) accepts every ladder.
-func CheckAdaLNLadder(manifest *AdaLNManifest, steps int, ladders ...[]float32) error {
-	if manifest == nil {
-		return nil
-	}
-	for _, l := range ladders {
-		for _, t := range l {
-			j := nearest(manifest.Timesteps, t)
-			if j >= 0 && math.Abs(float64(manifest.Timesteps[j])-float64(t)) <= AdaLNTimestepTolerance {
-				continue
-			}
-			if manifest.Steps > 0 {
-				return fmt.Errorf("h3: checkpoint exported with a fixed %d-step AdaLN ladder (timesteps %v); "+
-					"this run has %d steps and needs timestep %.9g: use steps=%d or re-export the checkpoint for this ladder",
-					manifest.Steps, manifest.Timesteps, steps, t, manifest.Steps)
-			}
-			return fmt.Errorf("h3: checkpoint exported with a fixed AdaLN ladder (timesteps %v); this run has %d steps "+
-				"and needs timestep %.9g: use the ladder it was exported for or re-export the checkpoint",
-				manifest.Timesteps, steps, t)
-		}
-	}
-	return nil
 }
 
 // cacheFromCheckpoint stacks the checkpoint's cache tensors into the layout the block executable takes.

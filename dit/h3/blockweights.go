@@ -10,9 +10,9 @@ import (
 // blockShape is what a block's weight inputs look like to its executable: the kind of each core
 // linear (dense, FP8 or affine-quantized, fixed per kind of block) and whether the VSA gate follows.
 type blockShape struct {
-	layout linearLayout
-	fp8    bool
-	gate   bool
+	schemes linearLayout
+	fp8     bool
+	gate    bool
 }
 
 // blockWeights are one block's weights as executable inputs, by name: graph nodes while the executable
@@ -34,7 +34,7 @@ func (w *blockWeights[T]) linears() [numCoreLinears]*quant.Args[T] {
 func (w *blockWeights[T]) Fields() []*T {
 	f := []*T{&w.Norm1, &w.Norm2, &w.NormQ, &w.NormK}
 	for k, l := range w.linears() {
-		f = append(f, l.Fields(quant.KindOf(w.shape.layout[k], w.shape.fp8))...)
+		f = append(f, l.Fields(quant.KindOf(w.shape.schemes[k], w.shape.fp8))...)
 	}
 	if w.shape.gate {
 		f = append(f, &w.Gate)
@@ -56,7 +56,7 @@ func graphWeights(s blockShape) *blockWeights[*Node] { return &blockWeights[*Nod
 func coreOf(w *blockWeights[*Node]) coreWeights {
 	var ws [numCoreLinears]quant.GraphWeight
 	for k, l := range w.linears() {
-		ws[k] = quant.KindOf(w.shape.layout[k], w.shape.fp8).Graph(*l, w.shape.layout[k])
+		ws[k] = quant.KindOf(w.shape.schemes[k], w.shape.fp8).Graph(*l, w.shape.schemes[k])
 	}
 	c := coreWeights{
 		Norm1: w.Norm1, Norm2: w.Norm2,
@@ -73,7 +73,7 @@ func coreOf(w *blockWeights[*Node]) coreWeights {
 // gate (nil: none) as its VSA gate.
 func boundWeights(c *coreParams, fp8 bool, gate *tensors.Tensor) *blockWeights[*tensors.Tensor] {
 	w := &blockWeights[*tensors.Tensor]{
-		shape: blockShape{layout: c.layout(), fp8: fp8, gate: gate != nil},
+		shape: blockShape{schemes: c.layout(), fp8: fp8, gate: gate != nil},
 		Norm1: c.Norm1.T, Norm2: c.Norm2.T, NormQ: c.NormQ.T, NormK: c.NormK.T, Gate: gate,
 	}
 	for k, l := range c.linears() {

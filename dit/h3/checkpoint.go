@@ -2,12 +2,15 @@ package h3
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
+	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
@@ -325,4 +328,50 @@ func checkAdaLNTensors(c *AdaLNManifest, ts []safetensors.Tensor, blocks int) er
 		}
 	}
 	return nil
+}
+
+// AdaLNManifestFiles are the manifest files Load looks for in a transformer folder, in order.
+var AdaLNManifestFiles = []string{"adaln_cache.json", ManifestFile}
+
+// ReadAdaLNManifest returns the "adaln_cache" entry of the first manifest file of dir that has one, or
+// nil when the folder carries no cache (a released checkpoint).
+func ReadAdaLNManifest(dir string) (*AdaLNManifest, error) {
+	for _, name := range AdaLNManifestFiles {
+		path := filepath.Join(dir, name)
+		data, err := modelcfg.ReadJSON(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("h3: reading %s: %w", path, err)
+		}
+		var doc struct {
+			AdaLN *AdaLNManifest `json:"adaln_cache"`
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("h3: %s is not valid JSON: %w", path, err)
+		}
+		if doc.AdaLN != nil {
+			return doc.AdaLN, nil
+		}
+	}
+	return nil, nil
+}
+
+// ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of
+// mlx_h3_dit.json in a converted MLX folder (as Load uses it), else dir/config.json.
+func ReadConfig(dir string) (Config, error) {
+	if IsConverted(dir) {
+		path := filepath.Join(dir, ManifestFile)
+		m, err := ReadConvertedManifest(dir)
+		if err != nil {
+			return Config{}, fmt.Errorf("h3: reading the transformer config: %w", err)
+		}
+		c, err := ParseConfig(m.Config)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w (the \"config\" entry of %s)", err, path)
+		}
+		return c, nil
+	}
+	return modelcfg.Read(dir, ParseConfig, "h3: reading the transformer config", fmt.Sprintf("is %s a released transformer/ folder?", dir))
 }

@@ -3,7 +3,6 @@ package h3
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 
 	"fastvideo/internal/modelcfg"
 )
@@ -95,24 +94,6 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("h3: config.json: %w", err)
 	}
 	return modelcfg.Valid(c)
-}
-
-// ReadConfig reads the transformer config of a folder Load accepts: the "config" entry of
-// mlx_h3_dit.json in a converted MLX folder (as Load uses it), else dir/config.json.
-func ReadConfig(dir string) (Config, error) {
-	if IsConverted(dir) {
-		path := filepath.Join(dir, ManifestFile)
-		m, err := ReadConvertedManifest(dir)
-		if err != nil {
-			return Config{}, fmt.Errorf("h3: reading the transformer config: %w", err)
-		}
-		c, err := ParseConfig(m.Config)
-		if err != nil {
-			return Config{}, fmt.Errorf("%w (the \"config\" entry of %s)", err, path)
-		}
-		return c, nil
-	}
-	return modelcfg.Read(dir, ParseConfig, "h3: reading the transformer config", fmt.Sprintf("is %s a released transformer/ folder?", dir))
 }
 
 // Validate checks the fields the forward depends on.

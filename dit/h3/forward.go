@@ -3,140 +3,11 @@ package h3
 import (
 	"fmt"
 
-	"github.com/gomlx/compute/dtypes"
-	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
-	"fastvideo/internal/nn"
 )
-
-// stageExecs are the executables of one forward around the joint blocks (which the model's
-// blockRunner runs); the traced set also returns intermediates.
-type stageExecs struct {
-	time, adaln, normOut, text, refiner, finalNorm, input, output *Exec
-}
-
-func (s *stageExecs) Finalize() {
-	graphexec.FinalizeExecs(s.time, s.adaln, s.normOut, s.text, s.refiner, s.finalNorm, s.input, s.output)
-}
-
-// timeInputs feed the time MLP (float32), followed by the rank-r AdaLN basis when the model has one.
-type timeInputs[T any] struct{ Proj, W1, B1, W2, B2 T }
-
-func (a *timeInputs[T]) Fields() []*T { return []*T{&a.Proj, &a.W1, &a.B1, &a.W2, &a.B2} }
-
-// inputInputs pack the embedded video, audio and text rows into the sequence order (Perm [L] int32
-// indexes concat(text, video, audio)).
-type inputInputs[T any] struct {
-	Video, Audio, Text, Perm             T
-	ProjInW, ProjInB, AudioInW, AudioInB T
-}
-
-func (a *inputInputs[T]) Fields() []*T {
-	return []*T{&a.Video, &a.Audio, &a.Text, &a.Perm, &a.ProjInW, &a.ProjInB, &a.AudioInW, &a.AudioInB}
-}
-
-// blockInputs feed one joint block, followed by its weights (blockWeights): X [L, D], Mod [R, 6, D],
-// RowIdx [L] int32, Cos and Sin [L, rot] float32.
-type blockInputs[T any] struct{ X, Mod, RowIdx, Cos, Sin T }
-
-func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Mod, &a.RowIdx, &a.Cos, &a.Sin} }
-
-// outputInputs feed the output head: X [L, D], NormOut [R, 2, D], TIdx [L] int32, the norm weight,
-// the video and audio row indices and the two float32 projections.
-type outputInputs[T any] struct {
-	X, NormOut, TIdx, Norm, VideoIdx, AudioIdx T
-	ProjOutW, ProjOutB, AudioOutW, AudioOutB   T
-}
-
-func (a *outputInputs[T]) Fields() []*T {
-	return []*T{&a.X, &a.NormOut, &a.TIdx, &a.Norm, &a.VideoIdx, &a.AudioIdx, &a.ProjOutW, &a.ProjOutB, &a.AudioOutW, &a.AudioOutB}
-}
-
-// rowsInput feeds a refiner block its rows, followed by the block's weights.
-type rowsInput[T any] struct{ X T }
-
-func (a *rowsInput[T]) Fields() []*T { return []*T{&a.X} }
-
-func (m *Model) newStageExecs(trace bool) *stageExecs {
-	cfg, spec, dt := m.cfg, m.spec, m.dtype
-	hidden := cfg.HiddenSize
-	refinerLayout := m.p.RefinerLayout
-	s := &stageExecs{
-		// -> cond [nT, Din] (adaln dtype), temb [nT, Dt] f32 (traced)
-		time: graphexec.MustExec(m.backend, "h3.time", func(in []*Node) []*Node {
-			var a timeInputs[*Node]
-			var basis *Node
-			if rest := graphexec.Unpack(in, &a); len(rest) > 0 {
-				basis = rest[0]
-			}
-			temb := timeEmbedding(a.Proj, a.W1, a.B1, a.W2, a.B2)
-			return traced(trace, 1, adaLNInput(temb, basis, dt), temb)
-		}),
-		// cond, w, b -> [nT·3, 6, D] in the compute dtype
-		adaln: graphexec.MustExec(m.backend, "h3.adaln", func(cond, w, b *Node) *Node {
-			return ConvertDType(modulationTable(cond, w, b, hidden), dt)
-		}),
-		normOut: graphexec.MustExec(m.backend, "h3.norm_out_table", func(cond, w, b *Node) *Node {
-			return ConvertDType(normOutTable(cond, w, b, hidden), dt)
-		}),
-		// text [S, text_dim] f32, w, b -> [S, D]
-		text: graphexec.MustExec(m.backend, "h3.context_embedder", func(text, w, b *Node) *Node {
-			return nn.Linear(ConvertDType(text, w.DType()), w, b)
-		}),
-		refiner: graphexec.MustExec(m.backend, "h3.refiner_block", func(in []*Node) []*Node {
-			var a rowsInput[*Node]
-			w := graphWeights(blockShape{layout: refinerLayout})
-			graphexec.Unpack(graphexec.Unpack(in, &a), w)
-			return []*Node{spec.refinerBlock(a.X, coreOf(w))}
-		}),
-		finalNorm: graphexec.MustExec(m.backend, "h3.refiner_final_norm", func(x, w *Node) *Node {
-			return nn.RMSNorm(x, w, cfg.FinalNormEps)
-		}),
-		input: graphexec.MustExec(m.backend, "h3.input", func(in []*Node) []*Node {
-			var a inputInputs[*Node]
-			graphexec.Unpack(in, &a)
-			ve := nn.Linear(a.Video, a.ProjInW, a.ProjInB)
-			ae := nn.Linear(a.Audio, a.AudioInW, a.AudioInB)
-			all := Concatenate([]*Node{a.Text, ConvertDType(ve, a.Text.DType()), ConvertDType(ae, a.Text.DType())}, 0)
-			return traced(trace, 1, Gather(all, ExpandAxes(a.Perm, -1)), ve, ae)
-		}),
-		output: graphexec.MustExec(m.backend, "h3.output", func(in []*Node) []*Node {
-			var a outputInputs[*Node]
-			graphexec.Unpack(in, &a)
-			tab := Gather(ConvertDType(a.NormOut, a.X.DType()), ExpandAxes(a.TIdx, -1))
-			shift := Squeeze(Slice(tab, AxisRange(), AxisElem(0), AxisRange()), 1)
-			scale := Squeeze(Slice(tab, AxisRange(), AxisElem(1), AxisRange()), 1)
-			y := ConvertDType(nn.Modulate(nn.RMSNorm(a.X, a.Norm, cfg.FinalNormEps), shift, scale), dtypes.Float32)
-			video := nn.Linear(Gather(y, ExpandAxes(a.VideoIdx, -1)), a.ProjOutW, a.ProjOutB)
-			audio := nn.Linear(Gather(y, ExpandAxes(a.AudioIdx, -1)), a.AudioOutW, a.AudioOutB)
-			return traced(trace, 2, video, audio, y)
-		}),
-	}
-	return s
-}
-
-// jointBlockFn is the graph of one joint block, fed blockInputs and the block's weights of shape: with
-// a shard's spec (local heads and FFN, the all-reduce hook, VSA's Sparse or not) every device's
-// program of the SPMD tensor-parallel block.
-func jointBlockFn(spec blockSpec, shape blockShape, trace bool) func(in []*Node) []*Node {
-	return func(in []*Node) []*Node {
-		var a blockInputs[*Node]
-		w := graphWeights(shape)
-		graphexec.Unpack(graphexec.Unpack(in, &a), w)
-		c := coreOf(w)
-		spec.check(c)
-		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, c)
-		return traced(trace, 1, out, attnOut, ffOut)
-	}
-}
-
-func (m *Model) execs() *stageExecs { return m.stages.Get(m.trace != nil) }
-
-// emit hands an intermediate to the trace hook (tests) as float32.
-func (m *Model) emit(name string, t *tensors.Tensor) error { return m.trace.Emit("h3", name, t) }
 
 // ropeFor returns the device RoPE tables [L, rot] of positions (reused while the layout is unchanged).
 func (m *Model) ropeFor(pos []float64) (cos, sin *tensors.Tensor, err error) {
@@ -232,13 +103,13 @@ type ForwardOutputs struct {
 	Audio []float32 // [Na, audio_in_channels]
 }
 
-// layout is the validated geometry of one forward.
-type layout struct {
+// rowLayout is the validated geometry of one forward.
+type rowLayout struct {
 	l, nv, na, s int
 	perm         []int32 // packed row -> row of concat(text, video, audio)
 }
 
-func (m *Model) checkInputs(in *ForwardInputs) (*layout, error) {
+func (m *Model) checkInputs(in *ForwardInputs) (*rowLayout, error) {
 	l := len(in.TokenTags)
 	if l == 0 {
 		return nil, fmt.Errorf("h3: ForwardInputs.TokenTags is empty; one tag per packed row is required")
@@ -249,7 +120,7 @@ func (m *Model) checkInputs(in *ForwardInputs) (*layout, error) {
 	if len(in.PositionIDs) != 3*l {
 		return nil, fmt.Errorf("h3: ForwardInputs.PositionIDs has %d values, want 3 × %d rows", len(in.PositionIDs), l)
 	}
-	lay := &layout{l: l, nv: len(in.VideoIndices), na: len(in.AudioIndices), s: len(in.TextIndices)}
+	lay := &rowLayout{l: l, nv: len(in.VideoIndices), na: len(in.AudioIndices), s: len(in.TextIndices)}
 	if lay.nv+lay.na+lay.s != l {
 		return nil, fmt.Errorf("h3: index lists cover %d+%d+%d rows (video+audio+text), the sequence has %d", lay.nv, lay.na, lay.s, l)
 	}
@@ -318,7 +189,7 @@ func (m *Model) Forward(in ForwardInputs) (out ForwardOutputs, err error) {
 	if err != nil {
 		return out, err
 	}
-	vsa, err := m.planVSA(&in, lay)
+	vsa, err := planVSA(in.VSA, in.TokenTags, m.cfg.NumLayers)
 	if err != nil {
 		return out, err
 	}
@@ -369,7 +240,7 @@ func (a *stepAdaLN) close() {
 	}
 }
 
-func (m *Model) stepAdaLN(in *ForwardInputs, lay *layout) (*stepAdaLN, error) {
+func (m *Model) stepAdaLN(in *ForwardInputs, lay *rowLayout) (*stepAdaLN, error) {
 	a := &stepAdaLN{cache: in.AdaLN}
 	if a.cache == nil {
 		a.cache = m.ckCache
@@ -408,7 +279,7 @@ func (m *Model) stepAdaLN(in *ForwardInputs, lay *layout) (*stepAdaLN, error) {
 }
 
 // traceLayout hands the tests the per-row AdaLN indices and the RoPE tables.
-func (m *Model) traceLayout(in *ForwardInputs, lay *layout) {
+func (m *Model) traceLayout(in *ForwardInputs, lay *rowLayout) {
 	if m.trace == nil {
 		return
 	}
@@ -424,7 +295,7 @@ func (m *Model) traceLayout(in *ForwardInputs, lay *layout) {
 }
 
 // packInput embeds the video and audio rows and packs them with the text rows in sequence order.
-func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*tensors.Tensor, error) {
+func (m *Model) packInput(in *ForwardInputs, lay *rowLayout, text *TextState) (*tensors.Tensor, error) {
 	p := m.p
 	args := inputInputs[*tensors.Tensor]{
 		Video:   tensors.FromFlatDataAndDimensions(in.VideoRows, lay.nv, m.cfg.VideoPatchDim()),
@@ -450,7 +321,7 @@ func (m *Model) packInput(in *ForwardInputs, lay *layout, text *TextState) (*ten
 }
 
 // project runs norm_out and the output projections on x (consumed) and reads the velocities back.
-func (m *Model) project(x *tensors.Tensor, in *ForwardInputs, lay *layout, ada *stepAdaLN) (out ForwardOutputs, err error) {
+func (m *Model) project(x *tensors.Tensor, in *ForwardInputs, lay *rowLayout, ada *stepAdaLN) (out ForwardOutputs, err error) {
 	p := m.p
 	args := outputInputs[*tensors.Tensor]{
 		X: x, NormOut: ada.cache.normOut, TIdx: tensors.FromFlatDataAndDimensions(ada.tIdx, lay.l), Norm: p.NormOutNorm.T,

@@ -315,3 +315,12 @@ func Params(cfg Config) (weights.Shapes, error) {
 	released := slices.DeleteFunc(p.set.Params(), func(q *weights.Param) bool { return q.Optional })
 	return weights.ShapesOf(released), nil
 }
+
+func releaseParams(ps ...*weights.Param) {
+	for _, p := range ps {
+		if p != nil && p.T != nil {
+			p.T.FinalizeAll()
+			p.T = nil
+		}
+	}
+}

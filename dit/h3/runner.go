@@ -82,3 +82,9 @@ func (f *blockForward) traceBlock(b int, res []*tensors.Tensor) error {
 	}
 	return nil
 }
+
+// blockInputs feed one joint block, followed by its weights (blockWeights): X [L, D], Mod [R, 6, D],
+// RowIdx [L] int32, Cos and Sin [L, rot] float32.
+type blockInputs[T any] struct{ X, Mod, RowIdx, Cos, Sin T }
+
+func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Mod, &a.RowIdx, &a.Cos, &a.Sin} }

@@ -234,7 +234,7 @@ func cutShards(backend compute.Backend, dtype dtypes.DType, p *params, spec bloc
 func (c *shardCutter) block(bp *blockParams) ([]*blockWeights[*tensors.Tensor], error) {
 	per := make([]*blockWeights[*tensors.Tensor], len(c.devices))
 	for k := range per {
-		per[k] = &blockWeights[*tensors.Tensor]{shape: blockShape{layout: bp.layout()},
+		per[k] = &blockWeights[*tensors.Tensor]{shape: blockShape{schemes: bp.layout()},
 			Norm1: bp.Norm1.T, Norm2: bp.Norm2.T, NormQ: bp.NormQ.T, NormK: bp.NormK.T}
 	}
 	for i, w := range bp.linears() {
@@ -368,4 +368,10 @@ func newSlicer(backend compute.Backend, n int) *slicer {
 	s.execs[SplitColumns] = graphexec.MustExec(backend, "h3.shard_columns", split(SplitColumns))
 	s.execs[SplitGatedRows] = graphexec.MustExec(backend, "h3.shard_gated_rows", split(SplitGatedRows))
 	return &s
+}
+
+// shardVSAKey identifies a VSA executable of a tensor-parallel model.
+type shardVSAKey struct {
+	vsa   vsaKey
+	trace bool
 }

@@ -34,12 +34,6 @@ type shardParts struct {
 
 func (p *shardParts) finalize() { graphexec.FinalizeExecs(p.attention, p.feedForward, p.residual) }
 
-// shardVSAKey identifies a VSA executable of a tensor-parallel model.
-type shardVSAKey struct {
-	vsa   vsaKey
-	trace bool
-}
-
 // partialInputs feed an executable that completes an all-reduce: the block's input, its modulation
 // table and row indices, and the partial outputs of every shard, in shard order.
 type partialInputs[T any] struct {

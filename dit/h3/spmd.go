@@ -233,3 +233,18 @@ func (r *spmdRunner) runBlock(b int, xs []*tensors.Tensor, args blockInputs[*ten
 	}
 	return outs, res[:per], nil
 }
+
+// jointBlockFn is the graph of one joint block, fed blockInputs and the block's weights of shape: with
+// a shard's spec (local heads and FFN, the all-reduce hook, VSA's Sparse or not) every device's
+// program of the SPMD tensor-parallel block.
+func jointBlockFn(spec blockSpec, shape blockShape, trace bool) func(in []*Node) []*Node {
+	return func(in []*Node) []*Node {
+		var a blockInputs[*Node]
+		w := graphWeights(shape)
+		graphexec.Unpack(graphexec.Unpack(in, &a), w)
+		c := coreOf(w)
+		spec.check(c)
+		out, attnOut, ffOut := spec.jointBlock(a.X, a.Mod, a.RowIdx, a.Cos, a.Sin, c)
+		return traced(trace, 1, out, attnOut, ffOut)
+	}
+}

@@ -56,8 +56,7 @@ type vsaPlan struct {
 	dense map[int]bool
 }
 
-func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
-	v := in.VSA
+func planVSA(v *VSA, tokenTags []int32, numLayers int) (*vsaPlan, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -68,19 +67,19 @@ func (m *Model) planVSA(in *ForwardInputs, lay *layout) (*vsaPlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("h3: %w", err)
 	}
-	if tl.Rows() != lay.l {
+	if tl.Rows() != len(tokenTags) {
 		return nil, fmt.Errorf("h3: VSA segments %v + video grid %v cover %d rows, the sequence has %d; VSA needs the "+
-			"[text | condition | audio | video] packing", v.Prefix, v.Grid, tl.Rows(), lay.l)
+			"[text | condition | audio | video] packing", v.Prefix, v.Grid, tl.Rows(), len(tokenTags))
 	}
-	for r := lay.l - v.Grid[0]*v.Grid[1]*v.Grid[2]; r < lay.l; r++ {
-		if in.TokenTags[r] != 0 {
-			return nil, fmt.Errorf("h3: VSA expects the generated video rows last, but packed row %d has tag %d", r, in.TokenTags[r])
+	for r := len(tokenTags) - v.Grid[0]*v.Grid[1]*v.Grid[2]; r < len(tokenTags); r++ {
+		if tokenTags[r] != 0 {
+			return nil, fmt.Errorf("h3: VSA expects the generated video rows last, but packed row %d has tag %d", r, tokenTags[r])
 		}
 	}
 	p := &vsaPlan{v: v, tl: tl, topK: attention.TopKTiles(v.Sparsity, tl.NumVideo), dense: map[int]bool{}}
 	for _, b := range v.DenseLayers {
-		if b < 0 || b >= m.cfg.NumLayers {
-			return nil, fmt.Errorf("h3: VSA dense layer %d is outside 0..%d", b, m.cfg.NumLayers-1)
+		if b < 0 || b >= numLayers {
+			return nil, fmt.Errorf("h3: VSA dense layer %d is outside 0..%d", b, numLayers-1)
 		}
 		p.dense[b] = true
 	}
