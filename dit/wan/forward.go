@@ -14,14 +14,22 @@ import (
 
 // stageExecs are the executables of one forward; the traced set also returns intermediates.
 type stageExecs struct {
-	time, text, input, block *Exec
-	trace                    bool
+	time, text, input *Exec
+	// block is the dense block, taking one timestep row per sample or (multi) per token.
+	block, blockMulti *Exec
+	trace             bool
 	// output executables by token grid: unpatchify needs (T', H', W'), which the row tensors do not carry.
-	output modelkit.ExecCache[[3]int]
+	output modelkit.ExecCache[outputKey]
+}
+
+// outputKey identifies an output head: the token grid, and per-token timestep rows (multi).
+type outputKey struct {
+	grid  [3]int
+	multi bool
 }
 
 func (s *stageExecs) Finalize() {
-	graphexec.FinalizeExecs(s.time, s.text, s.input, s.block)
+	graphexec.FinalizeExecs(s.time, s.text, s.input, s.block, s.blockMulti)
 	s.output.Finalize()
 }
 
@@ -32,26 +40,46 @@ func (a *timeInputs[T]) Fields() []*T {
 	return []*T{&a.Proj, &a.W1, &a.B1, &a.W2, &a.B2, &a.ProjW, &a.ProjB}
 }
 
-// blockInputs feed one block: X [L, D], Text [S, D], TProj [nT, 6, D] float32, Cos and Sin
-// [L, Dh/2] float32; then the per-token timestep rows TIdx [L] int32 when there are several
-// timesteps, then the block weights.
-type blockInputs[T any] struct{ X, Text, TProj, Cos, Sin T }
+// blockInputs feed one block, followed by its weights: X [L, D], Text [S, D], TProj [nT, 6, D] float32,
+// Cos and Sin [L, Dh/2] float32, and, when the tokens have several timesteps (multi), the per-token
+// timestep rows TIdx [L] int32.
+type blockInputs[T any] struct {
+	X, Text, TProj, Cos, Sin, TIdx T
+	multi                          bool
+}
 
-func (a *blockInputs[T]) Fields() []*T { return []*T{&a.X, &a.Text, &a.TProj, &a.Cos, &a.Sin} }
+func (a *blockInputs[T]) Fields() []*T {
+	f := []*T{&a.X, &a.Text, &a.TProj, &a.Cos, &a.Sin}
+	if a.multi {
+		f = append(f, &a.TIdx)
+	}
+	return f
+}
 
 // outputInputs feed the head: X [L, D], Temb [nT, D] float32, the head table [1, 2, D] and proj_out
-// (float32); then TIdx [L] int32 when there are several timesteps.
-type outputInputs[T any] struct{ X, Temb, Table, ProjW, ProjB T }
+// (float32), and TIdx [L] int32 when there are several timesteps (multi).
+type outputInputs[T any] struct {
+	X, Temb, Table, ProjW, ProjB, TIdx T
+	multi                              bool
+}
 
-func (a *outputInputs[T]) Fields() []*T { return []*T{&a.X, &a.Temb, &a.Table, &a.ProjW, &a.ProjB} }
-
-// optionalTIdx splits the per-token timestep rows (present when rest has one input more than want)
-// from the inputs after them.
-func optionalTIdx(rest []*Node, want int) (tIdx *Node, after []*Node) {
-	if len(rest) == want+1 {
-		return rest[0], rest[1:]
+func (a *outputInputs[T]) Fields() []*T {
+	f := []*T{&a.X, &a.Temb, &a.Table, &a.ProjW, &a.ProjB}
+	if a.multi {
+		f = append(f, &a.TIdx)
 	}
-	return nil, rest
+	return f
+}
+
+// blockFn is the graph of one block (spec's attention, dense or VSA), fed blockInputs and the block's
+// weights (with the VSA gate when gate).
+func blockFn(spec blockSpec, multi, gate bool) func(in []*Node) *Node {
+	return func(in []*Node) *Node {
+		a := blockInputs[*Node]{multi: multi}
+		w := &blockWeights[*Node]{gate: gate}
+		graphexec.Unpack(graphexec.Unpack(in, &a), w)
+		return spec.block(a.X, a.Text, a.TProj, a.TIdx, a.Cos, a.Sin, w)
+	}
 }
 
 func (m *Model) newStageExecs(trace bool) *stageExecs {
@@ -59,7 +87,7 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 	d := cfg.HiddenSize()
 	return &stageExecs{
 		trace:  trace,
-		output: modelkit.ExecCache[[3]int]{},
+		output: modelkit.ExecCache[outputKey]{},
 		// -> temb [nT, D] f32, tproj [nT, 6, D] f32
 		time: graphexec.MustExec(m.backend, "wan.time", func(in []*Node) []*Node {
 			var a timeInputs[*Node]
@@ -81,29 +109,28 @@ func (m *Model) newStageExecs(trace bool) *stageExecs {
 			}
 			return []*Node{ConvertDType(e, dt)}
 		}),
-		block: graphexec.MustExec(m.backend, "wan.block", func(in []*Node) *Node {
-			var a blockInputs[*Node]
-			tIdx, w := optionalTIdx(graphexec.Unpack(in, &a), blockWeightCount)
-			return spec.block(a.X, a.Text, a.TProj, tIdx, a.Cos, a.Sin, blockFromSlice(w))
-		}),
+		block:      graphexec.MustExec(m.backend, "wan.block", blockFn(spec, false, false)),
+		blockMulti: graphexec.MustExec(m.backend, "wan.block", blockFn(spec, true, false)),
 	}
 }
 
 // outputExec returns the head for token grid nt×nh×nw (see outputInputs) -> sample [Cout, T, H, W]
 // f32 (+ norm_out rows when traced).
-func (m *Model) outputExec(s *stageExecs, nt, nh, nw int) (*Exec, error) {
-	return s.output.Get([3]int{nt, nh, nw}, func() (*Exec, error) { return m.buildOutputExec(m.cfg, s.trace, nt, nh, nw), nil })
+func (m *Model) outputExec(s *stageExecs, nt, nh, nw int, multi bool) (*Exec, error) {
+	return s.output.Get(outputKey{[3]int{nt, nh, nw}, multi}, func() (*Exec, error) {
+		return m.buildOutputExec(m.cfg, s.trace, nt, nh, nw, multi), nil
+	})
 }
 
 // buildOutputExec builds the head of one token grid; it panics (under the caller's Recover) when GoMLX
 // refuses the graph.
-func (m *Model) buildOutputExec(cfg Config, trace bool, nt, nh, nw int) *Exec {
+func (m *Model) buildOutputExec(cfg Config, trace bool, nt, nh, nw int, multi bool) *Exec {
 	return graphexec.MustExec(m.backend, "wan.output", func(in []*Node) []*Node {
-		var a outputInputs[*Node]
-		tIdx, _ := optionalTIdx(graphexec.Unpack(in, &a), 0)
+		a := outputInputs[*Node]{multi: multi}
+		graphexec.Unpack(in, &a)
 		head := Add(nn.F32(a.Table), ExpandAxes(a.Temb, 1)) // [nT, 2, D]
-		if tIdx != nil {
-			head = Gather(head, ExpandAxes(tIdx, -1))
+		if multi {
+			head = Gather(head, ExpandAxes(a.TIdx, -1))
 		}
 		shift := Squeeze(Slice(head, AxisRange(), AxisElem(0), AxisRange()), 1)
 		scale := Squeeze(Slice(head, AxisRange(), AxisElem(1), AxisRange()), 1)
@@ -217,7 +244,8 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if x, err = m.runBlocks(x, blockInputs[*tensors.Tensor]{Text: text.Tensor(), TProj: st.tproj, Cos: cos, Sin: sin}, st.tIdx, vsa); err != nil {
+	args := blockInputs[*tensors.Tensor]{Text: text.Tensor(), TProj: st.tproj, Cos: cos, Sin: sin, TIdx: st.tIdx, multi: st.tIdx != nil}
+	if x, err = m.runBlocks(x, args, vsa); err != nil {
 		return nil, err
 	}
 	return m.project(x, st, nt, nh, nw)
@@ -311,17 +339,12 @@ func (m *Model) embedPatches(in *ForwardInputs) (*tensors.Tensor, error) {
 
 // runBlocks runs every block on x (consumed) with args' text, time and RoPE inputs, with VSA when vsa is
 // set.
-func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], tIdx *tensors.Tensor, vsa *vsaPlan) (*tensors.Tensor, error) {
-	blocks := m.p.Blocks
-	var opt []*tensors.Tensor
-	if tIdx != nil {
-		opt = append(opt, tIdx)
-	}
-	for b := range blocks {
+func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], vsa *vsaPlan) (*tensors.Tensor, error) {
+	for b := range m.p.Blocks {
 		args.X = x
-		exec, extra := m.blockExec(vsa, b, tIdx != nil)
-		ws := append(append(append([]*tensors.Tensor{}, opt...), blocks[b].tensors()...), extra...)
-		res, err := m.call(exec, graphexec.Pack(&args, ws...)...)
+		exec := m.blockExec(vsa, b, args.multi)
+		w := m.p.Blocks[b].bound(vsa != nil)
+		res, err := m.call(exec, graphexec.Pack(&args, graphexec.Values(w)...)...)
 		graphexec.Finalize(x)
 		if err != nil {
 			return nil, err
@@ -351,17 +374,14 @@ func (m *Model) emitBlock(b int, x *tensors.Tensor) error {
 // project runs the output head on x (consumed) and reads the velocity back.
 func (m *Model) project(x *tensors.Tensor, st *stepTime, nt, nh, nw int) ([]float32, error) {
 	p := m.p
-	args := outputInputs[*tensors.Tensor]{X: x, Temb: st.temb, Table: p.HeadTable.T, ProjW: p.ProjOut.W.T, ProjB: p.ProjOut.B.T}
-	var opt []*tensors.Tensor
-	if st.tIdx != nil {
-		opt = append(opt, st.tIdx)
-	}
-	head, err := m.outputExec(m.execs(), nt, nh, nw)
+	args := outputInputs[*tensors.Tensor]{X: x, Temb: st.temb, Table: p.HeadTable.T, ProjW: p.ProjOut.W.T, ProjB: p.ProjOut.B.T,
+		TIdx: st.tIdx, multi: st.tIdx != nil}
+	head, err := m.outputExec(m.execs(), nt, nh, nw, args.multi)
 	if err != nil {
 		graphexec.Finalize(x)
 		return nil, err
 	}
-	res, err := m.call(head, graphexec.Pack(&args, opt...)...)
+	res, err := m.call(head, graphexec.Pack(&args)...)
 	graphexec.Finalize(x)
 	if err != nil {
 		return nil, err

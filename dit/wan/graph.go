@@ -31,38 +31,43 @@ type blockSpec struct {
 	VSA *attention.Sparse
 }
 
-type linearWeights struct{ W, B *Node }
+// linearWeights, attnWeights and blockWeights are a block's weights by name: graph nodes while an
+// executable is built (T = *Node), the bound tensors when it is called (T = *tensors.Tensor).
+type linearWeights[T any] struct{ W, B T }
 
-type attnWeights struct {
-	Q, K, V, Out linearWeights
-	NormQ, NormK *Node
+type attnWeights[T any] struct {
+	Q, K, V, Out linearWeights[T]
+	NormQ, NormK T
 }
 
-// blockWeights are the graph inputs of one block, in the order of blockParams.tensors.
-type blockWeights struct {
-	Table          *Node
-	Self, Cross    attnWeights
-	Norm2W, Norm2B *Node
-	FFIn, FFOut    linearWeights
-	// Gate is the VSA compression gate to_gate_compress (W nil: none).
-	Gate linearWeights
+type blockWeights[T any] struct {
+	Table          T
+	Self, Cross    attnWeights[T]
+	Norm2W, Norm2B T
+	FFIn, FFOut    linearWeights[T]
+	// Gate is the VSA compression gate to_gate_compress, an input of the VSA executables only (gate).
+	Gate linearWeights[T]
+	gate bool
 }
 
-// blockWeightCount is the number of tensors of blockWeights.
-const blockWeightCount = 27
+func (l *linearWeights[T]) fields() []*T { return []*T{&l.W, &l.B} }
 
-func blockFromSlice(in []*Node) blockWeights {
-	lin := func(i int) linearWeights { return linearWeights{W: in[i], B: in[i+1]} }
-	attn := func(i int) attnWeights {
-		return attnWeights{Q: lin(i), K: lin(i + 2), V: lin(i + 4), Out: lin(i + 6), NormQ: in[i+8], NormK: in[i+9]}
+func (a *attnWeights[T]) fields() []*T {
+	return append(append(append(append(a.Q.fields(), a.K.fields()...), a.V.fields()...), a.Out.fields()...), &a.NormQ, &a.NormK)
+}
+
+// Fields lists the block's executable inputs in call order (graphexec.Inputs).
+func (w *blockWeights[T]) Fields() []*T {
+	f := append([]*T{&w.Table}, w.Self.fields()...)
+	f = append(append(f, &w.Norm2W, &w.Norm2B), w.Cross.fields()...)
+	f = append(append(f, w.FFIn.fields()...), w.FFOut.fields()...)
+	if w.gate {
+		f = append(f, w.Gate.fields()...)
 	}
-	return blockWeights{
-		Table: in[0], Self: attn(1), Norm2W: in[11], Norm2B: in[12], Cross: attn(13),
-		FFIn: lin(23), FFOut: lin(25),
-	}
+	return f
 }
 
-func (s blockSpec) check(w blockWeights) {
+func (s blockSpec) check(w *blockWeights[*Node]) {
 	inner := s.Heads * s.HeadDim
 	if d := w.Self.Q.W.Shape().Dim(0); d != inner {
 		panic(fmt.Errorf("wan: attn1.to_q has %d rows, the block expects %d local heads × %d = %d", d, s.Heads, s.HeadDim, inner))
@@ -110,7 +115,7 @@ func applyRope(x, cos, sin *Node) *Node {
 // sparse (self-attention under VSA only) makes the attention block-sparse, with the compression gate
 // to_gate_compress(h) when gate.W is set (WanTransformerBlock_VSA.forward: the gate is neither normed
 // nor rotated).
-func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node, sparse *attention.Sparse, gate linearWeights) *Node {
+func (s blockSpec) attend(h, kv *Node, w attnWeights[*Node], cos, sin *Node, sparse *attention.Sparse, gate linearWeights[*Node]) *Node {
 	l, lk := h.Shape().Dim(0), kv.Shape().Dim(0)
 	q := s.qkNorm(nn.Linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
 	k := s.qkNorm(nn.Linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
@@ -128,14 +133,14 @@ func (s blockSpec) attend(h, kv *Node, w attnWeights, cos, sin *Node, sparse *at
 }
 
 // feedForward is GELU-tanh(h·W_inᵀ + b_in)·W_outᵀ (all-reduce) + b_out.
-func (s blockSpec) feedForward(h *Node, in, out linearWeights) *Node {
+func (s blockSpec) feedForward(h *Node, in, out linearWeights[*Node]) *Node {
 	return nn.AddBias(s.AllReduce.Apply(nn.Linear(nn.GeluTanh(nn.Linear(h, in.W, in.B)), out.W, nil)), out.B)
 }
 
 // block is one Wan transformer block (WanTransformerBlock in fastvideo/models/dits/wanvideo.py). x [L, D] and text [S, D] are in the compute
 // dtype; tproj [nT, 6, D] float32 is the time modulation, and tIdx [L] int32 (nil when nT == 1) selects
 // each token's row. The modulation, norms and gated residual adds are float32, as upstream.
-func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *Node {
+func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w *blockWeights[*Node]) *Node {
 	s.check(w)
 	dt := x.DType()
 	mod := Add(nn.F32(tproj), nn.F32(w.Table)) // [nT, 6, D]
@@ -154,7 +159,7 @@ func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w blockWeights) *
 
 	// Cross-attention on the affine LayerNorm (norm2) of the float32 residual; ungated add.
 	n2 := Add(Mul(nn.LayerNorm(r, nil, nil, s.Eps), ExpandAxes(nn.F32(w.Norm2W), 0)), ExpandAxes(nn.F32(w.Norm2B), 0))
-	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil, nil, linearWeights{})
+	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil, nil, linearWeights[*Node]{})
 	x = Add(x, ConvertDType(cross, dt))
 
 	// Feed-forward with the gated residual in float32.

@@ -37,17 +37,22 @@ type blockParams struct {
 	Gate linearParams
 }
 
-// tensors returns the block weights in the order blockFromSlice expects.
-func (b *blockParams) tensors() []*tensors.Tensor {
-	return []*tensors.Tensor{
-		b.Table.T,
-		b.Self.Q.W.T, b.Self.Q.B.T, b.Self.K.W.T, b.Self.K.B.T, b.Self.V.W.T, b.Self.V.B.T,
-		b.Self.Out.W.T, b.Self.Out.B.T, b.Self.NormQ.T, b.Self.NormK.T,
-		b.Norm2W.T, b.Norm2B.T,
-		b.Cross.Q.W.T, b.Cross.Q.B.T, b.Cross.K.W.T, b.Cross.K.B.T, b.Cross.V.W.T, b.Cross.V.B.T,
-		b.Cross.Out.W.T, b.Cross.Out.B.T, b.Cross.NormQ.T, b.Cross.NormK.T,
-		b.FFIn.W.T, b.FFIn.B.T, b.FFOut.W.T, b.FFOut.B.T,
+func (l linearParams) bound() linearWeights[*tensors.Tensor] {
+	return linearWeights[*tensors.Tensor]{W: l.W.T, B: l.B.T}
+}
+
+func (a *attnParams) bound() attnWeights[*tensors.Tensor] {
+	return attnWeights[*tensors.Tensor]{Q: a.Q.bound(), K: a.K.bound(), V: a.V.bound(), Out: a.Out.bound(), NormQ: a.NormQ.T, NormK: a.NormK.T}
+}
+
+// bound is the block's bound weights by name, the VSA gate an input when gate is set.
+func (b *blockParams) bound(gate bool) *blockWeights[*tensors.Tensor] {
+	w := &blockWeights[*tensors.Tensor]{Table: b.Table.T, Self: b.Self.bound(), Norm2W: b.Norm2W.T, Norm2B: b.Norm2B.T,
+		Cross: b.Cross.bound(), FFIn: b.FFIn.bound(), FFOut: b.FFOut.bound(), gate: gate}
+	if gate {
+		w.Gate = b.Gate.bound()
 	}
+	return w
 }
 
 type params struct {

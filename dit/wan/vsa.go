@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
-	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
@@ -78,28 +77,23 @@ func (m *Model) planVSA(v *VSA, grid [3]int) (*vsaPlan, error) {
 	return p, nil
 }
 
-// blockExec returns the executable of block b and its extra weight inputs (the gate), the dense block
-// when p is nil.
-func (m *Model) blockExec(p *vsaPlan, b int, multi bool) (*Exec, []*tensors.Tensor) {
+// blockExec returns the executable of block b (which takes its gate under VSA), the dense block when p
+// is nil.
+func (m *Model) blockExec(p *vsaPlan, b int, multi bool) *Exec {
 	if p == nil {
-		return m.execs().block, nil
+		if multi {
+			return m.execs().blockMulti
+		}
+		return m.execs().block
 	}
 	key := vsaKey{grid: p.tl.Grid, topK: p.topK, multi: multi}
 	if p.dense[b] {
 		key.topK = p.tl.NumVideo
 	}
-	g := m.p.Blocks[b].Gate
-	extra := []*tensors.Tensor{g.W.T, g.B.T}
 	spec := m.spec
 	spec.VSA = &attention.Sparse{Tiling: p.tl, TopK: key.topK}
 	e, _ := m.vsaExecs.Get(key, func() (*Exec, error) {
-		return graphexec.MustExec(m.backend, "wan.block_vsa", func(in []*Node) *Node {
-			var a blockInputs[*Node]
-			tIdx, w := optionalTIdx(graphexec.Unpack(in, &a), blockWeightCount+2)
-			bw := blockFromSlice(w[:blockWeightCount])
-			bw.Gate = linearWeights{W: w[blockWeightCount], B: w[blockWeightCount+1]}
-			return spec.block(a.X, a.Text, a.TProj, tIdx, a.Cos, a.Sin, bw)
-		}), nil
+		return graphexec.MustExec(m.backend, "wan.block_vsa", blockFn(spec, multi, true)), nil
 	})
-	return e, extra
+	return e
 }
