@@ -1,36 +1,37 @@
 package fastvideo
 
 import (
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 )
 
-// The types every model family shares live in fastvideo/family, the contract between this package
-// and the families; they are the SDK's public types under these names.
+// The data a caller exchanges with the SDK lives in fastvideo/api (requests, results, plans, events),
+// shared by this package and the model families; these are its public names here.
 type (
-	// Request is one generation (see family.Request).
-	Request = family.Request
+	// Request is one generation (see api.Request).
+	Request = api.Request
 	// RequestError reports invalid input: the field, the value and what is allowed.
-	RequestError = family.RequestError
+	RequestError = api.RequestError
 	// Result is one finished generation.
-	Result = family.Result
+	Result = api.Result
 	// Latents are the final denoised latents of a generation.
-	Latents = family.Latents
+	Latents = api.Latents
 	// Timings are a generation's wall times by stage.
-	Timings = family.Timings
+	Timings = api.Timings
 	// GenerationPlan is what a request will run (Plan's result).
-	GenerationPlan = family.Plan
+	GenerationPlan = api.Plan
 	// Event is one progress report; ProgressFunc receives them.
-	Event        = family.Event
-	EventKind    = family.EventKind
-	ProgressFunc = family.ProgressFunc
+	Event        = api.Event
+	EventKind    = api.EventKind
+	ProgressFunc = api.ProgressFunc
 	// Stage names a step of the generation pipeline.
-	Stage = family.Stage
+	Stage = api.Stage
 	// ModelInfo describes a model; Preset is one of its request presets.
 	ModelInfo = family.ModelInfo
 	Preset    = family.Preset
 	// DType is a compute precision; MemoryPolicy decides which components stay resident.
-	DType        = family.DType
+	DType        = api.DType
 	MemoryPolicy = family.MemoryPolicy
 	// FrameFilter transforms decoded frames between decode and mux; Frames is a run of them.
 	FrameFilter = family.FrameFilter
@@ -41,23 +42,23 @@ type (
 
 // Stages, event kinds, precisions, memory policies and noise streams.
 const (
-	StageValidate  = family.StageValidate
-	StageCondition = family.StageCondition
-	StageDenoise   = family.StageDenoise
-	StageDecode    = family.StageDecode
-	StageFilter    = family.StageFilter
-	StageMux       = family.StageMux
+	StageValidate  = api.StageValidate
+	StageCondition = api.StageCondition
+	StageDenoise   = api.StageDenoise
+	StageDecode    = api.StageDecode
+	StageFilter    = api.StageFilter
+	StageMux       = api.StageMux
 
-	StageStart     = family.StageStart
-	StageEnd       = family.StageEnd
-	DenoiseStep    = family.DenoiseStep
-	DecodeProgress = family.DecodeProgress
-	Warning        = family.Warning
+	StageStart     = api.StageStart
+	StageEnd       = api.StageEnd
+	DenoiseStep    = api.DenoiseStep
+	DecodeProgress = api.DecodeProgress
+	Warning        = api.Warning
 
-	DTypeAuto = family.DTypeAuto
-	F32       = family.F32
-	BF16      = family.BF16
-	FP8       = family.FP8
+	DTypeAuto = api.DTypeAuto
+	F32       = api.F32
+	BF16      = api.BF16
+	FP8       = api.FP8
 
 	AutoMemory  = family.AutoMemory
 	OneResident = family.OneResident

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/testutil"
 )
@@ -153,7 +154,7 @@ func TestPlanDevicesWan(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The 1.3B DiT in bf16: 1.42 B params, its float32 boundary modules and norms included.
-	if dp.Split != family.CFGParallel || dp.DiTShardBytes != 0 || dp.DiTReplicatedBytes < 2*gib || dp.DiTReplicatedBytes > 3*gib ||
+	if dp.Split != api.CFGParallel || dp.DiTShardBytes != 0 || dp.DiTReplicatedBytes < 2*gib || dp.DiTReplicatedBytes > 3*gib ||
 		dp.PerDeviceBytes != dp.DiTReplicatedBytes+activationHeadroom {
 		t.Errorf("device plan %+v", dp)
 	}
@@ -164,7 +165,7 @@ func TestPlanDevicesWan(t *testing.T) {
 	// The 14B splits CFG-parallel too: a 14.3 B-param copy (~28.6 GB in bf16) on each device, refused
 	// where it does not fit beside the activation allowance.
 	e, comps = open("wan2.1-t2v-14b", 2)
-	if dp, err = planDevices(e, comps); err != nil || dp.Split != family.CFGParallel || dp.DiTReplicatedBytes < 26*gib || dp.DiTReplicatedBytes > 28*gib {
+	if dp, err = planDevices(e, comps); err != nil || dp.Split != api.CFGParallel || dp.DiTReplicatedBytes < 26*gib || dp.DiTReplicatedBytes > 28*gib {
 		t.Errorf("wan2.1-t2v-14b on 2 devices: plan %+v, %v; want CFG-parallel with a 26-28 GiB DiT copy per device", dp, err)
 	}
 	e.DeviceMemory = func() (uint64, uint64, error) { return uint64(40 * gib), uint64(48 * gib), nil }

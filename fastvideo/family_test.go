@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/testutil"
@@ -40,7 +41,7 @@ func (fakeModel) Info() family.ModelInfo {
 		Presets: []family.Preset{{Name: "fake", Height: 32, Width: 48, NumFrames: 5, FPS: 10, Steps: 2, GuidanceScale: 1}}}
 }
 
-func (m fakeModel) Resolve(req family.Request, needPrompt bool) (family.Resolution, error) {
+func (m fakeModel) Resolve(req api.Request, needPrompt bool) (family.Resolution, error) {
 	preset, r, err := family.ResolveCommon(m.Info(), req, needPrompt)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (m fakeModel) Resolve(req family.Request, needPrompt bool) (family.Resoluti
 	}
 	r.NumFrames = familykit.OrPreset(req.NumFrames, preset.NumFrames)
 	if r.NumFrames < 1 || r.NumFrames > 50 {
-		return nil, &family.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: "1 to 50"}
+		return nil, &api.RequestError{Field: "num_frames", Value: r.NumFrames, Allowed: "1 to 50"}
 	}
 	r.RequestedFrames, r.FPS, r.Steps, r.Guidance = r.NumFrames, preset.FPS, preset.Steps, 1
 	return fakeResolution{r}, nil
@@ -62,9 +63,9 @@ type fakeResolution struct{ r *family.Resolved }
 
 func (f fakeResolution) Common() *family.Resolved { return f.r }
 
-func (f fakeResolution) Plan(family.DType) (*family.Plan, error) {
+func (f fakeResolution) Plan(api.DType) (*api.Plan, error) {
 	r := f.r
-	return &family.Plan{Model: r.Model.Name, Preset: r.Preset, Family: r.Model.Family, Height: r.Height, Width: r.Width,
+	return &api.Plan{Model: r.Model.Name, Preset: r.Preset, Family: r.Model.Family, Height: r.Height, Width: r.Width,
 		CanvasHeight: r.Height, CanvasWidth: r.Width, RequestedFrames: r.RequestedFrames, NumFrames: r.NumFrames, FPS: r.FPS,
 		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed, ForwardsPerStep: 1}, nil
 }
@@ -85,7 +86,7 @@ type fakeStages struct {
 }
 
 func (f *fakeStages) Condition(context.Context) error {
-	p, err := f.r.Plan(family.DTypeAuto)
+	p, err := f.r.Plan(api.DTypeAuto)
 	f.s.Result.Plan = p
 	return err
 }

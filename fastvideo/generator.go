@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
@@ -42,7 +43,7 @@ type VideoGenerator struct {
 	engine  *family.Engine
 	filters []FrameFilter
 	// devices is the multi-device layout (nil on one device).
-	devices *family.DevicePlan
+	devices *api.DevicePlan
 	// rife opens the temporal fast mode's RIFE weights (WithRIFE, else the model's own; nil: none);
 	// interp is the loaded interpolator while resident.
 	rife   familykit.WeightOpener
@@ -213,8 +214,8 @@ const hostHeadroom = 2 << 30
 // order (most costly to bring back first) and then the interpolator (rife: nil for none), what leaves
 // every other component room to run in what the device can still give (family.ChooseResidency); the
 // explicit policies keep all or none.
-func chooseResidency(e *family.Engine, comps family.Components, rife familykit.WeightOpener) ([]family.ComponentResidency, error) {
-	var sizes []family.ComponentSize
+func chooseResidency(e *family.Engine, comps family.Components, rife familykit.WeightOpener) ([]api.ComponentResidency, error) {
+	var sizes []api.ComponentSize
 	if sizer, ok := comps.(family.ComponentSizer); ok {
 		sizes = sizer.ComponentSizes()
 	}
@@ -229,7 +230,7 @@ func chooseResidency(e *family.Engine, comps family.Components, rife familykit.W
 }
 
 // decideResidency is chooseResidency over sizes already known (a plan's).
-func decideResidency(e *family.Engine, sizes []family.ComponentSize) []family.ComponentResidency {
+func decideResidency(e *family.Engine, sizes []api.ComponentSize) []api.ComponentResidency {
 	if e.Memory != AutoMemory {
 		return family.UniformResidency(e.Memory, sizes)
 	}
@@ -260,7 +261,7 @@ func deviceFree(e *family.Engine) (int64, error) {
 // planDevices lays the model out over the engine's devices and checks, before anything loads, that
 // each device holds its share: the DiT's shard, its replicated weights, the video VAE and activationHeadroom
 // within what the accelerator can still give this process.
-func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan, error) {
+func planDevices(e *family.Engine, comps family.Components) (*api.DevicePlan, error) {
 	if e.Devices <= 1 {
 		return nil, nil
 	}
@@ -288,7 +289,7 @@ func planDevices(e *family.Engine, comps family.Components) (*family.DevicePlan,
 }
 
 // withActivations completes a device layout with each device's activation headroom and its total.
-func withActivations(dp *family.DevicePlan) {
+func withActivations(dp *api.DevicePlan) {
 	dp.ActivationBytes = activationHeadroom
 	dp.PerDeviceBytes = dp.DiTShardBytes + dp.DiTReplicatedBytes + dp.VideoVAEBytes + dp.ActivationBytes
 }
@@ -392,7 +393,7 @@ func (g *VideoGenerator) noteLoad(name string) {
 // String describes the generator.
 func (g *VideoGenerator) String() string {
 	return fmt.Sprintf("VideoGenerator(%s on %s, %s, %s)", g.comps.Describe(), g.engine.BackendSpec,
-		family.DTypeOf(g.engine.DType), g.engine.Memory)
+		api.DTypeOf(g.engine.DType), g.engine.Memory)
 }
 
 // Plan resolves a request against a model (a built-in name or a model folder) and returns what it
@@ -417,7 +418,7 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 
 // planSpecDevices is the layout over o.Devices devices a generator of m would run (nil for one),
 // from its specification: a plan shows what -gpus does before anything opens.
-func planSpecDevices(m family.Model, o Options) (*family.DevicePlan, error) {
+func planSpecDevices(m family.Model, o Options) (*api.DevicePlan, error) {
 	if o.Devices <= 1 {
 		return nil, nil
 	}
@@ -436,7 +437,7 @@ func planSpecDevices(m family.Model, o Options) (*family.DevicePlan, error) {
 // planResidency decides the plan's residency for the device the options name, read without
 // starting the backend (the accelerator's memory through its driver, the host's for the pure-Go
 // backend); with no reading the sizes stay undecided.
-func planResidency(o Options, rs []family.ComponentResidency) []family.ComponentResidency {
+func planResidency(o Options, rs []api.ComponentResidency) []api.ComponentResidency {
 	if o, err := o.fromEnvironment(); err == nil {
 		spec, _ := o.backendSpec()
 		if bp, err := backend.Resolve(spec); err == nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/h3"
 	"fastvideo/fastvideo/wan"
@@ -583,10 +584,10 @@ func probe(path string) (*media.ProbeInfo, error) {
 // sizedComponents are Components of known component sizes (family.ComponentSizer).
 type sizedComponents struct {
 	family.Components
-	sizes []family.ComponentSize
+	sizes []api.ComponentSize
 }
 
-func (s sizedComponents) ComponentSizes() []family.ComponentSize { return s.sizes }
+func (s sizedComponents) ComponentSizes() []api.ComponentSize { return s.sizes }
 
 // TestChooseResidency: auto keeps, most costly first, what leaves every other component room to run
 // beside it with the activation headroom, in what the allocator can still give; explicit policies
@@ -596,7 +597,7 @@ func TestChooseResidency(t *testing.T) {
 	device := func(used, limit int64) func() (uint64, uint64, error) {
 		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
 	}
-	sizes := []family.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
+	sizes := []api.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
 		{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: gib}}
 	for _, c := range []struct {
 		name   string
@@ -620,7 +621,7 @@ func TestChooseResidency(t *testing.T) {
 		}
 		for _, r := range e.Residency {
 			got = append(got, string(r.Residency))
-			if want := r.Residency == family.Kept; e.Keeps(r.Name) != want {
+			if want := r.Residency == api.Kept; e.Keeps(r.Name) != want {
 				t.Errorf("%s: Keeps(%s) = %v, want %v", c.name, r.Name, !want, want)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/graphexec"
@@ -74,14 +75,14 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 	p.warn()
 	var audio [][]float32
 	for _, st := range []struct {
-		stage family.Stage
+		stage api.Stage
 		run   func(context.Context) error
 	}{
-		{family.StageValidate, p.validate},
-		{family.StageCondition, func(ctx context.Context) error { return p.stages.Condition(ctx) }},
-		{family.StageDenoise, func(ctx context.Context) error { return p.stages.Denoise(ctx) }},
-		{family.StageDecode, func(ctx context.Context) (err error) { audio, err = p.decode(ctx); return err }},
-		{family.StageMux, func(ctx context.Context) error { return p.mux(ctx, audio) }},
+		{api.StageValidate, p.validate},
+		{api.StageCondition, func(ctx context.Context) error { return p.stages.Condition(ctx) }},
+		{api.StageDenoise, func(ctx context.Context) error { return p.stages.Denoise(ctx) }},
+		{api.StageDecode, func(ctx context.Context) (err error) { audio, err = p.decode(ctx); return err }},
+		{api.StageMux, func(ctx context.Context) error { return p.mux(ctx, audio) }},
 	} {
 		if err := p.stage(ctx, st.stage, st.run); err != nil {
 			return nil, err
@@ -102,23 +103,23 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 func (p *pipelineRun) warn() {
 	for _, w := range p.g.warnings {
 		p.res.Warnings = append(p.res.Warnings, w)
-		p.emit(Event{Kind: family.Warning, Message: w})
+		p.emit(Event{Kind: api.Warning, Message: w})
 	}
 	p.g.warnings = nil
 }
 
 // stage runs one stage: start and end events, its time, the release of what it loaded (the model
 // of a stage goes before the next stage's comes), and a cancellation check.
-func (p *pipelineRun) stage(ctx context.Context, st family.Stage, run func(context.Context) error) error {
+func (p *pipelineRun) stage(ctx context.Context, st api.Stage, run func(context.Context) error) error {
 	p.sess.SetStage(st)
 	t0 := time.Now()
-	p.emit(Event{Kind: family.StageStart, Stage: st})
+	p.emit(Event{Kind: api.StageStart, Stage: st})
 	err := run(ctx)
 	d := time.Since(t0)
 	p.res.Timings.Add(st, d)
-	p.emit(Event{Kind: family.StageEnd, Stage: st, Elapsed: d})
+	p.emit(Event{Kind: api.StageEnd, Stage: st, Elapsed: d})
 	if err != nil {
-		if cerr := p.sess.Canceled(ctx); cerr != nil && st != family.StageValidate {
+		if cerr := p.sess.Canceled(ctx); cerr != nil && st != api.StageValidate {
 			return cerr
 		}
 		return err
@@ -227,7 +228,7 @@ func (p *pipelineRun) enhancePrompt() error {
 		return &RequestError{Field: "prompt", Value: p.req.Prompt, Allowed: err.Error()}
 	}
 	p.req.Prompt, p.sess.Request.Prompt = e.Enhanced, e.Enhanced
-	p.res.PromptEnhancement = &family.PromptEnhancement{Original: e.Original, Backend: e.Backend}
+	p.res.PromptEnhancement = &api.PromptEnhancement{Original: e.Original, Backend: e.Backend}
 	return nil
 }
 
@@ -295,7 +296,7 @@ func (p *pipelineRun) filter(ctx context.Context, i int, f family.Frames) error 
 	}
 	t0 := time.Now()
 	out, err := p.filters[i].Filter(ctx, f)
-	p.res.Timings.Add(family.StageFilter, time.Since(t0))
+	p.res.Timings.Add(api.StageFilter, time.Since(t0))
 	if err != nil {
 		return fmt.Errorf("fastvideo: frame filter %s: %w", p.filters[i].Name(), err)
 	}
@@ -310,7 +311,7 @@ func (p *pipelineRun) flushFilters(ctx context.Context) error {
 	for i, f := range p.filters {
 		t0 := time.Now()
 		out, err := f.Flush(ctx)
-		p.res.Timings.Add(family.StageFilter, time.Since(t0))
+		p.res.Timings.Add(api.StageFilter, time.Since(t0))
 		if err != nil {
 			return fmt.Errorf("fastvideo: frame filter %s: %w", f.Name(), err)
 		}
@@ -345,7 +346,7 @@ func (p *pipelineRun) output(f family.Frames) error {
 		}
 	}
 	p.written += f.Count
-	p.emit(Event{Kind: family.DecodeProgress, Stage: family.StageDecode, Done: p.written, Total: c.NumFrames})
+	p.emit(Event{Kind: api.DecodeProgress, Stage: api.StageDecode, Done: p.written, Total: c.NumFrames})
 	return nil
 }
 

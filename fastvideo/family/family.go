@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/attention"
+	"fastvideo/fastvideo/api"
 	"fastvideo/internal/media"
 	"fastvideo/quant"
 )
@@ -38,7 +39,7 @@ type Model interface {
 	Info() ModelInfo
 	// Resolve applies the preset and validates req; with needPrompt false the prompt may be empty
 	// (planning). Invalid input is a *RequestError.
-	Resolve(req Request, needPrompt bool) (Resolution, error)
+	Resolve(req api.Request, needPrompt bool) (Resolution, error)
 	// Open prepares generation on engine e: it checks everything a run needs that can fail before
 	// weights are read, and loads nothing heavy.
 	Open(e *Engine) (Components, error)
@@ -49,7 +50,7 @@ type Resolution interface {
 	Common() *Resolved
 	// Plan computes what the request will run; dtype DTypeAuto sizes the weights at the
 	// checkpoint's precision.
-	Plan(dtype DType) (*Plan, error)
+	Plan(dtype api.DType) (*api.Plan, error)
 }
 
 // Components are an opened model's heavyweight parts, loaded on demand by a run's stages.
@@ -109,45 +110,13 @@ type Preset struct {
 	Seed          int64   `json:"seed"`
 }
 
-// DType is the compute precision of the heavy components.
-type DType string
-
-const (
-	// DTypeAuto picks bf16 on accelerators and f32 on the pure-Go backend, which is both faster
-	// and exact in f32 (its half-precision kernels are slow).
-	DTypeAuto DType = ""
-	F32       DType = "f32"
-	BF16      DType = "bf16"
-	// FP8 computes as DTypeAuto does, with the MiniMax H3 DiT's six core linears of every joint
-	// block in float8 e4m3 (per-output-channel weight scales, per-token activation scales): half
-	// the linear weights' memory, FP8 GEMMs where the backend emits them. Opt-in, H3 only.
-	FP8 DType = "fp8"
-)
-
-// DTypeOf names a compute dtype.
-func DTypeOf(dt dtypes.DType) DType {
-	if dt == dtypes.BFloat16 {
-		return BF16
-	}
-	return F32
-}
-
-// Compute is the compute dtype a weight dtype runs in: float32 for F32, else bfloat16 (FP8's
-// non-linear weights and activations included).
-func (d DType) Compute() dtypes.DType {
-	if d == F32 {
-		return dtypes.Float32
-	}
-	return dtypes.BFloat16
-}
-
 // RunDType is the dtype an engine's runs report and size their weights in: FP8 when it runs the FP8
 // path, else its compute dtype.
-func (e *Engine) RunDType() DType {
+func (e *Engine) RunDType() api.DType {
 	if e.FP8 {
-		return FP8
+		return api.FP8
 	}
-	return DTypeOf(e.DType)
+	return api.DTypeOf(e.DType)
 }
 
 // MemoryPolicy decides how many heavyweight components stay resident.
@@ -179,7 +148,7 @@ type Engine struct {
 	DType       dtypes.DType
 	Memory      MemoryPolicy
 	// Residency is AutoMemory's decision per component (New fills it; see Keeps).
-	Residency      []ComponentResidency
+	Residency      []api.ComponentResidency
 	PromptCacheDir string // "" disables the prompt cache
 	// Media are the ffmpeg and ffprobe executables; X264Preset the encoder's speed preset ("":
 	// media.DefaultPreset).
@@ -213,11 +182,11 @@ type Engine struct {
 // SpecSplitter is implemented by Models whose layout over devices follows from their specification
 // alone, so that a plan (nothing opened, no backend) shows it as a generator would run it.
 type SpecSplitter interface {
-	PlanDevices(devices int, dt dtypes.DType) (*DevicePlan, error)
+	PlanDevices(devices int, dt dtypes.DType) (*api.DevicePlan, error)
 }
 
 // DeviceSplitter is implemented by Components that can spread their model over several devices:
 // DevicePlan says what each of devices devices holds, or why the model does not split that way.
 type DeviceSplitter interface {
-	DevicePlan(devices int) (*DevicePlan, error)
+	DevicePlan(devices int) (*api.DevicePlan, error)
 }

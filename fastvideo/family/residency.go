@@ -1,18 +1,6 @@
 package family
 
-import "fmt"
-
-// Residency is where a heavyweight component's weights are between the calls of a generator.
-type Residency string
-
-const (
-	// Kept: loaded by the first call that needs it and kept on the device until Close.
-	Kept Residency = "resident"
-	// PerCall: loaded by the stage that needs it and released at that stage's end.
-	PerCall Residency = "per_call"
-	// Streamed: read layer by layer while it runs (the text encoders), never whole on the device.
-	Streamed Residency = "streamed"
-)
+import "fastvideo/fastvideo/api"
 
 // Component names, as loads, timings and the memory policy call them.
 const (
@@ -34,25 +22,6 @@ var companions = map[string]string{"tokenizer": CompTextEncoder, "dit_replica": 
 // tokenizer, the open checkpoint and its compiled layer program.
 const conditioner = "tokenizer"
 
-// ComponentSize is what the memory policy knows of one heavyweight component.
-type ComponentSize struct {
-	Name string `json:"name"`
-	// Bytes are its weights on the device at the run's dtype.
-	Bytes int64 `json:"bytes"`
-	// StreamBytes, when positive, is what it holds on the device at once when it streams its
-	// layers instead of loading them all: it then never needs Bytes.
-	StreamBytes int64 `json:"stream_bytes,omitempty"`
-}
-
-// ComponentResidency is the memory policy's decision for one component.
-type ComponentResidency struct {
-	ComponentSize
-	Residency Residency `json:"residency"`
-	// Fits is false when even this component alone, beside the resident ones and the activation
-	// headroom, exceeds what the device can give: the run is expected to fail for memory there.
-	Fits bool `json:"fits"`
-}
-
 // PromptCounter is implemented by Components that can count a prompt's tokens exactly (their
 // tokenizer), so that a generator's Plan checks a prompt's length as Generate will, not from an
 // estimate (which undercounts scripts without spaces between words, CJK for one).
@@ -63,11 +32,11 @@ type PromptCounter interface {
 // ComponentSizer is implemented by Components that size their heavyweight components, the one
 // that costs most to bring back (load and compile) first: the memory policy keeps them in that order.
 type ComponentSizer interface {
-	ComponentSizes() []ComponentSize
+	ComponentSizes() []api.ComponentSize
 }
 
 // need is what a component holds on the device while it runs when it is not kept.
-func (c ComponentSize) need() int64 {
+func need(c api.ComponentSize) int64 {
 	if c.StreamBytes > 0 {
 		return c.StreamBytes
 	}
@@ -79,12 +48,12 @@ func (c ComponentSize) need() int64 {
 // (the kept bytes, its own need and headroom within free). A component that cannot run even alone
 // constrains nothing (it is reported as not fitting). The others stream when they can, else load per
 // call. A negative free (unknown) keeps nothing.
-func ChooseResidency(free, headroom int64, sizes []ComponentSize) []ComponentResidency {
+func ChooseResidency(free, headroom int64, sizes []api.ComponentSize) []api.ComponentResidency {
 	kept := make([]bool, len(sizes))
 	var keptBytes int64
 	runs := func(resident int64) bool {
 		for i, c := range sizes {
-			if !kept[i] && c.need()+headroom <= free && resident+c.need()+headroom > free {
+			if !kept[i] && need(c)+headroom <= free && resident+need(c)+headroom > free {
 				return false
 			}
 		}
@@ -98,15 +67,15 @@ func ChooseResidency(free, headroom int64, sizes []ComponentSize) []ComponentRes
 		}
 		kept[i] = false
 	}
-	out := make([]ComponentResidency, len(sizes))
+	out := make([]api.ComponentResidency, len(sizes))
 	for i, c := range sizes {
-		r := ComponentResidency{ComponentSize: c, Residency: Kept, Fits: keptBytes+headroom <= free}
+		r := api.ComponentResidency{ComponentSize: c, Residency: api.Kept, Fits: keptBytes+headroom <= free}
 		if !kept[i] {
-			r.Residency = PerCall
+			r.Residency = api.PerCall
 			if c.StreamBytes > 0 {
-				r.Residency = Streamed
+				r.Residency = api.Streamed
 			}
-			r.Fits = keptBytes+c.need()+headroom <= free
+			r.Fits = keptBytes+need(c)+headroom <= free
 		}
 		out[i] = r
 	}
@@ -115,15 +84,15 @@ func ChooseResidency(free, headroom int64, sizes []ComponentSize) []ComponentRes
 
 // UniformResidency is the decision of an explicit policy: every component kept (AllResident) or
 // none (OneResident; those that stream, stream).
-func UniformResidency(policy MemoryPolicy, sizes []ComponentSize) []ComponentResidency {
-	out := make([]ComponentResidency, len(sizes))
+func UniformResidency(policy MemoryPolicy, sizes []api.ComponentSize) []api.ComponentResidency {
+	out := make([]api.ComponentResidency, len(sizes))
 	for i, c := range sizes {
-		r := ComponentResidency{ComponentSize: c, Residency: PerCall, Fits: true}
+		r := api.ComponentResidency{ComponentSize: c, Residency: api.PerCall, Fits: true}
 		switch {
 		case policy == AllResident:
-			r.Residency = Kept
+			r.Residency = api.Kept
 		case c.StreamBytes > 0:
-			r.Residency = Streamed
+			r.Residency = api.Streamed
 		}
 		out[i] = r
 	}
@@ -131,17 +100,17 @@ func UniformResidency(policy MemoryPolicy, sizes []ComponentSize) []ComponentRes
 }
 
 // Undecided lists sizes with no decision yet: a plan made for no particular device.
-func Undecided(sizes []ComponentSize) []ComponentResidency {
-	out := make([]ComponentResidency, len(sizes))
+func Undecided(sizes []api.ComponentSize) []api.ComponentResidency {
+	out := make([]api.ComponentResidency, len(sizes))
 	for i, c := range sizes {
-		out[i] = ComponentResidency{ComponentSize: c, Fits: true}
+		out[i] = api.ComponentResidency{ComponentSize: c, Fits: true}
 	}
 	return out
 }
 
 // Sizes are the sizes behind decisions (to decide them again for a device).
-func Sizes(rs []ComponentResidency) []ComponentSize {
-	out := make([]ComponentSize, len(rs))
+func Sizes(rs []api.ComponentResidency) []api.ComponentSize {
+	out := make([]api.ComponentSize, len(rs))
 	for i, r := range rs {
 		out[i] = r.ComponentSize
 	}
@@ -165,27 +134,10 @@ func (e *Engine) Keeps(name string) bool {
 	for _, r := range e.Residency {
 		if r.Name == owner {
 			if name == conditioner {
-				return r.Residency != PerCall
+				return r.Residency != api.PerCall
 			}
-			return r.Residency == Kept
+			return r.Residency == api.Kept
 		}
 	}
 	return false
-}
-
-// MemoryRows writes one plan-table row per component: its bytes and, when decided, where it lives.
-func MemoryRows(row func(key, format string, a ...any), rs []ComponentResidency) {
-	for _, r := range rs {
-		where := string(r.Residency)
-		switch {
-		case where == "":
-			where = "residency decided by the device"
-		case r.Residency == Streamed:
-			where = fmt.Sprintf("streamed (%.2f GiB at a time)", float64(r.StreamBytes)/(1<<30))
-		}
-		if !r.Fits {
-			where += "; does not fit this device"
-		}
-		row("memory "+r.Name, "%.2f GiB, %s", float64(r.Bytes)/(1<<30), where)
-	}
 }

@@ -1,26 +1,29 @@
 package family
 
-import "testing"
+import (
+	"fastvideo/fastvideo/api"
+	"testing"
+)
 
 // TestKeepsCompanions: under AutoMemory a DiT replica goes with the DiT, and the conditioner (the
 // "tokenizer" load, which owns the text encoder) stays unless its encoder loads per call: a streaming
 // encoder holds no weights between calls. Explicit policies keep all or nothing.
 func TestKeepsCompanions(t *testing.T) {
-	decided := func(dit, text Residency) []ComponentResidency {
-		return []ComponentResidency{{ComponentSize: ComponentSize{Name: CompDiT}, Residency: dit},
-			{ComponentSize: ComponentSize{Name: CompTextEncoder}, Residency: text}}
+	decided := func(dit, text api.Residency) []api.ComponentResidency {
+		return []api.ComponentResidency{{ComponentSize: api.ComponentSize{Name: CompDiT}, Residency: dit},
+			{ComponentSize: api.ComponentSize{Name: CompTextEncoder}, Residency: text}}
 	}
 	for _, c := range []struct {
 		policy            MemoryPolicy
-		dit, text         Residency
+		dit, text         api.Residency
 		replica, tokenize bool
 		encoder           bool
 	}{
-		{AutoMemory, Kept, Streamed, true, true, false},
-		{AutoMemory, PerCall, Kept, false, true, true},
-		{AutoMemory, Kept, PerCall, true, false, false},
-		{OneResident, Kept, Kept, false, false, false},
-		{AllResident, PerCall, PerCall, true, true, true},
+		{AutoMemory, api.Kept, api.Streamed, true, true, false},
+		{AutoMemory, api.PerCall, api.Kept, false, true, true},
+		{AutoMemory, api.Kept, api.PerCall, true, false, false},
+		{OneResident, api.Kept, api.Kept, false, false, false},
+		{AllResident, api.PerCall, api.PerCall, true, true, true},
 	} {
 		e := &Engine{Memory: c.policy, Residency: decided(c.dit, c.text)}
 		if e.Keeps("dit_replica") != c.replica || e.Keeps("tokenizer") != c.tokenize || e.Keeps(CompTextEncoder) != c.encoder {
@@ -34,7 +37,7 @@ func TestKeepsCompanions(t *testing.T) {
 // beside them; one that cannot run even alone constrains nothing and is reported as not fitting; an
 // unknown free memory keeps nothing.
 func TestChooseResidencyRules(t *testing.T) {
-	sizes := []ComponentSize{{Name: "a", Bytes: 50}, {Name: "b", Bytes: 10}, {Name: "c", Bytes: 30, StreamBytes: 2}}
+	sizes := []api.ComponentSize{{Name: "a", Bytes: 50}, {Name: "b", Bytes: 10}, {Name: "c", Bytes: 30, StreamBytes: 2}}
 	for _, c := range []struct {
 		free int64
 		want string
@@ -58,7 +61,7 @@ func TestChooseResidencyRules(t *testing.T) {
 			t.Errorf("free %d: %s, want %s", c.free, s, c.want)
 		}
 	}
-	if got := ChooseResidency(55, 10, sizes); got[0].Fits || got[0].Residency != PerCall || got[1].Residency != Kept {
+	if got := ChooseResidency(55, 10, sizes); got[0].Fits || got[0].Residency != api.PerCall || got[1].Residency != api.Kept {
 		t.Errorf("a component that cannot run alone: %+v", got)
 	}
 }

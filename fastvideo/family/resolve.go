@@ -1,6 +1,7 @@
 package family
 
 import (
+	"fastvideo/fastvideo/api"
 	"fmt"
 	"sort"
 	"strings"
@@ -29,7 +30,7 @@ type Resolved struct {
 
 	// FirstImage and LastImage are the request's keyframes, read and converted to RGB (nil when
 	// absent); only models whose ModelInfo takes them get them.
-	FirstImage, LastImage *Keyframe
+	FirstImage, LastImage *api.Keyframe
 
 	// Filters are the frame filters the resolution needs (the fast modes' resize and sharpen),
 	// run on the decoded frames before the caller's own (fastvideo.WithFrameFilter). The family
@@ -49,34 +50,34 @@ const MaxSteps = 1000
 // ResolveCommon starts a resolution for any family: the preset, the prompt requirement, the seed,
 // the run-level flags against the model's capabilities and the options' family. It returns the
 // preset (the family's own preset type stays with the family) and the common fields.
-func ResolveCommon(info ModelInfo, req Request, needPrompt bool) (Preset, *Resolved, error) {
+func ResolveCommon(info ModelInfo, req api.Request, needPrompt bool) (Preset, *Resolved, error) {
 	preset, err := FindPreset(info, req.Preset)
 	if err != nil {
 		return Preset{}, nil, err
 	}
 	for _, p := range []struct{ field, text string }{{"prompt", req.Prompt}, {"negative_prompt", req.NegativePrompt}} {
 		if len(p.text) > MaxPromptBytes {
-			return Preset{}, nil, &RequestError{Field: p.field, Value: fmt.Sprintf("%d bytes", len(p.text)),
+			return Preset{}, nil, &api.RequestError{Field: p.field, Value: fmt.Sprintf("%d bytes", len(p.text)),
 				Allowed: fmt.Sprintf("at most %d bytes (the models read at most a thousand tokens)", MaxPromptBytes)}
 		}
 	}
 	if needPrompt && strings.TrimSpace(req.Prompt) == "" {
-		return Preset{}, nil, &RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
+		return Preset{}, nil, &api.RequestError{Field: "prompt", Value: req.Prompt, Allowed: "a non-empty text prompt"}
 	}
 	if req.Options != nil && req.Options.FamilyName() != info.Family {
-		return Preset{}, nil, &RequestError{Field: "options", Value: fmt.Sprintf("%T", req.Options),
+		return Preset{}, nil, &api.RequestError{Field: "options", Value: fmt.Sprintf("%T", req.Options),
 			Allowed: fmt.Sprintf("nil or the %s family's options (model %s)", info.Family, info.Name)}
 	}
 	if req.ReturnAudio && info.AudioChannels == 0 {
-		return Preset{}, nil, &RequestError{Field: "return_audio", Value: true,
+		return Preset{}, nil, &api.RequestError{Field: "return_audio", Value: true,
 			Allowed: fmt.Sprintf("false (%s generates video only)", info.Name)}
 	}
 	if req.SkipSave && !req.ReturnFrames && !req.ReturnAudio && !req.ReturnLatents {
-		return Preset{}, nil, &RequestError{Field: "skip_save", Value: true,
+		return Preset{}, nil, &api.RequestError{Field: "skip_save", Value: true,
 			Allowed: "false, or true together with return_frames, return_audio or return_latents (else nothing is produced)"}
 	}
 	if req.PromptTokens < 0 {
-		return Preset{}, nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
+		return Preset{}, nil, &api.RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
 	}
 	r := &Resolved{Model: info, Preset: preset.Name, Prompt: strings.TrimSpace(req.Prompt), OutputPath: req.OutputPath,
 		Seed: preset.Seed, PromptTokens: req.PromptTokens}
@@ -102,6 +103,6 @@ func FindPreset(info ModelInfo, name string) (Preset, error) {
 		names = append(names, p.Name)
 	}
 	sort.Strings(names)
-	return Preset{}, &RequestError{Field: "preset", Value: name,
+	return Preset{}, &api.RequestError{Field: "preset", Value: name,
 		Allowed: fmt.Sprintf("one of %s for model %s (empty: %s)", strings.Join(names, ", "), info.Name, info.DefaultPreset)}
 }

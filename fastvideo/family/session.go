@@ -3,6 +3,7 @@ package family
 import (
 	"context"
 	"errors"
+	"fastvideo/fastvideo/api"
 	"fmt"
 	"time"
 )
@@ -11,11 +12,11 @@ import (
 // reporting, and the memory policy that releases a stage's components at its end.
 type Session struct {
 	Engine  *Engine
-	Request Request
-	Result  *Result
+	Request api.Request
+	Result  *api.Result
 
-	stage    Stage
-	emit     func(Event)
+	stage    api.Stage
+	emit     func(api.Event)
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
 }
@@ -25,18 +26,18 @@ type Session struct {
 func (s *Session) NoteLoad(component string) { s.noteLoad(component) }
 
 // NewSession starts a run's session: emit receives every event, noteLoad every component load.
-func NewSession(e *Engine, req Request, res *Result, emit func(Event), noteLoad func(string)) *Session {
+func NewSession(e *Engine, req api.Request, res *api.Result, emit func(api.Event), noteLoad func(string)) *Session {
 	return &Session{Engine: e, Request: req, Result: res, emit: emit, noteLoad: noteLoad}
 }
 
 // Emit reports an event.
-func (s *Session) Emit(e Event) { s.emit(e) }
+func (s *Session) Emit(e api.Event) { s.emit(e) }
 
 // Stage is the running stage.
-func (s *Session) Stage() Stage { return s.stage }
+func (s *Session) Stage() api.Stage { return s.stage }
 
 // SetStage records the running stage (the pipeline calls it).
-func (s *Session) SetStage(st Stage) { s.stage = st }
+func (s *Session) SetStage(st api.Stage) { s.stage = st }
 
 // Canceled returns ctx's error wrapped with the running stage, or nil.
 func (s *Session) Canceled(ctx context.Context) error {
@@ -110,7 +111,7 @@ func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) e
 		if err := step(k); err != nil {
 			return err
 		}
-		s.Emit(Event{Kind: DenoiseStep, Stage: StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+		s.Emit(api.Event{Kind: api.DenoiseStep, Stage: api.StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/modelcfg"
 	"fastvideo/internal/safetensors"
@@ -105,7 +106,7 @@ func (s Snapshot) CheckParams(dir string, params weights.Shapes) error {
 		more = fmt.Sprintf(" (and %d more)", len(problems)-shown)
 		problems = problems[:shown]
 	}
-	return &family.RequestError{Field: "model", Value: s.Dir, Allowed: fmt.Sprintf(
+	return &api.RequestError{Field: "model", Value: s.Dir, Allowed: fmt.Sprintf(
 		"a snapshot whose %s/config.json matches its weights: %s%s", dir, strings.Join(problems, "; "), more)}
 }
 
@@ -237,10 +238,10 @@ func ReadConfigJSON(path string, v any) error {
 // the model field naming the file; other errors pass through.
 func MissingOr(dir, snapshot, file string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return &family.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
+		return &api.RequestError{Field: "model", Value: dir, Allowed: fmt.Sprintf(
 			"a complete %s snapshot: %s is missing", snapshot, filepath.Join(dir, file))}
 	}
-	if _, ok := err.(*family.RequestError); ok {
+	if _, ok := err.(*api.RequestError); ok {
 		return err
 	}
 	return fmt.Errorf("fastvideo: %w", err)

@@ -1,6 +1,7 @@
 package familykit
 
 import (
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fmt"
 	"math"
@@ -28,12 +29,12 @@ type SizeRule struct {
 // ResolveSize applies "both or neither" to the requested size, falls back to the preset's and
 // checks the rule. Values beyond the bound are reported without arithmetic on them, so a huge
 // value can never overflow into a misleading hint.
-func ResolveSize(req family.Request, preset family.Preset, rule SizeRule) (h, w int, err error) {
+func ResolveSize(req api.Request, preset family.Preset, rule SizeRule) (h, w int, err error) {
 	switch {
 	case req.Height == 0 && req.Width != 0:
-		return 0, 0, &family.RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
+		return 0, 0, &api.RequestError{Field: "height", Value: req.Height, Allowed: "a value together with width (pass both or neither)"}
 	case req.Width == 0 && req.Height != 0:
-		return 0, 0, &family.RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
+		return 0, 0, &api.RequestError{Field: "width", Value: req.Width, Allowed: "a value together with height (pass both or neither)"}
 	}
 	h, w = req.Height, req.Width
 	if h == 0 {
@@ -54,10 +55,10 @@ func (rule SizeRule) check(field string, v, multiple int) error {
 		allowed += " (" + rule.Why + ")"
 	}
 	if v <= 0 || v > rule.MaxSide {
-		return &family.RequestError{Field: field, Value: v, Allowed: allowed}
+		return &api.RequestError{Field: field, Value: v, Allowed: allowed}
 	}
 	if v%multiple != 0 {
-		return &family.RequestError{Field: field, Value: v, Allowed: allowed + NearestMultiple(v, multiple)}
+		return &api.RequestError{Field: field, Value: v, Allowed: allowed + NearestMultiple(v, multiple)}
 	}
 	return nil
 }
@@ -77,12 +78,12 @@ func CheckNoise(field string, v []float32, n int, layout string) error {
 		return nil
 	}
 	if len(v) != n {
-		return &family.RequestError{Field: field, Value: fmt.Sprintf("%d values", len(v)),
+		return &api.RequestError{Field: field, Value: fmt.Sprintf("%d values", len(v)),
 			Allowed: fmt.Sprintf("nil (noise from the seed) or %d float32 values in the layout %s", n, layout)}
 	}
 	for i, x := range v {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return &family.RequestError{Field: field, Value: fmt.Sprintf("%v at index %d", x, i), Allowed: "finite values"}
+			return &api.RequestError{Field: field, Value: fmt.Sprintf("%v at index %d", x, i), Allowed: "finite values"}
 		}
 	}
 	return nil
@@ -107,12 +108,12 @@ func Floats(v []float32) string {
 
 // WeightBytes sizes weights kept half in float32 and half in the compute dtype: bf16 keeps the
 // release's mixed precision, f32 stores everything in float32.
-func WeightBytes(fp32, half int64, dtype family.DType) (int64, error) {
+func WeightBytes(fp32, half int64, dtype api.DType) (int64, error) {
 	switch dtype {
-	case family.BF16:
+	case api.BF16:
 		return 4*fp32 + 2*half, nil
-	case family.F32:
+	case api.F32:
 		return 4 * (fp32 + half), nil
 	}
-	return 0, &family.RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
+	return 0, &api.RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"fastvideo/attention"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 )
 
 // DenseByDefault is why a VSA-trained model runs dense attention when the request does not name
@@ -49,7 +49,7 @@ type VSACheckpoint struct {
 // row), and a *family.RequestError for a bad knob.
 func ResolveVSA(knobs *VSAKnobs, ck VSACheckpoint) (vsa *VSA, why string, err error) {
 	if knobs != nil && !knobs.Off && !ck.Gates {
-		return nil, "", &family.RequestError{Field: "vsa", Value: "on", Allowed: ck.GatesHint}
+		return nil, "", &api.RequestError{Field: "vsa", Value: "on", Allowed: ck.GatesHint}
 	}
 	if !ck.Gates || (knobs != nil && knobs.Off) {
 		return nil, "", nil
@@ -68,13 +68,13 @@ func ResolveVSA(knobs *VSAKnobs, ck VSACheckpoint) (vsa *VSA, why string, err er
 		}
 		if knobs.Mode != "" {
 			if c.Mode, err = attention.ParseMode(knobs.Mode); err != nil {
-				return nil, "", &family.RequestError{Field: "vsa_mode", Value: knobs.Mode, Allowed: "exempt or compete"}
+				return nil, "", &api.RequestError{Field: "vsa_mode", Value: knobs.Mode, Allowed: "exempt or compete"}
 			}
 		}
 		c.DenseFirstSteps, c.DenseLayers = knobs.DenseFirstSteps, knobs.DenseLayers
 	}
 	if c.TileSize != 64 && c.TileSize != 256 {
-		return nil, "", &family.RequestError{Field: "vsa_tile_size", Value: fmt.Sprint(c.TileSize), Allowed: "64 or 256"}
+		return nil, "", &api.RequestError{Field: "vsa_tile_size", Value: fmt.Sprint(c.TileSize), Allowed: "64 or 256"}
 	}
 	if err := checkVSAKnobs(c.Sparsity, c.DenseFirstSteps, c.DenseLayers, ck.NumLayers); err != nil {
 		return nil, "", err
@@ -104,13 +104,13 @@ func (c *VSA) TFLOPsSaved(tl *attention.Tiling, topK, sparseForwards, layers, wi
 func checkVSAKnobs(sparsity float64, denseFirstSteps int, denseLayers []int, numLayers int) error {
 	switch {
 	case !(sparsity >= 0 && sparsity < 1): // NaN too
-		return &family.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
+		return &api.RequestError{Field: "vsa_sparsity", Value: fmt.Sprint(sparsity), Allowed: "[0, 1)"}
 	case denseFirstSteps < 0:
-		return &family.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
+		return &api.RequestError{Field: "vsa_dense_first_n_steps", Value: fmt.Sprint(denseFirstSteps), Allowed: "0 or more"}
 	}
 	for _, b := range denseLayers {
 		if b < 0 || b >= numLayers {
-			return &family.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
+			return &api.RequestError{Field: "vsa_dense_layers", Value: fmt.Sprint(b), Allowed: fmt.Sprintf("0..%d", numLayers-1)}
 		}
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"fastvideo/attention"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 )
 
 func TestResolveVSA(t *testing.T) {
@@ -38,7 +38,7 @@ func TestResolveVSA(t *testing.T) {
 		{&VSAKnobs{Mode: "sideways"}, ck, "vsa_mode"},
 		{&VSAKnobs{DenseLayers: []int{4}}, ck, "vsa_dense_layers"},
 	} {
-		var re *family.RequestError
+		var re *api.RequestError
 		if _, _, err := ResolveVSA(bad.knobs, bad.ck); !errors.As(err, &re) || re.Field != bad.field {
 			t.Errorf("%+v: %v; want a RequestError for %s", bad.knobs, err, bad.field)
 		}

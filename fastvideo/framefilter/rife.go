@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/rife"
@@ -61,12 +62,12 @@ func syntheticRIFE(cfg rife.Config, seed int64) (weights.Source, error) {
 func RIFEFolder(field, path string) (familykit.WeightOpener, error) {
 	ck, err := safetensors.OpenCheckpoint(path)
 	if err != nil {
-		return nil, &family.RequestError{Field: field, Value: path, Allowed: fmt.Sprintf(
+		return nil, &api.RequestError{Field: field, Value: path, Allowed: fmt.Sprintf(
 			"a RIFE 4.25 checkpoint: mlx-community/RIFE-4.25 (model.safetensors) or Practical-RIFE's flownet.pkl saved as safetensors (%v)", err)}
 	}
 	defer ck.Close()
 	if err := rife.Check(ck); err != nil {
-		return nil, &family.RequestError{Field: field, Value: path, Allowed: err.Error()}
+		return nil, &api.RequestError{Field: field, Value: path, Allowed: err.Error()}
 	}
 	return func() (weights.Source, func() error, error) {
 		ck, err := safetensors.OpenCheckpoint(path)
@@ -97,17 +98,17 @@ func LoadRIFE(e *family.Engine, open familykit.WeightOpener) (Interpolator, erro
 
 // RIFESize sizes the interpolator RIFE weights open would load, for the memory policy: small (tens
 // of MB), but costly to bring back, since its programs compile for every batch size of a stream.
-func RIFESize(e *family.Engine, open familykit.WeightOpener) (family.ComponentSize, error) {
+func RIFESize(e *family.Engine, open familykit.WeightOpener) (api.ComponentSize, error) {
 	src, closeSrc, err := open()
 	if err != nil {
-		return family.ComponentSize{}, err
+		return api.ComponentSize{}, err
 	}
 	defer closeSrc()
 	cfg, layout, err := rife.Detect(src)
 	if err != nil {
-		return family.ComponentSize{}, err
+		return api.ComponentSize{}, err
 	}
-	return family.ComponentSize{Name: family.CompRIFE, Bytes: familykit.ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
+	return api.ComponentSize{Name: family.CompRIFE, Bytes: familykit.ParamBytes(rife.Params(cfg, layout))(int64(e.DType.Size()))}, nil
 }
 
 // rifeInterpolator runs the pairs in RIFEBatches of at most batch on the device.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/rife"
 	"fastvideo/internal/safetensors"
@@ -92,7 +93,7 @@ func TestRIFEFolderChecksEveryTensor(t *testing.T) {
 	}
 	bad := table[len(table)/2].Name
 	_, err = RIFEFolder("rife", write(bad))
-	var re *family.RequestError
+	var re *api.RequestError
 	if !errors.As(err, &re) || re.Field != "rife" || !strings.Contains(err.Error(), bad) {
 		t.Errorf("a misshapen %s: %v", bad, err)
 	}

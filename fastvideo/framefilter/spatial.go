@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/imageops"
 )
@@ -34,27 +35,27 @@ type FastPixelKnobs struct {
 // ResolveFastPixelKnobs validates family.Request.Upsample and family.Request.Sharpen and applies upstream's
 // defaults: each knob is invalid unless a mode that uses it is on (Upsample: the spatial mode;
 // Sharpen: either), Sharpen must be finite and >= 0 (plan_fast_spatial rejects a negative one).
-func ResolveFastPixelKnobs(req family.Request) (FastPixelKnobs, error) {
+func ResolveFastPixelKnobs(req api.Request) (FastPixelKnobs, error) {
 	var k FastPixelKnobs
 	name := DefaultUpsample
 	if req.Upsample != "" {
 		if !req.FastSpatial {
-			return k, &family.RequestError{Field: "upsample", Value: req.Upsample, Allowed: "empty unless the spatial fast mode is on"}
+			return k, &api.RequestError{Field: "upsample", Value: req.Upsample, Allowed: "empty unless the spatial fast mode is on"}
 		}
 		name = req.Upsample
 	}
 	mode, err := imageops.ParseInterpolation(name)
 	if err != nil {
-		return k, &family.RequestError{Field: "upsample", Value: req.Upsample,
+		return k, &api.RequestError{Field: "upsample", Value: req.Upsample,
 			Allowed: strings.Join(imageops.InterpolationNames, ", ") + " (OpenCV's INTER_LANCZOS4, INTER_CUBIC, INTER_LINEAR, INTER_NEAREST)"}
 	}
 	k.Upsample = mode
 	switch {
 	case req.Sharpen != nil && !req.Fast && !req.FastSpatial:
-		return k, &family.RequestError{Field: "sharpen", Value: *req.Sharpen, Allowed: "unset unless a fast mode is on"}
+		return k, &api.RequestError{Field: "sharpen", Value: *req.Sharpen, Allowed: "unset unless a fast mode is on"}
 	case req.Sharpen != nil:
 		if s := *req.Sharpen; !(s >= 0) || math.IsInf(s, 1) {
-			return k, &family.RequestError{Field: "sharpen", Value: s, Allowed: "a finite strength >= 0 (0 turns the unsharp pass off)"}
+			return k, &api.RequestError{Field: "sharpen", Value: s, Allowed: "a finite strength >= 0 (0 turns the unsharp pass off)"}
 		}
 		k.Sharpen = *req.Sharpen
 	case req.Fast && req.FastSpatial:

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/imageops"
 )
@@ -16,23 +17,23 @@ import (
 func TestFastPixelKnobs(t *testing.T) {
 	zero, half := 0.0, 0.5
 	for _, c := range []struct {
-		req     family.Request
+		req     api.Request
 		mode    imageops.Interpolation
 		sharpen float64
 		field   string
 	}{
-		{req: family.Request{}},
-		{req: family.Request{FastSpatial: true}, sharpen: SpatialSharpen},
-		{req: family.Request{Fast: true}, sharpen: TemporalSharpen},
-		{req: family.Request{Fast: true, FastSpatial: true}, sharpen: TemporalSharpen},
-		{req: family.Request{FastSpatial: true, Upsample: "nearest", Sharpen: &zero}, mode: imageops.Nearest},
-		{req: family.Request{Fast: true, FastSpatial: true, Sharpen: &half}, sharpen: 0.5},
-		{req: family.Request{FastSpatial: true, Upsample: "Lanczos"}, field: "upsample"},
-		{req: family.Request{Fast: true, Upsample: "cubic"}, field: "upsample"},
-		{req: family.Request{Sharpen: &half}, field: "sharpen"},
+		{req: api.Request{}},
+		{req: api.Request{FastSpatial: true}, sharpen: SpatialSharpen},
+		{req: api.Request{Fast: true}, sharpen: TemporalSharpen},
+		{req: api.Request{Fast: true, FastSpatial: true}, sharpen: TemporalSharpen},
+		{req: api.Request{FastSpatial: true, Upsample: "nearest", Sharpen: &zero}, mode: imageops.Nearest},
+		{req: api.Request{Fast: true, FastSpatial: true, Sharpen: &half}, sharpen: 0.5},
+		{req: api.Request{FastSpatial: true, Upsample: "Lanczos"}, field: "upsample"},
+		{req: api.Request{Fast: true, Upsample: "cubic"}, field: "upsample"},
+		{req: api.Request{Sharpen: &half}, field: "sharpen"},
 	} {
 		k, err := ResolveFastPixelKnobs(c.req)
-		var re *family.RequestError
+		var re *api.RequestError
 		switch {
 		case c.field != "" && (!errors.As(err, &re) || re.Field != c.field):
 			t.Errorf("%+v: error %v, want one naming %s", c.req, err, c.field)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	h3dit "fastvideo/dit/h3"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/modelkit"
@@ -71,7 +72,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	}
 	if s.Dir == "" {
 		if s.Name != TinyName {
-			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
+			return nil, &api.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
 				"%s or a MiniMax H3 snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
 					"download the checkpoint and pass its folder (%s)", TinyName, s.Name, Family{}.FolderLayout())}
 		}
@@ -210,7 +211,7 @@ func (f *folder) Check() error {
 	if f.HasFile(familykit.DirTokenizer, "tokenizer.json", "tokenizer.json.gz") {
 		return nil
 	}
-	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
+	return &api.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
 		"a complete MiniMax H3 snapshot: %s (the Qwen3 tokenizer) is missing", filepath.Join(f.Dir, familykit.DirTokenizer, "tokenizer.json"))}
 }
 
@@ -244,13 +245,13 @@ func (f *folder) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 // on the H200 makes it dearer to bring back than its size says), for a model that takes keyframes the
 // vision tower and the video VAE's encoder in float32 (the precision they load in), and the text
 // layers up to the hidden state H3 reads, which stream one layer at a time when not kept.
-func (c *components) ComponentSizes() []family.ComponentSize {
+func (c *components) ComponentSizes() []api.ComponentSize {
 	return componentSizes(c.spec, c.textCfg, c.Engine.DType, c.Engine.RunDType())
 }
 
 // componentSizes sizes an H3 model's components for a compute dtype dt (runDType: FP8 when the DiT's
 // linears are FP8).
-func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDType family.DType) []family.ComponentSize {
+func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDType api.DType) []api.ComponentSize {
 	size := int64(dt.Size())
 	text := familykit.ParamBytes(qwen3vl.Params(textCfg))(size)
 	layer := text
@@ -267,17 +268,17 @@ func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDTyp
 	if spec.DiTStoredBytes > 0 {
 		dit = spec.DiTStoredBytes
 	}
-	sizes := []family.ComponentSize{
+	sizes := []api.ComponentSize{
 		{Name: family.CompDiT, Bytes: dit},
 		{Name: family.CompVideoVAE, Bytes: familykit.ParamBytes(h3video.Params(spec.VAE))(size)},
 		{Name: family.CompAudioVAE, Bytes: familykit.ParamBytes(h3audio.Params(spec.AudioVAE))(4)},
 	}
 	if v := spec.Vision; v != nil && (spec.FirstImage || spec.LastImage) {
 		sizes = append(sizes,
-			family.ComponentSize{Name: family.CompVisionEncoder, Bytes: familykit.ParamBytes(qwen3vl.VisionParams(*v))(4)},
-			family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: familykit.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
+			api.ComponentSize{Name: family.CompVisionEncoder, Bytes: familykit.ParamBytes(qwen3vl.VisionParams(*v))(4)},
+			api.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: familykit.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
 	}
-	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	return append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
 }
 
 func (f *folder) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	h3dit "fastvideo/dit/h3"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/vae/h3video"
@@ -15,17 +16,17 @@ import (
 // its shard of the joint blocks and the replicated rest, a replica of the video VAE decoder for its
 // clips (videoVAEOptions), plus the activation allowance.
 // PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
-func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
+func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*api.DevicePlan, error) {
 	return (&components{Opened: familykit.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
 }
 
-func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
+func (c *components) DevicePlan(devices int) (*api.DevicePlan, error) {
 	sp, err := h3dit.PlanShards(c.spec.DiT, c.Engine.DType, devices)
 	if err != nil {
-		return nil, &family.RequestError{Field: "devices", Value: devices, Allowed: fmt.Sprintf(
+		return nil, &api.RequestError{Field: "devices", Value: devices, Allowed: fmt.Sprintf(
 			"a count that divides the DiT's %d attention heads and FFN width %d (%v)", c.spec.DiT.NumAttentionHeads, c.spec.DiT.FFNDim, err)}
 	}
-	return &family.DevicePlan{Devices: devices, Split: family.TensorParallel, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
+	return &api.DevicePlan{Devices: devices, Split: api.TensorParallel, LocalHeads: sp.LocalHeads, LocalFFN: sp.LocalFFN,
 		DiTShardBytes: sp.ShardedBytes, DiTReplicatedBytes: sp.ReplicatedBytes,
 		VideoVAEBytes: familykit.ParamBytes(h3video.Params(c.spec.VAE))(int64(c.Engine.DType.Size()))}, nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/h3"
@@ -194,7 +194,7 @@ func TestFL2VAConditionFixed(t *testing.T) {
 	}
 	for _, c := range cases {
 		res := fvtest.LatentsOnly(t, g, fastvideo.Request{Prompt: "a red fox runs", NumFrames: 5, Height: 64, Width: 96,
-			Seed: family.Ptr[int64](seed), Image: c.first, LastImage: c.last})
+			Seed: api.Ptr[int64](seed), Image: c.first, LastImage: c.last})
 		cond, shape := res.Latents.Condition, res.Latents.ConditionShape
 		if len(shape) != 4 || shape[1] != len(c.latents) || len(cond) != shape[0]*shape[1]*shape[2]*shape[3] {
 			t.Fatalf("%s: condition latents of %d values, shape %v", c.name, len(cond), shape)

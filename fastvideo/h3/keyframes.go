@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/imageops"
@@ -35,14 +36,14 @@ import (
 // keyframe is one resolved keyframe: its anchor, the image and its way onto the canvas.
 type keyframe struct {
 	anchor packing.Anchor
-	image  *family.Keyframe
+	image  *api.Keyframe
 	resize packing.KeyframeResize
 }
 
 // givenKeyframes are the request's keyframes in upstream's order (first, then last).
-func (r *resolved) givenKeyframes() []*family.Keyframe {
-	var out []*family.Keyframe
-	for _, k := range []*family.Keyframe{r.FirstImage, r.LastImage} {
+func (r *resolved) givenKeyframes() []*api.Keyframe {
+	var out []*api.Keyframe
+	for _, k := range []*api.Keyframe{r.FirstImage, r.LastImage} {
 		if k != nil {
 			out = append(out, k)
 		}
@@ -52,7 +53,7 @@ func (r *resolved) givenKeyframes() []*family.Keyframe {
 
 // keyframeCanvas is the canvas of a keyframe request without a size: the first keyframe's aspect
 // through resolve_canvas_size.
-func (r *resolved) keyframeCanvas(req *family.Request) error {
+func (r *resolved) keyframeCanvas(req *api.Request) error {
 	given := r.givenKeyframes()
 	if len(given) == 0 || !r.spec.KeyframeCanvas || req.Height != 0 || req.Width != 0 {
 		return nil
@@ -60,7 +61,7 @@ func (r *resolved) keyframeCanvas(req *family.Request) error {
 	k := given[0]
 	h, w, err := packing.ResolveCanvasSize(float64(k.Pixels.Width), float64(k.Pixels.Height))
 	if err != nil {
-		return &family.RequestError{Field: k.Field, Value: fmt.Sprintf("a %dx%d image", k.Pixels.Width, k.Pixels.Height),
+		return &api.RequestError{Field: k.Field, Value: fmt.Sprintf("a %dx%d image", k.Pixels.Width, k.Pixels.Height),
 			Allowed: fmt.Sprintf("an image with an aspect ratio from 1:4 to 4:1, or an explicit height and width (%v)", err)}
 	}
 	req.Height, req.Width = h, w
@@ -69,7 +70,7 @@ func (r *resolved) keyframeCanvas(req *family.Request) error {
 
 // resolveKeyframes plans every keyframe's resize onto the denoise canvas and the vision tokens
 // each becomes.
-func (r *resolved) resolveKeyframes(_ family.Request, _ family.Preset) error {
+func (r *resolved) resolveKeyframes(_ api.Request, _ family.Preset) error {
 	r.keyframes, r.visionTokens = nil, 0
 	given := r.givenKeyframes()
 	if len(given) == 0 {
@@ -77,24 +78,24 @@ func (r *resolved) resolveKeyframes(_ family.Request, _ family.Preset) error {
 	}
 	first := given[0]
 	if r.FastTemporal != nil || r.FastSpatial != nil {
-		return &family.RequestError{Field: first.Field, Value: first.Source, Allowed: "no keyframe with the fast modes: FL2VA runs at the full canvas and frame count"}
+		return &api.RequestError{Field: first.Field, Value: first.Source, Allowed: "no keyframe with the fast modes: FL2VA runs at the full canvas and frame count"}
 	}
 	if r.spec.AdaLN != nil {
-		return &family.RequestError{Field: first.Field, Value: first.Source, Allowed: "no keyframe with this checkpoint: its fixed AdaLN cache lacks the condition rows' timestep max(t, 0.999); use the released transformer"}
+		return &api.RequestError{Field: first.Field, Value: first.Source, Allowed: "no keyframe with this checkpoint: its fixed AdaLN cache lacks the condition rows' timestep max(t, 0.999); use the released transformer"}
 	}
 	g := r.Denoise
 	anchors := packing.KeyframeAnchors(r.FirstImage != nil, r.LastImage != nil)
 	for i, k := range given {
 		rz, err := packing.PlanKeyframeResize(k.Pixels.Width, k.Pixels.Height, g.Width, g.Height, i == 0)
 		if err != nil {
-			return &family.RequestError{Field: k.Field, Value: k.Source, Allowed: err.Error()}
+			return &api.RequestError{Field: k.Field, Value: k.Source, Allowed: err.Error()}
 		}
 		r.keyframes = append(r.keyframes, keyframe{anchor: anchors[i], image: k, resize: rz})
 	}
 	pc := r.spec.Processor
 	h, w, err := pc.SmartResize(g.Height, g.Width)
 	if err != nil {
-		return &family.RequestError{Field: "height", Value: g.Height, Allowed: err.Error()}
+		return &api.RequestError{Field: "height", Value: g.Height, Allowed: err.Error()}
 	}
 	r.visionTokens = pc.Tokens([3]int{1, h / pc.PatchSize, w / pc.PatchSize})
 	return nil

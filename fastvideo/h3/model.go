@@ -17,6 +17,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/qwen3vl"
@@ -54,7 +55,7 @@ type Spec struct {
 	DiTStoredBytes int64
 	// WeightsDType is the DiT checkpoint precision: BF16 (the release: BF16 with the five boundary
 	// modules in FP32) or F32.
-	WeightsDType family.DType
+	WeightsDType api.DType
 
 	// MinAlignedFrames/MaxAlignedFrames bound the aligned clip length: the released models
 	// generate 5-15 s (124..345 frames at 24 fps).
@@ -138,7 +139,7 @@ func released() *Spec {
 		ModelInfo: family.ModelInfo{Family: FamilyName, AudioSampleRate: h3audio.DefaultConfig().SamplingRate,
 			AudioChannels: packing.AudioChannels},
 		DiT: h3dit.ReleaseConfig(), VAE: h3video.DefaultConfig(), AudioVAE: h3audio.DefaultConfig(),
-		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: family.BF16,
+		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: api.BF16,
 		MinAlignedFrames: releasedMinFrames, MaxAlignedFrames: releasedMaxFrames, MaxSide: releasedMaxSide,
 		KeyframeCanvas: true,
 	}

@@ -6,6 +6,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/schedule"
@@ -75,7 +76,7 @@ type RowCounts struct {
 }
 
 // Plan computes the plan of a resolved request for its exact or estimated prompt length.
-func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
+func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	l, err := packing.Build(r.layoutRequest())
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: packing: %w", err)
@@ -84,7 +85,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 }
 
 // planWith is Plan over a layout already built (a run builds it once, for the plan and the loop).
-func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan, error) {
+func (r *resolved) planWith(l *packing.Layout, dtype api.DType) (*api.Plan, error) {
 	s, g, sched := r.spec, r.Denoise, r.sched
 	p := r.NewPlan([4]int{s.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth},
 		sched.Video.Sigmas, sched.Video.Timesteps)
@@ -132,12 +133,12 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 // ditWeightBytes is the DiT's weight memory in dtype. FP8 (h3.Options.FP8) keeps the six core linears
 // of every joint block as one-byte codes with a float32 scale per output channel and the rest in bf16,
 // the compute dtype of the accelerators it is for.
-func ditWeightBytes(c h3dit.Config, vsaGates bool, dtype family.DType) (int64, error) {
+func ditWeightBytes(c h3dit.Config, vsaGates bool, dtype api.DType) (int64, error) {
 	fp32, half := ditParamGroups(c, vsaGates)
-	if dtype != family.FP8 {
+	if dtype != api.FP8 {
 		return familykit.WeightBytes(fp32, half, dtype)
 	}
-	rest, err := familykit.WeightBytes(fp32, half, family.BF16)
+	rest, err := familykit.WeightBytes(fp32, half, api.BF16)
 	if err != nil {
 		return 0, err
 	}
@@ -290,8 +291,8 @@ func ditParams(c h3dit.Config, vsaGates bool) int64 {
 }
 
 // WriteTable prints the plan as a readable table.
-func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
-	tw, row := family.NewTable(w)
+func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
+	tw, row := api.NewTable(w)
 	row("model", "%s (preset %s)", p.Model, p.Preset)
 	row("output", "%dx%d (HxW), %d frames (requested %d) at %d fps = %.3f s", p.Height, p.Width, p.NumFrames,
 		p.RequestedFrames, p.FPS, p.DurationSeconds)
@@ -338,7 +339,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
-	family.MemoryRows(row, p.Memory)
+	api.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each; shard k on device k, one SPMD program per joint block, 2 all-reduces), "+
 			"video VAE clip i on device i mod %d (a decoder replica on each); per device %s", dp.Devices, dp.LocalHeads, dp.LocalFFN, dp.Devices, dp.Breakdown())

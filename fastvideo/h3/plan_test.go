@@ -14,6 +14,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	h3dit "fastvideo/dit/h3"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/testutil"
@@ -22,7 +23,7 @@ import (
 
 // resolve resolves req against a built-in model or, for a path, the folder's model; needPrompt is
 // Validate's rule (the prompt is required), false Plan's.
-func resolve(t *testing.T, model string, req family.Request, needPrompt bool) (family.Resolution, error) {
+func resolve(t *testing.T, model string, req api.Request, needPrompt bool) (family.Resolution, error) {
 	t.Helper()
 	m, err := lookup(t, model)
 	if err != nil {
@@ -42,7 +43,7 @@ func lookup(t *testing.T, model string) (family.Model, error) {
 
 // plan is the package-level Plan of fastvideo for an H3 model: the request resolved without a
 // prompt and planned at dtype.
-func plan(t *testing.T, model string, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails, error) {
+func plan(t *testing.T, model string, req api.Request, dtype api.DType) (*api.Plan, *PlanDetails, error) {
 	t.Helper()
 	m, err := lookup(t, model)
 	if err != nil {
@@ -52,9 +53,9 @@ func plan(t *testing.T, model string, req family.Request, dtype family.DType) (*
 }
 
 // mustPlan is plan for a request that must be valid.
-func mustPlan(t *testing.T, model string, req family.Request) (*family.Plan, *PlanDetails) {
+func mustPlan(t *testing.T, model string, req api.Request) (*api.Plan, *PlanDetails) {
 	t.Helper()
-	p, d, err := plan(t, model, req, family.DTypeAuto)
+	p, d, err := plan(t, model, req, api.DTypeAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func mustPlan(t *testing.T, model string, req family.Request) (*family.Plan, *Pl
 // TestPlanWorkedExample is the worked example of FastVideo's MiniMax-H3 packing (480x832, 124
 // frames, a 93-token prompt: 14,937 rows) with FastH3's 4-step ladders.
 func TestPlanWorkedExample(t *testing.T) {
-	p, d := mustPlan(t, "fasth3", family.Request{Height: 480, Width: 832, NumFrames: 124, FPS: 24, NumInferenceSteps: 4, PromptTokens: 93})
+	p, d := mustPlan(t, "fasth3", api.Request{Height: 480, Width: 832, NumFrames: 124, FPS: 24, NumInferenceSteps: 4, PromptTokens: 93})
 	if p.CanvasHeight != 480 || p.CanvasWidth != 832 || p.NumFrames != 124 || p.VideoLatentFrames != 37 ||
 		d.AudioLatentFrames != 207 || p.LatentHeight != 30 || p.LatentWidth != 52 || p.LatentChannels != 24 {
 		t.Fatalf("geometry %+v %+v", p, d)
@@ -101,7 +102,7 @@ func TestPlanWorkedExample(t *testing.T) {
 
 // TestDiTComputeFloor: upstream quotes a compute floor of 1.13 s at 790 TFLOP/s for 14,937 rows.
 func TestDiTComputeFloor(t *testing.T) {
-	p, d := mustPlan(t, "h3", family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
+	p, d := mustPlan(t, "h3", api.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
 	if d.Rows.Total != 14937 || p.Steps != 49 {
 		t.Fatalf("rows %d steps %d", d.Rows.Total, p.Steps)
 	}
@@ -116,7 +117,7 @@ func TestDiTComputeFloor(t *testing.T) {
 		t.Errorf("total %.1f vs per step %.1f", p.DiTTFLOPsTotal, p.DiTTFLOPsPerStep)
 	}
 	// FastH3's VSA gate adds one 5376x7168 GEMM per block: 2*L*H*I*50.
-	f, _ := mustPlan(t, "fasth3", family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
+	f, _ := mustPlan(t, "fasth3", api.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93})
 	gate := 2 * 14937.0 * 5376 * 7168 * 50 / 1e12
 	if math.Abs(f.DiTTFLOPsPerStep-p.DiTTFLOPsPerStep-gate) > 1e-6 {
 		t.Errorf("fasth3 %.3f - h3 %.3f != gate %.3f TFLOP", f.DiTTFLOPsPerStep, p.DiTTFLOPsPerStep, gate)
@@ -134,7 +135,7 @@ func TestDiTParamsAndBytes(t *testing.T) {
 		t.Errorf("VSA gates %d, want 1,926,758,400", n)
 	}
 	fp32, half := ditParamGroups(rel, false)
-	b, err := familykit.WeightBytes(fp32, half, family.BF16)
+	b, err := familykit.WeightBytes(fp32, half, api.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestDiTParamsAndBytes(t *testing.T) {
 	if b != 2*33122992896+2*17222144 {
 		t.Errorf("bf16 bytes %d", b)
 	}
-	if f32, _ := familykit.WeightBytes(fp32, half, family.F32); f32 != 4*33122992896 {
+	if f32, _ := familykit.WeightBytes(fp32, half, api.F32); f32 != 4*33122992896 {
 		t.Errorf("f32 bytes %d", f32)
 	}
 	if _, err := familykit.WeightBytes(fp32, half, "int3"); err == nil {
@@ -153,7 +154,7 @@ func TestDiTParamsAndBytes(t *testing.T) {
 	if n := float64(ditParams(r16, false)) / 1e9; math.Abs(n-20.17) > 0.01 {
 		t.Errorf("rank-16 params %.3fB, want ~20.17B", n)
 	}
-	p, _, err := plan(t, "h3", family.Request{}, family.F32)
+	p, _, err := plan(t, "h3", api.Request{}, api.F32)
 	if err != nil || p.WeightsDType != "f32" || p.WeightsBytes != 4*33122992896 || p.DiTParams != 33122992896 {
 		t.Errorf("plan weights %s %d params %d (%v)", p.WeightsDType, p.WeightsBytes, p.DiTParams, err)
 	}
@@ -161,17 +162,17 @@ func TestDiTParamsAndBytes(t *testing.T) {
 
 // TestPlanFastModes checks the geometry of the MLX runtime's --fast and --fast-spatial modes.
 func TestPlanFastModes(t *testing.T) {
-	p, d := mustPlan(t, "fasth3", family.Request{Fast: true, PromptTokens: 93})
+	p, d := mustPlan(t, "fasth3", api.Request{Fast: true, PromptTokens: 93})
 	if p.NumFrames != 124 || p.VideoLatentFrames != 22 || d.AudioLatentFrames != 207 || d.Rows.Video != 22*390 ||
 		d.FastTemporal == nil || d.FastTemporal.SourceFrames != 73 || d.FastTemporal.VideoTemporalScale != 1.7391304347826073 {
 		t.Fatalf("temporal fast plan %+v %+v", p, d.FastTemporal)
 	}
-	p, d = mustPlan(t, "fasth3", family.Request{FastSpatial: true, PromptTokens: 93})
+	p, d = mustPlan(t, "fasth3", api.Request{FastSpatial: true, PromptTokens: 93})
 	if p.CanvasHeight != 256 || p.CanvasWidth != 416 || p.Height != 480 || p.Width != 832 || d.Rows.Video != 3848 ||
 		d.FastSpatial.Stage1Height != 240 || d.FastSpatial.Stage1Width != 416 {
 		t.Fatalf("spatial fast plan %+v %+v", p, d.FastSpatial)
 	}
-	_, d = mustPlan(t, "fasth3", family.Request{Fast: true, FastSpatial: true, PromptTokens: 93})
+	_, d = mustPlan(t, "fasth3", api.Request{Fast: true, FastSpatial: true, PromptTokens: 93})
 	if d.Rows.Video != 22*104 || d.Rows.Total != 93+414+22*104 {
 		t.Fatalf("combined fast plan rows %+v", d.Rows)
 	}
@@ -180,11 +181,11 @@ func TestPlanFastModes(t *testing.T) {
 // TestPlanFastSaving: a fast plan's full-cost figure is the DiT cost of the same request without
 // its fast modes, and the spatial plan lists its frame filter with upstream's defaults.
 func TestPlanFastSaving(t *testing.T) {
-	full, fd := mustPlan(t, "fasth3", family.Request{PromptTokens: 93})
+	full, fd := mustPlan(t, "fasth3", api.Request{PromptTokens: 93})
 	if fd.FullDiTTFLOPsTotal != 0 || len(full.FrameFilters) != 0 {
 		t.Fatalf("a plan without fast modes has a saving (%g) or filters %q", fd.FullDiTTFLOPsTotal, full.FrameFilters)
 	}
-	for _, req := range []family.Request{
+	for _, req := range []api.Request{
 		{FastSpatial: true, PromptTokens: 93},
 		{Fast: true, PromptTokens: 93},
 		{Fast: true, FastSpatial: true, FastSpatialScale: 3, PromptTokens: 93},
@@ -195,11 +196,11 @@ func TestPlanFastSaving(t *testing.T) {
 				p.DiTTFLOPsTotal, d.FullDiTTFLOPsTotal, full.DiTTFLOPsTotal)
 		}
 	}
-	p, _ := mustPlan(t, "fasth3", family.Request{FastSpatial: true, PromptTokens: 93})
+	p, _ := mustPlan(t, "fasth3", api.Request{FastSpatial: true, PromptTokens: 93})
 	if want := "center-crop 240x416, lanczos to 480x832, sharpen 0.4"; len(p.FrameFilters) != 1 || p.FrameFilters[0] != want {
 		t.Errorf("filters %q, want [%q]", p.FrameFilters, want)
 	}
-	p, _ = mustPlan(t, "fasth3", family.Request{FastSpatial: true, Upsample: "nearest", Sharpen: family.Ptr(0.0), PromptTokens: 93})
+	p, _ = mustPlan(t, "fasth3", api.Request{FastSpatial: true, Upsample: "nearest", Sharpen: api.Ptr(0.0), PromptTokens: 93})
 	if want := "center-crop 240x416, nearest to 480x832"; len(p.FrameFilters) != 1 || p.FrameFilters[0] != want {
 		t.Errorf("filters %q, want [%q]", p.FrameFilters, want)
 	}
@@ -209,39 +210,39 @@ func TestRequestValidation(t *testing.T) {
 	cases := []struct {
 		name   string
 		model  string
-		req    family.Request
+		req    api.Request
 		field  string
 		inMsg  string
 		planOK bool // Plan accepts it (prompt not required)
 	}{
-		{"unknown preset", "fasth3", family.Request{Prompt: "x", Preset: "hd"}, "preset", "fasth3_t2va", false},
-		{"height not /32", "fasth3", family.Request{Prompt: "x", Height: 481, Width: 832}, "height", "multiple of 32", false},
-		{"width not /32", "fasth3", family.Request{Prompt: "x", Height: 480, Width: 840}, "width", "832 or 864", false},
-		{"negative height", "fasth3", family.Request{Prompt: "x", Height: -480, Width: 832}, "height", "positive", false},
-		{"height alone", "fasth3", family.Request{Prompt: "x", Height: 480}, "width", "together", false},
-		{"too short", "fasth3", family.Request{Prompt: "x", NumFrames: 100}, "num_frames", "108 to 345", false},
-		{"too long (362 on CUDA)", "fasth3", family.Request{Prompt: "x", NumFrames: 360}, "num_frames", "124..345", false},
-		{"negative frames", "fasth3", family.Request{Prompt: "x", NumFrames: -5}, "num_frames", "124..345", false},
-		{"fps", "fasth3", family.Request{Prompt: "x", FPS: 30}, "fps", "24", false},
-		{"negative steps", "fasth3", family.Request{Prompt: "x", NumInferenceSteps: -1}, "num_inference_steps", "1 to 1000", false},
-		{"guidance", "h3", family.Request{Prompt: "x", GuidanceScale: 5}, "guidance_scale", "1.0", false},
-		{"negative prompt", "h3", family.Request{Prompt: "x", NegativePrompt: "blurry"}, "negative_prompt", "empty", false},
-		{"no prompt", "h3", family.Request{}, "prompt", "non-empty", true},
-		{"fast factor 1", "fasth3", family.Request{Prompt: "x", Fast: true, FastFactor: 1}, "fast_factor", ">= 2", false},
-		{"fast factor without fast", "fasth3", family.Request{Prompt: "x", FastFactor: 3}, "fast_factor", "temporal fast mode", false},
-		{"spatial scale 1", "fasth3", family.Request{Prompt: "x", FastSpatial: true, FastSpatialScale: 1}, "fast_spatial_scale", ">= 2", false},
-		{"spatial on 32x32", TinyName, family.Request{Prompt: "x", Height: 32, Width: 32, FastSpatial: true}, "fast_spatial_scale", "smaller than 32x32", false},
-		{"prompt tokens", "h3", family.Request{Prompt: "x", PromptTokens: -3}, "prompt_tokens", "token count", false},
-		{"side above the toy's", TinyName, family.Request{Prompt: "x", Height: 4096, Width: 96}, "height", "up to 256", false},
-		{"side above the release's", "h3", family.Request{Prompt: "x", Height: 320000, Width: 832}, "height", "up to 2048", false},
-		{"frames beyond int32", "h3", family.Request{Prompt: "x", NumFrames: math.MaxInt}, "num_frames", "124..345", false},
-		{"audio noise NaN", TinyName, family.Request{Prompt: "x", Options: &Options{AudioNoise: nanAt(2*32*37, 5)}}, "audio_noise", "finite", false},
-		{"audio noise length", TinyName, family.Request{Prompt: "x", Options: &Options{AudioNoise: make([]float32, 4)}}, "audio_noise", "[2][32][37]", false},
+		{"unknown preset", "fasth3", api.Request{Prompt: "x", Preset: "hd"}, "preset", "fasth3_t2va", false},
+		{"height not /32", "fasth3", api.Request{Prompt: "x", Height: 481, Width: 832}, "height", "multiple of 32", false},
+		{"width not /32", "fasth3", api.Request{Prompt: "x", Height: 480, Width: 840}, "width", "832 or 864", false},
+		{"negative height", "fasth3", api.Request{Prompt: "x", Height: -480, Width: 832}, "height", "positive", false},
+		{"height alone", "fasth3", api.Request{Prompt: "x", Height: 480}, "width", "together", false},
+		{"too short", "fasth3", api.Request{Prompt: "x", NumFrames: 100}, "num_frames", "108 to 345", false},
+		{"too long (362 on CUDA)", "fasth3", api.Request{Prompt: "x", NumFrames: 360}, "num_frames", "124..345", false},
+		{"negative frames", "fasth3", api.Request{Prompt: "x", NumFrames: -5}, "num_frames", "124..345", false},
+		{"fps", "fasth3", api.Request{Prompt: "x", FPS: 30}, "fps", "24", false},
+		{"negative steps", "fasth3", api.Request{Prompt: "x", NumInferenceSteps: -1}, "num_inference_steps", "1 to 1000", false},
+		{"guidance", "h3", api.Request{Prompt: "x", GuidanceScale: 5}, "guidance_scale", "1.0", false},
+		{"negative prompt", "h3", api.Request{Prompt: "x", NegativePrompt: "blurry"}, "negative_prompt", "empty", false},
+		{"no prompt", "h3", api.Request{}, "prompt", "non-empty", true},
+		{"fast factor 1", "fasth3", api.Request{Prompt: "x", Fast: true, FastFactor: 1}, "fast_factor", ">= 2", false},
+		{"fast factor without fast", "fasth3", api.Request{Prompt: "x", FastFactor: 3}, "fast_factor", "temporal fast mode", false},
+		{"spatial scale 1", "fasth3", api.Request{Prompt: "x", FastSpatial: true, FastSpatialScale: 1}, "fast_spatial_scale", ">= 2", false},
+		{"spatial on 32x32", TinyName, api.Request{Prompt: "x", Height: 32, Width: 32, FastSpatial: true}, "fast_spatial_scale", "smaller than 32x32", false},
+		{"prompt tokens", "h3", api.Request{Prompt: "x", PromptTokens: -3}, "prompt_tokens", "token count", false},
+		{"side above the toy's", TinyName, api.Request{Prompt: "x", Height: 4096, Width: 96}, "height", "up to 256", false},
+		{"side above the release's", "h3", api.Request{Prompt: "x", Height: 320000, Width: 832}, "height", "up to 2048", false},
+		{"frames beyond int32", "h3", api.Request{Prompt: "x", NumFrames: math.MaxInt}, "num_frames", "124..345", false},
+		{"audio noise NaN", TinyName, api.Request{Prompt: "x", Options: &Options{AudioNoise: nanAt(2*32*37, 5)}}, "audio_noise", "finite", false},
+		{"audio noise length", TinyName, api.Request{Prompt: "x", Options: &Options{AudioNoise: make([]float32, 4)}}, "audio_noise", "[2][32][37]", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := resolve(t, c.model, c.req, true)
-			var re *family.RequestError
+			var re *api.RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("Validate: %v, want a *RequestError", err)
 			}
@@ -251,27 +252,27 @@ func TestRequestValidation(t *testing.T) {
 			if !strings.Contains(err.Error(), fmt.Sprint(re.Value)) || re.Allowed == "" {
 				t.Fatalf("error %q does not show the value and what is allowed", err)
 			}
-			_, _, perr := plan(t, c.model, c.req, family.DTypeAuto)
+			_, _, perr := plan(t, c.model, c.req, api.DTypeAuto)
 			if c.planOK != (perr == nil) {
 				t.Fatalf("Plan error %v, want ok=%v", perr, c.planOK)
 			}
 		})
 	}
 	// The value is part of the message.
-	_, err := resolve(t, "fasth3", family.Request{Prompt: "x", Height: 481, Width: 832}, true)
+	_, err := resolve(t, "fasth3", api.Request{Prompt: "x", Height: 481, Width: 832}, true)
 	if err == nil || !strings.Contains(err.Error(), "481") {
 		t.Errorf("%v does not name the value", err)
 	}
 	// Valid requests, including the aligned-up 121 frames and the short toy model.
 	for _, c := range []struct {
 		model string
-		req   family.Request
+		req   api.Request
 	}{
-		{"fasth3", family.Request{Prompt: "x"}},
-		{"fasth3", family.Request{Prompt: "x", Height: 768, Width: 1344, NumFrames: 121, Seed: family.Ptr[int64](7)}},
-		{"h3", family.Request{Prompt: "x", NumFrames: 345, NumInferenceSteps: 4}},
-		{TinyName, family.Request{Prompt: "x"}},
-		{TinyName, family.Request{Prompt: "x", Options: &Options{AudioNoise: make([]float32, 2*32*37)}}},
+		{"fasth3", api.Request{Prompt: "x"}},
+		{"fasth3", api.Request{Prompt: "x", Height: 768, Width: 1344, NumFrames: 121, Seed: api.Ptr[int64](7)}},
+		{"h3", api.Request{Prompt: "x", NumFrames: 345, NumInferenceSteps: 4}},
+		{TinyName, api.Request{Prompt: "x"}},
+		{TinyName, api.Request{Prompt: "x", Options: &Options{AudioNoise: make([]float32, 2*32*37)}}},
 	} {
 		if _, err := resolve(t, c.model, c.req, true); err != nil {
 			t.Errorf("%s %+v: %v", c.model, c.req, err)
@@ -288,7 +289,7 @@ func nanAt(n, i int) []float32 {
 
 // TestPlanJSONNames: the H3 details join the common plan fields in one flat JSON object.
 func TestPlanJSONNames(t *testing.T) {
-	p, d := mustPlan(t, "fasth3", family.Request{Prompt: "A cat plays the piano."})
+	p, d := mustPlan(t, "fasth3", api.Request{Prompt: "A cat plays the piano."})
 	m := testutil.JSONObject(t, p)
 	for _, k := range []string{"canvas_height", "canvas_width", "num_frames", "video_latent_frames", "audio_latent_frames",
 		"latent_height", "latent_width", "rows", "video_sigmas", "audio_sigmas", "dit_tflops_per_step", "weights_bytes",
@@ -355,7 +356,7 @@ func TestReadFolder(t *testing.T) {
 	if m.Variant != "h3" || m.DiT.HiddenSize != 128 || m.VideoShift != 12 || m.AudioShift != 3 || len(m.Notes) != 1 {
 		t.Fatalf("spec %+v", m)
 	}
-	if p, _, err := plan(t, dir, family.Request{}, family.DTypeAuto); err != nil || p.Steps != 49 || p.DiTParams != ditParams(tinyDiT(), false) {
+	if p, _, err := plan(t, dir, api.Request{}, api.DTypeAuto); err != nil || p.Steps != 49 || p.DiTParams != ditParams(tinyDiT(), false) {
 		t.Fatalf("plan %+v, %v", p, err)
 	}
 
@@ -370,7 +371,7 @@ func TestReadFolder(t *testing.T) {
 	if m.Variant != "fasth3" || !m.VSAGates || len(m.DMDRungs) != 8 || m.presets[m.DefaultPreset].Steps != 8 {
 		t.Fatalf("fasth3 spec %+v", m)
 	}
-	p, _, err := plan(t, dir, family.Request{}, family.DTypeAuto)
+	p, _, err := plan(t, dir, api.Request{}, api.DTypeAuto)
 	if err != nil || p.Steps != 8 || len(p.VideoSigmas) != 9 {
 		t.Fatalf("contract plan %+v, %v", p, err)
 	}
@@ -395,8 +396,8 @@ func TestReadFolder(t *testing.T) {
 	if m := read(); !reflect.DeepEqual(m.DiT, tinyDiT()) {
 		t.Fatalf("converted transformer/: %+v", m.DiT)
 	}
-	var re *family.RequestError
-	if _, err := resolve(t, dir, family.Request{Prompt: "x", NumInferenceSteps: 4}, true); !errors.As(err, &re) || re.Field != "num_inference_steps" {
+	var re *api.RequestError
+	if _, err := resolve(t, dir, api.Request{Prompt: "x", NumInferenceSteps: 4}, true); !errors.As(err, &re) || re.Field != "num_inference_steps" {
 		t.Errorf("a 4-step request on an 8-rung contract: %v", err)
 	}
 
@@ -422,7 +423,7 @@ func TestReadFolder(t *testing.T) {
 // tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256; the base model runs dense. Without a request
 // for VSA, FastH3 runs dense attention and says why (no block-sparse kernel in this build).
 func TestPlanVSATiles(t *testing.T) {
-	req := family.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
+	req := api.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
 	if _, d := mustPlan(t, "fasth3", req); d.VSA != nil || d.Attention != familykit.DenseByDefault {
 		t.Errorf("fasth3 by default: VSA %+v, attention %q; want dense, because %q", d.VSA, d.Attention, familykit.DenseByDefault)
 	}
@@ -440,7 +441,7 @@ func TestPlanVSATiles(t *testing.T) {
 		t.Errorf("base H3 plans VSA %+v; it has no gates", d.VSA)
 	}
 	req.Options = &Options{VSA: &VSA{Mode: "sideways"}}
-	if _, _, err := plan(t, "fasth3", req, family.DTypeAuto); err == nil {
+	if _, _, err := plan(t, "fasth3", req, api.DTypeAuto); err == nil {
 		t.Error("an unknown VSA mode must be rejected")
 	}
 }
@@ -452,8 +453,8 @@ func TestPlanVSATiles(t *testing.T) {
 // resident (BENCHMARKS.md).
 func TestPlanFP8WeightBytes(t *testing.T) {
 	cfg := tinyDiT()
-	for _, dt := range []family.DType{family.BF16, family.FP8} {
-		m, err := h3dit.NewRandom(testutil.Backend(t), cfg, h3dit.Options{DType: dtypes.BFloat16, FP8: dt == family.FP8}, 1)
+	for _, dt := range []api.DType{api.BF16, api.FP8} {
+		m, err := h3dit.NewRandom(testutil.Backend(t), cfg, h3dit.Options{DType: dtypes.BFloat16, FP8: dt == api.FP8}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,8 +465,8 @@ func TestPlanFP8WeightBytes(t *testing.T) {
 		}
 	}
 	for model, want := range map[string]int64{"h3": 47025031680, "fasth3": 50878548480} {
-		p, _, err := plan(t, model, family.Request{}, family.FP8)
-		if err != nil || p.WeightsDType != family.FP8 || p.WeightsBytes != want {
+		p, _, err := plan(t, model, api.Request{}, api.FP8)
+		if err != nil || p.WeightsDType != api.FP8 || p.WeightsBytes != want {
 			t.Errorf("%s plan in fp8: %s, %d bytes (%.2f GiB), want %d (%v)", model, p.WeightsDType, p.WeightsBytes, float64(p.WeightsBytes)/(1<<30), want, err)
 		}
 	}

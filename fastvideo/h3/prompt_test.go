@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"fastvideo/dit/h3/packing"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 )
 
 // TestMultimodalPromptLength: with keyframes the prompt's length counts the picture labels and
@@ -17,7 +17,7 @@ import (
 // processor bounds, resolves.
 func TestMultimodalPromptLength(t *testing.T) {
 	img := image.NewNRGBA(image.Rect(0, 0, 96, 64))
-	req := family.Request{Prompt: "a red fox runs", NumFrames: 5, Height: 64, Width: 96, Image: img, LastImage: img}
+	req := api.Request{Prompt: "a red fox runs", NumFrames: 5, Height: 64, Width: 96, Image: img, LastImage: img}
 	spec := tinySpec()
 	if _, err := spec.Resolve(req, true); err != nil {
 		t.Fatalf("a tiny keyframe request: %v", err)
@@ -27,7 +27,7 @@ func TestMultimodalPromptLength(t *testing.T) {
 	pc.MinPixels, pc.MaxPixels = 1<<30, 1<<31
 	spec.Processor = &pc
 	_, err := spec.Resolve(req, true)
-	var re *family.RequestError
+	var re *api.RequestError
 	if !errors.As(err, &re) || re.Field != "prompt" || !strings.Contains(fmt.Sprint(re.Value), "vision tokens") {
 		t.Fatalf("vision blocks beyond %d tokens: %v", packing.MaxTextTokens, err)
 	}
@@ -50,7 +50,7 @@ func TestCheckPromptTokens(t *testing.T) {
 		{10, packing.MaxTextTokens + 1, false},
 	} {
 		err := checkPromptTokens(c.text, c.rows, "p")
-		var re *family.RequestError
+		var re *api.RequestError
 		if c.ok != (err == nil) || (err != nil && !errors.As(err, &re)) {
 			t.Errorf("checkPromptTokens(%d, %d) = %v", c.text, c.rows, err)
 		}

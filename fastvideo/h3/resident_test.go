@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/safetensors"
@@ -97,7 +98,7 @@ func TestResidencyByDevice(t *testing.T) {
 	// The MLX 8-bit conversion (group 64) of the six core linears of every joint block, the rest in bf16,
 	// as a converted checkpoint stores (and loads) it.
 	int8Spec := spec
-	bf16, err := ditWeightBytes(spec.DiT, spec.VSAGates, family.BF16)
+	bf16, err := ditWeightBytes(spec.DiT, spec.VSAGates, api.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,18 +113,18 @@ func TestResidencyByDevice(t *testing.T) {
 		deviceGiB float64
 		fp8       bool
 		int8      bool
-		want      map[string]family.Residency
+		want      map[string]api.Residency
 		ditFits   bool
 	}{
-		{139.8, false, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
-		{139.8, true, false, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
-		{80, false, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, false},
-		{80, true, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
-		{48, false, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
-		{48, true, false, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
-		{139.8, false, true, map[string]family.Residency{"dit": family.Kept, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Kept}, true},
-		{80, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
-		{48, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
+		{139.8, false, false, map[string]api.Residency{"dit": api.Kept, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Streamed}, true},
+		{139.8, true, false, map[string]api.Residency{"dit": api.Kept, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Kept}, true},
+		{80, false, false, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Kept}, false},
+		{80, true, false, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.PerCall, "audio_vae": api.Kept, "text_encoder": api.Streamed}, true},
+		{48, false, false, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Streamed}, false},
+		{48, true, false, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Streamed}, false},
+		{139.8, false, true, map[string]api.Residency{"dit": api.Kept, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Kept}, true},
+		{80, false, true, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.PerCall, "audio_vae": api.Kept, "text_encoder": api.Streamed}, true},
+		{48, false, true, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Streamed}, false},
 	} {
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: c.fp8}
 		sp := &spec
@@ -165,14 +166,14 @@ func TestConvertedDiTBytes(t *testing.T) {
 	}
 	spec := *m.(*Spec)
 	spec.DiTStoredBytes = 12345
-	sizes := componentSizes(&spec, qwen3vl.Q32B(), dtypes.BFloat16, family.BF16)
+	sizes := componentSizes(&spec, qwen3vl.Q32B(), dtypes.BFloat16, api.BF16)
 	if sizes[0].Name != family.CompDiT || sizes[0].Bytes != 12345 {
 		t.Errorf("converted DiT sized %+v, want 12345 bytes", sizes[0])
 	}
 }
 
 // describe is one line of decisions for messages: "dit resident 65.32 GiB, ...".
-func describe(rs []family.ComponentResidency) string {
+func describe(rs []api.ComponentResidency) string {
 	parts := make([]string, len(rs))
 	for i, r := range rs {
 		parts[i] = fmt.Sprintf("%s %s %.2f GiB", r.Name, r.Residency, float64(r.Bytes)/(1<<30))

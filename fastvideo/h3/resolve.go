@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
@@ -43,7 +44,7 @@ func (r *resolved) Common() *family.Resolved { return &r.Resolved }
 // Resolve applies the preset and validates req with the released H3 rules (FastVideo's
 // MiniMax-H3 input preparation stage, fastvideo/pipelines/stages/minimax_h3/), stricter where
 // upstream would fail late: every bound is checked before anything loads.
-func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, error) {
+func (s *Spec) Resolve(req api.Request, needPrompt bool) (family.Resolution, error) {
 	preset, common, err := family.ResolveCommon(s.ModelInfo, req, needPrompt)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 	if o, ok := req.Options.(*Options); ok && o != nil {
 		r.opts = *o
 	}
-	for _, step := range []func(family.Request, family.Preset) error{
+	for _, step := range []func(api.Request, family.Preset) error{
 		r.resolveGuidance, r.resolveSize, r.resolveFrames, r.resolveSteps, r.resolveGeometry, r.resolveKeyframes, r.resolveFilters, r.checkNoise, r.resolveVSA,
 	} {
 		if err := step(req, preset); err != nil {
@@ -70,14 +71,14 @@ func (s *Spec) Resolve(req family.Request, needPrompt bool) (family.Resolution, 
 }
 
 // resolveGuidance: MiniMax H3 is guidance-distilled: no negative prompt, guidance 1.
-func (r *resolved) resolveGuidance(req family.Request, preset family.Preset) error {
+func (r *resolved) resolveGuidance(req api.Request, preset family.Preset) error {
 	if strings.TrimSpace(req.NegativePrompt) != "" {
-		return &family.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
+		return &api.RequestError{Field: "negative_prompt", Value: req.NegativePrompt,
 			Allowed: "an empty string (MiniMax-H3 is guidance-distilled and takes no negative prompt)"}
 	}
 	r.Guidance = familykit.OrPreset(req.GuidanceScale, preset.GuidanceScale)
 	if r.Guidance != 1 {
-		return &family.RequestError{Field: "guidance_scale", Value: r.Guidance,
+		return &api.RequestError{Field: "guidance_scale", Value: r.Guidance,
 			Allowed: "1.0 (MiniMax-H3 is guidance-distilled: no classifier-free guidance)"}
 	}
 	return nil
@@ -85,7 +86,7 @@ func (r *resolved) resolveGuidance(req family.Request, preset family.Preset) err
 
 // resolveSize: both or neither (with a keyframe and neither, the keyframe's aspect picks them), positive multiples of 32 (the VAE's 16x compression times the
 // DiT's 2x2 patch), bounded by the model's largest side.
-func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
+func (r *resolved) resolveSize(req api.Request, preset family.Preset) error {
 	if err := r.keyframeCanvas(&req); err != nil {
 		return err
 	}
@@ -97,14 +98,14 @@ func (r *resolved) resolveSize(req family.Request, preset family.Preset) error {
 		return err
 	}
 	if ratio := r.spec.VAE.SpatialRatio(); ratio <= 0 || r.Height%ratio != 0 || r.Width%ratio != 0 {
-		return &family.RequestError{Field: "height", Value: r.Height, Allowed: fmt.Sprintf("a size divisible by the VAE ratio %d", ratio)}
+		return &api.RequestError{Field: "height", Value: r.Height, Allowed: fmt.Sprintf("a size divisible by the VAE ratio %d", ratio)}
 	}
 	return nil
 }
 
 // resolveFrames aligns the frame count up to 17n+5 and checks the model's duration window, and
 // the rate (H3 generates a fixed 24 fps).
-func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error {
+func (r *resolved) resolveFrames(req api.Request, preset family.Preset) error {
 	s := r.spec
 	r.RequestedFrames = familykit.OrPreset(req.NumFrames, preset.NumFrames)
 	lo, hi := s.frameRange()
@@ -113,7 +114,7 @@ func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error
 		aligned, _ = packing.AlignNumFrames(r.RequestedFrames)
 	}
 	if aligned < s.MinAlignedFrames || aligned > s.MaxAlignedFrames {
-		return &family.RequestError{Field: "num_frames", Value: r.RequestedFrames, Allowed: fmt.Sprintf(
+		return &api.RequestError{Field: "num_frames", Value: r.RequestedFrames, Allowed: fmt.Sprintf(
 			"%d to %d (aligned up to 17n+5: %d..%d frames, %.3g-%.3g s at %d fps)", lo, hi,
 			s.MinAlignedFrames, s.MaxAlignedFrames, float64(s.MinAlignedFrames)/packing.FPS,
 			float64(s.MaxAlignedFrames)/packing.FPS, packing.FPS)}
@@ -121,7 +122,7 @@ func (r *resolved) resolveFrames(req family.Request, preset family.Preset) error
 	r.NumFrames = aligned
 	r.FPS = familykit.OrPreset(req.FPS, preset.FPS)
 	if r.FPS != packing.FPS {
-		return &family.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
+		return &api.RequestError{Field: "fps", Value: r.FPS, Allowed: fmt.Sprintf("%d (MiniMax-H3 generates a fixed %d fps)", packing.FPS, packing.FPS)}
 	}
 	return nil
 }
@@ -140,15 +141,15 @@ func (s *Spec) frameRange() (lo, hi int) {
 
 // resolveSteps checks the DiT forward count and builds both ladders, once: the checkpoint's
 // trained DMD rungs when its fastvideo_inference.json declares them, else the uniform ladder.
-func (r *resolved) resolveSteps(req family.Request, preset family.Preset) error {
+func (r *resolved) resolveSteps(req api.Request, preset family.Preset) error {
 	s := r.spec
 	r.Steps = familykit.OrPreset(req.NumInferenceSteps, preset.Steps)
 	if r.Steps < 1 || r.Steps > family.MaxSteps {
-		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
+		return &api.RequestError{Field: "num_inference_steps", Value: r.Steps,
 			Allowed: fmt.Sprintf("1 to %d DiT forwards (FastH3: %d, base preset: %d)", family.MaxSteps, schedule.FastH3Steps, schedule.H3BaseSteps)}
 	}
 	if n := len(s.DMDRungs); n > 0 && r.Steps != n {
-		return &family.RequestError{Field: "num_inference_steps", Value: r.Steps,
+		return &api.RequestError{Field: "num_inference_steps", Value: r.Steps,
 			Allowed: fmt.Sprintf("%d (the checkpoint's fastvideo_inference.json trains %d forwards)", n, n)}
 	}
 	ladder := func(shift float64) (*schedule.H3Ladder, error) {
@@ -170,20 +171,20 @@ func (r *resolved) resolveSteps(req family.Request, preset family.Preset) error 
 }
 
 // resolveGeometry derives the denoise geometry, applying the fast modes.
-func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
+func (r *resolved) resolveGeometry(req api.Request, _ family.Preset) error {
 	h, w := r.Height, r.Width
 	r.VideoTemporalScale = 1
 	if req.FastFactor != 0 && !req.Fast {
-		return &family.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
+		return &api.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
 	}
 	if req.FastSpatialScale != 0 && !req.FastSpatial {
-		return &family.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
+		return &api.RequestError{Field: "fast_spatial_scale", Value: req.FastSpatialScale, Allowed: "0 unless the spatial fast mode is on"}
 	}
 	if req.FastSpatial {
 		scale := familykit.OrPreset(req.FastSpatialScale, 2)
 		p, err := packing.PlanFastSpatial(r.Height, r.Width, scale)
 		if err != nil {
-			return &family.RequestError{Field: "fast_spatial_scale", Value: scale,
+			return &api.RequestError{Field: "fast_spatial_scale", Value: scale,
 				Allowed: fmt.Sprintf("an integer >= 2 whose canvas is smaller than %dx%d (%v)", r.Height, r.Width, err)}
 		}
 		r.FastSpatial = &p
@@ -198,11 +199,11 @@ func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 		p, err := packing.PlanFastTemporal(r.NumFrames, factor)
 		if err != nil {
 			if req.FastFactor == 0 {
-				return &family.RequestError{Field: "fast", Value: true, Allowed: fmt.Sprintf(
+				return &api.RequestError{Field: "fast", Value: true, Allowed: fmt.Sprintf(
 					"false for this %d-frame clip: the default factor 2 does not shorten it (%v); ask for more frames%s",
 					r.NumFrames, err, r.fastFramesHint(factor))}
 			}
-			return &family.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf(
+			return &api.RequestError{Field: "fast_factor", Value: factor, Allowed: fmt.Sprintf(
 				"an integer >= 2 that shortens the %d-frame clip to fewer aligned frames; this one does not (%v): "+
 					"ask for more frames or a larger factor", r.NumFrames, err)}
 		}
@@ -236,7 +237,7 @@ func (r *resolved) geometry(h, w int) (packing.Geometry, error) {
 // resize to the target size, then one unsharp pass (fastvideo/mlx_runtime/fast_spatial.py,
 // apply_fast_spatial_upsample; examples/inference/basic/mlx_wan_prompt_to_video.py,
 // _postprocess_video).
-func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
+func (r *resolved) resolveFilters(req api.Request, _ family.Preset) error {
 	k, err := framefilter.ResolveFastPixelKnobs(req)
 	if err != nil {
 		return err
@@ -260,7 +261,7 @@ func (r *resolved) resolveFilters(req family.Request, _ family.Preset) error {
 }
 
 // checkNoise validates injected initial noise against the denoise geometry.
-func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
+func (r *resolved) checkNoise(req api.Request, _ family.Preset) error {
 	s, g := r.spec, r.Denoise
 	if err := familykit.CheckNoise("video_noise", req.VideoNoise, s.DiT.InChannels*g.LatentFrames*g.LatentHeight*g.LatentWidth,
 		fmt.Sprintf("[%d][%d][%d][%d] (C, T, Hl, Wl)", s.DiT.InChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth)); err != nil {
@@ -276,11 +277,11 @@ func (r *resolved) checkNoise(req family.Request, _ family.Preset) error {
 // position range, which packing.Build would otherwise refuse only after the text encoder ran.
 func checkPromptTokens(textTokens, rows int, prompt string) error {
 	if textTokens > MaxPromptTokens {
-		return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens", textTokens),
+		return &api.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens", textTokens),
 			Allowed: fmt.Sprintf("at most %d tokens (MiniMax H3's text length); shorten the prompt %.40q...", MaxPromptTokens, prompt)}
 	}
 	if rows > packing.MaxTextTokens {
-		return &family.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens with the keyframes' labels and vision tokens (%d of the prompt)", rows, textTokens),
+		return &api.RequestError{Field: "prompt", Value: fmt.Sprintf("%d tokens with the keyframes' labels and vision tokens (%d of the prompt)", rows, textTokens),
 			Allowed: fmt.Sprintf("at most %d tokens in all (Qwen3-VL's positions); use fewer keyframes, a smaller canvas, or a processor/ whose size.shortest_edge does not enlarge the keyframes", packing.MaxTextTokens)}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/imageops"
@@ -35,7 +36,7 @@ type run struct {
 func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
 	r := res.(*resolved)
 	if err := h3dit.CheckAdaLNLadder(c.spec.AdaLN, r.Steps, r.sched.Video.Timesteps, r.sched.Audio.Timesteps); err != nil {
-		return nil, &family.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
+		return nil, &api.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
 	return &run{c: c, s: s, r: r}, nil
 }
@@ -211,7 +212,7 @@ func (p *run) keepLatents(cond, xv, xa []float32) error {
 		if err != nil {
 			return err
 		}
-		lat := &family.Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
+		lat := &api.Latents{Video: p.videoLatents, VideoShape: []int{c, t, hl, wl},
 			Audio: al, AudioShape: []int{packing.AudioChannels, cfg.AudioInChannels, geo.AudioLatents}}
 		if k := len(p.r.keyframes); k > 0 {
 			if lat.Condition, err = packing.UnpatchifyVideo(cond, c, k, hl, wl, geo.PatchSize); err != nil {

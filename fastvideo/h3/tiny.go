@@ -9,6 +9,7 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
@@ -113,7 +114,7 @@ func tinySpec() *Spec {
 			Description:     "The H3 architecture at toy width with seeded random weights made in memory (no files; its output is noise), for tests and smoke runs",
 			AudioSampleRate: tinyAudioVAE().SamplingRate, AudioChannels: packing.AudioChannels},
 		DiT: tinyDiT(), VAE: tinyVideoVAE(), AudioVAE: tinyAudioVAE(),
-		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: family.F32,
+		VideoShift: schedule.H3VideoShift, AudioShift: schedule.H3AudioShift, WeightsDType: api.F32,
 		MinAlignedFrames: 5, MaxAlignedFrames: releasedMaxFrames, MaxSide: tinyMaxSide,
 	}
 	s.setPresets("tiny_t2va", tinyH3Presets)

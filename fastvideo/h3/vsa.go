@@ -6,6 +6,7 @@ import (
 	"fastvideo/attention"
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 )
@@ -30,7 +31,7 @@ type VSAPlan struct {
 var trainedVSA = familykit.VSA{Sparsity: 0.9, TileSize: 64, Mode: attention.ModeExempt}
 
 // resolveVSA applies the checkpoint's VSA defaults and the request's knobs.
-func (r *resolved) resolveVSA(family.Request, family.Preset) (err error) {
+func (r *resolved) resolveVSA(api.Request, family.Preset) (err error) {
 	var knobs *familykit.VSAKnobs
 	if o := r.opts.VSA; o != nil {
 		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, TileSize: o.TileSize, Mode: o.Mode,

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/modelkit"
@@ -54,7 +55,7 @@ func (c *components) Close() error {
 }
 
 // errNoFP8 refuses DType FP8, which has no Wan path.
-var errNoFP8 = &family.RequestError{Field: "dtype", Value: string(family.FP8),
+var errNoFP8 = &api.RequestError{Field: "dtype", Value: string(api.FP8),
 	Allowed: `"f32", "bf16" or auto: the FP8 path covers the MiniMax H3 DiT only`}
 
 // Open prepares generation: the configs were read and checked by ReadFolder; here every weight
@@ -70,7 +71,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	}
 	if s.Dir == "" {
 		if s.Name != TinyName && s.Name != Tiny22Name {
-			return nil, &family.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
+			return nil, &api.RequestError{Field: "model", Value: s.Name, Allowed: fmt.Sprintf(
 				"%s or a Wan snapshot folder: %q is a built-in specification without weights, usable with Plan; "+
 					"download the checkpoint (%s) and pass its folder (%s)", TinyName, s.Name,
 				joinIDs(s.presets[s.DefaultPreset].ModelIDs), Family{}.FolderLayout())}
@@ -167,7 +168,7 @@ func (f *folder) Check() error {
 	if f.HasFile(familykit.DirTokenizer, "tokenizer.json", "spiece.model") {
 		return nil
 	}
-	return &family.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
+	return &api.RequestError{Field: "model", Value: f.Dir, Allowed: fmt.Sprintf(
 		"a complete Wan snapshot: neither %s nor %s (the UMT5 tokenizer) exists",
 		filepath.Join(f.Dir, familykit.DirTokenizer, "tokenizer.json"), filepath.Join(f.Dir, familykit.DirTokenizer, "spiece.model"))}
 }
@@ -203,25 +204,25 @@ var encoderOptions = wanvae.Options{DType: dtypes.Float32, Encoder: true}
 // (family.ComponentSizer), most costly to bring back first: the DiT, the VAE (and, for a model that
 // takes a first image, the VAE with its encoder in float32), then the UMT5 encoder, which streams
 // one layer at a time when not kept.
-func (c *components) ComponentSizes() []family.ComponentSize {
+func (c *components) ComponentSizes() []api.ComponentSize {
 	return componentSizes(c.spec, c.Engine.DType)
 }
 
 // componentSizes sizes a Wan model's components for a compute dtype.
-func componentSizes(spec *Spec, dt dtypes.DType) []family.ComponentSize {
+func componentSizes(spec *Spec, dt dtypes.DType) []api.ComponentSize {
 	size := int64(dt.Size())
 	text := familykit.ParamBytes(umt5.Params(spec.TextEncoder))(size)
 	layer := text
 	if n := int64(spec.TextEncoder.NumLayers); n > 0 {
 		layer = text / n
 	}
-	sizes := []family.ComponentSize{
+	sizes := []api.ComponentSize{
 		{Name: family.CompDiT, Bytes: familykit.ParamBytes(wandit.Params(spec.DiT))(size)},
 		{Name: family.CompVideoVAE, Bytes: familykit.ParamBytes(wanvae.Params(spec.VAE))(size)},
 	}
 	if spec.FirstImage {
 		enc := familykit.ParamBytes(wanvae.Params(spec.VAE))(4) + familykit.ParamBytes(wanvae.EncoderParams(spec.VAE))(4)
-		sizes = append(sizes, family.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: enc})
+		sizes = append(sizes, api.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: enc})
 	}
-	return append(sizes, family.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	return append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes/bfloat16"
 
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 	"fastvideo/internal/imageops"
 )
 
@@ -32,19 +32,19 @@ const releasedImageArea = 480 * 832
 // imageCondition is a resolved first-frame condition: the image, the canvas it picked and the
 // size it is scaled to before the center crop.
 type imageCondition struct {
-	keyframe                  *family.Keyframe
+	keyframe                  *api.Keyframe
 	width, height             int // the canvas (= the output size)
 	scaledWidth, scaledHeight int // after the resize, before the crop
 }
 
 // resolveImage sets the canvas from the first-frame image, which must come without a size.
-func (r *resolved) resolveImage(req *family.Request) error {
+func (r *resolved) resolveImage(req *api.Request) error {
 	k := r.FirstImage
 	if k == nil {
 		return nil
 	}
 	if req.Height != 0 || req.Width != 0 {
-		return &family.RequestError{Field: "height", Value: fmt.Sprintf("%dx%d", req.Height, req.Width), Allowed: fmt.Sprintf(
+		return &api.RequestError{Field: "height", Value: fmt.Sprintf("%dx%d", req.Height, req.Width), Allowed: fmt.Sprintf(
 			"unset with an image: Wan2.2 TI2V sizes the video from the image (the %s-aligned size of its aspect ratio with an area of at most %d pixels)",
 			"32", r.spec.ImageMaxArea)}
 	}
@@ -53,7 +53,7 @@ func (r *resolved) resolveImage(req *family.Request) error {
 	iw, ih := k.Pixels.Width, k.Pixels.Height
 	ow, oh, ok := BestOutputSize(iw, ih, dw, dh, r.spec.ImageMaxArea)
 	if !ok {
-		return &family.RequestError{Field: k.Field, Value: fmt.Sprintf("a %dx%d image", iw, ih), Allowed: fmt.Sprintf(
+		return &api.RequestError{Field: k.Field, Value: fmt.Sprintf("a %dx%d image", iw, ih), Allowed: fmt.Sprintf(
 			"an image whose aspect ratio leaves at least %dx%d pixels at an area of %d (this one is too narrow)", dw, dh, r.spec.ImageMaxArea)}
 	}
 	sw, sh := scaledSize(iw, ih, ow, oh)

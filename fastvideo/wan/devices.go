@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomlx/compute"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 )
@@ -21,14 +22,14 @@ const cfgDevices = 2
 // 80 GB or larger device; the plan refuses a device without room before anything loads). Models
 // without guidance are refused: there is nothing to split.
 // PlanDevices is DevicePlan for the specification alone, in compute dtype dt (family.SpecSplitter).
-func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*family.DevicePlan, error) {
+func (s *Spec) PlanDevices(devices int, dt dtypes.DType) (*api.DevicePlan, error) {
 	return (&components{Opened: familykit.Opened[source]{Engine: &family.Engine{DType: dt, Devices: devices}}, spec: s}).DevicePlan(devices)
 }
 
-func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
+func (c *components) DevicePlan(devices int) (*api.DevicePlan, error) {
 	s := c.spec
 	refuse := func(why string) error {
-		return &family.RequestError{Field: "devices", Value: devices, Allowed: "1: " + why}
+		return &api.RequestError{Field: "devices", Value: devices, Allowed: "1: " + why}
 	}
 	switch {
 	case !s.hasCFG():
@@ -42,11 +43,11 @@ func (c *components) DevicePlan(devices int) (*family.DevicePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	dit, err := familykit.WeightBytes(f32, half, family.DTypeOf(c.Engine.DType))
+	dit, err := familykit.WeightBytes(f32, half, api.DTypeOf(c.Engine.DType))
 	if err != nil {
 		return nil, err
 	}
-	return &family.DevicePlan{Devices: devices, Split: family.CFGParallel, LocalHeads: s.DiT.NumAttentionHeads,
+	return &api.DevicePlan{Devices: devices, Split: api.CFGParallel, LocalHeads: s.DiT.NumAttentionHeads,
 		LocalFFN: s.DiT.FFNDim, DiTReplicatedBytes: dit}, nil
 }
 

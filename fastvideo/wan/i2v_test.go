@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/fastvideo"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/fvtest"
 	"fastvideo/fastvideo/wan"
 	"fastvideo/internal/imagefile"
@@ -152,27 +152,27 @@ func TestImageRequestErrors(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, model string
-		req         family.Request
+		req         api.Request
 		field, want string
 	}{
-		{"text file", wan.Tiny22Name, family.Request{ImagePath: text}, "image_path", "not a PNG or JPEG"},
-		{"truncated", wan.Tiny22Name, family.Request{ImagePath: truncated}, "image_path", "damaged png"},
-		{"missing", wan.Tiny22Name, family.Request{ImagePath: filepath.Join(dir, "none.png")}, "image_path", "no such file"},
-		{"both", wan.Tiny22Name, family.Request{ImagePath: png, Image: testImage(8, 8)}, "image_path", "one image per keyframe"},
-		{"text-only model", wan.TinyName, family.Request{ImagePath: png}, "image_path", "takes no first-frame image"},
-		{"last image", wan.Tiny22Name, family.Request{LastImagePath: png}, "last_image_path", "takes no last-frame image"},
-		{"size with image", wan.Tiny22Name, family.Request{ImagePath: png, Height: 64, Width: 96}, "height", "unset with an image"},
-		{"too narrow", wan.Tiny22Name, family.Request{Image: testImage(400, 2)}, "image", "too narrow"},
-		{"empty image", wan.Tiny22Name, family.Request{Image: image.NewNRGBA(image.Rect(0, 0, 0, 0))}, "image", "empty"},
-		{"wan2.1", "wan2.1-t2v-1.3b", family.Request{ImagePath: png}, "image_path", "Wan2.2 TI2V"},
+		{"text file", wan.Tiny22Name, api.Request{ImagePath: text}, "image_path", "not a PNG or JPEG"},
+		{"truncated", wan.Tiny22Name, api.Request{ImagePath: truncated}, "image_path", "damaged png"},
+		{"missing", wan.Tiny22Name, api.Request{ImagePath: filepath.Join(dir, "none.png")}, "image_path", "no such file"},
+		{"both", wan.Tiny22Name, api.Request{ImagePath: png, Image: testImage(8, 8)}, "image_path", "one image per keyframe"},
+		{"text-only model", wan.TinyName, api.Request{ImagePath: png}, "image_path", "takes no first-frame image"},
+		{"last image", wan.Tiny22Name, api.Request{LastImagePath: png}, "last_image_path", "takes no last-frame image"},
+		{"size with image", wan.Tiny22Name, api.Request{ImagePath: png, Height: 64, Width: 96}, "height", "unset with an image"},
+		{"too narrow", wan.Tiny22Name, api.Request{Image: testImage(400, 2)}, "image", "too narrow"},
+		{"empty image", wan.Tiny22Name, api.Request{Image: image.NewNRGBA(image.Rect(0, 0, 0, 0))}, "image", "empty"},
+		{"wan2.1", "wan2.1-t2v-1.3b", api.Request{ImagePath: png}, "image_path", "Wan2.2 TI2V"},
 	} {
 		_, err := fastvideo.Plan(c.model, c.req)
-		var re *family.RequestError
+		var re *api.RequestError
 		if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(re.Error(), c.want) {
 			t.Errorf("%s: got %v, want a RequestError on %s containing %q", c.name, err, c.field, c.want)
 		}
 	}
-	p, err := fastvideo.Plan("wan2.2-ti2v-5b", family.Request{ImagePath: png})
+	p, err := fastvideo.Plan("wan2.2-ti2v-5b", api.Request{ImagePath: png})
 	if err != nil {
 		t.Fatal(err)
 	}

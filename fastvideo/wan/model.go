@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/umt5"
@@ -74,7 +75,7 @@ type Spec struct {
 	VSA      familykit.VSA
 	// WeightsDType is the precision Plan sizes the DiT's weights in by default: bf16, the precision
 	// FastVideo runs Wan DiTs in (f32 for tiny-wan).
-	WeightsDType family.DType
+	WeightsDType api.DType
 	// MaxSide bounds each output side in pixels; MaxFrames the frame count.
 	MaxSide, MaxFrames int
 	// ImageMaxArea is the canvas area a first-frame image is fitted to (Wan2.2 TI2V: 480·832, as
@@ -188,7 +189,7 @@ func (v variant) spec() *Spec {
 	s := &Spec{
 		ModelInfo: family.ModelInfo{Name: v.name, Family: FamilyName, Variant: v.name, Description: v.description},
 		DiT:       v.dit(), VAE: v.vae(), TextEncoder: umt5XXL(), TextLen: umt5.DefaultTextLen,
-		FlowShift: v.shift, WeightsDType: family.BF16, MaxSide: releasedMaxSide, MaxFrames: releasedMaxFrames,
+		FlowShift: v.shift, WeightsDType: api.BF16, MaxSide: releasedMaxSide, MaxFrames: releasedMaxFrames,
 	}
 	if v.vae().IsResidual { // the Wan2.2 VAE: the TI2V models
 		s.ImageMaxArea, s.FirstImage = releasedImageArea, true

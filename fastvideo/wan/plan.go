@@ -7,6 +7,7 @@ import (
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/dit/wan/geometry"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/schedule"
@@ -132,7 +133,7 @@ func (r *resolved) newLadder() (*ladder, error) {
 }
 
 // Plan computes the plan of a resolved request.
-func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
+func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	s, g := r.spec, r.Geometry
 	l := r.steps
 	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, l.sigmas, l.timesteps)
@@ -178,7 +179,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 		return nil, err
 	}
 	p.DiTParams = f32 + half
-	if dtype == family.FP8 {
+	if dtype == api.FP8 {
 		return nil, errNoFP8
 	}
 	p.WeightsDType = familykit.OrPreset(dtype, s.WeightsDType)
@@ -239,8 +240,8 @@ func paramGroups(cfg wandit.Config) (f32, half int64, err error) {
 }
 
 // WriteTable prints the plan as a readable table.
-func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
-	tw, row := family.NewTable(w)
+func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
+	tw, row := api.NewTable(w)
 	row("model", "%s (preset %s)", p.Model, p.Preset)
 	row("output", "%dx%d (HxW), %d frames at %d fps = %.3f s, video only", p.Height, p.Width, p.NumFrames, p.FPS, p.DurationSeconds)
 	if p.CanvasHeight != p.Height || p.CanvasWidth != p.Width {
@@ -293,7 +294,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
-	family.MemoryRows(row, p.Memory)
+	api.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",
 			dp.Devices, dp.Breakdown())

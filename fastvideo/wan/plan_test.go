@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/internal/testutil"
 )
 
 // plan is the package-level Plan of fastvideo for the Wan model s: req resolved without a prompt and planned at dtype.
-func plan(t *testing.T, s *Spec, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails, error) {
+func plan(t *testing.T, s *Spec, req api.Request, dtype api.DType) (*api.Plan, *PlanDetails, error) {
 	t.Helper()
 	return family.PlanModel[*PlanDetails](s, req, dtype)
 }
@@ -27,7 +28,7 @@ func builtin(t *testing.T, name string) *Spec {
 	return m.(*Spec)
 }
 
-func mustPlan(t *testing.T, name string, req family.Request, dtype family.DType) (*family.Plan, *PlanDetails) {
+func mustPlan(t *testing.T, name string, req api.Request, dtype api.DType) (*api.Plan, *PlanDetails) {
 	t.Helper()
 	p, d, err := plan(t, builtin(t, name), req, dtype)
 	if err != nil {
@@ -42,7 +43,7 @@ func mustPlan(t *testing.T, name string, req family.Request, dtype family.DType)
 func TestPlans(t *testing.T) {
 	cases := []struct {
 		model          string
-		req            family.Request
+		req            api.Request
 		latent, grid   string
 		tokens         int
 		tflopsPerFwd   float64 // one decimal
@@ -53,24 +54,24 @@ func TestPlans(t *testing.T) {
 		steps, fps     int
 		negativePrefix string
 	}{
-		{"wan2.1-t2v-1.3b", family.Request{}, "[16 21 60 104]", "[21 30 52]", 32760, 283.0, 2, 1418996800, SamplerUniPC,
+		{"wan2.1-t2v-1.3b", api.Request{}, "[16 21 60 104]", "[21 30 52]", 32760, 283.0, 2, 1418996800, SamplerUniPC,
 			"[999 993 986 979 971 964 956 948 940 931] [160 111 57]", 50, 16, "Bright tones"},
-		{"fastwan2.1-t2v-1.3b", family.Request{}, "[16 16 56 104]", "[16 28 52]", 23296, 160.7, 1, 1418996800, SamplerDMD,
+		{"fastwan2.1-t2v-1.3b", api.Request{}, "[16 16 56 104]", "[16 28 52]", 23296, 160.7, 1, 1418996800, SamplerDMD,
 			"[1000 757 522] [1000 757 522]", 3, 16, ""},
-		{"wan2.1-t2v-14b", family.Request{}, "[16 21 90 160]", "[21 45 80]", 75600, 6523.4, 2, 14288491584, SamplerUniPC,
+		{"wan2.1-t2v-14b", api.Request{}, "[16 21 90 160]", "[21 45 80]", 75600, 6523.4, 2, 14288491584, SamplerUniPC,
 			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 16, "Bright tones"},
-		{"wan2.1-t2v-14b", family.Request{Height: 480, Width: 832}, "[16 21 60 104]", "[21 30 52]", 32760, 1678.4, 2, 14288491584, SamplerUniPC,
+		{"wan2.1-t2v-14b", api.Request{Height: 480, Width: 832}, "[16 21 60 104]", "[21 30 52]", 32760, 1678.4, 2, 14288491584, SamplerUniPC,
 			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 16, "Bright tones"},
-		{"wan2.2-ti2v-5b", family.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 2, 4999787712, SamplerUniPC,
+		{"wan2.2-ti2v-5b", api.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 2, 4999787712, SamplerUniPC,
 			"[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 24, "色调艳丽"},
-		{"Wan-AI/Wan2.2-TI2V-5B-Diffusers", family.Request{Height: 480, Width: 832, NumFrames: 81}, "[48 21 30 52]", "[21 15 26]", 8190, 98.0, 2,
+		{"Wan-AI/Wan2.2-TI2V-5B-Diffusers", api.Request{Height: 480, Width: 832, NumFrames: 81}, "[48 21 30 52]", "[21 15 26]", 8190, 98.0, 2,
 			4999787712, SamplerUniPC, "[999 995 991 987 982 978 973 968 963 957] [241 172 92]", 50, 24, "色调艳丽"},
-		{"fastwan2.2-ti2v-5b", family.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 1, 4999787712, SamplerDMD,
+		{"fastwan2.2-ti2v-5b", api.Request{}, "[48 31 44 80]", "[31 22 40]", 27280, 517.0, 1, 4999787712, SamplerDMD,
 			"[1000 757 522] [1000 757 522]", 3, 24, ""},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s_%dx%d", c.model, c.req.Height, c.req.Width), func(t *testing.T) {
-			p, d := mustPlan(t, c.model, c.req, family.DTypeAuto)
+			p, d := mustPlan(t, c.model, c.req, api.DTypeAuto)
 			if fmt.Sprint(p.LatentShape) != c.latent || fmt.Sprint(d.TokenGrid) != c.grid || d.Tokens != c.tokens || d.TextTokens != 512 {
 				t.Errorf("latent %v, grid %v, %d tokens, %d text rows", p.LatentShape, d.TokenGrid, d.Tokens, d.TextTokens)
 			}
@@ -99,22 +100,22 @@ func TestPlans(t *testing.T) {
 
 	// The 1.3B ladder's first and last sigmas; DMD sigmas on the shift-8 grid and the warped
 	// shift-5 ladder of the MLX Wan2.2-5B recipe.
-	p, _ := mustPlan(t, "wan2.1-t2v-1.3b", family.Request{}, family.DTypeAuto)
+	p, _ := mustPlan(t, "wan2.1-t2v-1.3b", api.Request{}, api.DTypeAuto)
 	if math.Abs(float64(p.VideoSigmas[0])-0.99989) > 5e-6 || math.Abs(float64(p.VideoSigmas[49])-0.05767) > 5e-6 {
 		t.Errorf("1.3B sigmas %v ... %v", p.VideoSigmas[0], p.VideoSigmas[49])
 	}
-	p, d := mustPlan(t, "fastwan2.2-ti2v-5b", family.Request{}, family.DTypeAuto)
+	p, d := mustPlan(t, "fastwan2.2-ti2v-5b", api.Request{}, api.DTypeAuto)
 	if fmt.Sprint(p.VideoSigmas) != fmt.Sprint([]float32{1, 0.75675672, 0.52173913}) || d.WarpDenoisingSteps || d.RenoiseNoiseLen() != 2*p.VideoNoiseLen() {
 		t.Errorf("DMD sigmas %v, warp %v", p.VideoSigmas, d.WarpDenoisingSteps)
 	}
-	p, _ = mustPlan(t, "fastwan2.2-ti2v-5b", family.Request{Options: &Options{WarpDenoisingSteps: family.Ptr(true)}}, family.DTypeAuto)
+	p, _ = mustPlan(t, "fastwan2.2-ti2v-5b", api.Request{Options: &Options{WarpDenoisingSteps: api.Ptr(true)}}, api.DTypeAuto)
 	// The MLX recipe quotes these rounded (939.6724, 0.939672, ...): compare at its precision.
 	for i, want := range [][2]float64{{1000, 1}, {939.6724, 0.939672}, {845.2073, 0.845207}} {
 		if math.Abs(float64(p.VideoTimesteps[i])-want[0]) > 1e-4 || math.Abs(float64(p.VideoSigmas[i])-want[1]) > 1e-6 {
 			t.Errorf("warped timesteps %v, sigmas %v", p.VideoTimesteps, p.VideoSigmas)
 		}
 	}
-	if p, _ := mustPlan(t, "wan2.1-t2v-1.3b", family.Request{}, family.F32); p.WeightsBytes != 4*1418996800 {
+	if p, _ := mustPlan(t, "wan2.1-t2v-1.3b", api.Request{}, api.F32); p.WeightsBytes != 4*1418996800 {
 		t.Errorf("f32 bytes %d", p.WeightsBytes)
 	}
 }
@@ -122,42 +123,42 @@ func TestPlans(t *testing.T) {
 func TestRequestValidation(t *testing.T) {
 	cases := []struct {
 		name, model string
-		req         family.Request
+		req         api.Request
 		field, msg  string
 	}{
-		{"height /16", "wan2.1-t2v-1.3b", family.Request{Height: 470, Width: 832}, "height",
+		{"height /16", "wan2.1-t2v-1.3b", api.Request{Height: 470, Width: 832}, "height",
 			"a positive multiple of 16 up to 1920 (the Wan2.1 VAE's 8x compression times the DiT's patch) (e.g. 464 or 480)"},
-		{"width /32 on Wan2.2", "wan2.2-ti2v-5b", family.Request{Height: 480, Width: 840}, "width",
+		{"width /32 on Wan2.2", "wan2.2-ti2v-5b", api.Request{Height: 480, Width: 840}, "width",
 			"a positive multiple of 32 up to 1920 (the Wan2.2 VAE's 16x compression times the DiT's patch) (e.g. 832 or 864)"},
-		{"side above the release's", "wan2.1-t2v-1.3b", family.Request{Height: 320000, Width: 832}, "height", "up to 1920"},
-		{"frames 4n+1", "wan2.1-t2v-1.3b", family.Request{NumFrames: 80}, "num_frames", "4n+1 frames up to 481 (e.g. 77 or 81)"},
-		{"frames above the release's", "wan2.1-t2v-1.3b", family.Request{NumFrames: 4101}, "num_frames", "4n+1 frames up to 481"},
-		{"frames beyond int32", "wan2.1-t2v-1.3b", family.Request{NumFrames: math.MaxInt}, "num_frames", "4n+1 frames up to 481"},
-		{"fps", "wan2.1-t2v-1.3b", family.Request{FPS: -1}, "fps", "1 to 120"},
-		{"dmd steps", "fastwan2.2-ti2v-5b", family.Request{NumInferenceSteps: 50}, "num_inference_steps", "3 or unset"},
-		{"dmd guidance", "fastwan2.1-t2v-1.3b", family.Request{GuidanceScale: 3}, "guidance_scale", "without classifier-free guidance"},
-		{"unipc steps", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 5000}, "num_inference_steps", "1 to 1000"},
-		{"repeated timestep", "wan2.1-t2v-1.3b", family.Request{NumInferenceSteps: 900}, "num_inference_steps", "repeats timestep"},
-		{"fast factor alone", "wan2.1-t2v-1.3b", family.Request{FastFactor: 3}, "fast_factor", "unless the temporal fast mode is on"},
-		{"spatial scale alone", "wan2.1-t2v-1.3b", family.Request{FastSpatialScale: 3}, "fast_spatial_scale", "unless the spatial fast mode is on"},
-		{"spatial scale off the grid", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true, FastSpatialScale: 3}, "fast_spatial_scale",
+		{"side above the release's", "wan2.1-t2v-1.3b", api.Request{Height: 320000, Width: 832}, "height", "up to 1920"},
+		{"frames 4n+1", "wan2.1-t2v-1.3b", api.Request{NumFrames: 80}, "num_frames", "4n+1 frames up to 481 (e.g. 77 or 81)"},
+		{"frames above the release's", "wan2.1-t2v-1.3b", api.Request{NumFrames: 4101}, "num_frames", "4n+1 frames up to 481"},
+		{"frames beyond int32", "wan2.1-t2v-1.3b", api.Request{NumFrames: math.MaxInt}, "num_frames", "4n+1 frames up to 481"},
+		{"fps", "wan2.1-t2v-1.3b", api.Request{FPS: -1}, "fps", "1 to 120"},
+		{"dmd steps", "fastwan2.2-ti2v-5b", api.Request{NumInferenceSteps: 50}, "num_inference_steps", "3 or unset"},
+		{"dmd guidance", "fastwan2.1-t2v-1.3b", api.Request{GuidanceScale: 3}, "guidance_scale", "without classifier-free guidance"},
+		{"unipc steps", "wan2.1-t2v-1.3b", api.Request{NumInferenceSteps: 5000}, "num_inference_steps", "1 to 1000"},
+		{"repeated timestep", "wan2.1-t2v-1.3b", api.Request{NumInferenceSteps: 900}, "num_inference_steps", "repeats timestep"},
+		{"fast factor alone", "wan2.1-t2v-1.3b", api.Request{FastFactor: 3}, "fast_factor", "unless the temporal fast mode is on"},
+		{"spatial scale alone", "wan2.1-t2v-1.3b", api.Request{FastSpatialScale: 3}, "fast_spatial_scale", "unless the spatial fast mode is on"},
+		{"spatial scale off the grid", "wan2.1-t2v-1.3b", api.Request{FastSpatial: true, FastSpatialScale: 3}, "fast_spatial_scale",
 			"dividing 480x832 into a size that is a multiple of 16x16"},
-		{"spatial stage 1 off the grid", "wan2.1-t2v-1.3b", family.Request{FastSpatial: true, Height: 464, Width: 832}, "fast_spatial_scale",
+		{"spatial stage 1 off the grid", "wan2.1-t2v-1.3b", api.Request{FastSpatial: true, Height: 464, Width: 832}, "fast_spatial_scale",
 			"a multiple of 16x16"},
-		{"fast that does not shorten", "wan2.1-t2v-1.3b", family.Request{Fast: true, NumFrames: 5}, "fast", "a 5-frame source clip"},
-		{"fast factor that does not shorten", "wan2.1-t2v-1.3b", family.Request{Fast: true, FastFactor: 2, NumFrames: 4}, "fast_factor",
+		{"fast that does not shorten", "wan2.1-t2v-1.3b", api.Request{Fast: true, NumFrames: 5}, "fast", "a 5-frame source clip"},
+		{"fast factor that does not shorten", "wan2.1-t2v-1.3b", api.Request{Fast: true, FastFactor: 2, NumFrames: 4}, "fast_factor",
 			"a 5-frame source clip"},
-		{"fast frames bound", "wan2.1-t2v-1.3b", family.Request{Fast: true, NumFrames: 482}, "num_frames", "2 to 481 frames"},
-		{"upsample without spatial", "wan2.1-t2v-1.3b", family.Request{Fast: true, Upsample: "cubic"}, "upsample", "spatial fast mode"},
-		{"sharpen without a mode", "wan2.1-t2v-1.3b", family.Request{Sharpen: family.Ptr(0.5)}, "sharpen", "unless a fast mode is on"},
-		{"prompt tokens", "wan2.1-t2v-1.3b", family.Request{PromptTokens: -1}, "prompt_tokens", "token count"},
-		{"renoise on UniPC", TinyName, family.Request{Preset: "tiny_wan_t2v", Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil"},
-		{"renoise length", TinyName, family.Request{Options: &Options{RenoiseNoise: make([]float32, 3)}}, "renoise_noise", "2 blocks"},
+		{"fast frames bound", "wan2.1-t2v-1.3b", api.Request{Fast: true, NumFrames: 482}, "num_frames", "2 to 481 frames"},
+		{"upsample without spatial", "wan2.1-t2v-1.3b", api.Request{Fast: true, Upsample: "cubic"}, "upsample", "spatial fast mode"},
+		{"sharpen without a mode", "wan2.1-t2v-1.3b", api.Request{Sharpen: api.Ptr(0.5)}, "sharpen", "unless a fast mode is on"},
+		{"prompt tokens", "wan2.1-t2v-1.3b", api.Request{PromptTokens: -1}, "prompt_tokens", "token count"},
+		{"renoise on UniPC", TinyName, api.Request{Preset: "tiny_wan_t2v", Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil"},
+		{"renoise length", TinyName, api.Request{Options: &Options{RenoiseNoise: make([]float32, 3)}}, "renoise_noise", "2 blocks"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := plan(t, builtin(t, c.model), c.req, family.DTypeAuto)
-			var re *family.RequestError
+			_, _, err := plan(t, builtin(t, c.model), c.req, api.DTypeAuto)
+			var re *api.RequestError
 			if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("error %v, want a RequestError on %s mentioning %q", err, c.field, c.msg)
 			}
@@ -167,20 +168,20 @@ func TestRequestValidation(t *testing.T) {
 	// outgrow rope_max_seq_len is stopped there.
 	long := builtin(t, "wan2.1-t2v-1.3b")
 	long.MaxFrames = 5000
-	var re *family.RequestError
-	if _, _, err := plan(t, long, family.Request{NumFrames: 4101}, family.DTypeAuto); !errors.As(err, &re) ||
+	var re *api.RequestError
+	if _, _, err := plan(t, long, api.Request{NumFrames: 4101}, api.DTypeAuto); !errors.As(err, &re) ||
 		re.Field != "num_frames" || !strings.Contains(err.Error(), "rope_max_seq_len") {
 		t.Errorf("a clip beyond the RoPE tables: %v", err)
 	}
 	// Valid: the presets themselves, an explicit guidance of 1 on a DMD model, any positive guidance.
 	for _, c := range []struct {
 		model string
-		req   family.Request
+		req   api.Request
 	}{
-		{"wan2.1-t2v-1.3b", family.Request{Prompt: "x"}},
-		{"fastwan2.1-t2v-1.3b", family.Request{Prompt: "x", GuidanceScale: 1, NumInferenceSteps: 3}},
-		{"wan2.2-ti2v-5b", family.Request{Prompt: "x", GuidanceScale: 0.5, Height: 704, Width: 1280, NumFrames: 5}},
-		{TinyName, family.Request{Prompt: "x", Preset: "tiny_wan_t2v", NegativePrompt: "blurry"}},
+		{"wan2.1-t2v-1.3b", api.Request{Prompt: "x"}},
+		{"fastwan2.1-t2v-1.3b", api.Request{Prompt: "x", GuidanceScale: 1, NumInferenceSteps: 3}},
+		{"wan2.2-ti2v-5b", api.Request{Prompt: "x", GuidanceScale: 0.5, Height: 704, Width: 1280, NumFrames: 5}},
+		{TinyName, api.Request{Prompt: "x", Preset: "tiny_wan_t2v", NegativePrompt: "blurry"}},
 	} {
 		if _, err := builtin(t, c.model).Resolve(c.req, true); err != nil {
 			t.Errorf("%s %+v: %v", c.model, c.req, err)
@@ -194,7 +195,7 @@ func TestRequestValidation(t *testing.T) {
 }
 
 func TestPlanJSONAndTable(t *testing.T) {
-	p, _ := mustPlan(t, TinyName, family.Request{Preset: "tiny_wan_t2v"}, family.DTypeAuto)
+	p, _ := mustPlan(t, TinyName, api.Request{Preset: "tiny_wan_t2v"}, api.DTypeAuto)
 	m := testutil.JSONObject(t, p)
 	for _, k := range []string{"family", "latent_shape", "token_grid", "tokens", "text_tokens", "sampler", "cfg", "guidance_scale",
 		"forwards_per_step", "video_sigmas", "video_timesteps", "dit_tflops_per_step", "weights_bytes", "negative_prompt"} {
@@ -227,7 +228,7 @@ func TestPlanJSONAndTable(t *testing.T) {
 func TestFastModes(t *testing.T) {
 	// 81 frames at factor 2: aligned_keyframe_count gives 41 source frames (11 latents); 448x832 at
 	// scale 2 runs at 224x416.
-	p, d := mustPlan(t, "fastwan2.1-t2v-1.3b", family.Request{Fast: true, FastSpatial: true, NumFrames: 81}, family.DTypeAuto)
+	p, d := mustPlan(t, "fastwan2.1-t2v-1.3b", api.Request{Fast: true, FastSpatial: true, NumFrames: 81}, api.DTypeAuto)
 	if ft, fs := d.FastTemporal, d.FastSpatial; ft == nil || fs == nil ||
 		*ft != (FastTemporalPlan{TargetFrames: 81, SourceFrames: 41, Factor: 2, SourceLatentFrames: 11}) ||
 		*fs != (FastSpatialPlan{TargetHeight: 448, TargetWidth: 832, Stage1Height: 224, Stage1Width: 416, Scale: 2}) {
@@ -240,7 +241,7 @@ func TestFastModes(t *testing.T) {
 	if want := []string{"RIFE 4.25 41 -> 81 frames", "lanczos to 448x832, sharpen 0.6"}; fmt.Sprint(p.FrameFilters) != fmt.Sprint(want) {
 		t.Errorf("filters %q, want %q", p.FrameFilters, want)
 	}
-	full, _ := mustPlan(t, "fastwan2.1-t2v-1.3b", family.Request{NumFrames: 81}, family.DTypeAuto)
+	full, _ := mustPlan(t, "fastwan2.1-t2v-1.3b", api.Request{NumFrames: 81}, api.DTypeAuto)
 	if math.Abs(d.FullDiTTFLOPsTotal-full.DiTTFLOPsTotal) > 1e-9 || d.FullDiTTFLOPsTotal < 6*p.DiTTFLOPsTotal {
 		t.Errorf("saving: %.1f of %.1f TFLOP, the full plan %.1f", p.DiTTFLOPsTotal, d.FullDiTTFLOPsTotal, full.DiTTFLOPsTotal)
 	}
@@ -257,15 +258,15 @@ func TestFastModes(t *testing.T) {
 	// the spatial mode alone sharpens at 0.4 with the chosen kernel, and the upstream defaults
 	// apply per mode.
 	for _, c := range []struct {
-		req     family.Request
+		req     api.Request
 		frames  int
 		filters string
 	}{
-		{family.Request{Fast: true, NumFrames: 62}, 33, "[RIFE 4.25 33 -> 62 frames sharpen 0.6]"},
-		{family.Request{Fast: true, FastFactor: 4, NumFrames: 121, Sharpen: family.Ptr(0.0)}, 33, "[RIFE 4.25 33 -> 121 frames]"},
-		{family.Request{FastSpatial: true, Upsample: "bilinear"}, 81, "[bilinear to 480x832, sharpen 0.4]"},
+		{api.Request{Fast: true, NumFrames: 62}, 33, "[RIFE 4.25 33 -> 62 frames sharpen 0.6]"},
+		{api.Request{Fast: true, FastFactor: 4, NumFrames: 121, Sharpen: api.Ptr(0.0)}, 33, "[RIFE 4.25 33 -> 121 frames]"},
+		{api.Request{FastSpatial: true, Upsample: "bilinear"}, 81, "[bilinear to 480x832, sharpen 0.4]"},
 	} {
-		p, _ := mustPlan(t, "wan2.1-t2v-1.3b", c.req, family.DTypeAuto)
+		p, _ := mustPlan(t, "wan2.1-t2v-1.3b", c.req, api.DTypeAuto)
 		if p.VideoLatentFrames != (c.frames-1)/4+1 || fmt.Sprint(p.FrameFilters) != c.filters {
 			t.Errorf("%+v: %d latent frames, filters %q; want %d source frames, %s", c.req, p.VideoLatentFrames, p.FrameFilters, c.frames, c.filters)
 		}

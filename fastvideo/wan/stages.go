@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc"
@@ -144,7 +145,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	p.latents = x
 	if p.s.Request.ReturnLatents {
 		g := p.r.Geometry
-		p.s.Result.Latents = &family.Latents{Video: x, VideoShape: []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}}
+		p.s.Result.Latents = &api.Latents{Video: x, VideoShape: []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
@@ -78,7 +79,7 @@ func tinySpec() *Spec {
 		ModelInfo: family.ModelInfo{Name: TinyName, Family: FamilyName, Variant: TinyName,
 			Description: "The Wan2.1 architecture at toy width with seeded random weights and a toy tokenizer made in memory (no files; its output is noise), for tests and smoke runs"},
 		DiT: tinyWanDiT(), VAE: tinyWanVAE(), TextEncoder: tinyUMT5(len(tinyWanVocab())), TextLen: umt5.DefaultTextLen,
-		FlowShift: schedule.Wan21T2V480PShift, WeightsDType: family.F32, MaxSide: tinyMaxSide, MaxFrames: tinyMaxFrames,
+		FlowShift: schedule.Wan21T2V480PShift, WeightsDType: api.F32, MaxSide: tinyMaxSide, MaxFrames: tinyMaxFrames,
 	}
 	s.setPresets(
 		Preset{Preset: family.Preset{Name: "tiny_wan_dmd", Description: "48x64, 9 frames at 16 fps, 3 DMD steps without guidance (FastWan-style)",

@@ -5,7 +5,7 @@ import (
 
 	"fastvideo/attention"
 	wandit "fastvideo/dit/wan"
-	"fastvideo/fastvideo/family"
+	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/familykit"
 )
 
@@ -29,7 +29,7 @@ type VSAPlan struct {
 }
 
 // resolveVSA applies the checkpoint's VSA default and the request's knobs.
-func (r *resolved) resolveVSA(family.Request) (err error) {
+func (r *resolved) resolveVSA(api.Request) (err error) {
 	var knobs *familykit.VSAKnobs
 	if o := r.opts.VSA; o != nil {
 		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, DenseFirstSteps: o.DenseFirstSteps, DenseLayers: o.DenseLayers}

@@ -24,9 +24,12 @@ const module = "fastvideo"
 const contract = module + "/fastvideo/family"
 
 // beside are the packages at the contract's rank that are not the contract: what the families and the
-// root package share besides it: the frame filters run after decode, which families configure, and the
-// helpers the families have in common.
-var beside = map[string]bool{module + "/fastvideo/framefilter": true, module + "/fastvideo/familykit": true}
+// root package share besides it: the data a caller exchanges with the SDK (requests, results, plans,
+// events), the frame filters run after decode, which families configure, and the helpers the
+// families have in common.
+var beside = map[string]bool{
+	module + "/fastvideo/api": true, module + "/fastvideo/framefilter": true, module + "/fastvideo/familykit": true,
+}
 
 // testHelpers is the helper package of the tests that drive the SDK through its public API; only
 // test files may import it.

@@ -1,4 +1,4 @@
-package family
+package api
 
 import (
 	"encoding/json"

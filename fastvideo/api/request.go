@@ -1,6 +1,7 @@
-package family
+package api
 
 import (
+	"fastvideo/internal/imageops"
 	"fmt"
 	"image"
 	"unicode/utf8"
@@ -140,4 +141,16 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// Keyframe is a request's condition image, read and converted to 8-bit RGB (EXIF orientation
+// applied, alpha dropped) as FastVideo's load_image does (fastvideo/models/vision_utils.py); the
+// family resizes and crops it by its model's rule.
+type Keyframe struct {
+	// Field is the request field it came from ("image", "image_path", "last_image",
+	// "last_image_path"), for messages.
+	Field string
+	// Source is the file, or "" for an image.Image passed in the request.
+	Source string
+	Pixels imageops.Image
 }
