@@ -372,6 +372,7 @@ func newSlicer(backend compute.Backend, n int) *slicer {
 
 // shardVSAKey identifies a VSA executable of a tensor-parallel model.
 type shardVSAKey struct {
-	vsa   vsaKey
-	trace bool
+	sparse bool // VSA (vsa is its geometry); false: the dense program
+	vsa    vsaKey
+	trace  bool
 }

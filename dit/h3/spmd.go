@@ -48,9 +48,8 @@ type spmdRunner struct {
 	backend compute.Backend
 	w       *shardedWeights
 	compile spmdCompiler
-	// execs are the dense block programs, traced or not; vsa the VSA ones met so far.
-	execs map[bool]*Exec
-	vsa   map[shardVSAKey]*Exec
+	// programs are the block programs met so far, dense and VSA.
+	programs map[shardVSAKey]*Exec
 }
 
 // newSPMDRunner moves shard k's slices to devices[k] and copies its norms there (device 0 keeps the
@@ -92,13 +91,10 @@ func (r *spmdRunner) describe() string {
 func (r *spmdRunner) heldBytes() (sliced, copies int64) { return r.w.heldBytes() }
 
 func (r *spmdRunner) close() {
-	for _, e := range r.execs {
+	for _, e := range r.programs {
 		graphexec.FinalizeExecs(e)
 	}
-	for _, e := range r.vsa {
-		graphexec.FinalizeExecs(e)
-	}
-	r.execs, r.vsa = nil, nil
+	r.programs = nil
 	r.w.close()
 }
 
@@ -106,35 +102,23 @@ func (r *spmdRunner) close() {
 // the dense program every block shares).
 func (r *spmdRunner) exec(p *vsaPlan, b int, trace bool) *Exec {
 	spec, shape := r.w.spec, r.w.blocks[b][0].shape // sharded blocks are dense
-	if p == nil {
-		if e, ok := r.execs[trace]; ok {
-			return e
-		}
-		e := r.compile(r.backend, "h3.joint_block_spmd", r.w.devices, func(reduce AllReduce) func(in []*Node) []*Node {
-			spec.AllReduce = reduce
-			return jointBlockFn(spec, shape, trace)
-		})
-		if r.execs == nil {
-			r.execs = map[bool]*Exec{}
-		}
-		r.execs[trace] = e
+	key, name := shardVSAKey{trace: trace}, "h3.joint_block_spmd"
+	if p != nil {
+		key.sparse, key.vsa = true, p.key(b, r.w.blocks[b][0].Gate != nil)
+		spec.Attention.Sparse, shape.gate, name = p.sparse(key.vsa), key.vsa.gate, name+"_vsa"
+	}
+	if e, ok := r.programs[key]; ok {
 		return e
 	}
-	key := shardVSAKey{vsa: p.key(b, r.w.blocks[b][0].Gate != nil), trace: trace}
-	if e, ok := r.vsa[key]; ok {
-		return e
-	}
-	spec.Attention.Sparse = p.sparse(key.vsa)
-	shape.gate = key.vsa.gate
-	e := r.compile(r.backend, "h3.joint_block_spmd_vsa", r.w.devices, func(reduce AllReduce) func(in []*Node) []*Node {
+	e := r.compile(r.backend, name, r.w.devices, func(reduce AllReduce) func(in []*Node) []*Node {
 		s := spec
 		s.AllReduce = reduce
 		return jointBlockFn(s, shape, trace)
 	})
-	if r.vsa == nil {
-		r.vsa = map[shardVSAKey]*Exec{}
+	if r.programs == nil {
+		r.programs = map[shardVSAKey]*Exec{}
 	}
-	r.vsa[key] = e
+	r.programs[key] = e
 	return e
 }
 

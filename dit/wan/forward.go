@@ -49,11 +49,16 @@ type blockInputs[T any] struct {
 }
 
 func (a *blockInputs[T]) Fields() []*T {
-	f := []*T{&a.X, &a.Text, &a.TProj, &a.Cos, &a.Sin}
-	if a.multi {
-		f = append(f, &a.TIdx)
+	return withTIdx([]*T{&a.X, &a.Text, &a.TProj, &a.Cos, &a.Sin}, a.multi, &a.TIdx)
+}
+
+// withTIdx appends the per-token timestep rows to an executable's inputs when there are several
+// timesteps (multi).
+func withTIdx[T any](fields []*T, multi bool, tIdx *T) []*T {
+	if multi {
+		return append(fields, tIdx)
 	}
-	return f
+	return fields
 }
 
 // outputInputs feed the head: X [L, D], Temb [nT, D] float32, the head table [1, 2, D] and proj_out
@@ -64,11 +69,7 @@ type outputInputs[T any] struct {
 }
 
 func (a *outputInputs[T]) Fields() []*T {
-	f := []*T{&a.X, &a.Temb, &a.Table, &a.ProjW, &a.ProjB}
-	if a.multi {
-		f = append(f, &a.TIdx)
-	}
-	return f
+	return withTIdx([]*T{&a.X, &a.Temb, &a.Table, &a.ProjW, &a.ProjB}, a.multi, &a.TIdx)
 }
 
 // blockFn is the graph of one block (spec's attention, dense or VSA), fed blockInputs and the block's
