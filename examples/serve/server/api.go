@@ -142,6 +142,11 @@ func (s *Server) admit(r *http.Request) (*Video, fastvideo.Request, error) {
 	if err != nil {
 		return nil, req, err
 	}
+	if p.loras != nil {
+		if err := s.checkLoRAs(p.loras); err != nil {
+			return nil, req, err
+		}
+	}
 	// Plan applies the SDK's request rules without loading anything heavy (the prompt's presence is
 	// checked above, the output path is the server's), its length measured with the model's tokenizer.
 	plan, err := s.gen.Plan(req)

@@ -42,6 +42,7 @@ type createParams struct {
 	fastFactor, fastSpatialScale                int
 	seed                                        *int64
 	fast, fastSpatial, enhancePrompt            bool
+	loras                                       []LoRA
 	// sent are the fields the client gave, so that an error names what it sent.
 	sent map[string]bool
 }
@@ -78,6 +79,10 @@ var paramFields = map[string]func(p *createParams, raw json.RawMessage) error{
 	"fast":                numberField(func(p *createParams) *bool { return &p.fast }),
 	"fast_spatial":        numberField(func(p *createParams) *bool { return &p.fastSpatial }),
 	"enhance_prompt":      numberField(func(p *createParams) *bool { return &p.enhancePrompt }),
+	"loras": func(p *createParams, raw json.RawMessage) (err error) {
+		p.loras, err = parseLoRAs(raw)
+		return err
+	},
 	"seed": func(p *createParams, raw json.RawMessage) error {
 		p.seed = new(int64)
 		return decodeLoose(raw, p.seed)
