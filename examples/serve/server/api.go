@@ -91,10 +91,13 @@ type model struct {
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
 	fastvideo.ModelInfo
+	// LoRAs are the adapters merged into the model at start: what a request's "loras" may repeat.
+	LoRAs []LoRA `json:"loras"`
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	m := model{ID: s.info.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "fastvideo", ModelInfo: s.info}
+	m := model{ID: s.info.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "fastvideo", ModelInfo: s.info,
+		LoRAs: append([]LoRA{}, s.cfg.LoRA...)}
 	// The server generates from text only (input_reference is refused), whatever the model takes.
 	m.FirstImage, m.LastImage = false, false
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})

@@ -868,6 +868,10 @@ func TestLoRAs(t *testing.T) {
 	}
 	h := start(t, t.TempDir(), func(c *Config) { c.LoRADir, c.LoRA = dir, []LoRA{{Name: "a.safetensors", Strength: 0.8}} })
 	bare := start(t, t.TempDir(), nil)
+	var models struct{ Data []struct{ LoRAs []LoRA } }
+	if h.do("GET", "/v1/models", "", "", &models); len(models.Data) != 1 || len(models.Data[0].LoRAs) != 1 || models.Data[0].LoRAs[0].Strength != 0.8 {
+		t.Errorf("models %+v", models)
+	}
 	for _, c := range []struct {
 		h     *harness
 		loras string
