@@ -18,7 +18,7 @@ import (
 )
 
 // LoRA is a generator's opened adapters (family.Engine.LoRA), validated against the DiT's weights: the
-// files stay mapped until Close, and Source merges them into every DiT the generator loads.
+// files stay mapped until Close, and LoadMerged merges them into every DiT the generator loads.
 type LoRA struct {
 	Names    lora.NameMap
 	Adapters []lora.Weighted
