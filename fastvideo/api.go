@@ -36,6 +36,10 @@ type (
 	// FrameFilter transforms decoded frames between decode and mux; Frames is a run of them.
 	FrameFilter = family.FrameFilter
 	Frames      = family.Frames
+	// LoRA is an adapter merged into the DiT at load (WithLoRA); PlanLoRA what it changes
+	// (GenerationPlan.LoRA).
+	LoRA     = api.LoRA
+	PlanLoRA = api.PlanLoRA
 	// NoiseStream names an independent Gaussian stream of a seed.
 	NoiseStream = familykit.NoiseStream
 )

@@ -85,6 +85,9 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := checkLoRAModel(m, o); err != nil {
+		return nil, err
+	}
 	tools, err := media.FindTools(o.FFmpeg, o.FFprobe)
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
@@ -157,7 +160,7 @@ func openEngine(o Options) (*family.Engine, error) {
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: familykit.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
-		X264Preset: o.X264Preset, Devices: max(o.Devices, 1)}
+		X264Preset: o.X264Preset, Devices: max(o.Devices, 1), LoRA: o.LoRA}
 	e.FP8 = o.DType == FP8
 	readMemory(e, bp)
 	if s, ok := b.(interface {
@@ -352,6 +355,9 @@ func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 	}
 	p.Devices = g.devices
 	p.Memory = g.engine.Residency
+	if lr, ok := g.comps.(family.LoRAReporter); ok {
+		p.LoRA = lr.LoRAPlan()
+	}
 	return p, nil
 }
 
@@ -413,7 +419,33 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 	if p.Devices, err = planSpecDevices(m, o); err != nil {
 		return nil, err
 	}
+	if p.LoRA, err = planLoRA(m, o); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// checkLoRAModel refuses adapters for a model whose family merges none.
+func checkLoRAModel(m family.Model, o Options) error {
+	if _, ok := m.(family.LoRAPlanner); len(o.LoRA) > 0 && !ok {
+		return &RequestError{Field: "lora", Value: o.LoRA[0].Path, Allowed: fmt.Sprintf("no adapter: the %s family's models take no LoRA adapters", m.Info().Family)}
+	}
+	return nil
+}
+
+// planLoRA validates the options' adapters against m's weights (headers only) and reports what each
+// changes (nil without adapters).
+func planLoRA(m family.Model, o Options) ([]api.PlanLoRA, error) {
+	if len(o.LoRA) == 0 {
+		return nil, nil
+	}
+	if err := checkLoRAModel(m, o); err != nil {
+		return nil, err
+	}
+	if o.RandomWeights != nil {
+		return nil, &RequestError{Field: "lora", Value: "with random weights", Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop the random weights or the adapters"}
+	}
+	return m.(family.LoRAPlanner).PlanLoRA(o.LoRA)
 }
 
 // planSpecDevices is the layout over o.Devices devices a generator of m would run (nil for one),
@@ -454,9 +486,15 @@ func planResidency(o Options, rs []api.ComponentResidency) []api.ComponentReside
 // Validate checks a generation request against a model without loading anything heavy; unlike
 // Plan it also requires a prompt, and it checks the output path.
 func Validate(model string, req Request, opts ...Option) error {
-	_, _, r, err := resolveWith(model, req, true, opts)
-	if err != nil || req.SkipSave {
+	o, m, r, err := resolveWith(model, req, true, opts)
+	if err != nil {
 		return err
+	}
+	if _, err := planLoRA(m, o); err != nil {
+		return err
+	}
+	if req.SkipSave {
+		return nil
 	}
 	_, err = outputTarget(req.OutputPath, r.Common().Prompt)
 	return err

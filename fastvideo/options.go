@@ -2,6 +2,7 @@ package fastvideo
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -50,6 +51,8 @@ type Options struct {
 	// Devices is how many accelerators of the host a generation spreads over (see WithDevices);
 	// 0 means one.
 	Devices int
+	// LoRA are the adapters merged into the DiT when it loads, in order (see WithLoRA).
+	LoRA []LoRA
 }
 
 // Option edits Options.
@@ -221,6 +224,29 @@ func WithDevices(n int) Option {
 			return &RequestError{Field: "devices", Value: n, Allowed: "1 or more accelerators of this host"}
 		}
 		o.Devices = n
+		return nil
+	}
+}
+
+// WithLoRA adds a LoRA adapter (a safetensors file in any published layout: PEFT/diffusers, native
+// Wan/ComfyUI/kohya, musubi, FastVideo's extractor, dense .diff deltas) at strength (1 applies it as
+// trained: W += strength·(alpha/rank)·B·A). Repeatable: adapters apply in order. Like FastVideo's
+// set_lora_adapter they are merged into the DiT's weights when it loads, before any FP8 conversion or
+// AdaLN step cache, so they belong to the generator: every request of it runs with them, and another
+// set needs another generator. New opens each file and checks it against the model's weights before
+// loading anything (a missing file, a file that is no adapter, another model's adapter, mismatched
+// shapes or ranks, NaN/Inf values: a *RequestError for "lora" naming the file); Plan and Validate
+// check them too and the plan lists what each changes. A converted (quantized) checkpoint and random
+// weights take no adapter.
+func WithLoRA(path string, strength float64) Option {
+	return func(o *Options) error {
+		if path == "" {
+			return &RequestError{Field: "lora", Value: path, Allowed: "the path of a LoRA adapter's .safetensors file"}
+		}
+		if math.IsNaN(strength) || math.IsInf(strength, 0) {
+			return &RequestError{Field: "lora", Value: fmt.Sprintf("%s:%v", path, strength), Allowed: "a finite strength (1 applies the adapter as trained, 0 turns it off)"}
+		}
+		o.LoRA = append(o.LoRA, LoRA{Path: path, Strength: strength})
 		return nil
 	}
 }

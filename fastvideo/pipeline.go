@@ -90,6 +90,9 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 	}
 	if p.res.Plan != nil {
 		p.res.Plan.Devices = g.devices
+		if lr, ok := g.comps.(family.LoRAReporter); ok {
+			p.res.Plan.LoRA = lr.LoRAPlan()
+		}
 	}
 	p.res.Timings.Total = time.Since(p.start)
 	programs, compile := graphexec.Compiles()

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"fastvideo/examples/internal/cli"
 	"fastvideo/examples/serve/server"
 	"fastvideo/fastvideo"
 )
@@ -55,6 +56,19 @@ type options struct {
 	timeout, grace, bodyTimeout                              time.Duration
 	keepAge                                                  time.Duration
 	keepBytes                                                int64
+	loraDir                                                  string
+	loras                                                    loraNames
+}
+
+// loraNames collects -lora NAME[:STRENGTH] values (names within -lora-dir).
+type loraNames []server.LoRA
+
+func (l *loraNames) String() string { return fmt.Sprint(*l) }
+
+func (l *loraNames) Set(v string) error {
+	a := cli.ParseLoRA(v)
+	*l = append(*l, server.LoRA{Name: a.Path, Strength: a.Strength})
+	return nil
 }
 
 // parseFlags reads the command line; a nil options with code 0 means -h was asked.
@@ -84,6 +98,8 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	fs.StringVar(&o.dtype, "dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`)
 	fs.StringVar(&o.memory, "memory", "", `"auto" (default: each component stays on the device where every other one still runs beside it), "one_resident" or "all_resident"`)
 	fs.StringVar(&o.cache, "prompt-cache", "", "folder caching encoded prompts")
+	fs.StringVar(&o.loraDir, "lora-dir", "", "folder of LoRA adapters (.safetensors) that -lora and requests' \"loras\" name by file name; nothing outside it is read")
+	fs.Var(&o.loras, "lora", "adapter `NAME[:STRENGTH]` of -lora-dir merged into the model at start (repeatable, in order); a request's \"loras\" must repeat this list or be omitted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0
@@ -105,6 +121,10 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	var err error
 	if o.keepAge, o.keepBytes, err = parseKeep(*keep); err != nil {
 		fmt.Fprintf(stderr, "serve: -keep: %v\n", err)
+		return nil, 2
+	}
+	if len(o.loras) > 0 && o.loraDir == "" {
+		fmt.Fprintln(stderr, "serve: -lora names an adapter of -lora-dir: give the folder too")
 		return nil, 2
 	}
 	if err := checkAddr(o.addr); err != nil {
@@ -182,8 +202,13 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 		return code
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	gen, err := fastvideo.New(ctx, o.model, fastvideo.WithBackend(o.backend), fastvideo.WithDType(fastvideo.DType(o.dtype)),
-		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(o.memory)), fastvideo.WithPromptCache(o.cache))
+	loras, err := server.LoRAOptions(o.loraDir, o.loras)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: invalid -lora: %v\n", err)
+		return 2
+	}
+	gen, err := fastvideo.New(ctx, o.model, append([]fastvideo.Option{fastvideo.WithBackend(o.backend), fastvideo.WithDType(fastvideo.DType(o.dtype)),
+		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(o.memory)), fastvideo.WithPromptCache(o.cache)}, loras...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", err)
 		var re *fastvideo.RequestError
@@ -195,7 +220,7 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 	defer gen.Close()
 	srv, err := server.New(server.Config{Generator: gen, DataDir: o.data, QueueSize: o.queue, JobTimeout: o.timeout,
 		KeepAge: o.keepAge, KeepBytes: o.keepBytes, APIKey: o.apiKey, AllowedHosts: o.allowedHosts, MaxBodyBytes: o.maxBody, BodyTimeout: o.bodyTimeout,
-		MaxPromptBytes: o.maxPrompt, Logger: log})
+		MaxPromptBytes: o.maxPrompt, Logger: log, LoRADir: o.loraDir, LoRA: o.loras})
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", err)
 		return 1

@@ -19,6 +19,10 @@ import (
 )
 
 func TestExitCodes(t *testing.T) {
+	loraDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(loraDir, "junk.safetensors"), []byte("not an adapter"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -34,6 +38,10 @@ func TestExitCodes(t *testing.T) {
 		{"no port", []string{"-addr", "127.0.0.1"}, 2, "invalid -addr"},
 		{"port out of range", []string{"-addr", ":70000"}, 2, "invalid -addr"},
 		{"unknown model", []string{"-model", "sora-2", "-data", t.TempDir()}, 2, "invalid model"},
+		{"-lora without -lora-dir", []string{"-lora", "a.safetensors"}, 2, "-lora-dir"},
+		{"-lora with a path", []string{"-lora-dir", loraDir, "-lora", "../junk.safetensors"}, 2, "invalid -lora"},
+		{"-lora not listed", []string{"-lora-dir", loraDir, "-lora", "absent.safetensors:0.5"}, 2, "no adapter"},
+		{"-lora not an adapter", []string{"-lora-dir", loraDir, "-lora", "junk.safetensors", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 2, "invalid lora"},
 		{"address in use", []string{"-addr", "256.0.0.1:1", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 1, "serve:"},
 	}
 	for _, c := range cases {

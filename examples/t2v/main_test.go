@@ -16,6 +16,8 @@ import (
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/wan"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
 )
 
 func plan(t *testing.T, args ...string) (*fastvideo.GenerationPlan, *wan.PlanDetails) {
@@ -232,4 +234,49 @@ func TestFastSpatialHintWorks(t *testing.T) {
 func TestReadmeListsEveryFlag(t *testing.T) {
 	_, _, help := clitest.Run(run, "-h")
 	clitest.CheckReadmeFlags(t, "t2v", help)
+}
+
+// TestLoRAFlag: -lora adapters (repeatable, PATH[:STRENGTH]) appear in the plan with what they change;
+// every bad adapter exits 2 under -lora before anything loads, generation included.
+func TestLoRAFlag(t *testing.T) {
+	dir := t.TempDir()
+	mods := []testutil.LoRAModule{
+		{Module: "blocks.0.self_attn.q", In: 64, Out: 64, Rank: 4},
+		{Module: "blocks.1.ffn.0", In: 64, Out: 128, Rank: 4},
+	}
+	good := testutil.WriteLoRA(t, dir, "good.safetensors", 1, mods...)
+	colon := filepath.Join(dir, "v1:beta")
+	if err := os.MkdirAll(colon, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	odd := testutil.WriteLoRA(t, colon, "odd.safetensors", 2, mods[0])
+	p, _ := plan(t, "-lora", good+":0.5", "-lora", odd)
+	if len(p.LoRA) != 2 || p.LoRA[0].Path != good || p.LoRA[0].Strength != 0.5 || p.LoRA[0].Modules != 2 || p.LoRA[0].Tensors != 2 ||
+		p.LoRA[1].Path != odd || p.LoRA[1].Strength != 1 {
+		t.Fatalf("plan adapters %+v", p.LoRA)
+	}
+	h3 := testutil.WriteLoRA(t, dir, "h3.safetensors", 1, testutil.LoRAModule{Module: "transformer_blocks.0.attn.to_q", In: 64, Out: 64, Rank: 4, PEFT: true})
+	rank := testutil.WriteLoRA(t, dir, "rank.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 64, Out: 64, Rank: 4, RankB: 2})
+	nan := testutil.WriteLoRA(t, dir, "nan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 64, Out: 64, Rank: 4, NaN: true})
+	notLoRA := testutil.WriteSafetensors(t, dir, "ckpt.safetensors", []safetensors.Tensor{
+		{Name: "blocks.0.self_attn.q.weight", DType: safetensors.F32, Shape: []int{1}, Data: safetensors.F32Bytes([]float32{1})}}, nil)
+	out := filepath.Join(dir, "never.mp4")
+	for _, c := range []clitest.ExitCase{
+		{"-plan -lora " + filepath.Join(dir, "absent.safetensors"), 2, "invalid -lora"},
+		{"-plan -lora " + notLoRA, 2, "is not a LoRA tensor"},
+		{"-plan -lora " + h3, 2, "MiniMax H3 adapter"},
+		{"-plan -lora " + rank, 2, "rank mismatch"},
+		{"-plan -lora " + nan, 2, "NaN"},
+		{"-plan -lora " + good + ":nan", 2, "finite strength"},
+		{"-plan -random-weights -lora " + good, 2, "random weights"},
+		{"-prompt fox -out " + out + " -lora " + h3, 2, "MiniMax H3 adapter"},
+	} {
+		code, _, stderr := clitest.Run(run, strings.Fields(c.Args)...)
+		if code != c.Code || !strings.Contains(stderr, c.Msg) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.Args, code, stderr, c.Code, c.Msg)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused adapter left an output file")
+	}
 }

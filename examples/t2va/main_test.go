@@ -11,6 +11,7 @@ import (
 
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo/h3"
+	"fastvideo/internal/testutil"
 )
 
 func TestPlanJSON(t *testing.T) {
@@ -233,4 +234,30 @@ func TestPlanShowsGPUs(t *testing.T) {
 func TestReadmeListsEveryFlag(t *testing.T) {
 	_, _, help := clitest.Run(run, "-h")
 	clitest.CheckReadmeFlags(t, "t2va", help)
+}
+
+// TestLoRAFlag: an H3 adapter (diffusers names) is planned on tiny-h3; a Wan adapter, a ComfyUI-named H3
+// one (fused qkv_proj) and random weights exit 2 under -lora.
+func TestLoRAFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := testutil.WriteLoRA(t, dir, "h3.safetensors", 1,
+		testutil.LoRAModule{Module: "transformer_blocks.0.attn.to_q", In: 128, Out: 128, Rank: 4, PEFT: true},
+		testutil.LoRAModule{Module: "transformer_blocks.1.attn.to_out.0", In: 128, Out: 128, Rank: 4, PEFT: true})
+	var d h3.PlanDetails
+	p := clitest.RunPlan(t, run, &d, "-lora", good+":0.7")
+	if len(p.LoRA) != 1 || p.LoRA[0].Strength != 0.7 || p.LoRA[0].Modules != 2 || p.LoRA[0].Tensors != 2 {
+		t.Fatalf("plan adapters %+v", p.LoRA)
+	}
+	wan := testutil.WriteLoRA(t, dir, "wan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 128, Out: 128, Rank: 4})
+	comfy := testutil.WriteLoRA(t, dir, "comfy.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.attn.qkv_proj", In: 128, Out: 384, Rank: 4})
+	for _, c := range []clitest.ExitCase{
+		{"-plan -lora " + wan, 2, "Wan adapter"},
+		{"-plan -lora " + comfy, 2, "ComfyUI-named H3 adapter"},
+		{"-plan -random-weights -lora " + good, 2, "random weights"},
+	} {
+		code, _, stderr := clitest.Run(run, strings.Fields(c.Args)...)
+		if code != c.Code || !strings.Contains(stderr, c.Msg) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.Args, code, stderr, c.Code, c.Msg)
+		}
+	}
 }

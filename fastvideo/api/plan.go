@@ -61,6 +61,9 @@ type Plan struct {
 	// Devices is the multi-device layout (nil on one device).
 	Devices *DevicePlan `json:"devices,omitempty"`
 
+	// LoRA lists the adapters merged into the DiT at load, in order, and what each changes.
+	LoRA []PlanLoRA `json:"lora,omitempty"`
+
 	// Memory is each heavyweight component's device bytes and where it lives between calls: the
 	// memory policy's decision for the device the plan was made for (without one, the sizes alone,
 	// residency empty).

@@ -177,6 +177,8 @@ type Engine struct {
 	HostMemory func() (available uint64, err error)
 	// Devices is how many accelerators of the host the run spreads over (0 or 1: one).
 	Devices int
+	// LoRA are the adapters merged into the DiT at load, in order (the family's Open validates them).
+	LoRA []api.LoRA
 }
 
 // SpecSplitter is implemented by Models whose layout over devices follows from their specification

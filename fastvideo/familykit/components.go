@@ -32,10 +32,22 @@ type Source interface {
 type Opened[S Source] struct {
 	Engine *family.Engine
 	Src    S
+	// LoRA are the engine's adapters, opened and validated (nil: none); the family merges them into
+	// every DiT it loads (LoadMerged) and closes them with the components.
+	LoRA *LoRA
 }
 
 func (o *Opened[S]) Describe() string { return o.Src.Describe() }
-func (o *Opened[S]) Check() error     { return o.Src.Check() }
+
+func (o *Opened[S]) Check() error { return o.Src.Check() }
+
+// LoRAPlan is what each adapter changes (family.LoRAReporter; nil without adapters).
+func (o *Opened[S]) LoRAPlan() []api.PlanLoRA {
+	if o.LoRA == nil {
+		return nil
+	}
+	return o.LoRA.Plan
+}
 
 // WeightOpener opens a component's weights; the returned function closes them.
 type WeightOpener func() (weights.Source, func() error, error)

@@ -12,6 +12,7 @@ import (
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
+	"fastvideo/internal/lora"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
@@ -29,7 +30,8 @@ type source interface {
 	loadTokenizer() (*tokenizer.Tokenizer, error)
 	textWeights() (familykit.WeightOpener, string, error)
 	newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src weights.Source, opts qwen3vl.Options) (*qwen3vl.Encoder, error)
-	loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error)
+	// loadDiT loads the transformer with the adapters l merged (nil: none).
+	loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error)
 	loadVideoVAE(e *family.Engine) (*h3video.Decoder, error)
 	loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error)
 	// loadVision and loadVideoEncoder serve FL2VA keyframes: the Qwen3-VL vision tower (in the
@@ -60,7 +62,7 @@ type components struct {
 // Close releases the resident components.
 func (c *components) Close() error {
 	return errors.Join(family.Release(&c.cond), family.Release(&c.vision), family.Release(&c.encoder), family.Release(&c.dit),
-		family.Release(&c.video), family.Release(&c.audio))
+		family.Release(&c.video), family.Release(&c.audio), c.LoRA.Close())
 }
 
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
@@ -68,6 +70,9 @@ func (c *components) Close() error {
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: familykit.Opened[source]{Engine: e}, spec: s}
 	if e.RandomWeights != nil {
+		if len(e.LoRA) > 0 {
+			return nil, errLoRARandom
+		}
 		return c, c.openRandom(*e.RandomWeights)
 	}
 	if s.Dir == "" {
@@ -77,7 +82,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 					"download the checkpoint and pass its folder (%s)", TinyName, s.Name, Family{}.FolderLayout())}
 		}
 		c.Src, c.textCfg = newTinySource(s), tinyTextEncoder()
-		return c, nil
+		return c, c.openLoRA()
 	}
 	f := &folder{Snapshot: familykit.Snapshot{Dir: s.Dir}, spec: s}
 	if err := c.readTextConfig(f); err != nil {
@@ -93,7 +98,60 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		}
 	}
 	c.Src = f
-	return c, nil
+	return c, c.openLoRA()
+}
+
+// errLoRARandom refuses adapters on random weights, which are drawn on the device: there is no
+// checkpoint to merge them into.
+var errLoRARandom = &api.RequestError{Field: "lora", Value: "with random weights",
+	Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop -random-weights (WithRandomWeights) or the adapters"}
+
+// openLoRA opens and validates the engine's adapters against the DiT's weights (nothing loads).
+func (c *components) openLoRA() error {
+	if len(c.Engine.LoRA) == 0 {
+		return nil
+	}
+	shapes, err := c.spec.loraShapes()
+	if err != nil {
+		return err
+	}
+	c.LoRA, err = familykit.OpenLoRA(c.Engine.LoRA, h3dit.LoRANames(), shapes)
+	return err
+}
+
+// loraShapes are the DiT checkpoint's tensor shapes adapters are planned against: a released folder's
+// headers, else the parameter table (tiny-h3's synthetic weights follow it). A converted checkpoint
+// (MLX affine INT8/INT6/INT4 or block-scaled float linears, or a fixed AdaLN cache in place of the AdaLN
+// projections) takes no adapter: merging into quantized words would mean dequantizing, merging and
+// requantizing, which this SDK does not do.
+func (s *Spec) loraShapes() (lora.Shapes, error) {
+	if s.Dir == "" {
+		table, err := h3dit.Params(s.DiT)
+		return familykit.ShapesOf(table), err
+	}
+	dir := filepath.Join(s.Dir, familykit.DirTransformer)
+	switch {
+	case h3dit.IsConverted(dir):
+		return nil, &api.RequestError{Field: "lora", Value: dir, Allowed: "adapters on a dense checkpoint only: this transformer/ is a converted MLX checkpoint " +
+			"(quantized or block-scaled linears), whose weights an adapter cannot be merged into without requantizing; load the released (dense) transformer with the adapter, and convert afterwards if needed"}
+	case s.AdaLN != nil:
+		return nil, &api.RequestError{Field: "lora", Value: dir, Allowed: "adapters on a checkpoint without a fixed AdaLN cache: this transformer/ carries precomputed AdaLN tables " +
+			"in place of the AdaLN projections, which an adapter changes; load the released (dense) transformer with the adapter"}
+	}
+	return familykit.CheckpointShapes(dir)
+}
+
+// PlanLoRA validates adapters against the DiT's weights and reports what each changes
+// (family.LoRAPlanner).
+func (s *Spec) PlanLoRA(adapters []api.LoRA) ([]api.PlanLoRA, error) {
+	if len(adapters) == 0 {
+		return nil, nil
+	}
+	shapes, err := s.loraShapes()
+	if err != nil {
+		return nil, err
+	}
+	return familykit.PlanLoRA(adapters, h3dit.LoRANames(), shapes)
 }
 
 // readTextConfig reads the folder's text encoder config and checks it against the DiT.
@@ -223,8 +281,17 @@ func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
 	return f.Weights(familykit.DirTextEncoder, "qwen3vl")
 }
 
-func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
-	return h3dit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
+func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
+	if l == nil {
+		return h3dit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
+	}
+	// Open admitted adapters only for a released (dense, cache-free) transformer/; the merged model owns
+	// its weights (LoadMerged copies), so the checkpoint closes after the load.
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirTransformer), "h3", func(src weights.Source) (*h3dit.Model, error) {
+		return familykit.LoadMerged(l, src, func(src weights.Source) (*h3dit.Model, error) {
+			return h3dit.FromSource(e.Backend, f.spec.DiT, src, opts)
+		})
+	})
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

@@ -64,7 +64,8 @@ func (r *randomSource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, _ we
 
 // loadDiT draws the transformer with its AdaLN projections: a folder's AdaLN cache manifest
 // describes checkpoint files that a random model does not read.
-func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
+// Open refuses adapters for random weights (l is nil).
+func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, _ *familykit.LoRA) (*h3dit.Model, error) {
 	opts.AdaLNManifest = nil
 	return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }

@@ -88,7 +88,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
 		return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
-			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices})
+			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices}, c.LoRA)
 	})
 	if err != nil {
 		return err

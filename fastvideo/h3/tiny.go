@@ -168,11 +168,13 @@ func (c *tinySource) textWeights() (familykit.WeightOpener, string, error) {
 	return familykit.InMemory(c.te), fmt.Sprintf("tiny-h3:seed=%d:v1", tinyWeightsSeed), nil
 }
 
-func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options) (*h3dit.Model, error) {
+func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
+	return familykit.LoadMerged(l, c.dit, func(src weights.Source) (*h3dit.Model, error) {
+		return h3dit.FromSource(e.Backend, c.spec.DiT, src, opts)
+	})
 }
 
 func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

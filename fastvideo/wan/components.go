@@ -13,6 +13,7 @@ import (
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
+	"fastvideo/internal/lora"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/promptcache"
@@ -29,7 +30,8 @@ type source interface {
 	loadTokenizer() (*unigram.Tokenizer, error)
 	textWeights() (familykit.WeightOpener, string, error)
 	newTextEncoder(e *family.Engine, cfg umt5.Config, src weights.Source, opts umt5.Options) (*umt5.Encoder, error)
-	loadDiT(e *family.Engine) (*wandit.Model, error)
+	// loadDiT loads the transformer with the adapters l merged (nil: none).
+	loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error)
 	loadVAE(e *family.Engine) (*wanvae.Decoder, error)
 	// loadEncoder loads the VAE with its encoder, in float32 (FastVideo encodes in fp32).
 	loadEncoder(e *family.Engine) (*wanvae.Decoder, error)
@@ -51,7 +53,8 @@ type components struct {
 
 // Close releases the resident components.
 func (c *components) Close() error {
-	return errors.Join(family.Release(&c.cond), family.Release(&c.replica), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc))
+	return errors.Join(family.Release(&c.cond), family.Release(&c.replica), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc),
+		c.LoRA.Close())
 }
 
 // errNoFP8 refuses DType FP8, which has no Wan path.
@@ -66,6 +69,9 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return nil, errNoFP8
 	}
 	if e.RandomWeights != nil {
+		if len(e.LoRA) > 0 {
+			return nil, errLoRARandom
+		}
 		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}
 		return c, nil
 	}
@@ -77,7 +83,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 				joinIDs(s.presets[s.DefaultPreset].ModelIDs), Family{}.FolderLayout())}
 		}
 		c.Src = newTinySource(s)
-		return c, nil
+		return c, c.openLoRA()
 	}
 	f := &folder{Snapshot: familykit.Snapshot{Dir: s.Dir}, spec: s}
 	if err := f.Check(); err != nil {
@@ -87,7 +93,48 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return nil, err
 	}
 	c.Src = f
-	return c, nil
+	return c, c.openLoRA()
+}
+
+// errLoRARandom refuses adapters on random weights, which are drawn on the device: there is no
+// checkpoint to merge them into.
+var errLoRARandom = &api.RequestError{Field: "lora", Value: "with random weights",
+	Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop -random-weights (WithRandomWeights) or the adapters"}
+
+// openLoRA opens and validates the engine's adapters against the DiT's weights (nothing loads).
+func (c *components) openLoRA() error {
+	if len(c.Engine.LoRA) == 0 {
+		return nil
+	}
+	shapes, err := c.spec.loraShapes()
+	if err != nil {
+		return err
+	}
+	c.LoRA, err = familykit.OpenLoRA(c.Engine.LoRA, wandit.LoRANames(), shapes)
+	return err
+}
+
+// loraShapes are the DiT checkpoint's tensor shapes adapters are planned against: a folder's headers,
+// else the parameter table (the built-in models' synthetic weights follow it).
+func (s *Spec) loraShapes() (lora.Shapes, error) {
+	if s.Dir != "" {
+		return familykit.CheckpointShapes(filepath.Join(s.Dir, familykit.DirTransformer))
+	}
+	table, err := wandit.Params(s.DiT)
+	return familykit.ShapesOf(table), err
+}
+
+// PlanLoRA validates adapters against the DiT's weights and reports what each changes
+// (family.LoRAPlanner).
+func (s *Spec) PlanLoRA(adapters []api.LoRA) ([]api.PlanLoRA, error) {
+	if len(adapters) == 0 {
+		return nil, nil
+	}
+	shapes, err := s.loraShapes()
+	if err != nil {
+		return nil, err
+	}
+	return familykit.PlanLoRA(adapters, wandit.LoRANames(), shapes)
 }
 
 func joinIDs(ids []string) string {
@@ -181,8 +228,17 @@ func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
 	return f.Weights(familykit.DirTextEncoder, "umt5")
 }
 
-func (f *folder) loadDiT(e *family.Engine) (*wandit.Model, error) {
-	return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention})
+func (f *folder) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
+	opts := wandit.Options{DType: e.DType, Attention: e.Attention}
+	if l == nil {
+		return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
+	}
+	// The merged model owns its weights (LoadMerged copies), so the checkpoint closes after the load.
+	return modelkit.LoadCheckpoint(f.Path(familykit.DirTransformer), "wan", func(src weights.Source) (*wandit.Model, error) {
+		return familykit.LoadMerged(l, src, func(src weights.Source) (*wandit.Model, error) {
+			return wandit.FromSource(e.Backend, f.spec.DiT, src, opts)
+		})
+	})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

@@ -295,6 +295,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	api.MemoryRows(row, p.Memory)
+	api.LoRARows(row, p.LoRA)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",
 			dp.Devices, dp.Breakdown())

@@ -52,7 +52,8 @@ func (r *randomSource) newTextEncoder(e *family.Engine, _ umt5.Config, _ weights
 	return umt5.NewRandom(e.Backend, r.textConfig(), opts, r.seed+2)
 }
 
-func (r *randomSource) loadDiT(e *family.Engine) (*wandit.Model, error) {
+// loadDiT draws the transformer on the device; Open refuses adapters for random weights (l is nil).
+func (r *randomSource) loadDiT(e *family.Engine, _ *familykit.LoRA) (*wandit.Model, error) {
 	return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention}, r.seed)
 }
 

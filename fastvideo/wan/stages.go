@@ -110,7 +110,7 @@ func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string
 // then re-noise with the seed's stream).
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
-	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine) })
+	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine, c.LoRA) })
 	if err != nil {
 		return err
 	}

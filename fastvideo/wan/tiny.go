@@ -269,11 +269,13 @@ func (c *tinySource) textWeights() (familykit.WeightOpener, string, error) {
 	return familykit.InMemory(c.te), fmt.Sprintf("tiny-wan:seed=%d:v1", tinyWanWeightsSeed), nil
 }
 
-func (c *tinySource) loadDiT(e *family.Engine) (*wandit.Model, error) {
+func (c *tinySource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention})
+	return familykit.LoadMerged(l, c.dit, func(src weights.Source) (*wandit.Model, error) {
+		return wandit.FromSource(e.Backend, c.spec.DiT, src, wandit.Options{DType: e.DType, Attention: e.Attention})
+	})
 }
 
 func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

@@ -256,6 +256,18 @@ func sameElements(a, b []int) bool {
 func apply(s step, strength float64, w Weights) error {
 	u := s.u
 	wd, _, _ := w.Float32(s.target.Weight)
+	if err := applyWeight(u, strength, wd); err != nil {
+		return err
+	}
+	if u.HasBiasDelta() {
+		bd, _, _ := w.Float32(s.target.Bias)
+		return applyBias(u, strength, bd)
+	}
+	return nil
+}
+
+// applyWeight applies a module's weight changes (replacement, dense delta, low-rank product) to wd.
+func applyWeight(u *Update, strength float64, wd []float32) error {
 	if u.set != nil {
 		v, err := u.set.Float32s()
 		if err != nil {
@@ -273,18 +285,18 @@ func apply(s step, strength float64, w Weights) error {
 			return err
 		}
 	}
-	if u.HasBiasDelta() {
-		bd, _, _ := w.Float32(s.target.Bias)
-		if u.loraBias != nil {
-			if err := addScaled(bd, u.loraBias, strength*u.Alpha/float64(u.Rank)); err != nil {
-				return err
-			}
+	return nil
+}
+
+// applyBias applies a module's bias deltas (lora_B.bias scaled like B·A, .diff_b by the strength) to bd.
+func applyBias(u *Update, strength float64, bd []float32) error {
+	if u.loraBias != nil {
+		if err := addScaled(bd, u.loraBias, strength*u.Alpha/float64(u.Rank)); err != nil {
+			return err
 		}
-		if u.diffBias != nil {
-			if err := addScaled(bd, u.diffBias, strength); err != nil {
-				return err
-			}
-		}
+	}
+	if u.diffBias != nil {
+		return addScaled(bd, u.diffBias, strength)
 	}
 	return nil
 }

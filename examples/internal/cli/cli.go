@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ type flags struct {
 	weightsSeed                          *int64
 	fast                                 fastFlags
 	image                                *string
+	lora                                 *loraFlag
 	applyExtra                           func(*fastvideo.Request, map[string]bool) error
 }
 
@@ -139,6 +141,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	if *f.randomWeights {
 		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
 	}
+	for _, l := range *f.lora {
+		opts = append(opts, fastvideo.WithLoRA(l.Path, l.Strength))
+	}
 	if *f.fast.rifeDir != "" {
 		opts = append(opts, fastvideo.WithRIFE(*f.fast.rifeDir))
 	}
@@ -181,7 +186,9 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"Wan with guidance (1.3B, 5B): CFG-parallel on 2 (the unconditional forward on the second device); "+
 			"needs an accelerator backend with that many devices"),
 		fast: defineFast(fs),
+		lora: &loraFlag{},
 	}
+	fs.Var(f.lora, "lora", "LoRA adapter `PATH[:STRENGTH]` (a .safetensors file; strength default 1), merged into the DiT's weights at load; repeatable, applied in order; -plan lists what each changes")
 	if c.Extra != nil {
 		f.applyExtra = c.Extra(fs)
 	}
@@ -273,7 +280,38 @@ var flagNames = map[string]string{
 	"memory": "-memory", "x264_preset": "-x264-preset", "devices": "-gpus", "guidance_scale": "-guidance-scale", "fast": "-fast", "fast_factor": "-fast-factor",
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
-	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa",
+	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa", "lora": "-lora",
+}
+
+// loraFlag collects -lora PATH[:STRENGTH] values in order.
+type loraFlag []fastvideo.LoRA
+
+func (l *loraFlag) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(*l))
+	for i, a := range *l {
+		parts[i] = fmt.Sprintf("%s:%g", a.Path, a.Strength)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set parses PATH[:STRENGTH]: the text after the last colon is the strength when it parses as a
+// number, else part of the path (a path may hold colons); the strength defaults to 1.
+func (l *loraFlag) Set(v string) error {
+	*l = append(*l, ParseLoRA(v))
+	return nil
+}
+
+// ParseLoRA splits a -lora value into the adapter's path and strength.
+func ParseLoRA(v string) fastvideo.LoRA {
+	if i := strings.LastIndexByte(v, ':'); i >= 0 {
+		if s, err := strconv.ParseFloat(v[i+1:], 64); err == nil {
+			return fastvideo.LoRA{Path: v[:i], Strength: s}
+		}
+	}
+	return fastvideo.LoRA{Path: v, Strength: 1}
 }
 
 // fail reports err (invalid input under the flag's name) and returns 2 for invalid input, 1

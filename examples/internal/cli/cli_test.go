@@ -41,3 +41,25 @@ func TestHelpSummary(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errs.String())
 	}
 }
+
+// -lora PATH[:STRENGTH]: the text after the last colon is the strength only when it is a number; a path
+// may hold colons.
+func TestParseLoRA(t *testing.T) {
+	for _, c := range []struct {
+		in       string
+		path     string
+		strength float64
+	}{
+		{"a.safetensors", "a.safetensors", 1},
+		{"a.safetensors:0.5", "a.safetensors", 0.5},
+		{"a.safetensors:-1e-1", "a.safetensors", -0.1},
+		{"dir:v2/a.safetensors", "dir:v2/a.safetensors", 1},
+		{"dir:2/a.safetensors:0.75", "dir:2/a.safetensors", 0.75},
+		{"a.safetensors:", "a.safetensors:", 1},
+		{"a:b:c", "a:b:c", 1},
+	} {
+		if got := ParseLoRA(c.in); got.Path != c.path || got.Strength != c.strength {
+			t.Errorf("%q: %+v, want %s at %g", c.in, got, c.path, c.strength)
+		}
+	}
+}

@@ -91,10 +91,13 @@ type model struct {
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
 	fastvideo.ModelInfo
+	// LoRAs are the adapters merged into the model at start: what a request's "loras" may repeat.
+	LoRAs []LoRA `json:"loras"`
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	m := model{ID: s.info.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "fastvideo", ModelInfo: s.info}
+	m := model{ID: s.info.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "fastvideo", ModelInfo: s.info,
+		LoRAs: append([]LoRA{}, s.cfg.LoRA...)}
 	// The server generates from text only (input_reference is refused), whatever the model takes.
 	m.FirstImage, m.LastImage = false, false
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
@@ -141,6 +144,11 @@ func (s *Server) admit(r *http.Request) (*Video, fastvideo.Request, error) {
 	req, err := p.request(s.info, s.limits)
 	if err != nil {
 		return nil, req, err
+	}
+	if p.loras != nil {
+		if err := s.checkLoRAs(p.loras); err != nil {
+			return nil, req, err
+		}
 	}
 	// Plan applies the SDK's request rules without loading anything heavy (the prompt's presence is
 	// checked above, the output path is the server's), its length measured with the model's tokenizer.

@@ -48,6 +48,10 @@ type Config struct {
 	MaxPromptBytes int
 	// Logger receives one line per job event (default: discard).
 	Logger *slog.Logger
+	// LoRADir is the folder whose adapter files requests may name ("": no adapters); LoRA the adapters
+	// the Generator was opened with (LoRAOptions), which a request's "loras" must repeat when it sends one.
+	LoRADir string
+	LoRA    []LoRA
 }
 
 // leaseTTL is how long a job's owner vouches for it without renewing; the janitor renews every

@@ -851,3 +851,51 @@ func TestLongCJKPromptRefusedAtAdmission(t *testing.T) {
 		t.Errorf("a 1,365-character CJK prompt: %d %+v, want 400 naming the prompt", resp.StatusCode, out.Error)
 	}
 }
+
+// TestLoRAs: "loras" names adapters by file name within the adapter folder, and only the set the
+// generator merged at start is admitted; paths, links, folders, unlisted names and another set are 400s
+// naming "loras".
+func TestLoRAs(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.safetensors"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.safetensors"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, t.TempDir(), func(c *Config) { c.LoRADir, c.LoRA = dir, []LoRA{{Name: "a.safetensors", Strength: 0.8}} })
+	bare := start(t, t.TempDir(), nil)
+	var models struct{ Data []struct{ LoRAs []LoRA } }
+	if h.do("GET", "/v1/models", "", "", &models); len(models.Data) != 1 || len(models.Data[0].LoRAs) != 1 || models.Data[0].LoRAs[0].Strength != 0.8 {
+		t.Errorf("models %+v", models)
+	}
+	for _, c := range []struct {
+		h     *harness
+		loras string
+		ok    bool
+	}{
+		{h, `[{"name": "a.safetensors", "strength": 0.8}]`, true},
+		{h, `null`, true},
+		{bare, `[]`, true},
+		{h, `[{"name": "a.safetensors"}]`, false},
+		{h, `[]`, false},
+		{h, `[{"name": "../a.safetensors", "strength": 0.8}]`, false},
+		{h, `[{"name": "` + filepath.Join(dir, "a.safetensors") + `", "strength": 0.8}]`, false},
+		{h, `[{"name": "/etc/passwd"}]`, false},
+		{h, `[{"name": "sub.safetensors"}]`, false},
+		{h, `[{"name": "link.safetensors"}]`, false},
+		{h, `[{"name": "absent.safetensors"}]`, false},
+		{h, `[{"name": "a.safetensors", "path": "/etc/passwd"}]`, false},
+		{h, `"a.safetensors"`, false},
+		{bare, `[{"name": "a.safetensors"}]`, false},
+	} {
+		var body struct{ Error APIError }
+		resp := c.h.do("POST", "/v1/videos", "application/json", `{"prompt": "a fox", "num_inference_steps": 1, "loras": `+c.loras+`}`, &body)
+		if ok := resp.StatusCode == 200; ok != c.ok || (!ok && (resp.StatusCode != 400 || body.Error.Param != "loras")) {
+			t.Errorf("loras %s: %d %+v, want accepted %v (else a 400 naming loras)", c.loras, resp.StatusCode, body.Error, c.ok)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package familykit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/x448/float16"
+
+	"fastvideo/fastvideo/api"
+	"fastvideo/internal/lora"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/weights"
+)
+
+// LoRA is a generator's opened adapters (family.Engine.LoRA), validated against the DiT's weights: the
+// files stay mapped until Close, and LoadMerged merges them into every DiT the generator loads.
+type LoRA struct {
+	Names    lora.NameMap
+	Adapters []lora.Weighted
+	// Plan is what each adapter changes, for the plans.
+	Plan []api.PlanLoRA
+}
+
+// loraError is invalid input naming the adapter file.
+func loraError(path string, err error, names lora.NameMap) error {
+	return &api.RequestError{Field: "lora", Value: path, Allowed: fmt.Sprintf(
+		"a LoRA adapter (safetensors) for %s: %v", names.Model, err)}
+}
+
+// OpenLoRA opens every adapter and plans them, in order, against shapes (the DiT checkpoint's tensor
+// names and shapes, from its headers or the model's parameter table): a missing file, a file that is no
+// adapter, keys the model does not have (another model's adapter), shapes of another size, NaN/Inf values
+// and absurd ranks are a *family.RequestError for "lora" naming the file, before anything loads. No
+// adapters: nil, nil.
+func OpenLoRA(specs []api.LoRA, names lora.NameMap, shapes lora.Shapes) (*LoRA, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	l := &LoRA{Names: names}
+	for _, s := range specs {
+		if math.IsNaN(s.Strength) || math.IsInf(s.Strength, 0) {
+			l.Close()
+			return nil, &api.RequestError{Field: "lora", Value: fmt.Sprintf("%s:%v", s.Path, s.Strength),
+				Allowed: "a finite strength (1 applies the adapter as trained, 0 turns it off)"}
+		}
+		a, err := lora.Open(s.Path)
+		if err != nil {
+			l.Close()
+			return nil, loraError(s.Path, err, names)
+		}
+		l.Adapters = append(l.Adapters, lora.Weighted{Adapter: a, Strength: s.Strength})
+	}
+	m, err := lora.NewMerger(l.Adapters, names, shapes)
+	if err != nil {
+		l.Close()
+		return nil, loraError(adapterOf(err, specs), err, names)
+	}
+	for i, t := range m.Touched() {
+		l.Plan = append(l.Plan, api.PlanLoRA{Path: specs[i].Path, Strength: specs[i].Strength, Modules: t.Modules,
+			Tensors: len(t.Tensors), Skipped: t.Skipped})
+	}
+	return l, nil
+}
+
+// adapterOf names the adapter a plan error is about (lora's messages start with it), else all of them.
+func adapterOf(err error, specs []api.LoRA) string {
+	for _, s := range specs {
+		if strings.Contains(err.Error(), "adapter "+s.Path+":") {
+			return s.Path
+		}
+	}
+	if len(specs) == 1 {
+		return specs[0].Path
+	}
+	paths := make([]string, len(specs))
+	for i, s := range specs {
+		paths[i] = s.Path
+	}
+	return strings.Join(paths, ", ")
+}
+
+// PlanLoRA opens, validates and closes the adapters: what a plan lists without a generator.
+func PlanLoRA(specs []api.LoRA, names lora.NameMap, shapes lora.Shapes) ([]api.PlanLoRA, error) {
+	l, err := OpenLoRA(specs, names, shapes)
+	if err != nil || l == nil {
+		return nil, err
+	}
+	defer l.Close()
+	return l.Plan, nil
+}
+
+// Close unmaps the adapter files (nil-safe).
+func (l *LoRA) Close() error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	for _, a := range l.Adapters {
+		errs = append(errs, a.Adapter.Close())
+	}
+	l.Adapters = nil
+	return errors.Join(errs...)
+}
+
+// ShapesOf is a parameter table as lora.Shapes.
+func ShapesOf(table weights.Shapes) lora.Shapes {
+	out := lora.Shapes{}
+	for _, t := range table {
+		out[t.Name] = t.Shape
+	}
+	return out
+}
+
+// CheckpointShapes are the tensor names and shapes of the checkpoint in dir, from its headers.
+func CheckpointShapes(dir string) (lora.Shapes, error) {
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	return SourceShapes(ck), nil
+}
+
+// SourceShapes are a source's tensor names and shapes (headers where the source computes its tensors).
+func SourceShapes(src weights.Source) lora.Shapes {
+	out := lora.Shapes{}
+	for _, n := range src.Names() {
+		if h, ok := weights.HeaderOf(src, n); ok {
+			out[n] = h.Shape
+		}
+	}
+	return out
+}
+
+// LoadMerged builds a DiT on base with the adapters merged (l nil: on base as it is): every tensor an
+// adapter changes is read from base, decoded to float32 on the host, merged (lora.Merger: the adapters in
+// order) and encoded back to the dtype base stores it in, one tensor at a time as the loader binds it;
+// the rest are copied as they are, so that the model owns every byte and base may close when build
+// returns (the pure-Go backend may otherwise alias a checkpoint's mapping). Every loader path (dense,
+// FP8 conversion, AdaLN step cache) thus sees merged weights. The plan is checked again against base's
+// own headers first.
+func LoadMerged[T any](l *LoRA, base weights.Source, build func(weights.Source) (T, error)) (T, error) {
+	if l == nil {
+		return build(base)
+	}
+	var zero T
+	m, err := lora.NewMerger(l.Adapters, l.Names, SourceShapes(base))
+	if err != nil {
+		return zero, fmt.Errorf("fastvideo: merging LoRA adapters: %w", err)
+	}
+	src := &mergedSource{base: base, m: m}
+	out, err := build(src)
+	if src.err != nil { // the bind reports a tensor it could not read as missing: say why
+		return zero, src.err
+	}
+	return out, err
+}
+
+// mergedSource is base with the merged tensors (a weights.HeaderSource: Bind asks for each tensor as it
+// loads it, so only one merged tensor is alive at a time).
+type mergedSource struct {
+	base weights.Source
+	m    *lora.Merger
+	err  error
+}
+
+func (s *mergedSource) Names() []string { return s.base.Names() }
+
+func (s *mergedSource) Header(name string) (safetensors.Info, bool) {
+	h, ok := weights.HeaderOf(s.base, name)
+	if ok && s.m.Changes(name) {
+		h.Data = nil
+	}
+	return h, ok
+}
+
+func (s *mergedSource) Tensor(name string) (safetensors.Info, bool) {
+	info, ok := s.base.Tensor(name)
+	if !ok {
+		return info, ok
+	}
+	if !s.m.Changes(name) {
+		info.Data = slices.Clone(info.Data)
+		return info, true
+	}
+	merged, err := mergeTensor(info, s.m)
+	if err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return safetensors.Info{}, false
+	}
+	return merged, true
+}
+
+// mergeTensor decodes info to float32, merges and encodes the result in info's dtype.
+func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error) {
+	if !info.DType.IsFloat() {
+		return info, fmt.Errorf("fastvideo: LoRA: %s is stored as %s, not a float: a quantized checkpoint takes no adapter; load the dense (released) weights", info.Name, info.DType)
+	}
+	vals, err := info.Float32s()
+	if err != nil {
+		return info, fmt.Errorf("fastvideo: LoRA: reading %s: %w", info.Name, err)
+	}
+	if err := m.Apply(info.Name, vals); err != nil {
+		return info, fmt.Errorf("fastvideo: %w", err)
+	}
+	out := info
+	out.Data = encodeAs(vals, info.DType)
+	return out, nil
+}
+
+// encodeAs rounds float32 values to dt (round to nearest even) as little-endian bytes; a value dt holds
+// exactly comes back bit-identical.
+func encodeAs(vals []float32, dt safetensors.DType) []byte {
+	switch dt {
+	case safetensors.F32:
+		return safetensors.F32Bytes(vals)
+	case safetensors.BF16:
+		out := make([]byte, 2*len(vals))
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(out[2*i:], bfloat16.FromFloat32(v).Bits())
+		}
+		return out
+	case safetensors.F16:
+		out := make([]byte, 2*len(vals))
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(out[2*i:], float16.Fromfloat32(v).Bits())
+		}
+		return out
+	}
+	out := make([]byte, 8*len(vals)) // F64
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(float64(v)))
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package familykit
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes/bfloat16"
+
+	"fastvideo/fastvideo/api"
+	"fastvideo/internal/lora"
+	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
+)
+
+// TestLoadMergedBF16: a merged tensor comes back in the dtype the base stores it in (bf16, rounded to
+// nearest even from the float32 merge); a zero up-projection and untouched tensors come back
+// bit-identical, as copies the loader owns.
+func TestLoadMergedBF16(t *testing.T) {
+	const n = 8
+	vals := make([]float32, n*n)
+	for i := range vals {
+		vals[i] = float32(math.Sin(float64(i))) * 0.7
+	}
+	bf := func(v []float32) []byte {
+		out := make([]byte, 2*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(out[2*i:], bfloat16.FromFloat32(x).Bits())
+		}
+		return out
+	}
+	base := weights.MapSource{
+		"m.weight": {Name: "m.weight", DType: safetensors.BF16, Shape: []int{n, n}, Data: bf(vals)},
+		"o.weight": {Name: "o.weight", DType: safetensors.BF16, Shape: []int{n}, Data: bf(vals[:n])},
+	}
+	names := lora.NameMap{Model: "the test model", Map: func(m string, _ bool) (lora.Target, bool) {
+		return lora.Target{Weight: m + ".weight"}, m == "m"
+	}}
+	dir := t.TempDir()
+	for _, zero := range []bool{true, false} {
+		path := testutil.WriteLoRA(t, dir, map[bool]string{true: "z.safetensors", false: "r.safetensors"}[zero], 1,
+			testutil.LoRAModule{Module: "m", In: n, Out: n, Rank: 2, ZeroUp: zero, Scale: 0.3})
+		l, err := OpenLoRA([]api.LoRA{{Path: path, Strength: 1.5}}, names, SourceShapes(base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadMerged(l, base, func(src weights.Source) (map[string]safetensors.Info, error) {
+			out := map[string]safetensors.Info{}
+			for _, name := range src.Names() {
+				out[name], _ = src.Tensor(name)
+			}
+			return out, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The reference: decode, Merge in float32, round to bf16.
+		want := lora.TensorMap{"m.weight": {Shape: []int{n, n}, Data: append([]float32(nil), mustF32(t, base["m.weight"])...)}}
+		if _, err := lora.Merge(l.Adapters, names, want); err != nil {
+			t.Fatal(err)
+		}
+		m, o := got["m.weight"], got["o.weight"]
+		if m.DType != safetensors.BF16 || !bytes.Equal(m.Data, bf(want["m.weight"].Data)) {
+			t.Errorf("zero=%v: merged m.weight is %s and differs from the bf16 of the float32 merge", zero, m.DType)
+		}
+		if zero != bytes.Equal(m.Data, base["m.weight"].Data) {
+			t.Errorf("zero=%v: m.weight unchanged = %v", zero, !zero)
+		}
+		if !bytes.Equal(o.Data, base["o.weight"].Data) || &o.Data[0] == &base["o.weight"].Data[0] {
+			t.Error("an untouched tensor changed, or was not copied")
+		}
+		l.Close()
+	}
+}
+
+func mustF32(t *testing.T, info safetensors.Info) []float32 {
+	v, err := info.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -1,0 +1,93 @@
+package lora
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Shapes is a Weights that knows only shapes (a model's parameter table, a checkpoint's headers): Plan
+// runs against it; Merge cannot (it has no values).
+type Shapes map[string][]int
+
+// Float32 implements Weights with no data.
+func (s Shapes) Float32(name string) ([]float32, []int, bool) {
+	shape, ok := s[name]
+	return nil, shape, ok
+}
+
+// Merger applies planned adapters one tensor at a time, so that a loader can merge each weight as it
+// reads it (host memory: one tensor) instead of holding the whole model in float32. Its arithmetic is
+// Merge's, tensor by tensor: the adapters in order, each module's weight and bias changes.
+type Merger struct {
+	adapters []Weighted
+	touched  []Touched
+	// byTensor lists, for every tensor some adapter changes, the steps that change it in adapter order.
+	byTensor map[string][]tensorStep
+}
+
+type tensorStep struct {
+	s        step
+	strength float64
+	bias     bool // the step's bias changes this tensor (else its weight)
+}
+
+// NewMerger plans the adapters against w (Shapes is enough) and returns the merger with what each
+// adapter touches; an error changes nothing and names the adapter, key and fix as Plan's do.
+func NewMerger(adapters []Weighted, names NameMap, w Weights) (*Merger, error) {
+	steps, touched, err := plan(adapters, names, w)
+	if err != nil {
+		return nil, err
+	}
+	m := &Merger{adapters: adapters, touched: touched, byTensor: map[string][]tensorStep{}}
+	for i, ad := range adapters {
+		if ad.Strength == 0 {
+			continue // off: not even a set_weight applies (Merge's rule)
+		}
+		for _, s := range steps[i] {
+			if s.skip {
+				continue
+			}
+			u := s.u
+			if u.HasLowRank() || u.HasDiff() || u.HasSet() {
+				m.byTensor[s.target.Weight] = append(m.byTensor[s.target.Weight], tensorStep{s, ad.Strength, false})
+			}
+			if u.HasBiasDelta() {
+				m.byTensor[s.target.Bias] = append(m.byTensor[s.target.Bias], tensorStep{s, ad.Strength, true})
+			}
+		}
+	}
+	return m, nil
+}
+
+// Touched reports what each adapter changes (Plan's report).
+func (m *Merger) Touched() []Touched { return m.touched }
+
+// Tensors lists the tensors the merge changes, sorted.
+func (m *Merger) Tensors() []string {
+	out := make([]string, 0, len(m.byTensor))
+	for n := range m.byTensor {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Changes reports whether the merge changes tensor name.
+func (m *Merger) Changes(name string) bool { return len(m.byTensor[name]) > 0 }
+
+// Apply merges every adapter's change of tensor name into data (its float32 values, in place; the
+// shape Plan checked). A tensor no adapter changes is left as it is.
+func (m *Merger) Apply(name string, data []float32) error {
+	for _, ts := range m.byTensor[name] {
+		var err error
+		if ts.bias {
+			err = applyBias(ts.s.u, ts.strength, data)
+		} else {
+			err = applyWeight(ts.s.u, ts.strength, data)
+		}
+		if err != nil {
+			return fmt.Errorf("lora: merging %s: %w", name, err)
+		}
+	}
+	return nil
+}
