@@ -173,6 +173,10 @@ func (r *resolved) resolveSteps(req family.Request, preset family.Preset) error 
 func (r *resolved) resolveGeometry(req family.Request, _ family.Preset) error {
 	h, w := r.Height, r.Width
 	r.VideoTemporalScale = 1
+	if field, value := family.RefineKnob(req); field != "" {
+		return &family.RequestError{Field: field, Value: value, Allowed: "unset: two-stage refine runs on " + family.RefineModels +
+			"; FastVideo's refine (fastvideo/mlx_runtime/refine.py) has no MiniMax H3 variant"}
+	}
 	if req.FastFactor != 0 && !req.Fast {
 		return &family.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
 	}
