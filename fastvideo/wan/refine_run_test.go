@@ -47,9 +47,20 @@ func (r *reference) ladder(x []float32, rungs []int, t, h, w int, text *wandit.T
 // hand-written recipe: the 3 rungs at 32x32 from the seed's video stream, the bilinear upsample of
 // the clean latents, the re-noise to σ(757) from the seed+1 refine stream, the rungs 757, 522 at
 // 64x64 re-noised from the seed+2 stream. Step events number the 5 forwards and name the stages,
-// the timings carry the phases, the decoded video is 64x64, and a warm second call compiles nothing.
+// the timings carry the phases, the decoded video is 64x64; after plain runs at 32x32 and 64x64 refine
+// compiles nothing (each stage's shape compiles once, as a plain run of its size), warm or not.
 func TestWanRefine(t *testing.T) {
 	g, ref := fvtest.Open(t, wan.TinyName), newReference(t)
+	// The plain runs at the two stages' sizes compile every program refine needs: its stage 1 is a
+	// 32x32 forward, its stage 2 a 64x64 one, and the hand-off runs on the host.
+	fvtest.LatentsOnly(t, g, fastvideo.Request{Prompt: "a red fox", Height: 32, Width: 32})
+	plain, err := g.Generate(context.Background(), fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 64, SkipSave: true, ReturnFrames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.CompiledPrograms == 0 {
+		t.Fatal("the plain 64x64 run compiled nothing: the counter does not count")
+	}
 	var steps []string
 	req := fastvideo.Request{Prompt: "a red fox", Height: 64, Width: 64, Refine: true, Progress: func(e fastvideo.Event) {
 		if e.Kind == fastvideo.DenoiseStep {
@@ -57,6 +68,9 @@ func TestWanRefine(t *testing.T) {
 		}
 	}}
 	res := fvtest.LatentsOnly(t, g, req)
+	if res.CompiledPrograms != 0 {
+		t.Errorf("refine compiled %d programs beyond the plain runs at its stage sizes", res.CompiledPrograms)
+	}
 	if want := "[1/5 refine stage 1 (32x32) 2/5 refine stage 1 (32x32) 3/5 refine stage 1 (32x32) 4/5 refine stage 2 (64x64) 5/5 refine stage 2 (64x64)]"; fmt.Sprint(steps) != want {
 		t.Errorf("step events %v, want %s", steps, want)
 	}
@@ -93,18 +107,13 @@ func TestWanRefine(t *testing.T) {
 	}
 
 	req.Progress, req.SkipSave, req.ReturnFrames = nil, true, true
-	first, err := g.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.Width != 64 || first.Height != 64 || len(first.Frames) != 9 || len(first.Frames[0]) != 64*64*3 {
-		t.Fatalf("decoded %dx%d, %d frames", first.Width, first.Height, len(first.Frames))
-	}
-	warm, err := g.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if warm.CompiledPrograms != 0 {
-		t.Errorf("the warm refine call compiled %d programs", warm.CompiledPrograms)
+	for _, call := range []string{"decoded", "warm"} {
+		out, err := g.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Width != 64 || out.Height != 64 || len(out.Frames) != 9 || len(out.Frames[0]) != 64*64*3 || out.CompiledPrograms != 0 {
+			t.Fatalf("%s refine call: %dx%d, %d frames, %d programs compiled", call, out.Width, out.Height, len(out.Frames), out.CompiledPrograms)
+		}
 	}
 }
