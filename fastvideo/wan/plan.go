@@ -170,7 +170,7 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	}
 	var err error
 	d.Attention = r.attentionWhy
-	if d.VSA, err = vsaPlan(r.vsa, [3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
+	if d.VSA, err = r.vsaPlanOfRun(p.ForwardsPerStep); err != nil {
 		return nil, err
 	}
 	p.Details = d
@@ -207,6 +207,30 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	}
 	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
 	return p, nil
+}
+
+// vsaPlanOfRun is the VSA plan of the run's forwards: the output grid's tiling; with refine the
+// saving adds stage 1's forwards on its own grid (dense first steps count across both ladders).
+func (r *resolved) vsaPlanOfRun(forwardsPerStep int) (*VSAPlan, error) {
+	g, s := r.Geometry, r.spec
+	grid := [3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}
+	rf := r.refine
+	if rf == nil || r.vsa == nil {
+		return vsaPlan(r.vsa, grid, r.Steps, forwardsPerStep, s.DiT)
+	}
+	n1, n2 := len(r.steps.timesteps), len(rf.ladder.timesteps)
+	// vsaPlan counts steps − DenseFirstSteps sparse steps; stage 2's dense ones are those left after stage 1.
+	v, err := vsaPlan(r.vsa, grid, n2+min(r.vsa.DenseFirstSteps, n1), forwardsPerStep, s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	g1 := rf.stage1
+	v1, err := vsaPlan(r.vsa, [3]int{g1.TokenFrames, g1.TokenHeight, g1.TokenWidth}, n1, forwardsPerStep, s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	v.AttentionTFLOPsSaved += v1.AttentionTFLOPsSaved
+	return v, nil
 }
 
 func (r *resolved) imagePlan() (*ImagePlan, error) {
@@ -318,11 +342,11 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 	row("sigmas", "%s", familykit.Floats(p.VideoSigmas))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
-		what := "without the fast modes"
+		name, what := "fast saving", "without the fast modes"
 		if d.Refine != nil {
-			what = "for one ladder at the output size without refine"
+			name, what = "refine compute", "for one ladder at the output size without refine"
 		}
-		row("fast saving", "%.1f TFLOP %s: %.2fx the DiT compute of this plan", full, what, full/p.DiTTFLOPsTotal)
+		row(name, "%.1f TFLOP %s: %.2fx the DiT compute of this plan", full, what, full/p.DiTTFLOPsTotal)
 	}
 	if d.Attention != "" {
 		row("attention", "%s", d.Attention)
