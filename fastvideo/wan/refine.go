@@ -279,10 +279,12 @@ func (r *resolved) refineGeometry(req family.Request, rf *refineRun) error {
 	g := r.Geometry
 	sizes, err := planRefineResolutions(g.Height, g.Width, g.NumFrames, scale, g.VAE.SpatialRatio, g.VAE.TemporalRatio, g.Patch, true, "Refine")
 	if err != nil {
-		m := scale * g.VAE.SpatialRatio * max(g.Patch[1], g.Patch[2])
-		return &family.RequestError{Field: "refine_scale", Value: scale, Allowed: fmt.Sprintf(
-			"a scale dividing the size onto the VAE and patch grid (%v); at scale %d ask for a size that is a multiple of %d, such as %dx%d",
-			err, scale, m, roundUp(g.Height, m), roundUp(g.Width, m))}
+		allowed := fmt.Sprintf("a scale dividing the size onto the VAE and patch grid (%v)", err)
+		if scale <= min(g.Height, g.Width) { // a hint that cannot overflow
+			m := scale * g.VAE.SpatialRatio * max(g.Patch[1], g.Patch[2])
+			allowed += fmt.Sprintf("; at scale %d ask for a size that is a multiple of %d, such as %dx%d", scale, m, roundUp(g.Height, m), roundUp(g.Width, m))
+		}
+		return &family.RequestError{Field: "refine_scale", Value: scale, Allowed: allowed}
 	}
 	if rf.stage1, err = geometry.New(g.VAE, sizes.Stage1Height, sizes.Stage1Width, g.NumFrames, g.Patch); err != nil {
 		return &family.RequestError{Field: "refine_scale", Value: scale, Allowed: err.Error()}

@@ -116,4 +116,15 @@ func TestWanRefine(t *testing.T) {
 			t.Fatalf("%s refine call: %dx%d, %d frames, %d programs compiled", call, out.Width, out.Height, len(out.Frames), out.CompiledPrograms)
 		}
 	}
+	// With the temporal fast mode both stages run on the shortened clip (17 frames from 9), then RIFE.
+	fast := req
+	fast.Fast, fast.NumFrames = true, 17
+	out, err := g.Generate(context.Background(), fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf := out.Plan.Details.(*wan.PlanDetails).Refine
+	if len(out.Frames) != 17 || out.Width != 64 || rf == nil || rf.Stage1Latent[1] != 3 || rf.Stage2Latent[1] != 3 {
+		t.Errorf("refine + fast: %d frames at %dx%d, refine %+v", len(out.Frames), out.Width, out.Height, rf)
+	}
 }

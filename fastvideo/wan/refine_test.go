@@ -325,3 +325,29 @@ func TestRefinePlan(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRefinePlan: whatever the refine knobs and sizes, planning returns (no panic) and every
+// rejection is a *RequestError.
+func FuzzRefinePlan(f *testing.F) {
+	f.Add(64, 64, 9, 2, 757, 522, 0.5, true, false, uint8(0))
+	f.Add(48, 64, 9, 0, 0, 0, -1.0, false, true, uint8(1))
+	f.Add(448, 832, 81, 1<<62, 1000, 1000, math.NaN(), true, true, uint8(2))
+	f.Add(-16, 1<<40, -3, -2, -757, 1<<40, math.Inf(1), false, false, uint8(3))
+	models := []string{TinyName, "fastwan2.1-t2v-1.3b", "fastwan2.2-ti2v-5b", "wan2.1-t2v-1.3b"}
+	f.Fuzz(func(t *testing.T, h, w, frames, scale, s1, s2 int, sigma float64, noise, fast bool, model uint8) {
+		req := family.Request{Refine: true, Height: h, Width: w, NumFrames: frames, RefineScale: scale, Fast: fast,
+			RefineAddNoise: &noise, RefineUpsample: RefineNearest}
+		if s1 != 0 {
+			req.RefineSteps = []int{s1, s2}
+		}
+		if sigma >= 0 {
+			req.RefineSigma = &sigma
+		}
+		s := builtin(t, models[int(model)%len(models)])
+		_, _, err := plan(t, s, req, family.DTypeAuto)
+		var re *family.RequestError
+		if err != nil && !errors.As(err, &re) {
+			t.Fatalf("%+v: %v is not a *family.RequestError", req, err)
+		}
+	})
+}
