@@ -219,13 +219,15 @@ func preferRefine(req family.Request) (family.Request, string, error) {
 		return req, "", nil
 	}
 	if s := req.FastSpatialScale; s != 0 && s < 2 {
-		return req, "", &family.RequestError{Field: "fast_spatial_scale", Value: s, Allowed: "an integer >= 2"}
+		return req, "", &family.RequestError{Field: "fast_spatial_scale", Value: s,
+			Allowed: "an integer >= 2 (the fast-spatial scale must be >= 2 when fast_spatial is set)"}
 	}
 	req.FastSpatial, req.FastSpatialScale, req.Upsample = false, 0, ""
 	if !req.Fast {
 		req.Sharpen = nil
 	}
-	return req, "fast-spatial: refine is set; refine wins (the quality path), the spatial fast mode and its pixel knobs are not used", nil
+	return req, "[fast-spatial] note: refine is set; refine wins (quality path). The fast_spatial upsample-only path " +
+		"(and its upsample/sharpen knobs) is skipped.", nil
 }
 
 // resolveRefine validates the refine knobs and plans the two stages (after the sampler: refine
