@@ -58,6 +58,7 @@ type clipRecord struct {
 	Total      float64            `json:"total_s"`
 	Stages     map[string]float64 `json:"stages_s"`
 	Loads      map[string]float64 `json:"loads_s,omitempty"`
+	Phases     map[string]float64 `json:"phases_s,omitempty"` // refine's stages inside denoise
 	Cached     bool               `json:"prompt_cached"`
 	PeakGPUMiB int                `json:"peak_gpu_mib"`
 	Compiled   int64              `json:"compiled_programs"`
@@ -239,6 +240,12 @@ func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant st
 		}
 		for _, st := range res.Timings.Loads {
 			rec.Loads[string(st.Stage)] = st.Elapsed.Seconds()
+		}
+		if len(res.Timings.Phases) > 0 {
+			rec.Phases = map[string]float64{}
+			for _, st := range res.Timings.Phases {
+				rec.Phases[string(st.Stage)] = st.Elapsed.Seconds()
+			}
 		}
 		line, err := json.Marshal(rec)
 		if err != nil {
