@@ -3,6 +3,7 @@ package wan_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	wandit "fastvideo/dit/wan"
@@ -104,6 +105,14 @@ func TestWanRefine(t *testing.T) {
 	ref.ladder(up, []int{757, 522}, 3, 8, 8, cond, fastvideo.GaussianNoise(1026, fastvideo.RefineNoise, n2))
 	if !testutil.SameBits(res.Latents.Video, up) {
 		t.Fatal("refine latents differ from the hand-written two-stage recipe")
+	}
+
+	// Refine wins over the spatial fast mode: the same latents, and the note in Result.Warnings.
+	both := req
+	both.Progress, both.FastSpatial = nil, true
+	won := fvtest.LatentsOnly(t, g, both)
+	if !testutil.SameBits(won.Latents.Video, up) || len(won.Warnings) != 1 || !strings.Contains(won.Warnings[0], "refine wins") {
+		t.Errorf("refine + fast spatial: same latents %v, warnings %q", testutil.SameBits(won.Latents.Video, up), won.Warnings)
 	}
 
 	req.Progress, req.SkipSave, req.ReturnFrames = nil, true, true
