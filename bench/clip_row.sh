@@ -4,7 +4,8 @@
 #   1. FastH3 832x480x124 through the public API in one process (`bench -what clip`, memory policy
 #      auto, prompt cache on): the default flags, dense forced, VSA forced, `-fast -fast-spatial`; a
 #      cold (first) and a warm call of each, with stage times, loads, programs compiled and peak memory.
-#   2. FastWan2.1 1.3B 480x832x81 the same way: the default flags and dense forced.
+#   2. FastWan2.1 1.3B 480x832x81 the same way: the default flags, dense forced and the two-stage
+#      refine (`-refine`: 3 DMD steps at 240x416, upsample + re-noise, 757/522 at 480x832).
 #   3. The decoders alone (bench -what h3vae, wanvae) at the same sizes: the decode stage's overhead.
 #   4. The same-math PyTorch chains (bench/h3_clip_torch.py, bench/wan_clip_torch.py), same ffmpeg.
 #   5. A fresh `t2va -model fasth3 -random-weights` process, timed whole (wall seconds).
@@ -41,8 +42,8 @@ if has h3; then
   echo "h3 clip rc $? at $SECONDS s"; records "$OUT/h3_clip.log"
 fi
 if has wan; then
-  timeout "$(left 120)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
-    -clip-height 480 -clip-width 832 -clip-frames 81 -clip-variants default,dense >"$OUT/wan_clip.log" 2>&1
+  timeout "$(left 160)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
+    -clip-height 480 -clip-width 832 -clip-frames 81 -clip-variants default,dense,refine >"$OUT/wan_clip.log" 2>&1
   echo "wan clip rc $? at $SECONDS s"; records "$OUT/wan_clip.log"
 fi
 if has vae; then

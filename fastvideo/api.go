@@ -70,6 +70,8 @@ const (
 
 	VideoNoise = familykit.VideoNoise
 	AudioNoise = familykit.AudioNoise
+	// RefineNoise is Wan refine's hand-off (seed+1) and stage-2 re-noise (seed+2) stream.
+	RefineNoise = familykit.RefineNoise
 )
 
 // Ptr returns a pointer to v, for optional fields such as Request.Seed.

@@ -41,7 +41,7 @@ var (
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -58,6 +58,7 @@ type clipRecord struct {
 	Total      float64            `json:"total_s"`
 	Stages     map[string]float64 `json:"stages_s"`
 	Loads      map[string]float64 `json:"loads_s,omitempty"`
+	Phases     map[string]float64 `json:"phases_s,omitempty"` // refine's stages inside denoise
 	Cached     bool               `json:"prompt_cached"`
 	PeakGPUMiB int                `json:"peak_gpu_mib"`
 	Compiled   int64              `json:"compiled_programs"`
@@ -107,7 +108,9 @@ func benchClip(spec string, c common) error {
 type clipVariant struct {
 	name                      string
 	dense, vsa, fast, spatial bool
-	firstImage, lastImage     bool
+	// refine is Wan's two-stage refine (DMD models; it wins over spatial).
+	refine                bool
+	firstImage, lastImage bool
 	// alt draws other synthetic images, so a repeated keyframe request misses the prompt cache.
 	alt bool
 }
@@ -137,6 +140,8 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 				v.fast = true
 			case "spatial":
 				v.spatial = true
+			case "refine":
+				v.refine = true
 			case "image":
 				v.firstImage = true
 			case "last":
@@ -144,7 +149,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			case "alt":
 				v.alt = true
 			default:
-				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
 			}
 		}
 		vs = append(vs, v)
@@ -156,7 +161,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 // synthetic gradient at the canvas size is written next to the outputs.
 func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo.Request, error) {
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
-		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, OutputPath: out + string(filepath.Separator)}
+		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, Refine: v.refine, OutputPath: out + string(filepath.Separator)}
 	if v.dense || v.vsa {
 		switch fam := g.Model().Family; fam {
 		case h3.FamilyName:
@@ -235,6 +240,12 @@ func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant st
 		}
 		for _, st := range res.Timings.Loads {
 			rec.Loads[string(st.Stage)] = st.Elapsed.Seconds()
+		}
+		if len(res.Timings.Phases) > 0 {
+			rec.Phases = map[string]float64{}
+			for _, st := range res.Timings.Phases {
+				rec.Phases[string(st.Stage)] = st.Elapsed.Seconds()
+			}
 		}
 		line, err := json.Marshal(rec)
 		if err != nil {

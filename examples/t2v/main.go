@@ -16,7 +16,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"fastvideo/examples/internal/cli"
 	"fastvideo/fastvideo"
@@ -45,8 +48,12 @@ var command = cli.Command{
 		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (the default until this build has a block-sparse kernel: faster, see BENCHMARKS.md)")
 		vsaOn := fs.Bool("vsa", false, "FastWan: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
 		sparsity := fs.Float64("vsa-sparsity", 0, "FastWan: VSA sparsity in [0, 1) (default: the model's, 0.8 for 1.3B, 0.9 for 14B)")
+		applyRefine := defineRefine(fs)
 		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.GuidanceScale = *guidance
+			if err := applyRefine(req, set); err != nil {
+				return err
+			}
 			var opts wan.Options
 			touched := set["warp-denoising-steps"] || set["dense-attention"] || set["vsa-sparsity"] || *vsaOn
 			if *dense && (*vsaOn || set["vsa-sparsity"]) {
@@ -73,4 +80,38 @@ func main() { command.Main() }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return command.Run(ctx, args, stdout, stderr)
+}
+
+// defineRefine registers the two-stage refine flags (the MLX Wan CLI's --refine, --refine-scale,
+// --refine-dmd-denoising-steps, --refine-sigma, --refine-add-noise, --refine-upsample-mode) and
+// returns what applies them.
+func defineRefine(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
+	refine := fs.Bool("refine", false, "FastWan (DMD models): two-stage refine: denoise at the size divided by -refine-scale, upsample and re-noise the latents, denoise again at the full size (wins over -fast-spatial)")
+	scale := fs.Int("refine-scale", 0, "with -refine: how many times smaller each side of stage 1 is (0: 2)")
+	steps := fs.String("refine-steps", "", "with -refine: stage-2 DMD timesteps, a comma list such as 757,522 (empty: the model's rungs without those at sigma 1)")
+	sigma := fs.Float64("refine-sigma", 0, "with -refine: hand-off sigma in [0, 1] (default: the sigma of the first stage-2 timestep; another value warns)")
+	noise := fs.Bool("refine-add-noise", true, "with -refine: re-noise the upsampled latents to the hand-off sigma (false: hand off the clean upsample)")
+	upsample := fs.String("refine-upsample", "", "with -refine: latent upsampling, bilinear or nearest (empty: bilinear)")
+	return func(req *fastvideo.Request, set map[string]bool) error {
+		req.Refine, req.RefineScale, req.RefineUpsample = *refine, *scale, *upsample
+		if set["refine-sigma"] {
+			req.RefineSigma = fastvideo.Ptr(*sigma)
+		}
+		if set["refine-add-noise"] {
+			req.RefineAddNoise = fastvideo.Ptr(*noise)
+		}
+		if !set["refine-steps"] {
+			return nil
+		}
+		req.RefineSteps = []int{}
+		for _, f := range strings.Split(*steps, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return &fastvideo.RequestError{Field: "refine_steps", Value: *steps,
+					Allowed: fmt.Sprintf("a comma list of integer timesteps such as 757,522 (%q is not one)", f)}
+			}
+			req.RefineSteps = append(req.RefineSteps, n)
+		}
+		return nil
+	}
 }

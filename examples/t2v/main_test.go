@@ -213,6 +213,27 @@ func TestVSAFlags(t *testing.T) {
 	})
 }
 
+// TestRefineFlags: the refine flags map onto the request (plan: both stages, the given grid, sigma,
+// noise switch and mode), and bad values exit 2 naming the flag.
+func TestRefineFlags(t *testing.T) {
+	_, d := plan(t, strings.Fields("-model fastwan2.1-t2v-1.3b -refine")...)
+	if rf := d.Refine; rf == nil || rf.Scale != 2 || fmt.Sprint(rf.Stage2Steps) != "[757 522]" || !rf.AddNoise || rf.Upsample != "bilinear" {
+		t.Fatalf("-refine: %+v", d.Refine)
+	}
+	_, d = plan(t, strings.Fields("-height 96 -width 96 -refine -refine-scale 3 -refine-steps 522 -refine-sigma 0.5 -refine-add-noise=false -refine-upsample nearest")...)
+	if rf := d.Refine; rf == nil || rf.Scale != 3 || fmt.Sprint(rf.Stage2Steps) != "[522]" || rf.Sigma != 0.5 || rf.AddNoise || rf.Upsample != "nearest" {
+		t.Fatalf("every refine flag: %+v", d.Refine)
+	}
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
+		{"-plan -refine", 2, "invalid -refine-scale 2: allowed a scale dividing the size onto the VAE and patch grid (Refine stage1 latent grid 3x4"},
+		{"-plan -model wan2.1-t2v-1.3b -refine", 2, "invalid -refine true"},
+		{"-plan -height 64 -width 64 -refine -refine-steps 757,x", 2, "invalid -refine-steps"},
+		{"-plan -height 64 -width 64 -refine -refine-sigma 1", 2, "invalid -refine-sigma 1"},
+		{"-plan -refine-upsample nearest", 2, "invalid -refine-upsample"},
+		{"-plan -model fasth3 -refine", 2, "no MiniMax H3 variant"},
+	})
+}
+
 // TestFastSpatialHintWorks: -fast-spatial on the default tiny model's size is refused with a size the
 // spatial fast mode divides, and that request plans.
 func TestFastSpatialHintWorks(t *testing.T) {

@@ -33,7 +33,9 @@ const (
 	StageStart EventKind = iota
 	// StageEnd: Stage ended after Elapsed (also when it failed; Generate's error says why).
 	StageEnd
-	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the denoise stage began.
+	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the denoise stage began;
+	// Message names the phase of a denoise that runs several ladders (Wan refine: "refine stage 1
+	// (HxW)", "refine stage 2 (HxW)"), else it is empty.
 	DenoiseStep
 	// DecodeProgress: Done of Total output frames written.
 	DecodeProgress

@@ -69,6 +69,26 @@ type Request struct {
 	// the spatial mode, 0.6 after the temporal one, the larger when both run), 0 turns it off.
 	Sharpen *float64 `json:"sharpen,omitempty"`
 
+	// Refine is the two-stage refine of the DMD students (MLX --refine,
+	// fastvideo/mlx_runtime/refine.py): the DMD ladder at the size divided by RefineScale, the
+	// clean latents upsampled over H and W and re-noised to the stage-2 sigma, then the stage-2
+	// ladder at the requested size; decoded once. It wins over FastSpatial (a warning says so);
+	// with Fast both stages run on the shortened clip.
+	Refine      bool `json:"refine,omitempty"`
+	RefineScale int  `json:"refine_scale,omitempty"` // 0: 2
+	// RefineSteps are the stage-2 DMD timesteps; nil drops the leading entries of the model's
+	// ladder whose sigma is 1 (1000, 757, 522 -> 757, 522).
+	RefineSteps []int `json:"refine_steps,omitempty"`
+	// RefineSigma replaces the hand-off sigma (nil: the sigma of RefineSteps[0]); a value that
+	// differs from it is run with a warning (the DiT is told a timestep that no longer matches).
+	RefineSigma *float64 `json:"refine_sigma,omitempty"`
+	// RefineAddNoise re-noises the upsampled latents to the hand-off sigma (nil: on); off hands
+	// the clean upsample on.
+	RefineAddNoise *bool `json:"refine_add_noise,omitempty"`
+	// RefineUpsample is the latent upsampling: "bilinear" (empty: the default; torch's
+	// align_corners=False in float32) or "nearest".
+	RefineUpsample string `json:"refine_upsample,omitempty"`
+
 	// SkipSave generates without writing a file (FastVideo's save_video=false); set at least one
 	// of the Return fields then. A decoder whose output nothing uses is not run.
 	SkipSave bool `json:"skip_save,omitempty"`

@@ -103,7 +103,10 @@ type Timings struct {
 	// Loads are the component loads (text_encoder, dit, video_vae, audio_vae, ...), each part of
 	// the stage that needed it.
 	Loads []StageTime
-	Total time.Duration
+	// Phases are named parts of a stage, also counted in it (Wan's two-stage refine:
+	// refine_stage1, refine_handoff and refine_stage2 inside denoise).
+	Phases []StageTime
+	Total  time.Duration
 	// Compile is the time spent compiling programs, inside the stages (and loads) that needed them,
 	// summed over programs: compiles that run at once (two decoders) add up.
 	Compile time.Duration
@@ -129,6 +132,11 @@ func (t Timings) Of(s Stage) time.Duration {
 
 // Add records d for stage s, after the stages recorded so far (repeated stages add up).
 func (t *Timings) Add(s Stage, d time.Duration) { t.Stages = addTime(t.Stages, s, d) }
+
+// AddPhase records d for a named part of a stage (repeated phases add up).
+func (t *Timings) AddPhase(phase string, d time.Duration) {
+	t.Phases = addTime(t.Phases, Stage(phase), d)
+}
 
 // AddLoad records a component load of d.
 func (t *Timings) AddLoad(component string, d time.Duration) {
@@ -160,6 +168,9 @@ func (t Timings) MarshalJSON() ([]byte, error) {
 	}
 	if len(t.Loads) > 0 {
 		m["loads"] = seconds(t.Loads)
+	}
+	if len(t.Phases) > 0 {
+		m["phases"] = seconds(t.Phases)
 	}
 	return json.Marshal(m)
 }
@@ -195,6 +206,13 @@ func (r *Result) WriteSummary(w io.Writer) error {
 			loads = append(loads, fmt.Sprintf("%s %s", st.Stage, secs(st.Elapsed)))
 		}
 		row("loads", "%s", strings.Join(loads, ", "))
+	}
+	if len(r.Timings.Phases) > 0 {
+		var phases []string
+		for _, st := range r.Timings.Phases {
+			phases = append(phases, fmt.Sprintf("%s %s", st.Stage, secs(st.Elapsed)))
+		}
+		row("phases", "%s", strings.Join(phases, ", "))
 	}
 	row("compiled", "%d programs in %s", r.CompiledPrograms, secs(r.Timings.Compile))
 	for _, w := range r.Warnings {

@@ -19,6 +19,8 @@ type Session struct {
 	emit     func(api.Event)
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
+
+	denoiseStart time.Time // the first denoise phase's start (step events' Elapsed)
 }
 
 // NoteLoad reports that the run loads component now (a load the session's Acquire does not see, such
@@ -103,15 +105,32 @@ func Release[T Component](slot *T) error {
 // DenoiseLoop runs steps sampling steps, each after a cancellation check, and reports each
 // finished one as a DenoiseStep event.
 func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) error) error {
-	t0 := time.Now()
-	for k := 0; k < steps; k++ {
+	return s.DenoisePhase(ctx, DenoisePhase{Steps: steps, Total: steps}, step)
+}
+
+// DenoisePhase is one part of a denoise that runs several ladders (Wan's two-stage refine): its
+// steps are numbered after the Offset steps of the parts before it, out of Total, and its step
+// events carry Name as their Message.
+type DenoisePhase struct {
+	Name                 string
+	Offset, Steps, Total int
+}
+
+// DenoisePhase runs one phase's steps like DenoiseLoop; the events' Elapsed counts from the first
+// phase's start.
+func (s *Session) DenoisePhase(ctx context.Context, ph DenoisePhase, step func(k int) error) error {
+	if ph.Offset == 0 || s.denoiseStart.IsZero() {
+		s.denoiseStart = time.Now()
+	}
+	for k := 0; k < ph.Steps; k++ {
 		if err := s.Canceled(ctx); err != nil {
 			return err
 		}
 		if err := step(k); err != nil {
 			return err
 		}
-		s.Emit(api.Event{Kind: api.DenoiseStep, Stage: api.StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+		s.Emit(api.Event{Kind: api.DenoiseStep, Stage: api.StageDenoise, Step: ph.Offset + k + 1, Steps: ph.Total,
+			Elapsed: time.Since(s.denoiseStart), Message: ph.Name})
 	}
 	return nil
 }

@@ -17,6 +17,11 @@ const (
 	// seeded with a fixed value, restarted for every keyframe, as upstream does.
 	KeyframeNoise       NoiseStream = 3
 	KeyframeSampleNoise NoiseStream = 4
+	// RefineNoise is Wan's two-stage refine after stage 1 (whose initial noise and re-noise are the
+	// VideoNoise stream of the seed, as without refine): the hand-off noise from seed+1 and the
+	// stage-2 re-noise from seed+2, the MLX runtime's seed offsets (fastvideo/mlx_runtime/refine.py,
+	// run_two_pass_dmd, which draws them from NumPy's default_rng(seed+1) and (seed+2)).
+	RefineNoise NoiseStream = 5
 )
 
 // GaussianNoise fills n standard-normal float32 values for (seed, stream).

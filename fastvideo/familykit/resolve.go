@@ -117,3 +117,27 @@ func WeightBytes(fp32, half int64, dtype api.DType) (int64, error) {
 	}
 	return 0, &api.RequestError{Field: "dtype", Value: string(dtype), Allowed: `"bf16" or "f32"`}
 }
+
+// RefineKnob names the first two-stage refine field req sets (Refine, then its knobs) with its
+// value, or "" when none is set: families without refine refuse it by this name, and the knobs
+// need Refine.
+func RefineKnob(req api.Request) (field string, value any) {
+	switch {
+	case req.Refine:
+		return "refine", true
+	case req.RefineScale != 0:
+		return "refine_scale", req.RefineScale
+	case req.RefineSteps != nil:
+		return "refine_steps", req.RefineSteps
+	case req.RefineSigma != nil:
+		return "refine_sigma", *req.RefineSigma
+	case req.RefineAddNoise != nil:
+		return "refine_add_noise", *req.RefineAddNoise
+	case req.RefineUpsample != "":
+		return "refine_upsample", req.RefineUpsample
+	}
+	return "", nil
+}
+
+// RefineModels lists the models two-stage refine runs on, for messages.
+const RefineModels = "the Wan DMD students (FastWan2.1-T2V-1.3B, FastWan2.1-T2V-14B-480P, FastWan2.2-TI2V-5B and tiny-wan's DMD preset)"

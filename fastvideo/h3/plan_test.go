@@ -233,6 +233,8 @@ func TestRequestValidation(t *testing.T) {
 		{"spatial scale 1", "fasth3", api.Request{Prompt: "x", FastSpatial: true, FastSpatialScale: 1}, "fast_spatial_scale", ">= 2", false},
 		{"spatial on 32x32", TinyName, api.Request{Prompt: "x", Height: 32, Width: 32, FastSpatial: true}, "fast_spatial_scale", "smaller than 32x32", false},
 		{"prompt tokens", "h3", api.Request{Prompt: "x", PromptTokens: -3}, "prompt_tokens", "token count", false},
+		{"refine", "fasth3", api.Request{Prompt: "x", Refine: true}, "refine", "no MiniMax H3 variant", false},
+		{"refine knob", TinyName, api.Request{Prompt: "x", RefineUpsample: "nearest"}, "refine_upsample", "FastWan2.1-T2V-1.3B", false},
 		{"side above the toy's", TinyName, api.Request{Prompt: "x", Height: 4096, Width: 96}, "height", "up to 256", false},
 		{"side above the release's", "h3", api.Request{Prompt: "x", Height: 320000, Width: 832}, "height", "up to 2048", false},
 		{"frames beyond int32", "h3", api.Request{Prompt: "x", NumFrames: math.MaxInt}, "num_frames", "124..345", false},

@@ -174,6 +174,10 @@ func (r *resolved) resolveSteps(req api.Request, preset family.Preset) error {
 func (r *resolved) resolveGeometry(req api.Request, _ family.Preset) error {
 	h, w := r.Height, r.Width
 	r.VideoTemporalScale = 1
+	if field, value := familykit.RefineKnob(req); field != "" {
+		return &api.RequestError{Field: field, Value: value, Allowed: "unset: two-stage refine runs on " + familykit.RefineModels +
+			"; FastVideo's refine (fastvideo/mlx_runtime/refine.py) has no MiniMax H3 variant"}
+	}
 	if req.FastFactor != 0 && !req.Fast {
 		return &api.RequestError{Field: "fast_factor", Value: req.FastFactor, Allowed: "0 unless the temporal fast mode is on"}
 	}

@@ -38,8 +38,12 @@ type PlanDetails struct {
 
 	FastTemporal *FastTemporalPlan `json:"fast_temporal,omitempty"`
 	FastSpatial  *FastSpatialPlan  `json:"fast_spatial,omitempty"`
-	// FullDiTTFLOPsTotal is, when a fast mode is on, what the DiT would cost without it (the
-	// output size, the output's frames aligned up to 4n+1): the saving is this against
+	// Refine is the two-stage refine (nil: one stage). The plan's latent is then stage 2's (the
+	// output's), Steps and the video ladder are both stages' forwards in order, and
+	// DiTTFLOPsPerStep is a stage-2 forward's.
+	Refine *RefinePlan `json:"refine,omitempty"`
+	// FullDiTTFLOPsTotal is, when a fast mode or refine is on, what the DiT would cost without it (the
+	// output size, the output's frames aligned up to 4n+1, one ladder): the saving is this against
 	// Plan.DiTTFLOPsTotal.
 	FullDiTTFLOPsTotal float64 `json:"full_dit_tflops_total,omitempty"`
 
@@ -136,7 +140,13 @@ func (r *resolved) newLadder() (*ladder, error) {
 func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	s, g := r.spec, r.Geometry
 	l := r.steps
-	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, l.sigmas, l.timesteps)
+	sigmas, timesteps := l.sigmas, l.timesteps
+	if rf := r.refine; rf != nil {
+		// The DiT's whole sequence of forwards: stage 1's rungs, then stage 2's.
+		sigmas = append(append([]float32(nil), sigmas...), rf.ladder.sigmas...)
+		timesteps = append(append([]float32(nil), timesteps...), rf.ladder.timesteps...)
+	}
+	p := r.NewPlan([4]int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}, sigmas, timesteps)
 	p.CanvasHeight, p.CanvasWidth = g.Height, g.Width
 	if r.CFG {
 		p.CFG, p.ForwardsPerStep = true, 2
@@ -146,8 +156,12 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 		Sampler: r.Sampler, FlowShift: r.FlowShift, NegativePrompt: r.NegativePrompt, DMDSteps: r.DMDSteps,
 		WarpDenoisingSteps: r.WarpDenoisingSteps, FastTemporal: r.FastTemporal, FastSpatial: r.FastSpatial,
 	}
-	if r.Sampler == SamplerDMD {
+	if r.Sampler == SamplerDMD && r.refine == nil {
 		d.renoiseLen = (r.Steps - 1) * r.latentLen()
+	}
+	if rf := r.refine; rf != nil {
+		rp := rf.plan
+		d.Refine = &rp
 	}
 	if r.image != nil {
 		var err error
@@ -157,19 +171,25 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	}
 	var err error
 	d.Attention = r.attentionWhy
-	if d.VSA, err = vsaPlan(r.vsa, [3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}, r.Steps, p.ForwardsPerStep, s.DiT); err != nil {
+	if d.VSA, err = r.vsaPlanOfRun(p.ForwardsPerStep); err != nil {
 		return nil, err
 	}
 	p.Details = d
 	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12
-	if r.FastTemporal != nil || r.FastSpatial != nil {
+	baseSteps := len(l.timesteps) // the steps of one ladder (refine: stage 1's)
+	if rf := r.refine; rf != nil {
+		// Per step: the largest, a stage-2 forward; the total counts each stage at its own size.
+		stage1 := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(rf.stage1.Tokens, s.TextLen)
+		p.DiTTFLOPsTotal = (stage1*float64(baseSteps) + perStep*float64(len(rf.ladder.timesteps))) / 1e12
+	}
+	if r.FastTemporal != nil || r.FastSpatial != nil || r.refine != nil {
 		tr := g.VAE.TemporalRatio
 		full, err := geometry.New(g.VAE, r.Height, r.Width, (r.NumFrames-1+tr-1)/tr*tr+1, g.Patch)
 		if err != nil {
 			return nil, err
 		}
-		d.FullDiTTFLOPsTotal = float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(full.Tokens, s.TextLen) * float64(r.Steps) / 1e12
+		d.FullDiTTFLOPsTotal = float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(full.Tokens, s.TextLen) * float64(baseSteps) / 1e12
 	}
 	for _, f := range r.Filters {
 		p.FrameFilters = append(p.FrameFilters, f.Name())
@@ -188,6 +208,30 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	}
 	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
 	return p, nil
+}
+
+// vsaPlanOfRun is the VSA plan of the run's forwards: the output grid's tiling; with refine the
+// saving adds stage 1's forwards on its own grid (dense first steps count across both ladders).
+func (r *resolved) vsaPlanOfRun(forwardsPerStep int) (*VSAPlan, error) {
+	g, s := r.Geometry, r.spec
+	grid := [3]int{g.TokenFrames, g.TokenHeight, g.TokenWidth}
+	rf := r.refine
+	if rf == nil || r.vsa == nil {
+		return vsaPlan(r.vsa, grid, r.Steps, forwardsPerStep, s.DiT)
+	}
+	n1, n2 := len(r.steps.timesteps), len(rf.ladder.timesteps)
+	// vsaPlan counts steps − DenseFirstSteps sparse steps; stage 2's dense ones are those left after stage 1.
+	v, err := vsaPlan(r.vsa, grid, n2+min(r.vsa.DenseFirstSteps, n1), forwardsPerStep, s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	g1 := rf.stage1
+	v1, err := vsaPlan(r.vsa, [3]int{g1.TokenFrames, g1.TokenHeight, g1.TokenWidth}, n1, forwardsPerStep, s.DiT)
+	if err != nil {
+		return nil, err
+	}
+	v.AttentionTFLOPsSaved += v1.AttentionTFLOPsSaved
+	return v, nil
 }
 
 func (r *resolved) imagePlan() (*ImagePlan, error) {
@@ -251,6 +295,9 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 		row("fast spatial", "scale %d: denoised and decoded at %dx%d, resampled to %dx%d", fs.Scale,
 			fs.Stage1Height, fs.Stage1Width, fs.TargetHeight, fs.TargetWidth)
 	}
+	if rf := d.Refine; rf != nil {
+		rf.writeRows(row)
+	}
 	if ft := d.FastTemporal; ft != nil {
 		row("fast temporal", "factor %d: %d source frames (%d latents) interpolated to %d",
 			ft.Factor, ft.SourceFrames, ft.SourceLatentFrames, ft.TargetFrames)
@@ -284,7 +331,11 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 	row("sigmas", "%s", familykit.Floats(p.VideoSigmas))
 	row("dit compute", "%.1f TFLOP per step, %.1f TFLOP total", p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal)
 	if full := d.FullDiTTFLOPsTotal; full > 0 {
-		row("fast saving", "%.1f TFLOP without the fast modes: %.2fx the DiT compute of this plan", full, full/p.DiTTFLOPsTotal)
+		name, what := "fast saving", "without the fast modes"
+		if d.Refine != nil {
+			name, what = "refine compute", "for one ladder at the output size without refine"
+		}
+		row(name, "%.1f TFLOP %s: %.2fx the DiT compute of this plan", full, what, full/p.DiTTFLOPsTotal)
 	}
 	if d.Attention != "" {
 		row("attention", "%s", d.Attention)
@@ -301,4 +352,21 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 			dp.Devices, dp.Breakdown())
 	}
 	return tw.Flush()
+}
+
+// writeRows writes the refine rows of the plan table: both stages, their ladders and the hand-off.
+func (rf *RefinePlan) writeRows(row func(key, format string, a ...any)) {
+	row("refine", "scale %d, %s upsample: stage 1 at %dx%d (latent %v, %d tokens), stage 2 at %dx%d (latent %v, %d tokens)",
+		rf.Scale, rf.Upsample, rf.Stage1Height, rf.Stage1Width, rf.Stage1Latent[1:], rf.Stage1Tokens,
+		rf.TargetHeight, rf.TargetWidth, rf.Stage2Latent[1:], rf.Stage2Tokens)
+	row("", "stage 1 rungs %v: timesteps %s, sigmas %s", rf.Stage1Steps, familykit.Floats(rf.Stage1Timesteps), familykit.Floats(rf.Stage1Sigmas))
+	row("", "stage 2 rungs %v: timesteps %s, sigmas %s", rf.Stage2Steps, familykit.Floats(rf.Stage2Timesteps), familykit.Floats(rf.Stage2Sigmas))
+	noise := fmt.Sprintf("x = (1-σ_h)·up + σ_h·ε, stage-1 weight %.4f, noise seed %d (stage-2 re-noise seed %d)", 1-rf.Sigma, rf.HandoffSeed, rf.Stage2Seed)
+	if !rf.AddNoise {
+		noise = "the clean upsample (no re-noise)"
+	}
+	row("", "hand-off sigma %.4f: %s", rf.Sigma, noise)
+	for _, w := range rf.Warnings {
+		row("", "warning: %s", w)
+	}
 }

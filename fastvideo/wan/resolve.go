@@ -35,6 +35,8 @@ type resolved struct {
 	Geometry     geometry.Geometry
 	FastTemporal *FastTemporalPlan
 	FastSpatial  *FastSpatialPlan
+	// refine is the two-stage refine (nil: one stage); Geometry is then its stage 2's.
+	refine *refineRun
 	// image is the first-frame condition (Wan2.2 TI2V), nil for text-to-video.
 	image *imageCondition
 	// vsa is the run's Video Sparse Attention (nil: dense).
@@ -65,12 +67,19 @@ func (s *Spec) Resolve(req api.Request, needPrompt bool) (family.Resolution, err
 	if err := r.resolveImage(&req); err != nil {
 		return nil, err
 	}
+	req, note, err := preferRefine(req)
+	if err != nil {
+		return nil, err
+	}
 	for _, step := range []func(api.Request) error{
-		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.checkNoise, r.resolveVSA,
+		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.resolveRefine, r.checkNoise, r.resolveVSA,
 	} {
 		if err := step(req); err != nil {
 			return nil, err
 		}
+	}
+	if note != "" {
+		r.refine.plan.Warnings = append([]string{note}, r.refine.plan.Warnings...)
 	}
 	return r, nil
 }
@@ -321,7 +330,7 @@ func (r *resolved) checkNoise(req api.Request) error {
 	if err := familykit.CheckNoise("video_noise", req.VideoNoise, n, layout); err != nil {
 		return err
 	}
-	if r.Sampler != SamplerDMD {
+	if r.Sampler != SamplerDMD || r.refine != nil {
 		return nil
 	}
 	return familykit.CheckNoise("renoise_noise", r.opts.RenoiseNoise, (r.Steps-1)*n,

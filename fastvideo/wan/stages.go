@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	wandit "fastvideo/dit/wan"
+	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
@@ -125,21 +126,29 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l := p.r.steps
+	geo := p.r.Geometry
+	if rf := p.r.refine; rf != nil {
+		geo = rf.stage1
+	}
 	// Initial noise: injected, or the start of the seed's video stream, which the DMD re-noise
 	// draws continue (FastVideo draws both from one generator).
 	noise := familykit.NewGaussianStream(p.r.Seed, familykit.VideoNoise)
-	x := make([]float32, p.r.latentLen())
+	x := make([]float32, latentLen(geo))
 	noise.Fill(x)
 	if v := p.s.Request.VideoNoise; v != nil {
 		copy(x, v)
 	}
-	if p.imageLatent != nil && l.unipc != nil {
+	if p.imageLatent != nil && p.r.steps.unipc != nil {
 		roundBF16(x) // upstream blends the condition into latents cast to bfloat16
 	}
 	p.pin(x)
-	st := &sampler{run: p, dit: dit, uncondDiT: uncondDiT, text: text, negText: negText, ladder: l, noise: noise}
-	if err := p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) }); err != nil {
+	st := &sampler{run: p, dit: dit, uncondDiT: uncondDiT, text: text, negText: negText, ladder: p.r.steps, noise: noise, geo: geo}
+	if p.r.refine != nil {
+		x, err = p.refineDenoise(ctx, st, x)
+	} else {
+		err = p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) })
+	}
+	if err != nil {
 		return err
 	}
 	p.latents = x
@@ -148,6 +157,11 @@ func (p *run) Denoise(ctx context.Context) error {
 		p.s.Result.Latents = &api.Latents{Video: x, VideoShape: []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}}
 	}
 	return nil
+}
+
+// latentLen is C·T·Hl·Wl of a geometry.
+func latentLen(g geometry.Geometry) int {
+	return g.VAE.LatentChannels * g.LatentFrames * g.LatentHeight * g.LatentWidth
 }
 
 // prepareText runs the DiT's text embedder on the prompt and, with CFG, the negative prompt, each on
@@ -181,6 +195,10 @@ type sampler struct {
 	text, negText  *wandit.TextState
 	ladder         *ladder
 	noise          *familykit.GaussianStream
+	// geo is the grid the loop runs at (refine: stage 1's, then the output's); offset counts the
+	// steps of the ladders run before this one (refine stage 2: stage 1's), for VSA's dense steps.
+	geo    geometry.Geometry
+	offset int
 }
 
 // forward is one forward of dit at timestep t.
@@ -188,7 +206,7 @@ func (st *sampler) forward(ctx context.Context, dit *wandit.Model, k int, x []fl
 	if err := st.s.Canceled(ctx); err != nil {
 		return nil, err
 	}
-	geo := st.r.Geometry
+	geo := st.geo
 	// One timestep for every token in text-to-video: Wan2.2 TI2V's per-token timesteps are then all
 	// equal, which is the same computation. An image gives the first frame's tokens 0.
 	ts := []float32{t}
@@ -200,10 +218,10 @@ func (st *sampler) forward(ctx context.Context, dit *wandit.Model, k int, x []fl
 	}
 	v, err := dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
-		Timesteps: ts, TextState: text, VSA: vsaForStep(st.r.vsa, k),
+		Timesteps: ts, TextState: text, VSA: vsaForStep(st.r.vsa, st.offset+k),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, st.r.Steps, err)
+		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", st.offset+k+1, st.r.Steps, err)
 	}
 	return v, nil
 }
@@ -225,10 +243,10 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 		return err
 	}
 	st.pin(*x)
-	if k+1 == r.Steps {
+	if k+1 == st.ladder.dmd.Steps() {
 		return nil
 	}
-	n := r.latentLen()
+	n := len(*x)
 	eps := make([]float32, n)
 	if rn := r.opts.RenoiseNoise; rn != nil {
 		copy(eps, rn[k*n:(k+1)*n])

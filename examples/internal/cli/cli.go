@@ -281,6 +281,8 @@ var flagNames = map[string]string{
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
 	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa", "lora": "-lora",
+	"refine": "-refine", "refine_scale": "-refine-scale", "refine_steps": "-refine-steps", "refine_sigma": "-refine-sigma",
+	"refine_add_noise": "-refine-add-noise", "refine_upsample": "-refine-upsample",
 }
 
 // loraFlag collects -lora PATH[:STRENGTH] values in order.

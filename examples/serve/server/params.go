@@ -43,6 +43,13 @@ type createParams struct {
 	seed                                        *int64
 	fast, fastSpatial, enhancePrompt            bool
 	loras                                       []LoRA
+	// Two-stage refine (Wan DMD models): the SDK's Refine* fields.
+	refine         bool
+	refineScale    int
+	refineSteps    []int
+	refineSigma    *float64
+	refineAddNoise *bool
+	refineUpsample string
 	// sent are the fields the client gave, so that an error names what it sent.
 	sent map[string]bool
 }
@@ -83,10 +90,40 @@ var paramFields = map[string]func(p *createParams, raw json.RawMessage) error{
 		p.loras, err = parseLoRAs(raw)
 		return err
 	},
+	"refine":          numberField(func(p *createParams) *bool { return &p.refine }),
+	"refine_scale":    numberField(func(p *createParams) *int { return &p.refineScale }),
+	"refine_upsample": textField(func(p *createParams) *string { return &p.refineUpsample }),
+	"refine_sigma": func(p *createParams, raw json.RawMessage) error {
+		p.refineSigma = new(float64)
+		return decodeLoose(raw, p.refineSigma)
+	},
+	"refine_add_noise": func(p *createParams, raw json.RawMessage) error {
+		p.refineAddNoise = new(bool)
+		return decodeLoose(raw, p.refineAddNoise)
+	},
+	"refine_steps": refineStepsField,
 	"seed": func(p *createParams, raw json.RawMessage) error {
 		p.seed = new(int64)
 		return decodeLoose(raw, p.seed)
 	},
+}
+
+// refineStepsField reads the stage-2 timesteps: a JSON array of integers, or (from a form) a
+// comma list such as "757,522".
+func refineStepsField(p *createParams, raw json.RawMessage) error {
+	p.refineSteps = []int{}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return json.Unmarshal(raw, &p.refineSteps)
+	}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		p.refineSteps = append(p.refineSteps, n)
+	}
+	return nil
 }
 
 func textField(at func(*createParams) *string) func(*createParams, json.RawMessage) error {
@@ -226,6 +263,8 @@ func (p *createParams) request(info fastvideo.ModelInfo, lim limits) (fastvideo.
 		NumInferenceSteps: p.steps, GuidanceScale: p.guidanceScale, Seed: p.seed, Preset: p.preset,
 		Fast: p.fast, FastFactor: p.fastFactor, FastSpatial: p.fastSpatial, FastSpatialScale: p.fastSpatialScale,
 		EnhancePrompt: p.enhancePrompt,
+		Refine:        p.refine, RefineScale: p.refineScale, RefineSteps: p.refineSteps, RefineSigma: p.refineSigma,
+		RefineAddNoise: p.refineAddNoise, RefineUpsample: p.refineUpsample,
 	}
 	if p.model != "" && p.model != info.Name {
 		return req, invalid("model", "model %q is not served here; this server serves %q", p.model, info.Name)
