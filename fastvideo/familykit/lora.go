@@ -240,3 +240,34 @@ func encodeAs(vals []float32, dt safetensors.DType) []byte {
 	}
 	return out
 }
+
+// ErrLoRARandomWeights refuses adapters on random weights, which are drawn on the device: there is no
+// checkpoint to merge them into.
+var ErrLoRARandomWeights = &api.RequestError{Field: "lora", Value: "with random weights",
+	Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop -random-weights (WithRandomWeights) or the adapters"}
+
+// OpenAdapters opens and validates a generator's adapters against the DiT's tensor shapes (read only
+// when there are adapters); nil without adapters.
+func OpenAdapters(specs []api.LoRA, names lora.NameMap, shapes func() (lora.Shapes, error)) (*LoRA, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	s, err := shapes()
+	if err != nil {
+		return nil, err
+	}
+	return OpenLoRA(specs, names, s)
+}
+
+// PlanAdapters validates adapters against the DiT's tensor shapes and reports what each changes
+// (nil without adapters).
+func PlanAdapters(specs []api.LoRA, names lora.NameMap, shapes func() (lora.Shapes, error)) ([]api.PlanLoRA, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	s, err := shapes()
+	if err != nil {
+		return nil, err
+	}
+	return PlanLoRA(specs, names, s)
+}

@@ -70,7 +70,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	}
 	if e.RandomWeights != nil {
 		if len(e.LoRA) > 0 {
-			return nil, errLoRARandom
+			return nil, familykit.ErrLoRARandomWeights
 		}
 		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}
 		return c, nil
@@ -96,24 +96,6 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	return c, c.openLoRA()
 }
 
-// errLoRARandom refuses adapters on random weights, which are drawn on the device: there is no
-// checkpoint to merge them into.
-var errLoRARandom = &api.RequestError{Field: "lora", Value: "with random weights",
-	Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop -random-weights (WithRandomWeights) or the adapters"}
-
-// openLoRA opens and validates the engine's adapters against the DiT's weights (nothing loads).
-func (c *components) openLoRA() error {
-	if len(c.Engine.LoRA) == 0 {
-		return nil
-	}
-	shapes, err := c.spec.loraShapes()
-	if err != nil {
-		return err
-	}
-	c.LoRA, err = familykit.OpenLoRA(c.Engine.LoRA, wandit.LoRANames(), shapes)
-	return err
-}
-
 // loraShapes are the DiT checkpoint's tensor shapes adapters are planned against: a folder's headers,
 // else the parameter table (the built-in models' synthetic weights follow it).
 func (s *Spec) loraShapes() (lora.Shapes, error) {
@@ -127,14 +109,13 @@ func (s *Spec) loraShapes() (lora.Shapes, error) {
 // PlanLoRA validates adapters against the DiT's weights and reports what each changes
 // (family.LoRAPlanner).
 func (s *Spec) PlanLoRA(adapters []api.LoRA) ([]api.PlanLoRA, error) {
-	if len(adapters) == 0 {
-		return nil, nil
-	}
-	shapes, err := s.loraShapes()
-	if err != nil {
-		return nil, err
-	}
-	return familykit.PlanLoRA(adapters, wandit.LoRANames(), shapes)
+	return familykit.PlanAdapters(adapters, wandit.LoRANames(), s.loraShapes)
+}
+
+// openLoRA opens and validates the engine's adapters against the DiT's weights (nothing loads).
+func (c *components) openLoRA() (err error) {
+	c.LoRA, err = familykit.OpenAdapters(c.Engine.LoRA, wandit.LoRANames(), c.spec.loraShapes)
+	return err
 }
 
 func joinIDs(ids []string) string {
