@@ -249,25 +249,26 @@ var ErrLoRARandomWeights = &api.RequestError{Field: "lora", Value: "with random 
 // OpenAdapters opens and validates a generator's adapters against the DiT's tensor shapes (read only
 // when there are adapters); nil without adapters.
 func OpenAdapters(specs []api.LoRA, names lora.NameMap, shapes func() (lora.Shapes, error)) (*LoRA, error) {
-	if len(specs) == 0 {
-		return nil, nil
-	}
-	s, err := shapes()
-	if err != nil {
-		return nil, err
-	}
-	return OpenLoRA(specs, names, s)
+	return withAdapters(specs, names, shapes, OpenLoRA)
 }
 
 // PlanAdapters validates adapters against the DiT's tensor shapes and reports what each changes
 // (nil without adapters).
 func PlanAdapters(specs []api.LoRA, names lora.NameMap, shapes func() (lora.Shapes, error)) ([]api.PlanLoRA, error) {
+	return withAdapters(specs, names, shapes, PlanLoRA)
+}
+
+// withAdapters runs use on the adapters and the DiT's shapes, which it reads only when there are
+// adapters (the zero T without).
+func withAdapters[T any](specs []api.LoRA, names lora.NameMap, shapes func() (lora.Shapes, error),
+	use func([]api.LoRA, lora.NameMap, lora.Shapes) (T, error)) (T, error) {
+	var none T
 	if len(specs) == 0 {
-		return nil, nil
+		return none, nil
 	}
 	s, err := shapes()
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	return PlanLoRA(specs, names, s)
+	return use(specs, names, s)
 }

@@ -26,12 +26,19 @@ type VSA struct {
 // VSAKnobs is what a request asks of VSA (a family's Options.VSA; nil: the checkpoint's default).
 // TileSize and Mode are H3's alone: zero values keep the default.
 type VSAKnobs struct {
-	Off             bool
-	Sparsity        *float64
-	TileSize        int
-	Mode            string
+	// Off runs dense attention (the trained gates then go unused).
+	Off bool
+	// Sparsity in [0, 1): the fraction of video key tiles each video query tile drops; nil keeps the
+	// default.
+	Sparsity *float64
+	// TileSize is 64 or 256 rows per tile (0: the default).
+	TileSize int
+	// Mode is "exempt" (prefix key tiles always attended) or "compete" ("" keeps the default).
+	Mode string
+	// DenseFirstSteps runs the first N denoising steps with every tile selected.
 	DenseFirstSteps int
-	DenseLayers     []int
+	// DenseLayers lists blocks that always select every tile.
+	DenseLayers []int
 }
 
 // VSACheckpoint is what the checkpoint brings: whether it was trained with VSA (carries the

@@ -1,5 +1,7 @@
 package h3
 
+import "fastvideo/fastvideo/familykit"
+
 // FamilyName is the MiniMax H3 family's identifier (ModelInfo.Family, Plan.Family).
 const FamilyName = "minimax_h3"
 
@@ -17,19 +19,7 @@ type Options struct {
 func (*Options) FamilyName() string { return FamilyName }
 
 // VSA are the Video Sparse Attention knobs (FastVideo's VSA_sparsity, VSA_tile_size, vsa_mode,
-// vsa_dense_first_n_steps, vsa_dense_layers). A FastH3 checkpoint runs with VSA by default, as trained
-// (sparsity 0.9, 64-row tiles, exempt prefix), or with its fastvideo_inference.json values.
-type VSA struct {
-	// Off runs dense attention (the trained gates then go unused).
-	Off bool
-	// Sparsity in [0, 1): the fraction of video key tiles each video query tile drops; nil keeps the default.
-	Sparsity *float64
-	// TileSize is 64 or 256 rows per tile (0: the default).
-	TileSize int
-	// Mode is "exempt" (prefix key tiles always attended) or "compete" ("" keeps the default).
-	Mode string
-	// DenseFirstSteps runs the first N denoising steps with every tile selected.
-	DenseFirstSteps int
-	// DenseLayers lists joint blocks that always select every tile.
-	DenseLayers []int
-}
+// vsa_dense_first_n_steps, vsa_dense_layers; familykit.VSAKnobs documents each). A FastH3 checkpoint
+// runs with VSA by default, as trained (sparsity 0.9, 64-row tiles, exempt prefix), or with its
+// fastvideo_inference.json values.
+type VSA = familykit.VSAKnobs

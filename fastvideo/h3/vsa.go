@@ -32,12 +32,7 @@ var trainedVSA = familykit.VSA{Sparsity: 0.9, TileSize: 64, Mode: attention.Mode
 
 // resolveVSA applies the checkpoint's VSA defaults and the request's knobs.
 func (r *resolved) resolveVSA(api.Request, family.Preset) (err error) {
-	var knobs *familykit.VSAKnobs
-	if o := r.opts.VSA; o != nil {
-		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, TileSize: o.TileSize, Mode: o.Mode,
-			DenseFirstSteps: o.DenseFirstSteps, DenseLayers: o.DenseLayers}
-	}
-	r.vsa, r.attentionWhy, err = familykit.ResolveVSA(knobs, familykit.VSACheckpoint{
+	r.vsa, r.attentionWhy, err = familykit.ResolveVSA(r.opts.VSA, familykit.VSACheckpoint{
 		Gates: r.spec.VSAGates, GatesHint: "a FastH3 checkpoint (its transformer carries to_gate_compress)",
 		Default: r.spec.VSA, NumLayers: r.spec.DiT.NumLayers})
 	return err
