@@ -24,6 +24,8 @@ type (
 	Event        = family.Event
 	EventKind    = family.EventKind
 	ProgressFunc = family.ProgressFunc
+	// Preview is a denoising step's x0 estimate as a small picture (Request.Preview).
+	Preview = family.Preview
 	// Stage names a step of the generation pipeline.
 	Stage = family.Stage
 	// ModelInfo describes a model; Preset is one of its request presets.
@@ -62,6 +64,9 @@ const (
 	AutoMemory  = family.AutoMemory
 	OneResident = family.OneResident
 	AllResident = family.AllResident
+
+	DecoderFull = family.DecoderFull
+	DecoderTiny = family.DecoderTiny
 
 	VideoNoise = familykit.VideoNoise
 	AudioNoise = familykit.AudioNoise

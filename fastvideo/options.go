@@ -50,6 +50,9 @@ type Options struct {
 	// Devices is how many accelerators of the host a generation spreads over (see WithDevices);
 	// 0 means one.
 	Devices int
+	// TinyDecoder is the TAEHV checkpoint of Request.Decoder "tiny" and Request.Preview (see
+	// WithTinyDecoder); empty: <model dir>/taehv/<variant>.safetensors, or the tiny models' own.
+	TinyDecoder string
 }
 
 // Option edits Options.
@@ -221,6 +224,21 @@ func WithDevices(n int) Option {
 			return &RequestError{Field: "devices", Value: n, Allowed: "1 or more accelerators of this host"}
 		}
 		o.Devices = n
+		return nil
+	}
+}
+
+// WithTinyDecoder names the TAEHV tiny decoder's safetensors file (madebyollin/taehv: taew2_1 for
+// Wan2.1 and Wan2.2-A14B, taew2_2 for Wan2.2-TI2V-5B, taeh3 for MiniMax H3) that Request.Decoder
+// "tiny" and Request.Preview use. Without it a model folder's taehv/<variant>.safetensors is used,
+// and the tiny models carry their own. New checks the file's layout against the model's latents (a
+// missing file or another latent width is a *RequestError for tiny_decoder).
+func WithTinyDecoder(path string) Option {
+	return func(o *Options) error {
+		if path == "" {
+			return &RequestError{Field: "tiny_decoder", Value: path, Allowed: "a TAEHV .safetensors file (taew2_1, taew2_2 or taeh3)"}
+		}
+		o.TinyDecoder = path
 		return nil
 	}
 }

@@ -33,7 +33,8 @@ const (
 	StageStart EventKind = iota
 	// StageEnd: Stage ended after Elapsed (also when it failed; Generate's error says why).
 	StageEnd
-	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the denoise stage began.
+	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the denoise stage began;
+	// Preview is set when the request asked for previews.
 	DenoiseStep
 	// DecodeProgress: Done of Total output frames written.
 	DecodeProgress
@@ -53,6 +54,19 @@ type Event struct {
 	Total   int
 	Elapsed time.Duration
 	Message string
+	// Preview is the step's x0 estimate as a picture (DenoiseStep events of a Request.Preview run;
+	// nil otherwise, at most one per step).
+	Preview *Preview
+}
+
+// Preview is a small picture of what a denoising step would give if it were the last: the x0
+// estimate decoded by the tiny decoder, the first, middle and last frame side by side.
+type Preview struct {
+	Step          int    // the denoising step (1-based), as Event.Step
+	MIME          string // "image/jpeg"
+	Data          []byte // the encoded image
+	Width, Height int    // its size in pixels
+	Frames        []int  // the output frames shown, left to right
 }
 
 // ProgressFunc receives events in order.

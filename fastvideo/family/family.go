@@ -208,12 +208,22 @@ type Engine struct {
 	HostMemory func() (available uint64, err error)
 	// Devices is how many accelerators of the host the run spreads over (0 or 1: one).
 	Devices int
+	// TinyDecoderPath is the TAEHV checkpoint of Request.Decoder "tiny" and of previews ("": the
+	// model's own, <model dir>/taehv/<variant>.safetensors, or the tiny models' built-in weights).
+	TinyDecoderPath string
 }
 
 // SpecSplitter is implemented by Models whose layout over devices follows from their specification
 // alone, so that a plan (nothing opened, no backend) shows it as a generator would run it.
 type SpecSplitter interface {
 	PlanDevices(devices int, dt dtypes.DType) (*DevicePlan, error)
+}
+
+// DecoderChecker is implemented by Components that check, loading nothing, that a resolution's
+// decoder choices (Request.Decoder "tiny", Request.Preview) have their weights, so that a plan
+// refuses what a run would.
+type DecoderChecker interface {
+	CheckDecoder(r Resolution) error
 }
 
 // DeviceSplitter is implemented by Components that can spread their model over several devices:

@@ -54,6 +54,13 @@ type Plan struct {
 	// resident while denoising.
 	WeightsBytes int64 `json:"weights_bytes"`
 
+	// Decoder is the video decoder that runs: "full" (the model's VAE) or "tiny" (TAEHV);
+	// TinyDecoder the TAEHV variant when the tiny decoder runs (Decoder "tiny" or Preview):
+	// "taew2_1", "taew2_2" or "taeh3". Preview says whether the steps carry previews.
+	Decoder     string `json:"decoder"`
+	TinyDecoder string `json:"tiny_decoder,omitempty"`
+	Preview     bool   `json:"preview,omitempty"`
+
 	// FrameFilters names the frame filters the resolution adds before the caller's, in order (the
 	// fast modes' crop, resize and sharpen).
 	FrameFilters []string `json:"frame_filters,omitempty"`
@@ -88,6 +95,7 @@ func (r *Resolved) NewPlan(latent [4]int, sigmas, timesteps []float32) *Plan {
 		LatentShape:   latent[:],
 		GuidanceScale: r.Guidance, ForwardsPerStep: 1,
 		VideoSigmas: sigmas, VideoTimesteps: timesteps,
+		Decoder: r.Decoder, Preview: r.Preview,
 	}
 }
 

@@ -23,7 +23,24 @@ const (
 	CompVisionEncoder   = "vision_encoder"
 	CompVideoVAEEncoder = "video_vae_encoder"
 	CompRIFE            = "rife"
+	// CompTinyDecoder is the TAEHV tiny video decoder (Request.Decoder "tiny", previews).
+	CompTinyDecoder = "tiny_decoder"
 )
+
+// ForDecoder is the memory rows of a run with decoder ("full" or "tiny") and previews on or off:
+// the tiny decoder's row only when a run uses it, the full video VAE's only when it decodes.
+func ForDecoder(rs []ComponentResidency, decoder string, preview bool) []ComponentResidency {
+	var out []ComponentResidency
+	for _, r := range rs {
+		switch {
+		case r.Name == CompTinyDecoder && decoder != DecoderTiny && !preview:
+		case r.Name == CompVideoVAE && decoder == DecoderTiny:
+		default:
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // companions are loads that live and go with another component: the conditioner (acquired as the
 // tokenizer) owns the text encoder it opens, and a DiT replica is the DiT's copy on another device.
@@ -171,6 +188,18 @@ func (e *Engine) Keeps(name string) bool {
 		}
 	}
 	return false
+}
+
+// DecoderRow writes the plan-table row of the video decoder.
+func DecoderRow(row func(key, format string, a ...any), p *Plan) {
+	d := p.Decoder
+	if p.Decoder == DecoderTiny {
+		d += " (TAEHV " + p.TinyDecoder + ")"
+	}
+	if p.Preview {
+		d += fmt.Sprintf("; previews each step by TAEHV %s", p.TinyDecoder)
+	}
+	row("decoder", "%s", d)
 }
 
 // MemoryRows writes one plan-table row per component: its bytes and, when decided, where it lives.

@@ -35,6 +35,11 @@ type Resolved struct {
 	// run on the decoded frames before the caller's own (fastvideo.WithFrameFilter). The family
 	// makes fresh ones for every resolution: a filter may hold state for one run.
 	Filters []FrameFilter
+
+	// Decoder is the video decoder that runs ("full" or "tiny"); Preview whether the denoising steps
+	// carry previews.
+	Decoder string
+	Preview bool
 }
 
 // MaxPromptBytes bounds a prompt (and a negative prompt) before any tokenizer sees it: far above
@@ -78,8 +83,17 @@ func ResolveCommon(info ModelInfo, req Request, needPrompt bool) (Preset, *Resol
 	if req.PromptTokens < 0 {
 		return Preset{}, nil, &RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
 	}
+	decoder := strings.ToLower(req.Decoder)
+	switch decoder {
+	case "":
+		decoder = DecoderFull
+	case DecoderFull, DecoderTiny:
+	default:
+		return Preset{}, nil, &RequestError{Field: "decoder", Value: req.Decoder,
+			Allowed: `"full" (the model's VAE; empty: the default) or "tiny" (the TAEHV tiny decoder)`}
+	}
 	r := &Resolved{Model: info, Preset: preset.Name, Prompt: strings.TrimSpace(req.Prompt), OutputPath: req.OutputPath,
-		Seed: preset.Seed, PromptTokens: req.PromptTokens}
+		Seed: preset.Seed, PromptTokens: req.PromptTokens, Decoder: decoder, Preview: req.Preview}
 	if req.Seed != nil {
 		r.Seed = *req.Seed // a pointer: 0 is a seed, not "unset"
 	}

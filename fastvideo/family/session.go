@@ -18,7 +18,12 @@ type Session struct {
 	emit     func(Event)
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
+	preview  *Preview       // the running step's preview, until its event
 }
+
+// SetPreview attaches p to the running denoising step's event (DenoiseLoop); a later call in the same
+// step replaces it, so a step carries at most one.
+func (s *Session) SetPreview(p *Preview) { s.preview = p }
 
 // NoteLoad reports that the run loads component now (a load the session's Acquire does not see, such
 // as a text encoder opened on a prompt-cache miss).
@@ -100,7 +105,7 @@ func Release[T Component](slot *T) error {
 }
 
 // DenoiseLoop runs steps sampling steps, each after a cancellation check, and reports each
-// finished one as a DenoiseStep event.
+// finished one as a DenoiseStep event (with the preview the step set, if any).
 func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) error) error {
 	t0 := time.Now()
 	for k := 0; k < steps; k++ {
@@ -110,7 +115,9 @@ func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) e
 		if err := step(k); err != nil {
 			return err
 		}
-		s.Emit(Event{Kind: DenoiseStep, Stage: StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0)})
+		e := Event{Kind: DenoiseStep, Stage: StageDenoise, Step: k + 1, Steps: steps, Elapsed: time.Since(t0), Preview: s.preview}
+		s.preview = nil
+		s.Emit(e)
 	}
 	return nil
 }

@@ -125,7 +125,10 @@ func (r *resolved) planWith(l *packing.Layout, dtype family.DType) (*family.Plan
 	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
-	p.Memory = family.Undecided(componentSizes(s, s.builtinTextConfig(), p.WeightsDType.Compute(), p.WeightsDType))
+	p.Memory = family.ForDecoder(family.Undecided(componentSizes(s, s.builtinTextConfig(), p.WeightsDType.Compute(), p.WeightsDType)), r.Decoder, r.Preview)
+	if r.Decoder == family.DecoderTiny || r.Preview {
+		p.TinyDecoder = TinyVariant
+	}
 	return p, nil
 }
 
@@ -338,6 +341,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	family.DecoderRow(row, p)
 	family.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each; shard k on device k, one SPMD program per joint block, 2 all-reduces), "+

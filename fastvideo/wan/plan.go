@@ -185,7 +185,10 @@ func (r *resolved) Plan(dtype family.DType) (*family.Plan, error) {
 	if p.WeightsBytes, err = familykit.WeightBytes(f32, half, p.WeightsDType); err != nil {
 		return nil, err
 	}
-	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
+	p.Memory = family.ForDecoder(family.Undecided(componentSizes(s, p.WeightsDType.Compute())), r.Decoder, r.Preview)
+	if r.Decoder == family.DecoderTiny || r.Preview {
+		p.TinyDecoder, _ = s.tinyDecoder()
+	}
 	return p, nil
 }
 
@@ -293,6 +296,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *family.Plan) error {
 			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	family.DecoderRow(row, p)
 	family.MemoryRows(row, p.Memory)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",

@@ -11,6 +11,7 @@ import (
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/umt5"
+	"fastvideo/vae/taehv"
 	wanvae "fastvideo/vae/wan"
 )
 
@@ -28,7 +29,11 @@ type run struct {
 
 // Start has nothing to check against the components: every Wan constraint is in the request.
 func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
-	return &run{c: c, s: s, r: res.(*resolved)}, nil
+	r := res.(*resolved)
+	if err := c.checkTiny(r); err != nil {
+		return nil, err
+	}
+	return &run{c: c, s: s, r: r}, nil
 }
 
 // Condition encodes the prompt and, with classifier-free guidance, the negative prompt (or reads
@@ -138,6 +143,11 @@ func (p *run) Denoise(ctx context.Context) error {
 	}
 	p.pin(x)
 	st := &sampler{run: p, dit: dit, uncondDiT: uncondDiT, text: text, negText: negText, ladder: l, noise: noise}
+	if p.r.Preview {
+		if st.preview, err = c.loadTiny(p.s); err != nil {
+			return err
+		}
+	}
 	if err := p.s.DenoiseLoop(ctx, p.r.Steps, func(k int) error { return st.step(ctx, k, &x) }); err != nil {
 		return err
 	}
@@ -180,6 +190,20 @@ type sampler struct {
 	text, negText  *wandit.TextState
 	ladder         *ladder
 	noise          *familykit.GaussianStream
+	preview        *taehv.Decoder // the tiny decoder of Request.Preview
+}
+
+// previewStep attaches step k's preview: the x0 estimate x − σ_k·v (the flow prediction's clean
+// latents, as UniPC and the DMD ladder compute them) decoded by the tiny decoder.
+func (st *sampler) previewStep(ctx context.Context, k int, v, x []float32) error {
+	sigma := st.ladder.sigmas[k]
+	x0 := make([]float32, len(x))
+	for i := range x {
+		x0[i] = x[i] - sigma*v[i]
+	}
+	g := st.r.Geometry
+	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	return familykit.Preview(ctx, st.s, st.preview, k+1, x0, shape)
 }
 
 // forward is one forward of dit at timestep t.
@@ -214,6 +238,11 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 	v, err := st.velocity(ctx, k, *x, t)
 	if err != nil {
 		return err
+	}
+	if st.preview != nil {
+		if err := st.previewStep(ctx, k, v, *x); err != nil {
+			return err
+		}
 	}
 	if st.ladder.unipc != nil {
 		*x, err = st.ladder.unipc.Step(v, *x)
@@ -291,12 +320,20 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		return nil, nil
 	}
 	c, g := p.c, p.r.Geometry
+	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	if p.r.Decoder == family.DecoderTiny {
+		tiny, err := c.loadTiny(p.s)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { p.latents = nil }()
+		return nil, familykit.TinyDecode(ctx, tiny, p.latents, shape, sink)
+	}
 	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
 	if err != nil {
 		return nil, err
 	}
 	defer func() { p.latents = nil }()
-	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
 	return nil, dec.Decode(ctx, p.latents, shape, func(f wanvae.Frames) error {
 		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
 	})
