@@ -16,6 +16,8 @@ import (
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo"
 	"fastvideo/fastvideo/wan"
+	"fastvideo/internal/safetensors"
+	"fastvideo/vae/taehv"
 )
 
 func plan(t *testing.T, args ...string) (*fastvideo.GenerationPlan, *wan.PlanDetails) {
@@ -232,4 +234,17 @@ func TestFastSpatialHintWorks(t *testing.T) {
 func TestReadmeListsEveryFlag(t *testing.T) {
 	_, _, help := clitest.Run(run, "-h")
 	clitest.CheckReadmeFlags(t, "t2v", help)
+}
+
+// TestTinyDecoder: -decoder tiny, -preview and -tiny-decoder on the default model.
+func TestTinyDecoder(t *testing.T) {
+	mismatched := filepath.Join(t.TempDir(), "taew2_2.safetensors")
+	var ts []safetensors.Tensor
+	for n, info := range taehv.FormulaSource(taehv.Taew22()) {
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	if err := safetensors.WriteFile(mismatched, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	clitest.CheckTinyDecoder(t, run, "taew2_1", 9, mismatched)
 }

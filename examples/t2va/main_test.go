@@ -11,6 +11,8 @@ import (
 
 	"fastvideo/examples/internal/clitest"
 	"fastvideo/fastvideo/h3"
+	"fastvideo/internal/safetensors"
+	"fastvideo/vae/taehv"
 )
 
 func TestPlanJSON(t *testing.T) {
@@ -233,4 +235,17 @@ func TestPlanShowsGPUs(t *testing.T) {
 func TestReadmeListsEveryFlag(t *testing.T) {
 	_, _, help := clitest.Run(run, "-h")
 	clitest.CheckReadmeFlags(t, "t2va", help)
+}
+
+// TestTinyDecoder: -decoder tiny, -preview and -tiny-decoder on the default model.
+func TestTinyDecoder(t *testing.T) {
+	mismatched := filepath.Join(t.TempDir(), "taew2_2.safetensors")
+	var ts []safetensors.Tensor
+	for n, info := range taehv.FormulaSource(taehv.Taew22()) {
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	if err := safetensors.WriteFile(mismatched, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	clitest.CheckTinyDecoder(t, run, "taeh3", 22, mismatched, "-steps", "2")
 }
