@@ -193,3 +193,23 @@ func TestTinyDecoderFile(t *testing.T) {
 		t.Errorf("decoder \"fast\": %v (loads %v), want a decoder RequestError before any load", err, loads)
 	}
 }
+
+// TestTinyDecoderWan22: tiny-wan2.2's 48-channel latents decode with taew2_2's layout (patch 2) into
+// the plan's 4T−3 frames at the plan's size.
+func TestTinyDecoderWan22(t *testing.T) {
+	g, err := opener("tiny-wan2.2")()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	res, err := g.Generate(context.Background(), Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true, Decoder: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Plan
+	if p.TinyDecoder != "taew2_2" || res.NumFrames != 4*p.VideoLatentFrames-3 || len(res.Frames) != res.NumFrames ||
+		len(res.Frames[0]) != 3*p.Width*p.Height {
+		t.Errorf("plan %s/%s: %d frames (%d returned) of %d bytes from %d latents at %dx%d", p.Decoder, p.TinyDecoder, res.NumFrames,
+			len(res.Frames), len(res.Frames[0]), p.VideoLatentFrames, p.Width, p.Height)
+	}
+}
