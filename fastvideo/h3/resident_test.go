@@ -125,6 +125,7 @@ func TestResidencyByDevice(t *testing.T) {
 		{80, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.PerCall, "audio_vae": family.Kept, "text_encoder": family.Streamed}, true},
 		{48, false, true, map[string]family.Residency{"dit": family.PerCall, "video_vae": family.Kept, "audio_vae": family.Kept, "text_encoder": family.Streamed}, false},
 	} {
+		c.want[family.CompTinyDecoder] = family.Kept // ~20 MiB: kept everywhere, changing no other decision
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: c.fp8}
 		sp := &spec
 		if c.int8 {
