@@ -150,6 +150,11 @@ const PreviewHeight = 160
 // attaches its first, middle and last frame side by side (each at most PreviewHeight pixels high)
 // as a JPEG to the running step's event.
 func Preview(ctx context.Context, s *family.Session, dec *taehv.Decoder, step int, x0 []float32, shape []int) error {
+	// A canvas k times taller than a preview frame decodes latents averaged over k×k first: k² less
+	// decoding and host transfer for the same small picture (one more program per canvas, compiled once).
+	if k := shape[3] * dec.Config().SpatialRatio() / PreviewHeight; k > 1 {
+		x0, shape = poolLatents(x0, shape, k)
+	}
 	pix, out, err := dec.DecodeToPixels(ctx, x0, shape)
 	if err != nil {
 		return fmt.Errorf("fastvideo: preview of step %d: %w", step, err)
@@ -164,6 +169,30 @@ func Preview(ctx context.Context, s *family.Session, dec *taehv.Decoder, step in
 	p.Step = step
 	s.SetPreview(p)
 	return nil
+}
+
+// poolLatents averages latents [1, C, T, h, w] over k×k blocks (a remainder row or column dropped).
+func poolLatents(x []float32, shape []int, k int) ([]float32, []int) {
+	c, t, h, w := shape[1], shape[2], shape[3], shape[4]
+	ph, pw := h/k, w/k
+	out := make([]float32, c*t*ph*pw)
+	inv := 1 / float32(k*k)
+	for p := 0; p < c*t; p++ {
+		src, dst := x[p*h*w:(p+1)*h*w], out[p*ph*pw:(p+1)*ph*pw]
+		for y := 0; y < ph; y++ {
+			for xx := 0; xx < pw; xx++ {
+				var sum float32
+				for dy := 0; dy < k; dy++ {
+					row := src[(y*k+dy)*w+xx*k:]
+					for dx := 0; dx < k; dx++ {
+						sum += row[dx]
+					}
+				}
+				dst[y*pw+xx] = sum * inv
+			}
+		}
+	}
+	return out, []int{1, c, t, ph, pw}
 }
 
 // EncodePreview draws frames first, middle and last of pixels [3][frames][h][w] in [0, 1] side by
