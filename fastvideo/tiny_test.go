@@ -213,4 +213,3 @@ func TestTinyDecoderWan22(t *testing.T) {
 			len(res.Frames), len(res.Frames[0]), p.VideoLatentFrames, p.Width, p.Height)
 	}
 }
-
