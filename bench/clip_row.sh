@@ -9,6 +9,10 @@
 #   3. The decoders alone (bench -what h3vae, wanvae) at the same sizes: the decode stage's overhead.
 #   4. The same-math PyTorch chains (bench/h3_clip_torch.py, bench/wan_clip_torch.py), same ffmpeg.
 #   5. A fresh `t2va -model fasth3 -random-weights` process, timed whole (wall seconds).
+#   6. PARTS=tiny (not in the default list): the TAEHV tiny decoder. FastH3 whole clip with the tiny
+#      decoder (`-clip-variants tiny,fast+spatial+tiny,tiny+preview`), then `bench -what taehv` at
+#      480x832 (taew2_1 21 latents, taeh3 37) beside the full decoders, and with TAEHV_UPSTREAM=<a
+#      madebyollin/taehv checkout> upstream's module on the same sizes (bench/taehv_torch.py, fp16 and bf16).
 # Every change to the pipeline, the memory policy, attention, a DiT or a VAE reruns it before it is
 # called done.
 #
@@ -17,7 +21,7 @@
 #   xz -T0 .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
 # On the GPU machine (carry .gpu):
 #   OUT=$OUT bash bench/clip_row.sh
-# Optional: PARTS="h3 wan vae torch t2va" (the default: all), BENCH/T2VA for other binaries.
+# Optional: PARTS="h3 wan vae torch t2va tiny" (the default: all but tiny), BENCH/T2VA for other binaries.
 set -u
 : "${OUT:?set OUT to the output folder}"
 PARTS=${PARTS:-"h3 wan vae torch t2va"}
@@ -63,5 +67,23 @@ if has t2va; then
   timeout "$(left 150)" "$T2VA" -model fasth3 -random-weights -backend xla:cuda -prompt "A red fox trots through fresh snow at dawn." \
     -out /tmp/cliprow/t2va.mp4 >"$OUT/t2va.log" 2>&1
   echo "t2va fresh process rc $? wall $((SECONDS - t0)) s"; grep -E "timings|loads|compiled|memory|done in|rror" "$OUT/t2va.log" | cut -c1-300
+fi
+if has tiny; then
+  timeout "$(left 200)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 \
+    -clip-variants tiny,fast+spatial+tiny,tiny+preview >"$OUT/h3_clip_tiny.log" 2>&1
+  echo "h3 clip tiny rc $? at $SECONDS s"; records "$OUT/h3_clip_tiny.log"
+  for v in "taew2_1 21" "taeh3 37"; do
+    set -- $v
+    timeout "$(left 120)" "$BENCH" -what taehv -backend xla:cuda -warmup 1 -iters 5 -taehv-variant "$1" -taehv-latents "$2" \
+      -taehv-dtypes bf16 >"$OUT/taehv_$1.log" 2>&1
+    echo "taehv $1 rc $? at $SECONDS s"; grep -E "decoder record|frames;|rror" "$OUT/taehv_$1.log" | cut -c1-300
+    if [ -n "${TAEHV_UPSTREAM:-}" ]; then
+      for dt in fp16 bf16; do
+        PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 bench/taehv_torch.py --upstream "$TAEHV_UPSTREAM" --variant "$1" \
+          --latents "$2" --dtype "$dt" >"$OUT/taehv_torch_$1_$dt.log" 2>&1
+        echo "taehv torch $1 $dt rc $? at $SECONDS s"; grep -E "decoder record|median|rror" "$OUT/taehv_torch_$1_$dt.log" | cut -c1-300
+      done
+    fi
+  done
 fi
 echo "clip_row done at $SECONDS s"

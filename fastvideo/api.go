@@ -25,6 +25,8 @@ type (
 	Event        = api.Event
 	EventKind    = api.EventKind
 	ProgressFunc = api.ProgressFunc
+	// Preview is a denoising step's x0 estimate as a small picture (Request.Preview).
+	Preview = api.Preview
 	// Stage names a step of the generation pipeline.
 	Stage = api.Stage
 	// ModelInfo describes a model; Preset is one of its request presets.
@@ -67,6 +69,9 @@ const (
 	AutoMemory  = family.AutoMemory
 	OneResident = family.OneResident
 	AllResident = family.AllResident
+
+	DecoderFull = api.DecoderFull
+	DecoderTiny = api.DecoderTiny
 
 	VideoNoise = familykit.VideoNoise
 	AudioNoise = familykit.AudioNoise

@@ -160,7 +160,8 @@ func openEngine(o Options) (*family.Engine, error) {
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: familykit.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
-		X264Preset: o.X264Preset, Devices: max(o.Devices, 1), LoRA: o.LoRA}
+		X264Preset: o.X264Preset, Devices: max(o.Devices, 1), LoRA: o.LoRA,
+		TinyDecoderPath: o.TinyDecoder}
 	e.FP8 = o.DType == FP8
 	readMemory(e, bp)
 	if s, ok := b.(interface {
@@ -349,12 +350,17 @@ func (g *VideoGenerator) Plan(req Request) (*GenerationPlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dc, ok := g.comps.(family.DecoderChecker); ok {
+		if err := dc.CheckDecoder(r); err != nil {
+			return nil, err
+		}
+	}
 	p, err := r.Plan(g.engine.RunDType())
 	if err != nil {
 		return nil, err
 	}
 	p.Devices = g.devices
-	p.Memory = g.engine.Residency
+	p.Memory = family.ForDecoder(g.engine.Residency, p.Decoder, p.Preview)
 	if lr, ok := g.comps.(family.LoRAReporter); ok {
 		p.LoRA = lr.LoRAPlan()
 	}

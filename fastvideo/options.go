@@ -53,6 +53,9 @@ type Options struct {
 	Devices int
 	// LoRA are the adapters merged into the DiT when it loads, in order (see WithLoRA).
 	LoRA []LoRA
+	// TinyDecoder is the TAEHV checkpoint of Request.Decoder "tiny" and Request.Preview (see
+	// WithTinyDecoder); empty: <model dir>/taehv/<variant>.safetensors, or the tiny models' own.
+	TinyDecoder string
 }
 
 // Option edits Options.
@@ -247,6 +250,21 @@ func WithLoRA(path string, strength float64) Option {
 			return &RequestError{Field: "lora", Value: fmt.Sprintf("%s:%v", path, strength), Allowed: "a finite strength (1 applies the adapter as trained, 0 turns it off)"}
 		}
 		o.LoRA = append(o.LoRA, LoRA{Path: path, Strength: strength})
+		return nil
+	}
+}
+
+// WithTinyDecoder names the TAEHV tiny decoder's safetensors file (madebyollin/taehv: taew2_1 for
+// Wan2.1 and Wan2.2-A14B, taew2_2 for Wan2.2-TI2V-5B, taeh3 for MiniMax H3) that Request.Decoder
+// "tiny" and Request.Preview use. Without it a model folder's taehv/<variant>.safetensors is used,
+// and the tiny models carry their own. New checks the file's layout against the model's latents (a
+// missing file or another latent width is a *RequestError for tiny_decoder).
+func WithTinyDecoder(path string) Option {
+	return func(o *Options) error {
+		if path == "" {
+			return &RequestError{Field: "tiny_decoder", Value: path, Allowed: "a TAEHV .safetensors file (taew2_1, taew2_2 or taeh3)"}
+		}
+		o.TinyDecoder = path
 		return nil
 	}
 }

@@ -41,7 +41,7 @@ var (
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -113,6 +113,9 @@ type clipVariant struct {
 	firstImage, lastImage bool
 	// alt draws other synthetic images, so a repeated keyframe request misses the prompt cache.
 	alt bool
+	// tiny decodes with the TAEHV tiny decoder (Request.Decoder "tiny"); preview adds a preview to
+	// every denoising step (Request.Preview).
+	tiny, preview bool
 }
 
 // parseClipVariants reads "default,dense,fast,spatial,fast+spatial,image,image+last"; the empty list
@@ -148,8 +151,12 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 				v.lastImage = true
 			case "alt":
 				v.alt = true
+			case "tiny":
+				v.tiny = true
+			case "preview":
+				v.preview = true
 			default:
-				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt joined by + (e.g. fast+spatial)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt, tiny, preview joined by + (e.g. fast+spatial+tiny)", list, tok)
 			}
 		}
 		vs = append(vs, v)
@@ -161,7 +168,11 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 // synthetic gradient at the canvas size is written next to the outputs.
 func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo.Request, error) {
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
-		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, Refine: v.refine, OutputPath: out + string(filepath.Separator)}
+		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, Refine: v.refine, OutputPath: out + string(filepath.Separator),
+		Preview: v.preview}
+	if v.tiny {
+		req.Decoder = fastvideo.DecoderTiny
+	}
 	if v.dense || v.vsa {
 		switch fam := g.Model().Family; fam {
 		case h3.FamilyName:

@@ -36,6 +36,7 @@ const (
 	// DenoiseStep: step Step of Steps (1-based) finished, Elapsed since the denoise stage began;
 	// Message names the phase of a denoise that runs several ladders (Wan refine: "refine stage 1
 	// (HxW)", "refine stage 2 (HxW)"), else it is empty.
+	// Preview is set when the request asked for previews.
 	DenoiseStep
 	// DecodeProgress: Done of Total output frames written.
 	DecodeProgress
@@ -55,6 +56,19 @@ type Event struct {
 	Total   int
 	Elapsed time.Duration
 	Message string
+	// Preview is the step's x0 estimate as a picture (DenoiseStep events of a Request.Preview run;
+	// nil otherwise, at most one per step).
+	Preview *Preview
+}
+
+// Preview is a small picture of what a denoising step would give if it were the last: the x0
+// estimate decoded by the tiny decoder, the first, middle and last frame side by side.
+type Preview struct {
+	Step          int    // the denoising step (1-based), as Event.Step
+	MIME          string // "image/jpeg"
+	Data          []byte // the encoded image
+	Width, Height int    // its size in pixels
+	Frames        []int  // the output frames shown, left to right
 }
 
 // ProgressFunc receives events in order.

@@ -54,6 +54,13 @@ type Plan struct {
 	// resident while denoising.
 	WeightsBytes int64 `json:"weights_bytes"`
 
+	// Decoder is the video decoder that runs: "full" (the model's VAE) or "tiny" (TAEHV);
+	// TinyDecoder the TAEHV variant when the tiny decoder runs (Decoder "tiny" or Preview):
+	// "taew2_1", "taew2_2" or "taeh3". Preview says whether the steps carry previews.
+	Decoder     string `json:"decoder"`
+	TinyDecoder string `json:"tiny_decoder,omitempty"`
+	Preview     bool   `json:"preview,omitempty"`
+
 	// FrameFilters names the frame filters the resolution adds before the caller's, in order (the
 	// fast modes' crop, resize and sharpen).
 	FrameFilters []string `json:"frame_filters,omitempty"`
@@ -163,3 +170,15 @@ const (
 	// and the unconditional on device 1, each device holding the whole DiT (DiTReplicatedBytes).
 	CFGParallel = "cfg_parallel"
 )
+
+// DecoderRow writes the plan-table row of the video decoder.
+func DecoderRow(row func(key, format string, a ...any), p *Plan) {
+	d := p.Decoder
+	if p.Decoder == DecoderTiny {
+		d += " (TAEHV " + p.TinyDecoder + ")"
+	}
+	if p.Preview {
+		d += fmt.Sprintf("; previews each step by TAEHV %s", p.TinyDecoder)
+	}
+	row("decoder", "%s", d)
+}

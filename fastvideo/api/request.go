@@ -115,6 +115,18 @@ type Request struct {
 	// run: GaussianNoise cannot reproduce torch.randn.
 	VideoNoise []float32 `json:"-"`
 
+	// Decoder picks the video decoder: "full" (empty: the default) runs the model's own VAE, "tiny"
+	// the TAEHV tiny decoder (taew2_1 for Wan2.1/2.2-A14B, taew2_2 for Wan2.2-TI2V-5B, taeh3 for
+	// MiniMax H3): a fraction of the time and memory at a visibly softer picture, same frame count.
+	// Released models need its weights (<model>/taehv/<variant>.safetensors or
+	// fastvideo.WithTinyDecoder); the tiny models carry their own. H3's audio still decodes with its
+	// audio VAE.
+	Decoder string `json:"decoder,omitempty"`
+	// Preview makes each DenoiseStep event carry Event.Preview: the step's x0 estimate decoded by the
+	// tiny decoder (first, middle and last frame side by side, as a small JPEG). Off by default; it
+	// needs the tiny decoder's weights as Decoder "tiny" does.
+	Preview bool `json:"preview,omitempty"`
+
 	// Options holds the model family's own knobs (*h3.Options, *wan.Options); nil takes the
 	// family's defaults. Options of another family are invalid input.
 	Options Options `json:"-"`
@@ -123,6 +135,12 @@ type Request struct {
 	// while the generator is held: it must return quickly and must not call the generator.
 	Progress ProgressFunc `json:"-"`
 }
+
+// Video decoders (Request.Decoder).
+const (
+	DecoderFull = "full"
+	DecoderTiny = "tiny"
+)
 
 // Options are a family's own request knobs.
 type Options interface {

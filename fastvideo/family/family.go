@@ -179,12 +179,22 @@ type Engine struct {
 	Devices int
 	// LoRA are the adapters merged into the DiT at load, in order (the family's Open validates them).
 	LoRA []api.LoRA
+	// TinyDecoderPath is the TAEHV checkpoint of Request.Decoder "tiny" and of previews ("": the
+	// model's own, <model dir>/taehv/<variant>.safetensors, or the tiny models' built-in weights).
+	TinyDecoderPath string
 }
 
 // SpecSplitter is implemented by Models whose layout over devices follows from their specification
 // alone, so that a plan (nothing opened, no backend) shows it as a generator would run it.
 type SpecSplitter interface {
 	PlanDevices(devices int, dt dtypes.DType) (*api.DevicePlan, error)
+}
+
+// DecoderChecker is implemented by Components that check, loading nothing, that a resolution's
+// decoder choices (Request.Decoder "tiny", Request.Preview) have their weights, so that a plan
+// refuses what a run would.
+type DecoderChecker interface {
+	CheckDecoder(r Resolution) error
 }
 
 // DeviceSplitter is implemented by Components that can spread their model over several devices:

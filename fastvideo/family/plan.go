@@ -17,6 +17,7 @@ func (r *Resolved) NewPlan(latent [4]int, sigmas, timesteps []float32) *api.Plan
 		LatentShape:   latent[:],
 		GuidanceScale: r.Guidance, ForwardsPerStep: 1,
 		VideoSigmas: sigmas, VideoTimesteps: timesteps,
+		Decoder: r.Decoder, Preview: r.Preview,
 	}
 }
 

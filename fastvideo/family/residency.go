@@ -11,7 +11,24 @@ const (
 	CompVisionEncoder   = "vision_encoder"
 	CompVideoVAEEncoder = "video_vae_encoder"
 	CompRIFE            = "rife"
+	// CompTinyDecoder is the TAEHV tiny video decoder (Request.Decoder "tiny", previews).
+	CompTinyDecoder = "tiny_decoder"
 )
+
+// ForDecoder is the memory rows of a run with decoder ("full" or "tiny") and previews on or off:
+// the tiny decoder's row only when a run uses it, the full video VAE's only when it decodes.
+func ForDecoder(rs []api.ComponentResidency, decoder string, preview bool) []api.ComponentResidency {
+	var out []api.ComponentResidency
+	for _, r := range rs {
+		switch {
+		case r.Name == CompTinyDecoder && decoder != api.DecoderTiny && !preview:
+		case r.Name == CompVideoVAE && decoder == api.DecoderTiny:
+		default:
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // companions are loads that live and go with another component: the conditioner (acquired as the
 // tokenizer) owns the text encoder it opens, and a DiT replica is the DiT's copy on another device.

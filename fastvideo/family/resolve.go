@@ -36,6 +36,11 @@ type Resolved struct {
 	// run on the decoded frames before the caller's own (fastvideo.WithFrameFilter). The family
 	// makes fresh ones for every resolution: a filter may hold state for one run.
 	Filters []FrameFilter
+
+	// Decoder is the video decoder that runs ("full" or "tiny"); Preview whether the denoising steps
+	// carry previews.
+	Decoder string
+	Preview bool
 }
 
 // MaxPromptBytes bounds a prompt (and a negative prompt) before any tokenizer sees it: far above
@@ -79,8 +84,17 @@ func ResolveCommon(info ModelInfo, req api.Request, needPrompt bool) (Preset, *R
 	if req.PromptTokens < 0 {
 		return Preset{}, nil, &api.RequestError{Field: "prompt_tokens", Value: req.PromptTokens, Allowed: "0 (unknown) or the prompt's token count"}
 	}
+	decoder := strings.ToLower(req.Decoder)
+	switch decoder {
+	case "":
+		decoder = api.DecoderFull
+	case api.DecoderFull, api.DecoderTiny:
+	default:
+		return Preset{}, nil, &api.RequestError{Field: "decoder", Value: req.Decoder,
+			Allowed: `"full" (the model's VAE; empty: the default) or "tiny" (the TAEHV tiny decoder)`}
+	}
 	r := &Resolved{Model: info, Preset: preset.Name, Prompt: strings.TrimSpace(req.Prompt), OutputPath: req.OutputPath,
-		Seed: preset.Seed, PromptTokens: req.PromptTokens}
+		Seed: preset.Seed, PromptTokens: req.PromptTokens, Decoder: decoder, Preview: req.Preview}
 	if req.Seed != nil {
 		r.Seed = *req.Seed // a pointer: 0 is a seed, not "unset"
 	}

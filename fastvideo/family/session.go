@@ -20,8 +20,13 @@ type Session struct {
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
 
-	denoiseStart time.Time // the first denoise phase's start (step events' Elapsed)
+	denoiseStart time.Time    // the first denoise phase's start (step events' Elapsed)
+	preview      *api.Preview // the running step's preview, until its event
 }
+
+// SetPreview attaches p to the running denoising step's event (DenoiseLoop); a later call in the same
+// step replaces it, so a step carries at most one.
+func (s *Session) SetPreview(p *api.Preview) { s.preview = p }
 
 // NoteLoad reports that the run loads component now (a load the session's Acquire does not see, such
 // as a text encoder opened on a prompt-cache miss).
@@ -103,7 +108,7 @@ func Release[T Component](slot *T) error {
 }
 
 // DenoiseLoop runs steps sampling steps, each after a cancellation check, and reports each
-// finished one as a DenoiseStep event.
+// finished one as a DenoiseStep event (with the preview the step set, if any).
 func (s *Session) DenoiseLoop(ctx context.Context, steps int, step func(k int) error) error {
 	return s.DenoisePhase(ctx, DenoisePhase{Steps: steps, Total: steps}, step)
 }
@@ -129,8 +134,10 @@ func (s *Session) DenoisePhase(ctx context.Context, ph DenoisePhase, step func(k
 		if err := step(k); err != nil {
 			return err
 		}
-		s.Emit(api.Event{Kind: api.DenoiseStep, Stage: api.StageDenoise, Step: ph.Offset + k + 1, Steps: ph.Total,
-			Elapsed: time.Since(s.denoiseStart), Message: ph.Name})
+		e := api.Event{Kind: api.DenoiseStep, Stage: api.StageDenoise, Step: ph.Offset + k + 1, Steps: ph.Total,
+			Elapsed: time.Since(s.denoiseStart), Message: ph.Name, Preview: s.preview}
+		s.preview = nil
+		s.Emit(e)
 	}
 	return nil
 }

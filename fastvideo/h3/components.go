@@ -21,6 +21,7 @@ import (
 	"fastvideo/internal/weights"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
+	"fastvideo/vae/taehv"
 )
 
 // source is where an H3 model's components come from: a snapshot folder, or tiny-h3's in-memory
@@ -57,18 +58,59 @@ type components struct {
 	dit     *h3dit.Model
 	video   *h3video.Decoder
 	audio   *h3audio.Decoder
+	// tinyDec is where the TAEHV tiny decoder comes from (Request.Decoder "tiny", previews); tiny
+	// the loaded one while resident.
+	tinyDec *familykit.TinyDecoder
+	tiny    *taehv.Decoder
 }
 
 // Close releases the resident components.
 func (c *components) Close() error {
 	return errors.Join(family.Release(&c.cond), family.Release(&c.vision), family.Release(&c.encoder), family.Release(&c.dit),
-		family.Release(&c.video), family.Release(&c.audio), c.LoRA.Close())
+		family.Release(&c.video), family.Release(&c.audio), family.Release(&c.tiny), c.LoRA.Close())
+}
+
+// TinyVariant is the TAEHV file that decodes H3 latents.
+const TinyVariant = "taeh3"
+
+// tinyConfig is the TAEHV layout of s's latents: taeh3 (24 channels, patch 2, H3's trimming) at the
+// model's latent width and spatial ratio (tiny-h3's too).
+func (s *Spec) tinyConfig() taehv.Config {
+	cfg := taehv.Taeh3()
+	cfg.LatentChannels = s.VAE.LatentChannels
+	cfg.PatchSize = max(1, s.VAE.SpatialRatio()/8)
+	return cfg
+}
+
+// CheckDecoder is checkTiny for a plan (family.DecoderChecker).
+func (c *components) CheckDecoder(r family.Resolution) error { return c.checkTiny(r.(*resolved)) }
+
+// checkTiny refuses, before anything loads, a run that needs the tiny decoder without its weights.
+func (c *components) checkTiny(r *resolved) error {
+	if r.Decoder == api.DecoderTiny {
+		if err := c.tinyDec.Require("decoder", r.Decoder); err != nil {
+			return err
+		}
+	}
+	if r.Preview {
+		return c.tinyDec.Require("preview", true)
+	}
+	return nil
+}
+
+// loadTiny acquires the tiny decoder (resident as the memory policy decides).
+func (c *components) loadTiny(s *family.Session) (*taehv.Decoder, error) {
+	return family.Acquire(s, &c.tiny, family.CompTinyDecoder, func() (*taehv.Decoder, error) { return c.tinyDec.Load(c.Engine) })
 }
 
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
 // and every weight checkpoint's headers and the tokenizer are checked; nothing heavy is loaded.
 func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: familykit.Opened[source]{Engine: e}, spec: s}
+	var err error
+	if c.tinyDec, err = familykit.FindTinyDecoder(e, s.Dir, TinyVariant, s.tinyConfig(), s.Dir == "" || e.RandomWeights != nil); err != nil {
+		return nil, err
+	}
 	if e.RandomWeights != nil {
 		if len(e.LoRA) > 0 {
 			return nil, familykit.ErrLoRARandomWeights
@@ -326,7 +368,9 @@ func componentSizes(spec *Spec, textCfg qwen3vl.Config, dt dtypes.DType, runDTyp
 			api.ComponentSize{Name: family.CompVisionEncoder, Bytes: familykit.ParamBytes(qwen3vl.VisionParams(*v))(4)},
 			api.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: familykit.ParamBytes(h3video.EncoderParams(spec.VAE))(4)})
 	}
-	return append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	sizes = append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	tiny := familykit.TinyDecoder{Config: spec.tinyConfig()}
+	return append(sizes, tiny.Size(size))
 }
 
 func (f *folder) loadVision(e *family.Engine, cfg qwen3vl.VisionConfig) (*qwen3vl.Vision, error) {

@@ -126,7 +126,10 @@ func (r *resolved) planWith(l *packing.Layout, dtype api.DType) (*api.Plan, erro
 	if p.WeightsBytes, err = ditWeightBytes(s.DiT, s.VSAGates, p.WeightsDType); err != nil {
 		return nil, err
 	}
-	p.Memory = family.Undecided(componentSizes(s, s.builtinTextConfig(), p.WeightsDType.Compute(), p.WeightsDType))
+	p.Memory = family.ForDecoder(family.Undecided(componentSizes(s, s.builtinTextConfig(), p.WeightsDType.Compute(), p.WeightsDType)), r.Decoder, r.Preview)
+	if r.Decoder == api.DecoderTiny || r.Preview {
+		p.TinyDecoder = TinyVariant
+	}
 	return p, nil
 }
 
@@ -339,6 +342,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	api.DecoderRow(row, p)
 	api.MemoryRows(row, p.Memory)
 	api.LoRARows(row, p.LoRA)
 	if dp := p.Devices; dp != nil {

@@ -126,6 +126,7 @@ func TestResidencyByDevice(t *testing.T) {
 		{80, false, true, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.PerCall, "audio_vae": api.Kept, "text_encoder": api.Streamed}, true},
 		{48, false, true, map[string]api.Residency{"dit": api.PerCall, "video_vae": api.Kept, "audio_vae": api.Kept, "text_encoder": api.Streamed}, false},
 	} {
+		c.want[family.CompTinyDecoder] = api.Kept // ~20 MiB: kept everywhere, changing no other decision
 		e := &family.Engine{DType: dtypes.BFloat16, FP8: c.fp8}
 		sp := &spec
 		if c.int8 {

@@ -13,6 +13,7 @@ import (
 	"fastvideo/internal/textenc"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"
+	"fastvideo/vae/taehv"
 )
 
 // run is one H3 generation's stages and what they hand each other.
@@ -30,11 +31,16 @@ type run struct {
 	videoLatents []float32 // final latents [1, C, T, Hl, Wl]
 	videoShape   []int
 	audioRows    []float32 // final audio rows [2N, C]
+
+	preview *taehv.Decoder // the tiny decoder of Request.Preview, while denoising
 }
 
 // Start checks the AdaLN-cache contract of a converted checkpoint against the run's ladders.
 func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
 	r := res.(*resolved)
+	if err := c.checkTiny(r); err != nil {
+		return nil, err
+	}
 	if err := h3dit.CheckAdaLNLadder(c.spec.AdaLN, r.Steps, r.sched.Video.Timesteps, r.sched.Audio.Timesteps); err != nil {
 		return nil, &api.RequestError{Field: "num_inference_steps", Value: r.Steps, Allowed: err.Error()}
 	}
@@ -108,6 +114,11 @@ func (p *run) Denoise(ctx context.Context) error {
 		return err
 	}
 	xv = append(cond, xv...)
+	if p.r.Preview {
+		if p.preview, err = c.loadTiny(p.s); err != nil {
+			return err
+		}
+	}
 	if err := p.sample(ctx, dit, in, xv, xa); err != nil {
 		return err
 	}
@@ -188,12 +199,33 @@ func (p *run) sample(ctx context.Context, dit *h3dit.Model, in h3dit.ForwardInpu
 		if err != nil {
 			return fmt.Errorf("fastvideo: denoising step %d of %d: %w", k+1, steps, err)
 		}
+		if p.preview != nil {
+			if err := p.previewStep(ctx, k, 1-tv, out.Video[cut:], xv[cut:]); err != nil {
+				return err
+			}
+		}
 		// The condition rows stay as they are: only the target rows step.
 		if err := sched.Video.Step(k, out.Video[cut:], xv[cut:], xv[cut:]); err != nil {
 			return err
 		}
 		return sched.Audio.Step(k, out.Audio, xa, xa)
 	})
+}
+
+// previewStep attaches step k's preview: the x0 estimate x + σ·v of the target rows (the ladder's
+// own x0, MiniMaxH3Scheduler.step) decoded by the tiny decoder.
+func (p *run) previewStep(ctx context.Context, k int, sigma float32, v, x []float32) error {
+	x0 := make([]float32, len(x))
+	for i := range x {
+		x0[i] = x[i] + sigma*v[i]
+	}
+	cfg, geo := p.c.spec.DiT, p.r.Denoise
+	c, t, hl, wl := cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth
+	lat, err := packing.UnpatchifyVideo(x0, c, t, hl, wl, geo.PatchSize)
+	if err != nil {
+		return err
+	}
+	return familykit.Preview(ctx, p.s, p.preview, k+1, lat, []int{1, c, t, hl, wl})
 }
 
 // keepLatents unpatchifies the final latents for the decoders (and the result, when asked, with
@@ -249,7 +281,11 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		return wave, nil
 	}
 	var wave [][]float32
-	if c.Engine.Keeps(family.CompAudioVAE) && c.Engine.Keeps(family.CompVideoVAE) && sink != nil {
+	videoComp := family.CompVideoVAE
+	if p.r.Decoder == api.DecoderTiny {
+		videoComp = family.CompTinyDecoder
+	}
+	if c.Engine.Keeps(family.CompAudioVAE) && c.Engine.Keeps(videoComp) && sink != nil {
 		audio := make(chan error, 1)
 		go func() {
 			var err error
@@ -286,6 +322,14 @@ func (p *run) decodeVideo(ctx context.Context, sink family.FrameSink) error {
 		return nil
 	}
 	c := p.c
+	if p.r.Decoder == api.DecoderTiny {
+		tiny, err := c.loadTiny(p.s)
+		if err != nil {
+			return err
+		}
+		defer func() { p.videoLatents = nil }()
+		return familykit.TinyDecode(ctx, tiny, p.videoLatents, p.videoShape, sink)
+	}
 	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"fastvideo/internal/textenc/umt5"
 	"fastvideo/internal/tokenizer/unigram"
 	"fastvideo/internal/weights"
+	"fastvideo/vae/taehv"
 	wanvae "fastvideo/vae/wan"
 )
 
@@ -49,12 +50,49 @@ type components struct {
 	replica *wandit.Model
 	vae     *wanvae.Decoder
 	enc     *wanvae.Decoder // the VAE with its encoder (image-to-video)
+	// tinyDec is where the TAEHV tiny decoder comes from (Request.Decoder "tiny", previews); tiny
+	// the loaded one while resident.
+	tinyDec *familykit.TinyDecoder
+	tiny    *taehv.Decoder
+}
+
+// tinyDecoder is the TAEHV file and layout that decode s's latents: taew2_2 (48 channels, patch 2)
+// for Wan2.2-TI2V-5B's VAE, else taew2_1 (16 channels), at the model's latent width and spatial ratio.
+func (s *Spec) tinyDecoder() (string, taehv.Config) {
+	variant, cfg := "taew2_1", taehv.Taew21()
+	if s.VAE.ZDim == taehv.Taew22().LatentChannels {
+		variant, cfg = "taew2_2", taehv.Taew22()
+	}
+	cfg.LatentChannels = s.VAE.ZDim
+	cfg.PatchSize = max(1, s.VAE.SpatialRatio()/8)
+	return variant, cfg
+}
+
+// CheckDecoder is checkTiny for a plan (family.DecoderChecker).
+func (c *components) CheckDecoder(r family.Resolution) error { return c.checkTiny(r.(*resolved)) }
+
+// checkTiny refuses, before anything loads, a run that needs the tiny decoder without its weights.
+func (c *components) checkTiny(r *resolved) error {
+	if r.Decoder == api.DecoderTiny {
+		if err := c.tinyDec.Require("decoder", r.Decoder); err != nil {
+			return err
+		}
+	}
+	if r.Preview {
+		return c.tinyDec.Require("preview", true)
+	}
+	return nil
+}
+
+// loadTiny acquires the tiny decoder (resident as the memory policy decides).
+func (c *components) loadTiny(s *family.Session) (*taehv.Decoder, error) {
+	return family.Acquire(s, &c.tiny, family.CompTinyDecoder, func() (*taehv.Decoder, error) { return c.tinyDec.Load(c.Engine) })
 }
 
 // Close releases the resident components.
 func (c *components) Close() error {
 	return errors.Join(family.Release(&c.cond), family.Release(&c.replica), family.Release(&c.dit), family.Release(&c.vae), family.Release(&c.enc),
-		c.LoRA.Close())
+		family.Release(&c.tiny), c.LoRA.Close())
 }
 
 // errNoFP8 refuses DType FP8, which has no Wan path.
@@ -67,6 +105,11 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 	c := &components{Opened: familykit.Opened[source]{Engine: e}, spec: s}
 	if e.FP8 {
 		return nil, errNoFP8
+	}
+	variant, cfg := s.tinyDecoder()
+	var err error
+	if c.tinyDec, err = familykit.FindTinyDecoder(e, s.Dir, variant, cfg, s.Dir == "" || e.RandomWeights != nil); err != nil {
+		return nil, err
 	}
 	if e.RandomWeights != nil {
 		if len(e.LoRA) > 0 {
@@ -261,5 +304,8 @@ func componentSizes(spec *Spec, dt dtypes.DType) []api.ComponentSize {
 		enc := familykit.ParamBytes(wanvae.Params(spec.VAE))(4) + familykit.ParamBytes(wanvae.EncoderParams(spec.VAE))(4)
 		sizes = append(sizes, api.ComponentSize{Name: family.CompVideoVAEEncoder, Bytes: enc})
 	}
-	return append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	sizes = append(sizes, api.ComponentSize{Name: family.CompTextEncoder, Bytes: text, StreamBytes: layer})
+	_, cfg := spec.tinyDecoder()
+	tiny := familykit.TinyDecoder{Config: cfg}
+	return append(sizes, tiny.Size(size))
 }

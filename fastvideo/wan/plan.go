@@ -206,7 +206,10 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	if p.WeightsBytes, err = familykit.WeightBytes(f32, half, p.WeightsDType); err != nil {
 		return nil, err
 	}
-	p.Memory = family.Undecided(componentSizes(s, p.WeightsDType.Compute()))
+	p.Memory = family.ForDecoder(family.Undecided(componentSizes(s, p.WeightsDType.Compute())), r.Decoder, r.Preview)
+	if r.Decoder == api.DecoderTiny || r.Preview {
+		p.TinyDecoder, _ = s.tinyDecoder()
+	}
 	return p, nil
 }
 
@@ -345,6 +348,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	api.DecoderRow(row, p)
 	api.MemoryRows(row, p.Memory)
 	api.LoRARows(row, p.LoRA)
 	if dp := p.Devices; dp != nil {

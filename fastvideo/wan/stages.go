@@ -13,6 +13,7 @@ import (
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc"
 	"fastvideo/internal/textenc/umt5"
+	"fastvideo/vae/taehv"
 	wanvae "fastvideo/vae/wan"
 )
 
@@ -30,7 +31,11 @@ type run struct {
 
 // Start has nothing to check against the components: every Wan constraint is in the request.
 func (c *components) Start(res family.Resolution, s *family.Session) (family.Stages, error) {
-	return &run{c: c, s: s, r: res.(*resolved)}, nil
+	r := res.(*resolved)
+	if err := c.checkTiny(r); err != nil {
+		return nil, err
+	}
+	return &run{c: c, s: s, r: r}, nil
 }
 
 // Condition encodes the prompt and, with classifier-free guidance, the negative prompt (or reads
@@ -143,6 +148,11 @@ func (p *run) Denoise(ctx context.Context) error {
 	}
 	p.pin(x)
 	st := &sampler{run: p, dit: dit, uncondDiT: uncondDiT, text: text, negText: negText, ladder: p.r.steps, noise: noise, geo: geo}
+	if p.r.Preview {
+		if st.preview, err = c.loadTiny(p.s); err != nil {
+			return err
+		}
+	}
 	if p.r.refine != nil {
 		x, err = p.refineDenoise(ctx, st, x)
 	} else {
@@ -197,8 +207,23 @@ type sampler struct {
 	noise          *familykit.GaussianStream
 	// geo is the grid the loop runs at (refine: stage 1's, then the output's); offset counts the
 	// steps of the ladders run before this one (refine stage 2: stage 1's), for VSA's dense steps.
-	geo    geometry.Geometry
-	offset int
+	geo     geometry.Geometry
+	offset  int
+	preview *taehv.Decoder // the tiny decoder of Request.Preview
+}
+
+// previewStep attaches step k's preview (of this ladder; the preview's step counts the ladders run
+// before it): the x0 estimate x − σ_k·v (the flow prediction's clean latents, as UniPC and the DMD
+// ladder compute them) decoded by the tiny decoder.
+func (st *sampler) previewStep(ctx context.Context, k int, v, x []float32) error {
+	sigma := st.ladder.sigmas[k]
+	x0 := make([]float32, len(x))
+	for i := range x {
+		x0[i] = x[i] - sigma*v[i]
+	}
+	g := st.geo // the grid this ladder runs at (refine: stage 1's, then the output's)
+	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	return familykit.Preview(ctx, st.s, st.preview, st.offset+k+1, x0, shape)
 }
 
 // forward is one forward of dit at timestep t.
@@ -233,6 +258,11 @@ func (st *sampler) step(ctx context.Context, k int, x *[]float32) error {
 	v, err := st.velocity(ctx, k, *x, t)
 	if err != nil {
 		return err
+	}
+	if st.preview != nil {
+		if err := st.previewStep(ctx, k, v, *x); err != nil {
+			return err
+		}
 	}
 	if st.ladder.unipc != nil {
 		*x, err = st.ladder.unipc.Step(v, *x)
@@ -310,12 +340,20 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		return nil, nil
 	}
 	c, g := p.c, p.r.Geometry
+	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	if p.r.Decoder == api.DecoderTiny {
+		tiny, err := c.loadTiny(p.s)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { p.latents = nil }()
+		return nil, familykit.TinyDecode(ctx, tiny, p.latents, shape, sink)
+	}
 	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
 	if err != nil {
 		return nil, err
 	}
 	defer func() { p.latents = nil }()
-	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
 	return nil, dec.Decode(ctx, p.latents, shape, func(f wanvae.Frames) error {
 		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
 	})

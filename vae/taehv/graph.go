@@ -3,6 +3,7 @@ package taehv
 import (
 	"strconv"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
@@ -35,14 +36,44 @@ func (g *chunkGraph) tap(layer int, x *Node) {
 
 func (g *chunkGraph) w(name string) *Node { return g.p.Get(name) }
 
-// conv is nn.Conv2d with padding k/2 on [N, Cin, H, W] and an OIHW weight; b may be nil.
+// conv is nn.Conv2d with padding k/2 on [N, Cin, H, W] and an OIHW weight; b may be nil. On the
+// pure-Go backend, whose direct convolution walks every output pixel, it is one matrix product
+// instead (convMatmul: ~30x faster there; the same sums in another order).
 func conv(x, w, b *Node) *Node {
 	k := w.Shape().Dim(2)
-	y := Convolve(x, w).ChannelsAxis(images.ChannelsFirst).PaddingPerDim([][2]int{{k / 2, k / 2}, {k / 2, k / 2}}).Done()
+	var y *Node
+	if x.Graph().Backend().String() == "go" {
+		y = convMatmul(x, w)
+	} else {
+		y = Convolve(x, w).ChannelsAxis(images.ChannelsFirst).PaddingPerDim([][2]int{{k / 2, k / 2}, {k / 2, k / 2}}).Done()
+	}
 	if b != nil {
 		y = Add(y, Reshape(b, 1, b.Shape().Dim(0), 1, 1))
 	}
 	return y
+}
+
+// convMatmul is the stride-1 k×k convolution with padding k/2 of x [N, C, H, W] by w [O, C, k, k] as
+// one matrix product (im2col): the k² shifted windows of the padded input side by side on the
+// channel axis, offset-major, against the weight reordered to [O, ky, kx, C].
+func convMatmul(x, w *Node) *Node {
+	d, o, k := x.Shape().Dimensions, w.Shape().Dim(0), w.Shape().Dim(2)
+	c, h, wd := d[1], d[2], d[3]
+	cols := x
+	if k > 1 {
+		pad := compute.PadAxis{Start: k / 2, End: k / 2}
+		p := Pad(x, ScalarZero(x.Graph(), x.DType()), compute.PadAxis{}, compute.PadAxis{}, pad, pad)
+		windows := make([]*Node, 0, k*k)
+		for ky := range k {
+			for kx := range k {
+				windows = append(windows, Slice(p, AxisRange(), AxisRange(), AxisRange(ky, ky+h), AxisRange(kx, kx+wd)))
+			}
+		}
+		cols = Concatenate(windows, 1)
+	}
+	wm := Reshape(TransposeAllDims(w, 0, 2, 3, 1), o, k*k*c)
+	y := DotGeneral(cols, []int{1}, nil, wm, []int{1}, nil) // [N, H, W, O]
+	return TransposeAllDims(y, 0, 3, 1, 2)
 }
 
 // memBlock is MemBlock(n, n) at layer l: ReLU(conv.4(ReLU(conv.2(ReLU(conv.0(cat[x, past]))))) + x).

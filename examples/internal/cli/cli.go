@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ type Command struct {
 	Summary      string
 	DefaultModel string
 	Help         Help
+	// previewDir is -preview's folder (set by Run).
+	previewDir string
 	// Extra registers the binary's own flags and returns a function that applies them to the
 	// request; set holds the names of the flags given explicitly. A returned error is invalid input.
 	Extra func(fs *flag.FlagSet) func(req *fastvideo.Request, set map[string]bool) error
@@ -65,6 +68,7 @@ type flags struct {
 	fast                                 fastFlags
 	image                                *string
 	lora                                 *loraFlag
+	decoder, tinyDecoder, previewDir     *string
 	applyExtra                           func(*fastvideo.Request, map[string]bool) error
 }
 
@@ -147,8 +151,17 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	if *f.fast.rifeDir != "" {
 		opts = append(opts, fastvideo.WithRIFE(*f.fast.rifeDir))
 	}
+	if *f.tinyDecoder != "" {
+		opts = append(opts, fastvideo.WithTinyDecoder(*f.tinyDecoder))
+	}
 	if *f.plan {
 		return c.plan(stdout, stderr, *f.model, req, opts, *f.asJSON)
+	}
+	if dir := *f.previewDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return c.fail(stderr, &fastvideo.RequestError{Field: "preview", Value: dir, Allowed: "a folder that can be created: " + err.Error()})
+		}
+		c.previewDir = dir
 	}
 	return c.generate(ctx, stdout, stderr, *f.model, req, opts, *f.asJSON)
 }
@@ -185,8 +198,12 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		gpus: fs.Int("gpus", 1, "accelerators of this host to spread the run over: H3: the DiT tensor-parallel by heads and FFN width and the video VAE's clips round-robin; "+
 			"Wan with guidance (1.3B, 5B): CFG-parallel on 2 (the unconditional forward on the second device); "+
 			"needs an accelerator backend with that many devices"),
-		fast: defineFast(fs),
-		lora: &loraFlag{},
+		lora:    &loraFlag{},
+		decoder: fs.String("decoder", "", `video decoder: "full" (default: the model's VAE) or "tiny" (the TAEHV tiny decoder: taew2_1, taew2_2 or taeh3; much faster, softer)`),
+		tinyDecoder: fs.String("tiny-decoder", "", "TAEHV weights for -decoder tiny and -preview (huggingface.co/madebyollin/taehv: taew2_1/taew2_2/taeh3.safetensors; "+
+			"default: <model>/taehv/<variant>.safetensors; the tiny models carry their own)"),
+		previewDir: fs.String("preview", "", "folder to write a preview of every denoising step to (step_NNN.jpg and latest.jpg: the x0 estimate's first, middle and last frame by the tiny decoder)"),
+		fast:       defineFast(fs),
 	}
 	fs.Var(f.lora, "lora", "LoRA adapter `PATH[:STRENGTH]` (a .safetensors file; strength default 1), merged into the DiT's weights at load; repeatable, applied in order; -plan lists what each changes")
 	if c.Extra != nil {
@@ -200,7 +217,7 @@ func (f *flags) request(fs *flag.FlagSet) (fastvideo.Request, error) {
 	req := fastvideo.Request{
 		Prompt: *f.prompt, NegativePrompt: *f.negative, Height: *f.height, Width: *f.width, NumFrames: *f.frames,
 		FPS: *f.fps, NumInferenceSteps: *f.steps, OutputPath: *f.out, Preset: *f.preset, ImagePath: *f.image,
-		EnhancePrompt: *f.enhance,
+		EnhancePrompt: *f.enhance, Decoder: *f.decoder, Preview: *f.previewDir != "",
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -244,7 +261,7 @@ func (c Command) generate(ctx context.Context, stdout, stderr io.Writer, model s
 	}
 	defer g.Close()
 	opened := time.Since(start)
-	pb := &progressBar{w: stderr, terminal: isTerminal(stderr)}
+	pb := &progressBar{w: stderr, terminal: isTerminal(stderr), previewDir: c.previewDir}
 	req.Progress = pb.event
 	res, err := g.Generate(ctx, req)
 	if err != nil {
@@ -283,6 +300,7 @@ var flagNames = map[string]string{
 	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa", "lora": "-lora",
 	"refine": "-refine", "refine_scale": "-refine-scale", "refine_steps": "-refine-steps", "refine_sigma": "-refine-sigma",
 	"refine_add_noise": "-refine-add-noise", "refine_upsample": "-refine-upsample",
+	"decoder": "-decoder", "tiny_decoder": "-tiny-decoder", "preview": "-preview",
 }
 
 // loraFlag collects -lora PATH[:STRENGTH] values in order.
@@ -342,6 +360,44 @@ func isTerminal(w io.Writer) bool {
 type progressBar struct {
 	w        io.Writer
 	terminal bool
+	// previewDir receives the step previews (-preview); a failed write is reported once.
+	previewDir    string
+	previewFailed bool
+}
+
+// writePreview writes p as step_NNN.jpg and latest.jpg in the preview folder, each atomically
+// (a temporary file renamed into place), so a viewer never reads half a picture.
+func (b *progressBar) writePreview(p *fastvideo.Preview) {
+	ext := ".jpg"
+	if p.MIME == "image/png" {
+		ext = ".png"
+	}
+	for _, name := range []string{fmt.Sprintf("step_%03d%s", p.Step, ext), "latest" + ext} {
+		if err := writeAtomic(filepath.Join(b.previewDir, name), p.Data); err != nil && !b.previewFailed {
+			b.previewFailed = true
+			b.clear()
+			fmt.Fprintf(b.w, "warning: writing the preview: %v\n", err)
+		}
+	}
+}
+
+// writeAtomic writes data to a temporary file beside path and renames it into place.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".preview-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 const clearLine = "\r\033[K"
@@ -353,6 +409,9 @@ func (b *progressBar) clear() {
 }
 
 func (b *progressBar) event(e fastvideo.Event) {
+	if e.Preview != nil && b.previewDir != "" {
+		b.writePreview(e.Preview)
+	}
 	if e.Kind == fastvideo.Warning {
 		b.clear()
 		fmt.Fprintf(b.w, "warning: %s\n", e.Message)

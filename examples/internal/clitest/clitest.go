@@ -201,3 +201,43 @@ func CheckReadmeFlags(t *testing.T, binary, help string) {
 		t.Errorf("the README's %s table has %d flags, %s -h %d", binary, rows, binary, len(want))
 	}
 }
+
+// CheckTinyDecoder runs the tiny decoder's flags on the binary's default model: -plan names the
+// TAEHV variant, "-decoder tiny -preview DIR" (with extra arguments) writes an MP4 of frames frames
+// and one JPEG per denoising step plus latest.jpg (no temporary file left), and a missing or
+// mismatched -tiny-decoder file (mismatched: a taew2_2-shaped file, 48 channels, for a model of
+// other latents) or an unknown -decoder exits 2 naming the flag.
+func CheckTinyDecoder(t *testing.T, run RunFunc, variant string, frames int, mismatched string, extra ...string) {
+	t.Helper()
+	p := RunPlan(t, run, &map[string]any{}, append([]string{"-decoder", "tiny"}, extra...)...)
+	if p.Decoder != "tiny" || p.TinyDecoder != variant {
+		t.Errorf("plan decoder %q (%q), want tiny (%s)", p.Decoder, p.TinyDecoder, variant)
+	}
+	dir := t.TempDir()
+	out, previews := filepath.Join(dir, "clip.mp4"), filepath.Join(dir, "previews")
+	var res Generated
+	RunJSON(t, run, &res, slices.Concat([]string{"-prompt", "a red fox", "-out", out, "-json", "-decoder", "tiny", "-preview", previews}, extra)...)
+	if info := Probe(t, out); info.Video == nil || info.Video.Frames != frames || res.NumFrames != frames {
+		t.Errorf("-decoder tiny: %d frames in the file (%+v), want %d", res.NumFrames, info.Video, frames)
+	}
+	files, err := os.ReadDir(previews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name())
+		data, err := os.ReadFile(filepath.Join(previews, f.Name()))
+		if err != nil || !bytes.HasPrefix(data, []byte{0xff, 0xd8}) {
+			t.Errorf("preview %s is no JPEG (%v)", f.Name(), err)
+		}
+	}
+	if len(names) != p.Steps+1 || !slices.Contains(names, "latest.jpg") || !slices.Contains(names, "step_001.jpg") {
+		t.Errorf("preview folder %v, want step_001.jpg .. step_%03d.jpg and latest.jpg", names, p.Steps)
+	}
+	CheckExitCodes(t, run, []ExitCase{
+		{"-plan -decoder fast", 2, "invalid -decoder"},
+		{"-prompt hi -decoder tiny -tiny-decoder " + filepath.Join(dir, "none.safetensors"), 2, "invalid -tiny-decoder"},
+		{"-prompt hi -decoder tiny -tiny-decoder " + mismatched, 2, "invalid -tiny-decoder"},
+	})
+}

@@ -27,15 +27,22 @@ type pageState struct {
 	Duration float64 `json:"duration"` // NaN (sent as null) until the video's metadata loaded
 	Hidden   bool    `json:"hidden"`
 	Options  int     `json:"options"`
+	// PreviewStep is the step of the preview image shown (0: none); PreviewWidth its decoded width.
+	PreviewStep  int `json:"previewStep"`
+	PreviewWidth int `json:"previewWidth"`
 }
 
-const readState = `(() => { const v = document.getElementById("video");
+const readState = `(() => { const v = document.getElementById("video"), p = document.getElementById("preview");
   if (!v) return { status: "loading" };
   return { progress: document.getElementById("progress").value, status: document.getElementById("status").textContent,
     duration: isFinite(v.duration) ? v.duration : 0, hidden: v.hidden,
-    options: document.getElementById("size").options.length }; })()`
+    options: document.getElementById("size").options.length,
+    previewStep: p && !p.hidden ? Number(p.dataset.step || 0) : 0,
+    previewWidth: p && !p.hidden && p.complete ? p.naturalWidth : 0 }; })()`
 
-func TestPageGeneratesAndPlays(t *testing.T) {
+// openPage serves tiny-h3 and opens its page in a headless Chromium.
+func openPage(t *testing.T) (*browser, string) {
+	t.Helper()
 	if os.Getenv("FASTVIDEO_BROWSERTEST") != "1" {
 		t.Skip("set FASTVIDEO_BROWSERTEST=1 to run the page in headless Chromium")
 	}
@@ -47,24 +54,54 @@ func TestPageGeneratesAndPlays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gen.Close()
+	t.Cleanup(func() { gen.Close() })
 	srv, err := server.New(server.Config{Generator: gen, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown(0)
+	t.Cleanup(func() { srv.Shutdown(0) })
 	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
+	t.Cleanup(hs.Close)
 
 	b, err := launch(chromium, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.close()
+	t.Cleanup(b.close)
 	tab, err := b.open(hs.URL + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, tab
+}
+
+// TestPageShowsPreviews: with "Live preview" ticked and the tiny decoder chosen, the page shows the
+// denoising steps' previews (a decoded JPEG, its step rising) while the job runs, then the video.
+func TestPageShowsPreviews(t *testing.T) {
+	b, tab := openPage(t)
+	poll(t, b, tab, "the model's choices", func(s pageState) bool { return s.Options > 0 })
+	if err := b.eval(tab, `document.getElementById("prompt").value = "a red fox in the snow";
+		document.getElementById("preview-on").checked = true; document.getElementById("decoder").value = "tiny";
+		document.getElementById("submit").click(); true`, nil); err != nil {
+		t.Fatal(err)
+	}
+	steps := map[int]bool{}
+	running := false
+	st := poll(t, b, tab, "the video", func(s pageState) bool {
+		if s.PreviewStep > 0 && s.PreviewWidth > 0 {
+			steps[s.PreviewStep] = true
+			running = running || (s.Duration == 0 && s.Progress < 100)
+		}
+		return s.Duration > 0
+	})
+	t.Logf("preview steps seen: %v; final %+v", steps, st)
+	if !running || len(steps) == 0 {
+		t.Errorf("no preview image while the job ran (steps seen %v)", steps)
+	}
+}
+
+func TestPageGeneratesAndPlays(t *testing.T) {
+	b, tab := openPage(t)
 	st := poll(t, b, tab, "the model's choices", func(s pageState) bool { return s.Options > 0 })
 	if err := b.eval(tab, `document.getElementById("prompt").value = "a red fox in the snow";
 		document.getElementById("submit").click(); true`, nil); err != nil {

@@ -5,16 +5,31 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"fastvideo/fastvideo"
 )
 
 // heartbeat keeps idle event streams open through proxies that close silent connections.
 const heartbeat = 15 * time.Second
 
+// previewEvent is the data of a "preview" event: a denoising step's x0 estimate as an image
+// (fastvideo.Preview), the bytes base64-encoded.
+type previewEvent struct {
+	ID     string `json:"id"`
+	Step   int    `json:"step"`
+	MIME   string `json:"mime"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	Frames []int  `json:"frames"`
+	Data   []byte `json:"data"`
+}
+
 // handleEvents streams a job's state as server-sent events: one "video.<status>" event with the
 // job object now and at every change (progress, stage, status; a burst of changes comes as its
-// latest state), ending after the event of a finished status.
+// latest state), ending after the event of a finished status. A job that asked for previews also
+// gets a "preview" event with the latest step preview whenever a new one exists.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, id string) {
-	v, changed, err := s.watch(id)
+	v, preview, changed, err := s.watch(id)
 	if !s.found(w, id, err) {
 		return
 	}
@@ -26,7 +41,19 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, id string)
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
+	var sent *fastvideo.Preview
 	for {
+		if preview != nil && preview != sent {
+			sent = preview
+			data, err := json.Marshal(previewEvent{ID: id, Step: preview.Step, MIME: preview.MIME, Width: preview.Width,
+				Height: preview.Height, Frames: preview.Frames, Data: preview.Data})
+			if err != nil {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "event: preview\ndata: %s\n\n", data); err != nil {
+				return
+			}
+		}
 		data, err := json.Marshal(v)
 		if err != nil {
 			return
@@ -40,7 +67,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, id string)
 		if !s.waitChange(w, rc, changed, r, tick) {
 			return
 		}
-		if v, changed, err = s.watch(id); err != nil {
+		if v, preview, changed, err = s.watch(id); err != nil {
 			return // deleted meanwhile
 		}
 	}
@@ -65,17 +92,18 @@ func (s *Server) waitChange(w http.ResponseWriter, rc *http.ResponseController, 
 	}
 }
 
-// watch returns a job's state and a channel closed at its next change (nil once finished).
-func (s *Server) watch(id string) (*Video, <-chan struct{}, error) {
+// watch returns a job's state, its latest preview (nil: none, or finished) and a channel closed at
+// its next change (nil once finished).
+func (s *Server) watch(id string) (*Video, *fastvideo.Preview, <-chan struct{}, error) {
 	s.mu.Lock()
 	if j := s.active[id]; j != nil {
-		v, changed := s.liveLocked(j), j.changed
+		v, p, changed := s.liveLocked(j), j.preview, j.changed
 		s.mu.Unlock()
-		return v, changed, nil
+		return v, p, changed, nil
 	}
 	s.mu.Unlock()
 	v, _, err := s.st.get(id)
-	return v, nil, err
+	return v, nil, nil, err
 }
 
 func (s *Server) isStopping() bool {

@@ -37,11 +37,12 @@ func invalid(param, format string, a ...any) *badRequest {
 // that a multipart or URL-encoded form (curl -F, as in OpenAI's examples) says the same as JSON.
 type createParams struct {
 	model, prompt, negativePrompt, size, preset string
+	decoder                                     string
 	seconds, guidanceScale                      float64
 	numFrames, fps, steps                       int
 	fastFactor, fastSpatialScale                int
 	seed                                        *int64
-	fast, fastSpatial, enhancePrompt            bool
+	fast, fastSpatial, enhancePrompt, preview   bool
 	loras                                       []LoRA
 	// Two-stage refine (Wan DMD models): the SDK's Refine* fields.
 	refine         bool
@@ -75,6 +76,8 @@ var paramFields = map[string]func(p *createParams, raw json.RawMessage) error{
 	"negative_prompt":     textField(func(p *createParams) *string { return &p.negativePrompt }),
 	"size":                textField(func(p *createParams) *string { return &p.size }),
 	"preset":              textField(func(p *createParams) *string { return &p.preset }),
+	"decoder":             textField(func(p *createParams) *string { return &p.decoder }),
+	"preview":             numberField(func(p *createParams) *bool { return &p.preview }),
 	"seconds":             numberField(func(p *createParams) *float64 { return &p.seconds }),
 	"guidance_scale":      numberField(func(p *createParams) *float64 { return &p.guidanceScale }),
 	"num_frames":          numberField(func(p *createParams) *int { return &p.numFrames }),
@@ -265,6 +268,7 @@ func (p *createParams) request(info fastvideo.ModelInfo, lim limits) (fastvideo.
 		EnhancePrompt: p.enhancePrompt,
 		Refine:        p.refine, RefineScale: p.refineScale, RefineSteps: p.refineSteps, RefineSigma: p.refineSigma,
 		RefineAddNoise: p.refineAddNoise, RefineUpsample: p.refineUpsample,
+		Decoder: p.decoder, Preview: p.preview,
 	}
 	if p.model != "" && p.model != info.Name {
 		return req, invalid("model", "model %q is not served here; this server serves %q", p.model, info.Name)

@@ -2,9 +2,11 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/jpeg"
 	"io"
 	"net"
 	"net/http"
@@ -116,6 +118,13 @@ func (h *harness) get(id string) *Video {
 // events reads a job's event stream to its end.
 func (h *harness) events(id string) []Video {
 	h.t.Helper()
+	out, _ := h.eventsAndPreviews(id)
+	return out
+}
+
+// eventsAndPreviews reads a job's event stream to its end: the job events and the preview events.
+func (h *harness) eventsAndPreviews(id string) ([]Video, []previewEvent) {
+	h.t.Helper()
 	resp, err := http.Get(h.http.URL + "/v1/videos/" + id + "/events")
 	if err != nil {
 		h.t.Fatal(err)
@@ -125,6 +134,7 @@ func (h *harness) events(id string) []Video {
 		h.t.Fatalf("events Content-Type %q", ct)
 	}
 	var out []Video
+	var previews []previewEvent
 	var event string
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
@@ -133,7 +143,13 @@ func (h *harness) events(id string) []Video {
 		if name, ok := strings.CutPrefix(line, "event: "); ok {
 			event = name
 		}
-		if data, ok := strings.CutPrefix(line, "data: "); ok {
+		if data, ok := strings.CutPrefix(line, "data: "); ok && event == "preview" {
+			var p previewEvent
+			if err := json.Unmarshal([]byte(data), &p); err != nil {
+				h.t.Fatal(err)
+			}
+			previews = append(previews, p)
+		} else if ok {
 			var v Video
 			if err := json.Unmarshal([]byte(data), &v); err != nil {
 				h.t.Fatal(err)
@@ -144,7 +160,7 @@ func (h *harness) events(id string) []Video {
 			out = append(out, v)
 		}
 	}
-	return out
+	return out, previews
 }
 
 // encoderFiles lists the videos folder once ffmpeg has created its staging file there: frames reach
@@ -834,6 +850,36 @@ func TestEnhancePromptField(t *testing.T) {
 	}
 	if plain := h.create(`{"prompt": "a red fox"}`); h.events(plain.ID)[0].PromptUsed != "" {
 		t.Error("a job without enhance_prompt reports a used prompt")
+	}
+}
+
+// TestPreviewEvents: a job with "preview" and "decoder": "tiny" streams "preview" events (JPEGs of
+// its steps, in order, at most one per step) beside its job events and completes; a job without
+// previews streams none, and an unknown decoder is refused at admission.
+func TestPreviewEvents(t *testing.T) {
+	h := start(t, t.TempDir(), nil)
+	v := h.create(`{"prompt": "a red fox", "size": "96x64", "seconds": "0.5", "decoder": "tiny", "preview": true}`)
+	evs, previews := h.eventsAndPreviews(v.ID)
+	last := evs[len(evs)-1]
+	if last.Status != statusCompleted {
+		t.Fatalf("job %+v", last)
+	}
+	if len(previews) == 0 || len(previews) > last.NumInferenceSteps {
+		t.Fatalf("%d preview events for %d steps", len(previews), last.NumInferenceSteps)
+	}
+	for i, p := range previews {
+		img, err := jpeg.Decode(bytes.NewReader(p.Data))
+		if err != nil || p.MIME != "image/jpeg" || p.ID != v.ID || img.Bounds().Dx() != p.Width || img.Bounds().Dy() != p.Height ||
+			(i > 0 && p.Step <= previews[i-1].Step) {
+			t.Errorf("preview %d: %+v (%v)", i, p, err)
+		}
+	}
+	if _, previews := h.eventsAndPreviews(h.create(`{"prompt": "a red fox", "size": "96x64", "seconds": "0.5"}`).ID); len(previews) != 0 {
+		t.Errorf("a job without previews streamed %d", len(previews))
+	}
+	var e struct{ Error APIError }
+	if resp := h.do("POST", "/v1/videos", "application/json", `{"prompt": "a red fox", "decoder": "fast"}`, &e); resp.StatusCode != 400 || e.Error.Param != "decoder" {
+		t.Errorf("decoder \"fast\": %d %+v", resp.StatusCode, e)
 	}
 }
 

@@ -24,6 +24,8 @@ type job struct {
 	retiring bool
 	// done is closed once the job is finished and written to the index.
 	done chan struct{}
+	// preview is the latest step preview (Request.Preview), sent as a "preview" event.
+	preview *fastvideo.Preview
 }
 
 // notifyLocked wakes the job's event streams.
@@ -146,6 +148,9 @@ func (s *Server) progress(ctx context.Context, j *job, e fastvideo.Event) {
 		}
 	case fastvideo.Warning:
 		s.log.Warn("generation warning", "id", j.id, "warning", e.Message)
+	}
+	if e.Preview != nil {
+		j.preview = e.Preview
 	}
 	j.v.Progress = max(j.v.Progress, min(p, 99))
 	j.notifyLocked()

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""PyTorch timing of upstream's TAEHV tiny decoder, the baseline of `examples/bench -what taehv`.
+
+Imports madebyollin/taehv's own taehv.py unchanged (--upstream: a checkout or the file itself), builds
+TAEHV(checkpoint_path=None) with the variant's latent channels and patch size (taeh3: is_h3, what a
+"taeh3" checkpoint name sets), random weights, casts it to --dtype on CUDA and times
+decode_video(parallel=True) on random latents [1, T, C, h, w] (upstream's NTCHW), the frames copied to
+a pinned float32 host buffer as the Go bench hands them to the host. It prints the same kind of lines
+as the Go bench and a "decoder record torch <dtype> <median s>" line.
+
+Example, beside the Go bench at the same size (one process per dtype):
+  python3 bench/taehv_torch.py --upstream /tmp/taehv --variant taew2_1 --latents 21 --dtype bf16
+  python3 bench/taehv_torch.py --upstream /tmp/taehv/taehv.py --variant taeh3 --latents 37 --dtype fp16
+  go run ./examples/bench -what taehv -backend xla:cuda -taehv-variant taeh3 -taehv-latents 37
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+import types
+
+import torch
+
+from benchutil import gpu_mem_mib, peak_memory, time_runs
+
+VARIANTS = {"taew2_1": (16, 1, False), "taew2_2": (48, 2, False), "taeh3": (24, 2, True)}
+
+
+def load_upstream(path):
+    """Imports upstream's taehv.py (a folder holding it, or the file), with a tqdm stand-in if needed."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "taehv.py")
+    if "tqdm" not in sys.modules:
+        try:
+            import tqdm.auto  # noqa: F401
+        except ImportError:
+            class _Bar:
+                def __init__(self, it=None, **kw): self.it = it
+                def __iter__(self): return iter(self.it)
+                def update(self, n=1): pass
+                def close(self): pass
+            pkg, auto = types.ModuleType("tqdm"), types.ModuleType("tqdm.auto")
+            auto.tqdm = _Bar
+            pkg.auto = auto
+            sys.modules["tqdm"], sys.modules["tqdm.auto"] = pkg, auto
+    spec = importlib.util.spec_from_file_location("taehv", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--upstream", required=True, help="madebyollin/taehv checkout or its taehv.py")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="taew2_1")
+    ap.add_argument("--latents", type=int, default=21, help="latent frames (21: Wan's 81 frames; taeh3 wants 5k+2, 37: 124 frames)")
+    ap.add_argument("--height", type=int, default=480)
+    ap.add_argument("--width", type=int, default=832)
+    ap.add_argument("--dtype", choices=["fp16", "bf16", "f32"], default="bf16")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    c, p, h3 = VARIANTS[args.variant]
+    r = 8 * p
+    assert args.height % r == 0 and args.width % r == 0, f"canvas must be a multiple of {r}"
+    device = torch.device("cuda")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(args.seed)
+    mod = load_upstream(args.upstream)
+    t0 = time.perf_counter()
+    model = mod.TAEHV(checkpoint_path=None, patch_size=p, latent_channels=c)
+    if h3:
+        model.is_h3 = True
+    model = model.to(device=device, dtype=dtype).eval()
+    torch.cuda.synchronize()
+    nparams = sum(v.numel() for v in model.decoder.parameters())
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.variant} (C={c}, patch {p}), dtype {args.dtype}")
+    print(f"weights: {nparams / 1e6:.2f}M decoder params on device in {time.perf_counter() - t0:.2f} s; "
+          f"nvidia-smi {gpu_mem_mib()} MiB")
+
+    g = torch.Generator(device=device).manual_seed(args.seed + 1)
+    z = torch.randn(1, args.latents, c, args.height // r, args.width // r, generator=g, device=device, dtype=dtype)
+    with torch.inference_mode():
+        frames = model.decode_video(z, parallel=True, show_progress_bar=False)
+    out = torch.empty(tuple(frames.shape), dtype=torch.float32, pin_memory=True)
+
+    def decode():
+        f = model.decode_video(z, parallel=True, show_progress_bar=False)
+        out.copy_(f, non_blocking=True)
+        return f
+
+    with torch.inference_mode():
+        first, timed, _ = time_runs(decode, args.warmup, args.iters, device)
+    med = statistics.median(timed)
+    print(f"{args.latents} latents -> {out.shape[1]} frames {args.height}x{args.width}: first {first:.3f} s, "
+          f"min {min(timed):.3f} s, median {med:.3f} s over {len(timed)} runs")
+    print(f"  {peak_memory()}; mean sample {out.mean().item():.4f}, NaN {int(torch.isnan(out).sum())}")
+    print(f"decoder record torch {args.dtype} {med:.4f}")
+
+
+if __name__ == "__main__":
+    main()
