@@ -224,3 +224,22 @@ func EncodePreview(pixels []float32, frames, h, w int) (*api.Preview, error) {
 	}
 	return &api.Preview{MIME: "image/jpeg", Data: buf.Bytes(), Width: img.Rect.Dx(), Height: th, Frames: picks}, nil
 }
+
+// CheckRun refuses, before anything loads, a run that needs the tiny decoder (decoder "tiny", or
+// previews) without its weights.
+func (t *TinyDecoder) CheckRun(decoder string, preview bool) error {
+	if decoder == api.DecoderTiny {
+		if err := t.Require("decoder", decoder); err != nil {
+			return err
+		}
+	}
+	if preview {
+		return t.Require("preview", true)
+	}
+	return nil
+}
+
+// Acquire loads the tiny decoder into slot as a run's component (resident as the memory policy decides).
+func (t *TinyDecoder) Acquire(s *family.Session, slot **taehv.Decoder) (*taehv.Decoder, error) {
+	return family.Acquire(s, slot, family.CompTinyDecoder, func() (*taehv.Decoder, error) { return t.Load(s.Engine) })
+}

@@ -86,21 +86,11 @@ func (s *Spec) tinyConfig() taehv.Config {
 func (c *components) CheckDecoder(r family.Resolution) error { return c.checkTiny(r.(*resolved)) }
 
 // checkTiny refuses, before anything loads, a run that needs the tiny decoder without its weights.
-func (c *components) checkTiny(r *resolved) error {
-	if r.Decoder == api.DecoderTiny {
-		if err := c.tinyDec.Require("decoder", r.Decoder); err != nil {
-			return err
-		}
-	}
-	if r.Preview {
-		return c.tinyDec.Require("preview", true)
-	}
-	return nil
-}
+func (c *components) checkTiny(r *resolved) error { return c.tinyDec.CheckRun(r.Decoder, r.Preview) }
 
 // loadTiny acquires the tiny decoder (resident as the memory policy decides).
 func (c *components) loadTiny(s *family.Session) (*taehv.Decoder, error) {
-	return family.Acquire(s, &c.tiny, family.CompTinyDecoder, func() (*taehv.Decoder, error) { return c.tinyDec.Load(c.Engine) })
+	return c.tinyDec.Acquire(s, &c.tiny)
 }
 
 // Open prepares generation: a folder's text encoder config is read and checked against the DiT,
