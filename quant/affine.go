@@ -258,13 +258,24 @@ func (a *Affine) Dequantize() ([]float32, error) {
 
 // Tensors returns the three checkpoint tensors of the matrix under key: key
 // (U32 words), key+".scales" and key+".biases" (StoreDType).
-func (a *Affine) Tensors(key string) []safetensors.Tensor {
+func (a *Affine) Tensors(key string) ([]safetensors.Tensor, error) {
+	if err := checkStore(a.StoreDType); err != nil {
+		return nil, err
+	}
 	gs := []int{a.Rows, a.GroupsPerRow(a.Cols)}
+	scales, err := safetensors.FloatBytes(a.Scales, a.StoreDType)
+	if err != nil {
+		return nil, err
+	}
+	biases, err := safetensors.FloatBytes(a.Biases, a.StoreDType)
+	if err != nil {
+		return nil, err
+	}
 	return []safetensors.Tensor{
 		{Name: key, DType: safetensors.U32, Shape: []int{a.Rows, a.WordsPerRow(a.Cols)}, Data: u32Bytes(a.Words)},
-		{Name: key + ScalesSuffix, DType: a.StoreDType, Shape: gs, Data: floatBytes(a.Scales, a.StoreDType)},
-		{Name: key + BiasesSuffix, DType: a.StoreDType, Shape: gs, Data: floatBytes(a.Biases, a.StoreDType)},
-	}
+		{Name: key + ScalesSuffix, DType: a.StoreDType, Shape: gs, Data: scales},
+		{Name: key + BiasesSuffix, DType: a.StoreDType, Shape: gs, Data: biases},
+	}, nil
 }
 
 // Suffixes of the scale and bias tensors of a quantized key.
@@ -303,23 +314,4 @@ func u32Bytes(v []uint32) []byte {
 		binary.LittleEndian.PutUint32(out[4*i:], x)
 	}
 	return out
-}
-
-// floatBytes encodes values (already representable in dt) as dt.
-func floatBytes(v []float32, dt safetensors.DType) []byte {
-	switch dt {
-	case safetensors.BF16:
-		out := make([]byte, 2*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint16(out[2*i:], bfloat16.FromFloat32(x).Bits())
-		}
-		return out
-	case safetensors.F16:
-		out := make([]byte, 2*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint16(out[2*i:], float16.Fromfloat32(x).Bits())
-		}
-		return out
-	}
-	return safetensors.F32Bytes(v)
 }

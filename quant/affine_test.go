@@ -363,7 +363,10 @@ func TestTensorsRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := a.Tensors("k")
+		ts, err := a.Tensors("k")
+		if err != nil {
+			t.Fatal(err)
+		}
 		info := func(i int) safetensors.Info {
 			return safetensors.Info{Name: ts[i].Name, DType: ts[i].DType, Shape: ts[i].Shape, Data: ts[i].Data}
 		}

@@ -107,7 +107,11 @@ func (c *Conversion) Quantize(stored string, info safetensors.Info) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("quant: %s: %w", stored, err)
 	}
-	c.tensors = append(c.tensors, a.Tensors(stored)...)
+	ts, err := a.Tensors(stored)
+	if err != nil {
+		return false, fmt.Errorf("quant: %s: %w", stored, err)
+	}
+	c.tensors = append(c.tensors, ts...)
 	c.manifest.QuantizedKeys[stored] = QuantizedKey{DequantizedDType: dtypeTag(info.DType), HasBiases: true}
 	return true, nil
 }

@@ -64,8 +64,12 @@ func quantizeInMemory(t *testing.T, src weights.Source, bits int) *qMemSource {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ts := range a.Tensors(name) {
-			mem.t[ts.Name] = safetensors.Info{Name: ts.Name, DType: ts.DType, Shape: ts.Shape, Data: ts.Data}
+		ts, err := a.Tensors(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ts {
+			mem.t[x.Name] = safetensors.Info{Name: x.Name, DType: x.DType, Shape: x.Shape, Data: x.Data}
 		}
 		mem.schemes[name] = a.Scheme
 	}

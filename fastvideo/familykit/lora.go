@@ -1,15 +1,11 @@
 package familykit
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
-
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/x448/float16"
 
 	"fastvideo/fastvideo/api"
 	"fastvideo/internal/lora"
@@ -211,34 +207,10 @@ func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error
 		return info, fmt.Errorf("fastvideo: %w", err)
 	}
 	out := info
-	out.Data = encodeAs(vals, info.DType)
+	if out.Data, err = safetensors.FloatBytes(vals, info.DType); err != nil {
+		return info, fmt.Errorf("fastvideo: LoRA: %s: %w", info.Name, err)
+	}
 	return out, nil
-}
-
-// encodeAs rounds float32 values to dt (round to nearest even) as little-endian bytes; a value dt holds
-// exactly comes back bit-identical.
-func encodeAs(vals []float32, dt safetensors.DType) []byte {
-	switch dt {
-	case safetensors.F32:
-		return safetensors.F32Bytes(vals)
-	case safetensors.BF16:
-		out := make([]byte, 2*len(vals))
-		for i, v := range vals {
-			binary.LittleEndian.PutUint16(out[2*i:], bfloat16.FromFloat32(v).Bits())
-		}
-		return out
-	case safetensors.F16:
-		out := make([]byte, 2*len(vals))
-		for i, v := range vals {
-			binary.LittleEndian.PutUint16(out[2*i:], float16.Fromfloat32(v).Bits())
-		}
-		return out
-	}
-	out := make([]byte, 8*len(vals)) // F64
-	for i, v := range vals {
-		binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(float64(v)))
-	}
-	return out
 }
 
 // ErrLoRARandomWeights refuses adapters on random weights, which are drawn on the device: there is no

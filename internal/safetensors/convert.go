@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/x448/float16"
 
 	"fastvideo/internal/minifloat"
@@ -109,4 +110,32 @@ func F32Bytes(v []float32) []byte {
 		binary.LittleEndian.PutUint32(out[4*k:], math.Float32bits(x))
 	}
 	return out
+}
+
+// FloatBytes encodes float32 values as dt (F32, BF16, F16 or F64), little-endian, rounding to nearest
+// even: a value dt holds exactly comes back bit-identical through Float32s.
+func FloatBytes(v []float32, dt DType) ([]byte, error) {
+	switch dt {
+	case F32:
+		return F32Bytes(v), nil
+	case BF16:
+		out := make([]byte, 2*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(out[2*i:], bfloat16.FromFloat32(x).Bits())
+		}
+		return out, nil
+	case F16:
+		out := make([]byte, 2*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(out[2*i:], float16.Fromfloat32(x).Bits())
+		}
+		return out, nil
+	case F64:
+		out := make([]byte, 8*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(float64(x)))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("safetensors: cannot encode float32 values as %s", dt)
 }

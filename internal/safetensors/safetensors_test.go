@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -293,5 +294,38 @@ func TestEncodeHeader(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatal("the streamed file differs from Encode's")
+	}
+}
+
+// FloatBytes rounds to nearest even and a value the dtype holds exactly decodes back bit-identical;
+// a dtype that is no float is refused.
+func TestFloatBytes(t *testing.T) {
+	exact := map[DType][]float32{
+		F32:  {0, -0.0, 1.5, -3.25e-7, 65504},
+		BF16: {0, 1.5, -2.75, 0x1p120},
+		F16:  {0, 1.5, -2.75, 65504},
+		F64:  {0, 1.5, -3.25e-7},
+	}
+	for dt, vals := range exact {
+		data, err := FloatBytes(vals, dt)
+		if err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		got, err := Info{Name: "x", DType: dt, Shape: []int{len(vals)}, Data: data}.Float32s()
+		if err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		for i := range vals {
+			if math.Float32bits(got[i]) != math.Float32bits(vals[i]) {
+				t.Errorf("%s: %v came back as %v", dt, vals[i], got[i])
+			}
+		}
+	}
+	// 1 + 2^-8 lies halfway between two bfloat16 values: it rounds to the even one, 1.
+	if data, _ := FloatBytes([]float32{1 + 1.0/256}, BF16); data[0] != 0x80 || data[1] != 0x3f {
+		t.Errorf("bf16(1+2^-8) = % x, want 80 3f (1.0)", data)
+	}
+	if _, err := FloatBytes([]float32{1}, I64); err == nil {
+		t.Error("FloatBytes to I64: want an error")
 	}
 }
