@@ -2,7 +2,8 @@ package lora
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Shapes is a Weights that knows only shapes (a model's parameter table, a checkpoint's headers): Plan
@@ -63,14 +64,7 @@ func NewMerger(adapters []Weighted, names NameMap, w Weights) (*Merger, error) {
 func (m *Merger) Touched() []Touched { return m.touched }
 
 // Tensors lists the tensors the merge changes, sorted.
-func (m *Merger) Tensors() []string {
-	out := make([]string, 0, len(m.byTensor))
-	for n := range m.byTensor {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (m *Merger) Tensors() []string { return slices.Sorted(maps.Keys(m.byTensor)) }
 
 // Changes reports whether the merge changes tensor name.
 func (m *Merger) Changes(name string) bool { return len(m.byTensor[name]) > 0 }

@@ -34,13 +34,7 @@ func (c Config) encoderLayout() []tensorSpec {
 		add("encoder."+strconv.Itoa(tp.layer)+".conv.weight", encWidth, encWidth*tp.stride, 1, 1)
 		add("encoder."+strconv.Itoa(tp.layer+1)+".weight", encWidth, encWidth, 3, 3)
 		for _, l := range encMems[3*s : 3*s+3] {
-			p := "encoder." + strconv.Itoa(l) + ".conv."
-			add(p+"0.weight", encWidth, 2*encWidth, 3, 3)
-			add(p+"0.bias", encWidth)
-			add(p+"2.weight", encWidth, encWidth, 3, 3)
-			add(p+"2.bias", encWidth)
-			add(p+"4.weight", encWidth, encWidth, 3, 3)
-			add(p+"4.bias", encWidth)
+			memBlockTensors(add, "encoder."+strconv.Itoa(l)+".conv.", encWidth)
 		}
 	}
 	add("encoder.17.weight", c.LatentChannels, encWidth, 3, 3)

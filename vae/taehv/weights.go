@@ -25,14 +25,7 @@ func (c Config) decoderLayout() []tensorSpec {
 	add("decoder.1.weight", widths[0], c.LatentChannels, 3, 3)
 	add("decoder.1.bias", widths[0])
 	for i, mb := range memLayers {
-		p := "decoder." + strconv.Itoa(mb.layer) + ".conv."
-		n := mb.width
-		add(p+"0.weight", n, 2*n, 3, 3)
-		add(p+"0.bias", n)
-		add(p+"2.weight", n, n, 3, 3)
-		add(p+"2.bias", n)
-		add(p+"4.weight", n, n, 3, 3)
-		add(p+"4.bias", n)
+		memBlockTensors(add, "decoder."+strconv.Itoa(mb.layer)+".conv.", mb.width)
 		if i%3 == 2 { // after each stage's third MemBlock: its TGrow and the conv to the next width
 			s := i / 3
 			tg := tgrowLayers[s]
@@ -194,4 +187,15 @@ func formulaValues(name string, shape []int) []float32 {
 		out[k] = float32(float64(v*scale) + offset) // the conversion keeps v·scale rounded: no FMA
 	}
 	return out
+}
+
+// memBlockTensors adds the tensors of MemBlock(n) under prefix ("….conv."): conv.0 [n, 2n, 3, 3] over
+// [x, past], conv.2 and conv.4 [n, n, 3, 3], each with its bias.
+func memBlockTensors(add func(name string, shape ...int), prefix string, n int) {
+	add(prefix+"0.weight", n, 2*n, 3, 3)
+	add(prefix+"0.bias", n)
+	add(prefix+"2.weight", n, n, 3, 3)
+	add(prefix+"2.bias", n)
+	add(prefix+"4.weight", n, n, 3, 3)
+	add(prefix+"4.bias", n)
 }
