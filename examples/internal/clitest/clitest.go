@@ -17,6 +17,8 @@ import (
 
 	"fastvideo/fastvideo"
 	"fastvideo/internal/media"
+	"fastvideo/internal/safetensors"
+	"fastvideo/vae/taehv"
 )
 
 // RunFunc is a binary's testable entry point: it parses args and returns the exit code.
@@ -207,8 +209,16 @@ func CheckReadmeFlags(t *testing.T, binary, help string) {
 // and one JPEG per denoising step plus latest.jpg (no temporary file left), and a missing or
 // mismatched -tiny-decoder file (mismatched: a taew2_2-shaped file, 48 channels, for a model of
 // other latents) or an unknown -decoder exits 2 naming the flag.
-func CheckTinyDecoder(t *testing.T, run RunFunc, variant string, frames int, mismatched string, extra ...string) {
+func CheckTinyDecoder(t *testing.T, run RunFunc, variant string, frames int, extra ...string) {
 	t.Helper()
+	mismatched := filepath.Join(t.TempDir(), "taew2_2.safetensors")
+	var ts []safetensors.Tensor
+	for n, info := range taehv.FormulaSource(taehv.Taew22()) {
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	if err := safetensors.WriteFile(mismatched, ts, nil); err != nil {
+		t.Fatal(err)
+	}
 	p := RunPlan(t, run, &map[string]any{}, append([]string{"-decoder", "tiny"}, extra...)...)
 	if p.Decoder != "tiny" || p.TinyDecoder != variant {
 		t.Errorf("plan decoder %q (%q), want tiny (%s)", p.Decoder, p.TinyDecoder, variant)
