@@ -7,6 +7,7 @@ import (
 
 	"fastvideo/internal/lora"
 	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
 )
 
 // TestLoRANamesMatchCheckpoint: every module the H3 map accepts names tensors of the released DiT.
@@ -54,15 +55,7 @@ func adapter(t *testing.T, names ...string) *lora.Adapter {
 			safetensors.Tensor{Name: n + ".lora_A.default.weight", DType: safetensors.F32, Shape: []int{2, 4}, Data: safetensors.F32Bytes([]float32{1, 0, 0, 0, 0, 1, 0, 0})},
 			safetensors.Tensor{Name: n + ".lora_B.default.weight", DType: safetensors.F32, Shape: []int{4, 2}, Data: safetensors.F32Bytes([]float32{1, 0, 0, 1, 0, 0, 0, 0})})
 	}
-	img, err := safetensors.Encode(ts, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := lora.FromFile("h3_test.safetensors", f)
+	a, err := testutil.Adapter(t, "h3_test.safetensors", nil, ts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,18 +173,9 @@ func TestLoRANamesMatchCheckpoint(t *testing.T) {
 // TestLoRAForeignAdapter: an H3 adapter on Wan fails, naming the keys and what they look like.
 func TestLoRAForeignAdapter(t *testing.T) {
 	a := make([]byte, 4*2*8)
-	img, err := safetensors.Encode([]safetensors.Tensor{
-		{Name: "transformer_blocks.0.attn.to_q.lora_A.default.weight", DType: safetensors.F32, Shape: []int{2, 8}, Data: a},
-		{Name: "transformer_blocks.0.attn.to_q.lora_B.default.weight", DType: safetensors.F32, Shape: []int{8, 2}, Data: a},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ad, err := lora.FromFile("h3.safetensors", f)
+	ad, err := testutil.Adapter(t, "h3.safetensors", nil,
+		safetensors.Tensor{Name: "transformer_blocks.0.attn.to_q.lora_A.default.weight", DType: safetensors.F32, Shape: []int{2, 8}, Data: a},
+		safetensors.Tensor{Name: "transformer_blocks.0.attn.to_q.lora_B.default.weight", DType: safetensors.F32, Shape: []int{8, 2}, Data: a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,15 +233,7 @@ func TestLoRATwoSpellings(t *testing.T) {
 		ts = append(ts, safetensors.Tensor{Name: m + ".lora_down.weight", DType: safetensors.F32, Shape: []int{2, 8}, Data: a},
 			safetensors.Tensor{Name: m + ".lora_up.weight", DType: safetensors.F32, Shape: []int{8, 2}, Data: a})
 	}
-	img, err := safetensors.Encode(ts, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ad, err := lora.FromFile("two.safetensors", f)
+	ad, err := testutil.Adapter(t, "two.safetensors", nil, ts...)
 	if err != nil {
 		t.Fatal(err)
 	}

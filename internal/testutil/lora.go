@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"fastvideo/internal/lora"
 	"fastvideo/internal/safetensors"
 )
 
@@ -80,4 +81,20 @@ func WriteSafetensors(t testing.TB, dir, name string, list []safetensors.Tensor,
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Adapter opens the tensors ts (with header metadata meta) as a LoRA adapter file named name, in
+// memory, failing the test when the file does not encode; the adapter's own validation error is
+// returned for the test to check.
+func Adapter(t testing.TB, name string, meta map[string]string, ts ...safetensors.Tensor) (*lora.Adapter, error) {
+	t.Helper()
+	img, err := safetensors.Encode(ts, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.FromBytes(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lora.FromFile(name, f)
 }
