@@ -70,10 +70,10 @@ func coreOf(w *blockWeights[*Node]) coreWeights {
 }
 
 // boundWeights are the bound tensors of the core weights c (fp8: its linears were converted), with
-// gate (nil: none) as its VSA gate.
+// gate (nil: none) as its VSA gate, held but not an input until withGate(true) (a VSA program).
 func boundWeights(c *coreParams, fp8 bool, gate *tensors.Tensor) *blockWeights[*tensors.Tensor] {
 	w := &blockWeights[*tensors.Tensor]{
-		shape: blockShape{schemes: c.layout(), fp8: fp8, gate: gate != nil},
+		shape: blockShape{schemes: c.layout(), fp8: fp8},
 		Norm1: c.Norm1.T, Norm2: c.Norm2.T, NormQ: c.NormQ.T, NormK: c.NormK.T, Gate: gate,
 	}
 	for k, l := range c.linears() {

@@ -89,7 +89,7 @@ func (r *groupedRunner) run(x *tensors.Tensor, f *blockForward) (*tensors.Tensor
 // kindOf is joint block b's kind under the forward's VSA plan p (nil: dense) and its weights as that
 // kind takes them (the gate only where the VSA program reads it).
 func (r *groupedRunner) kindOf(p *vsaPlan, b int) (blockKind, *blockWeights[*tensors.Tensor]) {
-	w := r.blocks[b] // bound without its gate as an input (newBlockRunner)
+	w := r.blocks[b] // its gate, if any, is not an input (boundWeights)
 	k := blockKind{shape: w.shape}
 	if p == nil {
 		return k, w

@@ -155,7 +155,7 @@ func (m *Model) newBlockRunner() (blockRunner, error) {
 			if g := m.p.Blocks[b].Gate; g.Bound() {
 				gate = g.T
 			}
-			r.blocks = append(r.blocks, boundWeights(&m.p.Blocks[b].coreParams, m.p.BlockFP8, gate).withGate(false))
+			r.blocks = append(r.blocks, boundWeights(&m.p.Blocks[b].coreParams, m.p.BlockFP8, gate))
 		}
 		return r, nil
 	}

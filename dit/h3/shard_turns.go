@@ -160,7 +160,7 @@ func (r *shardRunner) runBlock(b int, args blockInputs[*tensors.Tensor], f *bloc
 	var sum, attnOut *tensors.Tensor
 	for k, w := range shards {
 		in := partialInputs[*tensors.Tensor]{X: args.X, Mod: args.Mod, RowIdx: args.RowIdx, Partials: attn}
-		res, err := graphexec.Call(ex.feedForward, graphexec.Pack(&in, graphexec.Values(w.withGate(false))...)...)
+		res, err := graphexec.Call(ex.feedForward, graphexec.Pack(&in, graphexec.Values(w)...)...)
 		if err != nil {
 			return nil, err
 		}
