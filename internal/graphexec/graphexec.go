@@ -8,13 +8,17 @@ package graphexec
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/gomlx/compute/dtypes/float16"
+	"github.com/gomlx/compute/dtypes/gotype"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -189,32 +193,125 @@ func UploadTo(backend compute.Backend, dev compute.DeviceNum, ts ...*tensors.Ten
 	return nil
 }
 
-// HostF32 copies a float tensor to the host as float32 (exact for Float32, BFloat16 and Float16).
+// HostF32 copies a float tensor to the host as float32 (exact for Float32, BFloat16 and Float16);
+// t stays usable.
 func HostF32(t *tensors.Tensor) ([]float32, error) {
 	switch t.DType() {
 	case dtypes.Float32:
 		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		return widen[bfloat16.BFloat16](t)
-	case dtypes.Float16:
-		return widen[float16.Float16](t)
+	case dtypes.BFloat16, dtypes.Float16:
+		var out []float32
+		err := t.ConstFlatData(func(flat any) { out = widen(flat) })
+		return out, err
 	}
-	return nil, fmt.Errorf("a %s tensor %s cannot be read as float32; convert it to a float dtype first", t.DType(), t.Shape())
+	return nil, notFloat(t)
 }
 
-func widen[T interface {
-	bfloat16.BFloat16 | float16.Float16
-	Float32() float32
-}](t *tensors.Tensor) ([]float32, error) {
-	v, err := tensors.CopyFlatData[T](t)
-	if err != nil {
+// TakeF32 is HostF32 for an output nobody reads again: it moves t to the host and frees it, and a
+// Float32 tensor's values come back without a second copy (tensors.CopyFlatData copies the host
+// buffer once more: 0.4 GB for a decoded 81-frame 480p video).
+func TakeF32(t *tensors.Tensor) ([]float32, error) {
+	switch t.DType() {
+	case dtypes.Float32:
+		return Take[float32](t)
+	case dtypes.BFloat16:
+		v, err := Take[bfloat16.BFloat16](t)
+		return widenEach(v), err
+	case dtypes.Float16:
+		v, err := Take[float16.Float16](t)
+		return widenEach(v), err
+	}
+	t.FinalizeAll()
+	return nil, notFloat(t)
+}
+
+// Take moves t, of Go type T, to the host and frees it, returning its values without the second copy
+// tensors.CopyFlatData makes. A device tensor is copied straight into a fresh slice whose pages are
+// first touched by all the CPUs at once: the transfer into untouched memory otherwise takes each
+// page fault in turn (0.10 s instead of 0.05 s for 388 MiB on an H200 host, bench -what d2h).
+func Take[T gotype.Supported](t *tensors.Tensor) ([]T, error) {
+	defer t.FinalizeAll()
+	if b, err := t.Backend(); err == nil {
+		if dev, err := t.Device(); err == nil {
+			if buf, err := t.Buffer(b, dev); err == nil {
+				out := make([]T, t.Size())
+				touchPages(out)
+				return out, buf.ToFlatData(out)
+			}
+		}
+	}
+	// A host tensor: after ToLocal its buffer is a Go slice of the tensor's own, so it outlives
+	// FinalizeAll, which only drops the reference.
+	if err := t.ToLocal(); err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(v))
-	for i := range v {
-		out[i] = v[i].Float32()
+	var out []T
+	err := t.ConstFlatData(func(flat any) {
+		if v, ok := flat.([]T); ok {
+			out = v
+		}
+	})
+	if err == nil && out == nil {
+		err = fmt.Errorf("a %s tensor %s is not a %T", t.DType(), t.Shape(), out)
 	}
-	return out, nil
+	return out, err
+}
+
+// touchPages writes the zero value once per 4 KiB page of v, spread over the CPUs.
+func touchPages[T any](v []T) {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if size == 0 || len(v)*size < 1<<20 {
+		return
+	}
+	stride := max(1, 4096/size)
+	pages := (len(v) + stride - 1) / stride
+	parallelRanges(pages, 1024, func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			v[p*stride] = zero
+		}
+	})
+}
+
+func notFloat(t *tensors.Tensor) error {
+	return fmt.Errorf("a %s tensor %s cannot be read as float32; convert it to a float dtype first", t.DType(), t.Shape())
+}
+
+// widen converts a []bfloat16.BFloat16 or []float16.Float16 to float32, split over the CPUs for
+// large tensors (a decoded video is 10^8 values).
+func widen(flat any) []float32 {
+	switch v := flat.(type) {
+	case []bfloat16.BFloat16:
+		return widenEach(v)
+	case []float16.Float16:
+		return widenEach(v)
+	}
+	panic(fmt.Sprintf("graphexec: widen of %T", flat))
+}
+
+func widenEach[T interface{ Float32() float32 }](v []T) []float32 {
+	out := make([]float32, len(v))
+	parallelRanges(len(v), 1<<20, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = v[i].Float32()
+		}
+	})
+	return out
+}
+
+// parallelRanges calls fn over [0, n) in up to GOMAXPROCS contiguous ranges of at least minRange.
+func parallelRanges(n, minRange int, fn func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), max(1, n/minRange))
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*n/parts, (p+1)*n/parts
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
 }
 
 // ParamArgs appends the bound tensors of ps to args as Exec.Call arguments.

@@ -58,6 +58,38 @@ func TestHostF32(t *testing.T) {
 	}
 }
 
+// TakeF32 reads device outputs (here the go backend's) once and frees them; the values must survive
+// the tensor, and a tensor large enough to widen in parallel must come back whole.
+func TestTakeF32(t *testing.T) {
+	b := testutil.Backend(t)
+	e := MustExec(b, "test.ramp", func(in []*Node) []*Node {
+		return []*Node{in[0], ConvertDType(in[0], in[1].DType())}
+	})
+	defer FinalizeExecs(e)
+	n := 3<<20 + 5
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = float32(i%256) - 128 // exact in bfloat16
+	}
+	out, err := Call(e, tensors.FromFlatDataAndDimensions(want, n), tensors.FromValue(bfloat16.FromFloat32s(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		dt := o.DType()
+		got, err := TakeF32(o)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("output %d (%s): %d values, equal %v, %v", i, dt, len(got), slices.Equal(got, want), err)
+		}
+		if o.Ok() {
+			t.Errorf("output %d: TakeF32 must free the tensor", i)
+		}
+	}
+	if _, err := TakeF32(tensors.FromValue([]int32{1})); err == nil {
+		t.Error("an int32 tensor must be refused")
+	}
+}
+
 func TestTrace(t *testing.T) {
 	var none Trace
 	if err := none.Emit("pkg", "x", tensors.FromValue([]int32{1})); err != nil {

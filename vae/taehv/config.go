@@ -154,3 +154,19 @@ func (c Config) OutputShape(latentShape []int) ([]int, error) {
 	r := c.SpatialRatio()
 	return []int{1, 3, n, h * r, w * r}, nil
 }
+
+// pipelineChunk is how many of t latents a decode runs at a time when the caller sets no chunk: all
+// of them for a small video, else about a quarter, so that one run's frames cross to the host while
+// the next decodes (frameBytes: one output frame's bytes on the host). The runs are whole periods of
+// H3's trimming (5 latents), so that those after the first share one program.
+func (c Config) pipelineChunk(t, frameBytes int) int {
+	if c.NumFrames(t)*frameBytes < 64<<20 {
+		return t
+	}
+	period := 1
+	if c.H3Trim {
+		period = 5
+	}
+	chunk := (t + 3) / 4
+	return min(t, (chunk+period-1)/period*period)
+}

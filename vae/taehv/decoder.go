@@ -3,6 +3,7 @@ package taehv
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -18,7 +19,7 @@ import (
 // Options configure a Decoder. The zero value decodes all latents at once in float32.
 type Options struct {
 	// DType is the weight and convolution dtype: Float32 (default, exact on the CPU), BFloat16 or
-	// Float16 (the released files are fp16). The output is float32.
+	// Float16 (the released files are fp16). The frames handed out are float32 either way.
 	DType dtypes.DType
 	// ChunkLatents bounds how many latent frames Decode runs through the graph at once (0: all).
 	// Chunks carry every MemBlock's last input across the seam, so the frames are the same; memory
@@ -51,7 +52,34 @@ type execKey struct {
 	t, h, w int
 	first   bool
 	taps    bool
-	enc     int // encoder graphs: the number of clips (0: a decoder graph)
+	keep    string // the raw frames the graph outputs, as framesKey writes them ("": all)
+	rgb     bool   // the frames as interleaved 8-bit RGB (DecodeRGB24)
+	enc     int    // encoder graphs: the number of clips (0: a decoder graph)
+}
+
+// framesKey writes ascending frame indices as a key ("" for nil: every frame).
+func framesKey(keep []int) string {
+	if keep == nil {
+		return ""
+	}
+	parts := make([]string, len(keep))
+	for i, k := range keep {
+		parts[i] = strconv.Itoa(k)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// keyFrames reads framesKey's output back.
+func keyFrames(key string) []int {
+	if key == "" {
+		return nil
+	}
+	fields := strings.Split(strings.Trim(key, "[]"), ",")
+	keep := make([]int, len(fields))
+	for i, f := range fields {
+		keep[i], _ = strconv.Atoi(f) // framesKey wrote it
+	}
+	return keep
 }
 
 // Load opens a TAEHV safetensors file (taew2_1, taew2_2, taeh3 from madebyollin/taehv), reads the
@@ -155,7 +183,8 @@ func (d *Decoder) exec(key execKey) (*Exec, error) {
 }
 
 // buildExec is the chunk graph of key: inputs latents [C, t, h, w], then (unless first) the nine
-// MemBlock memories, then the weights; outputs the pixels [3, t·u, H, W], the nine new memories and,
+// MemBlock memories, then the weights; outputs the pixels of the kept frames [3, n, H, W], the nine
+// new memories and,
 // with taps, the activations tapLayers names.
 func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 	nMem := 0
@@ -163,7 +192,7 @@ func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 		nMem = len(memLayers)
 	}
 	e, err := NewExec(d.backend, func(in []*Node) []*Node {
-		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, p: graphexec.Bind(d.params, in[1+nMem:])}
+		g := &chunkGraph{cfg: d.cfg, dt: d.opts.DType, p: graphexec.Bind(d.params, in[1+nMem:]), keep: keyFrames(key.keep), rgb: key.rgb}
 		if !key.first {
 			g.mem = in[1 : 1+nMem]
 		}
@@ -181,7 +210,7 @@ func (d *Decoder) buildExec(key execKey) (*Exec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("taehv: building the decoder graph: %w", err)
 	}
-	return e.WithName(fmt.Sprintf("taehv.decode[t=%d,%dx%d,first=%v]", key.t, key.h, key.w, key.first)), nil
+	return e.WithName(fmt.Sprintf("taehv.decode[t=%d,%dx%d,first=%v,keep=%s,rgb=%v]", key.t, key.h, key.w, key.first, key.keep, key.rgb)), nil
 }
 
 // tapLayers are the decoder layers whose outputs a taps graph returns (the fixtures' act.decoder.N).

@@ -25,6 +25,8 @@ type chunkGraph struct {
 	p    graphexec.Bound
 	mem  []*Node // incoming memories [1, n, H, W], one per MemBlock (nil: first chunk)
 	next []*Node // outgoing memories, in MemBlock order
+	keep []int   // the raw frames to output, ascending (nil: all)
+	rgb  bool    // output interleaved 8-bit RGB [n, H, W, 3] instead of [3, n, H, W] in [0, 1]
 	taps map[int]*Node
 }
 
@@ -126,7 +128,9 @@ func (g *chunkGraph) tgrow(x *Node, l int) *Node {
 	return Reshape(y, d[0]*s, d[1], d[2], d[3])
 }
 
-// decode runs the decoder on latents [C, t, h, w] and returns pixels [3, t·u, H, W] in [0, 1].
+// decode runs the decoder on latents [C, t, h, w] and returns pixels [3, len(keep), H, W] in [0, 1],
+// in the decoder's dtype: the frames upstream keeps are picked on the device, so the host receives
+// (and copies) only those, and a half dtype's pixels are exact in it (upstream's output dtype).
 func (g *chunkGraph) decode(z *Node) *Node {
 	x := ConvertDType(TransposeAllAxes(z, 1, 0, 2, 3), g.dt) // [t, C, h, w]
 	x = MulScalar(Tanh(DivScalar(x, 3)), 3)                  // 0: Clamp
@@ -147,7 +151,46 @@ func (g *chunkGraph) decode(z *Node) *Node {
 	}
 	x = conv(x, g.w("decoder.22.weight"), g.w("decoder.22.bias"))
 	g.tap(22, x)
-	return pixelShuffle(ConvertDType(x, dtypes.Float32), g.cfg.PatchSize)
+	x = pickFrames(x, g.keep)
+	if g.rgb {
+		return rgb24(x, g.cfg.PatchSize)
+	}
+	return pixelShuffle(x, g.cfg.PatchSize)
+}
+
+// pickFrames is x [N, …] restricted to frames keep (ascending; nil: all), a slice per run of
+// consecutive frames.
+func pickFrames(x *Node, keep []int) *Node {
+	if keep == nil {
+		return x
+	}
+	var runs []*Node
+	for i := 0; i < len(keep); {
+		j := i + 1
+		for j < len(keep) && keep[j] == keep[j-1]+1 {
+			j++
+		}
+		runs = append(runs, Slice(x, AxisRange(keep[i], keep[j-1]+1)))
+		i = j
+	}
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	return Concatenate(runs, 0)
+}
+
+// rgb24 is pixelShuffle's frames as interleaved 8-bit RGB [N, H·p, W·p, 3] (ffmpeg's rgb24), quantized
+// as media.Quantize does: x·255 in float32, NaN and negatives to 0, then truncated toward zero and
+// saturated at 255 (XLA's float-to-integer conversion truncates). A quarter of the float32 frames'
+// bytes to move to the host, and no host pass over every value.
+func rgb24(x *Node, p int) *Node {
+	d := x.Shape().Dimensions
+	n, h, w := d[0], d[2], d[3]
+	y := Reshape(ConvertDType(x, dtypes.Float32), n, 3, p, p, h, w)
+	y = TransposeAllAxes(y, 0, 4, 2, 5, 3, 1) // [n, h, p, w, p, 3]
+	v := MulScalar(Reshape(y, n, h*p, w*p, 3), 255)
+	v = Where(GreaterThan(v, ZerosLike(v)), v, ZerosLike(v)) // NaN > 0 is false
+	return ConvertDType(MinScalar(v, 255), dtypes.Uint8)
 }
 
 // pixelShuffle is F.pixel_shuffle(p) then clamp to [0, 1], laid out [3, N, H·p, W·p]:

@@ -1,8 +1,10 @@
 package taehv
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -152,7 +154,77 @@ func TestDecoderParity(t *testing.T) {
 			t.Errorf("upstream's sequential and parallel decodes differ by %g", *seq.Diff)
 		}
 		checkChunked(t, d, z, zshape, got)
+		checkPicked(t, d, z, zshape, got, n, plane)
+		checkRGB24(t, d, z, zshape, got, n, plane)
 	})
+}
+
+// checkRGB24 wants DecodeRGB24's bytes to be the one-shot frames quantized on the host (Quantize),
+// interleaved frame by frame.
+func checkRGB24(t *testing.T, d *Decoder, z []float32, zshape []int, oneShot []float32, n, plane int) {
+	t.Helper()
+	if zshape[1] > 10 {
+		return
+	}
+	var got []byte
+	frames := 0
+	err := d.DecodeRGB24(context.Background(), z, zshape, func(f RGBFrames) error {
+		if f.Start != frames || len(f.RGB) != 3*f.Count*f.Height*f.Width || f.Height*f.Width != plane {
+			return fmt.Errorf("run at %d: start %d, %d frames %dx%d, %d bytes", frames, f.Start, f.Count, f.Width, f.Height, len(f.RGB))
+		}
+		frames += f.Count
+		got = append(got, f.RGB...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 0, 3*n*plane)
+	for f := range n {
+		for p := range plane {
+			for c := range 3 {
+				want = append(want, Quantize(oneShot[(c*n+f)*plane+p]))
+			}
+		}
+	}
+	if frames != n || !bytes.Equal(got, want) {
+		diff := 0
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				diff++
+			}
+		}
+		t.Errorf("DecodeRGB24: %d frames (want %d), %d of %d bytes differ from the quantized decode", frames, n, diff, len(want))
+	}
+}
+
+// checkPicked wants DecodeFrames' frames (last, first, middle: the order given, not the video's) to be
+// the one-shot decode's, and an out-of-range pick refused.
+func checkPicked(t *testing.T, d *Decoder, z []float32, zshape []int, oneShot []float32, n, plane int) {
+	t.Helper()
+	if zshape[1] > 10 {
+		return
+	}
+	picks := []int{n - 1, 0, n / 2}
+	got, shape, err := d.DecodeFrames(context.Background(), z, zshape, picks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 3, len(picks), shape[3], shape[4]}; !slices.Equal(shape, want) || shape[3]*shape[4] != plane {
+		t.Fatalf("DecodeFrames shape %v, want [1 3 %d H W] with H·W = %d", shape, len(picks), plane)
+	}
+	want := make([]float32, 0, len(got))
+	for c := range 3 {
+		for _, p := range picks {
+			want = append(want, oneShot[(c*n+p)*plane:(c*n+p+1)*plane]...)
+		}
+	}
+	if dd := testutil.Compare(got, want); len(got) != len(want) || dd.MaxAbs != 0 {
+		t.Errorf("DecodeFrames%v: %d values, max abs diff %g from the one-shot decode's frames", picks, len(got), dd.MaxAbs)
+	}
+	if _, _, err := d.DecodeFrames(context.Background(), z, zshape, []int{n}); err == nil {
+		t.Errorf("DecodeFrames of frame %d of %d must be refused", n, n)
+	}
 }
 
 // checkChunked decodes again in chunks of 2 latents, as an open-ended stream where the trim needs no
@@ -242,6 +314,35 @@ func TestDecodeH3Padding(t *testing.T) {
 					t.Fatalf("frame %d channel %d: %g, want the zero padding", i, c, v)
 				}
 			}
+		}
+	}
+	// The RGB24 decode gives the same frames, the padding's included, quantized.
+	var rgb []byte
+	err = d.DecodeRGB24(context.Background(), z[:24], []int{24, 1, 1, 1}, func(f RGBFrames) error {
+		rgb = append(rgb, f.RGB...)
+		return nil
+	})
+	if err != nil || len(rgb) != 3*5*plane {
+		t.Fatalf("DecodeRGB24: %d bytes, %v", len(rgb), err)
+	}
+	for f := range 5 {
+		for p := range plane {
+			for c := range 3 {
+				if got, want := rgb[(f*plane+p)*3+c], Quantize(video[(c*5+f)*plane+p]); got != want {
+					t.Fatalf("DecodeRGB24 frame %d pixel %d channel %d: %d, want %d", f, p, c, got, want)
+				}
+			}
+		}
+	}
+	// A pick in the padding (frame 3) and the real frame 0, in that order.
+	picked, _, err := d.DecodeFrames(context.Background(), z[:24], []int{24, 1, 1, 1}, []int{3, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range 3 {
+		got, want := picked[(c*2)*plane:(c*2+2)*plane], append(slices.Clone(video[(c*5+3)*plane:(c*5+4)*plane]), video[c*5*plane:(c*5+1)*plane]...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("DecodeFrames([3 0]) channel %d differs from the decode's frames 3 and 0", c)
 		}
 	}
 }
@@ -452,5 +553,46 @@ func TestHalfDType(t *testing.T) {
 		t.Errorf("bfloat16 frames differ from float32 by %g", d.MaxAbs)
 	} else {
 		t.Logf("bfloat16 frames within %g of float32", d.MaxAbs)
+	}
+}
+
+func TestPipelineChunk(t *testing.T) {
+	wan, h3 := Taew21(), Taeh3()
+	h3.H3Trim = true
+	frame := 3 * 480 * 832
+	cases := []struct {
+		cfg               Config
+		t, frameBytes, is int
+	}{
+		{wan, 21, frame, 6},     // 97 MiB of rgb24: quarters
+		{wan, 21, 4 * frame, 6}, // float32
+		{wan, 2, frame, 2},      // small: one run
+		{h3, 37, frame, 10},     // quarters rounded up to whole trim periods
+		{h3, 7, frame, 7},       // 22 frames, 26 MB: one run
+		{wan, 21, 3 * 64 * 64, 21},
+	}
+	for _, c := range cases {
+		if got := c.cfg.pipelineChunk(c.t, c.frameBytes); got != c.is {
+			t.Errorf("pipelineChunk(%d latents, %d-byte frames) H3 %v = %d, want %d", c.t, c.frameBytes, c.cfg.H3Trim, got, c.is)
+		}
+	}
+}
+
+// An error from emit stops a chunked decode and is returned; the runs decoded ahead are freed.
+func TestDecodeStopsOnEmitError(t *testing.T) {
+	cfg := Taew21()
+	d, err := FromSource(testutil.Backend(t), cfg, FormulaSource(cfg), Options{ChunkLatents: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	stop := errors.New("stop")
+	calls := 0
+	err = d.Decode(context.Background(), make([]float32, 16*5*2*2), []int{16, 5, 2, 2}, func(Frames) error {
+		calls++
+		return stop
+	})
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("Decode: %v after %d emits, want the emit's error after one", err, calls)
 	}
 }

@@ -177,8 +177,7 @@ func (fd *frameDecoder) tile(exec *graph.Exec, key execKey, k, slot int, ysp, xs
 	fd.caches[slot] = outs[1 : 1+nSlots]
 	pix := outs[0]
 	frames := pix.Shape().Dim(2)
-	data, err := tensors.CopyFlatData[float32](pix)
-	pix.FinalizeAll()
+	data, err := graphexec.TakeF32(pix)
 	if err != nil {
 		graphexec.Finalize(outs[1+nSlots:]...)
 		return nil, 0, fmt.Errorf("wan: reading decoded pixels: %w", err)
