@@ -55,14 +55,24 @@ func TestClipLanes(t *testing.T) {
 			var mu sync.Mutex
 			var done []int
 			byLane := make([][]int, lanes)
+			another := make(chan struct{}) // closed when a clip other than 0 has finished
+			var once sync.Once
 			d.clipHook = func(lane, clip int) {
 				if lane == 0 && clip == 0 {
-					time.Sleep(100 * time.Millisecond) // clip 1 finishes first
+					// Lane 0 holds clip 0 until another lane finishes one (bounded, should lanes not run
+					// at once): a busy machine cannot reorder them as a fixed sleep would let it.
+					select {
+					case <-another:
+					case <-time.After(10 * time.Second):
+					}
 				}
 				mu.Lock()
-				defer mu.Unlock()
 				done = append(done, clip)
 				byLane[lane] = append(byLane[lane], clip)
+				mu.Unlock()
+				if clip != 0 {
+					once.Do(func() { close(another) })
+				}
 			}
 			got, _ := collect(t, d, z, s)
 			if !reflect.DeepEqual(got, want) {
