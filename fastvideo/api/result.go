@@ -103,8 +103,9 @@ type Timings struct {
 	// Loads are the component loads (text_encoder, dit, video_vae, audio_vae, ...), each part of
 	// the stage that needed it.
 	Loads []StageTime
-	// Phases are named parts of a stage, also counted in it (Wan's two-stage refine:
-	// refine_stage1, refine_handoff and refine_stage2 inside denoise).
+	// Phases are named parts of a stage, also counted in it: "preview" (Request.Preview's decodes,
+	// inside denoise), and Wan's two-stage refine (refine_stage1, refine_handoff and refine_stage2
+	// inside denoise).
 	Phases []StageTime
 	Total  time.Duration
 	// Compile is the time spent compiling programs, inside the stages (and loads) that needed them,

@@ -10,6 +10,8 @@ import (
 	"image/jpeg"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
@@ -139,8 +141,8 @@ func (t *TinyDecoder) Size(bytesPerValue int64) api.ComponentSize {
 
 // TinyDecode decodes raw latents [1, C, T, h, w] with the tiny decoder into sink.
 func TinyDecode(ctx context.Context, dec *taehv.Decoder, latents []float32, shape []int, sink family.FrameSink) error {
-	return dec.Decode(ctx, latents, shape, func(f taehv.Frames) error {
-		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
+	return dec.DecodeRGB24(ctx, latents, shape, func(f taehv.RGBFrames) error {
+		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB})
 	})
 }
 
@@ -149,27 +151,41 @@ const PreviewHeight = 160
 
 // Preview decodes x0, the step's clean-latent estimate [1, C, T, h, w], with the tiny decoder and
 // attaches its first, middle and last frame side by side (each at most PreviewHeight pixels high)
-// as a JPEG to the running step's event.
+// as a JPEG to the running step's event; the time it takes adds up in the result's "preview" phase.
 func Preview(ctx context.Context, s *family.Session, dec *taehv.Decoder, step int, x0 []float32, shape []int) error {
+	defer func(t0 time.Time) { s.Result.Timings.AddPhase("preview", time.Since(t0)) }(time.Now())
 	// A canvas k times taller than a preview frame decodes latents averaged over k×k first: k² less
 	// decoding and host transfer for the same small picture (one more program per canvas, compiled once).
 	if k := shape[3] * dec.Config().SpatialRatio() / PreviewHeight; k > 1 {
 		x0, shape = poolLatents(x0, shape, k)
 	}
-	pix, out, err := dec.DecodeToPixels(ctx, x0, shape)
+	frames := dec.Config().NumFrames(shape[2])
+	if frames < 1 {
+		return errors.New("fastvideo: preview: the tiny decoder gives no frames for these latents")
+	}
+	picks := previewPicks(frames)
+	pix, out, err := dec.DecodeFrames(ctx, x0, shape, picks)
 	if err != nil {
 		return fmt.Errorf("fastvideo: preview of step %d: %w", step, err)
 	}
-	if len(out) != 5 || out[2] < 1 {
-		return errors.New("fastvideo: preview: the tiny decoder gave no frames")
-	}
-	p, err := EncodePreview(pix, out[2], out[3], out[4])
+	p, err := EncodePreview(pix, picks, out[3], out[4])
 	if err != nil {
 		return err
 	}
 	p.Step = step
 	s.SetPreview(p)
 	return nil
+}
+
+// previewPicks is the first, middle and last of frames (fewer for a short video).
+func previewPicks(frames int) []int {
+	picks := []int{0}
+	for _, f := range []int{frames / 2, frames - 1} {
+		if f != picks[len(picks)-1] {
+			picks = append(picks, f)
+		}
+	}
+	return picks
 }
 
 // poolLatents averages latents [1, C, T, h, w] over k×k blocks (a remainder row or column dropped).
@@ -196,25 +212,23 @@ func poolLatents(x []float32, shape []int, k int) ([]float32, []int) {
 	return out, []int{1, c, t, ph, pw}
 }
 
-// EncodePreview draws frames first, middle and last of pixels [3][frames][h][w] in [0, 1] side by
-// side, each scaled (nearest) to at most PreviewHeight pixels high, as a JPEG.
-func EncodePreview(pixels []float32, frames, h, w int) (*api.Preview, error) {
-	picks := []int{0}
-	for _, f := range []int{frames / 2, frames - 1} {
-		if f != picks[len(picks)-1] {
-			picks = append(picks, f)
-		}
+// EncodePreview draws pixels [3][len(picks)][h][w] in [0, 1], the video's frames picks, side by side,
+// each scaled (nearest) to at most PreviewHeight pixels high, as a JPEG.
+func EncodePreview(pixels []float32, picks []int, h, w int) (*api.Preview, error) {
+	n := len(picks)
+	if len(pixels) != 3*n*h*w {
+		return nil, fmt.Errorf("fastvideo: preview: %d values for %d frames of %dx%d", len(pixels), n, w, h)
 	}
 	scale := max(1, (h+PreviewHeight-1)/PreviewHeight)
 	th, tw := h/scale, w/scale
-	img := image.NewRGBA(image.Rect(0, 0, tw*len(picks), th))
+	img := image.NewRGBA(image.Rect(0, 0, tw*n, th))
 	plane := h * w
-	for i, f := range picks {
+	for i := range n {
 		for y := 0; y < th; y++ {
 			for x := 0; x < tw; x++ {
-				o := f*plane + y*scale*w + x*scale
-				img.SetRGBA(i*tw+x, y, color.RGBA{R: taehv.Quantize(pixels[o]), G: taehv.Quantize(pixels[frames*plane+o]),
-					B: taehv.Quantize(pixels[2*frames*plane+o]), A: 255})
+				o := i*plane + y*scale*w + x*scale
+				img.SetRGBA(i*tw+x, y, color.RGBA{R: taehv.Quantize(pixels[o]), G: taehv.Quantize(pixels[n*plane+o]),
+					B: taehv.Quantize(pixels[2*n*plane+o]), A: 255})
 			}
 		}
 	}
@@ -222,7 +236,7 @@ func EncodePreview(pixels []float32, frames, h, w int) (*api.Preview, error) {
 	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 80}); err != nil {
 		return nil, fmt.Errorf("fastvideo: preview: %w", err)
 	}
-	return &api.Preview{MIME: "image/jpeg", Data: buf.Bytes(), Width: img.Rect.Dx(), Height: th, Frames: picks}, nil
+	return &api.Preview{MIME: "image/jpeg", Data: buf.Bytes(), Width: img.Rect.Dx(), Height: th, Frames: slices.Clone(picks)}, nil
 }
 
 // CheckRun refuses, before anything loads, a run that needs the tiny decoder (decoder "tiny", or

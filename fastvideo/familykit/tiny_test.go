@@ -1,7 +1,10 @@
 package familykit
 
 import (
+	"bytes"
 	"context"
+	"image/jpeg"
+	"math"
 	"slices"
 	"testing"
 
@@ -47,5 +50,47 @@ func TestPreviewPooled(t *testing.T) {
 	}
 	if p := events[0].Preview; p.Height != 160 || p.Width != 160 || p.Step != 1 || !slices.Equal(p.Frames, []int{0}) {
 		t.Errorf("preview %dx%d step %d frames %v, want one 160x160 frame of step 1", p.Width, p.Height, p.Step, p.Frames)
+	}
+}
+
+func TestPreviewPicks(t *testing.T) {
+	for frames, want := range map[int][]int{1: {0}, 2: {0, 1}, 3: {0, 1, 2}, 81: {0, 40, 80}, 124: {0, 62, 123}} {
+		if got := previewPicks(frames); !slices.Equal(got, want) {
+			t.Errorf("previewPicks(%d) = %v, want %v", frames, got, want)
+		}
+	}
+}
+
+// EncodePreview lays the picked frames out left to right in the order given, one grey level each.
+func TestEncodePreviewOrder(t *testing.T) {
+	const h, w = 16, 8
+	levels := []float32{0.1, 0.5, 0.9}
+	pix := make([]float32, 3*len(levels)*h*w)
+	for c := range 3 {
+		for i, v := range levels {
+			for p := range h * w {
+				pix[(c*len(levels)+i)*h*w+p] = v
+			}
+		}
+	}
+	p, err := EncodePreview(pix, []int{0, 7, 13}, h, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := jpeg.Decode(bytes.NewReader(p.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Width != 3*w || p.Height != h || !slices.Equal(p.Frames, []int{0, 7, 13}) {
+		t.Fatalf("preview %dx%d frames %v", p.Width, p.Height, p.Frames)
+	}
+	for i, v := range levels {
+		r, _, _, _ := img.At(i*w+w/2, h/2).RGBA()
+		if got, want := float64(r>>8), float64(v)*255; math.Abs(got-want) > 4 {
+			t.Errorf("panel %d: red %v, want about %v", i, got, want)
+		}
+	}
+	if _, err := EncodePreview(pix[1:], []int{0, 7, 13}, h, w); err == nil {
+		t.Error("a short pixel buffer must be refused")
 	}
 }
