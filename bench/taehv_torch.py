@@ -5,7 +5,8 @@ Imports madebyollin/taehv's own taehv.py unchanged (--upstream: a checkout or th
 TAEHV(checkpoint_path=None) with the variant's latent channels and patch size (taeh3: is_h3, what a
 "taeh3" checkpoint name sets), random weights, casts it to --dtype on CUDA and times
 decode_video(parallel=True) on random latents [1, T, C, h, w] (upstream's NTCHW), the frames copied to
-a pinned float32 host buffer as the Go bench hands them to the host. It prints the same kind of lines
+a pinned float32 host buffer as the Go bench hands them to the host (--output rgb24: quantized to
+8-bit RGB on the GPU first, as the Go bench's rgb24 row). It prints the same kind of lines
 as the Go bench and a "decoder record torch <dtype> <median s>" line.
 
 Example, beside the Go bench at the same size (one process per dtype):
@@ -62,6 +63,9 @@ def main():
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=832)
     ap.add_argument("--dtype", choices=["fp16", "bf16", "f32"], default="bf16")
+    ap.add_argument("--output", choices=["f32", "rgb24"], default="f32",
+                    help="host frames: float32 NTCHW, or rgb24 (quantized on the GPU as FastVideo's pipelines "
+                         "do, (x*255).clamp(0, 255).to(uint8), laid out [T, H, W, 3]) as `bench -what taehv` times both")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
@@ -88,22 +92,27 @@ def main():
 
     g = torch.Generator(device=device).manual_seed(args.seed + 1)
     z = torch.randn(1, args.latents, c, args.height // r, args.width // r, generator=g, device=device, dtype=dtype)
+    def host_frames(f):
+        if args.output == "rgb24":
+            return (f[0].float() * 255).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        return f
+
     with torch.inference_mode():
-        frames = model.decode_video(z, parallel=True, show_progress_bar=False)
-    out = torch.empty(tuple(frames.shape), dtype=torch.float32, pin_memory=True)
+        frames = host_frames(model.decode_video(z, parallel=True, show_progress_bar=False))
+    out = torch.empty(tuple(frames.shape), dtype=torch.uint8 if args.output == "rgb24" else torch.float32, pin_memory=True)
 
     def decode():
-        f = model.decode_video(z, parallel=True, show_progress_bar=False)
+        f = host_frames(model.decode_video(z, parallel=True, show_progress_bar=False))
         out.copy_(f, non_blocking=True)
         return f
 
     with torch.inference_mode():
         first, timed, _ = time_runs(decode, args.warmup, args.iters, device)
     med = statistics.median(timed)
-    print(f"{args.latents} latents -> {out.shape[1]} frames {args.height}x{args.width}: first {first:.3f} s, "
+    print(f"{args.latents} latents -> {out.shape[0 if args.output == 'rgb24' else 1]} frames {args.height}x{args.width}: first {first:.3f} s, "
           f"min {min(timed):.3f} s, median {med:.3f} s over {len(timed)} runs")
-    print(f"  {peak_memory()}; mean sample {out.mean().item():.4f}, NaN {int(torch.isnan(out).sum())}")
-    print(f"decoder record torch {args.dtype} {med:.4f}")
+    print(f"  {peak_memory()}; mean sample {out.float().mean().item():.4f}, NaN {int(torch.isnan(out.float()).sum())}")
+    print(f"decoder record torch{'-rgb24' if args.output == 'rgb24' else ''} {args.dtype} {med:.4f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ var (
 	taehvWidth   = flag.Int("taehv-width", 832, "taehv: canvas width in pixels")
 	taehvDTypes  = flag.String("taehv-dtypes", "bf16", "taehv: dtypes, comma-separated: f32, bf16")
 	taehvFull    = flag.Bool("taehv-full", true, "taehv: also time the model's full video decoder (random weights) on the same latents")
+	taehvChunk   = flag.Int("taehv-chunk", 0, "taehv: latents per decoder run (Options.ChunkLatents; 0: the decoder's pipelined default)")
 )
 
 func init() {
@@ -69,7 +70,7 @@ func benchTAEHV(b compute.Backend, dts []dtypes.DType, c common) error {
 		*taehvVariant, cfg.LatentChannels, cfg.PatchSize, t, shape[3], shape[4], cfg.NumFrames(t), *taehvHeight, *taehvWidth, gpuMemMiB())
 	for _, dt := range dts {
 		t0 := time.Now()
-		dec, err := taehv.NewRandom(b, cfg, taehv.Options{DType: dt}, int64(c.Seed))
+		dec, err := taehv.NewRandom(b, cfg, taehv.Options{DType: dt, ChunkLatents: *taehvChunk}, int64(c.Seed))
 		if err != nil {
 			return err
 		}
@@ -77,6 +78,22 @@ func benchTAEHV(b compute.Backend, dts []dtypes.DType, c common) error {
 		err = timeDecode("taehv", dt, c, func(emit func(count int, sample []float32) error) error {
 			return dec.Decode(context.Background(), z, shape, func(f taehv.Frames) error { return emit(f.Count, f.Sample) })
 		})
+		if err == nil { // the frames as a video writer takes them: 8-bit RGB made on the device
+			err = timeRGB24(dt, c, func() (int, error) {
+				frames := 0
+				err := dec.DecodeRGB24(context.Background(), z, shape, func(f taehv.RGBFrames) error { frames += f.Count; return nil })
+				return frames, err
+			})
+		}
+		if err == nil { // the decoder with one frame read back: its device time, nearly no transfer
+			err = timeDecode("taehv-last-frame", dt, c, func(emit func(count int, sample []float32) error) error {
+				pix, _, err := dec.DecodeFrames(context.Background(), z, shape, []int{cfg.NumFrames(t) - 1})
+				if err != nil {
+					return err
+				}
+				return emit(1, pix)
+			})
+		}
 		dec.Close()
 		if err != nil {
 			return err
@@ -118,27 +135,49 @@ func benchFullDecoder(b compute.Backend, cfg taehv.Config, dt dtypes.DType, z []
 }
 
 // timeDecode runs decode -warmup then -iters times and prints its first run, min and median, the
-// frames it gave and the memory peaks.
+// frames it gave and the memory peaks. The NaN count reads the last run's frames after the timing,
+// as bench/taehv_torch.py does.
 func timeDecode(tag string, dt dtypes.DType, c common, decode func(emit func(count int, sample []float32) error) error) error {
-	var got, nan int
+	var got int
+	var samples [][]float32
 	emit := func(count int, sample []float32) error {
 		got += count
-		for _, v := range sample {
-			if math.IsNaN(float64(v)) {
-				nan++
-			}
-		}
+		samples = append(samples, sample)
 		return nil
 	}
 	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
-		got, nan = 0, 0
+		got, samples = 0, samples[:0]
 		return decode(emit)
 	})
 	if err != nil {
 		return fmt.Errorf("%s[%s]: %w", tag, dt, err)
 	}
+	nan := 0
+	for _, s := range samples {
+		for _, v := range s {
+			if math.IsNaN(float64(v)) {
+				nan++
+			}
+		}
+	}
 	fmt.Printf("%s[%s]: %d frames; first run (compile+run) %.2f s; decode min %.3f s, median %.3f s over %d runs; peak device %d MiB, host %d MiB; NaN %d\n",
 		tag, dt, got, tm.First, tm.Min(), tm.Median(), c.Iters, tm.PeakGPU, tm.PeakHost, nan)
 	fmt.Printf("decoder record %s %s %.4f\n", tag, dt, tm.Median())
+	return nil
+}
+
+// timeRGB24 times decode (returning its frame count) as timeDecode does, for the RGB24 output.
+func timeRGB24(dt dtypes.DType, c common, decode func() (int, error)) error {
+	var got int
+	tm, err := timeRuns(c.Warmup, c.Iters, func() (err error) {
+		got, err = decode()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("taehv-rgb24[%s]: %w", dt, err)
+	}
+	fmt.Printf("taehv-rgb24[%s]: %d frames; first run (compile+run) %.2f s; decode min %.3f s, median %.3f s over %d runs; peak device %d MiB, host %d MiB\n",
+		dt, got, tm.First, tm.Min(), tm.Median(), c.Iters, tm.PeakGPU, tm.PeakHost)
+	fmt.Printf("decoder record taehv-rgb24 %s %.4f\n", dt, tm.Median())
 	return nil
 }
