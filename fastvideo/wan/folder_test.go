@@ -12,27 +12,29 @@ import (
 	"fastvideo/internal/testutil"
 )
 
-// writeTinyWanFolder writes tiny-wan as a diffusers-style Wan snapshot (model_index.json naming
+// tinyWanFolder writes tiny-wan as a diffusers-style Wan snapshot (model_index.json naming
 // pipelineClass, transformer/, vae/, text_encoder/, tokenizer/, scheduler/), the layout of
-// Wan-AI/Wan2.1-T2V-1.3B-Diffusers at toy size.
-func writeTinyWanFolder(t *testing.T, dir, pipelineClass string) {
+// Wan-AI/Wan2.1-T2V-1.3B-Diffusers at toy size, in a fresh temporary folder, and returns the folder.
+func tinyWanFolder(t *testing.T, pipelineClass string) string {
 	t.Helper()
 	tw, err := wan.NewTinyWeights(wan.TinySpec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeTinyWanConfigs(t, dir, pipelineClass)
+	dir := tinyWanConfigs(t, pipelineClass)
 	w := testutil.SnapshotWriter{T: t, Dir: dir}
 	w.Weights("transformer/diffusion_pytorch_model.safetensors", tw.DiT)
 	w.Weights("vae/diffusion_pytorch_model.safetensors", tw.VAE)
 	w.Weights("text_encoder/model.safetensors", tw.TextEncoder)
 	w.File("tokenizer/tokenizer.json", tw.TokenizerJSON)
+	return dir
 }
 
-// writeTinyWanConfigs writes the configs of tiny-wan's snapshot folder without a weight file or
-// tokenizer: what -random-weights needs of a folder.
-func writeTinyWanConfigs(t *testing.T, dir, pipelineClass string) {
+// tinyWanConfigs writes the configs of tiny-wan's snapshot folder without a weight file or
+// tokenizer (what -random-weights needs of a folder) in a fresh temporary folder, and returns it.
+func tinyWanConfigs(t *testing.T, pipelineClass string) string {
 	t.Helper()
+	dir := t.TempDir()
 	spec := wan.TinySpec()
 	w := testutil.SnapshotWriter{T: t, Dir: dir}
 	w.File("model_index.json", []byte(`{"_class_name": "`+pipelineClass+`", "_diffusers_version": "0.33.0"}`))
@@ -40,6 +42,7 @@ func writeTinyWanConfigs(t *testing.T, dir, pipelineClass string) {
 	w.Config("vae/config.json", "AutoencoderKLWan", spec.VAE)
 	w.Config("text_encoder/config.json", "UMT5EncoderModel", spec.TextEncoder)
 	w.File("scheduler/scheduler_config.json", []byte(`{"_class_name": "UniPCMultistepScheduler", "flow_shift": 3.0}`))
+	return dir
 }
 
 // TestWanModelFolder loads tiny-wan written as a Wan snapshot through the real-checkpoint path
@@ -53,8 +56,7 @@ func TestWanModelFolder(t *testing.T) {
 		{"WanDMDPipeline", "fastwan2.1-t2v-1.3b", "fast_wan_t2v_480p", "tiny_wan_dmd"},
 	} {
 		t.Run(c.class, func(t *testing.T) {
-			dir := t.TempDir()
-			writeTinyWanFolder(t, dir, c.class)
+			dir := tinyWanFolder(t, c.class)
 			g := fvtest.Open(t, dir)
 			m := g.Model()
 			if m.Family != wan.FamilyName || m.Variant != c.variant || m.DefaultPreset != c.preset ||
@@ -83,8 +85,7 @@ func TestWanModelFolder(t *testing.T) {
 // TestWanModelFolderErrors: New names what is missing or inconsistent in a Wan snapshot before
 // loading anything.
 func TestWanModelFolderErrors(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyWanFolder(t, dir, "WanPipeline")
+	dir := tinyWanFolder(t, "WanPipeline")
 	// A missing config or tokenizer is invalid input for the model field; missing weights are an
 	// error naming the component folder.
 	testutil.CheckEachMissing(t, dir, []testutil.MissingFile{

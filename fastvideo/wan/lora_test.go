@@ -13,8 +13,7 @@ import (
 // (planned against the headers, merged as each tensor binds, the checkpoint closed after the load) and
 // denoises to the very latents of the in-memory model with the same adapter.
 func TestLoRAFolder(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyWanFolder(t, dir, "WanDMDPipeline")
+	dir := tinyWanFolder(t, "WanDMDPipeline")
 	adapter := testutil.WriteLoRA(t, t.TempDir(), "a.safetensors", 9,
 		testutil.LoRAModule{Module: "blocks.0.self_attn.v", In: 64, Out: 64, Rank: 4, Scale: 0.3},
 		testutil.LoRAModule{Module: "blocks.1.cross_attn.k", In: 64, Out: 64, Rank: 4, Scale: 0.3})

@@ -37,6 +37,20 @@ func mustPlan(t *testing.T, name string, req api.Request, dtype api.DType) (*api
 	return p, d
 }
 
+// checkTable fails the test unless p's table holds each of want.
+func checkTable(t *testing.T, p *api.Plan, want ...string) {
+	t.Helper()
+	var sb strings.Builder
+	if err := p.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if !strings.Contains(sb.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, sb.String())
+		}
+	}
+}
+
 // TestPlans checks the released specifications: latent and token geometry, the UniPC and DMD
 // ladders (FastVideo's FlowUniPCMultistepScheduler and DmdDenoisingStage), parameter counts
 // (dit/wan's table) and forward FLOPs.
@@ -211,16 +225,8 @@ func TestPlanJSONAndTable(t *testing.T) {
 	if p.WeightsDType != "f32" || p.LatentChannels != 16 || m["tokens"] != 36.0 || p.Family != FamilyName {
 		t.Errorf("tiny plan %+v", p)
 	}
-	var sb strings.Builder
-	if err := p.WriteTable(&sb); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"tiny-wan (preset tiny_wan_t2v)", "48x64 (HxW), 9 frames at 16 fps", "36 = 3 x 3 x 4",
-		"UniPC, 4 steps at shift 3, CFG 5 (2 forwards per step)", "video only"} {
-		if !strings.Contains(sb.String(), s) {
-			t.Errorf("table lacks %q:\n%s", s, sb.String())
-		}
-	}
+	checkTable(t, p, "tiny-wan (preset tiny_wan_t2v)", "48x64 (HxW), 9 frames at 16 fps", "36 = 3 x 3 x 4",
+		"UniPC, 4 steps at shift 3, CFG 5 (2 forwards per step)", "video only")
 }
 
 // TestFastModes: the MLX runtime's Wan fast modes reduce the denoise geometry and add the frame
@@ -245,15 +251,7 @@ func TestFastModes(t *testing.T) {
 	if math.Abs(d.FullDiTTFLOPsTotal-full.DiTTFLOPsTotal) > 1e-9 || d.FullDiTTFLOPsTotal < 6*p.DiTTFLOPsTotal {
 		t.Errorf("saving: %.1f of %.1f TFLOP, the full plan %.1f", p.DiTTFLOPsTotal, d.FullDiTTFLOPsTotal, full.DiTTFLOPsTotal)
 	}
-	var sb strings.Builder
-	if err := p.WriteTable(&sb); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"canvas", "224x416", "factor 2: 41 source frames (11 latents) interpolated to 81", "fast saving"} {
-		if !strings.Contains(sb.String(), s) {
-			t.Errorf("table lacks %q:\n%s", s, sb.String())
-		}
-	}
+	checkTable(t, p, "canvas", "224x416", "factor 2: 41 source frames (11 latents) interpolated to 81", "fast saving")
 	// Any target count with the temporal mode (61 at factor 2: 33 made into 65, the first 61 kept);
 	// the spatial mode alone sharpens at 0.4 with the chosen kernel, and the upstream defaults
 	// apply per mode.

@@ -14,8 +14,7 @@ import (
 // seed: the same seed gives the same latents, another seed others, and without random weights the
 // folder is refused for its missing weights.
 func TestRandomWeightsFolder(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyWanConfigs(t, dir, "WanDMDPipeline")
+	dir := tinyWanConfigs(t, "WanDMDPipeline")
 	if err := fvtest.NewError(dir); err == nil || !strings.Contains(err.Error(), "transformer") {
 		t.Fatalf("a folder without weights opened without random weights: %v", err)
 	}

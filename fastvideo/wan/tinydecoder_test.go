@@ -17,8 +17,7 @@ import (
 // it Decoder "tiny" and Preview are invalid input naming the file to download, a file for other
 // latents (taew2_2's 48 channels) is invalid input naming tiny_decoder, and the right one plans.
 func TestTinyDecoderFolder(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyWanFolder(t, dir, "WanPipeline")
+	dir := tinyWanFolder(t, "WanPipeline")
 	g := fvtest.Open(t, dir)
 	want := filepath.Join(dir, "taehv", "taew2_1.safetensors")
 	for _, req := range []fastvideo.Request{{Prompt: "a red fox", Decoder: "tiny"}, {Prompt: "a red fox", Preview: true}} {
