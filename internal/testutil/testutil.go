@@ -96,6 +96,21 @@ func (fx *Fixture) I64(t testing.TB, name string) ([]int64, []int) {
 	return read(t, fx, name, safetensors.Info.Int64s)
 }
 
+// TokenIDs reads a [1, S] integer tensor (a text encoder's input ids or attention mask) as ints; the
+// encoders are batch-1, so another shape fails the test rather than being flattened.
+func (fx *Fixture) TokenIDs(t testing.TB, name string) []int {
+	t.Helper()
+	v, shape := fx.I64(t, name)
+	if len(shape) != 2 || shape[0] != 1 {
+		t.Fatalf("%s has shape %v; the encoder is batch-1, want [1, S]", name, shape)
+	}
+	ids := make([]int, len(v))
+	for i, x := range v {
+		ids[i] = int(x)
+	}
+	return ids
+}
+
 // read converts tensor name with convert and returns it with its shape; a failure fails the test.
 func read[T any](t testing.TB, fx *Fixture, name string, convert func(safetensors.Info) ([]T, error)) ([]T, []int) {
 	t.Helper()

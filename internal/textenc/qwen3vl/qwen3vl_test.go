@@ -24,20 +24,7 @@ func openEncoder(t testing.TB, cfg Config, src weights.Source, opts Options) *En
 }
 
 func fixtureIDs(t *testing.T, fx *testutil.Fixture) []int {
-	return fixtureIDsNamed(t, fx, "in.input_ids")
-}
-
-func fixtureIDsNamed(t *testing.T, fx *testutil.Fixture, name string) []int {
-	t.Helper()
-	v, shape := fx.I64(t, name)
-	if len(shape) != 2 || shape[0] != 1 {
-		t.Fatalf("%s has shape %v; the encoder is batch-1, want [1, S]", name, shape)
-	}
-	ids := make([]int, len(v))
-	for i, x := range v {
-		ids[i] = int(x)
-	}
-	return ids
+	return fx.TokenIDs(t, "in.input_ids")
 }
 
 // conditionerIndex is the hidden-state index behind out.fastvideo_h3_conditioner_hidden:

@@ -156,7 +156,7 @@ func checkMultimodalText(t *testing.T, fx *testutil.Fixture, rawCfg json.RawMess
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := fixtureIDsNamed(t, fx, "in.mm.input_ids")
+	ids := fx.TokenIDs(t, "in.mm.input_ids")
 	pos, err := RopeIndex(vc, ids, fixtureGrids(t, fx))
 	if err != nil {
 		t.Fatal(err)
