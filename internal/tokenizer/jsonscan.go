@@ -165,14 +165,7 @@ func (s *jsonScan) uniqueObject(where string, field func(key string) error) erro
 
 // object calls field for every key of an object; field must consume the value.
 func (s *jsonScan) object(field func(key string) error) error {
-	if err := s.expect('{'); err != nil {
-		return err
-	}
-	if s.peek() == '}' {
-		s.pos++
-		return nil
-	}
-	for {
+	return s.list('{', '}', func(int) error {
 		key, err := s.str()
 		if err != nil {
 			return err
@@ -180,42 +173,35 @@ func (s *jsonScan) object(field func(key string) error) error {
 		if err := s.expect(':'); err != nil {
 			return err
 		}
-		if err := field(key); err != nil {
-			return err
-		}
-		switch s.peek() {
-		case ',':
-			s.pos++
-		case '}':
-			s.pos++
-			return nil
-		default:
-			return s.errorf("expected ',' or '}'")
-		}
-	}
+		return field(key)
+	})
 }
 
 // array calls elem for every element of an array; elem must consume it.
-func (s *jsonScan) array(elem func(i int) error) error {
-	if err := s.expect('['); err != nil {
+func (s *jsonScan) array(elem func(i int) error) error { return s.list('[', ']', elem) }
+
+// list calls item for every comma-separated item between open and end (an object's members or an
+// array's elements): one place for the separator and empty-container rules of both.
+func (s *jsonScan) list(open, end byte, item func(i int) error) error {
+	if err := s.expect(open); err != nil {
 		return err
 	}
-	if s.peek() == ']' {
+	if s.peek() == end {
 		s.pos++
 		return nil
 	}
 	for i := 0; ; i++ {
-		if err := elem(i); err != nil {
+		if err := item(i); err != nil {
 			return err
 		}
 		switch s.peek() {
 		case ',':
 			s.pos++
-		case ']':
+		case end:
 			s.pos++
 			return nil
 		default:
-			return s.errorf("expected ',' or ']'")
+			return s.errorf("expected ',' or '%c'", end)
 		}
 	}
 }

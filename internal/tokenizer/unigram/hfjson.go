@@ -205,14 +205,24 @@ func parseSequenceNormalizer(raw json.RawMessage, opts Options) (normalizer, err
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("normalizer Sequence: %v", err)
 	}
-	var seq seqNormalizer
-	for _, r := range s.Normalizers {
-		n, err := parseNormalizer(r, opts)
+	seq, err := parseParts(s.Normalizers, opts, parseNormalizer)
+	if err != nil {
+		return nil, err
+	}
+	return seqNormalizer(seq), nil
+}
+
+// parseParts parses the parts of a Sequence normalizer or pre-tokenizer with parse, leaving out
+// the parts that parse to nil (those that do nothing).
+func parseParts[T any](parts []json.RawMessage, opts Options, parse func(json.RawMessage, Options) (T, error)) ([]T, error) {
+	var seq []T
+	for _, r := range parts {
+		p, err := parse(r, opts)
 		if err != nil {
 			return nil, err
 		}
-		if n != nil {
-			seq = append(seq, n)
+		if any(p) != nil {
+			seq = append(seq, p)
 		}
 	}
 	return seq, nil
@@ -379,17 +389,11 @@ func parsePreTokenizer(raw json.RawMessage, opts Options) (preTokenizer, error) 
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, fmt.Errorf("pre_tokenizer Sequence: %v", err)
 		}
-		var seq seqPreTokenizer
-		for _, r := range s.PreTokenizers {
-			p, err := parsePreTokenizer(r, opts)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
+		seq, err := parseParts(s.PreTokenizers, opts, parsePreTokenizer)
+		if err != nil {
+			return nil, err
 		}
-		return seq, nil
+		return seqPreTokenizer(seq), nil
 	case "WhitespaceSplit":
 		return whitespaceSplit{}, nil
 	case "Metaspace":
