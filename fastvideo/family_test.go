@@ -181,7 +181,7 @@ func TestFilterOfWrongSize(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	if names := dirNames(t, dir); len(names) != 0 {
+	if names := testutil.DirNames(t, dir); len(names) != 0 {
 		t.Errorf("files left: %v", names)
 	}
 	if _, err := os.Stat(dir); err != nil {

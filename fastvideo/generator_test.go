@@ -119,7 +119,7 @@ func TestGenerateMP4(t *testing.T) {
 	checkRunEvents(t, events, "validate condition denoise decode mux", 4, 22,
 		func(prev, done int) bool { return done > prev })
 	// Nothing else is left in the folder.
-	if names := dirNames(t, dir); len(names) != 1 {
+	if names := testutil.DirNames(t, dir); len(names) != 1 {
 		t.Errorf("output folder holds %v", names)
 	}
 }
@@ -211,19 +211,6 @@ func checkRunEvents(t *testing.T, events []Event, stages string, steps, frames i
 	if g := strings.Join(got, " "); g != stages || step != steps || decoded != frames {
 		t.Errorf("stages %q, %d steps, %d frames decoded", g, step, decoded)
 	}
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
 }
 
 // TestBadRequestsLoadNothing: every invalid request fails with a *RequestError naming the field,
@@ -320,7 +307,7 @@ func (b *badRequests) check(cases []badRequest) {
 	if n := b.g.loads.Load(); n != 0 {
 		t.Errorf("%d component loads during bad requests", n)
 	}
-	if names := dirNames(t, b.dir); len(names) != 1 {
+	if names := testutil.DirNames(t, b.dir); len(names) != 1 {
 		t.Errorf("the output folder holds %v after bad requests", names)
 	}
 }
@@ -383,7 +370,7 @@ func TestCancelMidDenoise(t *testing.T) {
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("output %s exists after cancellation (%v)", out, err)
 	}
-	if names := dirNames(t, dir); len(names) != 0 {
+	if names := testutil.DirNames(t, dir); len(names) != 0 {
 		t.Errorf("files left after cancellation: %v", names)
 	}
 }
@@ -423,7 +410,7 @@ func generateCancelled(g *VideoGenerator, out string, cancelAt func(Event) bool)
 func encoderTemps(t *testing.T, dir string) []string {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if names := dirNames(t, dir); len(names) > 0 {
+		if names := testutil.DirNames(t, dir); len(names) > 0 {
 			return names
 		}
 	}
@@ -438,7 +425,7 @@ func checkCancelledDecode(t *testing.T, err error, dir string, sawTemps []string
 	if len(sawTemps) == 0 {
 		t.Error("no temporary file existed while encoding (the test would prove nothing)")
 	}
-	if names := dirNames(t, dir); len(names) != 0 {
+	if names := testutil.DirNames(t, dir); len(names) != 0 {
 		t.Errorf("files left after cancellation: %v (while encoding: %v)", names, sawTemps)
 	}
 }

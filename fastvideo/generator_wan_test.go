@@ -60,7 +60,7 @@ func TestWanGenerateMP4(t *testing.T) {
 	// The causal VAE emits 1 frame for the first latent frame, then 4 per latent frame.
 	checkRunEvents(t, events, "validate condition denoise decode mux", 3, 9,
 		func(prev, done int) bool { return done == prev+map[bool]int{true: 1, false: 4}[prev == 0] })
-	if names := dirNames(t, dir); len(names) != 1 {
+	if names := testutil.DirNames(t, dir); len(names) != 1 {
 		t.Errorf("output folder holds %v", names)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"fastvideo/internal/testutil"
 )
 
 func TestOutputNames(t *testing.T) {
@@ -129,7 +131,7 @@ func TestOutputPathChecks(t *testing.T) {
 	if n := g.loads.Load(); n != 0 {
 		t.Errorf("%d loads for unwritable outputs", n)
 	}
-	if names := dirNames(t, dir); len(names) > 1 {
+	if names := testutil.DirNames(t, dir); len(names) > 1 {
 		t.Errorf("the folder holds %v", names)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fastvideo/internal/testutil"
 )
 
 const (
@@ -84,22 +86,9 @@ func sineAudio(seconds float64) [][]float32 {
 	return [][]float32{l, r}
 }
 
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 func assertDir(t *testing.T, dir string, want ...string) {
 	t.Helper()
-	got := dirNames(t, dir)
+	got := testutil.DirNames(t, dir)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("directory %s holds %q, want exactly %q", dir, got, want)

@@ -97,6 +97,21 @@ func CheckEachMissing(t testing.TB, dir string, files []MissingFile, open func()
 	}
 }
 
+// DirNames lists the names in dir, for tests that check what a writer left behind (a failed or
+// cancelled write must leave no temporary file); an unreadable dir fails the test.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // SameBits reports whether a and b hold the very same float32 values, bit for bit.
 func SameBits(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
