@@ -26,13 +26,7 @@ func TestFixturesOnGPU(t *testing.T) {
 		}
 		out := testutil.Run(t, func() (*Model, error) { return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dt}) },
 			func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
-		for _, c := range []struct {
-			name string
-			got  []float32
-		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
-			want, sh := fx.F32(t, c.name)
-			testutil.AssertAtDType(t, c.name+"/"+path.String(), dt, c.got, want, sh)
-		}
+		assertOutputsAtDType(t, fx, out, dt, "/"+path.String())
 	})
 }
 

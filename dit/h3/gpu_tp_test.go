@@ -53,13 +53,7 @@ func TestTensorParallelBF16OnGPU(t *testing.T) {
 		out := testutil.Run(t, func() (*Model, error) {
 			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, Shards: 2})
 		}, func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
-		for _, c := range []struct {
-			name string
-			got  []float32
-		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
-			want, sh := fx.F32(t, c.name)
-			testutil.AssertAtDType(t, c.name+" bf16 over 2 GPUs", dtypes.BFloat16, c.got, want, sh)
-		}
+		assertOutputsAtDType(t, fx, out, dtypes.BFloat16, " bf16 over 2 GPUs")
 	})
 }
 

@@ -3,6 +3,8 @@ package h3
 import (
 	"testing"
 
+	"github.com/gomlx/compute/dtypes"
+
 	"fastvideo/dit/h3/packing"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
@@ -131,6 +133,19 @@ func checkOutputs(t *testing.T, fx *testutil.Fixture, out ForwardOutputs, acts t
 	testutil.AssertClose(t, "out.video", out.Video, wantV, shV, testutil.ParityTol(wantV))
 	testutil.AssertClose(t, "out.audio", out.Audio, wantA, shA, testutil.ParityTol(wantA))
 	checkActs(t, fx, acts)
+}
+
+// assertOutputsAtDType checks both outputs of a forward computed in dt against the fixture's f32
+// reference at dt's tolerance; each label is the output's name followed by suffix.
+func assertOutputsAtDType(t *testing.T, fx *testutil.Fixture, out ForwardOutputs, dt dtypes.DType, suffix string) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		got  []float32
+	}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
+		want, sh := fx.F32(t, c.name)
+		testutil.AssertAtDType(t, c.name+suffix, dt, c.got, want, sh)
+	}
 }
 
 // checkNextRows applies the scheduler step to the target rows (condition video rows stay fixed) and

@@ -105,15 +105,8 @@ func TestForwardInputErrors(t *testing.T) {
 func TestLoadShardedFolder(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"}, Shards: 2})
-		m, err := Load(testutil.Backend(t), dir, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := testutil.Run(t, func() (*Model, error) { return Load(testutil.Backend(t), dir, Options{}) },
+			func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
 		want, sh := fx.F32(t, "out.video")
 		testutil.AssertClose(t, "out.video via Load", out.Video, want, sh, testutil.ParityTol(want))
 
@@ -131,12 +124,6 @@ func TestBFloat16Forward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []struct {
-			name string
-			got  []float32
-		}{{"out.video", out.Video}, {"out.audio", out.Audio}} {
-			want, sh := fx.F32(t, c.name)
-			testutil.AssertAtDType(t, c.name, dtypes.BFloat16, c.got, want, sh)
-		}
+		assertOutputsAtDType(t, fx, out, dtypes.BFloat16, "")
 	})
 }

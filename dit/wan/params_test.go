@@ -52,15 +52,8 @@ func TestLoadFolder(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		dir := testutil.WriteReleaseFolder(t, fx, testutil.ReleaseFolder{ConfigPath: []string{"arch_config"},
 			Extra: map[string]any{"_class_name": "WanTransformer3DModel"}, Shards: 2})
-		m, err := Load(testutil.Backend(t), dir, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := testutil.Run(t, func() (*Model, error) { return Load(testutil.Backend(t), dir, Options{}) },
+			func(m *Model) ([]float32, error) { return m.Forward(fixtureInputs(t, fx)) })
 		want, sh := fx.F32(t, "out.sample")
 		testutil.AssertClose(t, "out.sample via Load", out, want, sh, testutil.ParityTol(want))
 	})

@@ -12,11 +12,7 @@ import (
 func TestNewRandom(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
-		m, err := NewRandom(testutil.Backend(t), cfg, Options{}, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m := testutil.Open(t, func() (*Model, error) { return NewRandom(testutil.Backend(t), cfg, Options{}, 7) })
 		for _, p := range m.p.set.Params() {
 			if !p.Bound() {
 				t.Fatalf("%s not drawn", p.Name)
