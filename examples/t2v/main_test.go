@@ -282,7 +282,7 @@ func TestLoRAFlag(t *testing.T) {
 	notLoRA := testutil.WriteSafetensors(t, dir, "ckpt.safetensors", []safetensors.Tensor{
 		{Name: "blocks.0.self_attn.q.weight", DType: safetensors.F32, Shape: []int{1}, Data: safetensors.F32Bytes([]float32{1})}}, nil)
 	out := filepath.Join(dir, "never.mp4")
-	for _, c := range []clitest.ExitCase{
+	clitest.CheckExitCases(t, run, []clitest.ExitCase{
 		{"-plan -lora " + filepath.Join(dir, "absent.safetensors"), 2, "invalid -lora"},
 		{"-plan -lora " + notLoRA, 2, "is not a LoRA tensor"},
 		{"-plan -lora " + h3, 2, "MiniMax H3 adapter"},
@@ -291,12 +291,7 @@ func TestLoRAFlag(t *testing.T) {
 		{"-plan -lora " + good + ":nan", 2, "finite strength"},
 		{"-plan -random-weights -lora " + good, 2, "random weights"},
 		{"-prompt fox -out " + out + " -lora " + h3, 2, "MiniMax H3 adapter"},
-	} {
-		code, _, stderr := clitest.Run(run, strings.Fields(c.Args)...)
-		if code != c.Code || !strings.Contains(stderr, c.Msg) {
-			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.Args, code, stderr, c.Code, c.Msg)
-		}
-	}
+	})
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a refused adapter left an output file")
 	}

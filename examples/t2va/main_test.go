@@ -250,16 +250,11 @@ func TestLoRAFlag(t *testing.T) {
 	}
 	wan := testutil.WriteLoRA(t, dir, "wan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 128, Out: 128, Rank: 4})
 	comfy := testutil.WriteLoRA(t, dir, "comfy.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.attn.qkv_proj", In: 128, Out: 384, Rank: 4})
-	for _, c := range []clitest.ExitCase{
+	clitest.CheckExitCases(t, run, []clitest.ExitCase{
 		{"-plan -lora " + wan, 2, "Wan adapter"},
 		{"-plan -lora " + comfy, 2, "ComfyUI-named H3 adapter"},
 		{"-plan -random-weights -lora " + good, 2, "random weights"},
-	} {
-		code, _, stderr := clitest.Run(run, strings.Fields(c.Args)...)
-		if code != c.Code || !strings.Contains(stderr, c.Msg) {
-			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.Args, code, stderr, c.Code, c.Msg)
-		}
-	}
+	})
 }
 
 // TestTinyDecoder: -decoder tiny, -preview and -tiny-decoder on the default model.

@@ -84,7 +84,14 @@ var SharedExitCases = []ExitCase{
 // message differ.
 func CheckExitCodes(t *testing.T, run RunFunc, cases []ExitCase) {
 	t.Helper()
-	for _, c := range slices.Concat(cases, SharedExitCases) {
+	CheckExitCases(t, run, slices.Concat(cases, SharedExitCases))
+}
+
+// CheckExitCases is CheckExitCodes without SharedExitCases, for a table of one feature's refusals
+// that the binary's main table has already run them beside.
+func CheckExitCases(t *testing.T, run RunFunc, cases []ExitCase) {
+	t.Helper()
+	for _, c := range cases {
 		code, _, errs := Run(run, strings.Fields(c.Args)...)
 		if code != c.Code || !strings.Contains(errs, c.Msg) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.Args, code, errs, c.Code, c.Msg)
