@@ -133,35 +133,24 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 	for _, name := range strings.Split(list, ",") {
 		v := clipVariant{name: name}
 		for _, tok := range strings.Split(name, "+") {
-			switch tok {
-			case "default":
-			case "dense":
-				v.dense = true
-			case "vsa":
-				v.vsa = true
-			case "fast":
-				v.fast = true
-			case "spatial":
-				v.spatial = true
-			case "refine":
-				v.refine = true
-			case "image":
-				v.firstImage = true
-			case "last":
-				v.lastImage = true
-			case "alt":
-				v.alt = true
-			case "tiny":
-				v.tiny = true
-			case "preview":
-				v.preview = true
-			default:
+			if tok == "default" {
+				continue
+			}
+			on := v.switchOf(tok)
+			if on == nil {
 				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt, tiny, preview joined by + (e.g. fast+spatial+tiny)", list, tok)
 			}
+			*on = true
 		}
 		vs = append(vs, v)
 	}
 	return vs, nil
+}
+
+// switchOf is the switch of v that the -clip-variants token tok turns on; nil for an unknown token.
+func (v *clipVariant) switchOf(tok string) *bool {
+	return map[string]*bool{"dense": &v.dense, "vsa": &v.vsa, "fast": &v.fast, "spatial": &v.spatial, "refine": &v.refine,
+		"image": &v.firstImage, "last": &v.lastImage, "alt": &v.alt, "tiny": &v.tiny, "preview": &v.preview}[tok]
 }
 
 // request builds the variant's request; images come from -clip-image / -clip-last-image, else a
