@@ -51,6 +51,28 @@ func checkTable(t *testing.T, p *api.Plan, want ...string) {
 	}
 }
 
+// planErrorCase is a request that Plan refuses for the model: a RequestError on field whose message
+// holds msg.
+type planErrorCase struct {
+	name, model string
+	req         api.Request
+	field, msg  string
+}
+
+// checkPlanErrors plans each case in its own subtest and checks the refusal.
+func checkPlanErrors(t *testing.T, cases []planErrorCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := plan(t, builtin(t, c.model), c.req, api.DTypeAuto)
+			var re *api.RequestError
+			if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("error %v, want a RequestError on %s mentioning %q", err, c.field, c.msg)
+			}
+		})
+	}
+}
+
 // TestPlans checks the released specifications: latent and token geometry, the UniPC and DMD
 // ladders (FastVideo's FlowUniPCMultistepScheduler and DmdDenoisingStage), parameter counts
 // (dit/wan's table) and forward FLOPs.
@@ -135,11 +157,7 @@ func TestPlans(t *testing.T) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	cases := []struct {
-		name, model string
-		req         api.Request
-		field, msg  string
-	}{
+	checkPlanErrors(t, []planErrorCase{
 		{"height /16", "wan2.1-t2v-1.3b", api.Request{Height: 470, Width: 832}, "height",
 			"a positive multiple of 16 up to 1920 (the Wan2.1 VAE's 8x compression times the DiT's patch) (e.g. 464 or 480)"},
 		{"width /32 on Wan2.2", "wan2.2-ti2v-5b", api.Request{Height: 480, Width: 840}, "width",
@@ -168,16 +186,7 @@ func TestRequestValidation(t *testing.T) {
 		{"prompt tokens", "wan2.1-t2v-1.3b", api.Request{PromptTokens: -1}, "prompt_tokens", "token count"},
 		{"renoise on UniPC", TinyName, api.Request{Preset: "tiny_wan_t2v", Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil"},
 		{"renoise length", TinyName, api.Request{Options: &Options{RenoiseNoise: make([]float32, 3)}}, "renoise_noise", "2 blocks"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, _, err := plan(t, builtin(t, c.model), c.req, api.DTypeAuto)
-			var re *api.RequestError
-			if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(err.Error(), c.msg) {
-				t.Fatalf("error %v, want a RequestError on %s mentioning %q", err, c.field, c.msg)
-			}
-		})
-	}
+	})
 	// The token grid must fit the DiT's RoPE tables: a spec whose frame bound lets a clip
 	// outgrow rope_max_seq_len is stopped there.
 	long := builtin(t, "wan2.1-t2v-1.3b")

@@ -278,11 +278,7 @@ func TestRefinePlan(t *testing.T) {
 		t.Errorf("warped 5B: %+v", rf)
 	}
 
-	cases := []struct {
-		name, model string
-		req         api.Request
-		field, msg  string
-	}{
+	checkPlanErrors(t, []planErrorCase{
 		{"UniPC", "wan2.1-t2v-1.3b", api.Request{Refine: true}, "refine", "refine currently requires a DMD model"},
 		{"tiny UniPC", TinyName, api.Request{Refine: true, Preset: "tiny_wan_t2v", Height: 64, Width: 64}, "refine", "FastWan2.1-T2V-1.3B"},
 		{"scale 1", TinyName, api.Request{Refine: true, RefineScale: 1, Height: 64, Width: 64}, "refine_scale", "Refine scale must be >= 2"},
@@ -306,16 +302,7 @@ func TestRefinePlan(t *testing.T) {
 		{"renoise", TinyName, api.Request{Refine: true, Height: 64, Width: 64, Options: &Options{RenoiseNoise: []float32{1}}}, "renoise_noise", "nil with refine"},
 		{"video noise", TinyName, api.Request{Refine: true, Height: 64, Width: 64, VideoNoise: []float32{1}}, "video_noise", "nil with refine"},
 		{"spatial scale", TinyName, api.Request{Refine: true, FastSpatial: true, FastSpatialScale: 1, Height: 64, Width: 64}, "fast_spatial_scale", ">= 2"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, _, err := plan(t, builtin(t, c.model), c.req, api.DTypeAuto)
-			var re *api.RequestError
-			if !errors.As(err, &re) || re.Field != c.field || !strings.Contains(err.Error(), c.msg) {
-				t.Fatalf("error %v, want a RequestError on %s mentioning %q", err, c.field, c.msg)
-			}
-		})
-	}
+	})
 }
 
 // FuzzRefinePlan: whatever the refine knobs and sizes, planning returns (no panic) and every
