@@ -46,6 +46,19 @@ type component struct {
 	Type string `json:"type"`
 }
 
+// componentType reads the type of a pipeline stage (stage names it in errors); ok is false for a
+// stage that is absent or null, which the callers treat as no stage.
+func componentType(raw json.RawMessage, stage string) (typ string, ok bool, err error) {
+	if isNull(raw) {
+		return "", false, nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return "", false, fmt.Errorf("%s: %v", stage, err)
+	}
+	return c.Type, true, nil
+}
+
 func isNull(raw json.RawMessage) bool {
 	s := strings.TrimSpace(string(raw))
 	return s == "" || s == "null"
@@ -151,14 +164,11 @@ func (r replaceNormalizer) normalize(s string) string {
 }
 
 func parseNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
-	if isNull(raw) {
-		return nil, nil
+	typ, ok, err := componentType(raw, "normalizer")
+	if !ok || err != nil {
+		return nil, err
 	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("normalizer: %v", err)
-	}
-	switch c.Type {
+	switch typ {
 	case "Sequence":
 		return parseSequenceNormalizer(raw, opts)
 	case "Precompiled":
@@ -195,7 +205,7 @@ func parseNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
 		}
 		return prependNormalizer{p.Prepend}, nil
 	}
-	return nil, fmt.Errorf("normalizer type %q is not supported (supported: Sequence, Precompiled, Replace, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend)", c.Type)
+	return nil, fmt.Errorf("normalizer type %q is not supported (supported: Sequence, Precompiled, Replace, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend)", typ)
 }
 
 func parseSequenceNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
@@ -374,14 +384,11 @@ func (m metaspace) split(ws []word) []word {
 }
 
 func parsePreTokenizer(raw json.RawMessage, opts Options) (preTokenizer, error) {
-	if isNull(raw) {
-		return nil, nil
+	typ, ok, err := componentType(raw, "pre_tokenizer")
+	if !ok || err != nil {
+		return nil, err
 	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %v", err)
-	}
-	switch c.Type {
+	switch typ {
 	case "Sequence":
 		var s struct {
 			PreTokenizers []json.RawMessage `json:"pretokenizers"`
@@ -432,7 +439,7 @@ func parsePreTokenizer(raw json.RawMessage, opts Options) (preTokenizer, error) 
 		}
 		return ms, nil
 	}
-	return nil, fmt.Errorf("pre_tokenizer type %q is not supported (supported: Sequence, WhitespaceSplit, Metaspace)", c.Type)
+	return nil, fmt.Errorf("pre_tokenizer type %q is not supported (supported: Sequence, WhitespaceSplit, Metaspace)", typ)
 }
 
 // ---- added tokens ----
@@ -534,16 +541,13 @@ func startsWithWordChar(s string) bool {
 // template puts before and after the sequence. ok is false when there is no
 // post-processor.
 func parseTemplate(raw json.RawMessage, opts Options) (prefix, suffix []int, ok bool, err error) {
-	if isNull(raw) {
-		return nil, nil, false, nil
+	typ, ok, err := componentType(raw, "post_processor")
+	if !ok || err != nil {
+		return nil, nil, false, err
 	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, nil, false, fmt.Errorf("post_processor: %v", err)
-	}
-	if c.Type != "TemplateProcessing" {
+	if typ != "TemplateProcessing" {
 		if opts.Strict {
-			return nil, nil, false, fmt.Errorf("post_processor type %q is not supported (only TemplateProcessing); without Options.Strict the T5 convention (append </s>) is used", c.Type)
+			return nil, nil, false, fmt.Errorf("post_processor type %q is not supported (only TemplateProcessing); without Options.Strict the T5 convention (append </s>) is used", typ)
 		}
 		return nil, nil, false, nil
 	}
