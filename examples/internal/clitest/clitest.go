@@ -18,6 +18,7 @@ import (
 	"fastvideo/fastvideo"
 	"fastvideo/internal/media"
 	"fastvideo/internal/safetensors"
+	"fastvideo/internal/testutil"
 	"fastvideo/vae/taehv"
 )
 
@@ -237,16 +238,11 @@ func CheckTinyDecoder(t *testing.T, run RunFunc, variant string, frames int, ext
 	if info := Probe(t, out); info.Video == nil || info.Video.Frames != frames || res.NumFrames != frames {
 		t.Errorf("-decoder tiny: %d frames in the file (%+v), want %d", res.NumFrames, info.Video, frames)
 	}
-	files, err := os.ReadDir(previews)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, f.Name())
-		data, err := os.ReadFile(filepath.Join(previews, f.Name()))
+	names := testutil.DirNames(t, previews)
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(previews, name))
 		if err != nil || !bytes.HasPrefix(data, []byte{0xff, 0xd8}) {
-			t.Errorf("preview %s is no JPEG (%v)", f.Name(), err)
+			t.Errorf("preview %s is no JPEG (%v)", name, err)
 		}
 	}
 	if len(names) != p.Steps+1 || !slices.Contains(names, "latest.jpg") || !slices.Contains(names, "step_001.jpg") {
