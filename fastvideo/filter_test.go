@@ -82,11 +82,7 @@ func TestFrameFilters(t *testing.T) {
 // TestPromptCacheWarning: a prompt cache that cannot be written does not stop New or Generate;
 // the first run reports it once, as an event and in the result, and the next run does not.
 func TestPromptCacheWarning(t *testing.T) {
-	g, err := newTiny(WithPromptCache("/proc/pc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTiny, WithPromptCache("/proc/pc"))
 	req := Request{Prompt: "a red fox", NumInferenceSteps: 1, SkipSave: true, ReturnLatents: true}
 	run := func() (*Result, []string) {
 		t.Helper()
@@ -138,11 +134,7 @@ func TestGenerateFastSpatial(t *testing.T) {
 		t.Fatalf("plan canvas %dx%d, filters %q", plan.CanvasHeight, plan.CanvasWidth, plan.FrameFilters)
 	}
 	sizes := sizeFilter{sizes: map[[2]int]int{}}
-	g, err := newTiny(WithFrameFilter(sizes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTiny, WithFrameFilter(sizes))
 	res, err := g.Generate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,12 @@ func opener(model string) func(...Option) (*VideoGenerator, error) {
 	}
 }
 
+// openGenerator opens a generator with open (newTiny, newTinyWan) and opts, closed when the test ends.
+func openGenerator(t *testing.T, open func(...Option) (*VideoGenerator, error), opts ...Option) *VideoGenerator {
+	t.Helper()
+	return testutil.Open(t, func() (*VideoGenerator, error) { return open(opts...) })
+}
+
 // sharedGenerator is a generator opened once for many tests of one family.
 type sharedGenerator struct {
 	open func(...Option) (*VideoGenerator, error)
@@ -536,11 +542,7 @@ func TestDeterminism(t *testing.T) {
 // matches the default policy bit for bit; the prompt cache skips the text encoder on a repeat.
 func TestAllResidentAndPromptCache(t *testing.T) {
 	ref := seed7Latents(t)
-	g, err := newTiny(WithMemoryPolicy(AllResident), WithPromptCache(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTiny, WithMemoryPolicy(AllResident), WithPromptCache(t.TempDir()))
 	var loaded []string
 	g.loadHook = func(c string) { loaded = append(loaded, c) }
 	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
@@ -708,11 +710,7 @@ func TestWarmCallCompilesNothing(t *testing.T) {
 // prompt cache folder, and the plan sizes the enhanced prompt.
 func TestEnhancePrompt(t *testing.T) {
 	cache := t.TempDir()
-	g, err := newTiny(WithPromptCache(cache))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTiny, WithPromptCache(cache))
 	dir := t.TempDir()
 	req := Request{Prompt: "a red  fox", EnhancePrompt: true, OutputPath: dir + string(filepath.Separator)}
 	want, err := promptenhance.Template(req.Prompt)

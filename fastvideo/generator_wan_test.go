@@ -179,11 +179,7 @@ func TestWanCancel(t *testing.T) {
 // TestWanAllResidentAndPromptCache: AllResident loads each component once; the prompt cache serves
 // both the prompt and the negative prompt on a repeat; the latents match the default policy's.
 func TestWanAllResidentAndPromptCache(t *testing.T) {
-	g, err := newTinyWan(WithMemoryPolicy(AllResident), WithPromptCache(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTinyWan, WithMemoryPolicy(AllResident), WithPromptCache(t.TempDir()))
 	var loaded []string
 	g.loadHook = func(c string) { loaded = append(loaded, c) }
 	req := Request{Prompt: "a red fox", Preset: "tiny_wan_t2v", NumInferenceSteps: 2}

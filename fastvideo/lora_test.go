@@ -29,11 +29,7 @@ func TestWanLoRA(t *testing.T) {
 	zero, real := tinyWanLoRA(t, dir, "zero.safetensors", true), tinyWanLoRA(t, dir, "real.safetensors", false)
 	ref := seed1024WanLatents(t).Latents.Video
 
-	g, err := newTinyWan(WithMemoryPolicy(OneResident), WithLoRA(zero, 0.8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTinyWan, WithMemoryPolicy(OneResident), WithLoRA(zero, 0.8))
 	res := latentsOnly(t, g, Request{Prompt: "a red fox"})
 	if !testutil.SameBits(res.Latents.Video, ref) {
 		t.Error("a zero up-projection adapter changed the latents")

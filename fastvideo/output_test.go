@@ -104,11 +104,7 @@ func TestOutputPathChecks(t *testing.T) {
 		}
 		paths = append(paths, filepath.Join(ro, "clip.mp4"), ro, filepath.Join(ro, "sub")+"/")
 	}
-	g, err := newTiny()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, newTiny)
 	g.loadHook = func(c string) { t.Errorf("%s loaded for an unwritable output", c) }
 	for _, p := range paths {
 		var events []Stage

@@ -63,11 +63,7 @@ func TestTinyDecoder(t *testing.T) {
 		{"tiny-wan", newTinyWan, "taew2_1", func(l int) int { return 4*l - 3 }},
 	} {
 		t.Run(m.name, func(t *testing.T) {
-			g, err := m.open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
+			g := openGenerator(t, m.open)
 			var loads []string
 			g.loadHook = func(c string) { loads = append(loads, c) }
 			req := Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true, Decoder: "tiny"}
@@ -181,11 +177,7 @@ func TestTinyDecoderFile(t *testing.T) {
 			t.Errorf("%s file: %v, want a tiny_decoder RequestError mentioning %q", c.name, err, c.want)
 		}
 	}
-	g, err = newTiny()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g = openGenerator(t, newTiny)
 	var loads []string
 	g.loadHook = func(c string) { loads = append(loads, c) }
 	_, err = g.Generate(context.Background(), Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true, Decoder: "fast"})
@@ -198,11 +190,7 @@ func TestTinyDecoderFile(t *testing.T) {
 // TestTinyDecoderWan22: tiny-wan2.2's 48-channel latents decode with taew2_2's layout (patch 2) into
 // the plan's 4T−3 frames at the plan's size.
 func TestTinyDecoderWan22(t *testing.T) {
-	g, err := opener("tiny-wan2.2")()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGenerator(t, opener("tiny-wan2.2"))
 	res, err := g.Generate(context.Background(), Request{Prompt: "a red fox", SkipSave: true, ReturnFrames: true, Decoder: "tiny"})
 	if err != nil {
 		t.Fatal(err)
