@@ -17,9 +17,8 @@ import (
 // fastvideo/mlx_runtime/refine.py and sampling.py.
 type refineFixture struct {
 	Upsample []struct {
-		Name, Mode            string
-		Scale                 int
-		Shape                 []int
+		Name string
+		upsampleGeometry
 		In, Out, Torch        []float32
 		MaxAbsTorchVsUpstream float64 `json:"max_abs_torch_vs_upstream"`
 	}
@@ -30,11 +29,9 @@ type refineFixture struct {
 	}
 	NoRefineStepsError string `json:"no_refine_steps_error"`
 	Handoff            []struct {
-		Sigma             float64
-		AddNoise          bool `json:"add_noise"`
-		Mode              string
-		Scale             int
-		Shape             []int
+		Sigma    float64
+		AddNoise bool `json:"add_noise"`
+		upsampleGeometry
 		Clean, Noise, Out []float32
 	}
 	Plans []struct {
@@ -45,6 +42,24 @@ type refineFixture struct {
 		}
 		Error string
 	}
+}
+
+// upsampleGeometry is how a fixture case upsamples its latents: Shape [B, C, T, H, W], Scale, Mode.
+type upsampleGeometry struct {
+	Mode  string
+	Scale int
+	Shape []int
+}
+
+// upsample is UpsampleLatents of x with the case's geometry; an error fails the test.
+func (g upsampleGeometry) upsample(t *testing.T, x []float32) []float32 {
+	t.Helper()
+	s := g.Shape
+	out, err := UpsampleLatents(x, s[0]*s[1], s[2], s[3], s[4], g.Scale, g.Mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // The JSON fields of the plan rows in snake case.
@@ -98,11 +113,7 @@ func loadRefineFixture(t *testing.T) *refineFixture {
 func TestRefineUpsampleMatchesUpstream(t *testing.T) {
 	f := loadRefineFixture(t)
 	for _, c := range f.Upsample {
-		s := c.Shape
-		got, err := UpsampleLatents(c.In, s[0]*s[1], s[2], s[3], s[4], c.Scale, c.Mode)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := c.upsample(t, c.In)
 		if len(got) != len(c.Out) {
 			t.Fatalf("%s %s: %d values, want %d", c.Name, c.Mode, len(got), len(c.Out))
 		}
@@ -134,11 +145,7 @@ func TestRefineUpsampleMatchesUpstream(t *testing.T) {
 func TestRefineHandoffMatchesUpstream(t *testing.T) {
 	f := loadRefineFixture(t)
 	for _, c := range f.Handoff {
-		s := c.Shape
-		up, err := UpsampleLatents(c.Clean, s[0]*s[1], s[2], s[3], s[4], c.Scale, c.Mode)
-		if err != nil {
-			t.Fatal(err)
-		}
+		up := c.upsample(t, c.Clean)
 		if c.AddNoise && c.Sigma > 0 {
 			if err := RefineHandoff(up, c.Noise, c.Sigma); err != nil {
 				t.Fatal(err)
