@@ -1,7 +1,6 @@
 package media
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,17 +12,7 @@ import (
 func writeWithFake(t *testing.T, dir, body string) error {
 	t.Helper()
 	tools := Tools{FFmpeg: fakeFFmpegRunning(t, body, "libx264", "aac")}
-	w, err := tools.NewMP4Writer(context.Background(), MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	for i := range 3 {
-		if err := w.WriteFrame(makeFrame(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return w.Close(nil)
+	return writeFrames(t, tools, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}, 3, nil)
 }
 
 // A full disk: ffmpeg reports "Error writing trailer ... No space left on device" and still

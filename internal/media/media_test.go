@@ -97,19 +97,26 @@ func assertDir(t *testing.T, dir string, want ...string) {
 
 func writeClip(t *testing.T, tools Tools, opts MP4Options, audio [][]float32) {
 	t.Helper()
+	if err := writeFrames(t, tools, opts, testFrames, audio); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeFrames writes n test frames through a new writer and returns the error of Close(audio), for
+// the tests that expect it to fail; a failure before Close fails the test.
+func writeFrames(t *testing.T, tools Tools, opts MP4Options, n int, audio [][]float32) error {
+	t.Helper()
 	w, err := tools.NewMP4Writer(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Abort()
-	for i := range testFrames {
+	for i := range n {
 		if err := w.WriteFrame(makeFrame(i)); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 	}
-	if err := w.Close(audio); err != nil {
-		t.Fatal(err)
-	}
+	return w.Close(audio)
 }
 
 // checkPixels decodes the file back to rgb24 and compares the mean of each quadrant's
