@@ -29,10 +29,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
 		in := fixtureInputs(t, fx)
-		ref, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ref := mustForward(t, m, in)
 		cache, err := m.PrepareAdaLN(fixtureLadders(t, fx)...)
 		if err != nil {
 			t.Fatal(err)
@@ -50,10 +47,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		defer text.Close()
 		in.TextState = text
 		for step := 0; step < 2; step++ { // the same cache and text serve several forwards
-			got, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := mustForward(t, m, in)
 			testutil.AssertClose(t, "cached video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
 			testutil.AssertClose(t, "cached audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*(testutil.MaxAbs(ref.Audio)+1))
 		}
@@ -84,10 +78,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		}
 		defer cm.Close()
 		in.AdaLN, in.TextState = nil, nil
-		got, err := cm.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := mustForward(t, cm, in)
 		testutil.AssertClose(t, "checkpoint-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
 		testutil.AssertClose(t, "checkpoint-cache audio", got.Audio, ref.Audio, []int{len(ref.Audio)}, 1e-6*(testutil.MaxAbs(ref.Audio)+1))
 		if _, err := cm.PrepareAdaLN(in.Timesteps); err == nil {
@@ -101,10 +92,7 @@ func TestAdaLNCacheEqualsUncached(t *testing.T) {
 		if m.p.Blocks[0].AdaLN.W.T != nil || m.p.NormOut.W.T != nil {
 			t.Errorf("KeepAdaLNCache left the AdaLN projection weights loaded")
 		}
-		got, err = m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got = mustForward(t, m, in)
 		testutil.AssertClose(t, "kept-cache video", got.Video, ref.Video, []int{len(ref.Video)}, 1e-6*(testutil.MaxAbs(ref.Video)+1))
 		if _, err := m.Forward(bad); err == nil {
 			t.Errorf("after KeepAdaLNCache an uncached timestep must fail")

@@ -25,14 +25,8 @@ func TestFP8Forward(t *testing.T) {
 		refA, _ := fx.F32(t, "out.audio")
 		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
 			m := fixtureModel(t, fx, Options{DType: dt, FP8: true, Dispatch: quant.Dispatch{FP8: quant.FP8Emulated}})
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dense, err := fixtureModel(t, fx, Options{DType: dt}).Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := mustForward(t, m, in)
+			dense := mustForward(t, fixtureModel(t, fx, Options{DType: dt}), in)
 			for _, ref := range []struct {
 				name       string
 				video, aud []float32

@@ -76,10 +76,7 @@ func TestTensorParallelVSAOnGPU(t *testing.T) {
 		in := fixtureInputs(t, fx)
 		for name, v := range vsaCases(t, fx) {
 			in.VSA = v
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := mustForward(t, m, in)
 			want, sh := fx.F32(t, "out."+name+".video")
 			testutil.AssertClose(t, name+" video over 2 GPUs", out.Video, want, sh, testutil.ParityTol(want))
 		}

@@ -152,10 +152,7 @@ func TestNewRandomRuns(t *testing.T) {
 	}
 	defer m.Close()
 	in := tinyInputs()
-	out, err := m.Forward(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := mustForward(t, m, in)
 	if len(out.Video) != 64 || len(out.Audio) != 16 || testutil.MaxAbs(out.Video) == 0 {
 		t.Errorf("random model output: %d video, %d audio values, max|video| %v", len(out.Video), len(out.Audio), testutil.MaxAbs(out.Video))
 	}
@@ -302,10 +299,7 @@ func TestNewRandomQuantizedRuns(t *testing.T) {
 	for i := range in.Text {
 		in.Text[i] = float32(i%5) - 2
 	}
-	out, err := m.Forward(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := mustForward(t, m, in)
 	for _, v := range append(append([]float32(nil), out.Video...), out.Audio...) {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			t.Fatal("random quantized model output is not finite")

@@ -20,10 +20,7 @@ func TestBlockGroups(t *testing.T) {
 		var one ForwardOutputs
 		for _, group := range []int{1, 2, 0} {
 			m := fixtureModel(t, fx, Options{BlockGroup: group})
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := mustForward(t, m, in)
 			checkPrograms(t, m, cmp.Or(group, DefaultBlockGroup))
 			want, sh := fx.F32(t, "out.video")
 			testutil.AssertClose(t, "out.video", out.Video, want, sh, testutil.ParityTol(want))

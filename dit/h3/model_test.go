@@ -15,6 +15,16 @@ import (
 // a fixture on the test backend.
 var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSource, "arch_config")
 
+// mustForward runs the model once; an error fails the test.
+func mustForward(t testing.TB, m *Model, in ForwardInputs) ForwardOutputs {
+	t.Helper()
+	out, err := m.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func i32(t *testing.T, fx *testutil.Fixture, name string) []int32 {
 	t.Helper()
 	v, _ := fx.I64(t, name)

@@ -120,10 +120,7 @@ func TestLoadShardedFolder(t *testing.T) {
 func TestBFloat16Forward(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{DType: dtypes.BFloat16})
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := mustForward(t, m, fixtureInputs(t, fx))
 		assertOutputsAtDType(t, fx, out, dtypes.BFloat16, "")
 	})
 }

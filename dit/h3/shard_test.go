@@ -99,10 +99,7 @@ func TestShardedRandomModel(t *testing.T) {
 		TimeEmbedHiddenDim: 24, TimeEmbedDim: 12, RopeFreqDim: 1, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5}
 	run := func(shards int) ForwardOutputs {
 		m := testutil.Open(t, func() (*Model, error) { return NewRandom(testutil.Backend(t), cfg, Options{Shards: shards}, 11) })
-		out, err := m.Forward(tinyInputs())
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := mustForward(t, m, tinyInputs())
 		return out
 	}
 	want := run(1)

@@ -153,10 +153,7 @@ func TestSPMDEmulated(t *testing.T) {
 		if spmd {
 			emulateSPMD(t, m)
 		}
-		out, err := m.Forward(tinyInputs())
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := mustForward(t, m, tinyInputs())
 		return out
 	}
 	want := run(1, false)

@@ -58,25 +58,17 @@ func TestVSAForwardParity(t *testing.T) {
 			t.Log("no tensor-parallel runs: the fixture's heads and FFN width have no common divisor")
 		}
 		in := fixtureInputs(t, fx)
-		dense, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dense := mustForward(t, m, in)
 		wantDense, sh := fx.F32(t, "out.dense.video")
 		testutil.AssertClose(t, "out.dense.video", dense.Video, wantDense, sh, testutil.ParityTol(wantDense))
 		for _, name := range slices.Sorted(maps.Keys(cases)) {
 			t.Run(name, func(t *testing.T) {
 				in.VSA = cases[name]
-				out, err := m.Forward(in)
-				if err != nil {
-					t.Fatal(err)
-				}
+				out := mustForward(t, m, in)
 				for _, run := range runs {
 					got := out
 					if run.m != nil {
-						if got, err = run.m.Forward(in); err != nil {
-							t.Fatal(err)
-						}
+						got = mustForward(t, run.m, in)
 					}
 					for _, part := range []struct {
 						name string
@@ -89,10 +81,7 @@ func TestVSAForwardParity(t *testing.T) {
 				if d := testutil.MaxAbsDiff(out.Video, dense.Video); d <= 100*testutil.ParityTol(dense.Video) {
 					t.Errorf("VSA output within %.3g of the dense forward: the case does not exercise sparsity", d)
 				}
-				g, err := grouped.Forward(in)
-				if err != nil {
-					t.Fatal(err)
-				}
+				g := mustForward(t, grouped, in)
 				if !testutil.SameBits(g.Video, out.Video) || !testutil.SameBits(g.Audio, out.Audio) {
 					t.Error("two blocks per program differ from one block per program")
 				}

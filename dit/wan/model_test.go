@@ -16,6 +16,17 @@ var fixtureConfig, fixtureModel = testutil.FixtureReaders(ParseConfig, FromSourc
 
 // fixtureInputs reads in.hidden_states [1, C, T, H, W], in.encoder_hidden_states [1, S, text_dim] and
 // in.timestep ([1] int64 or [1, L] float) as one sample.
+
+// mustForward runs the model once; an error fails the test.
+func mustForward(t testing.TB, m *Model, in ForwardInputs) []float32 {
+	t.Helper()
+	out, err := m.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func fixtureInputs(t *testing.T, fx *testutil.Fixture) ForwardInputs {
 	t.Helper()
 	latent, sh := fx.F32(t, "in.hidden_states")
@@ -71,10 +82,7 @@ func TestForwardPlainMatchesTraced(t *testing.T) {
 		in.Text, in.TextState = nil, text
 		want, sh := fx.F32(t, "out.sample")
 		for i := 0; i < 2; i++ { // the second call reuses the cached RoPE tables and executables
-			out, err := m.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := mustForward(t, m, in)
 			testutil.AssertClose(t, "out.sample", out, want, sh, testutil.ParityTol(want))
 		}
 	})
@@ -93,28 +101,19 @@ func TestPerTokenTimesteps(t *testing.T) {
 		}
 		l := nt * nh * nw
 		in.Timesteps = []float32{601}
-		one, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		one := mustForward(t, m, in)
 		in.Timesteps = make([]float32, l)
 		for i := range in.Timesteps {
 			in.Timesteps[i] = 601
 		}
-		same, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		same := mustForward(t, m, in)
 		testutil.AssertClose(t, "per-token equal timesteps vs scalar", same, one, nil, 0)
 		// Mixed: only the first frame's tokens at 0 (TI2V); tokens of later frames see a different
 		// modulation, so the whole output changes, but the mixed path must stay finite.
 		for i := 0; i < nh*nw; i++ {
 			in.Timesteps[i] = 0
 		}
-		mixed, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		mixed := mustForward(t, m, in)
 		if d := testutil.MaxAbsDiff(mixed, one); d == 0 || math.IsNaN(d) {
 			t.Errorf("per-token timesteps [0…, 601…] vs 601: max diff %v, want a finite nonzero change", d)
 		}
@@ -152,10 +151,7 @@ func TestForwardInputErrors(t *testing.T) {
 func TestBFloat16Forward(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{DType: dtypes.BFloat16})
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := mustForward(t, m, fixtureInputs(t, fx))
 		want, sh := fx.F32(t, "out.sample")
 		testutil.AssertAtDType(t, "out.sample", dtypes.BFloat16, out, want, sh)
 	})

@@ -21,10 +21,7 @@ func TestNewRandom(t *testing.T) {
 				t.Fatalf("%s drawn with shape %v, declared %v", p.Name, got, p.Shape)
 			}
 		}
-		out, err := m.Forward(fixtureInputs(t, fx))
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := mustForward(t, m, fixtureInputs(t, fx))
 		var ss float64
 		for _, v := range out {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

@@ -37,10 +37,7 @@ func TestReplicaSameDevice(t *testing.T) {
 	testutil.ForEachFixture(t, "wan_dit", func(t *testing.T, fx *testutil.Fixture) {
 		m := fixtureModel(t, fx, Options{})
 		in := fixtureInputs(t, fx)
-		want, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := mustForward(t, m, in)
 		r, err := m.Replica(0)
 		if err != nil {
 			t.Fatal(err)

@@ -28,10 +28,7 @@ func TestVSAForwardParity(t *testing.T) {
 			t.Fatal("the fixture's to_gate_compress weights were not bound")
 		}
 		in := fixtureInputs(t, fx)
-		dense, err := m.Forward(in)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dense := mustForward(t, m, in)
 		want, sh := fx.F32(t, "out.dense.sample")
 		testutil.AssertClose(t, "out.dense.sample", dense, want, sh, testutil.ParityTol(want))
 		for _, name := range slices.Sorted(maps.Keys(cases)) {
@@ -41,10 +38,7 @@ func TestVSAForwardParity(t *testing.T) {
 					t.Fatalf("top-k %d of %d tiles, fixture %d: the case must be really sparse", k, c.NumTiles, c.TopK)
 				}
 				in.VSA = &VSA{Sparsity: c.Sparsity}
-				got, err := m.Forward(in)
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := mustForward(t, m, in)
 				want, sh := fx.F32(t, "out."+name+".sample")
 				testutil.AssertClose(t, "out."+name+".sample", got, want, sh, testutil.ParityTol(want))
 				if d := testutil.MaxAbsDiff(got, dense); d <= 100*testutil.ParityTol(dense) {
