@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 
 	"fastvideo/internal/testutil"
@@ -19,11 +20,7 @@ import (
 func TestTensorParallelOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
-		load := func(shards int) *Model {
-			return testutil.Open(t, func() (*Model, error) {
-				return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32, Shards: shards})
-			})
-		}
+		load := func(shards int) *Model { return openOn(t, b, fx, Options{DType: dtypes.Float32, Shards: shards}) }
 		one := load(1)
 		want, wantActs := testutil.TracedForward(t, &one.trace, func() (ForwardOutputs, error) { return one.Forward(fixtureInputs(t, fx)) })
 		m := load(2)
@@ -50,9 +47,7 @@ func TestTensorParallelBF16OnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda", 2)
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {
 		skipUnlessSplitsInTwo(t, fx)
-		out := testutil.Run(t, func() (*Model, error) {
-			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.BFloat16, Shards: 2})
-		}, func(m *Model) (ForwardOutputs, error) { return m.Forward(fixtureInputs(t, fx)) })
+		out := mustForward(t, openOn(t, b, fx, Options{DType: dtypes.BFloat16, Shards: 2}), fixtureInputs(t, fx))
 		assertOutputsAtDType(t, fx, out, dtypes.BFloat16, " bf16 over 2 GPUs")
 	})
 }
@@ -67,9 +62,7 @@ func TestTensorParallelVSAOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
 	testutil.ForEachFixture(t, "h3_dit_vsa", func(t *testing.T, fx *testutil.Fixture) {
 		skipUnlessSplitsInTwo(t, fx)
-		m := testutil.Open(t, func() (*Model, error) {
-			return FromSource(b, fixtureConfig(t, fx), fx.Weights(), Options{DType: dtypes.Float32, Shards: 2})
-		})
+		m := openOn(t, b, fx, Options{DType: dtypes.Float32, Shards: 2})
 		if tp := m.TensorParallel(); !strings.Contains(tp, "SPMD") {
 			t.Fatalf("Shards 2 on %d devices ran %q, want the SPMD path", b.NumDevices(), tp)
 		}
@@ -81,6 +74,12 @@ func TestTensorParallelVSAOnGPU(t *testing.T) {
 			testutil.AssertClose(t, name+" video over 2 GPUs", out.Video, want, sh, testutil.ParityTol(want))
 		}
 	})
+}
+
+// openOn is fixtureModel on backend b: the fixture's model on the GPUs, closed when the test ends.
+func openOn(t *testing.T, b compute.Backend, fx *testutil.Fixture, opts Options) *Model {
+	t.Helper()
+	return testutil.Open(t, func() (*Model, error) { return FromSource(b, fixtureConfig(t, fx), fx.Weights(), opts) })
 }
 
 // skipUnlessSplitsInTwo skips a fixture whose heads do not split over the two GPUs these tests hold.
