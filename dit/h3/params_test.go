@@ -31,19 +31,12 @@ func TestBindingListsEveryProblem(t *testing.T) {
 }
 
 func TestReleaseParameterCount(t *testing.T) {
-	count := func(cfg Config) int64 {
-		params, err := Params(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return params.Count()
-	}
 	cfg := ReleaseConfig()
-	if got := count(cfg); got != 33_122_992_896 { // upstream's "33.12B total" figure
+	if got := testutil.ParamCount(t, Params, cfg); got != 33_122_992_896 { // upstream's "33.12B total" figure
 		t.Errorf("released H3 has %d parameters, want 33,122,992,896", got)
 	}
 	cfg.AdaLNRank = 16
-	if got := count(cfg); got < 20_160_000_000 || got > 20_180_000_000 {
+	if got := testutil.ParamCount(t, Params, cfg); got < 20_160_000_000 || got > 20_180_000_000 {
 		t.Errorf("rank-16 H3 has %d parameters, want ≈20.17B", got)
 	}
 }

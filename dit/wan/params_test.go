@@ -60,13 +60,6 @@ func TestLoadFolder(t *testing.T) {
 }
 
 func TestReleaseParameterCounts(t *testing.T) {
-	count := func(cfg Config) int64 {
-		params, err := Params(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return params.Count()
-	}
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -76,7 +69,7 @@ func TestReleaseParameterCounts(t *testing.T) {
 		{"Wan2.2-TI2V-5B", Wan22TI2V5B(), 4_999_787_712},
 		{"Wan2.1-14B", Wan21T2V14B(), 14_288_491_584},
 	} {
-		if got := count(c.cfg); got != c.want {
+		if got := testutil.ParamCount(t, Params, c.cfg); got != c.want {
 			t.Errorf("%s has %d parameters, want %d", c.name, got, c.want)
 		}
 	}

@@ -471,6 +471,17 @@ func (c *SlogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
 // WithGroup: see WithAttrs.
 func (c *SlogCapture) WithGroup(string) slog.Handler { return c }
 
+// ParamCount is the number of parameters that params (a model package's Params) declares for cfg;
+// an error fails the test.
+func ParamCount[C any](t testing.TB, params func(C) (weights.Shapes, error), cfg C) int64 {
+	t.Helper()
+	s, err := params(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Count()
+}
+
 // Closer is a model a test builds and closes.
 type Closer interface{ Close() error }
 

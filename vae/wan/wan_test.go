@@ -168,11 +168,7 @@ func TestCheckpointSizes(t *testing.T) {
 		cfg  Config
 		want int64
 	}{{"wan21", DefaultConfig(), 73_295_603}, {"wan22", Wan22Config(), 555_051_580}} {
-		list, err := Params(tc.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := list.Count(); n != tc.want {
+		if n := testutil.ParamCount(t, Params, tc.cfg); n != tc.want {
 			t.Errorf("%s: decoder has %d parameters, want %d", tc.name, n, tc.want)
 		}
 	}
