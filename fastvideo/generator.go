@@ -448,9 +448,6 @@ func planLoRA(m family.Model, o Options) ([]api.PlanLoRA, error) {
 	if err := checkLoRAModel(m, o); err != nil {
 		return nil, err
 	}
-	if o.RandomWeights != nil {
-		return nil, &RequestError{Field: "lora", Value: "with random weights", Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop the random weights or the adapters"}
-	}
 	return m.(family.LoRAPlanner).PlanLoRA(o.LoRA)
 }
 

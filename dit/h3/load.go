@@ -132,6 +132,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 			"load the released (dense) transformer for FP8", describeScheme(p.BlockLayout[0]))
 	}
 	p.BlockFP8 = opts.FP8
+	p.set.AfterBindAll(opts.OnBind)
 	return &Model{
 		cfg: cfg, backend: backend, dtype: dt, p: p, rope: modelkit.NewRopeCache(slices.Equal[[]float64]),
 		spec: blockSpec{
@@ -221,12 +222,12 @@ func (m *Model) convertFP8OnBind() (done func(), err error) {
 	}
 	for i := range m.p.Blocks {
 		for _, w := range m.p.Blocks[i].linears() {
-			w.W.AfterBind = func(*weights.Param) error {
+			w.W.ThenAfterBind(func(*weights.Param) error { // after Options.OnBind: merged, then converted
 				if err := w.ToFP8(m.p.set, c); err != nil {
 					return fmt.Errorf("h3: %w", err)
 				}
 				return nil
-			}
+			})
 		}
 	}
 	return c.Close, nil

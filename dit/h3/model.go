@@ -76,6 +76,10 @@ type Options struct {
 	// dense forward, 1 for a VSA one; 1: one block per program, the shortest compile). The numbers do
 	// not depend on it.
 	BlockGroup int
+	// OnBind runs on each weight as it lands on the device (loaded or drawn), before the model converts or
+	// caches anything from it (FP8 codes, the AdaLN step cache); it may replace the tensor. Random weights
+	// take LoRA adapters through it (familykit.LoRA.MergeOnBind); a checkpoint's merge as they are read.
+	OnBind func(*weights.Param) error
 }
 
 // Model is a loaded H3 transformer. It is not safe for concurrent Forward calls.

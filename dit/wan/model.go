@@ -48,6 +48,10 @@ type Options struct {
 	DType dtypes.DType
 	// Attention selects the attention path (see package attention); the zero value is automatic.
 	Attention attention.Options
+	// OnBind runs on each weight as it lands on the device (loaded or drawn), before the model builds
+	// anything from it; it may replace the tensor. Random weights take LoRA adapters through it
+	// (familykit.LoRA.MergeOnBind); a checkpoint's merge as they are read.
+	OnBind func(*weights.Param) error
 }
 
 // Model is a loaded Wan transformer. It is not safe for concurrent Forward calls.
@@ -107,8 +111,10 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	p := declareParams(cfg)
+	p.set.AfterBindAll(opts.OnBind)
 	return &Model{
-		cfg: cfg, backend: backend, dtype: dt, p: declareParams(cfg),
+		cfg: cfg, backend: backend, dtype: dt, p: p,
 		vsaExecs: modelkit.ExecCache[vsaKey]{},
 		rope:     modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
 		spec: blockSpec{

@@ -276,6 +276,9 @@ func TestLoRAFlag(t *testing.T) {
 		p.LoRA[1].Path != odd || p.LoRA[1].Strength != 1 {
 		t.Fatalf("plan adapters %+v", p.LoRA)
 	}
+	if p, _ := plan(t, "-random-weights", "-lora", good); len(p.LoRA) != 1 || p.LoRA[0].Tensors != 2 { // merged as drawn
+		t.Fatalf("random weights: plan adapters %+v", p.LoRA)
+	}
 	h3 := testutil.WriteLoRA(t, dir, "h3.safetensors", 1, testutil.LoRAModule{Module: "transformer_blocks.0.attn.to_q", In: 64, Out: 64, Rank: 4, PEFT: true})
 	rank := testutil.WriteLoRA(t, dir, "rank.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 64, Out: 64, Rank: 4, RankB: 2})
 	nan := testutil.WriteLoRA(t, dir, "nan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 64, Out: 64, Rank: 4, NaN: true})
@@ -289,7 +292,6 @@ func TestLoRAFlag(t *testing.T) {
 		{"-plan -lora " + rank, 2, "rank mismatch"},
 		{"-plan -lora " + nan, 2, "NaN"},
 		{"-plan -lora " + good + ":nan", 2, "finite strength"},
-		{"-plan -random-weights -lora " + good, 2, "random weights"},
 		{"-prompt fox -out " + out + " -lora " + h3, 2, "MiniMax H3 adapter"},
 	})
 	if _, err := os.Stat(out); err == nil {

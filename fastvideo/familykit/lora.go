@@ -7,7 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/gomlx/core/tensors"
+
 	"fastvideo/fastvideo/api"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/lora"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
@@ -213,10 +216,62 @@ func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error
 	return out, nil
 }
 
-// ErrLoRARandomWeights refuses adapters on random weights, which are drawn on the device: there is no
-// checkpoint to merge them into.
-var ErrLoRARandomWeights = &api.RequestError{Field: "lora", Value: "with random weights",
-	Allowed: "no adapter: random weights are drawn on the device, adapters merge into a checkpoint's weights as they load; drop -random-weights (WithRandomWeights) or the adapters"}
+// MergeOnBind is LoadMerged for weights drawn on the device (random weights, which have no checkpoint
+// to read merged): the returned hook, a DiT's Options.OnBind, reads each weight an adapter changes back
+// to the host as it is drawn, merges it in float32 (lora.Merger, as LoadMerged does) and puts it back
+// on its device in its dtype, before the model converts or caches anything from it. shapes is the
+// DiT's parameter table. l nil: no hook.
+func (l *LoRA) MergeOnBind(shapes lora.Shapes) (func(*weights.Param) error, error) {
+	if l == nil {
+		return nil, nil
+	}
+	m, err := lora.NewMerger(l.Adapters, l.Names, shapes)
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: merging LoRA adapters: %w", err)
+	}
+	return func(p *weights.Param) error {
+		if !m.Changes(p.Name) {
+			return nil
+		}
+		merged, err := mergeDeviceTensor(p.Name, p.T, m)
+		if err != nil {
+			return err
+		}
+		p.T.FinalizeAll()
+		p.T = merged
+		return nil
+	}, nil
+}
+
+// mergeDeviceTensor is t (a float tensor on a device) with the adapters merged, on the same device in
+// the same dtype (rounded to nearest even, as LoadMerged encodes).
+func mergeDeviceTensor(name string, t *tensors.Tensor, m *lora.Merger) (*tensors.Tensor, error) {
+	vals, err := graphexec.HostF32(t)
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: reading %s: %w", name, err)
+	}
+	if err := m.Apply(name, vals); err != nil {
+		return nil, fmt.Errorf("fastvideo: %w", err)
+	}
+	backend, err := t.Backend()
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	dev, err := t.Device()
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	data, err := safetensors.FloatBytes(vals, safetensors.F32)
+	if err != nil {
+		return nil, err
+	}
+	info := safetensors.Info{Name: name, DType: safetensors.F32, Shape: t.Shape().Dimensions, Data: data}
+	out, err := weights.LoadTo(info, t.DType(), backend, dev)
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	return out, nil
+}
 
 // OpenAdapters opens and validates a generator's adapters against the DiT's tensor shapes (read only
 // when there are adapters); nil without adapters.

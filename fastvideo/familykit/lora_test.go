@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 
+	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 
 	"fastvideo/fastvideo/api"
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/lora"
+	"fastvideo/internal/randweights"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/weights"
@@ -81,4 +85,70 @@ func mustF32(t *testing.T, info safetensors.Info) []float32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestMergeOnBind: adapters merged into weights as they are drawn on the device (random weights) equal
+// the host merge of the same draw, rounded to the weights' dtype (bf16) as LoadMerged rounds; a zero
+// up-projection leaves the draw bit-identical, and a weight no adapter touches is left alone.
+func TestMergeOnBind(t *testing.T) {
+	const n = 8
+	backend := testutil.Backend(t)
+	names := lora.NameMap{Model: "the test model", Map: func(m string, _ bool) (lora.Target, bool) {
+		return lora.Target{Weight: m + ".weight"}, m == "m"
+	}}
+	shapes := lora.Shapes{"m.weight": {n, n}, "o.weight": {n}}
+	draw := func(hook func(*weights.Param) error) map[string][]float32 {
+		set := weights.NewSet("")
+		set.Add("m.weight", n, n)
+		set.Add("o.weight", n)
+		set.AfterBindAll(hook)
+		if err := randweights.FillRandom(backend, set, dtypes.BFloat16, 3, randweights.FixtureDraw); err != nil {
+			t.Fatal(err)
+		}
+		defer set.Release()
+		out := map[string][]float32{}
+		for _, p := range set.Params() {
+			v, err := graphexec.HostF32(p.T)
+			if err != nil || p.T.DType() != dtypes.BFloat16 {
+				t.Fatalf("%s: %s, %v", p.Name, p.T.DType(), err)
+			}
+			out[p.Name] = v
+		}
+		return out
+	}
+	base := draw(nil)
+	dir := t.TempDir()
+	for _, zero := range []bool{true, false} {
+		path := testutil.WriteLoRA(t, dir, map[bool]string{true: "z.safetensors", false: "r.safetensors"}[zero], 1,
+			testutil.LoRAModule{Module: "m", In: n, Out: n, Rank: 2, ZeroUp: zero, Scale: 0.3})
+		l, err := OpenLoRA([]api.LoRA{{Path: path, Strength: 1.5}}, names, shapes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook, err := l.MergeOnBind(shapes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := draw(hook)
+		want := lora.TensorMap{"m.weight": {Shape: []int{n, n}, Data: slices.Clone(base["m.weight"])}}
+		if _, err := lora.Merge(l.Adapters, names, want); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range want["m.weight"].Data {
+			want["m.weight"].Data[i] = bfloat16.FromFloat32(v).Float32()
+		}
+		if !testutil.SameBits(got["m.weight"], want["m.weight"].Data) {
+			t.Errorf("zero=%v: the drawn-and-merged m.weight differs from the bf16 of the host merge", zero)
+		}
+		if zero != testutil.SameBits(got["m.weight"], base["m.weight"]) {
+			t.Errorf("zero=%v: m.weight unchanged = %v", zero, !zero)
+		}
+		if !testutil.SameBits(got["o.weight"], base["o.weight"]) {
+			t.Error("a weight no adapter touches changed")
+		}
+		l.Close()
+	}
+	if hook, err := (*LoRA)(nil).MergeOnBind(shapes); hook != nil || err != nil {
+		t.Errorf("no adapters: hook %v, %v", hook != nil, err)
+	}
 }

@@ -102,10 +102,12 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return nil, err
 	}
 	if e.RandomWeights != nil {
-		if len(e.LoRA) > 0 {
-			return nil, familykit.ErrLoRARandomWeights
+		if err := c.openRandom(*e.RandomWeights); err != nil {
+			return nil, err
 		}
-		return c, c.openRandom(*e.RandomWeights)
+		// Adapters merge into the weights as they are drawn (randomSource.loadDiT).
+		c.LoRA, err = familykit.OpenAdapters(e.LoRA, h3dit.LoRANames(), s.tableShapes)
+		return c, err
 	}
 	if s.Dir == "" {
 		if s.Name != TinyName {
@@ -140,8 +142,7 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 // requantizing, which this SDK does not do.
 func (s *Spec) loraShapes() (lora.Shapes, error) {
 	if s.Dir == "" {
-		table, err := h3dit.Params(s.DiT)
-		return familykit.ShapesOf(table), err
+		return s.tableShapes()
 	}
 	dir := filepath.Join(s.Dir, familykit.DirTransformer)
 	switch {
@@ -153,6 +154,12 @@ func (s *Spec) loraShapes() (lora.Shapes, error) {
 			"in place of the AdaLN projections, which an adapter changes; load the released (dense) transformer with the adapter"}
 	}
 	return familykit.CheckpointShapes(dir)
+}
+
+// tableShapes are the DiT's parameter table: what tiny-h3 and random weights are drawn to.
+func (s *Spec) tableShapes() (lora.Shapes, error) {
+	table, err := h3dit.Params(s.DiT)
+	return familykit.ShapesOf(table), err
 }
 
 // PlanLoRA validates adapters against the DiT's weights and reports what each changes

@@ -9,14 +9,13 @@ import (
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/api"
-	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/testutil"
 )
 
 // TestLoRARefusesConvertedBases: a converted MLX transformer/ (quantized or block-scaled linears) and a
 // checkpoint carrying a fixed AdaLN cache refuse adapters before the adapter is even opened, saying to
-// load the dense release; random weights do too.
+// load the dense release.
 func TestLoRARefusesConvertedBases(t *testing.T) {
 	adapter := []api.LoRA{{Path: "never-opened.safetensors", Strength: 1}}
 	converted := tinySpec()
@@ -41,10 +40,6 @@ func TestLoRARefusesConvertedBases(t *testing.T) {
 		if !errors.As(err, &re) || re.Field != "lora" || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "dense") {
 			t.Errorf("%s: %v, want a lora RequestError mentioning %q and the dense release", c.spec.Dir, err, c.want)
 		}
-	}
-	seed := int64(1)
-	if _, err := tinySpec().Open(&family.Engine{RandomWeights: &seed, LoRA: adapter}); err == nil || !strings.Contains(err.Error(), "random weights") {
-		t.Errorf("random weights with an adapter: %v", err)
 	}
 }
 

@@ -62,11 +62,20 @@ func (r *randomSource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, _ we
 	return qwen3vl.NewRandom(e.Backend, cfg, opts, r.seed+3)
 }
 
-// loadDiT draws the transformer with its AdaLN projections: a folder's AdaLN cache manifest
-// describes checkpoint files that a random model does not read.
-// Open refuses adapters for random weights (l is nil).
-func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, _ *familykit.LoRA) (*h3dit.Model, error) {
+// loadDiT draws the transformer with its AdaLN projections (a folder's AdaLN cache manifest
+// describes checkpoint files that a random model does not read), merging the adapters into each
+// weight as it is drawn.
+func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
 	opts.AdaLNManifest = nil
+	if l != nil {
+		shapes, err := r.spec.tableShapes()
+		if err != nil {
+			return nil, err
+		}
+		if opts.OnBind, err = l.MergeOnBind(shapes); err != nil {
+			return nil, err
+		}
+	}
 	return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }
 

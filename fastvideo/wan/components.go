@@ -102,11 +102,10 @@ func (s *Spec) Open(e *family.Engine) (family.Components, error) {
 		return nil, err
 	}
 	if e.RandomWeights != nil {
-		if len(e.LoRA) > 0 {
-			return nil, familykit.ErrLoRARandomWeights
-		}
 		c.Src = &randomSource{spec: s, seed: *e.RandomWeights}
-		return c, nil
+		// Adapters merge into the weights as they are drawn (randomSource.loadDiT).
+		c.LoRA, err = familykit.OpenAdapters(e.LoRA, wandit.LoRANames(), s.tableShapes)
+		return c, err
 	}
 	if s.Dir == "" {
 		if s.Name != TinyName && s.Name != Tiny22Name {
@@ -135,6 +134,11 @@ func (s *Spec) loraShapes() (lora.Shapes, error) {
 	if s.Dir != "" {
 		return familykit.CheckpointShapes(filepath.Join(s.Dir, familykit.DirTransformer))
 	}
+	return s.tableShapes()
+}
+
+// tableShapes are the DiT's parameter table: what the built-in models and random weights are drawn to.
+func (s *Spec) tableShapes() (lora.Shapes, error) {
 	table, err := wandit.Params(s.DiT)
 	return familykit.ShapesOf(table), err
 }

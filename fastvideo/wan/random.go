@@ -52,9 +52,19 @@ func (r *randomSource) newTextEncoder(e *family.Engine, _ umt5.Config, _ weights
 	return umt5.NewRandom(e.Backend, r.textConfig(), opts, r.seed+2)
 }
 
-// loadDiT draws the transformer on the device; Open refuses adapters for random weights (l is nil).
-func (r *randomSource) loadDiT(e *family.Engine, _ *familykit.LoRA) (*wandit.Model, error) {
-	return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention}, r.seed)
+// loadDiT draws the transformer on the device, merging the adapters into each weight as it is drawn.
+func (r *randomSource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
+	opts := wandit.Options{DType: e.DType, Attention: e.Attention}
+	if l != nil {
+		shapes, err := r.spec.tableShapes()
+		if err != nil {
+			return nil, err
+		}
+		if opts.OnBind, err = l.MergeOnBind(shapes); err != nil {
+			return nil, err
+		}
+	}
+	return wandit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }
 
 func (r *randomSource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

@@ -70,6 +70,32 @@ type Param struct {
 	T         *tensors.Tensor
 }
 
+// ThenAfterBind makes fn run after the parameter's AfterBind (if any) once it is bound.
+func (p *Param) ThenAfterBind(fn func(*Param) error) {
+	prev := p.AfterBind
+	if prev == nil {
+		p.AfterBind = fn
+		return
+	}
+	p.AfterBind = func(q *Param) error {
+		if err := prev(q); err != nil {
+			return err
+		}
+		return fn(q)
+	}
+}
+
+// AfterBindAll makes fn run on every parameter declared so far once it is bound, after the
+// parameter's own AfterBind (nil fn: nothing).
+func (s *Set) AfterBindAll(fn func(*Param) error) {
+	if fn == nil {
+		return
+	}
+	for _, p := range s.root.params {
+		p.ThenAfterBind(fn)
+	}
+}
+
 // Bound reports whether the parameter received a value (always true for
 // non-optional parameters after a successful Bind).
 func (p *Param) Bound() bool { return p != nil && p.T != nil }
