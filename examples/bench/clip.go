@@ -41,7 +41,7 @@ var (
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step), enhance (the template prompt enhancer) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -83,6 +83,15 @@ func benchClip(spec string, c common) error {
 	if *clipCache {
 		opts = append(opts, fastvideo.WithPromptCache(filepath.Join(out, "prompt-cache")))
 	}
+	if *clipLoRARank > 0 {
+		t0 := time.Now()
+		path, n, err := randomAdapter(*clipModel, *clipLoRARank, out, c.Seed)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("clip: a random rank-%d adapter on %d modules written in %.2f s\n", *clipLoRARank, n, time.Since(t0).Seconds())
+		opts = append(opts, fastvideo.WithLoRA(path, 1))
+	}
 	t0 := time.Now()
 	g, err := fastvideo.New(context.Background(), *clipModel, opts...)
 	if err != nil {
@@ -116,6 +125,8 @@ type clipVariant struct {
 	// tiny decodes with the TAEHV tiny decoder (Request.Decoder "tiny"); preview adds a preview to
 	// every denoising step (Request.Preview).
 	tiny, preview bool
+	// enhance expands the prompt with the template prompt enhancer (Request.EnhancePrompt).
+	enhance bool
 }
 
 // parseClipVariants reads "default,dense,fast,spatial,fast+spatial,image,image+last"; the empty list
@@ -138,7 +149,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			}
 			on := v.switchOf(tok)
 			if on == nil {
-				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt, tiny, preview joined by + (e.g. fast+spatial+tiny)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt, tiny, preview, enhance joined by + (e.g. fast+spatial+tiny)", list, tok)
 			}
 			*on = true
 		}
@@ -150,7 +161,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 // switchOf is the switch of v that the -clip-variants token tok turns on; nil for an unknown token.
 func (v *clipVariant) switchOf(tok string) *bool {
 	return map[string]*bool{"dense": &v.dense, "vsa": &v.vsa, "fast": &v.fast, "spatial": &v.spatial, "refine": &v.refine,
-		"image": &v.firstImage, "last": &v.lastImage, "alt": &v.alt, "tiny": &v.tiny, "preview": &v.preview}[tok]
+		"image": &v.firstImage, "last": &v.lastImage, "alt": &v.alt, "tiny": &v.tiny, "preview": &v.preview, "enhance": &v.enhance}[tok]
 }
 
 // request builds the variant's request; images come from -clip-image / -clip-last-image, else a
@@ -158,7 +169,7 @@ func (v *clipVariant) switchOf(tok string) *bool {
 func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo.Request, error) {
 	req := fastvideo.Request{Prompt: *clipPrompt, Height: *clipHeight, Width: *clipWidth, NumFrames: *clipFrames,
 		NumInferenceSteps: *clipSteps, Fast: v.fast, FastSpatial: v.spatial, Refine: v.refine, OutputPath: out + string(filepath.Separator),
-		Preview: v.preview}
+		Preview: v.preview, EnhancePrompt: v.enhance}
 	if v.tiny {
 		req.Decoder = fastvideo.DecoderTiny
 	}
