@@ -46,6 +46,8 @@ type Update struct {
 	Module string
 	// Musubi reports a musubi/kohya module name, written with '_' for '.'.
 	Musubi bool
+	// PEFTAdapter is the PEFT adapter name its keys carry (m.lora_A.<name>.weight), "" when none.
+	PEFTAdapter string
 	// Keys are the file keys that make this update, sorted.
 	Keys []string
 
@@ -176,6 +178,9 @@ func group(f *safetensors.File) ([]*Update, error) {
 			byModule[p.module] = u
 		} else if u.Musubi != p.musubi {
 			return nil, fmt.Errorf("key %q: module %q is named both with and without the musubi %q prefix; the file mixes layouts", key, p.module, musubiPrefix)
+		}
+		if p.adapter != "" {
+			u.PEFTAdapter = p.adapter
 		}
 		if err := u.add(p, &info); err != nil {
 			return nil, err

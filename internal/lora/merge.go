@@ -19,6 +19,28 @@ type Target struct {
 	// Optional marks a layer only some variants of the model have (Wan's I2V image layers): when the
 	// weights lack it, the module is skipped and listed in Touched.Skipped instead of failing.
 	Optional bool
+	// Rows, when set, spreads the module's low-rank product over row blocks of one or more weights
+	// (Weight and Bias are then unused and must be ""): the adapter's model fuses projections the
+	// checkpoint keeps apart (H3's attn.qkv_proj: to_q, to_k, to_v) or orders the rows of one
+	// otherwise (H3's mlp.fc1, gate half first, against ff.net.0.proj, value half first). The blocks
+	// must cover B·A's rows exactly once; only a plain low-rank pair (no bias or dense delta) splits.
+	Rows []RowBlock
+}
+
+// RowBlock sends one block of a module's output rows to a block of a weight's rows. Blocks are equal
+// parts, so that a map needs no sizes: rows [From·Out/Of, (From+1)·Out/Of) of B·A are added to rows
+// [To·R/Into, (To+1)·R/Into) of Weight, whose row count is R.
+type RowBlock struct {
+	Weight   string
+	From, Of int
+	To, Into int
+}
+
+// rowSpan is a RowBlock resolved against the shapes: n rows of B·A from src added to the weight's rows
+// from dst.
+type rowSpan struct {
+	weight      string
+	src, dst, n int
 }
 
 // NameMap maps an adapter's normalized module names onto a model's checkpoint.
@@ -30,6 +52,10 @@ type NameMap struct {
 	// Hint, when set, explains unmatched modules (the file keys of the modules Map refused), e.g. "the keys
 	// look like a MiniMax H3 adapter's: use one trained for the Wan DiT"; "" gives the generic advice.
 	Hint func(unmatched []string) string
+	// Check, when set, may refuse a module Map accepted, for what its name alone does not settle (H3:
+	// native names under PEFT's adapter infix are DiffSynth-Studio files, whose fused QKV rows are
+	// ordered per head); the error is returned as the adapter's.
+	Check func(u *Update, t Target) error
 }
 
 // Weights are host float32 tensors merged in place.
@@ -76,7 +102,8 @@ type Touched struct {
 type step struct {
 	u      *Update
 	target Target
-	skip   bool // optional target absent from the weights
+	skip   bool      // optional target absent from the weights
+	rows   []rowSpan // Target.Rows resolved (nil without)
 }
 
 // Plan resolves every adapter against the model and the weights without changing anything: each module
@@ -144,7 +171,10 @@ func report(name string, steps []step) Touched {
 			skipped = append(skipped, s.u.Module)
 			continue
 		}
-		if s.u.HasLowRank() || s.u.HasDiff() || s.u.HasSet() {
+		for _, r := range s.rows {
+			set[r.weight] = true
+		}
+		if s.rows == nil && (s.u.HasLowRank() || s.u.HasDiff() || s.u.HasSet()) {
 			set[s.target.Weight] = true
 		}
 		if s.u.HasBiasDelta() {
@@ -170,23 +200,110 @@ func resolve(a *Adapter, names NameMap, w Weights) ([]step, error) {
 			unmatched = append(unmatched, u.Keys[0])
 			continue
 		}
-		if prev := owner[t.Weight]; prev != nil {
-			return nil, fmt.Errorf("keys %q and %q both change %q (modules %q and %q): the file names one layer in two spellings (native and diffusers?); keep one", prev.Keys[0], u.Keys[0], t.Weight, prev.Module, u.Module)
+		if names.Check != nil {
+			if err := names.Check(u, t); err != nil {
+				return nil, err
+			}
 		}
-		owner[t.Weight] = u
+		targets := []string{t.Weight}
+		if len(t.Rows) > 0 {
+			targets = rowWeights(t.Rows)
+		}
+		for _, tw := range targets {
+			if prev := owner[tw]; prev != nil && prev != u {
+				return nil, fmt.Errorf("keys %q and %q both change %q (modules %q and %q): the file names one layer in two spellings (native and diffusers?); keep one", prev.Keys[0], u.Keys[0], tw, prev.Module, u.Module)
+			}
+			owner[tw] = u
+		}
+		if len(t.Rows) > 0 {
+			rows, err := checkRows(u, t, w, names.Model)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, step{u: u, target: t, rows: rows})
+			continue
+		}
 		if _, _, ok := w.Float32(t.Weight); !ok && t.Optional {
-			steps = append(steps, step{u, t, true})
+			steps = append(steps, step{u: u, target: t, skip: true})
 			continue
 		}
 		if err := check(u, t, w, names.Model); err != nil {
 			return nil, err
 		}
-		steps = append(steps, step{u, t, false})
+		steps = append(steps, step{u: u, target: t})
 	}
 	if len(unmatched) > 0 {
 		return nil, unmatchedError(unmatched, len(a.Updates), names)
 	}
 	return steps, nil
+}
+
+// rowWeights lists the weights of row blocks, each once, in order of appearance.
+func rowWeights(blocks []RowBlock) []string {
+	var out []string
+	for _, b := range blocks {
+		if !slices.Contains(out, b.Weight) {
+			out = append(out, b.Weight)
+		}
+	}
+	return out
+}
+
+// checkRows resolves a module's row blocks against the weights: a plain low-rank pair whose B·A rows the
+// blocks cover exactly once, each block the same size as the weight rows it lands on, no weight row
+// written twice.
+func checkRows(u *Update, t Target, w Weights, model string) ([]rowSpan, error) {
+	if t.Weight != "" || t.Bias != "" || t.Optional {
+		return nil, fmt.Errorf("module %q: the name map gives both row blocks and a weight, bias or optional target (a bug in %s's map)", u.Module, model)
+	}
+	if !u.HasLowRank() || u.HasDiff() || u.HasSet() || u.HasBiasDelta() {
+		return nil, fmt.Errorf("module %q (keys %s) is a fused projection that %s stores as separate or reordered rows; only a plain low-rank pair (lora_A/lora_B, no bias, diff or set_weight) can be split over them: re-export the adapter without the other parts", u.Module, strings.Join(quoteAll(u.Keys), ", "), model)
+	}
+	var spans []rowSpan
+	for _, b := range t.Rows {
+		_, shape, ok := w.Float32(b.Weight)
+		if !ok {
+			return nil, fmt.Errorf("module %q (key %q) maps rows to %q, which %s's weights lack: the adapter targets a layer this checkpoint does not have (made for another size or variant?)", u.Module, u.Keys[0], b.Weight, model)
+		}
+		if b.Of < 1 || b.From < 0 || b.From >= b.Of || b.Into < 1 || b.To < 0 || b.To >= b.Into {
+			return nil, fmt.Errorf("module %q: row block %+v is malformed (a bug in %s's map)", u.Module, b, model)
+		}
+		if len(shape) != 2 || shape[1] != u.In || u.Out%b.Of != 0 || shape[0]%b.Into != 0 || u.Out/b.Of != shape[0]/b.Into {
+			return nil, fmt.Errorf("module %q: B·A from %q is [%d, %d], whose part %d of %d does not fit part %d of %d of %q %v: the adapter was made for a model of another size", u.Module, u.b.Name, u.Out, u.In, b.From+1, b.Of, b.To+1, b.Into, b.Weight, shape)
+		}
+		n := u.Out / b.Of
+		spans = append(spans, rowSpan{weight: b.Weight, src: b.From * n, dst: b.To * n, n: n})
+	}
+	if !tiles(spans, func(s rowSpan) int { return s.src }, u.Out) {
+		return nil, fmt.Errorf("module %q: the row blocks of %s's map do not cover the %d rows of B·A exactly once (a bug in the map)", u.Module, model, u.Out)
+	}
+	for _, wn := range rowWeights(t.Rows) {
+		var mine []rowSpan
+		for _, s := range spans {
+			if s.weight == wn {
+				mine = append(mine, s)
+			}
+		}
+		if !tiles(mine, func(s rowSpan) int { return s.dst }, -1) {
+			return nil, fmt.Errorf("module %q: row blocks write rows of %q twice (a bug in %s's map)", u.Module, wn, model)
+		}
+	}
+	return spans, nil
+}
+
+// tiles reports whether the spans, from start(s) for s.n rows, are disjoint and, when total >= 0,
+// cover [0, total) exactly.
+func tiles(spans []rowSpan, start func(rowSpan) int, total int) bool {
+	s := slices.Clone(spans)
+	sort.Slice(s, func(i, j int) bool { return start(s[i]) < start(s[j]) })
+	end := 0
+	for i, x := range s {
+		if (total >= 0 && start(x) != end) || (i > 0 && start(x) < end) {
+			return false
+		}
+		end = start(x) + x.n
+	}
+	return total < 0 || end == total
 }
 
 func unmatchedError(unmatched []string, total int, names NameMap) error {
@@ -255,6 +372,12 @@ func sameElements(a, b []int) bool {
 // apply merges one module.
 func apply(s step, strength float64, w Weights) error {
 	u := s.u
+	if s.rows != nil {
+		return applyRows(u, strength, s.rows, func(name string) []float32 {
+			wd, _, _ := w.Float32(name)
+			return wd
+		})
+	}
 	wd, _, _ := w.Float32(s.target.Weight)
 	if err := applyWeight(u, strength, wd); err != nil {
 		return err
@@ -316,27 +439,43 @@ func addScaled(dst []float32, t *safetensors.Info, scale float64) error {
 	return nil
 }
 
-// addLowRank adds scale·B·A to the [out, in] weight, rows in parallel. Each row of the product is
-// formed in float32 (the sum over the rank in order) before scaling, as ComfyUI's fp32 merge does.
+// applyRows adds strength·(alpha/r)·B·A, row span by row span, to the weights data returns.
+func applyRows(u *Update, strength float64, spans []rowSpan, data func(weight string) []float32) error {
+	a, b, err := u.Factors()
+	if err != nil {
+		return err
+	}
+	scale := float32(strength * u.Alpha / float64(u.Rank))
+	for _, s := range spans {
+		addLowRankRows(data(s.weight), a, b, u.Rank, u.In, s.src, s.dst, s.n, scale)
+	}
+	return nil
+}
+
+// addLowRank adds scale·B·A to the [out, in] weight.
 func addLowRank(wd []float32, u *Update, scale float32) error {
-	a, err := u.a.Float32s()
+	a, b, err := u.Factors()
 	if err != nil {
 		return err
 	}
-	b, err := u.b.Float32s()
-	if err != nil {
-		return err
-	}
-	r, in, out := u.Rank, u.In, u.Out
+	addLowRankRows(wd, a, b, u.Rank, u.In, 0, 0, u.Out, scale)
+	return nil
+}
+
+// addLowRankRows adds scale·(B·A)[src+j] to row dst+j of the weight wd ([·, in]) for j < n, rows in
+// parallel. Each row of the product is formed in float32 (the sum over the rank in order) before
+// scaling, as ComfyUI's fp32 merge does.
+func addLowRankRows(wd, a, b []float32, r, in, src, dst, n int, scale float32) {
 	// One goroutine per 64K products at most: small modules (most of an adapter's) stay on this one.
-	workers := max(1, min(runtime.GOMAXPROCS(0), out, out*in*r>>16))
+	workers := max(1, min(runtime.GOMAXPROCS(0), n, n*in*r>>16))
 	var wg sync.WaitGroup
 	for g := 0; g < workers; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			row := make([]float32, in)
-			for o := g; o < out; o += workers {
+			for j := g; j < n; j += workers {
+				o := src + j
 				clear(row)
 				for k := 0; k < r; k++ {
 					c := b[o*r+k]
@@ -348,15 +487,14 @@ func addLowRank(wd []float32, u *Update, scale float32) error {
 						row[i] += c * x
 					}
 				}
-				dst := wd[o*in : (o+1)*in]
+				d := wd[(dst+j)*in : (dst+j+1)*in]
 				for i, x := range row {
-					if d := scale * x; d != 0 {
-						dst[i] += d
+					if v := scale * x; v != 0 {
+						d[i] += v
 					}
 				}
 			}
 		}(g)
 	}
 	wg.Wait()
-	return nil
 }

@@ -29,7 +29,8 @@ type Merger struct {
 type tensorStep struct {
 	s        step
 	strength float64
-	bias     bool // the step's bias changes this tensor (else its weight)
+	bias     bool      // the step's bias changes this tensor (else its weight)
+	rows     []rowSpan // the step's row spans into this tensor (a Target.Rows module)
 }
 
 // NewMerger plans the adapters against w (Shapes is enough) and returns the merger with what each
@@ -49,11 +50,22 @@ func NewMerger(adapters []Weighted, names NameMap, w Weights) (*Merger, error) {
 				continue
 			}
 			u := s.u
+			if s.rows != nil {
+				for _, r := range s.rows {
+					ts := m.byTensor[r.weight]
+					if n := len(ts); n > 0 && ts[n-1].s.u == u && ts[n-1].rows != nil {
+						ts[n-1].rows = append(ts[n-1].rows, r)
+						continue
+					}
+					m.byTensor[r.weight] = append(ts, tensorStep{s: s, strength: ad.Strength, rows: []rowSpan{r}})
+				}
+				continue
+			}
 			if u.HasLowRank() || u.HasDiff() || u.HasSet() {
-				m.byTensor[s.target.Weight] = append(m.byTensor[s.target.Weight], tensorStep{s, ad.Strength, false})
+				m.byTensor[s.target.Weight] = append(m.byTensor[s.target.Weight], tensorStep{s: s, strength: ad.Strength})
 			}
 			if u.HasBiasDelta() {
-				m.byTensor[s.target.Bias] = append(m.byTensor[s.target.Bias], tensorStep{s, ad.Strength, true})
+				m.byTensor[s.target.Bias] = append(m.byTensor[s.target.Bias], tensorStep{s: s, strength: ad.Strength, bias: true})
 			}
 		}
 	}
@@ -74,9 +86,12 @@ func (m *Merger) Changes(name string) bool { return len(m.byTensor[name]) > 0 }
 func (m *Merger) Apply(name string, data []float32) error {
 	for _, ts := range m.byTensor[name] {
 		var err error
-		if ts.bias {
+		switch {
+		case ts.rows != nil:
+			err = applyRows(ts.s.u, ts.strength, ts.rows, func(string) []float32 { return data })
+		case ts.bias:
 			err = applyBias(ts.s.u, ts.strength, data)
-		} else {
+		default:
 			err = applyWeight(ts.s.u, ts.strength, data)
 		}
 		if err != nil {
