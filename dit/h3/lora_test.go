@@ -1,7 +1,11 @@
 package h3
 
 import (
+	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -94,16 +98,24 @@ func TestLoRAMergeTurboNames(t *testing.T) {
 	}
 }
 
-// TestLoRARefusals: ComfyUI-named H3 adapters (fused qkv_proj/fc1) and Wan adapters fail with the reason.
+// TestLoRARefusals: Wan adapters, H3 names no LoRA can change and DiffSynth-Studio's native names under
+// PEFT's adapter infix (per-head interleaved QKV) fail with the reason. ComfyUI names are accepted
+// (TestComfyLoRAReferenceMerge).
 func TestLoRARefusals(t *testing.T) {
+	w := lora.TensorMap{}
+	for _, n := range []string{"transformer_blocks.0.attn.to_q.weight", "transformer_blocks.0.attn.to_k.weight", "transformer_blocks.0.attn.to_v.weight"} {
+		w[n] = &lora.Tensor{Shape: []int{4, 4}, Data: make([]float32, 16)}
+	}
 	for _, c := range []struct {
 		keys []string
 		want []string
 	}{
-		{[]string{"blocks.0.attn.qkv_proj", "blocks.0.mlp.fc1"}, []string{`"blocks.0.attn.qkv_proj.lora_A.default.weight"`, "ComfyUI-named H3", "disputed", "diffusers-named"}},
 		{[]string{"diffusion_model.blocks.0.self_attn.q"}, []string{"self_attn.q", "look like a Wan adapter", "MiniMax H3"}},
+		{[]string{"blocks.0.attn.q_norm"}, []string{`"blocks.0.attn.q_norm.lora_A.default.weight"`, "no counterpart in the H3 DiT"}},
+		{[]string{"token_refiner.blocks.0.adaln_proj.linear"}, []string{"no counterpart in the H3 DiT"}},
+		{[]string{"blocks.0.attn.qkv_proj"}, []string{`"blocks.0.attn.qkv_proj"`, "DiffSynth-Studio", "interleaved per head", "diffusers names"}},
 	} {
-		_, err := lora.Merge([]lora.Weighted{{Adapter: adapter(t, c.keys...), Strength: 1}}, LoRANames(), lora.TensorMap{})
+		_, err := lora.Merge([]lora.Weighted{{Adapter: adapter(t, c.keys...), Strength: 1}}, LoRANames(), w)
 		if err == nil {
 			t.Fatalf("%v merged", c.keys)
 		}
@@ -113,4 +125,145 @@ func TestLoRARefusals(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nativeModules are the native (reference / ComfyUI) module names of block i, refiner block j and the top.
+func nativeModules(i, j int) []string {
+	b, r := fmt.Sprintf("blocks.%d.", i), fmt.Sprintf("token_refiner.blocks.%d.", j)
+	var out []string
+	for _, m := range []string{"attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2"} {
+		out = append(out, b+m, r+m)
+	}
+	out = append(out, b+"adaln_proj.linear")
+	for k := range nativeTop {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestLoRANativeNamesPlanOnRelease: a rank-1 adapter on every native module (and the same under
+// musubi-tuner's flattened names) plans against the released DiT's shapes: the fused rows split into
+// to_q/to_k/to_v and ff.net.0.proj fit, and every tensor a native module changes is its diffusers twin's.
+func TestLoRANativeNamesPlanOnRelease(t *testing.T) {
+	cfg := ReleaseConfig()
+	shapes, err := Params(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := lora.Shapes(shapes.Map())
+	for _, musubi := range []bool{false, true} {
+		var ts []safetensors.Tensor
+		want := map[string]bool{}
+		for _, m := range nativeModules(cfg.NumLayers-1, cfg.NumRefinerLayers-1) {
+			tg, ok := LoRATarget(m, false)
+			if !ok {
+				t.Fatalf("%s: not mapped", m)
+			}
+			out, in := 0, 0
+			for _, rb := range tg.Rows {
+				sh := have[rb.Weight]
+				if sh == nil {
+					t.Fatalf("%s -> %s: not a tensor of the H3 DiT", m, rb.Weight)
+				}
+				out, in = out+sh[0]/rb.Into, sh[1]
+				want[rb.Weight] = true
+			}
+			if tg.Rows == nil {
+				out, in = have[tg.Weight][0], have[tg.Weight][1]
+				want[tg.Weight] = true
+				if tg.Bias != "" {
+					want[tg.Bias] = true // lora_B.bias below
+				}
+			}
+			name := m
+			if musubi {
+				name = "lora_unet_" + strings.ReplaceAll(m, ".", "_")
+			}
+			ts = append(ts,
+				safetensors.Tensor{Name: name + ".lora_down.weight", DType: safetensors.BF16, Shape: []int{1, in}, Data: make([]byte, 2*in)},
+				safetensors.Tensor{Name: name + ".lora_up.weight", DType: safetensors.BF16, Shape: []int{out, 1}, Data: make([]byte, 2*out)})
+			if tg.Bias != "" {
+				ts = append(ts, safetensors.Tensor{Name: name + ".lora_B.bias", DType: safetensors.BF16, Shape: []int{out}, Data: make([]byte, 2*out)})
+			}
+		}
+		ad, err := testutil.Adapter(t, "native.safetensors", nil, ts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		touched, err := lora.Plan([]lora.Weighted{{Adapter: ad, Strength: 1}}, LoRANames(), have)
+		if err != nil {
+			t.Fatalf("musubi %v: %v", musubi, err)
+		}
+		if got := touched[0].Tensors; !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
+			t.Errorf("musubi %v: touched %v, want %v", musubi, got, slices.Sorted(maps.Keys(want)))
+		}
+	}
+}
+
+// TestComfyLoRAReferenceMerge merges the fixture's ComfyUI-named adapter (diffusion_model.blocks.i.attn.qkv_proj,
+// mlp.fc1, ..., lora_A/lora_B, some .alpha) into zero weights and compares every changed tensor with the
+// reference deltas of gen_h3_comfy_lora.py: upstream's own converter, huggingface/diffusers 58eb52c0
+// scripts/convert_minimax_h3_to_diffusers.py convert_transformer_key, applied to each native delta
+// (alpha/r)·B·A, and cross-checked there against diffusers' LoRA loader
+// (_convert_non_diffusers_minimax_h3_lora_to_diffusers) and FastVideo PR #1674's copy of the converter.
+//
+// The row-order answer it pins: native adapters are trained on the reference model's state dict, which
+// holds attn.qkv_proj as contiguous [q; k; v] (the raw shards' per-head interleave is undone at load) and
+// mlp.fc1 as [gate; value]. So qkv_proj's B rows split in contiguous thirds onto to_q, to_k, to_v (A
+// shared), and fc1's B halves swap onto ff.net.0.proj, whose value half comes first. The fixture separates
+// the other readings (per-head interleaved QKV, fc1 rows kept) by more than 0.6 in absolute value.
+func TestComfyLoRAReferenceMerge(t *testing.T) {
+	testutil.ForEachFixture(t, "h3_comfy_lora", func(t *testing.T, fx *testutil.Fixture) {
+		var meta struct {
+			Strength float64        `json:"strength"`
+			Modules  map[string]any `json:"modules"`
+		}
+		if err := fx.DecodeConfig(&meta); err != nil {
+			t.Fatal(err)
+		}
+		var list []safetensors.Tensor
+		for _, name := range fx.Names("lora.") {
+			info := fx.Info(t, name)
+			list = append(list, safetensors.Tensor{Name: strings.TrimPrefix(name, "lora."), DType: info.DType, Shape: info.Shape, Data: info.Data})
+		}
+		ad, err := lora.Open(testutil.WriteSafetensors(t, t.TempDir(), "comfy.safetensors", list, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ad.Close()
+		w := lora.TensorMap{}
+		shapes := lora.Shapes{}
+		var deltas []string
+		for _, name := range fx.Names("delta.") {
+			n := strings.TrimPrefix(name, "delta.")
+			sh := fx.Info(t, name).Shape
+			w[n] = &lora.Tensor{Shape: sh, Data: make([]float32, sh[0]*sh[1])}
+			shapes[n] = sh
+			deltas = append(deltas, n)
+		}
+		touched, err := lora.Merge([]lora.Weighted{{Adapter: ad, Strength: meta.Strength}}, LoRANames(), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if touched[0].Modules != len(meta.Modules) || !slices.Equal(touched[0].Tensors, deltas) {
+			t.Fatalf("merged %+v; the fixture has %d modules and deltas %v", touched, len(meta.Modules), deltas)
+		}
+		// The loader's path: planned against shapes alone, merged tensor by tensor.
+		m, err := lora.NewMerger([]lora.Weighted{{Adapter: ad, Strength: meta.Strength}}, LoRANames(), shapes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range deltas {
+			want, sh := fx.F32(t, "delta."+n)
+			testutil.AssertClose(t, n, w[n].Data, want, sh, testutil.ParityTol(want))
+			got := make([]float32, len(want))
+			if err := m.Apply(n, got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, w[n].Data) {
+				t.Errorf("%s: the tensor-by-tensor merge differs from Merge", n)
+			}
+		}
+	})
 }

@@ -236,8 +236,8 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 	clitest.CheckReadmeFlags(t, "t2va", help)
 }
 
-// TestLoRAFlag: an H3 adapter (diffusers names) is planned on tiny-h3, with its weights or random ones; a
-// Wan adapter and a ComfyUI-named H3 one (fused qkv_proj) exit 2 under -lora.
+// TestLoRAFlag: H3 adapters in diffusers names and in ComfyUI names (fused qkv_proj, split onto
+// to_q/to_k/to_v) are planned on tiny-h3, with its weights or random ones; a Wan adapter exits 2.
 func TestLoRAFlag(t *testing.T) {
 	dir := t.TempDir()
 	good := testutil.WriteLoRA(t, dir, "h3.safetensors", 1,
@@ -251,11 +251,14 @@ func TestLoRAFlag(t *testing.T) {
 	if p := clitest.RunPlan(t, run, &d, "-random-weights", "-lora", good); len(p.LoRA) != 1 || p.LoRA[0].Tensors != 2 { // merged as drawn
 		t.Fatalf("random weights: plan adapters %+v", p.LoRA)
 	}
-	wan := testutil.WriteLoRA(t, dir, "wan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 128, Out: 128, Rank: 4})
 	comfy := testutil.WriteLoRA(t, dir, "comfy.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.attn.qkv_proj", In: 128, Out: 384, Rank: 4})
+	p = clitest.RunPlan(t, run, &d, "-lora", comfy)
+	if len(p.LoRA) != 1 || p.LoRA[0].Modules != 1 || p.LoRA[0].Tensors != 3 {
+		t.Fatalf("plan ComfyUI-named adapter %+v", p.LoRA)
+	}
+	wan := testutil.WriteLoRA(t, dir, "wan.safetensors", 1, testutil.LoRAModule{Module: "blocks.0.self_attn.q", In: 128, Out: 128, Rank: 4})
 	clitest.CheckExitCases(t, run, []clitest.ExitCase{
 		{"-plan -lora " + wan, 2, "Wan adapter"},
-		{"-plan -lora " + comfy, 2, "ComfyUI-named H3 adapter"},
 	})
 }
 
