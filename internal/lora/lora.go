@@ -15,6 +15,9 @@
 //   - dense payloads: m.diff (weight delta), m.diff_b (bias delta), <block>.diff_m (the block's modulation
 //     table delta, target <block>.modulation), m.set_weight (replacement).
 //
+// A model whose adapters name fused projections its checkpoint keeps apart (H3's native attn.qkv_proj
+// against to_q/to_k/to_v) maps them with Target.Rows: B·A's rows are added block by block.
+//
 // Prefixes base_model.model., diffusion_model., transformer. are cut. The low-rank scale is
 // strength·alpha/r with alpha kept exactly as stored (upstream loaders that int() it turn 0.5 into 0);
 // dense payloads are scaled by strength only.
