@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/fastvideo/api"
@@ -217,35 +219,118 @@ func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error
 }
 
 // MergeOnBind is LoadMerged for weights drawn on the device (random weights, which have no checkpoint
-// to read merged): the returned hook, a DiT's Options.OnBind, reads each weight an adapter changes back
-// to the host as it is drawn, merges it in float32 (lora.Merger, as LoadMerged does) and puts it back
-// on its device in its dtype, before the model converts or caches anything from it. shapes is the
-// DiT's parameter table. l nil: no hook.
-func (l *LoRA) MergeOnBind(shapes lora.Shapes) (func(*weights.Param) error, error) {
+// to read merged): the returned hook, a DiT's Options.OnBind, merges the adapters into each weight they
+// change as it is drawn, before the model converts or caches anything from it. A weight changed only by
+// low-rank pairs (every adapter layout but dense deltas and replacements) is merged on its device, a
+// matrix product per adapter in float32 (at release size about 8 TFLOP for LightX2V's H3 adapter:
+// minutes on the host's cores, milliseconds on a GPU); the rest is read back and merged on the host
+// (lora.Merger.Apply). Either way the result goes back in the weight's dtype, and a zero product leaves
+// a value bit-identical. shapes is the DiT's parameter table; done frees the merge programs once the
+// DiT is built. l nil: no hook.
+func (l *LoRA) MergeOnBind(shapes lora.Shapes) (hook func(*weights.Param) error, done func(), err error) {
 	if l == nil {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	m, err := lora.NewMerger(l.Adapters, l.Names, shapes)
 	if err != nil {
-		return nil, fmt.Errorf("fastvideo: merging LoRA adapters: %w", err)
+		return nil, nil, fmt.Errorf("fastvideo: merging LoRA adapters: %w", err)
 	}
+	dm := &deviceMerge{m: m, execs: map[string]*Exec{}}
 	return func(p *weights.Param) error {
 		if !m.Changes(p.Name) {
 			return nil
 		}
-		merged, err := mergeDeviceTensor(p.Name, p.T, m)
+		merged, err := dm.merge(p.Name, p.T)
 		if err != nil {
 			return err
 		}
 		p.T.FinalizeAll()
 		p.T = merged
 		return nil
-	}, nil
+	}, dm.close, nil
 }
 
-// mergeDeviceTensor is t (a float tensor on a device) with the adapters merged, on the same device in
-// the same dtype (rounded to nearest even, as LoadMerged encodes).
-func mergeDeviceTensor(name string, t *tensors.Tensor, m *lora.Merger) (*tensors.Tensor, error) {
+// deviceMerge merges adapters into tensors on their devices, one program per dtype, shape and ranks.
+type deviceMerge struct {
+	m     *lora.Merger
+	execs map[string]*Exec
+}
+
+func (dm *deviceMerge) close() {
+	for _, e := range dm.execs {
+		e.Finalize()
+	}
+	dm.execs = nil
+}
+
+// merge returns t (a float tensor on a device) with the adapters merged, on the same device in the same
+// dtype.
+func (dm *deviceMerge) merge(name string, t *tensors.Tensor) (*tensors.Tensor, error) {
+	if d := t.Shape().Dimensions; len(d) == 2 {
+		terms, ok, err := dm.m.LowRankTerms(name, d[0], d[1])
+		if err != nil {
+			return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+		}
+		if ok {
+			return dm.lowRank(name, t, terms)
+		}
+	}
+	return mergeOnHost(name, t, dm.m)
+}
+
+// lowRank adds every term's Scale·(B·A) to t in float32 on t's device, leaving the values a term's
+// product is ±0 at as they are (lora.Merger.Apply's rule, which keeps -0.0).
+func (dm *deviceMerge) lowRank(name string, t *tensors.Tensor, terms []lora.LowRankTerm) (*tensors.Tensor, error) {
+	key := fmt.Sprint(t.DType(), t.Shape().Dimensions)
+	args := []any{t}
+	for _, term := range terms {
+		key += fmt.Sprint(",", term.Rank)
+		args = append(args, tensors.FromFlatDataAndDimensions(term.A, term.Rank, term.In),
+			tensors.FromFlatDataAndDimensions(term.B, term.Out, term.Rank), tensors.FromScalar(term.Scale))
+	}
+	backend, err := t.Backend()
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	dev, err := t.Device()
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	e := dm.execs[key]
+	if e == nil {
+		if err := graphexec.Catch("fastvideo: LoRA", func() error {
+			e = graphexec.MustExec(backend, "fastvideo.lora_merge", lowRankGraph)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		dm.execs[key] = e
+	}
+	out, err := graphexec.CallOn(e, dev, args...)
+	for _, a := range args[1:] {
+		a.(*tensors.Tensor).FinalizeAll()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fastvideo: LoRA: merging %s: %w", name, err)
+	}
+	return out[0], nil
+}
+
+// lowRankGraph is W (any float dtype) plus, for each (A [r, in], B [out, r], scale) after it,
+// scale·(B·A) where that is not zero, in float32, back in W's dtype.
+func lowRankGraph(in []*Node) []*Node {
+	w := in[0]
+	acc := ConvertDType(w, dtypes.Float32)
+	for i := 1; i+2 < len(in); i += 3 {
+		d := Mul(MatMul(in[i+1], in[i]), in[i+2])
+		acc = Where(Equal(d, ZerosLike(d)), acc, Add(acc, d))
+	}
+	return []*Node{ConvertDType(acc, w.DType())}
+}
+
+// mergeOnHost is t with the adapters merged on the host (lora.Merger.Apply), back on t's device in its
+// dtype (rounded to nearest even, as LoadMerged encodes).
+func mergeOnHost(name string, t *tensors.Tensor, m *lora.Merger) (*tensors.Tensor, error) {
 	vals, err := graphexec.HostF32(t)
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: LoRA: reading %s: %w", name, err)

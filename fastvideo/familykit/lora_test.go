@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -88,8 +89,10 @@ func mustF32(t *testing.T, info safetensors.Info) []float32 {
 }
 
 // TestMergeOnBind: adapters merged into weights as they are drawn on the device (random weights) equal
-// the host merge of the same draw, rounded to the weights' dtype (bf16) as LoadMerged rounds; a zero
-// up-projection leaves the draw bit-identical, and a weight no adapter touches is left alone.
+// the host merge of the same draw: within float32 rounding where the low-rank products form on the
+// device (f32 weights), bit for bit where a dense delta sends the merge to the host; a bf16 weight stays
+// bf16; a zero up-projection leaves the draw bit-identical, and a weight no adapter touches is left
+// alone.
 func TestMergeOnBind(t *testing.T) {
 	const n = 8
 	backend := testutil.Backend(t)
@@ -97,58 +100,82 @@ func TestMergeOnBind(t *testing.T) {
 		return lora.Target{Weight: m + ".weight"}, m == "m"
 	}}
 	shapes := lora.Shapes{"m.weight": {n, n}, "o.weight": {n}}
-	draw := func(hook func(*weights.Param) error) map[string][]float32 {
+	draw := func(dt dtypes.DType, hook func(*weights.Param) error) map[string][]float32 {
 		set := weights.NewSet("")
 		set.Add("m.weight", n, n)
 		set.Add("o.weight", n)
 		set.AfterBindAll(hook)
-		if err := randweights.FillRandom(backend, set, dtypes.BFloat16, 3, randweights.FixtureDraw); err != nil {
+		if err := randweights.FillRandom(backend, set, dt, 3, randweights.FixtureDraw); err != nil {
 			t.Fatal(err)
 		}
 		defer set.Release()
 		out := map[string][]float32{}
 		for _, p := range set.Params() {
 			v, err := graphexec.HostF32(p.T)
-			if err != nil || p.T.DType() != dtypes.BFloat16 {
+			if err != nil || p.T.DType() != dt {
 				t.Fatalf("%s: %s, %v", p.Name, p.T.DType(), err)
 			}
 			out[p.Name] = v
 		}
 		return out
 	}
-	base := draw(nil)
 	dir := t.TempDir()
-	for _, zero := range []bool{true, false} {
-		path := testutil.WriteLoRA(t, dir, map[bool]string{true: "z.safetensors", false: "r.safetensors"}[zero], 1,
-			testutil.LoRAModule{Module: "m", In: n, Out: n, Rank: 2, ZeroUp: zero, Scale: 0.3})
-		l, err := OpenLoRA([]api.LoRA{{Path: path, Strength: 1.5}}, names, shapes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hook, err := l.MergeOnBind(shapes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := draw(hook)
-		want := lora.TensorMap{"m.weight": {Shape: []int{n, n}, Data: slices.Clone(base["m.weight"])}}
-		if _, err := lora.Merge(l.Adapters, names, want); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range want["m.weight"].Data {
-			want["m.weight"].Data[i] = bfloat16.FromFloat32(v).Float32()
-		}
-		if !testutil.SameBits(got["m.weight"], want["m.weight"].Data) {
-			t.Errorf("zero=%v: the drawn-and-merged m.weight differs from the bf16 of the host merge", zero)
-		}
-		if zero != testutil.SameBits(got["m.weight"], base["m.weight"]) {
-			t.Errorf("zero=%v: m.weight unchanged = %v", zero, !zero)
-		}
-		if !testutil.SameBits(got["o.weight"], base["o.weight"]) {
-			t.Error("a weight no adapter touches changed")
-		}
-		l.Close()
+	for _, c := range []struct {
+		name    string
+		dt      dtypes.DType
+		mod     testutil.LoRAModule
+		changes bool
+		tol     float64 // 0: bit for bit
+	}{
+		{"low rank on the device", dtypes.Float32, testutil.LoRAModule{Module: "m", In: n, Out: n, Rank: 2, Scale: 0.3}, true, 1e-6},
+		{"zero up-projection", dtypes.BFloat16, testutil.LoRAModule{Module: "m", In: n, Out: n, Rank: 2, ZeroUp: true, Scale: 0.3}, false, 0},
+		{"dense delta on the host", dtypes.BFloat16, testutil.LoRAModule{}, true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := strings.ReplaceAll(c.name, " ", "_") + ".safetensors"
+			var path string
+			if c.mod.Module == "" { // a .diff payload: no low-rank pair
+				diff := make([]float32, n*n)
+				for i := range diff {
+					diff[i] = 0.1 * float32(math.Cos(float64(i)))
+				}
+				path = testutil.WriteSafetensors(t, dir, file, []safetensors.Tensor{
+					{Name: "m.diff", DType: safetensors.F32, Shape: []int{n, n}, Data: safetensors.F32Bytes(diff)}}, nil)
+			} else {
+				path = testutil.WriteLoRA(t, dir, file, 1, c.mod)
+			}
+			l, err := OpenLoRA([]api.LoRA{{Path: path, Strength: 1.5}}, names, shapes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			hook, done, err := l.MergeOnBind(shapes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base, got := draw(c.dt, nil), draw(c.dt, hook)
+			done()
+			want := lora.TensorMap{"m.weight": {Shape: []int{n, n}, Data: slices.Clone(base["m.weight"])}}
+			if _, err := lora.Merge(l.Adapters, names, want); err != nil {
+				t.Fatal(err)
+			}
+			if c.dt == dtypes.BFloat16 {
+				for i, v := range want["m.weight"].Data {
+					want["m.weight"].Data[i] = bfloat16.FromFloat32(v).Float32()
+				}
+			}
+			if d := testutil.Compare(got["m.weight"], want["m.weight"].Data); d.MaxAbs > c.tol || (c.tol == 0 && !testutil.SameBits(got["m.weight"], want["m.weight"].Data)) {
+				t.Errorf("m.weight differs from the host merge by %g (tolerance %g)", d.MaxAbs, c.tol)
+			}
+			if c.changes == testutil.SameBits(got["m.weight"], base["m.weight"]) {
+				t.Errorf("m.weight changed: %v, want %v", !c.changes, c.changes)
+			}
+			if !testutil.SameBits(got["o.weight"], base["o.weight"]) {
+				t.Error("a weight no adapter touches changed")
+			}
+		})
 	}
-	if hook, err := (*LoRA)(nil).MergeOnBind(shapes); hook != nil || err != nil {
+	if hook, _, err := (*LoRA)(nil).MergeOnBind(shapes); hook != nil || err != nil {
 		t.Errorf("no adapters: hook %v, %v", hook != nil, err)
 	}
 }

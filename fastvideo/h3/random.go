@@ -72,9 +72,11 @@ func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, l *familyki
 		if err != nil {
 			return nil, err
 		}
-		if opts.OnBind, err = l.MergeOnBind(shapes); err != nil {
+		var done func()
+		if opts.OnBind, done, err = l.MergeOnBind(shapes); err != nil {
 			return nil, err
 		}
+		defer done()
 	}
 	return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }

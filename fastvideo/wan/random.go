@@ -60,9 +60,11 @@ func (r *randomSource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Mod
 		if err != nil {
 			return nil, err
 		}
-		if opts.OnBind, err = l.MergeOnBind(shapes); err != nil {
+		var done func()
+		if opts.OnBind, done, err = l.MergeOnBind(shapes); err != nil {
 			return nil, err
 		}
+		defer done()
 	}
 	return wandit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }

@@ -100,3 +100,40 @@ func (m *Merger) Apply(name string, data []float32) error {
 	}
 	return nil
 }
+
+// LowRankTerm is one low-rank step of a tensor's merge: Scale·(B·A) added to the [Out, In] tensor, B
+// laid out on the tensor's rows ([Out, Rank]; zero on rows a fused module's step does not reach).
+type LowRankTerm struct {
+	A, B          []float32
+	Rank, In, Out int
+	Scale         float32
+}
+
+// LowRankTerms is Apply's work on the [out, in] tensor name as low-rank terms in adapter order, when
+// that is all of it, so that a device can form the products (a matrix product per term where Apply
+// loops on the host). ok is false when a step replaces the tensor, adds a dense delta or is a bias
+// change: Apply then. The sum differs from Apply's only by float32 rounding order.
+func (m *Merger) LowRankTerms(name string, out, in int) (terms []LowRankTerm, ok bool, err error) {
+	for _, ts := range m.byTensor[name] {
+		u := ts.s.u
+		if ts.bias || u.set != nil || u.diff != nil || u.a == nil || u.In != in {
+			return nil, false, nil
+		}
+		a, b, err := u.Factors()
+		if err != nil {
+			return nil, false, err
+		}
+		term := LowRankTerm{A: a, B: b, Rank: u.Rank, In: in, Out: out, Scale: float32(ts.strength * u.Alpha / float64(u.Rank))}
+		switch {
+		case ts.rows != nil:
+			term.B = make([]float32, out*u.Rank)
+			for _, s := range ts.rows {
+				copy(term.B[s.dst*u.Rank:(s.dst+s.n)*u.Rank], b[s.src*u.Rank:(s.src+s.n)*u.Rank])
+			}
+		case u.Out != out:
+			return nil, false, nil
+		}
+		terms = append(terms, term)
+	}
+	return terms, len(terms) > 0, nil
+}

@@ -88,6 +88,26 @@ func TestMergeRows(t *testing.T) {
 			t.Errorf("%s: Merger %v, Merge %v", n, got[n].Data, w[n].Data)
 		}
 	}
+	// LowRankTerms lays each term's B on the weight's rows: Scale·(B·A) is the same change.
+	for n, x := range w {
+		out, in := x.Shape[0], x.Shape[1]
+		terms, ok, err := m.LowRankTerms(n, out, in)
+		if err != nil || !ok || len(terms) != 1 {
+			t.Fatalf("%s: %d terms, %v, %v", n, len(terms), ok, err)
+		}
+		tm := terms[0]
+		for o := range out {
+			for i := range in {
+				var s float32
+				for k := range tm.Rank {
+					s += tm.B[o*tm.Rank+k] * tm.A[k*in+i]
+				}
+				if got := tm.Scale * s; got != x.Data[o*in+i] {
+					t.Fatalf("%s[%d,%d]: LowRankTerms give %g, Apply %g", n, o, i, got, x.Data[o*in+i])
+				}
+			}
+		}
+	}
 }
 
 // TestMergeRowsRefusals: a split module with a bias or dense part, a size that does not fit the blocks,
