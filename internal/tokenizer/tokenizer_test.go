@@ -25,7 +25,7 @@ const extraFixturesEnv = "FASTVIDEO_EXTRA_FIXTURES"
 
 var (
 	qwenDir  = filepath.Join("testdata", "qwen3_tokenizer")
-	qwenFile = filepath.Join(qwenDir, "tokenizer.json.gz")
+	qwenFile = filepath.Join("qwen3data", "tokenizer.json.gz") // the one copy, which qwen3data embeds
 	flagsDir = filepath.Join("testdata", "flags_tokenizer")
 
 	// testCacheDir keeps tests off the user's cache. It is a fixed folder so
@@ -393,7 +393,17 @@ func TestGzipAndPlainAgree(t *testing.T) {
 }
 
 func TestQwenFolderLoad(t *testing.T) {
-	tk, err := LoadWith(qwenDir, Options{CacheDir: testCacheDir})
+	dir := t.TempDir() // a snapshot's tokenizer/ folder: the gzipped tokenizer.json beside its config
+	for src, name := range map[string]string{qwenFile: "tokenizer.json.gz", filepath.Join(qwenDir, "tokenizer_config.json"): "tokenizer_config.json"} {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk, err := LoadWith(dir, Options{CacheDir: testCacheDir})
 	if err != nil {
 		t.Fatal(err)
 	}

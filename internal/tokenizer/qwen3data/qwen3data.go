@@ -1,8 +1,7 @@
 // Package qwen3data embeds the Qwen3 byte-level BPE tokenizer (the tokenizer.json of the Qwen3 /
 // Qwen3-VL family that MiniMax H3's text encoder uses: 151,643 BPE tokens plus 26 added tokens,
 // ids 0..151,668), gzipped (2 MB), so that the built-in tiny-h3 model tokenizes prompts exactly like
-// the real one without any file on disk. It is the same file as
-// internal/tokenizer/testdata/qwen3_tokenizer/tokenizer.json.gz.
+// the real one without any file on disk. The tokenizer package's tests read this file too.
 package qwen3data
 
 import (

@@ -1,7 +1,7 @@
 # Writes dec_seqs.json: id sequences for decode.js (cut UTF-8 sequences, added tokens, random ids).
 import json, random, gzip, os
 random.seed(3)
-q = json.load(gzip.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'qwen3_tokenizer', 'tokenizer.json.gz')))
+q = json.load(gzip.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'qwen3data', 'tokenizer.json.gz')))
 v = q['model']['vocab']
 bs = list(range(ord('!'), ord('~')+1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
 cs = bs[:]; n = 0

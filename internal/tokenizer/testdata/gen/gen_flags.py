@@ -1,6 +1,6 @@
 import json, random, copy, gzip, os
 random.seed(7)
-q = json.load(gzip.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'qwen3_tokenizer', 'tokenizer.json.gz')))
+q = json.load(gzip.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'qwen3data', 'tokenizer.json.gz')))
 # byte-level alphabet in GPT-2 order
 bs = list(range(ord('!'), ord('~')+1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
 cs = bs[:]
