@@ -222,16 +222,7 @@ func TestComfyLoRAReferenceMerge(t *testing.T) {
 		if err := fx.DecodeConfig(&meta); err != nil {
 			t.Fatal(err)
 		}
-		var list []safetensors.Tensor
-		for _, name := range fx.Names("lora.") {
-			info := fx.Info(t, name)
-			list = append(list, safetensors.Tensor{Name: strings.TrimPrefix(name, "lora."), DType: info.DType, Shape: info.Shape, Data: info.Data})
-		}
-		ad, err := lora.Open(testutil.WriteSafetensors(t, t.TempDir(), "comfy.safetensors", list, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ad.Close()
+		ad := testutil.FixtureAdapter(t, fx)
 		w := lora.TensorMap{}
 		shapes := lora.Shapes{}
 		var deltas []string

@@ -1,7 +1,6 @@
 package wan
 
 import (
-	"strings"
 	"testing"
 
 	"fastvideo/internal/lora"
@@ -11,7 +10,7 @@ import (
 )
 
 // The DiT forward with a LoRA adapter merged against FastVideo's (gen_wan_lora_forward.py): the fixture's
-// adapter (native Wan names) is written as a file, opened and mapped as any adapter (lora.Open, LoRANames),
+// adapter (native Wan names) is opened and mapped as any adapter (testutil.FixtureAdapter, LoRANames),
 // merged into the fixture's base weights in float32 (lora.Merge, the arithmetic familykit.LoadMerged
 // runs tensor by tensor at load), and the forward compared with upstream's after its
 // BaseLayerWithLoRA.set_lora_weights merge; it must also differ from the base forward.
@@ -24,16 +23,7 @@ func TestLoRAForwardParity(t *testing.T) {
 		if err := fx.DecodeConfig(&meta, "lora"); err != nil {
 			t.Fatal(err)
 		}
-		var list []safetensors.Tensor
-		for _, name := range fx.Names("lora.") {
-			info := fx.Info(t, name)
-			list = append(list, safetensors.Tensor{Name: strings.TrimPrefix(name, "lora."), DType: info.DType, Shape: info.Shape, Data: info.Data})
-		}
-		ad, err := lora.Open(testutil.WriteSafetensors(t, t.TempDir(), "adapter.safetensors", list, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ad.Close()
+		ad := testutil.FixtureAdapter(t, fx)
 		base := fx.Weights()
 		merged := lora.TensorMap{}
 		for _, n := range base.Names() {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
@@ -225,13 +226,17 @@ func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error
 // matrix product per adapter in float32 (at release size about 8 TFLOP for LightX2V's H3 adapter:
 // minutes on the host's cores, milliseconds on a GPU); the rest is read back and merged on the host
 // (lora.Merger.Apply). Either way the result goes back in the weight's dtype, and a zero product leaves
-// a value bit-identical. shapes is the DiT's parameter table; done frees the merge programs once the
+// a value bit-identical. shapes gives the DiT's parameter table; done frees the merge programs once the
 // DiT is built. l nil: no hook.
-func (l *LoRA) MergeOnBind(shapes lora.Shapes) (hook func(*weights.Param) error, done func(), err error) {
+func (l *LoRA) MergeOnBind(shapes func() (lora.Shapes, error)) (hook func(*weights.Param) error, done func(), err error) {
 	if l == nil {
 		return nil, func() {}, nil
 	}
-	m, err := lora.NewMerger(l.Adapters, l.Names, shapes)
+	table, err := shapes()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := lora.NewMerger(l.Adapters, l.Names, table)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fastvideo: merging LoRA adapters: %w", err)
 	}
@@ -288,13 +293,9 @@ func (dm *deviceMerge) lowRank(name string, t *tensors.Tensor, terms []lora.LowR
 		args = append(args, tensors.FromFlatDataAndDimensions(term.A, term.Rank, term.In),
 			tensors.FromFlatDataAndDimensions(term.B, term.Out, term.Rank), tensors.FromScalar(term.Scale))
 	}
-	backend, err := t.Backend()
+	backend, dev, err := placeOf(name, t)
 	if err != nil {
-		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
-	}
-	dev, err := t.Device()
-	if err != nil {
-		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+		return nil, err
 	}
 	e := dm.execs[key]
 	if e == nil {
@@ -314,6 +315,19 @@ func (dm *deviceMerge) lowRank(name string, t *tensors.Tensor, terms []lora.LowR
 		return nil, fmt.Errorf("fastvideo: LoRA: merging %s: %w", name, err)
 	}
 	return out[0], nil
+}
+
+// placeOf is the backend and device weight name's tensor t lives on.
+func placeOf(name string, t *tensors.Tensor) (compute.Backend, compute.DeviceNum, error) {
+	backend, err := t.Backend()
+	if err != nil {
+		return nil, 0, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	dev, err := t.Device()
+	if err != nil {
+		return nil, 0, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+	}
+	return backend, dev, nil
 }
 
 // lowRankGraph is W (any float dtype) plus, for each (A [r, in], B [out, r], scale) after it,
@@ -338,13 +352,9 @@ func mergeOnHost(name string, t *tensors.Tensor, m *lora.Merger) (*tensors.Tenso
 	if err := m.Apply(name, vals); err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
-	backend, err := t.Backend()
+	backend, dev, err := placeOf(name, t)
 	if err != nil {
-		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
-	}
-	dev, err := t.Device()
-	if err != nil {
-		return nil, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
+		return nil, err
 	}
 	data, err := safetensors.FloatBytes(vals, safetensors.F32)
 	if err != nil {

@@ -149,7 +149,7 @@ func TestMergeOnBind(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			hook, done, err := l.MergeOnBind(shapes)
+			hook, done, err := l.MergeOnBind(func() (lora.Shapes, error) { return shapes, nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestMergeOnBind(t *testing.T) {
 			}
 		})
 	}
-	if hook, _, err := (*LoRA)(nil).MergeOnBind(shapes); hook != nil || err != nil {
+	if hook, _, err := (*LoRA)(nil).MergeOnBind(nil); hook != nil || err != nil {
 		t.Errorf("no adapters: hook %v, %v", hook != nil, err)
 	}
 }

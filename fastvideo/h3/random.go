@@ -67,17 +67,12 @@ func (r *randomSource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, _ we
 // weight as it is drawn.
 func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
 	opts.AdaLNManifest = nil
-	if l != nil {
-		shapes, err := r.spec.tableShapes()
-		if err != nil {
-			return nil, err
-		}
-		var done func()
-		if opts.OnBind, done, err = l.MergeOnBind(shapes); err != nil {
-			return nil, err
-		}
-		defer done()
+	hook, done, err := l.MergeOnBind(r.spec.tableShapes)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
+	opts.OnBind = hook
 	return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
 }
 

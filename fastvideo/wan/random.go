@@ -54,19 +54,12 @@ func (r *randomSource) newTextEncoder(e *family.Engine, _ umt5.Config, _ weights
 
 // loadDiT draws the transformer on the device, merging the adapters into each weight as it is drawn.
 func (r *randomSource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
-	opts := wandit.Options{DType: e.DType, Attention: e.Attention}
-	if l != nil {
-		shapes, err := r.spec.tableShapes()
-		if err != nil {
-			return nil, err
-		}
-		var done func()
-		if opts.OnBind, done, err = l.MergeOnBind(shapes); err != nil {
-			return nil, err
-		}
-		defer done()
+	hook, done, err := l.MergeOnBind(r.spec.tableShapes)
+	if err != nil {
+		return nil, err
 	}
-	return wandit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
+	defer done()
+	return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook}, r.seed)
 }
 
 func (r *randomSource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

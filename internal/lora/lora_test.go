@@ -385,13 +385,7 @@ func TestMergeRefusals(t *testing.T) {
 			before := snapshot(w)
 			_, err := Merge([]Weighted{{good, 1}, {c.ad, c.s}}, identity, w)
 			wantErr(t, err, c.want...)
-			for n, t0 := range before {
-				for i, v := range w[n].Data {
-					if math.Float32bits(v) != t0[i] {
-						t.Fatalf("a refused merge changed %s[%d]", n, i)
-					}
-				}
-			}
+			assertUnchanged(t, w, before)
 		})
 	}
 }
@@ -422,6 +416,18 @@ func TestMergeRowsInParallel(t *testing.T) {
 			want := float64(w0[o*in+i]) + scale*s
 			if got := w["m.weight"].Data[o*in+i]; math.Abs(float64(got)-want) > 1e-4*math.Max(1, math.Abs(want)) {
 				t.Fatalf("[%d,%d] = %g, want %g", o, i, got, want)
+			}
+		}
+	}
+}
+
+// assertUnchanged fails the test when a weight of w no longer has the bits snapshot took before.
+func assertUnchanged(t *testing.T, w TensorMap, before map[string][]uint32) {
+	t.Helper()
+	for n, t0 := range before {
+		for i, v := range w[n].Data {
+			if math.Float32bits(v) != t0[i] {
+				t.Fatalf("a refused merge changed %s[%d]", n, i)
 			}
 		}
 	}

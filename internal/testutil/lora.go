@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"fastvideo/internal/lora"
@@ -97,4 +98,21 @@ func Adapter(t testing.TB, name string, meta map[string]string, ts ...safetensor
 		t.Fatal(err)
 	}
 	return lora.FromFile(name, f)
+}
+
+// FixtureAdapter opens the fixture's tensors under "lora." (the prefix cut) as an adapter, closed when
+// the test ends.
+func FixtureAdapter(t testing.TB, fx *Fixture) *lora.Adapter {
+	t.Helper()
+	var list []safetensors.Tensor
+	for _, name := range fx.Names("lora.") {
+		info := fx.Info(t, name)
+		list = append(list, safetensors.Tensor{Name: strings.TrimPrefix(name, "lora."), DType: info.DType, Shape: info.Shape, Data: info.Data})
+	}
+	ad, err := Adapter(t, fx.Name+".lora", nil, list...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ad.Close() })
+	return ad
 }

@@ -17,16 +17,7 @@ import (
 //	cd vae/taehv && FASTVIDEO_GPU_TEST=1 ../../.gpu/taehv.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
 	testutil.GPUFixtures(t, "taehv", func(t *testing.T, b compute.Backend, fx *testutil.Fixture, dt dtypes.DType) {
-		var fc fixtureConfig
-		if err := fx.DecodeConfig(&fc, "config"); err != nil {
-			t.Fatal(err)
-		}
-		cfg := fc.config(t)
-		d, err := FromSource(b, cfg, FormulaSource(cfg), Options{DType: dt})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, _ := openFixture(t, b, fx, Options{DType: dt})
 		lat, lshape := fx.F32(t, "in.latents")
 		z, zshape := toChannelMajor(lat, lshape)
 		want, wshape := fx.F32(t, "out.frames")

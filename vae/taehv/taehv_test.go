@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gomlx/compute"
 	"math"
 	"os"
 	"path/filepath"
@@ -119,19 +120,22 @@ func f16Bytes(v []float32) []byte {
 	return out
 }
 
+// openFixture is a decoder of the fixture's layout with the formula weights its generator used, closed
+// when the test ends.
+func openFixture(t *testing.T, b compute.Backend, fx *testutil.Fixture, opts Options) (*Decoder, Config) {
+	t.Helper()
+	var fc fixtureConfig
+	if err := fx.DecodeConfig(&fc, "config"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fc.config(t)
+	return testutil.Open(t, func() (*Decoder, error) { return FromSource(b, cfg, FormulaSource(cfg), opts) }), cfg
+}
+
 func TestDecoderParity(t *testing.T) {
 	backend := testutil.Backend(t)
 	testutil.ForEachFixture(t, "taehv", func(t *testing.T, fx *testutil.Fixture) {
-		var fc fixtureConfig
-		if err := fx.DecodeConfig(&fc, "config"); err != nil {
-			t.Fatal(err)
-		}
-		cfg := fc.config(t)
-		d, err := FromSource(backend, cfg, FormulaSource(cfg), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, cfg := openFixture(t, backend, fx, Options{})
 		lat, lshape := fx.F32(t, "in.latents")
 		z, zshape := toChannelMajor(lat, lshape)
 		want, wshape := fx.F32(t, "out.frames")
@@ -499,16 +503,7 @@ func swap01(v []float32, a, b, plane int) []float32 {
 func TestEncoderParity(t *testing.T) {
 	backend := testutil.Backend(t)
 	testutil.ForEachFixture(t, "taehv_encoder", func(t *testing.T, fx *testutil.Fixture) {
-		var fc fixtureConfig
-		if err := fx.DecodeConfig(&fc, "config"); err != nil {
-			t.Fatal(err)
-		}
-		cfg := fc.config(t)
-		d, err := FromSource(backend, cfg, FormulaSource(cfg), Options{Encoder: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, _ := openFixture(t, backend, fx, Options{Encoder: true})
 		frames, fshape := fx.F32(t, "in.frames") // [1, F, 3, H, W]
 		plane := fshape[3] * fshape[4]
 		x := swap01(frames, fshape[1], 3, plane)
