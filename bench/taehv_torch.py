@@ -69,12 +69,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: the CPU row beside `bench -what taehv -backend go` (f32, no pinned copy)")
     args = ap.parse_args()
 
     c, p, h3 = VARIANTS[args.variant]
     r = 8 * p
     assert args.height % r == 0 and args.width % r == 0, f"canvas must be a multiple of {r}"
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(args.seed)
@@ -84,11 +87,13 @@ def main():
     if h3:
         model.is_h3 = True
     model = model.to(device=device, dtype=dtype).eval()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     nparams = sum(v.numel() for v in model.decoder.parameters())
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.variant} (C={c}, patch {p}), dtype {args.dtype}")
+    where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.variant} (C={c}, patch {p}), dtype {args.dtype}")
     print(f"weights: {nparams / 1e6:.2f}M decoder params on device in {time.perf_counter() - t0:.2f} s; "
-          f"nvidia-smi {gpu_mem_mib()} MiB")
+          f"nvidia-smi {gpu_mem_mib() if cuda else -1} MiB")
 
     g = torch.Generator(device=device).manual_seed(args.seed + 1)
     z = torch.randn(1, args.latents, c, args.height // r, args.width // r, generator=g, device=device, dtype=dtype)
@@ -99,7 +104,7 @@ def main():
 
     with torch.inference_mode():
         frames = host_frames(model.decode_video(z, parallel=True, show_progress_bar=False))
-    out = torch.empty(tuple(frames.shape), dtype=torch.uint8 if args.output == "rgb24" else torch.float32, pin_memory=True)
+    out = torch.empty(tuple(frames.shape), dtype=torch.uint8 if args.output == "rgb24" else torch.float32, pin_memory=cuda)
 
     def decode():
         f = host_frames(model.decode_video(z, parallel=True, show_progress_bar=False))
@@ -111,7 +116,7 @@ def main():
     med = statistics.median(timed)
     print(f"{args.latents} latents -> {out.shape[0 if args.output == 'rgb24' else 1]} frames {args.height}x{args.width}: first {first:.3f} s, "
           f"min {min(timed):.3f} s, median {med:.3f} s over {len(timed)} runs")
-    print(f"  {peak_memory()}; mean sample {out.float().mean().item():.4f}, NaN {int(torch.isnan(out.float()).sum())}")
+    print(f"  {peak_memory() if cuda else 'CPU'}; mean sample {out.float().mean().item():.4f}, NaN {int(torch.isnan(out.float()).sum())}")
     print(f"decoder record torch{'-rgb24' if args.output == 'rgb24' else ''} {args.dtype} {med:.4f}")
 
 
