@@ -33,7 +33,7 @@ type Opened[S Source] struct {
 	Engine *family.Engine
 	Src    S
 	// LoRA are the engine's adapters, opened and validated (nil: none); the family merges them into
-	// every DiT it loads (LoadMerged) and closes them with the components.
+	// every DiT it loads (LoRA.MergeOnBind) and closes them with the components.
 	LoRA *LoRA
 }
 

@@ -139,12 +139,13 @@ func SourceShapes(src weights.Source) lora.Shapes {
 	return out
 }
 
-// LoadMerged builds a DiT on base with the adapters merged (l nil: on base as it is): every tensor an
-// adapter changes is read from base, decoded to float32 on the host, merged (lora.Merger: the adapters in
-// order) and encoded back to the dtype base stores it in, one tensor at a time as the loader binds it;
-// the rest are copied as they are, so that the model owns every byte and base may close when build
-// returns (the pure-Go backend may otherwise alias a checkpoint's mapping). Every loader path (dense,
-// FP8 conversion, AdaLN step cache) thus sees merged weights. The plan is checked again against base's
+// LoadMerged builds a DiT on base with the adapters merged into base's bytes as they are read (l nil: on
+// base as it is), for a loader that cuts weights from the checkpoint without binding them whole
+// (tensor-parallel H3 shards), where MergeOnBind's hook never sees the whole tensor: every tensor an
+// adapter changes is decoded to float32 on the host, merged (lora.Merger: the adapters in order) and
+// encoded back to the dtype base stores it in, one tensor at a time as the loader reads it; the rest are
+// copied as they are, so that the model owns every byte and base may close when build returns (the
+// pure-Go backend may otherwise alias a checkpoint's mapping). The plan is checked again against base's
 // own headers first.
 func LoadMerged[T any](l *LoRA, base weights.Source, build func(weights.Source) (T, error)) (T, error) {
 	if l == nil {
@@ -219,15 +220,16 @@ func mergeTensor(info safetensors.Info, m *lora.Merger) (safetensors.Info, error
 	return out, nil
 }
 
-// MergeOnBind is LoadMerged for weights drawn on the device (random weights, which have no checkpoint
-// to read merged): the returned hook, a DiT's Options.OnBind, merges the adapters into each weight they
-// change as it is drawn, before the model converts or caches anything from it. A weight changed only by
-// low-rank pairs (every adapter layout but dense deltas and replacements) is merged on its device, a
-// matrix product per adapter in float32 (at release size about 8 TFLOP for LightX2V's H3 adapter:
-// minutes on the host's cores, milliseconds on a GPU); the rest is read back and merged on the host
-// (lora.Merger.Apply). Either way the result goes back in the weight's dtype, and a zero product leaves
-// a value bit-identical. shapes gives the DiT's parameter table; done frees the merge programs once the
-// DiT is built. l nil: no hook.
+// MergeOnBind is how adapters reach a DiT's weights: the returned hook, the DiT's Options.OnBind, merges
+// them into each weight they change as it lands on the device (read from a checkpoint, or drawn there
+// for random weights), before the model converts or caches anything from it (FP8 codes, the AdaLN step
+// cache). A weight changed only by low-rank pairs (every adapter layout but dense deltas and
+// replacements) is merged on its device, a matrix product per adapter in float32 (at release size about
+// 8 TFLOP for LightX2V's H3 adapter: minutes on a host's cores, milliseconds on a GPU); the rest is read
+// back and merged on the host (lora.Merger.Apply). Either way the result goes back in the weight's
+// dtype, and a zero product leaves a value bit-identical. shapes gives the DiT's tensor shapes (the
+// checkpoint's headers or the parameter table); done frees the merge programs once the DiT is built.
+// l nil: no hook.
 func (l *LoRA) MergeOnBind(shapes func() (lora.Shapes, error)) (hook func(*weights.Param) error, done func(), err error) {
 	if l == nil {
 		return nil, func() {}, nil

@@ -302,16 +302,25 @@ func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
 }
 
 func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
-	if l == nil {
-		return h3dit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
-	}
-	// Open admitted adapters only for a released (dense, cache-free) transformer/; the merged model owns
-	// its weights (LoadMerged copies), so the checkpoint closes after the load.
-	return modelkit.LoadCheckpoint(f.Path(familykit.DirTransformer), "h3", func(src weights.Source) (*h3dit.Model, error) {
-		return familykit.LoadMerged(l, src, func(src weights.Source) (*h3dit.Model, error) {
-			return h3dit.FromSource(e.Backend, f.spec.DiT, src, opts)
+	dir := f.Path(familykit.DirTransformer)
+	if l != nil && opts.Shards > 1 {
+		// Tensor-parallel shards are cut from the checkpoint as they load and never bound whole, so the
+		// adapters merge into the bytes as they are read (on the host); the merged model owns its weights
+		// (LoadMerged copies), so the checkpoint closes after the load. Open admitted adapters only for a
+		// released (dense, cache-free) transformer/.
+		return modelkit.LoadCheckpoint(dir, "h3", func(src weights.Source) (*h3dit.Model, error) {
+			return familykit.LoadMerged(l, src, func(src weights.Source) (*h3dit.Model, error) {
+				return h3dit.FromSource(e.Backend, f.spec.DiT, src, opts)
+			})
 		})
-	})
+	}
+	hook, done, err := l.MergeOnBind(f.spec.loraShapes)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	opts.OnBind = hook
+	return h3dit.Load(e.Backend, dir, opts)
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

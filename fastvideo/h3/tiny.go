@@ -172,9 +172,13 @@ func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	return familykit.LoadMerged(l, c.dit, func(src weights.Source) (*h3dit.Model, error) {
-		return h3dit.FromSource(e.Backend, c.spec.DiT, src, opts)
-	})
+	hook, done, err := l.MergeOnBind(c.spec.loraShapes)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	opts.OnBind = hook
+	return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
 }
 
 func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

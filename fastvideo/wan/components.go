@@ -247,16 +247,12 @@ func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
 }
 
 func (f *folder) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
-	opts := wandit.Options{DType: e.DType, Attention: e.Attention}
-	if l == nil {
-		return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), opts)
+	hook, done, err := l.MergeOnBind(f.spec.loraShapes)
+	if err != nil {
+		return nil, err
 	}
-	// The merged model owns its weights (LoadMerged copies), so the checkpoint closes after the load.
-	return modelkit.LoadCheckpoint(f.Path(familykit.DirTransformer), "wan", func(src weights.Source) (*wandit.Model, error) {
-		return familykit.LoadMerged(l, src, func(src weights.Source) (*wandit.Model, error) {
-			return wandit.FromSource(e.Backend, f.spec.DiT, src, opts)
-		})
-	})
+	defer done()
+	return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

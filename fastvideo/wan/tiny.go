@@ -273,9 +273,12 @@ func (c *tinySource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	return familykit.LoadMerged(l, c.dit, func(src weights.Source) (*wandit.Model, error) {
-		return wandit.FromSource(e.Backend, c.spec.DiT, src, wandit.Options{DType: e.DType, Attention: e.Attention})
-	})
+	hook, done, err := l.MergeOnBind(c.spec.loraShapes)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook})
 }
 
 func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
