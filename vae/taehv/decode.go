@@ -32,7 +32,8 @@ func Quantize(x float32) uint8 { return media.Quantize(x) }
 // Decode decodes raw DiT latents [1, C, T, h, w] (or [C, T, h, w]) and hands emit the frames in
 // order, Options.ChunkLatents latent frames at a time (all at once by default). The frames are
 // upstream's decode_video output. ctx is checked between chunks; an error from emit stops the decode
-// and is returned.
+// and is returned. emit runs on a goroutine of the decode's own, one call at a time in video order,
+// while the device decodes the next run.
 func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int, emit func(Frames) error) error {
 	return d.decodeRun(ctx, latents, shape, false, readFloat(emit), emit)
 }
