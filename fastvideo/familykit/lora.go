@@ -257,6 +257,18 @@ func (l *LoRA) MergeOnBind(shapes func() (lora.Shapes, error)) (hook func(*weigh
 	}, dm.close, nil
 }
 
+// BuildMerged builds a DiT (build, handed its Options.OnBind) with the adapters merged into its weights as
+// they land (MergeOnBind), and frees the merge programs once it is built. l nil: build(nil).
+func BuildMerged[T any](l *LoRA, shapes func() (lora.Shapes, error), build func(onBind func(*weights.Param) error) (T, error)) (T, error) {
+	hook, done, err := l.MergeOnBind(shapes)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer done()
+	return build(hook)
+}
+
 // deviceMerge merges adapters into tensors on their devices, one program per dtype, shape and ranks.
 type deviceMerge struct {
 	m     *lora.Merger

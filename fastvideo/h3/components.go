@@ -314,13 +314,10 @@ func (f *folder) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA
 			})
 		})
 	}
-	hook, done, err := l.MergeOnBind(f.spec.loraShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	opts.OnBind = hook
-	return h3dit.Load(e.Backend, dir, opts)
+	return familykit.BuildMerged(l, f.spec.loraShapes, func(onBind func(*weights.Param) error) (*h3dit.Model, error) {
+		opts.OnBind = onBind
+		return h3dit.Load(e.Backend, dir, opts)
+	})
 }
 
 func (f *folder) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

@@ -67,13 +67,10 @@ func (r *randomSource) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, _ we
 // weight as it is drawn.
 func (r *randomSource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.LoRA) (*h3dit.Model, error) {
 	opts.AdaLNManifest = nil
-	hook, done, err := l.MergeOnBind(r.spec.tableShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	opts.OnBind = hook
-	return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
+	return familykit.BuildMerged(l, r.spec.tableShapes, func(onBind func(*weights.Param) error) (*h3dit.Model, error) {
+		opts.OnBind = onBind
+		return h3dit.NewRandom(e.Backend, r.spec.DiT, opts, r.seed)
+	})
 }
 
 func (r *randomSource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

@@ -172,13 +172,10 @@ func (c *tinySource) loadDiT(e *family.Engine, opts h3dit.Options, l *familykit.
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	hook, done, err := l.MergeOnBind(c.spec.loraShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	opts.OnBind = hook
-	return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
+	return familykit.BuildMerged(l, c.spec.loraShapes, func(onBind func(*weights.Param) error) (*h3dit.Model, error) {
+		opts.OnBind = onBind
+		return h3dit.FromSource(e.Backend, c.spec.DiT, c.dit, opts)
+	})
 }
 
 func (c *tinySource) loadVideoVAE(e *family.Engine) (*h3video.Decoder, error) {

@@ -247,12 +247,9 @@ func (f *folder) textWeights() (familykit.WeightOpener, string, error) {
 }
 
 func (f *folder) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
-	hook, done, err := l.MergeOnBind(f.spec.loraShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook})
+	return familykit.BuildMerged(l, f.spec.loraShapes, func(onBind func(*weights.Param) error) (*wandit.Model, error) {
+		return wandit.Load(e.Backend, f.Path(familykit.DirTransformer), wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: onBind})
+	})
 }
 
 func (f *folder) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

@@ -54,12 +54,9 @@ func (r *randomSource) newTextEncoder(e *family.Engine, _ umt5.Config, _ weights
 
 // loadDiT draws the transformer on the device, merging the adapters into each weight as it is drawn.
 func (r *randomSource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model, error) {
-	hook, done, err := l.MergeOnBind(r.spec.tableShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook}, r.seed)
+	return familykit.BuildMerged(l, r.spec.tableShapes, func(onBind func(*weights.Param) error) (*wandit.Model, error) {
+		return wandit.NewRandom(e.Backend, r.spec.DiT, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: onBind}, r.seed)
+	})
 }
 
 func (r *randomSource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {

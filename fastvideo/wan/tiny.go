@@ -273,12 +273,9 @@ func (c *tinySource) loadDiT(e *family.Engine, l *familykit.LoRA) (*wandit.Model
 	if err := c.sources(); err != nil {
 		return nil, err
 	}
-	hook, done, err := l.MergeOnBind(c.spec.loraShapes)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: hook})
+	return familykit.BuildMerged(l, c.spec.loraShapes, func(onBind func(*weights.Param) error) (*wandit.Model, error) {
+		return wandit.FromSource(e.Backend, c.spec.DiT, c.dit, wandit.Options{DType: e.DType, Attention: e.Attention, OnBind: onBind})
+	})
 }
 
 func (c *tinySource) loadVAE(e *family.Engine) (*wanvae.Decoder, error) {
