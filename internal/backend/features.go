@@ -6,8 +6,9 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
-// Features are what this binary's XLA backend can do beyond the plain modules: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8 and the allocator's statistics.
+// Features are what this binary's backends can do beyond a plain build: the GPU build
+// (bench/build_gpu.sh) patches go-xla and compute for native float8 and the allocator's statistics;
+// GOEXPERIMENT=simd gives the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
 	XLA bool
@@ -15,10 +16,17 @@ type Features struct {
 	NativeFP8 bool
 	// AllocatorStats: the XLA allocator's bytes in use and peak can be read (else NVML's pool size).
 	AllocatorStats bool
+	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
+	// on amd64).
+	CPUSIMD bool
 }
 
 // BuildFeatures reports this binary's Features.
-func BuildFeatures() Features { return xlaFeatures() }
+func BuildFeatures() Features {
+	f := xlaFeatures()
+	f.CPUSIMD = cpuSIMD
+	return f
+}
 
 // hasGoType reports whether compute gives dt a Go type (the GPU build's patch does for float8; the
 // plain module panics).
