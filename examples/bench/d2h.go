@@ -21,7 +21,8 @@ func init() {
 }
 
 // benchD2H times copying a device buffer to the host, the floor under every decoder's host frames:
-// into fresh Go memory (what graphexec.Take does, page faults included) and into a reused Go slice.
+// "fresh" through graphexec.Take (a new slice whose pages all CPUs touch first), "reused" into one Go
+// slice kept across runs (its pages already mapped).
 func benchD2H(b compute.Backend, c common) error {
 	sizes, err := parseList("d2h-mib", *d2hMiB, intAtLeast(1))
 	if err != nil {
