@@ -18,12 +18,10 @@ Example, beside the Go bench at the same size (one process per dtype):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 import time
-import types
 
 import torch
 
@@ -33,25 +31,11 @@ VARIANTS = {"taew2_1": (16, 1, False), "taew2_2": (48, 2, False), "taeh3": (24, 
 
 
 def load_upstream(path):
-    """Imports upstream's taehv.py (a folder holding it, or the file), with a tqdm stand-in if needed."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "taehv.py")
-    if "tqdm" not in sys.modules:
-        try:
-            import tqdm.auto  # noqa: F401
-        except ImportError:
-            class _Bar:
-                def __init__(self, it=None, **kw): self.it = it
-                def __iter__(self): return iter(self.it)
-                def update(self, n=1): pass
-                def close(self): pass
-            pkg, auto = types.ModuleType("tqdm"), types.ModuleType("tqdm.auto")
-            auto.tqdm = _Bar
-            pkg.auto = auto
-            sys.modules["tqdm"], sys.modules["tqdm.auto"] = pkg, auto
-    spec = importlib.util.spec_from_file_location("taehv", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    """Imports upstream's taehv.py (a folder holding it, or the file) as the parity fixtures do
+    (vae/taehv/testdata/gen_taehv.py's load_upstream: unchanged, with a tqdm stand-in if needed)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "vae", "taehv", "testdata"))
+    from gen_taehv import load_upstream as load_folder
+    mod, _ = load_folder(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)))
     return mod
 
 
