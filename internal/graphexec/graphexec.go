@@ -8,9 +8,7 @@ package graphexec
 
 import (
 	"fmt"
-	"runtime"
 	"runtime/debug"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -22,6 +20,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/parallel"
 	"fastvideo/internal/weights"
 )
 
@@ -266,7 +265,7 @@ func touchPages[T any](v []T) {
 	}
 	stride := max(1, 4096/size)
 	pages := (len(v) + stride - 1) / stride
-	parallelRanges(pages, 1024, func(lo, hi int) {
+	parallel.Ranges(pages, 1024, func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			v[p*stride] = zero
 		}
@@ -291,27 +290,12 @@ func widen(flat any) []float32 {
 
 func widenEach[T interface{ Float32() float32 }](v []T) []float32 {
 	out := make([]float32, len(v))
-	parallelRanges(len(v), 1<<20, func(lo, hi int) {
+	parallel.Ranges(len(v), 1<<20, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = v[i].Float32()
 		}
 	})
 	return out
-}
-
-// parallelRanges calls fn over [0, n) in up to GOMAXPROCS contiguous ranges of at least minRange.
-func parallelRanges(n, minRange int, fn func(lo, hi int)) {
-	parts := min(runtime.GOMAXPROCS(0), max(1, n/minRange))
-	if parts <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for p := range parts {
-		lo, hi := p*n/parts, (p+1)*n/parts
-		wg.Go(func() { fn(lo, hi) })
-	}
-	wg.Wait()
 }
 
 // ParamArgs appends the bound tensors of ps to args as Exec.Call arguments.

@@ -2,10 +2,9 @@ package modelkit
 
 import (
 	"context"
-	"runtime"
-	"sync"
 
 	"fastvideo/internal/media"
+	"fastvideo/internal/parallel"
 )
 
 // Frames is a run of consecutive decoded frames of a video VAE, handed to its Decode callback in video
@@ -32,7 +31,7 @@ func (f Frames[M]) Pixels() []float32 {
 	var space M
 	out := make([]float32, len(f.Sample))
 	plane := f.Count * f.Height * f.Width
-	parallelRanges(plane, func(lo, hi int) {
+	parallel.Ranges(plane, parallelChunk, func(lo, hi int) {
 		for c := 0; c < 3 && (c+1)*plane <= len(f.Sample); c++ {
 			for i := c*plane + lo; i < c*plane+hi; i++ {
 				out[i] = space.ToUnit(c, f.Sample[i])
@@ -55,7 +54,7 @@ func (f Frames[M]) RGB24(dst []byte) []byte {
 	base := len(dst)
 	dst = append(dst, make([]byte, 3*plane)...)
 	out := dst[base:]
-	parallelRanges(plane, func(lo, hi int) {
+	parallel.Ranges(plane, parallelChunk, func(lo, hi int) {
 		for c := 0; c < 3 && (c+1)*plane <= len(f.Sample); c++ {
 			in := f.Sample[c*plane : (c+1)*plane]
 			for i := lo; i < hi; i++ {
@@ -68,25 +67,6 @@ func (f Frames[M]) RGB24(dst []byte) []byte {
 
 // parallelChunk is the least work worth a goroutine (values a channel).
 const parallelChunk = 1 << 16
-
-// parallelRanges runs fn over [0, n) cut into one contiguous range per core (fewer for small n).
-func parallelRanges(n int, fn func(lo, hi int)) {
-	parts := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
-	if parts <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for k := range parts {
-		lo, hi := n*k/parts, n*(k+1)/parts
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
-}
 
 // FrameRun is a run of consecutive decoded frames of a video VAE.
 type FrameRun interface {
