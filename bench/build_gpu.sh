@@ -25,13 +25,24 @@
 # go-xla v0.4.1 does not call it): the peak device memory of BENCHMARKS.md's rows, which nvidia-smi
 # cannot give (XLA's pool grows by doubling regions and keeps them).
 #
+# bench/goxla-pinned.patch: PJRT_Client_DmaMap/DmaUnmap (declared in go-xla v0.4.1's C header, not
+# wrapped) and xla.Backend.PinHostMemory. A device-to-host copy into pageable memory is staged by the
+# CUDA driver at ~7.5 GB/s on the H200 host and does not overlap with the programs running; into memory
+# registered with DmaMap it is one DMA that does. internal/graphexec.Take copies large outputs through
+# such a staging area (BENCHMARKS.md, the TAEHV rows).
+#
+# bench/goxla-convprecision.patch: go-xla's `tf32=false` asks DotGeneral for the highest precision on
+# CUDA but leaves ConvGeneral at the default, with which cuDNN runs float32 convolutions in TF32: the
+# TAEHV GPU parity test's float32 frames were 1.0-1.2e-4 off (CPU: 2e-7). With it, tf32=false means
+# float32 for convolutions too; the default (TF32 on) is unchanged.
+#
 # -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
 # instead of awaiting its completion events, so the host launches the next joint-block program while
 # the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
 # DiT forward).
 set -euo pipefail
 mode=build
-patches=(bench/goxla-f8.patch bench/goxla-memstats.patch)
+patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-pinned.patch bench/goxla-convprecision.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) mode=testbin ;;

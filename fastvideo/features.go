@@ -36,6 +36,8 @@ func BuildFeatures() []Feature {
 			"emulated (same numbers, bf16 speed); "+GPUBuildCommand+" gets them")},
 		{"XLA allocator statistics", f.AllocatorStats, unless(f.AllocatorStats, "the allocator's own bytes in use and peak",
 			"device memory is NVML's pool size; "+GPUBuildCommand+" gets them")},
+		{"page-locked host staging", f.PinnedHost, unless(f.PinnedHost, "large outputs (decoded frames) cross to the host by DMA while the next program runs",
+			"outputs cross into pageable memory, slower and not overlapped with the device; "+GPUBuildCommand+" gets it")},
 		{"CPU SIMD kernels (AVX2/AVX-512)", f.CPUSIMD, unless(f.CPUSIMD, "the pure-Go backend's matmuls use GoMLX's AVX2/AVX-512 kernels",
 			"the pure-Go backend's matmuls are plain Go (TAEHV decodes 2.6-2.8x slower on the CPU); build with GOEXPERIMENT=simd (Go 1.26+, amd64) to get them")},
 		{"asynchronous execution", false, "an experiment (bench/build_gpu.sh -async): 1 % on the H3 DiT forward, not in the GPU build"},

@@ -21,8 +21,9 @@ func init() {
 }
 
 // benchD2H times copying a device buffer to the host, the floor under every decoder's host frames:
-// "fresh" through graphexec.Take (a new slice whose pages all CPUs touch first), "reused" into one Go
-// slice kept across runs (its pages already mapped).
+// "fresh" through graphexec.Take (a new slice: in the GPU build through page-locked staging, else one
+// whose pages all CPUs touch first), "reused" into one Go slice kept across runs (its pages already
+// mapped, pageable).
 func benchD2H(b compute.Backend, c common) error {
 	sizes, err := parseList("d2h-mib", *d2hMiB, intAtLeast(1))
 	if err != nil {
@@ -35,6 +36,7 @@ func benchD2H(b compute.Backend, c common) error {
 		})
 		run := func() (*tensors.Tensor, error) { return graphexec.Call1(e, tensors.FromValue(int32(0))) }
 		var reuse []uint8
+		checked := false
 		for _, mode := range []string{"fresh", "reused"} {
 			tm, err := timeRuns(c.Warmup, c.Iters, func() error {
 				t, err := run()
@@ -43,8 +45,9 @@ func benchD2H(b compute.Backend, c common) error {
 				}
 				// The copy's clock includes the end of the program (an Iota: microseconds).
 				t0 := time.Now()
+				var got []uint8
 				if mode == "fresh" {
-					_, err = graphexec.Take[uint8](t)
+					got, err = graphexec.Take[uint8](t)
 				} else {
 					if reuse == nil {
 						reuse = make([]uint8, n)
@@ -56,6 +59,9 @@ func benchD2H(b compute.Backend, c common) error {
 					t.FinalizeAll()
 				}
 				fmt.Printf("d2h %s %d MiB copy %.4f s\n", mode, mib, time.Since(t0).Seconds())
+				if err == nil && got != nil && !checked { // once: the check is not part of the copy
+					checked, err = true, checkRamp(got)
+				}
 				return err
 			})
 			if err != nil {
@@ -65,5 +71,26 @@ func benchD2H(b compute.Backend, c common) error {
 		}
 		e.Finalize()
 	}
+	reportStaging(b)
 	return nil
+}
+
+// checkRamp: the copied values are the program's (i mod 256), wherever they were staged.
+func checkRamp(v []uint8) error {
+	for i, x := range v {
+		if x != uint8(i) {
+			return fmt.Errorf("d2h: value %d is %d, want %d", i, x, uint8(i))
+		}
+	}
+	return nil
+}
+
+// reportStaging says whether graphexec.Take staged large outputs through page-locked memory.
+func reportStaging(b compute.Backend) {
+	n, err := graphexec.PinnedStaging(b)
+	fmt.Printf("pinned staging: %d MiB registered", n>>20)
+	if err != nil {
+		fmt.Printf(" (%v)", err)
+	}
+	fmt.Println()
 }

@@ -98,6 +98,7 @@ func benchTAEHV(b compute.Backend, dts []dtypes.DType, c common) error {
 		if err != nil {
 			return err
 		}
+		reportStaging(b)
 		if *taehvFull {
 			if err := benchFullDecoder(b, cfg, dt, z, shape, c); err != nil {
 				return err

@@ -7,7 +7,8 @@ import (
 )
 
 // Features are what this binary's backends can do beyond a plain build: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8 and the allocator's statistics;
+// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics and page-locked host
+// memory;
 // GOEXPERIMENT=simd gives the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
@@ -16,6 +17,9 @@ type Features struct {
 	NativeFP8 bool
 	// AllocatorStats: the XLA allocator's bytes in use and peak can be read (else NVML's pool size).
 	AllocatorStats bool
+	// PinnedHost: host memory can be registered for DMA, so large outputs cross to the host through
+	// page-locked staging, overlapping with the programs running (else pageable copies).
+	PinnedHost bool
 	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
 	// on amd64).
 	CPUSIMD bool

@@ -3,16 +3,21 @@
 package backend
 
 import (
+	"unsafe"
+
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/go-xla/compute/xla"
 )
 
 // xlaFeatures reads what the go-xla compiled into this binary can do: the GPU build's patches
-// (bench/build_gpu.sh) declare float8 and add the allocator's statistics.
+// (bench/build_gpu.sh) declare float8 and add the allocator's statistics and host-memory pinning.
 func xlaFeatures() Features {
 	_, stats := any((*xla.Backend)(nil)).(interface {
 		DeviceMemoryStats(compute.DeviceNum) (inUse, peak int64, err error)
 	})
-	return Features{XLA: true, NativeFP8: xla.Capabilities.DTypes[dtypes.F8E4M3FN] && hasGoType(dtypes.F8E4M3FN), AllocatorStats: stats}
+	_, pinned := any((*xla.Backend)(nil)).(interface {
+		PinHostMemory(data unsafe.Pointer, size int) (unpin func() error, err error)
+	})
+	return Features{XLA: true, NativeFP8: xla.Capabilities.DTypes[dtypes.F8E4M3FN] && hasGoType(dtypes.F8E4M3FN), AllocatorStats: stats, PinnedHost: pinned}
 }
