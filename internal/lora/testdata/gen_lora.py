@@ -1,9 +1,16 @@
 """Builds tiny Wan LoRA adapters in every layout internal/lora reads, and the merged weights upstream gets.
 
-Run offline:  python3 gen_lora.py --diffusers DIR --out DIR
-  --diffusers: a huggingface/diffusers checkout (DIR/src/diffusers/loaders/lora_conversion_utils.py);
-               read at 58eb52c0803ea9af3abec60841c2a093bdf1f951.
-  --out:       where to write (normally this testdata folder).
+Run offline:  python3 gen_lora.py --diffusers DIR --peft DIR --accelerate DIR --out DIR
+  --diffusers:  a huggingface/diffusers checkout, read at 58eb52c0803ea9af3abec60841c2a093bdf1f951; its files
+                src/diffusers/loaders/lora_conversion_utils.py, src/diffusers/utils/state_dict_utils.py,
+                src/diffusers/loaders/lora_base.py and src/diffusers/training_utils.py are read (no package import).
+  --peft:       a huggingface/peft checkout (DIR/src/peft), imported unchanged; read at
+                5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 (version 0.20.1.dev0, which the script checks).
+  --accelerate: a huggingface/accelerate checkout (DIR/src/accelerate), which peft imports; read at
+                16cb6eb80dd9aa8b4df1a63ef57863e455d53b83.
+  --out:        where to write (normally this testdata folder).
+Needs torch, numpy and what peft imports (transformers, huggingface_hub, safetensors, psutil, pyyaml, packaging, tqdm);
+the script refuses, naming the missing module, when peft does not import. Everything runs on the CPU, in float32.
 
 Writes:
   wan_lora_base.safetensors   a tiny Wan DiT's weights (diffusers WanTransformer3DModel names, f32):
@@ -20,9 +27,15 @@ _convert_non_diffusers_wan_lora_to_diffusers / _convert_musubi_wan_lora_to_diffu
 They fold alpha/r into lora_A/lora_B and turn diff_b into lora_B.bias (and head.head.diff into lora_A with an
 identity lora_B). The converted pairs are then merged as PEFT fuses them with alpha = r (diffusers passes
 network_alphas=None for Wan): W + s*(B @ A), bias + s*lora_B.bias, in float32.
-PEFT-layout files (diffusers names, optional lora_adapter_metadata) need no conversion: PEFT's scale is
-lora_alpha/r (alpha_pattern per module), applied as W + s*(alpha/r)*(B @ A), bias + s*(alpha/r)*lora_B.bias
-(PEFT's LoRA Linear adds lora_B(lora_A(x))*scaling, lora_B's bias included).
+PEFT-layout cases (PEFT's in-memory names, diffusers' saved names with a lora_adapter_metadata header, FastVideo's
+extractor) are made and merged by PEFT itself: a torch module tree with the tiny Wan's module names (nn.Linear
+leaves holding the base weights) gets a LoraConfig adapter (peft.get_peft_model: r, lora_alpha, alpha_pattern,
+lora_bias), the case's random factors are copied into its lora_A/lora_B (and lora_B bias), the strength is set
+per layer with LoraLayer.set_scale (as diffusers' set_adapters does: scaling = s*alpha/r), and
+merge_and_unload() gives the merged weights. The PEFT files are PEFT's own state dicts: PeftModel.state_dict()'s
+adapter entries (peft_default), or get_peft_model_state_dict of the injected model with diffusers' "transformer."
+prefix and a lora_adapter_metadata header of LoraConfig.to_dict(), packed as diffusers' _collate_lora_metadata,
+_pack_dict_with_prefix and write_lora_layers do (peft_metadata).
 Dense payloads (.diff, .diff_b, .diff_m, .set_weight), which diffusers drops (norm diffs, leftover .diff,
 diff_m), follow ComfyUI's comfy/lora.py semantics by formula: W + s*diff, bias + s*diff_b, W = set_weight.
 Factors stored as bf16 are handed to the converter as float32 (ComfyUI merges in fp32).
@@ -36,11 +49,15 @@ import os
 import struct
 import sys
 import types
+import typing
 
 import numpy as np
 import torch
 
 DIFFUSERS_COMMIT = "58eb52c0803ea9af3abec60841c2a093bdf1f951"
+PEFT_COMMIT = "5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40"
+PEFT_VERSION = "0.20.1.dev0"
+ACCELERATE_COMMIT = "16cb6eb80dd9aa8b4df1a63ef57863e455d53b83"
 D, FFN, TEXT, FREQ, IMG, OUT, BLOCKS = 8, 16, 6, 4, 8, 4, 2
 
 
@@ -53,13 +70,14 @@ def _module(name, **attrs):
     return mod
 
 
-def _bind_function(path, name):
-    """Binds one top-level function from an upstream file by compiling its own source (no module import)."""
+def _bind_function(path, name, **names):
+    """Binds one top-level function from an upstream file by compiling its own source (no module import);
+    `names` adds globals its signature or body needs besides torch."""
     src = open(path).read()
     tree = ast.parse(src)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     code = compile(ast.Module(body=[fn], type_ignores=[]), path, "exec")
-    ns = {"torch": torch}
+    ns = {"torch": torch, **names}
     exec(code, ns)
     return ns[name]
 
@@ -79,6 +97,45 @@ def load_conversion(diffusers_dir):
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_saving(diffusers_dir):
+    """diffusers' own helpers that build a saved LoRA file: _collate_lora_metadata (training_utils.py: each
+    component's peft_config["default"].to_dict()) and _pack_dict_with_prefix (loaders/lora_base.py)."""
+    src = os.path.join(diffusers_dir, "src", "diffusers")
+    files = {"collate": (os.path.join(src, "training_utils.py"), "_collate_lora_metadata"),
+             "pack": (os.path.join(src, "loaders", "lora_base.py"), "_pack_dict_with_prefix")}
+    for path, _ in files.values():
+        if not os.path.isfile(path):
+            sys.exit(f"no {path}: pass --diffusers a huggingface/diffusers checkout")
+    return types.SimpleNamespace(**{k: _bind_function(path, name, Any=typing.Any) for k, (path, name) in files.items()})
+
+
+def load_peft(peft_dir, accelerate_dir):
+    """Imports huggingface/peft, unchanged, from its checkout (and accelerate, which peft imports, from its own)."""
+    srcs = {}
+    for name, d in (("accelerate", accelerate_dir), ("peft", peft_dir)):
+        srcs[name] = os.path.realpath(os.path.join(d, "src"))
+        if not os.path.isfile(os.path.join(srcs[name], name, "__init__.py")):
+            sys.exit(f"no {srcs[name]}/{name}/__init__.py: pass --{name} a huggingface/{name} checkout (its src/ tree)")
+        sys.path.insert(0, srcs[name])
+    try:
+        import accelerate
+        import peft
+        from peft.tuners.lora import LoraLayer
+    except ModuleNotFoundError as e:
+        sys.exit(f"cannot import peft from {srcs['peft']}: the module {e.name!r} is missing ({e}); install it (peft "
+                 "needs torch, transformers, huggingface_hub, safetensors, psutil, pyyaml, packaging, tqdm, numpy; "
+                 "accelerate comes from --accelerate) and run again")
+    except Exception as e:
+        sys.exit(f"cannot import peft from {srcs['peft']}: {type(e).__name__}: {e} (an installed package, transformers "
+                 f"or torch say, may not fit peft {PEFT_VERSION})")
+    for name, mod in (("accelerate", accelerate), ("peft", peft)):
+        if not os.path.realpath(mod.__file__).startswith(srcs[name] + os.sep):
+            sys.exit(f"{name} was imported from {mod.__file__}, not from {srcs[name]}: run without the installed copy")
+    if peft.__version__ != PEFT_VERSION:
+        sys.exit(f"peft at {srcs['peft']} is {peft.__version__}; this script pins {PEFT_VERSION} ({PEFT_COMMIT})")
+    return types.SimpleNamespace(peft=peft, LoraLayer=LoraLayer)
 
 
 # ---------------------------------------------------------------- safetensors writer
@@ -193,18 +250,85 @@ def merge_diffusers(weights, converted, s):
     return w, touched
 
 
-def merge_peft(weights, mods, s):
-    """PEFT scale alpha/r per module: mods = {module: (A, B, alpha, bias or None)}."""
-    w = dict(weights)
+def wan_modules(weights):
+    """A torch module tree with the tiny Wan's module names: an nn.Linear (float32, the base's weight and bias) for each
+    2-D "<m>.weight", inside plain nn.Module containers named by the dotted path (blocks -> 0 -> attn1 -> to_q), so
+    PEFT's target_modules and alpha_pattern see the names diffusers' WanTransformer3DModel has."""
+    root = torch.nn.Module()
+    for k, w in weights.items():
+        if not k.endswith(".weight") or w.dim() != 2:
+            continue
+        path = k[:-len(".weight")].split(".")
+        node = root
+        for part in path[:-1]:
+            if getattr(node, part, None) is None:
+                node.add_module(part, torch.nn.Module())
+            node = getattr(node, part)
+        lin = torch.nn.Linear(w.shape[1], w.shape[0])
+        with torch.no_grad():
+            lin.weight.copy_(w)
+            lin.bias.copy_(weights[k[:-len(".weight")] + ".bias"])
+        node.add_module(path[-1], lin)
+    return root
+
+
+def peft_config(mods, lora_alpha, lora_bias):
+    """PEFT's LoraConfig for mods = {module: (A, B, alpha, bias or None)}: rank 4, lora_alpha, an alpha_pattern entry
+    for each module whose alpha differs; peft_version as PEFT records a dev install of the pinned commit."""
+    return UP.peft.LoraConfig(r=4, lora_alpha=lora_alpha, target_modules=sorted(mods), lora_bias=lora_bias,
+                              alpha_pattern={m: v[2] for m, v in mods.items() if v[2] != lora_alpha},
+                              peft_version=f"{PEFT_VERSION}@{PEFT_COMMIT}")
+
+
+def merge_peft(weights, config, mods, s):
+    """PEFT's own merge of one adapter: `config` injected by peft.get_peft_model into wan_modules(weights), the factors
+    of mods = {module: (A, B, alpha, bias or None)} copied into each layer's lora_A/lora_B (lora_B.bias), strength s
+    set by LoraLayer.set_scale (diffusers' set_adapters), then merge_and_unload(). Returns the merged weights, the
+    tensors PEFT's merge writes, PeftModel.state_dict()'s adapter entries (PEFT's in-memory names), the injected
+    model's get_peft_model_state_dict (the names diffusers saves) and diffusers' _collate_lora_metadata of it."""
+    peft_model = UP.peft.get_peft_model(wan_modules(weights), config)
+    model = peft_model.get_base_model()
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, UP.LoraLayer)}
+    if sorted(layers) != sorted(mods):
+        sys.exit(f"PEFT adapted {sorted(layers)}, the case targets {sorted(mods)}")
     touched = set()
-    for mod, (a, b, alpha, bias) in mods.items():
-        scale = s * alpha / a.shape[0]
-        w[mod + ".weight"] = w[mod + ".weight"] + scale * (b.float() @ a.float())
-        touched.add(mod + ".weight")
-        if bias is not None:
-            w[mod + ".bias"] = w[mod + ".bias"] + scale * bias.float()
-            touched.add(mod + ".bias")
-    return w, touched
+    with torch.no_grad():
+        for m, (a, b, alpha, bias) in mods.items():
+            layer = layers[m]
+            if layer.r["default"] != a.shape[0] or layer.lora_alpha["default"] != alpha:
+                sys.exit(f"{m}: PEFT gave rank {layer.r['default']}, alpha {layer.lora_alpha['default']}; "
+                         f"the case has {a.shape[0]}, {alpha}")
+            for dst, src in ((layer.lora_A["default"].weight, a), (layer.lora_B["default"].weight, b),
+                             (layer.lora_B["default"].bias, bias)):
+                if (dst is None) != (src is None) or (src is not None and dst.shape != src.shape):
+                    sys.exit(f"{m}: PEFT's layer does not fit the case's factors")
+                if src is not None:
+                    dst.copy_(src.float())
+            layer.set_scale("default", s)
+            touched.add(m + ".weight")
+            if bias is not None:
+                touched.add(m + ".bias")
+    in_memory = {k: v.detach().clone() for k, v in peft_model.state_dict().items() if ".lora_" in k}
+    saved = {k: v.detach().clone() for k, v in UP.peft.get_peft_model_state_dict(model).items()}
+    assert sorted(k.replace(".default.", ".") for k in in_memory) == sorted("base_model.model." + k for k in saved)
+    metadata = UP.saving.collate({"transformer": model})["transformer_lora_adapter_metadata"]
+    merged = peft_model.merge_and_unload().state_dict()
+    w = dict(weights)
+    for k, v in merged.items():
+        v = v.detach().clone()
+        if k not in touched and not torch.equal(v.view(torch.int32), weights[k].view(torch.int32)):
+            sys.exit(f"PEFT's merge changed {k}, which no LoRA layer owns")
+        w[k] = v
+    return w, touched, in_memory, saved, metadata
+
+
+def diffusers_header(metadata):
+    """The safetensors header diffusers' save_lora_weights writes for the transformer's metadata: the fields prefixed
+    (_pack_dict_with_prefix), sets turned into lists, json.dumps(indent=2, sort_keys=True) (write_lora_layers). The
+    lists are sorted here (diffusers writes list(set), in hash order) so the file is reproducible."""
+    meta = UP.saving.pack(metadata, "transformer")
+    meta = {k: sorted(v) if isinstance(v, set) else v for k, v in meta.items()}
+    return {"format": "pt", "lora_adapter_metadata": json.dumps(meta, indent=2, sort_keys=True)}
 
 
 def with_prefix(sd, prefix):
@@ -311,46 +435,44 @@ def _peft_mods(g, names, r):
     return mods
 
 
+def _lora_biases(mods, seed):
+    """lora_bias=True gives every targeted module a lora_B bias: those the case draws no bias for get one from their
+    own generator, so the shared one (and every later case's draws) stays as it was."""
+    gb = torch.Generator().manual_seed(seed)
+    for m, v in mods.items():
+        if v[3] is None:
+            v[3] = torch.randn(v[1].shape[0], generator=gb) * 0.1
+
+
 PEFT_TARGETS = ["blocks.0.attn1.to_q", "blocks.1.attn1.to_q", "blocks.0.attn2.to_v", "blocks.1.ffn.net.0.proj",
                 "blocks.0.ffn.net.2", "proj_out", "condition_embedder.time_proj"]
 
 
 def case_peft_default(g, conv, base):
-    """PEFT in-memory names: base_model.model. prefix, .lora_A.default.weight, a lora_B bias; no
-    metadata: alpha = r."""
+    """PEFT in-memory names (PeftModel.state_dict()): base_model.model. prefix, .lora_A.default.weight, lora_B
+    biases (lora_bias=True); no metadata: alpha = r."""
     mods = _peft_mods(g, PEFT_TARGETS, 4)
     mods["blocks.0.attn1.to_q"][3] = torch.randn(D, generator=g) * 0.1
-    sd = {}
-    for m, (a, b, _, bias) in mods.items():
-        sd[f"base_model.model.{m}.lora_A.default.weight"] = a
-        sd[f"base_model.model.{m}.lora_B.default.weight"] = b
-        if bias is not None:
-            sd[f"base_model.model.{m}.lora_B.default.bias"] = bias
+    _lora_biases(mods, 3401)
     s = 1.2
-    w, touched = merge_peft(base, mods, s)
-    return sd, None, s, w, touched, "PEFT fuse by formula (alpha = r)"
+    w, touched, sd, _, _ = merge_peft(base, peft_config(mods, 4, True), mods, s)
+    return sd, None, s, w, touched, "PEFT get_peft_model + set_scale + merge_and_unload (lora_alpha = r)"
 
 
 def case_peft_metadata(g, conv, base):
-    """diffusers save_lora_weights: transformer. prefix, lora_adapter_metadata with lora_alpha and an
-    alpha_pattern (component-prefixed fields), a lora_B.bias scaled by alpha/r."""
+    """diffusers save_lora_weights: transformer. prefix, lora_adapter_metadata (LoraConfig.to_dict(),
+    component-prefixed fields) with lora_alpha and an alpha_pattern, lora_B biases scaled by alpha/r."""
     mods = _peft_mods(g, PEFT_TARGETS, 4)
     for m in mods:
         mods[m][2] = 6.0
     mods["blocks.1.attn1.to_q"][2] = 2.5
     mods["proj_out"][3] = torch.randn(OUT, generator=g) * 0.1
-    sd = {}
-    for m, (a, b, _, bias) in mods.items():
-        sd[f"transformer.{m}.lora_A.weight"] = a
-        sd[f"transformer.{m}.lora_B.weight"] = b
-        if bias is not None:
-            sd[f"transformer.{m}.lora_B.bias"] = bias
-    meta = {"transformer.r": 4, "transformer.lora_alpha": 6, "transformer.alpha_pattern": {"blocks.1.attn1.to_q": 2.5},
-            "transformer.rank_pattern": {}, "transformer.target_modules": sorted(mods), "transformer.lora_bias": True}
-    header = {"format": "pt", "lora_adapter_metadata": json.dumps(meta, indent=2, sort_keys=True)}
+    _lora_biases(mods, 3402)
     s = 1.0
-    w, touched = merge_peft(base, mods, s)
-    return sd, header, s, w, touched, "PEFT fuse by formula (lora_alpha / alpha_pattern over r)"
+    w, touched, _, saved, metadata = merge_peft(base, peft_config(mods, 6, True), mods, s)
+    sd = UP.saving.pack(saved, "transformer")
+    return sd, diffusers_header(metadata), s, w, touched, ("PEFT get_peft_model + set_scale + merge_and_unload "
+                                                           "(lora_alpha, alpha_pattern); file: get_peft_model_state_dict")
 
 
 def case_fastvideo(g, conv, base):
@@ -363,8 +485,8 @@ def case_fastvideo(g, conv, base):
         sd[m + ".lora_rank"] = torch.tensor([a.shape[0]], dtype=torch.int32)
         sd[m + ".lora_alpha"] = torch.tensor([alpha], dtype=torch.float32)
     s = 1.0
-    w, touched = merge_peft(base, mods, s)
-    return sd, None, s, w, touched, "formula W + s*(alpha/r)*B@A (FastVideo lora_pipeline merge, alpha kept exact)"
+    w, touched, _, _, _ = merge_peft(base, peft_config(mods, 4, False), mods, s)
+    return sd, None, s, w, touched, "PEFT merge_and_unload with the file's alphas (W + s*(alpha/r)*B@A, exact alpha)"
 
 
 def case_dense(g, conv, base):
@@ -392,14 +514,19 @@ def case_dense(g, conv, base):
 CASES = [case_native_kohya, case_native_ab_i2v, case_native_lightx2v, case_musubi, case_peft_default,
          case_peft_metadata, case_fastvideo, case_dense]
 BASE_SHAPES = {}
+UP = types.SimpleNamespace()  # peft (peft, LoraLayer) and diffusers' saving helpers (saving.collate, saving.pack)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--diffusers", required=True)
+    ap.add_argument("--peft", required=True)
+    ap.add_argument("--accelerate", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     conv = load_conversion(args.diffusers)
+    UP.saving = load_saving(args.diffusers)
+    UP.__dict__.update(vars(load_peft(args.peft, args.accelerate)))
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(34)
     base = base_weights(g)
@@ -415,7 +542,7 @@ def main():
         results[name] = (file, s, w)
         cases.append({"name": name, "adapters": [{"file": file, "strength": s}], "touched": sorted(touched),
                       "reference": ref, "what": fn.__doc__.strip()})
-    # Two adapters in order: the first's result is the second's base.
+    # Two adapters in order: the first's result is the second's base (PEFT's merge into the first's merged weights).
     (f1, s1, w1), (f2, _, _) = results["native_kohya"], results["peft_metadata"]
     mods = {}
     sd2 = _read_back(os.path.join(args.out, f2))
@@ -424,7 +551,7 @@ def main():
         alpha = 2.5 if m == "blocks.1.attn1.to_q" else 6.0
         mods[m] = (a, b, alpha, sd2.get(f"transformer.{m}.lora_B.bias"))
     s2 = -0.5
-    w2, t2 = merge_peft(w1, mods, s2)
+    w2, t2, _, _, _ = merge_peft(w1, peft_config(mods, 6, True), mods, s2)
     touched = sorted(set(next(c for c in cases if c["name"] == "native_kohya")["touched"]) | t2)
     cases.append({"name": "chain", "adapters": [{"file": f1, "strength": s1}, {"file": f2, "strength": s2}],
                   "touched": touched, "reference": "the two cases' references in order",
@@ -435,7 +562,8 @@ def main():
         for k in c["touched"]:
             expected[f"{c['name']}:{k}"] = w[k].float().contiguous()
     write_safetensors(os.path.join(args.out, "lora_expected.safetensors"), expected)
-    info = {"diffusers_commit": DIFFUSERS_COMMIT, "generator": "internal/lora/testdata/gen_lora.py",
+    info = {"diffusers_commit": DIFFUSERS_COMMIT, "peft_commit": PEFT_COMMIT, "accelerate_commit": ACCELERATE_COMMIT,
+            "generator": "internal/lora/testdata/gen_lora.py",
             "base": "wan_lora_base.safetensors", "expected": "lora_expected.safetensors", "cases": cases}
     with open(os.path.join(args.out, "lora_cases.json"), "w") as f:
         json.dump(info, f, indent=1)
