@@ -214,14 +214,46 @@ func TakeF32(t *tensors.Tensor) ([]float32, error) {
 	case dtypes.Float32:
 		return Take[float32](t)
 	case dtypes.BFloat16:
-		v, err := Take[bfloat16.BFloat16](t)
-		return widenEach(v), err
+		return takeWidened[bfloat16.BFloat16](t)
 	case dtypes.Float16:
-		v, err := Take[float16.Float16](t)
-		return widenEach(v), err
+		return takeWidened[float16.Float16](t)
 	}
 	t.FinalizeAll()
 	return nil, notFloat(t)
+}
+
+// takeWidened is TakeF32 of a half-precision tensor: widened straight out of the staging region
+// where there is one, else out of Take's slice.
+func takeWidened[T interface {
+	gotype.Supported
+	Float32() float32
+}](t *tensors.Tensor) ([]float32, error) {
+	if b, buf, ok := deviceBuffer(t); ok {
+		defer t.FinalizeAll()
+		var out []float32
+		if staged, err := takeStaged(b, buf, t.Size(), func(v []T) { out = widenEach(v) }); staged {
+			return out, err
+		}
+	}
+	v, err := Take[T](t)
+	return widenEach(v), err
+}
+
+// deviceBuffer is t's buffer on its device, if it has one.
+func deviceBuffer(t *tensors.Tensor) (compute.Backend, compute.Buffer, bool) {
+	b, err := t.Backend()
+	if err != nil {
+		return nil, nil, false
+	}
+	dev, err := t.Device()
+	if err != nil {
+		return nil, nil, false
+	}
+	buf, err := t.Buffer(b, dev)
+	if err != nil {
+		return nil, nil, false
+	}
+	return b, buf, true
 }
 
 // Take moves t, of Go type T, to the host and frees it, returning its values without the second copy
@@ -231,17 +263,16 @@ func TakeF32(t *tensors.Tensor) ([]float32, error) {
 // GPU build a large output crosses through page-locked memory instead (takeStaged).
 func Take[T gotype.Supported](t *tensors.Tensor) ([]T, error) {
 	defer t.FinalizeAll()
-	if b, err := t.Backend(); err == nil {
-		if dev, err := t.Device(); err == nil {
-			if buf, err := t.Buffer(b, dev); err == nil {
-				out := make([]T, t.Size())
-				if staged, err := takeStaged(b, buf, out); staged {
-					return out, err
-				}
-				touchPages(out)
-				return out, buf.ToFlatData(out)
-			}
+	if b, buf, ok := deviceBuffer(t); ok {
+		out := make([]T, t.Size())
+		copyOut := func(staged []T) {
+			parallel.Ranges(len(out), max(1, (1<<20)/int(unsafe.Sizeof(out[0]))), func(lo, hi int) { copy(out[lo:hi], staged[lo:hi]) })
 		}
+		if staged, err := takeStaged(b, buf, len(out), copyOut); staged {
+			return out, err
+		}
+		touchPages(out)
+		return out, buf.ToFlatData(out)
 	}
 	// A host tensor: after ToLocal its buffer is a Go slice of the tensor's own, so it outlives
 	// FinalizeAll, which only drops the reference.

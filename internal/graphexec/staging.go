@@ -6,8 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/compute"
-
-	"fastvideo/internal/parallel"
 )
 
 // hostPinner is what the GPU build's XLA backend adds (bench/goxla-pinned.patch): registering host
@@ -46,12 +44,18 @@ type stagingPool struct {
 
 var stagingPools sync.Map // compute.Backend -> *stagingPool
 
+// asPinner is b's hostPinner, if it is one (tests stand a fake in for the go backend).
+var asPinner = func(b compute.Backend) (hostPinner, bool) {
+	p, ok := b.(hostPinner)
+	return p, ok
+}
+
 // poolFor returns b's pool, or nil when b cannot register host memory.
 func poolFor(b compute.Backend) *stagingPool {
 	if p, ok := stagingPools.Load(b); ok {
 		return p.(*stagingPool)
 	}
-	pinner, ok := b.(hostPinner)
+	pinner, ok := asPinner(b)
 	if !ok || !canMapHost {
 		return nil
 	}
@@ -114,29 +118,28 @@ func (p *stagingPool) put(r *stagingRegion) {
 	p.mu.Unlock()
 }
 
-// takeStaged copies buf into out through a registered region; false when there is none to use
-// (out untouched).
-func takeStaged[T any](b compute.Backend, buf compute.Buffer, out []T) (bool, error) {
+// takeStaged copies buf, n values of T, into a registered region and hands it to consume (which
+// must not keep it); false when there is no region to use.
+func takeStaged[T any](b compute.Backend, buf compute.Buffer, n int, consume func(staged []T)) (bool, error) {
 	var zero T
-	size := int(unsafe.Sizeof(zero))
-	n := len(out) * size
-	if n < stageMinBytes {
+	bytes := n * int(unsafe.Sizeof(zero))
+	if bytes < stageMinBytes {
 		return false, nil
 	}
 	p := poolFor(b)
 	if p == nil {
 		return false, nil
 	}
-	r := p.get(n)
+	r := p.get(bytes)
 	if r == nil {
 		return false, nil
 	}
 	defer p.put(r)
-	staged := unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(r.mem))), len(out))
+	staged := unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(r.mem))), n)
 	if err := buf.ToFlatData(staged); err != nil {
 		return true, err
 	}
-	parallel.Ranges(len(out), max(1, (1<<20)/size), func(lo, hi int) { copy(out[lo:hi], staged[lo:hi]) })
+	consume(staged)
 	return true, nil
 }
 

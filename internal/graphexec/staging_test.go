@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -63,7 +64,7 @@ func TestTakeStaged(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]float32, n)
-		staged, err := takeStaged(pinner, buf, got)
+		staged, err := takeStaged(pinner, buf, n, func(v []float32) { copy(got, v) })
 		o.FinalizeAll()
 		if !staged || err != nil || !slices.Equal(got, want) {
 			t.Fatalf("round %d: staged %v, err %v, equal %v", round, staged, err, slices.Equal(got, want))
@@ -89,11 +90,46 @@ func TestTakeStaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if staged, _ := takeStaged(refusing, buf, make([]float32, n)); staged {
+	if staged, _ := takeStaged(refusing, buf, n, func([]float32) { t.Error("consume called without a region") }); staged {
 		t.Error("a backend that refuses to register must not stage")
 	}
 	if _, err := PinnedStaging(refusing); err == nil || err.Error() != "no DmaMap" {
 		t.Errorf("PinnedStaging after a refusal: %v, want the refusal", err)
+	}
+}
+
+// Take and TakeF32 (float32, and bfloat16 widened straight out of the region) return the device
+// values whole when the backend stages.
+func TestTakeThroughStaging(t *testing.T) {
+	if !canMapHost {
+		t.Skip("no anonymous mappings on this system")
+	}
+	b := testutil.Backend(t)
+	pinner := &fakePinner{Backend: b}
+	saved := asPinner
+	asPinner = func(compute.Backend) (hostPinner, bool) { return pinner, true }
+	defer func() { asPinner = saved; stagingPools.Delete(b) }()
+	e := MustExec(b, "test.ramp2", func(in []*Node) []*Node { return []*Node{in[0], ConvertDType(in[0], in[1].DType())} })
+	defer FinalizeExecs(e)
+	n := stageMinBytes/2 + 7 // a bfloat16 copy of it is still over stageMinBytes
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = float32(i%256) - 128 // exact in bfloat16
+	}
+	out, err := Call(e, tensors.FromFlatDataAndDimensions(want, n), tensors.FromValue(bfloat16.FromFloat32s(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32, err := Take[float32](out[0])
+	if err != nil || !slices.Equal(f32, want) {
+		t.Errorf("Take: equal %v, %v", slices.Equal(f32, want), err)
+	}
+	widened, err := TakeF32(out[1])
+	if err != nil || !slices.Equal(widened, want) {
+		t.Errorf("TakeF32 of bfloat16: equal %v, %v", slices.Equal(widened, want), err)
+	}
+	if pinner.pins == 0 {
+		t.Error("nothing was staged")
 	}
 }
 
