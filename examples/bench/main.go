@@ -9,6 +9,7 @@ package main
 
 import (
 	"errors"
+	"fastvideo/internal/graphexec"
 	"flag"
 	"fmt"
 	"os"
@@ -75,7 +76,9 @@ func main() {
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
 	c.Window = &profileWindow{}
 	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]" or "wandit"), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
+	staging := flag.Bool("pinned-staging", true, "GPU build: large outputs cross to the host through page-locked staging (false: pageable copies, for an A/B)")
 	flag.Parse()
+	graphexec.SetPinnedStaging(*staging)
 	fn := benches[*what]
 	if fn == nil && specBenches[*what] == nil {
 		fmt.Fprintf(os.Stderr, "bench: -what %q is unknown; registered: %s\n", *what, names())

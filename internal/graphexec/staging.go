@@ -3,6 +3,7 @@ package graphexec
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gomlx/compute"
@@ -50,8 +51,18 @@ var asPinner = func(b compute.Backend) (hostPinner, bool) {
 	return p, ok
 }
 
-// poolFor returns b's pool, or nil when b cannot register host memory.
+// stagingOff: SetPinnedStaging(false) was called.
+var stagingOff atomic.Bool
+
+// SetPinnedStaging turns the staging of large outputs through page-locked memory on (the default,
+// where the backend can) or off, for the whole process: an A/B of the copy paths.
+func SetPinnedStaging(on bool) { stagingOff.Store(!on) }
+
+// poolFor returns b's pool, or nil when b cannot register host memory or staging is off.
 func poolFor(b compute.Backend) *stagingPool {
+	if stagingOff.Load() {
+		return nil
+	}
 	if p, ok := stagingPools.Load(b); ok {
 		return p.(*stagingPool)
 	}
@@ -146,6 +157,9 @@ func takeStaged[T any](b compute.Backend, buf compute.Buffer, n int, consume fun
 // PinnedStaging reports the page-locked bytes b's pool holds, and why it stopped registering more
 // (nil while it can; errNoPinning when b cannot at all).
 func PinnedStaging(b compute.Backend) (bytes int, err error) {
+	if stagingOff.Load() {
+		return 0, errors.New("turned off (SetPinnedStaging)")
+	}
 	p := poolFor(b)
 	if p == nil {
 		return 0, errNoPinning
