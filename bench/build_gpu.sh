@@ -25,13 +25,20 @@
 # go-xla v0.4.1 does not call it): the peak device memory of BENCHMARKS.md's rows, which nvidia-smi
 # cannot give (XLA's pool grows by doubling regions and keeps them).
 #
+# bench/goxla-compilecache.patch: a persistent compile cache (go-xla v0.4.1 neither serializes nor
+# loads executables): PJRT_Executable_Serialize / DeserializeAndLoad, a cache key over the program, the
+# compile options, the plugin, the device kinds and XLA_FLAGS, and a hook in Builder.Compile through
+# which internal/compilecache loads a program compiled by an earlier process instead of compiling it
+# (-compile-cache DIR|off; the patch's header says why each piece exists). A plain build compiles
+# every program in every process.
+#
 # -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
 # instead of awaiting its completion events, so the host launches the next joint-block program while
 # the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
 # DiT forward).
 set -euo pipefail
 mode=build
-patches=(bench/goxla-f8.patch bench/goxla-memstats.patch)
+patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-compilecache.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) mode=testbin ;;
