@@ -6,9 +6,12 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
+// GPUBuildHint says how to get what a plain build lacks.
+const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
+
 // Features are what this binary's backends can do beyond a plain build: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8 and the allocator's statistics;
-// GOEXPERIMENT=simd gives the pure-Go backend its SIMD matmuls.
+// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics and
+// the compile cache; GOEXPERIMENT=simd gives the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
 	XLA bool
@@ -16,6 +19,9 @@ type Features struct {
 	NativeFP8 bool
 	// AllocatorStats: the XLA allocator's bytes in use and peak can be read (else NVML's pool size).
 	AllocatorStats bool
+	// CompileCache: compiled programs can be serialized and loaded by a later process (the GPU
+	// build's bench/goxla-compilecache.patch; see Plan.CompileCacheDir).
+	CompileCache bool
 	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
 	// on amd64).
 	CPUSIMD bool
