@@ -295,7 +295,7 @@ func Check(dir string) error {
 			if p == filepath.Clean(dir) {
 				return fmt.Errorf("%s is a file, not a folder", p)
 			}
-			return fmt.Errorf("%s cannot be created: %s is a file", dir, p)
+			return fmt.Errorf("%s cannot be created: %s is a file, not a folder", dir, p)
 		case err == nil:
 			return probeWrite(p)
 		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
