@@ -36,13 +36,21 @@
 # TAEHV GPU parity test's float32 frames were 1.0-1.2e-4 off (CPU: 2e-7). With it, tf32=false means
 # float32 for convolutions too; the default (TF32 on) is unchanged.
 #
+# bench/goxla-compilecache.patch: a persistent compile cache (go-xla v0.4.1 neither serializes nor
+# loads executables): PJRT_Executable_Serialize / DeserializeAndLoad, a cache key over the program, the
+# compile options, the plugin, the device kinds and XLA_FLAGS, and a hook in Builder.Compile through
+# which internal/compilecache loads a program compiled by an earlier process instead of compiling it
+# (-compile-cache DIR|off; the patch's header says why each piece exists). A plain build compiles
+# every program in every process.
+#
 # -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
 # instead of awaiting its completion events, so the host launches the next joint-block program while
 # the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
 # DiT forward).
 set -euo pipefail
 mode=build
-patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-pinned.patch bench/goxla-convprecision.patch)
+patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-pinned.patch bench/goxla-convprecision.patch
+  bench/goxla-compilecache.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) mode=testbin ;;

@@ -41,7 +41,8 @@ func BuildFeatures() []Feature {
 		{"CPU SIMD kernels (AVX2/AVX-512)", f.CPUSIMD, unless(f.CPUSIMD, "the pure-Go backend's matmuls use GoMLX's AVX2/AVX-512 kernels",
 			"the pure-Go backend's matmuls are plain Go (TAEHV decodes 2.6-2.8x slower on the CPU); build with GOEXPERIMENT=simd (Go 1.26+, amd64) to get them")},
 		{"asynchronous execution", false, "an experiment (bench/build_gpu.sh -async): 1 % on the H3 DiT forward, not in the GPU build"},
-		{"persistent compile cache", false, "not built yet: a fresh process compiles every program again"},
+		{"persistent compile cache", f.CompileCache, unless(f.CompileCache, "XLA programs compiled once load from the cache folder (-compile-cache) in later runs",
+			"each process compiles every XLA program again (only XLA's autotune results are kept); "+GPUBuildCommand+" gets it")},
 		{"block-sparse attention kernel", attention.BlockSparseKernel(), unless(attention.BlockSparseKernel(), "VSA reads the selected tiles in place",
 			"not built yet: VSA gathers the selected tiles, so dense attention is the default")},
 	}
@@ -77,4 +78,15 @@ func WriteVersion(w io.Writer, binary string) error {
 		}
 	}
 	return nil
+}
+
+// compileCacheNote describes the compile cache of a run in dir ("": off), for plans.
+func compileCacheNote(dir string) string {
+	switch {
+	case dir == "":
+		return "off: every XLA program compiles in every run"
+	case backend.BuildFeatures().CompileCache:
+		return dir + ": XLA programs compiled once load from there in later runs (on CUDA XLA's autotune results too)"
+	}
+	return dir + ": XLA's autotune results only (CUDA); this build compiles every program in every run (" + GPUBuildCommand + " gets the cache)"
 }

@@ -18,6 +18,7 @@ import (
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/compilecache"
 	"fastvideo/internal/media"
 	"fastvideo/internal/promptenhance"
 )
@@ -52,6 +53,9 @@ type VideoGenerator struct {
 	mu       sync.Mutex
 	closed   bool
 	warnings []string // reported once, by the next Generate
+	// compile is the compile cache (WithCompileCache): its warnings, from whichever goroutine
+	// compiled, are reported at the start and end of each Generate.
+	compile *compileCacheRun
 
 	// loads counts heavyweight loads (tokenizer, text encoder, DiT, VAEs); loadHook, when set,
 	// sees each one. Tests use them to prove that bad requests fail before anything loads.
@@ -92,7 +96,10 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: %w", err)
 	}
-	e, err := openEngine(o)
+	cc := &compileCacheRun{}
+	var cacheWarning string
+	cc.dir, cacheWarning = o.compileCacheDir(true)
+	e, err := openEngine(o, cc)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +115,10 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
-	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters, devices: devices}
+	g := &VideoGenerator{model: m, comps: comps, engine: e, filters: o.Filters, devices: devices, compile: cc}
+	if cacheWarning != "" {
+		g.warnings = append(g.warnings, cacheWarning)
+	}
 	if g.rife, err = rifeWeights(o, m); err != nil {
 		comps.Close()
 		e.Backend.Finalize()
@@ -123,6 +133,72 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		g.warnings = append(g.warnings, w)
 	}
 	return g, nil
+}
+
+// compileCacheRun is a generator's compile cache: its folder ("": off), its warnings, and the cache
+// the backend took (nil: none installed).
+type compileCacheRun struct {
+	dir      string
+	warnings asyncWarnings
+	cache    *compilecache.Cache
+}
+
+// stats are the cache's counts so far (nil without a cache).
+func (c *compileCacheRun) stats() *api.CompileCacheStats {
+	if c == nil || c.cache == nil {
+		return nil
+	}
+	s := c.cache.Stats()
+	return &api.CompileCacheStats{Loaded: s.Hits, Compiled: s.Misses, Stored: s.Stores, Rejected: s.Rejected}
+}
+
+// takeWarnings returns the warnings so far and forgets them.
+func (c *compileCacheRun) takeWarnings() []string {
+	if c == nil {
+		return nil
+	}
+	return c.warnings.take()
+}
+
+// note describes the cache for plans ("" without one).
+func (c *compileCacheRun) note() string {
+	if c == nil {
+		return ""
+	}
+	return compileCacheNote(c.dir)
+}
+
+// statsSince is now minus before (nil when now is).
+func statsSince(now, before *api.CompileCacheStats) *api.CompileCacheStats {
+	if now == nil || before == nil {
+		return now
+	}
+	return &api.CompileCacheStats{Loaded: now.Loaded - before.Loaded, Compiled: now.Compiled - before.Compiled,
+		Stored: now.Stored - before.Stored, Rejected: now.Rejected - before.Rejected}
+}
+
+// asyncWarnings collects warnings from any goroutine until the generator reports them.
+type asyncWarnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *asyncWarnings) add(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, err.Error())
+}
+
+// take returns the warnings so far and forgets them.
+func (w *asyncWarnings) take() []string {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msgs := w.msgs
+	w.msgs = nil
+	return msgs
 }
 
 // rifeWeights are the interpolator weights: the folder of WithRIFE, else the model's own (the tiny
@@ -146,17 +222,20 @@ func rifeWeights(o Options, m family.Model) (familykit.WeightOpener, error) {
 	return nil, nil
 }
 
-// openEngine starts the backend and fixes the dtype and the memory policy.
-func openEngine(o Options) (*family.Engine, error) {
+// openEngine starts the backend, with the compile cache cc describes, and fixes the dtype and the
+// memory policy.
+func openEngine(o Options, cc *compileCacheRun) (*family.Engine, error) {
 	spec, field := o.backendSpec()
 	bp, err := backend.Resolve(spec)
 	if err != nil {
 		return nil, &RequestError{Field: field, Value: spec, Allowed: err.Error()}
 	}
+	bp.CompileCacheDir, bp.CompileCacheWarn = cc.dir, cc.warnings.add
 	b, err := bp.Open()
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)
 	}
+	cc.cache = bp.CompileCache
 	e := &family.Engine{Backend: b, BackendSpec: bp.Spec, Accelerated: bp.Backend != backend.KindGo,
 		Memory: familykit.OrPreset(o.Memory, AutoMemory), PromptCacheDir: o.PromptCacheDir,
 		Attention: attention.Options{Path: o.Attention}, QuantDispatch: o.QuantDispatch, RandomWeights: o.RandomWeights,
@@ -428,6 +507,8 @@ func Plan(model string, req Request, opts ...Option) (*GenerationPlan, error) {
 	if p.LoRA, err = planLoRA(m, o); err != nil {
 		return nil, err
 	}
+	dir, _ := o.compileCacheDir(false)
+	p.CompileCache = compileCacheNote(dir)
 	return p, nil
 }
 

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"fastvideo/attention"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
+	"fastvideo/internal/compilecache"
 	"fastvideo/internal/media"
 	"fastvideo/quant"
 )
@@ -56,6 +58,9 @@ type Options struct {
 	// TinyDecoder is the TAEHV checkpoint of Request.Decoder "tiny" and Request.Preview (see
 	// WithTinyDecoder); empty: <model dir>/taehv/<variant>.safetensors, or the tiny models' own.
 	TinyDecoder string
+	// CompileCache is the folder of the persistent compile cache (see WithCompileCache): "" means
+	// <user cache folder>/fastvideo/xla, "off" turns it off.
+	CompileCache string
 }
 
 // Option edits Options.
@@ -267,6 +272,51 @@ func WithTinyDecoder(path string) Option {
 		o.TinyDecoder = path
 		return nil
 	}
+}
+
+// WithCompileCache keeps compiled XLA programs in dir between processes, so a second run loads them
+// instead of compiling (most of a fresh FastH3 run's first minute): "" is the default folder,
+// <user cache folder>/fastvideo/xla, and "off" compiles every program every time. Entries are keyed by
+// the program, the compile options, the PJRT plugin, the devices and XLA_FLAGS, and checksummed: a
+// damaged or foreign one is reported, removed and compiled again. On CUDA, XLA's per-fusion autotune
+// results go to dir/autotune too (unless XLA_FLAGS names a folder for them). Loading executables needs
+// the GPU build (bench/build_gpu.sh; BuildFeatures says whether this binary has it); a plain build keeps
+// only the autotune results. A dir that is a file or cannot be written is a *RequestError for
+// compile_cache; an unusable default folder only turns the cache off, with a warning.
+func WithCompileCache(dir string) Option {
+	return func(o *Options) error {
+		if dir != "" && dir != compilecache.Off {
+			if err := compilecache.Check(dir); err != nil {
+				return &RequestError{Field: "compile_cache", Value: dir, Allowed: fmt.Sprintf(
+					"a folder this process can write (%v): give another folder, \"off\" to compile every program, or \"\" for the default <user cache folder>/fastvideo/xla", err)}
+			}
+		}
+		o.CompileCache = dir
+		return nil
+	}
+}
+
+// compileCacheDir resolves Options.CompileCache to a folder ("" when off) and, when the default
+// folder cannot serve, says so. check tests that the default folder is writable (a plan does not:
+// plans write nothing).
+func (o Options) compileCacheDir(check bool) (dir, warning string) {
+	switch o.CompileCache {
+	case compilecache.Off:
+		return "", ""
+	case "":
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Sprintf("compile cache off: no user cache folder (%v); choose one with WithCompileCache (-compile-cache DIR)", err)
+		}
+		dir = filepath.Join(base, "fastvideo", "xla")
+		if check {
+			if err := compilecache.Check(dir); err != nil {
+				return "", fmt.Sprintf("compile cache off: %v; choose a folder with WithCompileCache (-compile-cache DIR)", err)
+			}
+		}
+		return dir, ""
+	}
+	return o.CompileCache, ""
 }
 
 // WithFamily adds a model family, looked up before the built-in ones (a third-party family, or a

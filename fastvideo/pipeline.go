@@ -55,6 +55,7 @@ type pipelineRun struct {
 func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err error) {
 	p := &pipelineRun{g: g, req: req, mem: newMemSampler(deviceReader(g.engine)), start: time.Now(), res: &Result{PeakDeviceBytes: -1}}
 	programs0, compile0 := graphexec.Compiles()
+	cache0 := g.compile.stats()
 	p.sess = family.NewSession(g.engine, req, p.res, p.emit, g.noteLoad)
 	defer func() {
 		p.mem.finish()
@@ -90,6 +91,7 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 	}
 	if p.res.Plan != nil {
 		p.res.Plan.Devices = g.devices
+		p.res.Plan.CompileCache = g.compile.note()
 		if lr, ok := g.comps.(family.LoRAReporter); ok {
 			p.res.Plan.LoRA = lr.LoRAPlan()
 		}
@@ -97,14 +99,17 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 	p.res.Timings.Total = time.Since(p.start)
 	programs, compile := graphexec.Compiles()
 	p.res.CompiledPrograms, p.res.Timings.Compile = programs-programs0, compile-compile0
+	p.res.CompileCache = statsSince(g.compile.stats(), cache0)
 	p.res.PeakHostBytes = p.mem.finish()
 	p.res.PeakDeviceBytes = p.mem.devicePeakBytes()
+	p.warn()
 	return p.res, nil
 }
 
-// warn reports the generator's pending warnings, once.
+// warn reports the generator's pending warnings, once (the compile cache's too: run at the start
+// and at the end of a generation, it reports those of the programs compiled in between).
 func (p *pipelineRun) warn() {
-	for _, w := range p.g.warnings {
+	for _, w := range append(p.g.warnings, p.g.compile.takeWarnings()...) {
 		p.res.Warnings = append(p.res.Warnings, w)
 		p.emit(Event{Kind: api.Warning, Message: w})
 	}

@@ -58,6 +58,7 @@ type options struct {
 	keepBytes                                                int64
 	loraDir                                                  string
 	loras                                                    loraNames
+	compileCache                                             string
 }
 
 // loraNames collects -lora NAME[:STRENGTH] values (names within -lora-dir).
@@ -98,6 +99,7 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	fs.StringVar(&o.dtype, "dtype", "", `compute precision: "f32" or "bf16" (default: f32 on the go backend, bf16 on accelerators)`)
 	fs.StringVar(&o.memory, "memory", "", `"auto" (default: each component stays on the device where every other one still runs beside it), "one_resident" or "all_resident"`)
 	fs.StringVar(&o.cache, "prompt-cache", "", "folder caching encoded prompts")
+	fs.StringVar(&o.compileCache, "compile-cache", "", cli.CompileCacheHelp)
 	fs.StringVar(&o.loraDir, "lora-dir", "", "folder of LoRA adapters (.safetensors) that -lora and requests' \"loras\" name by file name; nothing outside it is read")
 	fs.Var(&o.loras, "lora", "adapter `NAME[:STRENGTH]` of -lora-dir merged into the model at start (repeatable, in order); a request's \"loras\" must repeat this list or be omitted")
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +127,15 @@ func parseFlags(args []string, envKey string, stderr io.Writer) (*options, int) 
 	}
 	if len(o.loras) > 0 && o.loraDir == "" {
 		fmt.Fprintln(stderr, "serve: -lora names an adapter of -lora-dir: give the folder too")
+		return nil, 2
+	}
+	var opts fastvideo.Options
+	if err := fastvideo.WithCompileCache(o.compileCache)(&opts); err != nil {
+		var re *fastvideo.RequestError
+		if errors.As(err, &re) {
+			err = fmt.Errorf("%s", re.Allowed)
+		}
+		fmt.Fprintf(stderr, "serve: invalid -compile-cache %q: allowed %v\n", o.compileCache, err)
 		return nil, 2
 	}
 	if err := checkAddr(o.addr); err != nil {
@@ -208,12 +219,13 @@ func run(ctx context.Context, args []string, envKey string, stderr io.Writer, re
 		return 2
 	}
 	gen, err := fastvideo.New(ctx, o.model, append([]fastvideo.Option{fastvideo.WithBackend(o.backend), fastvideo.WithDType(fastvideo.DType(o.dtype)),
-		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(o.memory)), fastvideo.WithPromptCache(o.cache)}, loras...)...)
+		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(o.memory)), fastvideo.WithPromptCache(o.cache),
+		fastvideo.WithCompileCache(o.compileCache)}, loras...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", err)
 		var re *fastvideo.RequestError
 		if errors.As(err, &re) {
-			return 2 // a flag named a model, backend, precision or policy that does not exist
+			return 2 // a flag named a model, backend, precision, policy or cache folder that does not exist or cannot serve
 		}
 		return 1
 	}

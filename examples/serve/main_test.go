@@ -42,6 +42,7 @@ func TestExitCodes(t *testing.T) {
 		{"-lora with a path", []string{"-lora-dir", loraDir, "-lora", "../junk.safetensors"}, 2, "invalid -lora"},
 		{"-lora not listed", []string{"-lora-dir", loraDir, "-lora", "absent.safetensors:0.5"}, 2, "no adapter"},
 		{"-lora not an adapter", []string{"-lora-dir", loraDir, "-lora", "junk.safetensors", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 2, "invalid lora"},
+		{"-compile-cache a file", []string{"-compile-cache", "/dev/null", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 2, `invalid -compile-cache "/dev/null": allowed a folder this process can write`},
 		{"address in use", []string{"-addr", "256.0.0.1:1", "-backend", "go:ops_sequential", "-data", t.TempDir()}, 1, "serve:"},
 	}
 	for _, c := range cases {

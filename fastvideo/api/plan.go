@@ -71,6 +71,10 @@ type Plan struct {
 	// LoRA lists the adapters merged into the DiT at load, in order, and what each changes.
 	LoRA []PlanLoRA `json:"lora,omitempty"`
 
+	// CompileCache says where compiled programs are kept between runs and what this build keeps
+	// there (fastvideo.WithCompileCache); empty in plans made without the SDK's options.
+	CompileCache string `json:"compile_cache,omitempty"`
+
 	// Memory is each heavyweight component's device bytes and where it lives between calls: the
 	// memory policy's decision for the device the plan was made for (without one, the sizes alone,
 	// residency empty).
@@ -122,6 +126,13 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	row("output", "%dx%d (HxW), %d frames at %d fps = %.3f s", p.Height, p.Width, p.NumFrames, p.FPS, p.DurationSeconds)
 	row("steps", "%d, seed %d", p.Steps, p.Seed)
 	return tw.Flush()
+}
+
+// CompileCacheRow writes the plan table's compile cache row (none when the plan has no note).
+func CompileCacheRow(row func(key, format string, a ...any), note string) {
+	if note != "" {
+		row("compile cache", "%s", note)
+	}
 }
 
 // NewTable returns a two-column table writer and its row function.

@@ -52,6 +52,11 @@ type Result struct {
 	// their first use with each input geometry and kept with their component). The count is
 	// process-wide: another generator compiling at the same time counts here too.
 	CompiledPrograms int64 `json:"compiled_programs"`
+	// CompileCache counts what the persistent compile cache did during this call (nil when none is
+	// installed: off, the pure-Go backend, or a build without it): of CompiledPrograms, Loaded came
+	// from the cache and Compiled were compiled (and Stored written for later runs); Rejected entries
+	// were damaged, foreign or did not load (each also a warning). Process-wide like CompiledPrograms.
+	CompileCache *CompileCacheStats `json:"compile_cache,omitempty"`
 	// PeakHostBytes is the largest memory the Go runtime held during the generation
 	// (runtime/metrics /memory/classes/total:bytes, process-wide, sampled every 10 ms and at every
 	// event). On the pure-Go backend weights and activations live there too; memory allocated outside
@@ -216,6 +221,9 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		row("phases", "%s", strings.Join(phases, ", "))
 	}
 	row("compiled", "%d programs in %s", r.CompiledPrograms, secs(r.Timings.Compile))
+	if c := r.CompileCache; c != nil {
+		row("compile cache", "%d loaded, %d compiled, %d stored, %d rejected", c.Loaded, c.Compiled, c.Stored, c.Rejected)
+	}
 	for _, w := range r.Warnings {
 		row("warning", "%s", w)
 	}
@@ -240,3 +248,11 @@ func printable(s string) string {
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// CompileCacheStats are the persistent compile cache's counts over one call (Result.CompileCache).
+type CompileCacheStats struct {
+	Loaded   int64 `json:"loaded"`
+	Compiled int64 `json:"compiled"`
+	Stored   int64 `json:"stored"`
+	Rejected int64 `json:"rejected"`
+}

@@ -345,6 +345,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 	api.DecoderRow(row, p)
 	api.MemoryRows(row, p.Memory)
 	api.LoRARows(row, p.LoRA)
+	api.CompileCacheRow(row, p.CompileCache)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each; shard k on device k, one SPMD program per joint block, 2 all-reduces), "+
 			"video VAE clip i on device i mod %d (a decoder replica on each); per device %s", dp.Devices, dp.LocalHeads, dp.LocalFFN, dp.Devices, dp.Breakdown())

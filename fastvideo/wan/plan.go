@@ -351,6 +351,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 	api.DecoderRow(row, p)
 	api.MemoryRows(row, p.Memory)
 	api.LoRARows(row, p.LoRA)
+	api.CompileCacheRow(row, p.CompileCache)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",
 			dp.Devices, dp.Breakdown())

@@ -6,10 +6,13 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
+// GPUBuildHint says how to get what a plain build lacks.
+const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
+
 // Features are what this binary's backends can do beyond a plain build: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics and page-locked host
-// memory;
-// GOEXPERIMENT=simd gives the pure-Go backend its SIMD matmuls.
+// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics,
+// page-locked host memory and the compile cache; GOEXPERIMENT=simd gives the pure-Go backend its
+// SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
 	XLA bool
@@ -20,6 +23,9 @@ type Features struct {
 	// PinnedHost: host memory can be registered for DMA, so large outputs cross to the host through
 	// page-locked staging, overlapping with the programs running (else pageable copies).
 	PinnedHost bool
+	// CompileCache: compiled programs can be serialized and loaded by a later process (the GPU
+	// build's bench/goxla-compilecache.patch; see Plan.CompileCacheDir).
+	CompileCache bool
 	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
 	// on amd64).
 	CPUSIMD bool

@@ -11,7 +11,8 @@ import (
 )
 
 // xlaFeatures reads what the go-xla compiled into this binary can do: the GPU build's patches
-// (bench/build_gpu.sh) declare float8 and add the allocator's statistics and host-memory pinning.
+// (bench/build_gpu.sh) declare float8, add the allocator's statistics, host-memory pinning and the
+// compile cache's hook.
 func xlaFeatures() Features {
 	_, stats := any((*xla.Backend)(nil)).(interface {
 		DeviceMemoryStats(compute.DeviceNum) (inUse, peak int64, err error)
@@ -19,5 +20,7 @@ func xlaFeatures() Features {
 	_, pinned := any((*xla.Backend)(nil)).(interface {
 		PinHostMemory(data unsafe.Pointer, size int) (unpin func() error, err error)
 	})
-	return Features{XLA: true, NativeFP8: xla.Capabilities.DTypes[dtypes.F8E4M3FN] && hasGoType(dtypes.F8E4M3FN), AllocatorStats: stats, PinnedHost: pinned}
+	_, cache := any((*xla.Backend)(nil)).(compileCacher)
+	return Features{XLA: true, NativeFP8: xla.Capabilities.DTypes[dtypes.F8E4M3FN] && hasGoType(dtypes.F8E4M3FN), AllocatorStats: stats,
+		PinnedHost: pinned, CompileCache: cache}
 }

@@ -62,7 +62,24 @@ func (p *Plan) Open() (b compute.Backend, err error) {
 		}
 		return nil, fmt.Errorf("creating backend %s: %w%s", p, err, hint)
 	}
+	p.openCompileCache(b)
 	return b, nil
+}
+
+// openCompileCache installs the compile cache into b where it can, and says what happened.
+func (p *Plan) openCompileCache(b compute.Backend) {
+	if p.Backend != KindXLA || p.CompileCacheDir == "" {
+		return
+	}
+	p.CompileCache = installCompileCache(b, p.CompileCacheDir, p.CompileCacheWarn)
+	note := "compile cache " + p.CompileCacheDir
+	if p.CompileCache == nil {
+		note = "no compile cache in this build (" + GPUBuildHint + ")"
+	}
+	if p.CompileCacheNote != "" {
+		note += "; " + p.CompileCacheNote
+	}
+	p.CompileCacheNote = note
 }
 
 func (p *Plan) prepareXLA() error {
@@ -96,6 +113,9 @@ func (p *Plan) prepareXLA() error {
 		if !strings.Contains(flags, "--xla_gpu_cuda_data_dir") {
 			_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(flags+" --xla_gpu_cuda_data_dir="+p.CUDADataDir))
 		}
+	}
+	if p.CompileCacheDir != "" {
+		p.CompileCacheNote = setAutotuneFlag(p.CompileCacheDir)
 	}
 	if p.LibMode == LibsRPATH || p.LibMode == LibsPreload {
 		// go-xla looks for <plugin>/../../nvidia (its own install layout) and warns when the wheel layout lacks it.

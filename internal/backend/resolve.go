@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"fastvideo/internal/compilecache"
 )
 
 // System is everything discovery may look at. Tests fake it; DefaultSystem is the real process.
@@ -60,10 +62,20 @@ type Plan struct {
 	Searched    []string // every place looked at, in order, with what was there
 	Notes       []string // anything surprising (other plugins seen, version caveats)
 
+	// CompileCacheDir, set before Open, keeps compiled programs in that folder between processes
+	// (internal/compilecache; the GPU build's go-xla loads them, any XLA-on-CUDA run keeps XLA's
+	// autotune results there); "" turns it off. CompileCacheWarn receives its problems (none is fatal).
+	CompileCacheDir  string
+	CompileCacheWarn func(error)
+
 	// Filled by Open.
 	LoadPath      string   // the path handed to go-xla
 	Preloaded     []string // libraries dlopened by Open
 	PreloadFailed []string // "path: reason" for libraries that never loaded (the plugin may not need them)
+	// CompileCache is the cache Open installed (nil: off, or a backend without the GPU build's hook);
+	// CompileCacheNote says what Open did about it.
+	CompileCache     *compilecache.Cache
+	CompileCacheNote string
 
 	needsCUDAName bool // go-xla recognises CUDA by "cuda" in the path: Open must link it under such a name
 }
@@ -182,6 +194,9 @@ func (p *Plan) String() string {
 	}
 	if p.CUDADataDir != "" {
 		fmt.Fprintf(&b, "; --xla_gpu_cuda_data_dir=%s", p.CUDADataDir)
+	}
+	if p.CompileCacheNote != "" {
+		fmt.Fprintf(&b, "; %s", p.CompileCacheNote)
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "; note: %s", n)

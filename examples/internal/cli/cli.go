@@ -69,6 +69,7 @@ type flags struct {
 	image                                *string
 	lora                                 *loraFlag
 	decoder, tinyDecoder, previewDir     *string
+	compileCache                         *string
 	applyExtra                           func(*fastvideo.Request, map[string]bool) error
 }
 
@@ -141,7 +142,7 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(*f.backend), fastvideo.WithDType(fastvideo.DType(*f.dtype)),
 		fastvideo.WithPromptCache(*f.cache), fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*f.memory)),
-		fastvideo.WithX264Preset(*f.x264), fastvideo.WithDevices(*f.gpus)}
+		fastvideo.WithX264Preset(*f.x264), fastvideo.WithDevices(*f.gpus), fastvideo.WithCompileCache(*f.compileCache)}
 	if *f.randomWeights {
 		opts = append(opts, fastvideo.WithRandomWeights(*f.weightsSeed))
 	}
@@ -202,8 +203,9 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 		decoder: fs.String("decoder", "", `video decoder: "full" (default: the model's VAE) or "tiny" (the TAEHV tiny decoder: taew2_1, taew2_2 or taeh3; much faster, softer)`),
 		tinyDecoder: fs.String("tiny-decoder", "", "TAEHV weights for -decoder tiny and -preview (huggingface.co/madebyollin/taehv: taew2_1/taew2_2/taeh3.safetensors; "+
 			"default: <model>/taehv/<variant>.safetensors; the tiny models carry their own)"),
-		previewDir: fs.String("preview", "", "folder to write a preview of every denoising step to (step_NNN.jpg and latest.jpg: the x0 estimate's first, middle and last frame by the tiny decoder)"),
-		fast:       defineFast(fs),
+		compileCache: fs.String("compile-cache", "", CompileCacheHelp),
+		previewDir:   fs.String("preview", "", "folder to write a preview of every denoising step to (step_NNN.jpg and latest.jpg: the x0 estimate's first, middle and last frame by the tiny decoder)"),
+		fast:         defineFast(fs),
 	}
 	fs.Var(f.lora, "lora", "LoRA adapter `PATH[:STRENGTH]` (a .safetensors file; strength default 1), merged into the DiT's weights at load; repeatable, applied in order; -plan lists what each changes")
 	if c.Extra != nil {
@@ -300,8 +302,12 @@ var flagNames = map[string]string{
 	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa", "lora": "-lora",
 	"refine": "-refine", "refine_scale": "-refine-scale", "refine_steps": "-refine-steps", "refine_sigma": "-refine-sigma",
 	"refine_add_noise": "-refine-add-noise", "refine_upsample": "-refine-upsample",
-	"decoder": "-decoder", "tiny_decoder": "-tiny-decoder", "preview": "-preview",
+	"decoder": "-decoder", "tiny_decoder": "-tiny-decoder", "preview": "-preview", "compile_cache": "-compile-cache",
 }
+
+// CompileCacheHelp is -compile-cache's help, shared with serve.
+const CompileCacheHelp = "`DIR` keeping compiled XLA programs between runs, so a later run loads them instead of compiling (needs the GPU build: -version says; " +
+	"on CUDA also XLA's autotune results); \"off\" compiles every program every run (default: <user cache folder>/fastvideo/xla)"
 
 // loraFlag collects -lora PATH[:STRENGTH] values in order.
 type loraFlag []fastvideo.LoRA

@@ -3,7 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -61,5 +65,44 @@ func TestParseLoRA(t *testing.T) {
 		if got := ParseLoRA(c.in); got.Path != c.path || got.Strength != c.strength {
 			t.Errorf("%q: %+v, want %s at %g", c.in, got, c.path, c.strength)
 		}
+	}
+}
+
+// -compile-cache: a folder that cannot serve is invalid input (exit 2) naming the flag, the value and
+// the fix, before anything loads; "off", a new folder and the default pass, and the plan says which.
+func TestCompileCacheFlag(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	c := Command{Name: "t", Summary: "a test", DefaultModel: "tiny-h3"}
+	run := func(args ...string) (int, string, string) {
+		var out, errs bytes.Buffer
+		code := c.Run(context.Background(), append([]string{"-plan", "-json"}, args...), &out, &errs)
+		return code, out.String(), errs.String()
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := []string{file, filepath.Join(file, "sub")}
+	if runtime.GOOS == "linux" {
+		bad = append(bad, "/proc/fastvideo-cache") // exists nowhere and cannot be created, even by root
+	}
+	for _, dir := range bad {
+		code, _, errs := run("-compile-cache", dir)
+		if code != 2 || !strings.Contains(errs, `invalid -compile-cache "`+dir+`"`) || !strings.Contains(errs, `"off"`) {
+			t.Errorf("%s: exit %d, stderr %q", dir, code, errs)
+		}
+	}
+	fresh := filepath.Join(t.TempDir(), "new", "cache")
+	for _, c := range []struct{ arg, note string }{{"off", "off"}, {fresh, fresh}, {"", filepath.Join("fastvideo", "xla")}} {
+		code, out, errs := run("-compile-cache", c.arg)
+		var p struct {
+			CompileCache string `json:"compile_cache"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &p) != nil || !strings.Contains(p.CompileCache, c.note) {
+			t.Errorf("%q: exit %d, plan's compile_cache %q, stderr %q", c.arg, code, p.CompileCache, errs)
+		}
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Error("a plan created the cache folder")
 	}
 }

@@ -79,6 +79,8 @@ var SharedExitCases = []ExitCase{
 	{"-plan extra", 2, "unexpected argument"},
 	{"-plan -frames 9223372036854775807", 2, "invalid -frames 9223372036854775807"},
 	{"-plan -height 9223372036854775776 -width 32", 2, "invalid -height 9223372036854775776"},
+	{"-plan -compile-cache /dev/null", 2, `invalid -compile-cache "/dev/null": allowed a folder this process can write`},
+	{"-plan -compile-cache /dev/null/sub", 2, "is a file, not a folder"},
 }
 
 // CheckExitCodes runs each case, then each of SharedExitCases, and reports those whose exit code or
