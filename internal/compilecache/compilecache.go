@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -133,42 +132,33 @@ func (c *Cache) reject(path string, err error) {
 	c.warn(fmt.Errorf("compile cache: entry %s: %w; compiling again (%s)", path, err, msg))
 }
 
-// read opens and verifies one entry.
+// read reads and verifies one entry.
 func (c *Cache) read(path string, key []byte) ([]byte, error) {
-	f, err := safefile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	limit := c.MaxEntry
 	if limit <= 0 {
 		limit = DefaultMaxEntry
 	}
-	if st.Size() < headerSize {
-		return nil, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte header", st.Size(), headerSize)
+	data, err := safefile.ReadFile(path, headerSize+limit)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, fmt.Errorf("a program over the %d-byte limit (%w)", limit, err)
 	}
-	var h [headerSize]byte
-	if _, err := io.ReadFull(f, h[:]); err != nil {
-		return nil, fmt.Errorf("reading the header: %w", err)
+	if err != nil {
+		return nil, err
 	}
-	n, sum, err := checkHeader(h[:], key)
+	if len(data) < headerSize {
+		return nil, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte header", len(data), headerSize)
+	}
+	n, sum, err := checkHeader(data[:headerSize], key)
 	if err != nil {
 		return nil, err
 	}
 	if n > uint64(limit) {
 		return nil, fmt.Errorf("its header declares %d bytes, over the %d-byte limit", n, limit)
 	}
-	if want := int64(headerSize) + int64(n); st.Size() != want {
-		return nil, fmt.Errorf("truncated or padded: %d bytes, the header declares %d", st.Size(), want)
+	if want := uint64(headerSize) + n; uint64(len(data)) != want {
+		return nil, fmt.Errorf("truncated or padded: %d bytes, the header declares %d", len(data), want)
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(f, payload); err != nil {
-		return nil, fmt.Errorf("reading the payload: %w", err)
-	}
+	payload := data[headerSize:]
 	if got := sha256.Sum256(payload); !bytes.Equal(got[:], sum) {
 		return nil, errors.New("checksum mismatch (a corrupted file)")
 	}

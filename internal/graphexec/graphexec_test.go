@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
@@ -61,20 +62,7 @@ func TestHostF32(t *testing.T) {
 // TakeF32 reads device outputs (here the go backend's) once and frees them; the values must survive
 // the tensor, and a tensor large enough to widen in parallel must come back whole.
 func TestTakeF32(t *testing.T) {
-	b := testutil.Backend(t)
-	e := MustExec(b, "test.ramp", func(in []*Node) []*Node {
-		return []*Node{in[0], ConvertDType(in[0], in[1].DType())}
-	})
-	defer FinalizeExecs(e)
-	n := 3<<20 + 5
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = float32(i%256) - 128 // exact in bfloat16
-	}
-	out, err := Call(e, tensors.FromFlatDataAndDimensions(want, n), tensors.FromValue(bfloat16.FromFloat32s(0)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, want := rampOutputs(t, testutil.Backend(t), 3<<20+5)
 	for i, o := range out {
 		dt := o.DType()
 		got, err := TakeF32(o)
@@ -150,4 +138,23 @@ func TestCompileCounter(t *testing.T) {
 			t.Errorf("call %d: %d compiles in %v, want %d", i, n-programs0, took-took0, c.want)
 		}
 	}
+}
+
+// rampOutputs runs a program on b whose outputs are n values exact in bfloat16, as float32 and as
+// bfloat16 device tensors, and returns them with the values.
+func rampOutputs(t *testing.T, b compute.Backend, n int) ([]*tensors.Tensor, []float32) {
+	t.Helper()
+	e := MustExec(b, "test.ramp", func(in []*Node) []*Node {
+		return []*Node{in[0], ConvertDType(in[0], in[1].DType())}
+	})
+	t.Cleanup(func() { FinalizeExecs(e) })
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = float32(i%256) - 128
+	}
+	out, err := Call(e, tensors.FromFlatDataAndDimensions(want, n), tensors.FromValue(bfloat16.FromFloat32s(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, want
 }

@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -109,17 +108,7 @@ func TestTakeThroughStaging(t *testing.T) {
 	saved := asPinner
 	asPinner = func(compute.Backend) (hostPinner, bool) { return pinner, true }
 	defer func() { asPinner = saved; stagingPools.Delete(b) }()
-	e := MustExec(b, "test.ramp2", func(in []*Node) []*Node { return []*Node{in[0], ConvertDType(in[0], in[1].DType())} })
-	defer FinalizeExecs(e)
-	n := stageMinBytes/2 + 7 // a bfloat16 copy of it is still over stageMinBytes
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = float32(i%256) - 128 // exact in bfloat16
-	}
-	out, err := Call(e, tensors.FromFlatDataAndDimensions(want, n), tensors.FromValue(bfloat16.FromFloat32s(0)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, want := rampOutputs(t, b, stageMinBytes/2+7) // its bfloat16 copy is still over stageMinBytes
 	f32, err := Take[float32](out[0])
 	if err != nil || !slices.Equal(f32, want) {
 		t.Errorf("Take: equal %v, %v", slices.Equal(f32, want), err)
