@@ -3,7 +3,8 @@
 Run offline:  python3 gen_lora.py --diffusers DIR --peft DIR --accelerate DIR --out DIR
   --diffusers:  a huggingface/diffusers checkout, read at 58eb52c0803ea9af3abec60841c2a093bdf1f951; its files
                 src/diffusers/loaders/lora_conversion_utils.py, src/diffusers/utils/state_dict_utils.py,
-                src/diffusers/loaders/lora_base.py and src/diffusers/training_utils.py are read (no package import).
+                src/diffusers/utils/peft_utils.py, src/diffusers/loaders/lora_base.py and
+                src/diffusers/training_utils.py are read (no package import).
   --peft:       a huggingface/peft checkout (DIR/src/peft), imported unchanged; read at
                 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 (version 0.20.1.dev0, which the script checks).
   --accelerate: a huggingface/accelerate checkout (DIR/src/accelerate), which peft imports; read at
@@ -25,8 +26,15 @@ _convert_non_diffusers_wan_lora_to_diffusers / _convert_musubi_wan_lora_to_diffu
 (loaders/lora_conversion_utils.py; loaded from the checkout with only its package imports stubbed: the
 `logging` helper and `state_dict_all_zero`, the latter bound from utils/state_dict_utils.py's own source).
 They fold alpha/r into lora_A/lora_B and turn diff_b into lora_B.bias (and head.head.diff into lora_A with an
-identity lora_B). The converted pairs are then merged as PEFT fuses them with alpha = r (diffusers passes
-network_alphas=None for Wan): W + s*(B @ A), bias + s*lora_B.bias, in float32.
+identity lora_B). The converted dict is then loaded and fused as diffusers' load_lora_adapter does, by PEFT: the
+LoraConfig comes from diffusers' own _create_lora_config / get_peft_kwargs (utils/peft_utils.py, bound from its
+source; rank = {"^<lora_B key>": its shape[1]}, network_alphas=None as for Wan, so r = the most common rank,
+rank_pattern/alpha_pattern = the other ranks, lora_alpha = r per module, lora_bias when any lora_B.bias exists), the
+converted factors go into the injected layers' lora_A/lora_B (lora_B.bias; a module without one keeps PEFT's zero
+init and its bias is not listed as changed: PEFT's bias += 0 only turns the base's -0.0 into +0.0, which the
+fixture does not take), and set_scale + merge_and_unload() fuse them (the same merge_peft as the PEFT cases).
+diffusers' _maybe_expand_t2v_lora_for_i2v (zero add_k_proj/add_v_proj LoRAs for a T2V file on an I2V model) is left
+out: its delta is zero.
 PEFT-layout cases (PEFT's in-memory names, diffusers' saved names with a lora_adapter_metadata header, FastVideo's
 extractor) are made and merged by PEFT itself: a torch module tree with the tiny Wan's module names (nn.Linear
 leaves holding the base weights) gets a LoraConfig adapter (peft.get_peft_model: r, lora_alpha, alpha_pattern,
@@ -42,6 +50,7 @@ Factors stored as bf16 are handed to the converter as float32 (ComfyUI merges in
 """
 import argparse
 import ast
+import collections
 import importlib.util
 import json
 import logging
@@ -109,6 +118,18 @@ def load_saving(diffusers_dir):
         if not os.path.isfile(path):
             sys.exit(f"no {path}: pass --diffusers a huggingface/diffusers checkout")
     return types.SimpleNamespace(**{k: _bind_function(path, name, Any=typing.Any) for k, (path, name) in files.items()})
+
+
+def load_lora_config(diffusers_dir):
+    """diffusers' own LoraConfig building for a state dict without metadata (utils/peft_utils.py): _create_lora_config,
+    which calls get_peft_kwargs (r = the most common rank, rank_pattern and alpha_pattern = the other ranks, lora_alpha
+    = r when network_alphas is None, target_modules, lora_bias when any lora_B bias exists) and builds peft's
+    LoraConfig (imported inside the function, so from --peft)."""
+    path = os.path.join(diffusers_dir, "src", "diffusers", "utils", "peft_utils.py")
+    if not os.path.isfile(path):
+        sys.exit(f"no {path}: pass --diffusers a huggingface/diffusers checkout")
+    kwargs = _bind_function(path, "get_peft_kwargs", collections=collections)
+    return _bind_function(path, "_create_lora_config", get_peft_kwargs=kwargs)
 
 
 def load_peft(peft_dir, accelerate_dir):
@@ -232,21 +253,28 @@ def pair(g, r, inp, out, dtype=torch.float32):
 
 # ---------------------------------------------------------------- reference merges
 
-def merge_diffusers(weights, converted, s):
-    """Fuses a converted (diffusers/PEFT, alpha folded, alpha = r) state dict: W + s*(B @ A), bias + s*bias_B."""
-    w = dict(weights)
-    touched = set()
-    for k, a in converted.items():
-        if not k.endswith(".lora_A.weight"):
-            continue
-        mod = k[len("transformer."):-len(".lora_A.weight")]
-        b = converted[f"transformer.{mod}.lora_B.weight"]
-        w[mod + ".weight"] = w[mod + ".weight"] + s * (b.float() @ a.float())
-        touched.add(mod + ".weight")
-        bias = converted.get(f"transformer.{mod}.lora_B.bias")
-        if bias is not None:
-            w[mod + ".bias"] = w[mod + ".bias"] + s * bias.float()
-            touched.add(mod + ".bias")
+def merge_converted(weights, converted, s):
+    """Loads a converted (diffusers-named, alpha folded) state dict as diffusers' WanLoraLoaderMixin does and fuses it
+    by PEFT: load_lora_adapter's steps (the "transformer." prefix removed, rank = {"^<lora_B key>": lora_B.shape[1]},
+    _create_lora_config(state_dict, network_alphas=None, metadata=None, rank), whose get_peft_kwargs gives alpha = rank
+    per module and lora_bias when any lora_B.bias exists), the factors loaded into the injected layers, strength s set
+    and merge_and_unload() (merge_peft). A module without a converted bias keeps PEFT's zero lora_B.bias under
+    lora_bias: its bias is not listed as touched."""
+    outside = sorted(k for k in converted if not k.startswith("transformer."))
+    if outside:
+        sys.exit(f"the converter gave keys outside transformer.: {outside}")
+    sd = {k[len("transformer."):]: v for k, v in converted.items()}
+    rank = {f"^{k}": v.shape[1] for k, v in sd.items() if "lora_B" in k and v.ndim > 1}
+    config = UP.create_lora_config(sd, None, None, rank, model_state_dict=weights, adapter_name="default")
+    mods = {}
+    for k, a in sd.items():
+        if k.endswith(".lora_A.weight"):
+            m = k[:-len(".lora_A.weight")]
+            mods[m] = (a, sd[m + ".lora_B.weight"], float(a.shape[0]), sd.get(m + ".lora_B.bias"))
+    used = {m + suffix for m in mods for suffix in (".lora_A.weight", ".lora_B.weight", ".lora_B.bias")}
+    if set(sd) - used:
+        sys.exit(f"converted keys no LoRA layer takes: {sorted(set(sd) - used)}")
+    w, touched, _, _, _ = merge_peft(weights, config, mods, s)
     return w, touched
 
 
@@ -300,6 +328,8 @@ def merge_peft(weights, config, mods, s):
                          f"the case has {a.shape[0]}, {alpha}")
             for dst, src in ((layer.lora_A["default"].weight, a), (layer.lora_B["default"].weight, b),
                              (layer.lora_B["default"].bias, bias)):
+                if src is None and dst is not None and config.lora_bias and not torch.count_nonzero(dst):
+                    continue  # no bias of its own under lora_bias: PEFT's zero init (diffusers loads none)
                 if (dst is None) != (src is None) or (src is not None and dst.shape != src.shape):
                     sys.exit(f"{m}: PEFT's layer does not fit the case's factors")
                 if src is not None:
@@ -317,7 +347,13 @@ def merge_peft(weights, config, mods, s):
     for k, v in merged.items():
         v = v.detach().clone()
         if k not in touched and not torch.equal(v.view(torch.int32), weights[k].view(torch.int32)):
-            sys.exit(f"PEFT's merge changed {k}, which no LoRA layer owns")
+            # Under lora_bias, PEFT adds a module's zero lora_B.bias (bias += 0 * scaling), which turns the base's -0.0
+            # into +0.0 and changes nothing else; that bias is no tensor the adapter changes: keep the base's bits.
+            m = k[:-len(".bias")] if k.endswith(".bias") else None
+            if m in mods and mods[m][3] is None and config.lora_bias and torch.equal(v, weights[k]):
+                v = weights[k].clone()
+            else:
+                sys.exit(f"PEFT's merge changed {k}, which no LoRA layer owns")
         w[k] = v
     return w, touched, in_memory, saved, metadata
 
@@ -365,8 +401,9 @@ def case_native_kohya(g, conv, base):
     sd["head.head.diff_b"] = torch.randn(OUT, generator=g) * 0.1
     file_sd = with_prefix(sd, "diffusion_model.")
     s = 0.8
-    w, touched = merge_diffusers(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
-    return file_sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers + fuse"
+    w, touched = merge_converted(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
+    return file_sd, None, s, w, touched, ("diffusers _convert_non_diffusers_wan_lora_to_diffusers + "
+                                          "_create_lora_config + PEFT merge_and_unload")
 
 
 def case_native_ab_i2v(g, conv, base):
@@ -387,8 +424,9 @@ def case_native_ab_i2v(g, conv, base):
     s = 1.0
     # diffusers detects the native layout by its prefix; this file has none (ComfyUI reads both).
     conv_sd = conv._convert_non_diffusers_wan_lora_to_diffusers(f32(with_prefix(sd, "diffusion_model.")))
-    w, touched = merge_diffusers(base, conv_sd, s)
-    return sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers (prefix added) + fuse"
+    w, touched = merge_converted(base, conv_sd, s)
+    return sd, None, s, w, touched, ("diffusers _convert_non_diffusers_wan_lora_to_diffusers (prefix added) + "
+                                     "_create_lora_config + PEFT merge_and_unload")
 
 
 def case_native_lightx2v(g, conv, base):
@@ -407,8 +445,9 @@ def case_native_lightx2v(g, conv, base):
     sd["head.head.diff_b"] = (torch.randn(OUT, generator=g) * 0.1).to(torch.bfloat16)
     file_sd = with_prefix(sd, "diffusion_model.")
     s = 1.0
-    w, touched = merge_diffusers(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
-    return file_sd, None, s, w, touched, "diffusers _convert_non_diffusers_wan_lora_to_diffusers (bf16 read as f32) + fuse"
+    w, touched = merge_converted(base, conv._convert_non_diffusers_wan_lora_to_diffusers(f32(file_sd)), s)
+    return file_sd, None, s, w, touched, ("diffusers _convert_non_diffusers_wan_lora_to_diffusers (bf16 read as f32) + "
+                                          "_create_lora_config + PEFT merge_and_unload")
 
 
 def case_musubi(g, conv, base):
@@ -421,8 +460,9 @@ def case_musubi(g, conv, base):
         sd[name + ".lora_down.weight"], sd[name + ".lora_up.weight"] = a, b
         sd[name + ".alpha"] = torch.tensor(alphas[k % len(alphas)], dtype=torch.float16)
     s = 0.7
-    w, touched = merge_diffusers(base, conv._convert_musubi_wan_lora_to_diffusers(f32(sd)), s)
-    return sd, None, s, w, touched, "diffusers _convert_musubi_wan_lora_to_diffusers (fp16 read as f32) + fuse"
+    w, touched = merge_converted(base, conv._convert_musubi_wan_lora_to_diffusers(f32(sd)), s)
+    return sd, None, s, w, touched, ("diffusers _convert_musubi_wan_lora_to_diffusers (fp16 read as f32) + "
+                                     "_create_lora_config + PEFT merge_and_unload")
 
 
 def _peft_mods(g, names, r):
@@ -514,7 +554,8 @@ def case_dense(g, conv, base):
 CASES = [case_native_kohya, case_native_ab_i2v, case_native_lightx2v, case_musubi, case_peft_default,
          case_peft_metadata, case_fastvideo, case_dense]
 BASE_SHAPES = {}
-UP = types.SimpleNamespace()  # peft (peft, LoraLayer) and diffusers' saving helpers (saving.collate, saving.pack)
+UP = types.SimpleNamespace()  # peft (peft, LoraLayer), diffusers' saving helpers (saving.collate, saving.pack) and
+#                               diffusers' _create_lora_config (create_lora_config)
 
 
 def main():
@@ -527,6 +568,7 @@ def main():
     conv = load_conversion(args.diffusers)
     UP.saving = load_saving(args.diffusers)
     UP.__dict__.update(vars(load_peft(args.peft, args.accelerate)))
+    UP.create_lora_config = load_lora_config(args.diffusers)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(34)
     base = base_weights(g)
