@@ -21,6 +21,7 @@ import (
 	"fastvideo/internal/compilecache"
 	"fastvideo/internal/media"
 	"fastvideo/internal/promptenhance"
+	"fastvideo/internal/safefile"
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -394,12 +395,7 @@ func checkWritableDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".fastvideo-write-check-*")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	return errors.Join(f.Close(), os.Remove(name))
+	return safefile.ProbeWrite(dir)
 }
 
 // Model describes the generator's model.

@@ -209,21 +209,7 @@ func (c *Cache) store(key, payload []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(encode(key, payload))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
+	return safefile.WriteAtomic(path, encode(key, payload))
 }
 
 // warnOnce reports err the first time a warning of this kind happens.
@@ -301,10 +287,8 @@ func Check(dir string) error {
 
 // probeWrite creates and removes a file in dir.
 func probeWrite(dir string) error {
-	f, err := os.CreateTemp(dir, ".fastvideo-probe-*")
-	if err != nil {
+	if err := safefile.ProbeWrite(dir); err != nil {
 		return fmt.Errorf("%s is not writable: %w", dir, err)
 	}
-	f.Close()
-	return os.Remove(f.Name())
+	return nil
 }

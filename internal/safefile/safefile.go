@@ -1,6 +1,7 @@
 // Package safefile opens files named by model folders, caches and users without trusting
 // them: only regular files are opened (a FIFO, a device or a socket is refused at once,
 // never waited on), and every read is bounded by the caller's limit and the file's real size.
+// Files it writes appear whole or not at all (WriteAtomic).
 package safefile
 
 import (
@@ -9,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // ErrNotRegular is wrapped by Open and ReadFile when the path names something other than a
@@ -88,4 +90,35 @@ func ReadAll(r io.Reader, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
 	}
 	return data, nil
+}
+
+// WriteAtomic writes data to a temporary file beside path and renames it into place, so that a
+// reader sees the old file or the whole new one, and a failed write leaves nothing behind.
+func WriteAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// ProbeWrite proves that a file can be created in the existing folder dir by creating and
+// removing one.
+func ProbeWrite(dir string) error {
+	f, err := os.CreateTemp(dir, ".fastvideo-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	return errors.Join(f.Close(), os.Remove(name))
 }

@@ -46,3 +46,34 @@ func TestReadFileBounds(t *testing.T) {
 		t.Errorf("ReadAll over the limit: got %v", err)
 	}
 }
+
+// WriteAtomic replaces a file whole and leaves no temporary file behind, also when the rename
+// fails; ProbeWrite leaves the folder as it was.
+func TestWriteAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "entry")
+	for _, data := range []string{"first", "second, longer"} {
+		if err := WriteAtomic(path, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(path); err != nil || string(got) != data {
+			t.Fatalf("read back %q, %v; want %q", got, err, data)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "folder"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAtomic(filepath.Join(dir, "folder"), []byte("x")); err == nil {
+		t.Error("renaming over a folder must fail")
+	}
+	if err := WriteAtomic(filepath.Join(dir, "missing", "entry"), []byte("x")); err == nil {
+		t.Error("a missing folder must fail")
+	}
+	if err := ProbeWrite(dir); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := os.ReadDir(dir)
+	if len(names) != 2 {
+		t.Errorf("folder holds %v, want only entry and folder", names)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/term"
 
 	"fastvideo/fastvideo"
+	"fastvideo/internal/safefile"
 )
 
 // Command describes one binary: its name, what it does, its default model and the help texts
@@ -379,31 +380,12 @@ func (b *progressBar) writePreview(p *fastvideo.Preview) {
 		ext = ".png"
 	}
 	for _, name := range []string{fmt.Sprintf("step_%03d%s", p.Step, ext), "latest" + ext} {
-		if err := writeAtomic(filepath.Join(b.previewDir, name), p.Data); err != nil && !b.previewFailed {
+		if err := safefile.WriteAtomic(filepath.Join(b.previewDir, name), p.Data); err != nil && !b.previewFailed {
 			b.previewFailed = true
 			b.clear()
 			fmt.Fprintf(b.w, "warning: writing the preview: %v\n", err)
 		}
 	}
-}
-
-// writeAtomic writes data to a temporary file beside path and renames it into place.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".preview-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 const clearLine = "\r\033[K"
