@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU build: every binary (t2va, t2v, serve, convert, bench) with our go-xla patches applied at
-# build time to the pinned module versions, so that a user gets the fast paths the plain build lacks:
+# The GPU build: every binary (t2va, t2v, serve, convert, bench) with our go-xla patches (and one to
+# GoMLX, for the Triton custom call) applied at build time to the pinned module versions, so that a
+# user gets the fast paths the plain build lacks:
 #
 #   bash bench/build_gpu.sh OUTDIR                     # every binary of examples/ into OUTDIR
 #   bash bench/build_gpu.sh OUTPUT PACKAGE             # one binary, e.g. .gpu/bench ./examples/bench

@@ -10,9 +10,9 @@ import (
 const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
 
 // Features are what this binary's backends can do beyond a plain build: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics,
-// page-locked host memory, the compile cache and Triton kernels; GOEXPERIMENT=simd gives the pure-Go backend its
-// SIMD matmuls.
+// (bench/build_gpu.sh) patches go-xla, compute and GoMLX for native float8, the allocator's
+// statistics, page-locked host memory, the compile cache and Triton kernels; GOEXPERIMENT=simd gives
+// the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
 	XLA bool
