@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU build: every binary (t2va, t2v, serve, convert, bench) with our go-xla patches applied at
-# build time to the pinned module versions, so that a user gets the fast paths the plain build lacks:
+# The GPU build: every binary (t2va, t2v, serve, convert, bench) with our go-xla patches (and one to
+# GoMLX, for the Triton custom call) applied at build time to the pinned module versions, so that a
+# user gets the fast paths the plain build lacks:
 #
 #   bash bench/build_gpu.sh OUTDIR                     # every binary of examples/ into OUTDIR
 #   bash bench/build_gpu.sh OUTPUT PACKAGE             # one binary, e.g. .gpu/bench ./examples/bench
@@ -43,6 +44,18 @@
 # (-compile-cache DIR|off; the patch's header says why each piece exists). A plain build compiles
 # every program in every process.
 #
+# bench/goxla-triton.patch + bench/gomlx-backendcall.patch: a Triton kernel inside a GoMLX graph, as
+# XLA's `__gpu$xla.gpu.triton` custom call (the route block-sparse attention needs). GoMLX's graph has no
+# way to a backend op that compute.Function does not declare, so the gomlx patch adds one, small and
+# generic: Graph.BackendCall(name, inputs, func(compute.Function, []compute.Value)) adds a node whose
+# outputs the callback builds on the backend Function directly (no gradient). The go-xla patch adds
+# xla.Function.TritonCall(name, ir, grid, numWarps, numStages, operands, outputs) (CUDA plugin only)
+# and stablehlo.TritonCall, which writes the one form measured to work on the H200's plugin:
+# `backend_config = ""` plus the kernel's dictionary in `mhlo.backend_config`, no api_version (2, what
+# stablehlo.CustomCallV2 writes, and the dictionary as a string both crash the plugin), the IR bytes
+# escaped as MLIR prints them (`\0D`), row-major layouts. Both methods take plain types so that
+# internal/xlaext finds them by type assertion; a plain build reports "no Triton custom call".
+#
 # -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
 # instead of awaiting its completion events, so the host launches the next joint-block program while
 # the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
@@ -50,7 +63,7 @@
 set -euo pipefail
 mode=build
 patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-pinned.patch bench/goxla-convprecision.patch
-  bench/goxla-compilecache.patch)
+  bench/goxla-compilecache.patch bench/goxla-triton.patch bench/gomlx-backendcall.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) mode=testbin ;;
@@ -65,7 +78,7 @@ work=$(mktemp -d)
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
 cp go.mod "$work/go.mod"
 cp go.sum "$work/go.sum"
-for m in go-xla:v0.4.1 compute:v0.1.2; do
+for m in go-xla:v0.4.1 compute:v0.1.2 gomlx:v0.28.2; do
   name=${m%%:*} want=${m##*:}
   path=github.com/gomlx/$name
   version=$(go list -m -f '{{.Version}}' "$path")

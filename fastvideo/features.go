@@ -43,6 +43,8 @@ func BuildFeatures() []Feature {
 		{"asynchronous execution", false, "an experiment (bench/build_gpu.sh -async): 1 % on the H3 DiT forward, not in the GPU build"},
 		{"persistent compile cache", f.CompileCache, unless(f.CompileCache, "XLA programs compiled once load from the cache folder (-compile-cache) in later runs",
 			"each process compiles every XLA program again (only XLA's autotune results are kept); "+GPUBuildCommand+" gets it")},
+		{"Triton kernels in XLA graphs", f.TritonCall, unless(f.TritonCall, "graphs can call Triton kernels (IR made by JAX's Pallas) as XLA's __gpu$xla.gpu.triton custom call on CUDA",
+			"no Triton custom call; "+GPUBuildCommand+" gets it")},
 		{"block-sparse attention kernel", attention.BlockSparseKernel(), unless(attention.BlockSparseKernel(), "VSA reads the selected tiles in place",
 			"not built yet: VSA gathers the selected tiles, so dense attention is the default")},
 	}

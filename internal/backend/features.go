@@ -10,9 +10,9 @@ import (
 const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
 
 // Features are what this binary's backends can do beyond a plain build: the GPU build
-// (bench/build_gpu.sh) patches go-xla and compute for native float8, the allocator's statistics,
-// page-locked host memory and the compile cache; GOEXPERIMENT=simd gives the pure-Go backend its
-// SIMD matmuls.
+// (bench/build_gpu.sh) patches go-xla, compute and GoMLX for native float8, the allocator's
+// statistics, page-locked host memory, the compile cache and Triton kernels; GOEXPERIMENT=simd gives
+// the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
 	XLA bool
@@ -26,6 +26,10 @@ type Features struct {
 	// CompileCache: compiled programs can be serialized and loaded by a later process (the GPU
 	// build's bench/goxla-compilecache.patch; see Plan.CompileCacheDir).
 	CompileCache bool
+	// TritonCall: graphs can call Triton kernels as XLA's `__gpu$xla.gpu.triton` custom call
+	// (internal/xlaext.TritonCall; CUDA only): the GPU build's bench/goxla-triton.patch and
+	// bench/gomlx-backendcall.patch.
+	TritonCall bool
 	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
 	// on amd64).
 	CPUSIMD bool

@@ -1,0 +1,74 @@
+// Package xlaext reaches the operations the GPU build (bench/build_gpu.sh) adds to GoMLX and go-xla,
+// found by type assertions so that a plain build compiles and reports them missing: a Triton kernel
+// inside a graph, as XLA's `__gpu$xla.gpu.triton` custom call (docs/architecture.md, "The GPU build").
+package xlaext
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+)
+
+// ErrNoTriton: this binary's GoMLX and go-xla are the plain modules, without the Triton custom call.
+var ErrNoTriton = errors.New("this binary has no Triton custom call: build with bash bench/build_gpu.sh")
+
+// ErrTritonBackend: the graph's backend cannot run Triton kernels (only XLA's CUDA plugin can).
+var ErrTritonBackend = errors.New("the backend cannot run Triton kernels (they need xla:cuda)")
+
+// TritonKernel is a Triton kernel as XLA's custom call takes it: what JAX's Pallas (backend="triton")
+// writes into the call's backend config (testdata/gen_triton.py extracts it).
+type TritonKernel struct {
+	// Name is the Triton function's name.
+	Name string
+	// IR is the Triton module as MLIR bytecode. It must come from the Triton that the plugin's XLA
+	// links: make it with the JAX whose plugin the binary loads.
+	IR []byte
+	// Grid is the launch grid (x, y, z); zero entries count as 1.
+	Grid [3]int
+	// NumWarps and NumStages are Triton's compile parameters.
+	NumWarps, NumStages int
+}
+
+// TritonFunction is the method bench/goxla-triton.patch adds to go-xla's *xla.Function.
+type TritonFunction interface {
+	TritonCall(name string, ir []byte, grid [3]int, numWarps, numStages int,
+		operands []compute.Value, outputs []shapes.Shape) ([]compute.Value, error)
+}
+
+// graphBackendCall is the method bench/gomlx-backendcall.patch adds to GoMLX's *graph.Graph.
+type graphBackendCall interface {
+	BackendCall(name string, inputs []*graph.Node,
+		call func(fn compute.Function, operands []compute.Value) ([]compute.Value, error)) ([]*graph.Node, error)
+}
+
+// GraphBackendCall reports whether this binary's GoMLX lets a graph call a backend operation that
+// compute.Function does not declare (the GPU build's gomlx patch).
+func GraphBackendCall() bool {
+	_, ok := any((*graph.Graph)(nil)).(graphBackendCall)
+	return ok
+}
+
+// TritonCall adds kernel to inputs' graph, launched on its grid with inputs as its operands, and
+// returns one node per outputs shape (row-major, like the inputs). The nodes have no gradient. It
+// returns ErrNoTriton in a plain build and ErrTritonBackend on a backend other than XLA's (go-xla's
+// own error, wrapping compute.ErrNotImplemented, on an XLA plugin other than CUDA); the graph is
+// unchanged then.
+func TritonCall(kernel TritonKernel, inputs []*graph.Node, outputs []shapes.Shape) ([]*graph.Node, error) {
+	if len(inputs) == 0 || len(outputs) == 0 {
+		return nil, fmt.Errorf("triton kernel %q: needs at least one input and one output", kernel.Name)
+	}
+	g, ok := any(inputs[0].Graph()).(graphBackendCall)
+	if !ok {
+		return nil, fmt.Errorf("triton kernel %q: %w", kernel.Name, ErrNoTriton)
+	}
+	return g.BackendCall("triton:"+kernel.Name, inputs, func(fn compute.Function, operands []compute.Value) ([]compute.Value, error) {
+		tf, ok := fn.(TritonFunction)
+		if !ok {
+			return nil, fmt.Errorf("triton kernel %q on %T: %w", kernel.Name, fn, ErrTritonBackend)
+		}
+		return tf.TritonCall(kernel.Name, kernel.IR, kernel.Grid, kernel.NumWarps, kernel.NumStages, operands, outputs)
+	})
+}

@@ -1,0 +1,89 @@
+package xlaext_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"fastvideo/internal/testutil"
+	"fastvideo/internal/xlaext"
+)
+
+var addKernel = xlaext.TritonKernel{Name: "add_kernel", IR: []byte("not compiled here"), Grid: [3]int{4}, NumWarps: 4, NumStages: 2}
+
+// TritonCall never panics where it cannot run: a plain build says to build with bench/build_gpu.sh, the
+// GPU build on the pure-Go backend says the backend cannot; the graph goes on without the kernel.
+func TestTritonCallUnavailable(t *testing.T) {
+	var callErr error
+	exec, err := graph.NewExec(testutil.Backend(t), func(x *graph.Node) *graph.Node {
+		_, callErr = xlaext.TritonCall(addKernel, []*graph.Node{x, x}, []shapes.Shape{x.Shape()})
+		return graph.AddScalar(x, 1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Call1([]float32{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tensors.MustCopyFlatData[float32](out); !slices.Equal(got, []float32{2, 3}) {
+		t.Errorf("x+1 = %v", got)
+	}
+	if xlaext.GraphBackendCall() {
+		if !errors.Is(callErr, xlaext.ErrTritonBackend) {
+			t.Errorf("GPU build, pure-Go backend: %v", callErr)
+		}
+	} else if !errors.Is(callErr, xlaext.ErrNoTriton) || !strings.Contains(callErr.Error(), "bash bench/build_gpu.sh") {
+		t.Errorf("plain build: %v", callErr)
+	}
+	t.Logf("%v", callErr)
+	if _, err := xlaext.TritonCall(addKernel, nil, []shapes.Shape{shapes.Make(dtypes.Float32, 2)}); err == nil {
+		t.Error("no inputs: no error")
+	}
+}
+
+// TestBackendCall runs the GPU build's graph hatch (bench/gomlx-backendcall.patch) on the pure-Go
+// backend, two outputs built on the backend Function directly; a plain build skips it.
+func TestBackendCall(t *testing.T) {
+	if !xlaext.GraphBackendCall() {
+		t.Skip("plain build: GoMLX has no Graph.BackendCall (bash bench/build_gpu.sh -gotest ./internal/xlaext runs this)")
+	}
+	type hatch interface {
+		BackendCall(string, []*graph.Node, func(compute.Function, []compute.Value) ([]compute.Value, error)) ([]*graph.Node, error)
+	}
+	exec, err := graph.NewExec(testutil.Backend(t), func(x, y *graph.Node) (*graph.Node, *graph.Node) {
+		outs, err := any(x.Graph()).(hatch).BackendCall("sum-and-product", []*graph.Node{x, y},
+			func(fn compute.Function, v []compute.Value) ([]compute.Value, error) {
+				sum, err := fn.Add(v[0], v[1])
+				if err != nil {
+					return nil, err
+				}
+				prod, err := fn.Mul(v[0], v[1])
+				return []compute.Value{sum, prod}, err
+			})
+		if err != nil {
+			panic(err)
+		}
+		return outs[0], graph.Neg(outs[1])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := exec.Call([]float32{1, 2}, []float32{3, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tensors.MustCopyFlatData[float32](outs[0]); !slices.Equal(got, []float32{4, 6}) {
+		t.Errorf("sum %v", got)
+	}
+	if got := tensors.MustCopyFlatData[float32](outs[1]); !slices.Equal(got, []float32{-3, -8}) {
+		t.Errorf("-product %v", got)
+	}
+}
