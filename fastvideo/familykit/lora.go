@@ -333,11 +333,7 @@ func (dm *deviceMerge) lowRank(name string, t *tensors.Tensor, terms []lora.LowR
 
 // placeOf is the backend and device weight name's tensor t lives on.
 func placeOf(name string, t *tensors.Tensor) (compute.Backend, compute.DeviceNum, error) {
-	backend, err := t.Backend()
-	if err != nil {
-		return nil, 0, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
-	}
-	dev, err := t.Device()
+	backend, dev, err := graphexec.Place(t)
 	if err != nil {
 		return nil, 0, fmt.Errorf("fastvideo: LoRA: %s: %w", name, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/gomlx/compute"
 
@@ -27,15 +26,14 @@ const autotuneFlag = "--xla_gpu_per_fusion_autotune_cache_dir"
 // setAutotuneFlag points XLA's per-fusion autotune cache at dir/autotune unless XLA_FLAGS already
 // names one; it returns what it did, for the plan.
 func setAutotuneFlag(dir string) string {
-	flags := os.Getenv("XLA_FLAGS")
-	if strings.Contains(flags, autotuneFlag) {
+	if xlaFlagSet(autotuneFlag) {
 		return "XLA_FLAGS already sets " + autotuneFlag
 	}
 	at := filepath.Join(dir, compilecache.AutotuneDir)
 	if err := os.MkdirAll(at, 0o755); err != nil {
 		return fmt.Sprintf("no autotune cache: %v", err)
 	}
-	_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(flags+" "+autotuneFlag+"="+at))
+	appendXLAFlag(autotuneFlag, at)
 	return autotuneFlag + "=" + at
 }
 

@@ -108,11 +108,8 @@ func (p *Plan) prepareXLA() error {
 	}
 	p.MemoryFraction = fraction
 	p.Config = xlaConfig(p.LoadPath, opts)
-	if p.CUDADataDir != "" {
-		flags := os.Getenv("XLA_FLAGS")
-		if !strings.Contains(flags, "--xla_gpu_cuda_data_dir") {
-			_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(flags+" --xla_gpu_cuda_data_dir="+p.CUDADataDir))
-		}
+	if p.CUDADataDir != "" && !xlaFlagSet("--xla_gpu_cuda_data_dir") {
+		appendXLAFlag("--xla_gpu_cuda_data_dir", p.CUDADataDir)
 	}
 	if p.CompileCacheDir != "" {
 		p.CompileCacheNote = setAutotuneFlag(p.CompileCacheDir)
@@ -185,6 +182,14 @@ func setenvDefault(k, v string) {
 	if _, ok := os.LookupEnv(k); !ok {
 		_ = os.Setenv(k, v)
 	}
+}
+
+// xlaFlagSet reports whether $XLA_FLAGS already names flag (the user's setting wins).
+func xlaFlagSet(flag string) bool { return strings.Contains(os.Getenv("XLA_FLAGS"), flag) }
+
+// appendXLAFlag adds flag=value to $XLA_FLAGS, which XLA reads when the plugin creates its client.
+func appendXLAFlag(flag, value string) {
+	_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(os.Getenv("XLA_FLAGS")+" "+flag+"="+value))
 }
 
 // cudaNamedLink makes a stable per-plugin symlink named pjrt_c_api_cuda_plugin.so in the user cache

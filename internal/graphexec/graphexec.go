@@ -239,13 +239,22 @@ func takeWidened[T interface {
 	return widenEach(v), err
 }
 
-// deviceBuffer is t's buffer on its device, if it has one.
-func deviceBuffer(t *tensors.Tensor) (compute.Backend, compute.Buffer, bool) {
+// Place is the backend and device t lives on (an error for a tensor only on the host).
+func Place(t *tensors.Tensor) (compute.Backend, compute.DeviceNum, error) {
 	b, err := t.Backend()
 	if err != nil {
-		return nil, nil, false
+		return nil, 0, err
 	}
 	dev, err := t.Device()
+	if err != nil {
+		return nil, 0, err
+	}
+	return b, dev, nil
+}
+
+// deviceBuffer is t's buffer on its device, if it has one.
+func deviceBuffer(t *tensors.Tensor) (compute.Backend, compute.Buffer, bool) {
+	b, dev, err := Place(t)
 	if err != nil {
 		return nil, nil, false
 	}
