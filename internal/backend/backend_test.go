@@ -527,3 +527,28 @@ func TestBuildFeatures(t *testing.T) {
 	}
 	t.Logf("features %+v", f)
 }
+
+// The plugin's version comes from the dist-info folder of the wheel that installed it; a plugin from
+// anywhere else has none (its Triton kernels are then not used).
+func TestPluginVersion(t *testing.T) {
+	site := t.TempDir()
+	plugin := filepath.Join(site, "jax_plugins", "xla_cuda13", "xla_cuda_plugin.so")
+	for _, dir := range []string{filepath.Dir(plugin), filepath.Join(site, "jax_cuda13_plugin-0.11.2.dist-info"),
+		filepath.Join(site, "jax_cuda12_plugin-0.4.30.dist-info")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := PluginVersion(plugin); got != "jax-cuda13-plugin 0.11.2" {
+		t.Errorf("wheel layout: %q", got)
+	}
+	if got := PluginVersion(filepath.Join(site, "elsewhere", "pjrt_c_api_cuda_plugin.so")); got != "" {
+		t.Errorf("not from a wheel: %q", got)
+	}
+	if err := os.Mkdir(filepath.Join(site, "jax_cuda13_plugin-0.12.0.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := PluginVersion(plugin); got != "" {
+		t.Errorf("two versions installed: %q, want none (which one is loaded is unknown)", got)
+	}
+}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/gomlx/compute"
 	_ "github.com/gomlx/gomlx/backends/default" // registers "go" and, unless -tags noxla, "xla"
+
+	"fastvideo/internal/xlaext"
 )
 
 // New resolves spec (see ResolveWith for the rules) and creates the backend.
@@ -63,7 +65,29 @@ func (p *Plan) Open() (b compute.Backend, err error) {
 		return nil, fmt.Errorf("creating backend %s: %w%s", p, err, hint)
 	}
 	p.openCompileCache(b)
+	if p.Backend == KindXLA {
+		p.PluginVersion = PluginVersion(p.Plugin)
+		xlaext.SetPlugin(b, p.PluginVersion)
+	}
 	return b, nil
+}
+
+// PluginVersion names the Python distribution that installed the plugin at path, "name version"
+// (jax_plugins/xla_cuda13/xla_cuda_plugin.so in site-packages: "jax-cuda13-plugin 0.11.2", from the
+// jax_cuda13_plugin-0.11.2.dist-info folder beside jax_plugins), or "" when none is found (a plugin
+// from elsewhere). Triton kernels (internal/xlaext) are made for one plugin and checked against it.
+func PluginVersion(path string) string {
+	dir := filepath.Dir(path)
+	if filepath.Base(filepath.Dir(dir)) != "jax_plugins" {
+		return ""
+	}
+	dist := "jax_" + strings.TrimPrefix(filepath.Base(dir), "xla_") + "_plugin"
+	found, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(dir)), dist+"-*.dist-info"))
+	if len(found) != 1 {
+		return ""
+	}
+	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(found[0]), dist+"-"), ".dist-info")
+	return strings.ReplaceAll(dist, "_", "-") + " " + version
 }
 
 // openCompileCache installs the compile cache into b where it can, and says what happened.

@@ -69,6 +69,7 @@ type Plan struct {
 	CompileCacheWarn func(error)
 
 	// Filled by Open.
+	PluginVersion string   // the plugin's Python distribution, "jax-cuda13-plugin 0.11.2" ("" when unknown)
 	LoadPath      string   // the path handed to go-xla
 	Preloaded     []string // libraries dlopened by Open
 	PreloadFailed []string // "path: reason" for libraries that never loaded (the plugin may not need them)

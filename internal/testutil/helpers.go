@@ -172,20 +172,32 @@ func MultiGPUBackend(t testing.TB, spec string, n int) compute.Backend {
 	return b
 }
 
-// GPUBackend skips the test unless $FASTVIDEO_GPU_TEST is 1, then creates the backend of spec (e.g.
-// "xla:cuda,tf32=false"), which is finalized when the test ends.
+// GPUBackend skips the test unless $FASTVIDEO_GPU_TEST is 1, then returns the backend of spec (e.g.
+// "xla:cuda,tf32=false"), one per spec for the whole test binary. It is never finalized: a test's
+// device tensors are released by the garbage collector after the test, and a buffer destroyed after
+// its client crashes the plugin (SIGSEGV in PJRT_Buffer_Destroy, seen when a second GPU test ran).
 func GPUBackend(t testing.TB, spec string) compute.Backend {
 	t.Helper()
 	if os.Getenv(GPUTestEnv) != "1" {
 		t.Skipf("set %s=1 on a machine with an NVIDIA GPU", GPUTestEnv)
 	}
+	gpuBackendsMu.Lock()
+	defer gpuBackendsMu.Unlock()
+	if b, ok := gpuBackends[spec]; ok {
+		return b
+	}
 	b, err := backend.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Finalize)
+	gpuBackends[spec] = b
 	return b
 }
+
+var (
+	gpuBackendsMu sync.Mutex
+	gpuBackends   = map[string]compute.Backend{}
+)
 
 // Traced is one intermediate a model handed to its test trace hook.
 type Traced struct {

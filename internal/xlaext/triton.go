@@ -6,6 +6,8 @@ package xlaext
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/shapes"
@@ -71,4 +73,46 @@ func TritonCall(kernel TritonKernel, inputs []*graph.Node, outputs []shapes.Shap
 		}
 		return tf.TritonCall(kernel.Name, kernel.IR, kernel.Grid, kernel.NumWarps, kernel.NumStages, operands, outputs)
 	})
+}
+
+// plugins holds, per backend, the version of the PJRT plugin it loaded ("jax-cuda13-plugin 0.11.2"),
+// set by internal/backend when it opens one. Triton IR is bytecode for the Triton linked into that
+// plugin's XLA, so a kernel made with another plugin is not handed to it.
+var plugins sync.Map // compute.Backend -> string
+
+// SetPlugin records the plugin version backend runs on ("" forgets it).
+func SetPlugin(backend compute.Backend, version string) {
+	if version == "" {
+		plugins.Delete(backend)
+		return
+	}
+	plugins.Store(backend, version)
+}
+
+// Plugin is the plugin version recorded for backend, "" when none is.
+func Plugin(backend compute.Backend) string {
+	v, _ := plugins.Load(backend)
+	s, _ := v.(string)
+	return s
+}
+
+// Compatible reports why kernel, made with the plugin madeWith, cannot run on backend (nil: it can,
+// as far as the versions go; TritonCall still reports a backend other than XLA's CUDA plugin).
+func Compatible(backend compute.Backend, madeWith string) error {
+	if !GraphBackendCall() {
+		return ErrNoTriton
+	}
+	have := Plugin(backend)
+	switch {
+	case have == "":
+		return fmt.Errorf("the backend's plugin version is not known (a Triton kernel needs the plugin it was made for, %s)", madeWith)
+	case normalizePlugin(have) != normalizePlugin(madeWith):
+		return fmt.Errorf("the kernel was made for %s and the backend runs %s: regenerate it with that plugin's JAX", madeWith, have)
+	}
+	return nil
+}
+
+// normalizePlugin folds the spellings of a Python distribution name in "name version" (case, '_' for '-').
+func normalizePlugin(s string) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), "_", "-"))
 }

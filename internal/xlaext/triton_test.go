@@ -87,3 +87,35 @@ func TestBackendCall(t *testing.T) {
 		t.Errorf("-product %v", got)
 	}
 }
+
+// A kernel runs only on the plugin it was made with: the version is recorded per backend, compared in
+// its spellings' normal form, and a missing or different one says what to do.
+func TestCompatible(t *testing.T) {
+	b := testutil.Backend(t)
+	const made = "jax-cuda13-plugin 0.11.2"
+	if !xlaext.GraphBackendCall() {
+		if err := xlaext.Compatible(b, made); !errors.Is(err, xlaext.ErrNoTriton) {
+			t.Errorf("plain build: %v", err)
+		}
+		return
+	}
+	if err := xlaext.Compatible(b, made); err == nil || !strings.Contains(err.Error(), "not known") {
+		t.Errorf("no version recorded: %v", err)
+	}
+	xlaext.SetPlugin(b, "JAX_CUDA13_PLUGIN 0.11.2")
+	t.Cleanup(func() { xlaext.SetPlugin(b, "") })
+	if got := xlaext.Plugin(b); got != "JAX_CUDA13_PLUGIN 0.11.2" {
+		t.Errorf("Plugin = %q", got)
+	}
+	if err := xlaext.Compatible(b, made); err != nil {
+		t.Errorf("same plugin, other spelling: %v", err)
+	}
+	xlaext.SetPlugin(b, "jax-cuda13-plugin 0.12.0")
+	if err := xlaext.Compatible(b, made); err == nil || !strings.Contains(err.Error(), "regenerate") {
+		t.Errorf("another plugin: %v", err)
+	}
+	xlaext.SetPlugin(b, "")
+	if got := xlaext.Plugin(b); got != "" {
+		t.Errorf("after forgetting: %q", got)
+	}
+}

@@ -20,32 +20,17 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_kernels.json")
-WARPS, STAGES = 4, 2
-params = None
-for modname, cls in [("jax.experimental.pallas.triton", "CompilerParams"), ("jax.experimental.pallas.gpu", "TritonCompilerParams")]:
-    try:
-        params = getattr(__import__(modname, fromlist=[cls]), cls)(num_warps=WARPS, num_stages=STAGES)
-        break
-    except Exception:
-        pass
-
-N = 32
-def add_kernel(x_ref, y_ref, o_ref): o_ref[...] = x_ref[...] + y_ref[...]
-def dot_kernel(x_ref, y_ref, o_ref):
-    o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-def call(kernel, bx, by, grid, xmap, ymap, omap, oblock):
-    kw = dict(out_shape=jax.ShapeDtypeStruct((N, N), jnp.float32), grid=grid,
-              in_specs=[pl.BlockSpec(bx, xmap), pl.BlockSpec(by, ymap)], out_specs=pl.BlockSpec(oblock, omap))
-    if params is not None: kw["compiler_params"] = params
+def pallas_triton(kernel, warps, stages, **kw):
+    # pl.pallas_call on Pallas's Triton backend with Triton's compile parameters, across the JAX versions
+    # that name them differently.
+    for modname, cls in [("jax.experimental.pallas.triton", "CompilerParams"), ("jax.experimental.pallas.gpu", "TritonCompilerParams")]:
+        try:
+            kw["compiler_params"] = getattr(__import__(modname, fromlist=[cls]), cls)(num_warps=warps, num_stages=stages)
+            break
+        except Exception:
+            pass
     try: return pl.pallas_call(kernel, backend="triton", **kw)
     except TypeError: return pl.pallas_call(kernel, **kw)
-cases = {
-    # grid (4,): rows in blocks of 8
-    "add": call(add_kernel, (8, N), (8, N), (N // 8,), lambda i: (i, 0), lambda i: (i, 0), lambda i: (i, 0), (8, N)),
-    # grid (2, 2): 16x16 output tiles (grid_y used)
-    "dot": call(dot_kernel, (16, N), (N, 16), (N // 16, N // 16), lambda i, j: (i, 0), lambda i, j: (0, j), lambda i, j: (i, j), (16, 16)),
-}
 
 def match_brace(s, i):
     # s[i] == '{'; the index after the matching '}', skipping quoted strings.
@@ -107,23 +92,13 @@ def parse_config(cfg):
         else: d[k] = int(re.fullmatch(r"(-?\d+) : i32", v).group(1))
     return d
 
-def array(a):
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    return {"shape": list(a.shape), "dtype": "float32", "data": base64.b64encode(a.tobytes()).decode()}
-
-rng = np.random.default_rng(0)
-x = rng.standard_normal((N, N), dtype=np.float32); y = rng.standard_normal((N, N), dtype=np.float32)
-fixture = {"generator": "internal/xlaext/testdata/gen_triton.py", "jax": jax.__version__, "device": str(jax.devices()[0]), "kernels": []}
-for case, f in cases.items():
-    jf = jax.jit(f)
-    want = np.asarray(jf(x, y))
-    ref = x + y if case == "add" else x @ y
-    print(case, "Pallas vs numpy max err", float(np.abs(want - ref).max()))
-    text = jf.lower(x, y).as_text()
+def lowered_triton_call(text, operands, case):
+    # The one `__gpu$xla.gpu.triton` call in JAX's StableHLO text: its backend config (checked to re-escape
+    # as Go writes it), JAX's api_version (None when absent) and the config keys Go does not write.
     calls = [l for l in text.splitlines() if "__gpu$xla.gpu.triton" in l]
     assert len(calls) == 1, f"{case}: {len(calls)} Triton custom calls in JAX's lowering"
     ops = re.search(r'@"?__gpu\$xla\.gpu\.triton"?\(([^)]*)\)', calls[0]).group(1)
-    assert len(ops.split(",")) == 2, f"{case}: the call takes ({ops}), not the two inputs this fixture records"
+    assert len(ops.split(",")) == operands, f"{case}: the call takes ({ops}), not the {operands} inputs this fixture records"
     m = re.search(r'(?:mhlo\.)?backend_config = \{', calls[0])
     assert m, f"{case}: no backend config dictionary: {calls[0][:400]}"
     cfg = parse_config(calls[0][m.end() - 1:match_brace(calls[0], m.end() - 1)])
@@ -131,12 +106,47 @@ for case, f in cases.items():
     api = re.search(r"api_version = (\d+)", calls[0])
     known = {"debug", "grid_x", "grid_y", "grid_z", "ir", "name", "num_stages", "num_warps"}
     other = sorted(k for k in cfg if k not in known and not k.endswith("@text"))
-    print(case, "name", cfg["name"], "grid", [cfg["grid_x"], cfg["grid_y"], cfg["grid_z"]], "warps", cfg["num_warps"],
-          "stages", cfg["num_stages"], "ir bytes", len(cfg["ir"]), "api_version", api.group(1) if api else None, "other keys", other)
-    fixture["kernels"].append({
-        "case": case, "name": cfg["name"].decode(), "ir": base64.b64encode(cfg["ir"]).decode(),
-        "grid": [cfg["grid_x"], cfg["grid_y"], cfg["grid_z"]], "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
-        "debug": cfg.get("debug", False), "other_config_keys": other, "jax_api_version": int(api.group(1)) if api else None,
-        "inputs": [array(x), array(y)], "outputs": [array(want)]})
-with open(out, "w") as fh: json.dump(fixture, fh, indent=1)
-print("wrote", out)
+    return cfg, int(api.group(1)) if api else None, other
+
+def array(a):
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    return {"shape": list(a.shape), "dtype": "float32", "data": base64.b64encode(a.tobytes()).decode()}
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_kernels.json")
+    N = 32
+    def add_kernel(x_ref, y_ref, o_ref): o_ref[...] = x_ref[...] + y_ref[...]
+    def dot_kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+    def call(kernel, bx, by, grid, xmap, ymap, omap, oblock):
+        return pallas_triton(kernel, 4, 2, out_shape=jax.ShapeDtypeStruct((N, N), jnp.float32), grid=grid,
+                             in_specs=[pl.BlockSpec(bx, xmap), pl.BlockSpec(by, ymap)], out_specs=pl.BlockSpec(oblock, omap))
+    cases = {
+        # grid (4,): rows in blocks of 8
+        "add": call(add_kernel, (8, N), (8, N), (N // 8,), lambda i: (i, 0), lambda i: (i, 0), lambda i: (i, 0), (8, N)),
+        # grid (2, 2): 16x16 output tiles (grid_y used)
+        "dot": call(dot_kernel, (16, N), (N, 16), (N // 16, N // 16), lambda i, j: (i, 0), lambda i, j: (0, j), lambda i, j: (i, j), (16, 16)),
+    }
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, N), dtype=np.float32); y = rng.standard_normal((N, N), dtype=np.float32)
+    fixture = {"generator": "internal/xlaext/testdata/gen_triton.py", "jax": jax.__version__, "device": str(jax.devices()[0]), "kernels": []}
+    for case, f in cases.items():
+        jf = jax.jit(f)
+        want = np.asarray(jf(x, y))
+        ref = x + y if case == "add" else x @ y
+        print(case, "Pallas vs numpy max err", float(np.abs(want - ref).max()))
+        cfg, api, other = lowered_triton_call(jf.lower(x, y).as_text(), 2, case)
+        print(case, "name", cfg["name"], "grid", [cfg["grid_x"], cfg["grid_y"], cfg["grid_z"]], "warps", cfg["num_warps"],
+              "stages", cfg["num_stages"], "ir bytes", len(cfg["ir"]), "api_version", api, "other keys", other)
+        fixture["kernels"].append({
+            "case": case, "name": cfg["name"].decode(), "ir": base64.b64encode(cfg["ir"]).decode(),
+            "grid": [cfg["grid_x"], cfg["grid_y"], cfg["grid_z"]], "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "debug": cfg.get("debug", False), "other_config_keys": other, "jax_api_version": api,
+            "inputs": [array(x), array(y)], "outputs": [array(want)]})
+    with open(out, "w") as fh: json.dump(fixture, fh, indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
