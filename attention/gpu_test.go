@@ -7,10 +7,12 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/xlaext"
 )
 
 // TestFusedMatchesExactOnGPU checks the cuDNN flash path against the exact path on the same bf16 inputs,
@@ -67,11 +69,13 @@ func TestFusedMatchesExactOnGPU(t *testing.T) {
 	}
 }
 
-// TestSparseFusedMatchesGatheredOnGPU checks the VSA fused path (the fused kernel on gathered tiles, pad
-// slots masked by the extra score channel) against the same algorithm in exact float32 on the same bf16
-// inputs, for both tile sizes and modes, with the compression gate:
+// TestSparseFusedMatchesGatheredOnGPU checks the VSA fused path's fine-stage kernels (the Triton kernel,
+// where it runs: 64-row tiles in the GPU build; the fused kernel on gathered tiles, pad slots masked by
+// the extra score channel) against the same algorithm in exact float32 on the same bf16 inputs, for both
+// tile sizes and modes, with the compression gate:
 //
-//	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestSparseFusedMatchesGatheredOnGPU -test.v
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+//	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run 'OnGPU' -test.v
 func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")
 	for _, e := range []int{64, 256} {
@@ -90,9 +94,9 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 				return tensors.FromFlatDataAndDimensions(v, 1, tl.Rows(), h, d)
 			}
 			q, k, v, g := mk(), mk(), mk(), mk()
-			run := func(p Path) []float32 {
+			run := func(p Path, kernel SparseKernel) []float32 {
 				ex := MustNewExec(b, func(q, k, v, g *Node) *Node {
-					s := &Sparse{Tiling: tl, TopK: TopKTiles(0.9, tl.NumVideo), Mode: mode, Gate: g}
+					s := &Sparse{Tiling: tl, TopK: TopKTiles(0.9, tl.NumVideo), Mode: mode, Gate: g, Kernel: kernel}
 					return ConvertDType(Attend(q, k, v, Options{Path: p, Sparse: s}), dtypes.Float32)
 				})
 				out, err := ex.Call1(q, k, v, g)
@@ -101,11 +105,94 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 				}
 				return tensors.MustCopyFlatData[float32](out)
 			}
-			worst := testutil.MaxAbsDiff(run(PathFused), run(pathGathered))
-			t.Logf("E=%d %v: fused vs gathered exact: max abs diff %.3g", e, mode, worst)
-			if worst > 3e-2 {
-				t.Errorf("E=%d %v: fused sparse path differs by %.3g (> 3e-2)", e, mode, worst)
+			exact := run(pathGathered, SparseGather)
+			kernels := []SparseKernel{SparseGather}
+			if err := TritonVSA(b, dtypes.BFloat16, d, e); err == nil {
+				kernels = append(kernels, SparseTriton)
+			} else {
+				t.Logf("E=%d: no Triton kernel: %v", e, err)
+			}
+			for _, kernel := range kernels {
+				worst := testutil.MaxAbsDiff(run(PathFused, kernel), exact)
+				t.Logf("E=%d %v %v: fused vs gathered exact: max abs diff %.3g", e, mode, kernel, worst)
+				if worst > 3e-2 {
+					t.Errorf("E=%d %v %v: fused sparse path differs by %.3g (> 3e-2)", e, mode, kernel, worst)
+				}
 			}
 		}
 	}
+}
+
+// TestTritonVSAMatchesUpstreamOnGPU runs the Triton fine-stage kernel on the inputs of upstream's
+// block_sparse_attn_triton.py forward in testdata/gen_vsa_triton.py (ragged tiles, a query tile that
+// selects every key tile and one that selects one, several heads) and compares with upstream's output
+// and the float32 reference. The outputs are bfloat16 (one step is 2^-8 at magnitude 1): within one
+// step of upstream, two of the reference.
+func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
+		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernel: %v", err)
+	}
+	kernel, err := loadVSATriton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.ForEachFixture(t, "vsa_triton", func(t *testing.T, fx *testutil.Fixture) {
+		var first int
+		if err := fx.DecodeConfig(&first, "prefix_tiles"); err != nil {
+			t.Fatal(err)
+		}
+		q, shape := fx.F32(t, "q") // [1, H, S, D]
+		k, _ := fx.F32(t, "k")
+		v, _ := fx.F32(t, "v")
+		lists, ls := fx.I64(t, "q2k_index") // [1, H, nT, K]
+		counts, _ := fx.I64(t, "q2k_num")
+		sizes, _ := fx.I64(t, "variable_block_sizes")
+		h, rows, d, nT, stride := shape[1], shape[2], shape[3], ls[2], ls[3]
+		nv := nT - first
+		var idx, num []int32
+		for hh := range h {
+			for tile := first; tile < nT; tile++ {
+				num = append(num, int32(counts[hh*nT+tile]))
+				for j := range stride {
+					idx = append(idx, int32(max(0, lists[(hh*nT+tile)*stride+j])))
+				}
+			}
+		}
+		tileSizes := make([]int32, len(sizes))
+		for i, n := range sizes {
+			tileSizes[i] = int32(n)
+		}
+		ex := MustNewExec(b, func(q, k, v *Node) *Node {
+			g := q.Graph()
+			bf := func(x *Node) *Node { return Reshape(ConvertDType(x, dtypes.BFloat16), h*rows, d) }
+			call := xlaext.TritonKernel{Name: kernel.Name, IR: kernel.ir, Grid: [3]int{nv, h, 1}, NumWarps: kernel.NumWarps, NumStages: kernel.NumStages}
+			out, err := xlaext.TritonCall(call, []*Node{Const(g, []int32{int32(rows), int32(first), int32(nv), int32(stride)}),
+				Const(g, num), Const(g, idx), Const(g, tileSizes), bf(q), bf(k), bf(v)},
+				[]shapes.Shape{shapes.Make(dtypes.BFloat16, h*nv*64, d)})
+			if err != nil {
+				panic(err)
+			}
+			return ConvertDType(out[0], dtypes.Float32)
+		})
+		in := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, shape...) }
+		out, err := ex.Call1(in(q), in(k), in(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tensors.MustCopyFlatData[float32](out)
+		upstream, _ := fx.F32(t, "out_upstream")
+		reference, _ := fx.F32(t, "out_reference")
+		step := math.Ldexp(1, -8)
+		if e := testutil.MaxAbsDiff(got, upstream); e > step {
+			t.Errorf("against upstream's kernel: max abs diff %.3g (> %.3g)", e, step)
+		} else {
+			t.Logf("against upstream's kernel: max abs diff %.3g", e)
+		}
+		if e := testutil.MaxAbsDiff(got, reference); e > 2*step {
+			t.Errorf("against the float32 reference: max abs diff %.3g (> %.3g)", e, 2*step)
+		} else {
+			t.Logf("against the float32 reference: max abs diff %.3g", e)
+		}
+	})
 }

@@ -173,10 +173,3 @@ func (t *Tiling) AttendedPairs(topK int) int64 {
 	}
 	return prefixRows*n + videoRows*min(int64(t.KeyTiles(topK)*t.TileElems), n)
 }
-
-// BlockSparseKernel reports whether a kernel that reads only the selected K/V tiles in place
-// exists in this build. None does yet: VSA gathers the selected tiles with XLA ops, which on the
-// H200 takes longer than dense fused attention (BENCHMARKS.md, "Video Sparse Attention": 32.6 ms
-// against 11.3 ms at the H3 geometry), and the pure-Go backend's exact path is a masked dense pass.
-// The families default to VSA only where this holds.
-func BlockSparseKernel() bool { return false }

@@ -61,6 +61,9 @@ type Sparse struct {
 	// HeadChunk bounds the heads processed at once by the gathered path (0: chosen to keep each gathered
 	// K/V chunk near 1 GiB).
 	HeadChunk int
+	// Kernel chooses the fine stage's implementation on the fused path (zero: the Triton kernel where
+	// it runs, see TritonVSA).
+	Kernel SparseKernel
 }
 
 // pathGathered is the gathered-tile path with exact float32 attention on the blocks; tests use it to
@@ -91,7 +94,7 @@ func attendSparse(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 		out = maskedAttend(q, k, v, tileMask(scores, s), t, scale)
 	default:
 		sel := selectTiles(scores, s)
-		out = gatheredAttend(q, qt, kt, tileRows(v, t), k, v, sel, s, scale, path == PathFused)
+		out = selectedAttend(q, qt, kt, tileRows(v, t), k, v, sel, s, scale, path == PathFused)
 	}
 	if s.Gate == nil {
 		return out
@@ -193,17 +196,15 @@ func compression(scores, vp *Node) *Node {
 	return Einsum("hts,shd->thd", Softmax(scores, -1), vp)
 }
 
-// gatheredAttend does only the selected work: prefix query tiles attend every row densely; each video
-// query tile attends the gathered slots of its selected key tiles, heads in chunks. fused runs the blocks
-// through the fused kernel, with the pad slots masked by an extra score channel (the kernel takes no
-// per-block mask); otherwise the blocks run in exact float32 with a boolean mask.
-func gatheredAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fused bool) *Node {
+// selectedAttend does only the selected work: prefix query tiles attend every row densely; each video
+// query tile attends its selected key tiles, through the Triton kernel (fused path, where it runs) or
+// gatheredVideo.
+func selectedAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fused bool) *Node {
 	t := s.Tiling
 	g := q.Graph()
-	nT, e, h, d := t.NumTiles(), t.TileElems, q.Shape().Dim(2), q.Shape().Dim(3)
-	p, nv := t.NumPrefix, t.NumVideo
+	h, d := q.Shape().Dim(2), q.Shape().Dim(3)
 	var prefixOut *Node
-	if p > 0 {
+	if p, e := t.NumPrefix, t.TileElems; p > 0 {
 		qp := Reshape(Slice(qt, AxisRange(0, p)), 1, p*e, h, d)
 		path := PathExact
 		if fused {
@@ -211,6 +212,35 @@ func gatheredAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fu
 		}
 		prefixOut = Reshape(denseAttend(qp, k, v, scale, path), p*e, h, d)
 	}
+	var videoOut *Node // [V·E, H, D]
+	if s.Kernel == SparseTriton || fused && s.Kernel == SparseAuto {
+		err := tritonEligible(q, s, scale)
+		if err == nil {
+			videoOut, err = tritonAttend(qt, kt, vt, sel, s)
+		}
+		if err != nil && s.Kernel == SparseTriton {
+			panic(fmt.Errorf("attention: VSA kernel triton was asked for: %w", err))
+		}
+	}
+	if videoOut == nil {
+		videoOut = gatheredVideo(q, qt, kt, vt, sel, s, scale, fused)
+	}
+	all := videoOut
+	if prefixOut != nil {
+		all = Concatenate([]*Node{prefixOut, ConvertDType(videoOut, prefixOut.DType())}, 0)
+	}
+	return Reshape(Gather(ConvertDType(all, q.DType()), ExpandAxes(Const(g, t.RowSlot), -1)), 1, t.Rows(), h, d)
+}
+
+// gatheredVideo is the fine stage with XLA ops: each video query tile attends the gathered slots of its
+// selected key tiles, heads in chunks, as [V·E, H, D]. fused runs the blocks through the fused kernel,
+// with the pad slots masked by an extra score channel (the kernel takes no per-block mask); otherwise the
+// blocks run in exact float32 with a boolean mask.
+func gatheredVideo(q, qt, kt, vt, sel *Node, s *Sparse, scale float64, fused bool) *Node {
+	t := s.Tiling
+	g := q.Graph()
+	nT, e, h, d := t.NumTiles(), t.TileElems, q.Shape().Dim(2), q.Shape().Dim(3)
+	p, nv := t.NumPrefix, t.NumVideo
 	qv := TransposeAllAxes(Slice(qt, AxisRange(p, nT)), 0, 2, 1, 3) // [V, H, E, D]
 	kh := TransposeAllAxes(kt, 2, 0, 1, 3)                          // [H, nT, E, D]
 	vh := TransposeAllAxes(vt, 2, 0, 1, 3)
@@ -249,12 +279,7 @@ func gatheredAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fu
 		}
 		parts = append(parts, ob)
 	}
-	videoOut := Reshape(TransposeAllAxes(Concatenate(parts, 1), 0, 2, 1, 3), nv*e, h, d) // [V·E, H, D]
-	all := videoOut
-	if prefixOut != nil {
-		all = Concatenate([]*Node{prefixOut, ConvertDType(videoOut, prefixOut.DType())}, 0)
-	}
-	return Reshape(Gather(ConvertDType(all, q.DType()), ExpandAxes(Const(g, t.RowSlot), -1)), 1, t.Rows(), h, d)
+	return Reshape(TransposeAllAxes(Concatenate(parts, 1), 0, 2, 1, 3), nv*e, h, d) // [V·E, H, D]
 }
 
 // validSlots marks the slots that hold a row, [nT, E] bool.

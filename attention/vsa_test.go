@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -300,5 +302,75 @@ func TestSparseDenseLimits(t *testing.T) {
 	got := vc.run(t, vc.tl.NumVideo-1, ModeExempt, false, PathExact)
 	if worst, _ := maxDiff(got, dense); worst < 1e-3 {
 		t.Errorf("k = V−1 matches dense (%.3g): the selection does nothing", worst)
+	}
+}
+
+// The embedded Triton kernel is whole, and where it cannot run the reason says so: on the pure-Go
+// backend (no fused path), for attention it does not compute, and in a plain build or with another
+// plugin (internal/xlaext). SparseTriton asked for where it cannot run fails the graph build; the
+// default falls back to the gathered tiles with the same result as SparseGather.
+func TestTritonVSAUnavailable(t *testing.T) {
+	k, err := loadVSATriton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.ir) < 1000 {
+		t.Fatalf("vsa_triton.json: head %d, tile %d, plugin %q, %d IR bytes", k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+	}
+	b := testutil.Backend(t)
+	for _, c := range []struct {
+		dt         dtypes.DType
+		head, tile int
+		want       string
+	}{
+		{dtypes.BFloat16, 128, 64, "fused path"},
+		{dtypes.Float32, 128, 64, "dtype Float32"},
+		{dtypes.BFloat16, 64, 64, "head width 64"},
+		{dtypes.BFloat16, 128, 256, "tiles of 256 rows"},
+	} {
+		err := TritonVSA(b, c.dt, c.head, c.tile)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s head %d tile %d: %v, want %q", c.dt, c.head, c.tile, err, c.want)
+		}
+	}
+	for _, name := range []string{"auto", "gather", "triton"} {
+		if k, err := ParseSparseKernel(name); err != nil || k.String() != name {
+			t.Errorf("%q: %v %v", name, k, err)
+		}
+	}
+	if _, err := ParseSparseKernel("cuda"); err == nil || !strings.Contains(err.Error(), "auto, gather or triton") {
+		t.Errorf("unknown kernel: %v", err)
+	}
+
+	tl := mustTiling(t, []int{70}, [3]int{5, 6, 7}, 64)
+	r := rand.New(rand.NewPCG(3, 4))
+	qkv := make([]*tensors.Tensor, 3)
+	for i := range qkv {
+		qkv[i] = tensors.FromFlatDataAndDimensions(randn(r, tl.Rows()*2*8, 1), 1, tl.Rows(), 2, 8)
+	}
+	run := func(kernel SparseKernel) ([]float32, error) {
+		ex, err := NewExec(b, func(q, k, v *Node) *Node {
+			return Attend(q, k, v, Options{Path: pathGathered, Sparse: &Sparse{Tiling: tl, TopK: 3, Kernel: kernel}})
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, err := ex.Call1(qkv[0], qkv[1], qkv[2])
+		if err != nil {
+			return nil, err
+		}
+		return tensors.MustCopyFlatData[float32](out), nil
+	}
+	auto, err := run(SparseAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gather, err := run(SparseGather)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.AssertBitExact(t, "auto against gather", auto, gather)
+	if _, err := run(SparseTriton); err == nil || !strings.Contains(err.Error(), "VSA kernel triton was asked for") {
+		t.Errorf("triton forced on the pure-Go backend: %v", err)
 	}
 }

@@ -60,7 +60,8 @@ func vsaBenchTiling() (*attention.Tiling, int, int, error) {
 }
 
 // benchVSA times one attention call at the tiling's geometry: dense, then VSA at -vsa-sparsity with the
-// gated compression branch, on random q, k, v and gate drawn on the device.
+// gated compression branch, its fine stage on gathered tiles and through the Triton kernel where that
+// runs, on random q, k, v and gate drawn on the device.
 func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dtypes.DType, c common) error {
 	if err := c.medianIters("vsa"); err != nil {
 		return err
@@ -88,14 +89,22 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	}()
 	denseTFLOP := 4 * float64(l) * float64(l) * float64(heads*headDim) / 1e12
 	sparseTFLOP := 4 * float64(tl.AttendedPairs(k)) * float64(heads*headDim) / 1e12
-	for _, run := range []struct {
+	type row struct {
 		label  string
 		sparse *attention.Sparse
 		tflop  float64
-	}{
-		{"dense", nil, denseTFLOP},
-		{fmt.Sprintf("vsa %g", *vsaSparsity), &attention.Sparse{Tiling: tl, TopK: k}, sparseTFLOP},
-	} {
+	}
+	rows := []row{{"dense", nil, denseTFLOP}}
+	kernels := []attention.SparseKernel{attention.SparseGather}
+	if err := attention.TritonVSA(b, dt, headDim, tl.TileElems); err == nil {
+		kernels = append(kernels, attention.SparseTriton)
+	} else {
+		fmt.Printf("vsa: no Triton fine stage: %v\n", err)
+	}
+	for _, kernel := range kernels {
+		rows = append(rows, row{fmt.Sprintf("vsa %g %s", *vsaSparsity, kernel), &attention.Sparse{Tiling: tl, TopK: k, Kernel: kernel}, sparseTFLOP})
+	}
+	for _, run := range rows {
 		if err := timeAttention(b, qkvg, dt, run.label, run.sparse, run.tflop, c); err != nil {
 			return err
 		}
@@ -134,5 +143,11 @@ func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, l
 	}
 	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
 		label, tm.First, tm.Min(), tm.Median(), c.Iters, tflop, tflop/tm.Median(), sum, tm.PeakGPU)
-	return nil
+	return c.Window.bracket("vsa["+label+"]", tm.Median(), func() error {
+		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
+		if err == nil {
+			out.FinalizeAll()
+		}
+		return err
+	})
 }

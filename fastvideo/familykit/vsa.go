@@ -8,9 +8,8 @@ import (
 )
 
 // DenseByDefault is why a VSA-trained model runs dense attention when the request does not name
-// one: dense is faster on every backend until the block-sparse kernel exists
-// (attention.BlockSparseKernel).
-const DenseByDefault = "dense (the default: this build has no block-sparse kernel, and its gather VSA measured slower than dense attention; family.Options.VSA / -vsa forces VSA)"
+// one: without the block-sparse kernel (attention.BlockSparseKernel) dense is faster.
+const DenseByDefault = "dense (the default: this build has no block-sparse kernel, bash bench/build_gpu.sh builds one, and VSA on gathered tiles measured slower than dense attention; family.Options.VSA / -vsa forces VSA)"
 
 // VSA is a run's resolved Video Sparse Attention, the one configuration both families resolve a
 // request to (FastVideo's VSA_sparsity, VSA_tile_size, vsa_mode, vsa_dense_first_n_steps,
@@ -87,6 +86,16 @@ func ResolveVSA(knobs *VSAKnobs, ck VSACheckpoint) (vsa *VSA, why string, err er
 		return nil, "", err
 	}
 	return &c, "", nil
+}
+
+// FineStage names how the sparse attention's selected tiles are attended in this build: "triton" (the
+// block-sparse kernel reads them in place, 64-row tiles in the GPU build) or "gather" (XLA ops copy
+// them out first). A CUDA plugin other than the kernel's falls back to "gather" at run time.
+func (c *VSA) FineStage() string {
+	if attention.BlockSparseKernel() && c.TileSize == 64 {
+		return attention.SparseTriton.String()
+	}
+	return attention.SparseGather.String()
 }
 
 // SparsityAt is the sparsity of denoising step k: 0 (every tile) during the dense first steps.

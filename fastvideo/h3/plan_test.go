@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 
+	"fastvideo/attention"
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
@@ -422,11 +423,16 @@ func TestReadFolder(t *testing.T) {
 }
 
 // The FastH3 plan reports its VSA tiling: 832×480×124 with a 93-token prompt is 9 prefix + 280 video
-// tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256; the base model runs dense. Without a request
-// for VSA, FastH3 runs dense attention and says why (no block-sparse kernel in this build).
+// tiles at E=64 (28 kept at 0.9) and 3 + 80 at E=256 (on gathered tiles: the kernel takes 64); the
+// base model runs dense. Without a request for VSA, FastH3 runs dense attention and says why where this
+// build has no block-sparse kernel, and VSA through the kernel where it has one.
 func TestPlanVSATiles(t *testing.T) {
 	req := api.Request{Height: 480, Width: 832, NumFrames: 124, PromptTokens: 93}
-	if _, d := mustPlan(t, "fasth3", req); d.VSA != nil || d.Attention != familykit.DenseByDefault {
+	if _, d := mustPlan(t, "fasth3", req); attention.BlockSparseKernel() {
+		if d.VSA == nil || d.VSA.FineStage != "triton" {
+			t.Errorf("fasth3 by default in a build with the kernel: VSA %+v, want it through the kernel", d.VSA)
+		}
+	} else if d.VSA != nil || d.Attention != familykit.DenseByDefault {
 		t.Errorf("fasth3 by default: VSA %+v, attention %q; want dense, because %q", d.VSA, d.Attention, familykit.DenseByDefault)
 	}
 	req.Options = &Options{VSA: &VSA{}}
@@ -435,7 +441,7 @@ func TestPlanVSATiles(t *testing.T) {
 		t.Errorf("fasth3 VSA plan %+v, want 9 + 280 tiles, k 28, work saved", v)
 	}
 	req.Options = &Options{VSA: &VSA{TileSize: 256}}
-	if _, d = mustPlan(t, "fasth3", req); d.VSA == nil || d.VSA.PrefixTiles != 3 || d.VSA.VideoTiles != 80 {
+	if _, d = mustPlan(t, "fasth3", req); d.VSA == nil || d.VSA.PrefixTiles != 3 || d.VSA.VideoTiles != 80 || d.VSA.FineStage != "gather" {
 		t.Errorf("fasth3 E=256 VSA plan %+v, want 3 + 80 tiles", d.VSA)
 	}
 	req.Options = nil

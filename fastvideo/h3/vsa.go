@@ -18,6 +18,8 @@ type VSAPlan struct {
 	Mode        string  `json:"mode"`
 	PrefixTiles int     `json:"prefix_tiles"`
 	VideoTiles  int     `json:"video_tiles"`
+	// FineStage is how the selected tiles are attended: "triton" (in place) or "gather".
+	FineStage string `json:"fine_stage"`
 	// TopK is the number of video key tiles each video query tile keeps.
 	TopK            int `json:"top_k"`
 	DenseFirstSteps int `json:"dense_first_steps,omitempty"`
@@ -60,5 +62,5 @@ func vsaPlan(c *familykit.VSA, l *packing.Layout, steps, layers, heads, headDim 
 	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
 	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps), layers, heads*headDim)
 	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Mode: c.Mode.String(), PrefixTiles: tl.NumPrefix,
-		VideoTiles: tl.NumVideo, TopK: k, DenseFirstSteps: c.DenseFirstSteps, AttentionTFLOPsSaved: saved}, nil
+		VideoTiles: tl.NumVideo, FineStage: c.FineStage(), TopK: k, DenseFirstSteps: c.DenseFirstSteps, AttentionTFLOPsSaved: saved}, nil
 }

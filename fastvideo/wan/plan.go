@@ -344,8 +344,8 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 		row("attention", "%s", d.Attention)
 	}
 	if v := d.VSA; v != nil {
-		row("attention", "VSA sparsity %g, %d-row tiles: %d tiles, top-%d key tiles; %.1f TFLOP of attention skipped",
-			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.AttentionTFLOPsSaved)
+		row("attention", "VSA sparsity %g, %d-row tiles: %d tiles, top-%d key tiles, fine stage %s; %.1f TFLOP of attention skipped",
+			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.FineStage, v.AttentionTFLOPsSaved)
 	}
 	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
 	api.DecoderRow(row, p)

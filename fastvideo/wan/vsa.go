@@ -19,6 +19,8 @@ type VSAPlan struct {
 	Sparsity float64 `json:"sparsity"`
 	TileSize int     `json:"tile_size"`
 	Tiles    int     `json:"tiles"`
+	// FineStage is how the selected tiles are attended: "triton" (in place) or "gather".
+	FineStage string `json:"fine_stage"`
 	// TopK is the number of key tiles each query tile keeps.
 	TopK            int   `json:"top_k"`
 	DenseFirstSteps int   `json:"dense_first_steps,omitempty"`
@@ -60,6 +62,6 @@ func vsaPlan(c *familykit.VSA, grid [3]int, steps, forwardsPerStep int, dit wand
 	}
 	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
 	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps)*forwardsPerStep, dit.NumLayers, dit.HiddenSize())
-	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Tiles: tl.NumVideo, TopK: k,
+	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Tiles: tl.NumVideo, FineStage: c.FineStage(), TopK: k,
 		DenseFirstSteps: c.DenseFirstSteps, DenseLayers: c.DenseLayers, AttentionTFLOPsSaved: saved}, nil
 }

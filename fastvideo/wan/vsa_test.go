@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"fastvideo/attention"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/familykit"
 )
@@ -11,16 +12,21 @@ import (
 // The FastWan plans report their VSA tiling: 480×832×81 is a 21×30×52 token grid, 6·8·13 = 624 tiles
 // of (4,4,4), of which sparsity 0.8 keeps ceil(0.2·624) = 125; dense first steps save less; the base
 // models plan no VSA and refuse it. Without a request for VSA, FastWan runs dense attention and says
-// why (no block-sparse kernel in this build).
+// why where this build has no block-sparse kernel, and VSA with the kernel where it has one.
 func TestPlanVSA(t *testing.T) {
 	req := api.Request{Height: 480, Width: 832, NumFrames: 81}
-	if _, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, api.DTypeAuto); d.VSA != nil || d.Attention != familykit.DenseByDefault {
+	if _, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, api.DTypeAuto); attention.BlockSparseKernel() {
+		if d.VSA == nil || d.VSA.FineStage != "triton" {
+			t.Errorf("fastwan2.1-t2v-1.3b by default in a build with the kernel: VSA %+v, want it through the kernel", d.VSA)
+		}
+	} else if d.VSA != nil || d.Attention != familykit.DenseByDefault {
 		t.Errorf("fastwan2.1-t2v-1.3b by default: VSA %+v, attention %q; want dense", d.VSA, d.Attention)
 	}
 	req.Options = &Options{VSA: &VSA{}}
 	_, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, api.DTypeAuto)
 	v := d.VSA
-	if v == nil || v.Tiles != 624 || v.TopK != 125 || v.Sparsity != 0.8 || v.TileSize != 64 || v.AttentionTFLOPsSaved <= 0 {
+	if v == nil || v.Tiles != 624 || v.TopK != 125 || v.Sparsity != 0.8 || v.TileSize != 64 || v.AttentionTFLOPsSaved <= 0 ||
+		v.FineStage != (&familykit.VSA{TileSize: 64}).FineStage() {
 		t.Fatalf("fastwan2.1-t2v-1.3b VSA plan %+v, want 624 tiles, k 125 at 0.8, work saved", v)
 	}
 	if _, d14 := mustPlan(t, "fastwan2.1-t2v-14b-480p", req, api.DTypeAuto); d14.VSA == nil || d14.VSA.Sparsity != 0.9 {

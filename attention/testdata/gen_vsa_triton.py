@@ -1,0 +1,251 @@
+# The block-sparse attention forward as a Triton kernel that a Go graph calls (XLA's `__gpu$xla.gpu.triton`
+# custom call, internal/xlaext.TritonCall), and its parity fixture against upstream's kernel.
+#
+# The kernel is ours, written in JAX's Pallas (backend="triton") after upstream's Triton forward,
+# fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py (_attn_fwd_sparse):
+# one program per (64-row query tile, head); it walks that tile's list of key tiles, reads each 64-row
+# K and V tile in place, masks the rows past the tile's valid count and keeps the online softmax in
+# float32 with exp2 (bf16 probabilities into the second product, as upstream). It differs from upstream
+# in what the graph needs: the geometry (rows per head, prefix tiles, query tiles, list stride) is read
+# from a small int32 operand instead of being compiled in, so one IR serves every sequence length and
+# head count of head width 128; only the query tiles from `prefix` on are computed (the video tiles: the
+# prefix queries attend densely elsewhere), and the output holds just those tiles.
+#
+# Operands (row-major), as attention/vsa_triton.go passes them:
+#   params  int32[4]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K
+#   num     int32[H·V]        key tiles of each (head, query tile)
+#   idx     int32[H·V·K]      their indices, the first num of each row read
+#   sizes   int32[S/64]       valid rows of each key tile (1..64)
+#   q, k, v bf16[H·S, 128]    tile-padded rows, head-major
+# Result: bf16[H·V·64, 128], row ((h·V + t)·64 + r).
+# Grid: (V, H, 1).
+#
+# Run it on the GPU machine, whose JAX has the CUDA plugin the Go binaries load (the IR is bytecode for
+# the Triton inside that plugin's XLA), with upstream's kernel file beside torch and Triton:
+#
+#   python3 attention/testdata/gen_vsa_triton.py --upstream DIR [--bench] [--out DIR]
+#
+# DIR holds block_sparse_attn_triton.py from FastVideo (fastvideo-kernel, above), imported unchanged.
+# Writes attention/vsa_triton.json (the kernel) and attention/testdata/vsa_triton.{json,safetensors}
+# (inputs with ragged tiles, a row that selects every key tile and one that selects one, several heads;
+# upstream's output and ours), and with --bench times both kernels at the H3 and Wan 1.3B geometries.
+import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "internal", "xlaext", "testdata"))
+
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
+
+D, T = 128, 64
+LOG2E = math.log2(math.e)
+MASKED = -0.7 * float(np.finfo(np.float32).max)
+
+
+def vsa_kernel(params_ref, num_ref, idx_ref, sizes_ref, q_ref, k_ref, v_ref, o_ref):
+    tile, head = pl.program_id(0), pl.program_id(1)
+    rows, first, tiles, stride = params_ref[0], params_ref[1], params_ref[2], params_ref[3]
+    row = head * tiles + tile
+    q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+    base = row * stride
+    scale = LOG2E / math.sqrt(D)
+    cols = lax.broadcasted_iota(jnp.int32, (T, T), 1)
+
+    def body(i, carry):
+        acc, m, l = carry
+        kv = idx_ref[base + i]
+        valid = sizes_ref[kv]
+        at = head * rows + kv * T
+        k = k_ref[pl.ds(at, T), :]
+        s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
+        s = jnp.where(cols < valid, s, MASKED)
+        m2 = jnp.maximum(m, jnp.max(s, axis=1))
+        p = jnp.exp2(s - m2[:, None])
+        alpha = jnp.exp2(m - m2)
+        v = v_ref[pl.ds(at, T), :]
+        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+
+    init = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
+    acc, _, l = lax.fori_loop(0, num_ref[row], body, init)
+    o_ref[pl.ds(row * T, T), :] = (acc / l[:, None]).astype(o_ref.dtype)
+
+
+def vsa_call(heads, tiles, warps, stages):
+    # Grid and output size are the call's; nothing else in the kernel depends on the geometry.
+    return pallas_triton(vsa_kernel, warps, stages, grid=(tiles, heads),
+                         out_shape=jax.ShapeDtypeStruct((heads * tiles * T, D), jnp.bfloat16), name="vsa_fwd")
+
+
+def operands(q, k, v, idx, num, sizes, first):
+    # Upstream's layout ([1, H, S, D] and [1, H, Qb, K] lists) to the kernel's.
+    _, h, s, _ = q.shape
+    tiles, stride = num.shape[-1] - first, idx.shape[-1]
+    params = np.array([s, first, tiles, stride], np.int32)
+    num = np.ascontiguousarray(num.reshape(h, -1)[:, first:]).reshape(-1)
+    idx = np.ascontiguousarray(idx.reshape(h, -1, stride)[:, first:]).reshape(-1)
+    return [params, num.astype(np.int32), idx.astype(np.int32), sizes.astype(np.int32),
+            q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
+
+
+def reference(q, k, v, idx, num, sizes, first):
+    # float32 masked attention of the query tiles from first on: [H, V·64, D].
+    _, h, s, _ = q.shape
+    q, k, v = (np.asarray(x, np.float32)[0] for x in (q, k, v))
+    nt = s // T
+    out = np.zeros((h, (nt - first) * T, D), np.float32)
+    for hh in range(h):
+        for t in range(first, nt):
+            keys = idx[0, hh, t, :num[0, hh, t]]
+            rows = np.concatenate([np.arange(kv * T, kv * T + sizes[kv]) for kv in keys])
+            sc = q[hh, t * T:(t + 1) * T] @ k[hh, rows].T / math.sqrt(D)
+            p = np.exp(sc - sc.max(1, keepdims=True)); p /= p.sum(1, keepdims=True)
+            out[hh, (t - first) * T:(t - first + 1) * T] = p @ v[hh, rows]
+    return out
+
+
+def random_lists(rng, h, nt, stride, counts):
+    # Ascending, distinct key tiles per (head, query tile), -1 past the count (upstream's q2k_index).
+    idx = np.full((1, h, nt, stride), -1, np.int32)
+    for hh in range(h):
+        for t in range(nt):
+            c = counts[hh, t]
+            idx[0, hh, t, :c] = np.sort(rng.choice(nt, c, replace=False))
+    return idx, counts.reshape(1, h, nt).astype(np.int32)
+
+
+def load_upstream(folder):
+    spec = importlib.util.spec_from_file_location("block_sparse_attn_triton", os.path.join(folder, "block_sparse_attn_triton.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.triton_block_sparse_attn_forward
+
+
+def plugin_version():
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"] or ""
+        if name.lower().replace("_", "-").startswith("jax-cuda") and name.lower().endswith("plugin"):
+            return f"{name} {d.version}"
+    return ""
+
+
+def bf16(rng, shape):
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(jnp.bfloat16)
+
+
+def timed(fn, n):
+    fn()
+    t = time.perf_counter()
+    for _ in range(n):
+        r = fn()
+    jax.block_until_ready(r) if not hasattr(r, "cpu") else __import__("torch").cuda.synchronize()
+    return (time.perf_counter() - t) / n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
+    ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the kernel) with testdata/ below it")
+    ap.add_argument("--bench", action="store_true", help="time both kernels at the H3 and Wan 1.3B geometries")
+    args = ap.parse_args()
+    import torch
+    upstream = load_upstream(args.upstream)
+
+    def run_upstream(q, k, v, idx, num, sizes):
+        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, k, v)]
+        o, _ = upstream(*tq, torch.from_numpy(idx).cuda(), torch.from_numpy(num).cuda(), torch.from_numpy(sizes).cuda())
+        return o
+
+    def as_np(o):
+        return o.float().cpu().numpy()
+
+    # The parity case: 2 heads, 7 key tiles with ragged ones (a 40-row prefix tile, a 17-row last tile),
+    # 2 prefix tiles, 5 query tiles; head 0's first query tile selects every key tile, its second one.
+    rng = np.random.default_rng(0)
+    h, nt, first = 2, 7, 2
+    sizes = np.array([64, 40, 64, 64, 64, 64, 17], np.int32)
+    counts = rng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
+    counts[0, first], counts[0, first + 1] = nt, 1
+    idx, num = random_lists(rng, h, nt, nt, counts)
+    q, k, v = (bf16(rng, (1, h, nt * T, D)) for _ in range(3))
+    want = reference(q, k, v, idx, num, sizes, first)
+    up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
+    best = None
+    for warps, stages in [(4, 2), (4, 3), (8, 2), (8, 3), (4, 4), (8, 4)]:
+        f = jax.jit(vsa_call(h, nt - first, warps, stages))
+        ours = np.asarray(f(*operands(q, k, v, idx, num, sizes, first)), np.float32).reshape(h, -1, D)
+        e_ref, e_up = float(np.abs(ours - want).max()), float(np.abs(ours - up).max())
+        print(f"parity warps={warps} stages={stages}: vs float32 reference {e_ref:.3g}, vs upstream {e_up:.3g}, "
+              f"upstream vs reference {float(np.abs(up - want).max()):.3g}")
+        assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
+
+    # One IR for every geometry: lower at two geometries and compare the bytecode.
+    irs = []
+    for hh, tt, ss in [(h, nt - first, nt * T), (56, 234, 14976)]:
+        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((4,), jnp.int32), ((hh * tt,), jnp.int32), ((hh * tt * 23,), jnp.int32),
+                                                          ((ss // T,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
+        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, 4, 3)).lower(*shapes).as_text(), 7, "vsa")
+        irs.append(cfg["ir"])
+        print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
+    print("IR the same at both geometries:", irs[0] == irs[1])
+
+    timings = {}
+    if args.bench:
+        for label, hh, ss, valid_last, stride in [("h3", 56, 14976, 14937 - 233 * 64, 23), ("wan1.3b_s0.8", 12, 32768, 64, 103),
+                                                  ("wan1.3b_s0.9", 12, 32768, 64, 52)]:
+            ntt = ss // T
+            bs = np.full(ntt, T, np.int32); bs[-1] = valid_last
+            bidx, bnum = random_lists(rng, hh, ntt, stride, np.full((hh, ntt), stride, np.int32))
+            bq, bk, bv = (bf16(rng, (1, hh, ss, D)) for _ in range(3))
+            tu = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (bq, bk, bv)]
+            ti, tn, tb = torch.from_numpy(bidx).cuda(), torch.from_numpy(bnum).cuda(), torch.from_numpy(bs).cuda()
+            t_up = timed(lambda: upstream(*tu, ti, tn, tb)[0], 20)
+            t_dense = timed(lambda: torch.nn.functional.scaled_dot_product_attention(*tu), 10)
+            ref_out = as_np(upstream(*tu, ti, tn, tb)[0])[0]
+            ops = [jnp.asarray(x) for x in operands(bq, bk, bv, bidx, bnum, bs, 0)]
+            row = {"upstream_ms": t_up * 1e3, "torch_sdpa_dense_ms": t_dense * 1e3}
+            flops = 4 * hh * ntt * stride * T * T * D
+            for warps, stages in [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3), (8, 4)]:
+                f = jax.jit(vsa_call(hh, ntt, warps, stages))
+                t = timed(lambda: f(*ops), 20)
+                err = float(np.abs(np.asarray(f(*ops), np.float32).reshape(hh, ss, D) - ref_out).max())
+                row[f"ours_w{warps}_s{stages}_ms"] = t * 1e3
+                print(f"{label}: ours warps={warps} stages={stages} {t*1e3:.3f} ms ({flops/t/1e12:.0f} TFLOP/s), max diff vs upstream {err:.3g}")
+            print(f"{label}: upstream {t_up*1e3:.3f} ms ({flops/t_up/1e12:.0f} TFLOP/s), torch dense SDPA {t_dense*1e3:.3f} ms")
+            timings[label] = row
+
+    # The kernel, at the compile parameters that were fastest at the H3 geometry (4 warps, 3 stages without --bench).
+    warps, stages = 4, 3
+    if "h3" in timings:
+        key = min((k for k in timings["h3"] if k.startswith("ours_")), key=lambda k: timings["h3"][k])
+        warps, stages = int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
+    kernel = {"generator": "attention/testdata/gen_vsa_triton.py", "jax": jax.__version__, "plugin": plugin_version(),
+              "device": str(jax.devices()[0].device_kind), "name": "vsa_fwd", "head_dim": D, "tile": T,
+              "num_warps": warps, "num_stages": stages, "ir": base64.b64encode(irs[1]).decode(),
+              "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
+    with open(os.path.join(args.out, "vsa_triton.json"), "w") as fh:
+        json.dump(kernel, fh, indent=1)
+
+    from safetensors.torch import save_file
+    bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
+    tensors = {"q": bf(q), "k": bf(k), "v": bf(v), "q2k_index": torch.from_numpy(idx), "q2k_num": torch.from_numpy(num),
+               "variable_block_sizes": torch.from_numpy(sizes), "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
+    meta = {"kind": "vsa_triton", "generator": "attention/testdata/gen_vsa_triton.py", "heads": h, "tiles": nt, "prefix_tiles": first, "head_dim": D,
+            "upstream": "fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py "
+                        "(triton_block_sparse_attn_forward), FastVideo 2f3d407", "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "jax": jax.__version__, "plugin": plugin_version(),
+            "note": "q, k, v are [1, H, S, D]; out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on; "
+                    "out_reference is float32 attention of the bfloat16 inputs"}
+    save_file(tensors, os.path.join(args.out, "testdata", "vsa_triton.safetensors"), metadata={"refgen": json.dumps(meta)})
+    with open(os.path.join(args.out, "testdata", "vsa_triton.json"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+    print("wrote", os.path.join(args.out, "vsa_triton.json"), "and testdata/vsa_triton.*")
+
+
+if __name__ == "__main__":
+    main()

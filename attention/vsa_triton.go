@@ -1,0 +1,160 @@
+package attention
+
+import (
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+
+	"fastvideo/internal/xlaext"
+)
+
+// The fine stage of VSA as one Triton kernel (testdata/gen_vsa_triton.py writes vsa_triton.json): each
+// (64-row video query tile, head) program walks its selected key tiles and reads each K and V tile in
+// place, as upstream's fastvideo-kernel block_sparse_attn_triton.py does, instead of gathering copies
+// of them. The kernel reads the geometry from an operand, so one IR serves every sequence of head width
+// 128 and 64-row tiles; it needs the GPU build's Triton custom call and the CUDA plugin it was made with.
+
+// SparseKernel chooses how the fine stage of block-sparse attention runs on the fused path.
+type SparseKernel int
+
+const (
+	// SparseAuto (the zero value): the Triton kernel where it can run, the gathered tiles otherwise.
+	SparseAuto SparseKernel = iota
+	// SparseGather gathers the selected K/V tiles with XLA ops and runs the fused kernel on them.
+	SparseGather
+	// SparseTriton forces the Triton kernel; building the graph fails where it cannot run.
+	SparseTriton
+)
+
+// String returns the name ParseSparseKernel reads.
+func (k SparseKernel) String() string {
+	switch k {
+	case SparseGather:
+		return "gather"
+	case SparseTriton:
+		return "triton"
+	}
+	return "auto"
+}
+
+// ParseSparseKernel parses "auto" (or ""), "gather" and "triton".
+func ParseSparseKernel(s string) (SparseKernel, error) {
+	switch s {
+	case "", "auto":
+		return SparseAuto, nil
+	case "gather":
+		return SparseGather, nil
+	case "triton":
+		return SparseTriton, nil
+	}
+	return SparseAuto, fmt.Errorf("attention: VSA kernel %q is not known; use auto, gather or triton", s)
+}
+
+//go:embed vsa_triton.json
+var vsaTritonFile []byte
+
+// vsaTriton is vsa_triton.json: the kernel and what it was made with.
+type vsaTriton struct {
+	Name      string `json:"name"`
+	IR        string `json:"ir"` // base64 of the MLIR bytecode
+	HeadDim   int    `json:"head_dim"`
+	Tile      int    `json:"tile"`
+	NumWarps  int    `json:"num_warps"`
+	NumStages int    `json:"num_stages"`
+	JAX       string `json:"jax"`
+	Plugin    string `json:"plugin"`
+	ir        []byte
+}
+
+var loadVSATriton = sync.OnceValues(func() (*vsaTriton, error) {
+	k := &vsaTriton{}
+	if err := json.Unmarshal(vsaTritonFile, k); err != nil {
+		return nil, fmt.Errorf("attention: vsa_triton.json: %w", err)
+	}
+	ir, err := base64.StdEncoding.DecodeString(k.IR)
+	if err != nil || len(ir) == 0 || k.Name == "" || k.HeadDim <= 0 || k.Tile <= 0 || k.NumWarps <= 0 || k.NumStages <= 0 {
+		return nil, fmt.Errorf("attention: vsa_triton.json is incomplete (ir %d bytes, %v)", len(ir), err)
+	}
+	k.ir = ir
+	return k, nil
+})
+
+// BlockSparseKernel reports whether this build has a kernel that reads only the selected K/V tiles in
+// place: the GPU build (bash bench/build_gpu.sh), whose graphs can call the embedded Triton kernel. It
+// runs where TritonVSA allows (XLA's CUDA plugin it was made with, bf16, head width 128, 64-row
+// tiles); there VSA measured faster than dense fused attention, and slower on gathered tiles
+// (BENCHMARKS.md, "Video Sparse Attention"). The families default to VSA only where this holds.
+func BlockSparseKernel() bool {
+	_, err := loadVSATriton()
+	return err == nil && xlaext.GraphBackendCall()
+}
+
+// errTritonShape: the attention is not one the kernel computes.
+var errTritonShape = errors.New("the Triton VSA kernel does not cover this attention")
+
+// TritonVSA reports whether the Triton fine-stage kernel can run on backend for attention of dtype with
+// heads of headDim and tiles of tileElems rows (nil: it can, subject to the backend being XLA's CUDA
+// plugin), and why not otherwise. Plans call it to say which kernel runs; Attend decides the same way.
+func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems int) error {
+	k, err := loadVSATriton()
+	if err != nil {
+		return err
+	}
+	switch {
+	case dtype != dtypes.BFloat16:
+		return fmt.Errorf("%w: dtype %s (it takes bfloat16)", errTritonShape, dtype)
+	case headDim != k.HeadDim:
+		return fmt.Errorf("%w: head width %d (it takes %d)", errTritonShape, headDim, k.HeadDim)
+	case tileElems != k.Tile:
+		return fmt.Errorf("%w: tiles of %d rows (it takes %d; use a VSA tile size of %d)", errTritonShape, tileElems, k.Tile, k.Tile)
+	}
+	if fused, why := fusedAvailable(backend, dtype, headDim); !fused {
+		return fmt.Errorf("the fused path cannot run: %s", why)
+	}
+	return xlaext.Compatible(backend, k.Plugin)
+}
+
+// tritonAttend is the fine stage through the Triton kernel: the video query tiles of qt against their
+// selected key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
+func tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
+	k, err := loadVSATriton()
+	if err != nil {
+		return nil, err
+	}
+	t := s.Tiling
+	g := qt.Graph()
+	nT, e, h, d := t.NumTiles(), t.TileElems, qt.Shape().Dim(2), qt.Shape().Dim(3)
+	nv, kk := t.NumVideo, sel.Shape().Dim(2)
+	headMajor := func(x *Node) *Node { return Reshape(TransposeAllAxes(x, 2, 0, 1, 3), h*nT*e, d) } // [H·S, D]
+	params := Const(g, []int32{int32(nT * e), int32(t.NumPrefix), int32(nv), int32(kk)})
+	counts := BroadcastToDims(Const(g, int32(kk)), h*nv)
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{nv, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	out, err := xlaext.TritonCall(kernel,
+		[]*Node{params, counts, Reshape(sel, h*nv*kk), Const(g, t.Sizes), headMajor(qt), headMajor(kt), headMajor(vt)},
+		[]shapes.Shape{shapes.Make(qt.DType(), h*nv*e, d)})
+	if err != nil {
+		return nil, err
+	}
+	return Reshape(TransposeAllAxes(Reshape(out[0], h, nv, e, d), 1, 2, 0, 3), nv*e, h, d), nil
+}
+
+// tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in.
+func tritonEligible(q *Node, s *Sparse, scale float64) error {
+	k, err := loadVSATriton()
+	if err != nil {
+		return err
+	}
+	if math.Abs(scale*math.Sqrt(float64(k.HeadDim))-1) > 1e-9 {
+		return fmt.Errorf("%w: scale %g (it computes 1/sqrt(%d))", errTritonShape, scale, k.HeadDim)
+	}
+	return TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), s.Tiling.TileElems)
+}
