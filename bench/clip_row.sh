@@ -9,7 +9,8 @@
 #   3. The decoders alone (bench -what h3vae, wanvae) at the same sizes: the decode stage's overhead.
 #   4. The same-math PyTorch chains (bench/h3_clip_torch.py, bench/wan_clip_torch.py), same ffmpeg.
 #   5. A fresh `t2va -model fasth3 -random-weights` process, timed whole (wall seconds).
-#   6. PARTS=tiny (not in the default list): the TAEHV tiny decoder. FastH3 whole clip with the tiny
+#   6. PARTS=fp8 (not in the default list): FastH3 with -clip-dtype fp8 (GPU build), default and dense.
+#   7. PARTS=tiny (not in the default list): the TAEHV tiny decoder. FastH3 whole clip with the tiny
 #      decoder (`-clip-variants tiny,fast+spatial+tiny,tiny+preview`), then `bench -what taehv` at
 #      480x832 (taew2_1 21 latents, taeh3 37) beside the full decoders, and with TAEHV_UPSTREAM=<a
 #      madebyollin/taehv checkout> upstream's module on the same sizes (bench/taehv_torch.py, fp16 and bf16).
@@ -21,7 +22,7 @@
 #   xz -T0 .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
 # On the GPU machine (carry .gpu):
 #   OUT=$OUT bash bench/clip_row.sh
-# Optional: PARTS="h3 wan vae torch t2va tiny" (the default: all but tiny), BENCH/T2VA for other binaries.
+# Optional: PARTS="h3 fp8 wan vae torch t2va tiny" (the default: all but fp8 and tiny), BENCH/T2VA for other binaries.
 set -u
 : "${OUT:?set OUT to the output folder}"
 PARTS=${PARTS:-"h3 wan vae torch t2va"}
@@ -48,6 +49,13 @@ if has h3; then
   timeout "$(left 240)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 \
     -clip-variants default,dense,vsa,fast+spatial >"$OUT/h3_clip.log" 2>&1
   echo "h3 clip rc $? at $SECONDS s"; records "$OUT/h3_clip.log"
+fi
+if has fp8; then
+  # FastH3 with the DiT's core linears in FP8 (the GPU build's native float8 GEMMs; Open turns XLA's
+  # Triton GEMMs off for such a run), the default attention and dense.
+  timeout "$(left 200)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-dtype fp8 \
+    -clip-variants default,dense >"$OUT/h3_fp8_clip.log" 2>&1
+  echo "h3 fp8 clip rc $? at $SECONDS s"; records "$OUT/h3_fp8_clip.log"
 fi
 if has wan; then
   timeout "$(left 160)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \

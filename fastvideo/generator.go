@@ -232,6 +232,7 @@ func openEngine(o Options, cc *compileCacheRun) (*family.Engine, error) {
 		return nil, &RequestError{Field: field, Value: spec, Allowed: err.Error()}
 	}
 	bp.CompileCacheDir, bp.CompileCacheWarn = cc.dir, cc.warnings.add
+	bp.FP8GEMMs = o.DType == FP8
 	b, err := bp.Open()
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: starting the compute backend: %w", err)

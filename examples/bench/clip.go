@@ -36,7 +36,8 @@ var (
 	clipOut      = flag.String("clip-out", "", "clip: folder for the MP4s (default: a temporary folder, removed at the end)")
 	clipFast     = flag.Bool("clip-fast", false, "clip: the temporal fast mode")
 	clipFastSp   = flag.Bool("clip-fast-spatial", false, "clip: the spatial fast mode")
-	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention forced (VSA off; also the default while the build has no block-sparse kernel)")
+	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention forced (VSA off; also the default in a build without the block-sparse kernel)")
+	clipDType    = flag.String("clip-dtype", "", `clip: compute dtype ("": auto; "fp8": FastH3's DiT core linears in float8, the GPU build)`)
 	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel (dense or VSA) and the video VAE's clips round-robin; Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
@@ -79,7 +80,8 @@ func benchClip(spec string, c common) error {
 	}
 	opts := []fastvideo.Option{fastvideo.WithBackend(spec), fastvideo.WithRandomWeights(int64(c.Seed)),
 		fastvideo.WithMemoryPolicy(fastvideo.MemoryPolicy(*clipMemory)), fastvideo.WithAttention(c.Attention.Path),
-		fastvideo.WithQuantDispatch(c.Dispatch), fastvideo.WithX264Preset(*clipX264), fastvideo.WithDevices(*clipGPUs)}
+		fastvideo.WithQuantDispatch(c.Dispatch), fastvideo.WithX264Preset(*clipX264), fastvideo.WithDevices(*clipGPUs),
+		fastvideo.WithDType(fastvideo.DType(*clipDType))}
 	if *clipCache {
 		opts = append(opts, fastvideo.WithPromptCache(filepath.Join(out, "prompt-cache")))
 	}

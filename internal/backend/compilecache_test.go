@@ -112,3 +112,22 @@ func TestCompileCacheGoBackend(t *testing.T) {
 		t.Fatalf("cache %v, note %q, XLA_FLAGS %q", p.CompileCache, p.CompileCacheNote, os.Getenv("XLA_FLAGS"))
 	}
 }
+
+// A run with FP8 GEMMs turns XLA's Triton GEMMs off (their autotuning did not finish), unless the user
+// set the flag; other runs leave XLA_FLAGS alone.
+func TestFP8GEMMFlag(t *testing.T) {
+	t.Setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+	(&Plan{}).setGEMMFlag()
+	if got := os.Getenv("XLA_FLAGS"); got != "--xla_dump_to=/tmp/x" {
+		t.Fatalf("bf16 run: %q", got)
+	}
+	(&Plan{FP8GEMMs: true}).setGEMMFlag()
+	if got := os.Getenv("XLA_FLAGS"); got != "--xla_dump_to=/tmp/x "+tritonGEMMFlag+"=false" {
+		t.Fatalf("FP8 run: %q", got)
+	}
+	t.Setenv("XLA_FLAGS", tritonGEMMFlag+"=true")
+	(&Plan{FP8GEMMs: true}).setGEMMFlag()
+	if got := os.Getenv("XLA_FLAGS"); got != tritonGEMMFlag+"=true" {
+		t.Fatalf("the user's flag overridden: %q", got)
+	}
+}

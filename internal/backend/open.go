@@ -138,6 +138,7 @@ func (p *Plan) prepareXLA() error {
 	if p.CompileCacheDir != "" {
 		p.CompileCacheNote = setAutotuneFlag(p.CompileCacheDir)
 	}
+	p.setGEMMFlag()
 	if p.LibMode == LibsRPATH || p.LibMode == LibsPreload {
 		// go-xla looks for <plugin>/../../nvidia (its own install layout) and warns when the wheel layout lacks it.
 		setenvDefault("GOPJRT_CUDA_CHECKS", "0")
@@ -205,6 +206,16 @@ func checkedDlopen(path string) error {
 func setenvDefault(k, v string) {
 	if _, ok := os.LookupEnv(k); !ok {
 		_ = os.Setenv(k, v)
+	}
+}
+
+// tritonGEMMFlag switches XLA's Triton GEMM emitter (Plan.FP8GEMMs turns it off).
+const tritonGEMMFlag = "--xla_gpu_enable_triton_gemm"
+
+// setGEMMFlag turns XLA's Triton GEMMs off for a run with FP8 GEMMs, unless the user set the flag.
+func (p *Plan) setGEMMFlag() {
+	if p.FP8GEMMs && !xlaFlagSet(tritonGEMMFlag) {
+		appendXLAFlag(tritonGEMMFlag, "false")
 	}
 }
 

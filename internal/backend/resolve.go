@@ -67,6 +67,10 @@ type Plan struct {
 	// autotune results there); "" turns it off. CompileCacheWarn receives its problems (none is fatal).
 	CompileCacheDir  string
 	CompileCacheWarn func(error)
+	// FP8GEMMs, set before Open, says the programs will hold float8 GEMMs: Open then turns XLA's Triton
+	// GEMMs off on CUDA (unless $XLA_FLAGS names the flag), under which one FP8 joint block of FastH3
+	// had not finished compiling after 100 s; with cuBLAS it compiles in about 2.4 s (BENCHMARKS.md).
+	FP8GEMMs bool
 
 	// Filled by Open.
 	PluginVersion string   // the plugin's Python distribution, "jax-cuda13-plugin 0.11.2" ("" when unknown)
