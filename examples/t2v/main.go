@@ -45,7 +45,7 @@ var command = cli.Command{
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		guidance := fs.Float64("guidance-scale", 0, "classifier-free guidance scale, > 1 enables it (0: preset; FastWan: none)")
 		warp := fs.Bool("warp-denoising-steps", false, "FastWan: feed the DMD rungs warped onto the flow-shift grid (the MLX Wan2.2-5B recipe)")
-		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (the default until this build has a block-sparse kernel: faster, see BENCHMARKS.md)")
+		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (the default in a build without the block-sparse kernel, where it is faster; the GPU build has the kernel and runs VSA by default, see BENCHMARKS.md)")
 		vsaOn := fs.Bool("vsa", false, "FastWan: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
 		sparsity := fs.Float64("vsa-sparsity", 0, "FastWan: VSA sparsity in [0, 1) (default: the model's, 0.8 for 1.3B, 0.9 for 14B)")
 		applyRefine := defineRefine(fs)

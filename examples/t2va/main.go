@@ -42,7 +42,7 @@ var command = cli.Command{
 	},
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		lastImage := fs.String("last-image", "", "last-frame image (PNG or JPEG) for first/last-keyframe generation (FL2VA)")
-		dense := fs.Bool("dense-attention", false, "FastH3: dense attention instead of the Video Sparse Attention the students were trained with (the default until this build has a block-sparse kernel: faster, see BENCHMARKS.md)")
+		dense := fs.Bool("dense-attention", false, "FastH3: dense attention instead of the Video Sparse Attention the students were trained with (the default in a build without the block-sparse kernel, where it is faster; the GPU build has the kernel and runs VSA by default, see BENCHMARKS.md)")
 		vsaOn := fs.Bool("vsa", false, "FastH3: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
 		sparsity := fs.Float64("vsa-sparsity", 0, "FastH3: VSA sparsity in [0, 1) (default: the checkpoint's schedule contract, else 0.9)")
 		return func(req *fastvideo.Request, set map[string]bool) error {
