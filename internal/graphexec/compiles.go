@@ -25,6 +25,7 @@ var compiled struct {
 	seen     map[weak.Pointer[Graph]]struct{}
 	programs atomic.Int64
 	nanos    atomic.Int64
+	byCalls  atomic.Int64 // of programs: those a call compiled, not Compile ahead of it
 }
 
 // Compiles returns the programs compiled so far in this process and the time compiling them took
@@ -33,8 +34,12 @@ func Compiles() (programs int64, took time.Duration) {
 	return compiled.programs.Load(), time.Duration(compiled.nanos.Load())
 }
 
-// noteGraph counts g once, with the time it took to appear.
-func noteGraph(g *Graph, took time.Duration) {
+// CallCompiles returns the programs that calls (Call, CallOn) compiled so far in this process: those
+// of Compiles that no Compile made ahead of their first call, so that the call waited for them.
+func CallCompiles() int64 { return compiled.byCalls.Load() }
+
+// noteGraph counts g once, with the time it took to appear; byCall says a call compiled it.
+func noteGraph(g *Graph, took time.Duration, byCall bool) {
 	if g == nil {
 		return
 	}
@@ -58,6 +63,9 @@ func noteGraph(g *Graph, took time.Duration) {
 	}, wp)
 	compiled.programs.Add(1)
 	compiled.nanos.Add(int64(took))
+	if byCall {
+		compiled.byCalls.Add(1)
+	}
 }
 
 // precompile compiles e for args' shapes before the call, so that the compile is timed apart from
@@ -86,7 +94,7 @@ func precompile(e *Exec, args []any) *Graph {
 	if err != nil {
 		return nil
 	}
-	noteGraph(g, time.Since(t0))
+	noteGraph(g, time.Since(t0), true)
 	return g
 }
 
@@ -103,7 +111,7 @@ func Compile(e *Exec, in ...shapes.Shape) (out []shapes.Shape, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name(), err)
 	}
-	noteGraph(g, time.Since(t0))
+	noteGraph(g, time.Since(t0), false)
 	return g.Executable().Outputs(), nil
 }
 
