@@ -149,6 +149,7 @@ func (p *pipelineRun) emit(e Event) {
 // cleanup releases what this run loaded (unless resident) and, after a failure, every partial
 // output. It returns the release errors.
 func (p *pipelineRun) cleanup(failed bool) error {
+	p.sess.Finish() // background compiles use the components Release closes
 	err := p.sess.Release()
 	if failed {
 		if p.pump != nil {
