@@ -271,7 +271,7 @@ func (p *pipelineRun) bindInterpolator(filters []family.FrameFilter) error {
 // frames go through the filters to the encoder and Result.Frames as soon as they exist, so a long
 // clip is never held whole.
 func (p *pipelineRun) decode(ctx context.Context) ([][]float32, error) {
-	if p.req.SkipSave && !p.req.ReturnFrames {
+	if !family.WantsFrames(p.req) {
 		return p.stages.Decode(ctx, nil)
 	}
 	if err := p.openWriter(ctx); err != nil {

@@ -144,7 +144,7 @@ func (p *run) prewarmDecoders(ctx context.Context) error {
 		n := p.r.Denoise.AudioLatents
 		jobs = append(jobs, func(ctx context.Context) error { return dec.PrepareRows(ctx, n) })
 	}
-	if !(req.SkipSave && !req.ReturnFrames) && p.r.Decoder != api.DecoderTiny && c.Engine.Keeps(family.CompVideoVAE) {
+	if family.WantsFrames(req) && p.r.Decoder != api.DecoderTiny && c.Engine.Keeps(family.CompVideoVAE) {
 		dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
 		if err != nil {
 			return err

@@ -179,7 +179,7 @@ func (p *run) Denoise(ctx context.Context) error {
 // frames from the full VAE.
 func (p *run) prewarmDecoder(ctx context.Context) error {
 	c, req := p.c, p.s.Request
-	if (req.SkipSave && !req.ReturnFrames) || p.r.Decoder == api.DecoderTiny || !c.Engine.Keeps(family.CompVideoVAE) {
+	if !family.WantsFrames(req) || p.r.Decoder == api.DecoderTiny || !c.Engine.Keeps(family.CompVideoVAE) {
 		return nil
 	}
 	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
