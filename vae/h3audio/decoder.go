@@ -105,7 +105,7 @@ func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int) ([
 	if err != nil {
 		return nil, err
 	}
-	zt := tensors.FromFlatDataAndDimensions(latents, b, d.cfg.LatentChannels, n)
+	zt := tensors.FromFlatDataAndDimensions(latents, d.inputDims(b, n)...)
 	defer zt.FinalizeAll()
 	outs, err := d.runDecode(zt, nil)
 	if err != nil {
@@ -165,6 +165,10 @@ func (d *Decoder) checkShape(shape []int) (b, n int, err error) {
 	return b, n, nil
 }
 
+// inputDims is the decode graph's latent input [B, C, N] (float32), as Decode builds it and Prepare
+// compiles it.
+func (d *Decoder) inputDims(b, n int) []int { return []int{b, d.cfg.LatentChannels, n} }
+
 // rowsShape is the latent shape DecodeRows decodes numFrames packed rows as: [2, C, numFrames].
 func (d *Decoder) rowsShape(numFrames int) []int { return []int{2, d.cfg.LatentChannels, numFrames} }
 
@@ -191,7 +195,7 @@ func (d *Decoder) Prepare(ctx context.Context, shape []int) (err error) {
 	if err != nil {
 		return fmt.Errorf("h3audio: compiling the decode of latents %v: %w", shape, err)
 	}
-	in := append([]shapes.Shape{shapes.Make(dtypes.Float32, b, d.cfg.LatentChannels, n)}, graphexec.ParamShapes(d.dec...)...)
+	in := append([]shapes.Shape{shapes.Make(dtypes.Float32, d.inputDims(b, n)...)}, graphexec.ParamShapes(d.dec...)...)
 	if _, err := graphexec.Compile(exec, in...); err != nil {
 		return fmt.Errorf("h3audio: compiling the decode of latents %v: %w", shape, err)
 	}
