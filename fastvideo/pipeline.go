@@ -149,6 +149,7 @@ func (p *pipelineRun) emit(e Event) {
 // cleanup releases what this run loaded (unless resident) and, after a failure, every partial
 // output. It returns the release errors.
 func (p *pipelineRun) cleanup(failed bool) error {
+	p.sess.Finish() // background compiles use the components Release closes
 	err := p.sess.Release()
 	if failed {
 		if p.pump != nil {
@@ -270,7 +271,7 @@ func (p *pipelineRun) bindInterpolator(filters []family.FrameFilter) error {
 // frames go through the filters to the encoder and Result.Frames as soon as they exist, so a long
 // clip is never held whole.
 func (p *pipelineRun) decode(ctx context.Context) ([][]float32, error) {
-	if p.req.SkipSave && !p.req.ReturnFrames {
+	if !family.WantsFrames(p.req) {
 		return p.stages.Decode(ctx, nil)
 	}
 	if err := p.openWriter(ctx); err != nil {

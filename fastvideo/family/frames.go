@@ -1,6 +1,10 @@
 package family
 
-import "context"
+import (
+	"context"
+
+	"fastvideo/fastvideo/api"
+)
 
 // Frames is a run of decoded video frames: Count frames of Width x Height pixels, packed RGB
 // (rgb24, row-major, top row first), back to back in RGB.
@@ -14,6 +18,11 @@ func (f Frames) Frame(i int) []byte {
 	n := f.Width * f.Height * 3
 	return f.RGB[i*n : (i+1)*n : (i+1)*n]
 }
+
+// WantsFrames reports whether a run of r decodes frames: for the file, or for Result.Frames. The
+// pipeline hands Stages.Decode a nil sink otherwise, and a family's decoder prewarm skips the video
+// decoder.
+func WantsFrames(r api.Request) bool { return !r.SkipSave || r.ReturnFrames }
 
 // FrameSink takes decoded frames in stream order.
 type FrameSink func(Frames) error

@@ -20,6 +20,8 @@ type Session struct {
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
 
+	prewarms []*prewarm // decoder compiles started early (StartPrewarm), until awaited or the run ends
+
 	denoiseStart time.Time    // the first denoise phase's start (step events' Elapsed)
 	preview      *api.Preview // the running step's preview, until its event
 }

@@ -92,6 +92,9 @@ func (p *run) Condition(ctx context.Context) error {
 // updated by their own ladders.
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
+	if err := p.prewarmDecoders(ctx); err != nil {
+		return err
+	}
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
 		return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
 			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices}, c.LoRA)
@@ -123,6 +126,46 @@ func (p *run) Denoise(ctx context.Context) error {
 		return err
 	}
 	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
+}
+
+// prewarmDecoders loads the decoders that Decode will run and starts compiling their programs
+// beside the denoise (docs/architecture.md, "Decoder prewarm"): only those the memory policy keeps,
+// which ChooseResidency keeps only where every other component still runs beside them, so that
+// loading them before the DiT holds no more on the device than a second run does. A decoder the
+// run does not need (no waveform wanted, no frames wanted, the tiny decoder) is left alone.
+func (p *run) prewarmDecoders(ctx context.Context) error {
+	c, req := p.c, p.s.Request
+	var jobs []func(context.Context) error
+	if p.needsAudio() && c.Engine.Keeps(family.CompAudioVAE) {
+		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
+		if err != nil {
+			return err
+		}
+		n := p.r.Denoise.AudioLatents
+		jobs = append(jobs, func(ctx context.Context) error { return dec.PrepareRows(ctx, n) })
+	}
+	if family.WantsFrames(req) && p.r.Decoder != api.DecoderTiny && c.Engine.Keeps(family.CompVideoVAE) {
+		dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
+		if err != nil {
+			return err
+		}
+		shape := p.latentShape()
+		jobs = append(jobs, func(ctx context.Context) error { return dec.Prepare(ctx, shape) })
+	}
+	p.s.StartPrewarm(ctx, jobs...)
+	return nil
+}
+
+// needsAudio reports whether Decode runs the audio VAE: for the file's audio track or the caller.
+func (p *run) needsAudio() bool {
+	req := p.s.Request
+	return !req.SkipSave || req.ReturnAudio
+}
+
+// latentShape is the shape of the final video latents [1, C, T, Hl, Wl] the video VAE decodes.
+func (p *run) latentShape() []int {
+	cfg, geo := p.c.spec.DiT, p.r.Denoise
+	return []int{1, cfg.InChannels, geo.LatentFrames, geo.LatentHeight, geo.LatentWidth}
 }
 
 // forwardInputs prepares what every forward shares: the refined prompt, the AdaLN tables (unless
@@ -237,7 +280,7 @@ func (p *run) keepLatents(cond, xv, xa []float32) error {
 	if p.videoLatents, err = packing.UnpatchifyVideo(xv, c, t, hl, wl, geo.PatchSize); err != nil {
 		return err
 	}
-	p.videoShape = []int{1, c, t, hl, wl}
+	p.videoShape = p.latentShape()
 	p.audioRows = xa
 	if p.s.Request.ReturnLatents {
 		al, err := packing.UnpackAudio(xa, cfg.AudioInChannels, geo.AudioLatents)
@@ -263,7 +306,8 @@ func (p *run) keepLatents(cond, xv, xa []float32) error {
 // the audio VAE is released before the video VAE loads.
 func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
 	c, req := p.c, p.s.Request
-	if req.SkipSave && !req.ReturnAudio {
+	p.s.AwaitPrewarm()
+	if !p.needsAudio() {
 		p.audioRows = nil
 		return nil, p.decodeVideo(ctx, sink)
 	}

@@ -116,6 +116,9 @@ func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string
 // then re-noise with the seed's stream).
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
+	if err := p.prewarmDecoder(ctx); err != nil {
+		return err
+	}
 	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine, c.LoRA) })
 	if err != nil {
 		return err
@@ -167,6 +170,31 @@ func (p *run) Denoise(ctx context.Context) error {
 		p.s.Result.Latents = &api.Latents{Video: x, VideoShape: []int{g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}}
 	}
 	return nil
+}
+
+// prewarmDecoder loads the VAE that Decode will run and starts compiling its programs beside the
+// denoise (docs/architecture.md, "Decoder prewarm"): only when the memory policy keeps it, which
+// ChooseResidency does only where every other component still runs beside it, so that loading it
+// before the DiT holds no more on the device than a second run does; and only when a decode needs
+// frames from the full VAE.
+func (p *run) prewarmDecoder(ctx context.Context) error {
+	c, req := p.c, p.s.Request
+	if !family.WantsFrames(req) || p.r.Decoder == api.DecoderTiny || !c.Engine.Keeps(family.CompVideoVAE) {
+		return nil
+	}
+	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
+	if err != nil {
+		return err
+	}
+	shape := p.latentShape()
+	p.s.StartPrewarm(ctx, func(ctx context.Context) error { return dec.Prepare(ctx, shape) })
+	return nil
+}
+
+// latentShape is the shape of the final latents [1, C, T, Hl, Wl] the VAE decodes.
+func (p *run) latentShape() []int {
+	g := p.r.Geometry
+	return []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
 }
 
 // latentLen is C·T·Hl·Wl of a geometry.
@@ -336,11 +364,11 @@ func guide(vc, vu []float32, g float32) {
 
 // Decode runs the Wan VAE one latent frame at a time (1 frame, then 4 per latent frame) into sink.
 func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
+	p.s.AwaitPrewarm()
 	if sink == nil {
 		return nil, nil
 	}
-	c, g := p.c, p.r.Geometry
-	shape := []int{1, g.VAE.LatentChannels, g.LatentFrames, g.LatentHeight, g.LatentWidth}
+	c, shape := p.c, p.latentShape()
 	if p.r.Decoder == api.DecoderTiny {
 		tiny, err := c.loadTiny(p.s)
 		if err != nil {

@@ -102,7 +102,7 @@ func CallOn(e *Exec, dev compute.DeviceNum, args ...any) (out []*tensors.Tensor,
 	var g *Graph
 	out, g, err = e.CallWithGraphOnDevice(dev, args...)
 	if pre == nil {
-		noteGraph(g, time.Since(t0))
+		noteGraph(g, time.Since(t0), true)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name(), err)

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -157,4 +159,40 @@ func rampOutputs(t *testing.T, b compute.Backend, n int) ([]*tensors.Tensor, []f
 		t.Fatal(err)
 	}
 	return out, want
+}
+
+// TestCompileAhead: Compile counts the program without a call and returns its output shapes; a
+// call of those shapes afterwards compiles nothing, and only a call's own compiles count in
+// CallCompiles.
+func TestCompileAhead(t *testing.T) {
+	exe := MustExec(testutil.Backend(t), "pair", func(x *Node) []*Node { return []*Node{MulScalar(x, 2), ReduceAllSum(x)} })
+	defer FinalizeExecs(exe)
+	programs0, _ := Compiles()
+	byCalls0 := CallCompiles()
+	out, err := Compile(exe, shapes.Make(dtypes.Float32, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []shapes.Shape{shapes.Make(dtypes.Float32, 3), shapes.Make(dtypes.Float32)}; !slices.EqualFunc(out, want, shapes.Shape.Equal) {
+		t.Errorf("Compile returned output shapes %v, want %v", out, want)
+	}
+	check := func(when string, programs, byCalls int64) {
+		t.Helper()
+		if n, _ := Compiles(); n-programs0 != programs || CallCompiles()-byCalls0 != byCalls {
+			t.Errorf("%s: %d programs, %d by calls; want %d and %d", when, n-programs0, CallCompiles()-byCalls0, programs, byCalls)
+		}
+	}
+	check("after Compile", 1, 0)
+	res, err := Call(exe, tensors.FromValue([]float32{1, 2, 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Finalize(res...)
+	check("after a call of the compiled shape", 1, 0)
+	res, err = Call(exe, tensors.FromValue([]float32{1, 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Finalize(res...)
+	check("after a call of a new shape", 2, 1)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -104,7 +105,7 @@ func (d *Decoder) Decode(ctx context.Context, latents []float32, shape []int) ([
 	if err != nil {
 		return nil, err
 	}
-	zt := tensors.FromFlatDataAndDimensions(latents, b, d.cfg.LatentChannels, n)
+	zt := tensors.FromFlatDataAndDimensions(latents, d.inputDims(b, n)...)
 	defer zt.FinalizeAll()
 	outs, err := d.runDecode(zt, nil)
 	if err != nil {
@@ -131,10 +132,21 @@ func (d *Decoder) DecodeRows(ctx context.Context, rows []float32, numFrames int)
 			}
 		}
 	}
-	return d.Decode(ctx, lat, []int{2, c, numFrames})
+	return d.Decode(ctx, lat, d.rowsShape(numFrames))
 }
 
 func (d *Decoder) checkLatents(latents []float32, shape []int) (b, n int, err error) {
+	if b, n, err = d.checkShape(shape); err != nil {
+		return 0, 0, err
+	}
+	if c := d.cfg.LatentChannels; len(latents) != b*c*n {
+		return 0, 0, fmt.Errorf("h3audio: %d latent values do not fill shape %v (%d values)", len(latents), shape, b*c*n)
+	}
+	return b, n, nil
+}
+
+// checkShape checks a latent shape [B, C, N] or [C, N] and returns B and N.
+func (d *Decoder) checkShape(shape []int) (b, n int, err error) {
 	switch len(shape) {
 	case 2:
 		b, n = 1, shape[1]
@@ -150,10 +162,52 @@ func (d *Decoder) checkLatents(latents []float32, shape []int) (b, n int, err er
 	if b <= 0 || n <= 0 {
 		return 0, 0, fmt.Errorf("h3audio: latent shape %v must have positive dimensions", shape)
 	}
-	if len(latents) != b*c*n {
-		return 0, 0, fmt.Errorf("h3audio: %d latent values do not fill shape %v (%d values)", len(latents), shape, b*c*n)
-	}
 	return b, n, nil
+}
+
+// inputDims is the decode graph's latent input [B, C, N] (float32), as Decode builds it and Prepare
+// compiles it.
+func (d *Decoder) inputDims(b, n int) []int { return []int{b, d.cfg.LatentChannels, n} }
+
+// rowsShape is the latent shape DecodeRows decodes numFrames packed rows as: [2, C, numFrames].
+func (d *Decoder) rowsShape(numFrames int) []int { return []int{2, d.cfg.LatentChannels, numFrames} }
+
+// Prepare compiles the program that Decode of latents of shape ([B, C, N] or [C, N]) runs, without
+// the latents and without running anything on the device, so that such a decode compiles nothing.
+// A pipeline calls it on a goroutine while the DiT denoises (docs/architecture.md, "Decoder
+// prewarm"); Close waits for it.
+func (d *Decoder) Prepare(ctx context.Context, shape []int) (err error) {
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	b, n, err := d.checkShape(shape)
+	if err != nil {
+		return err
+	}
+	unlock, err := d.guard.RLock("h3audio: Prepare on a closed Decoder")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	exec, err := d.decodeExec()
+	if err != nil {
+		return fmt.Errorf("h3audio: compiling the decode of latents %v: %w", shape, err)
+	}
+	in := append([]shapes.Shape{shapes.Make(dtypes.Float32, d.inputDims(b, n)...)}, graphexec.ParamShapes(d.dec...)...)
+	if _, err := graphexec.Compile(exec, in...); err != nil {
+		return fmt.Errorf("h3audio: compiling the decode of latents %v: %w", shape, err)
+	}
+	return nil
+}
+
+// PrepareRows is Prepare for DecodeRows of numFrames packed rows.
+func (d *Decoder) PrepareRows(ctx context.Context, numFrames int) error {
+	if numFrames <= 0 {
+		return fmt.Errorf("h3audio: PrepareRows: numFrames = %d must be positive", numFrames)
+	}
+	return d.Prepare(ctx, d.rowsShape(numFrames))
 }
 
 // runDecode runs the decode graph. With tapNames it returns those
@@ -167,14 +221,7 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 	defer graphexec.Recover(&err, "h3audio: decoding audio latents")
 	var exec *Exec
 	if tapNames == nil {
-		d.execMu.Lock()
-		if d.decExec == nil {
-			d.decExec, err = NewExec(d.backend, func(in []*Node) []*Node {
-				return []*Node{decodeGraph(d.cfg, bindNodes(d.dec, in[1:]), in[0], nil)}
-			})
-		}
-		exec = d.decExec
-		d.execMu.Unlock()
+		exec, err = d.decodeExec()
 	} else {
 		exec, err = NewExec(d.backend, func(in []*Node) []*Node {
 			t := taps{}
@@ -189,6 +236,20 @@ func (d *Decoder) runDecode(z *tensors.Tensor, tapNames []string) (outs []*tenso
 		return nil, err
 	}
 	return graphexec.Call(exec, graphexec.ParamArgs([]any{z}, d.dec...)...)
+}
+
+// decodeExec returns the decode graph's executable (built once; it compiles once per latent shape).
+// Its inputs are the latents [B, C, N] float32, then the decoder's weights in d.dec order.
+func (d *Decoder) decodeExec() (exec *Exec, err error) {
+	defer graphexec.Recover(&err, "h3audio: building the decode graph")
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if d.decExec == nil {
+		d.decExec, err = NewExec(d.backend, func(in []*Node) []*Node {
+			return []*Node{decodeGraph(d.cfg, bindNodes(d.dec, in[1:]), in[0], nil)}
+		})
+	}
+	return d.decExec, err
 }
 
 func bindNodes(ps []*weights.Param, in []*Node) params {

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -457,14 +459,91 @@ func batchTiles(tiles []tilePlan, limit func(tilePlan) int) [][]int {
 // runBatch decodes the tiles idx of the clip starting at latent frame t0 and returns their pixels
 // on the device, [B, oc, frames, h·p, w·p].
 func (d *Decoder) runBatch(ctx context.Context, rep *replica, lat latentView, t0 int, cp *clipPlan, idx []int) (*tensors.Tensor, error) {
-	tp := cp.tiles[idx[0]]
-	n := lat.c * cp.nt * tp.lh * tp.lw
+	dims := cp.batchDims(lat.c, idx)
+	n := dims[1] * dims[2] * dims[3] * dims[4]
 	z := make([]float32, len(idx)*n)
 	for b, i := range idx {
 		w := cp.tiles[i]
 		lat.window(z[b*n:(b+1)*n], t0, cp.nt, w.ly0, w.lh, w.lx0, w.lw)
 	}
-	return d.decodeTiles(ctx, rep, tensors.FromFlatDataAndDimensions(z, len(idx), lat.c, cp.nt, tp.lh, tp.lw), nil)
+	return d.decodeTiles(ctx, rep, tensors.FromFlatDataAndDimensions(z, dims...), nil)
+}
+
+// batchDims is the shape [B, C, nt, lh, lw] of the latent tiles idx of a clip of c channels (the
+// float32 input runBatch hands the pre graph, and Prepare compiles it for).
+func (cp *clipPlan) batchDims(c int, idx []int) []int {
+	tp := cp.tiles[idx[0]]
+	return []int{len(idx), c, cp.nt, tp.lh, tp.lw}
+}
+
+// Prepare compiles every program that Decode (or DecodeDenormalized) of latents of shape
+// [1, C, T, Hl, Wl] runs with this decoder's options, without the latents and without running
+// anything on the device, so that such a decode compiles nothing. It walks the clip plan and batches
+// Decode walks (planClip, batchDims) and chains each program's output shapes into the next. A
+// pipeline calls it on a goroutine while the DiT denoises (docs/architecture.md, "Decoder
+// prewarm"); it may run beside a decode, and Close waits for it. ctx is checked between programs.
+func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
+	unlock, err := d.guard.RLock("h3video: Prepare called after Close")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	n := 1
+	for _, v := range shape {
+		n *= v
+	}
+	_, t, hl, wl, err := d.cfg.LatentDims(shape, n)
+	if err != nil {
+		return err
+	}
+	if _, err := d.cfg.Plan(t); err != nil {
+		return err
+	}
+	cp, err := d.planClip(latentView{c: shape[1], t: t, h: hl, w: wl})
+	if err != nil {
+		return err
+	}
+	for _, idx := range cp.batches {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		dims := cp.batchDims(shape[1], idx)
+		if err := d.compileTiles(ctx, d.replicas[0], dims); err != nil {
+			return fmt.Errorf("h3video: compiling the decode of %d latent tile(s) of %d×%d×%d: %w", dims[0], dims[2], dims[3], dims[4], err)
+		}
+	}
+	return nil
+}
+
+// compileTiles compiles the programs decodeTiles runs on tiles of shape dims, in its order: pre,
+// every block (one program for all, as their weights share shapes; each is asked, as runBlocks
+// calls each), then post. The programs are portable, so one compile serves every replica.
+func (d *Decoder) compileTiles(ctx context.Context, rep *replica, dims []int) error {
+	geom := [3]int{dims[2], dims[3], dims[4]}
+	out, err := graphexec.Compile(d.preExec, append([]shapes.Shape{shapes.Make(dtypes.Float32, dims...)}, graphexec.Shapes(rep.pre()...)...)...)
+	if err != nil {
+		return err
+	}
+	x, rope := out[0], d.ropeShape(geom)
+	for i := range rep.blocks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		args := blockInputs[shapes.Shape]{X: x, Cos: rope, Sin: rope}
+		if out, err = graphexec.Compile(d.blockExec, append(graphexec.Values(&args), graphexec.Shapes(rep.block(i)...)...)...); err != nil {
+			return err
+		}
+		x = out[0]
+	}
+	post, err := d.postFor(geom)
+	if err != nil {
+		return err
+	}
+	_, err = graphexec.Compile(post, append([]shapes.Shape{x}, graphexec.Shapes(rep.post()...)...)...)
+	return err
 }
 
 // clipStitcher assembles one clip's canvas from batches of decoded tiles. Tiles are stitched in
@@ -723,10 +802,13 @@ func (d *Decoder) ropeFor(rep *replica, geom [3]int) ([2]*tensors.Tensor, error)
 	}
 	rot := d.cfg.RotaryDim()
 	cos, sin := ropeTables(geom[0], geom[1], geom[2], d.cfg.DecoderNumRegisters+1, rot, d.cfg.DecoderRopeTheta)
-	l := len(cos) / rot
+	dims := d.ropeShape(geom).Dimensions
+	if len(cos) != dims[0]*dims[1] {
+		return [2]*tensors.Tensor{}, fmt.Errorf("h3video: internal error: RoPE table of %d values, want %v", len(cos), dims)
+	}
 	r := [2]*tensors.Tensor{
-		tensors.FromFlatDataAndDimensions(cos, l, rot),
-		tensors.FromFlatDataAndDimensions(sin, l, rot),
+		tensors.FromFlatDataAndDimensions(cos, dims...),
+		tensors.FromFlatDataAndDimensions(sin, dims...),
 	}
 	for _, t := range r {
 		if err := t.ToDevice(d.backend, rep.dev); err != nil {
@@ -736,6 +818,12 @@ func (d *Decoder) ropeFor(rep *replica, geom [3]int) ([2]*tensors.Tensor, error)
 	}
 	rep.ropes[geom] = r
 	return r, nil
+}
+
+// ropeShape is the shape of each RoPE table of a tile geometry: [L, rot] float32 for the tile's
+// tokens, its registers and its zero token (ropeTables).
+func (d *Decoder) ropeShape(geom [3]int) shapes.Shape {
+	return shapes.Make(dtypes.Float32, geom[0]*geom[1]*geom[2]+d.cfg.DecoderNumRegisters+1, d.cfg.RotaryDim())
 }
 
 // postFor returns the output graph of a tile geometry (the unpatchify needs t, h, w, which the token

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -142,24 +144,94 @@ func (fd *frameDecoder) close() {
 
 // frame decodes latent frame k: every tile's pixels, and the number of frames they hold.
 func (fd *frameDecoder) frame(ctx context.Context, k int) (tiles [][]*pixTile, frames int, err error) {
-	key := execKey{first: k == 0, taps: fd.hook != nil}
+	key := chunkKey(k, fd.hook != nil)
 	exec, err := fd.d.exec(key)
 	if err != nil {
 		return nil, 0, err
 	}
 	tiles = make([][]*pixTile, len(fd.ys))
-	for i, ysp := range fd.ys {
+	for i := range fd.ys {
 		tiles[i] = make([]*pixTile, len(fd.xs))
-		for j, xsp := range fd.xs {
+	}
+	err = eachTile(ctx, fd.ys, fd.xs, func(i, j, slot int) error {
+		tiles[i][j], frames, err = fd.tile(exec, key, k, slot, fd.ys[i], fd.xs[j])
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return tiles, frames, nil
+}
+
+// chunkKey is the graph that decodes latent frame k (the first has no caches to read).
+func chunkKey(k int, taps bool) execKey { return execKey{first: k == 0, taps: taps} }
+
+// eachTile calls fn for every tile of ys × xs in raster order, with the slot of its caches, after a
+// check of ctx.
+func eachTile(ctx context.Context, ys, xs []span, fn func(i, j, slot int) error) error {
+	for i := range ys {
+		for j := range xs {
 			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+				return err
 			}
-			if tiles[i][j], frames, err = fd.tile(exec, key, k, i*len(fd.xs)+j, ysp, xsp); err != nil {
-				return nil, 0, err
+			if err := fn(i, j, i*len(xs)+j); err != nil {
+				return err
 			}
 		}
 	}
-	return tiles, frames, nil
+	return nil
+}
+
+// Prepare compiles every program that Decode (or DecodeDenormalized) of latents of shape
+// [1, z, T, h, w] runs with this decoder's options, without the latents and without running
+// anything on the device, so that such a decode compiles nothing. It walks the chunks and tiles
+// decode walks (chunkKey, eachTile, tileDims) and feeds each tile's cache output shapes to its next
+// chunk, as decode feeds the caches. A pipeline calls it on a goroutine while the DiT denoises
+// (docs/architecture.md, "Decoder prewarm"); a decode or Close waits for it. ctx is checked between
+// programs.
+func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
+	unlock, err := d.guard.Lock("wan: Prepare called after Close")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	n := 1
+	for _, v := range shape {
+		n *= v
+	}
+	t, h, w, err := d.cfg.LatentDims(shape, n)
+	if err != nil {
+		return err
+	}
+	ys, xs := d.plan(h, w)
+	params := graphexec.ParamShapes(d.params...)
+	nSlots := d.cfg.numCacheSlots()
+	caches := make([][]shapes.Shape, len(ys)*len(xs))
+	for k := 0; k < t; k++ {
+		exec, err := d.exec(chunkKey(k, false))
+		if err != nil {
+			return err
+		}
+		err = eachTile(ctx, ys, xs, func(i, j, slot int) error {
+			in := append([]shapes.Shape{shapes.Make(dtypes.Float32, tileDims(d.cfg.ZDim, ys[i], xs[j])...)}, params...)
+			out, err := graphexec.Compile(exec, append(in, caches[slot]...)...)
+			if err != nil {
+				return fmt.Errorf("wan: compiling the decode of latent frame %d (tile of %d×%d latents): %w", k, ys[i].size, xs[j].size, err)
+			}
+			if len(out) < 1+nSlots {
+				return fmt.Errorf("wan: internal error: the chunk graph has %d outputs, want %d", len(out), 1+nSlots)
+			}
+			caches[slot] = out[1 : 1+nSlots]
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tile decodes latent frame k of one tile (slot of the caches) and hands the taps to the hook.
@@ -207,6 +279,7 @@ func (fd *frameDecoder) taps(k int, outs []*tensors.Tensor) error {
 
 // latentTile copies latent frame k over the spatial window ys × xs into a [1, z, 1, nh, nw] tensor.
 func latentTile(z []float32, zc, t, h, w, k int, ys, xs span) *tensors.Tensor {
+	dims := tileDims(zc, ys, xs)
 	out := make([]float32, zc*ys.size*xs.size)
 	i := 0
 	for c := 0; c < zc; c++ {
@@ -216,8 +289,11 @@ func latentTile(z []float32, zc, t, h, w, k int, ys, xs span) *tensors.Tensor {
 			i += xs.size
 		}
 	}
-	return tensors.FromFlatDataAndDimensions(out, 1, zc, 1, ys.size, xs.size)
+	return tensors.FromFlatDataAndDimensions(out, dims...)
 }
+
+// tileDims is the shape [1, z, 1, nh, nw] of one latent frame of the tile ys × xs (float32).
+func tileDims(zc int, ys, xs span) []int { return []int{1, zc, 1, ys.size, xs.size} }
 
 // mergeTiles is FastVideo's _merge_spatial_tiles on the frames of one chunk: in tile order, each
 // tile's top rows are blended in place with the bottom rows of the (already blended) tile above,

@@ -1,0 +1,71 @@
+package h3audio
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"fastvideo/internal/graphexec"
+	"fastvideo/internal/testutil"
+)
+
+// TestPrepare checks that after Prepare (PrepareRows) a Decode (DecodeRows) of that shape compiles
+// no program and gives the waveform, bit for bit, of a decoder that compiles as it decodes.
+func TestPrepare(t *testing.T) {
+	testutil.ForEachFixture(t, kind, func(t *testing.T, fx *testutil.Fixture) {
+		z, shape := fx.F32(t, "in.latents_normalized")
+		ctx := context.Background()
+		check := func(t *testing.T, prepare func(*Decoder) error, decode func(*Decoder) ([][]float32, error)) {
+			want, err := decode(openFixtureDecoder(t, fx, fx.Weights(), Options{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := openFixtureDecoder(t, fx, fx.Weights(), Options{})
+			p0, _ := graphexec.Compiles()
+			if err := prepare(d); err != nil {
+				t.Fatal(err)
+			}
+			p1, _ := graphexec.Compiles()
+			if p1 != p0+1 {
+				t.Fatalf("Prepare compiled %d programs, want 1", p1-p0)
+			}
+			got, err := decode(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p2, _ := graphexec.Compiles(); p2 != p1 {
+				t.Errorf("the decode after Prepare compiled %d program(s)", p2-p1)
+			}
+			if !slices.EqualFunc(got, want, slices.Equal[[]float32]) {
+				t.Error("the waveform after Prepare differs from the one without")
+			}
+		}
+		t.Run("Decode", func(t *testing.T) {
+			check(t, func(d *Decoder) error { return d.Prepare(ctx, shape) },
+				func(d *Decoder) ([][]float32, error) { return d.Decode(ctx, z, shape) })
+		})
+		t.Run("DecodeRows", func(t *testing.T) {
+			c := fixtureConfig(t, fx).LatentChannels
+			n := shape[len(shape)-1]
+			rows := make([]float32, 2*n*c)
+			for i := range rows {
+				rows[i] = z[i%len(z)]
+			}
+			check(t, func(d *Decoder) error { return d.PrepareRows(ctx, n) },
+				func(d *Decoder) ([][]float32, error) { return d.DecodeRows(ctx, rows, n) })
+		})
+		t.Run("errors", func(t *testing.T) {
+			d := openFixtureDecoder(t, fx, fx.Weights(), Options{})
+			if err := d.Prepare(ctx, []int{1, 2, 3, 4}); err == nil {
+				t.Error("Prepare of a rank-4 shape succeeded")
+			}
+			if err := d.PrepareRows(ctx, 0); err == nil {
+				t.Error("PrepareRows(0) succeeded")
+			}
+			d.Close()
+			if err := d.Prepare(ctx, shape); err == nil {
+				t.Error("Prepare after Close succeeded")
+			}
+		})
+	})
+}
