@@ -88,11 +88,12 @@ func ResolveVSA(knobs *VSAKnobs, ck VSACheckpoint) (vsa *VSA, why string, err er
 	return &c, "", nil
 }
 
-// FineStage names how the sparse attention's selected tiles are attended in this build: "triton" (the
-// block-sparse kernel reads them in place, 64-row tiles in the GPU build) or "gather" (XLA ops copy
-// them out first). A CUDA plugin other than the kernel's falls back to "gather" at run time.
-func (c *VSA) FineStage() string {
-	if attention.BlockSparseKernel() && c.TileSize == 64 {
+// FineStage names how the sparse attention's selected tiles are attended in this build at dtype:
+// "triton" (the block-sparse kernel reads them in place: the GPU build, 64-row tiles, not float32) or
+// "gather" (XLA ops copy them out first). A CUDA plugin other than the kernel's falls back to
+// "gather" at run time.
+func (c *VSA) FineStage(dtype api.DType) string {
+	if attention.BlockSparseKernel() && c.TileSize == 64 && dtype != api.F32 {
 		return attention.SparseTriton.String()
 	}
 	return attention.SparseGather.String()

@@ -47,3 +47,21 @@ func TestResolveVSA(t *testing.T) {
 		t.Errorf("a checkpoint without gates: %+v, %v; want dense, no error", c, err)
 	}
 }
+
+// The plan's fine stage: the Triton kernel only where the build has it, for 64-row tiles and not in
+// float32; the gathered tiles otherwise.
+func TestFineStage(t *testing.T) {
+	want := "gather"
+	if attention.BlockSparseKernel() {
+		want = "triton"
+	}
+	for _, c := range []struct {
+		tile  int
+		dtype api.DType
+		want  string
+	}{{64, api.DTypeAuto, want}, {64, api.BF16, want}, {64, api.FP8, want}, {64, api.F32, "gather"}, {256, api.BF16, "gather"}} {
+		if got := (&VSA{TileSize: c.tile}).FineStage(c.dtype); got != c.want {
+			t.Errorf("tile %d, %q: %q, want %q", c.tile, c.dtype, got, c.want)
+		}
+	}
+}

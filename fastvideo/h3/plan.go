@@ -107,6 +107,9 @@ func (r *resolved) planWith(l *packing.Layout, dtype api.DType) (*api.Plan, erro
 	if d.VSA, err = vsaPlan(r.vsa, l, len(sched.Video.Timesteps), s.DiT.NumLayers, s.DiT.NumAttentionHeads, s.DiT.AttentionHeadDim); err != nil {
 		return nil, err
 	}
+	if d.VSA != nil {
+		d.VSA.FineStage = r.vsa.FineStage(dtype)
+	}
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = r.ditTFLOPs(l)
 	if err := r.planKeyframes(d, p.DiTTFLOPsTotal); err != nil {
 		return nil, err

@@ -62,5 +62,5 @@ func vsaPlan(c *familykit.VSA, l *packing.Layout, steps, layers, heads, headDim 
 	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
 	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps), layers, heads*headDim)
 	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Mode: c.Mode.String(), PrefixTiles: tl.NumPrefix,
-		VideoTiles: tl.NumVideo, FineStage: c.FineStage(), TopK: k, DenseFirstSteps: c.DenseFirstSteps, AttentionTFLOPsSaved: saved}, nil
+		VideoTiles: tl.NumVideo, TopK: k, DenseFirstSteps: c.DenseFirstSteps, AttentionTFLOPsSaved: saved}, nil
 }

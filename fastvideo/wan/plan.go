@@ -174,6 +174,9 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	if d.VSA, err = r.vsaPlanOfRun(p.ForwardsPerStep); err != nil {
 		return nil, err
 	}
+	if d.VSA != nil {
+		d.VSA.FineStage = r.vsa.FineStage(dtype)
+	}
 	p.Details = d
 	perStep := float64(p.ForwardsPerStep) * s.DiT.ForwardFLOPs(g.Tokens, s.TextLen)
 	p.DiTTFLOPsPerStep, p.DiTTFLOPsTotal = perStep/1e12, perStep*float64(r.Steps)/1e12

@@ -62,6 +62,6 @@ func vsaPlan(c *familykit.VSA, grid [3]int, steps, forwardsPerStep int, dit wand
 	}
 	k := attention.TopKTiles(c.Sparsity, tl.NumVideo)
 	saved := c.TFLOPsSaved(tl, k, max(0, steps-c.DenseFirstSteps)*forwardsPerStep, dit.NumLayers, dit.HiddenSize())
-	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Tiles: tl.NumVideo, FineStage: c.FineStage(), TopK: k,
+	return &VSAPlan{Sparsity: c.Sparsity, TileSize: c.TileSize, Tiles: tl.NumVideo, TopK: k,
 		DenseFirstSteps: c.DenseFirstSteps, DenseLayers: c.DenseLayers, AttentionTFLOPsSaved: saved}, nil
 }

@@ -26,7 +26,7 @@ func TestPlanVSA(t *testing.T) {
 	_, d := mustPlan(t, "fastwan2.1-t2v-1.3b", req, api.DTypeAuto)
 	v := d.VSA
 	if v == nil || v.Tiles != 624 || v.TopK != 125 || v.Sparsity != 0.8 || v.TileSize != 64 || v.AttentionTFLOPsSaved <= 0 ||
-		v.FineStage != (&familykit.VSA{TileSize: 64}).FineStage() {
+		v.FineStage != (&familykit.VSA{TileSize: 64}).FineStage(api.DTypeAuto) {
 		t.Fatalf("fastwan2.1-t2v-1.3b VSA plan %+v, want 624 tiles, k 125 at 0.8, work saved", v)
 	}
 	if _, d14 := mustPlan(t, "fastwan2.1-t2v-14b-480p", req, api.DTypeAuto); d14.VSA == nil || d14.VSA.Sparsity != 0.9 {
