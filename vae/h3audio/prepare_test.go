@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"fastvideo/internal/graphexec"
+	"fastvideo/internal/graphexec/graphexectest"
 	"fastvideo/internal/testutil"
 )
 
@@ -21,21 +21,13 @@ func TestPrepare(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := openFixtureDecoder(t, fx, fx.Weights(), Options{})
-			p0, _ := graphexec.Compiles()
-			if err := prepare(d); err != nil {
-				t.Fatal(err)
-			}
-			p1, _ := graphexec.Compiles()
-			if p1 != p0+1 {
-				t.Fatalf("Prepare compiled %d programs, want 1", p1-p0)
-			}
-			got, err := decode(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p2, _ := graphexec.Compiles(); p2 != p1 {
-				t.Errorf("the decode after Prepare compiled %d program(s)", p2-p1)
-			}
+			got := graphexectest.Prepared(t, 1, func() error { return prepare(d) }, func() [][]float32 {
+				got, err := decode(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			})
 			if !slices.EqualFunc(got, want, slices.Equal[[]float32]) {
 				t.Error("the waveform after Prepare differs from the one without")
 			}

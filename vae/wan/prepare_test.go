@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"fastvideo/internal/graphexec"
+	"fastvideo/internal/graphexec/graphexectest"
 	"fastvideo/internal/testutil"
 )
 
@@ -30,18 +30,8 @@ func TestPrepare(t *testing.T) {
 			t.Run(fmt.Sprintf("tiling=%v/%v", c.opts.Tiling, c.shape), func(t *testing.T) {
 				want, _ := collect(t, openDecoder(t, fx, c.opts), c.z, c.shape, nil)
 				d := openDecoder(t, fx, c.opts)
-				p0, _ := graphexec.Compiles()
-				if err := d.Prepare(context.Background(), c.shape); err != nil {
-					t.Fatal(err)
-				}
-				p1, _ := graphexec.Compiles()
-				if p1 == p0 {
-					t.Fatal("Prepare compiled no program")
-				}
-				got, _ := collect(t, d, c.z, c.shape, nil)
-				if p2, _ := graphexec.Compiles(); p2 != p1 {
-					t.Errorf("the decode after Prepare compiled %d program(s)", p2-p1)
-				}
+				got := graphexectest.Prepared(t, 0, func() error { return d.Prepare(context.Background(), c.shape) },
+					func() []float32 { got, _ := collect(t, d, c.z, c.shape, nil); return got })
 				if diff := testutil.Compare(got, want); diff.MaxAbs != 0 || len(got) != len(want) {
 					t.Errorf("decode after Prepare differs by %g (%d values, want %d)", diff.MaxAbs, len(got), len(want))
 				}
@@ -51,18 +41,7 @@ func TestPrepare(t *testing.T) {
 			d := openDecoder(t, fx, Options{})
 			bad := append([]int(nil), zShape...)
 			bad[1]++
-			if err := d.Prepare(context.Background(), bad); err == nil {
-				t.Errorf("Prepare(%v) succeeded", bad)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			if err := d.Prepare(ctx, zShape); err != context.Canceled {
-				t.Errorf("Prepare with a cancelled context = %v, want context.Canceled", err)
-			}
-			d.Close()
-			if err := d.Prepare(context.Background(), zShape); err == nil {
-				t.Error("Prepare after Close succeeded")
-			}
+			graphexectest.PrepareErrors(t, d.Prepare, d.Close, zShape, bad, "channels")
 		})
 	})
 }
