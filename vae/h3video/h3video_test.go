@@ -41,14 +41,22 @@ func collect(t *testing.T, d *Decoder, z []float32, shape []int) ([]float32, []i
 	return frames.Frames(t), out
 }
 
+// fixtureLatents is the fixture's normalized latents zn and, de-normalized with cfg, the VAE-space
+// latents z that Decode takes.
+func fixtureLatents(t *testing.T, fx *testutil.Fixture, cfg Config) (zn, z []float32, shape []int) {
+	t.Helper()
+	zn, shape = fx.F32(t, "in.latents_normalized")
+	z, err := cfg.DenormalizeLatents(zn, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zn, z, shape
+}
+
 func TestParity(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
-		zn, shape := fx.F32(t, "in.latents_normalized")
-		z, err := cfg.DenormalizeLatents(zn, shape)
-		if err != nil {
-			t.Fatal(err)
-		}
+		zn, z, shape := fixtureLatents(t, fx, cfg)
 		want, _ := fx.F32(t, "out.latents_denormalized")
 		testutil.AssertClose(t, "latents_denormalized", z, want, shape, testutil.ParityTol(want))
 
@@ -120,8 +128,7 @@ func checkClip0Acts(t *testing.T, fx *testutil.Fixture, d *Decoder, z []float32,
 func TestTiledDecode(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
 		cfg := fixtureConfig(t, fx)
-		zn, shape := fx.F32(t, "in.latents_normalized")
-		z, _ := cfg.DenormalizeLatents(zn, shape)
+		_, z, shape := fixtureLatents(t, fx, cfg)
 		r := cfg.SpatialRatio()
 		hh, ww := shape[3]*r, shape[4]*r
 		tile := 3 * r // smaller than both canvas edges of the tiny fixture
@@ -522,8 +529,7 @@ func TestNewRandom(t *testing.T) {
 func TestBFloat16(t *testing.T) {
 	testutil.ForEachFixture(t, "h3_video_vae", func(t *testing.T, fx *testutil.Fixture) {
 		d := openDecoder(t, fx, Options{DType: dtypes.BFloat16})
-		zn, shape := fx.F32(t, "in.latents_normalized")
-		z, _ := d.cfg.DenormalizeLatents(zn, shape)
+		_, z, shape := fixtureLatents(t, fx, d.cfg)
 		got, outShape := collect(t, d, z, shape)
 		want, _ := fx.F32(t, "out.decode_sample")
 		testutil.AssertAtDType(t, "decode_sample", dtypes.BFloat16, got, want, outShape)
