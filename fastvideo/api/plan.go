@@ -128,6 +128,16 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
+// ResourceRows writes the rows every family's plan table ends its model rows with: the DiT's
+// weights, the video decoder, the components' memory, the adapters and the compile cache.
+func ResourceRows(row func(key, format string, a ...any), p *Plan) {
+	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
+	DecoderRow(row, p)
+	MemoryRows(row, p.Memory)
+	LoRARows(row, p.LoRA)
+	CompileCacheRow(row, p.CompileCache)
+}
+
 // CompileCacheRow writes the plan table's compile cache row (none when the plan has no note).
 func CompileCacheRow(row func(key, format string, a ...any), note string) {
 	if note != "" {

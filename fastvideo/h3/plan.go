@@ -344,11 +344,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 		row("attention", "VSA sparsity %g, %d-row tiles (%s): %d prefix + %d video tiles, top-%d video key tiles, fine stage %s; %.1f TFLOP of attention skipped",
 			v.Sparsity, v.TileSize, v.Mode, v.PrefixTiles, v.VideoTiles, v.TopK, v.FineStage, v.AttentionTFLOPsSaved)
 	}
-	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
-	api.DecoderRow(row, p)
-	api.MemoryRows(row, p.Memory)
-	api.LoRARows(row, p.LoRA)
-	api.CompileCacheRow(row, p.CompileCache)
+	api.ResourceRows(row, p)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, DiT tensor-parallel (%d heads and FFN %d each; shard k on device k, one SPMD program per joint block, 2 all-reduces), "+
 			"video VAE clip i on device i mod %d (a decoder replica on each); per device %s", dp.Devices, dp.LocalHeads, dp.LocalFFN, dp.Devices, dp.Breakdown())

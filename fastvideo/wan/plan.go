@@ -350,11 +350,7 @@ func (d *PlanDetails) WriteTable(w io.Writer, p *api.Plan) error {
 		row("attention", "VSA sparsity %g, %d-row tiles: %d tiles, top-%d key tiles, fine stage %s; %.1f TFLOP of attention skipped",
 			v.Sparsity, v.TileSize, v.Tiles, v.TopK, v.FineStage, v.AttentionTFLOPsSaved)
 	}
-	row("dit weights", "%.2f B params, %.2f GiB in %s", float64(p.DiTParams)/1e9, float64(p.WeightsBytes)/(1<<30), p.WeightsDType)
-	api.DecoderRow(row, p)
-	api.MemoryRows(row, p.Memory)
-	api.LoRARows(row, p.LoRA)
-	api.CompileCacheRow(row, p.CompileCache)
+	api.ResourceRows(row, p)
 	if dp := p.Devices; dp != nil {
 		row("devices", "%d, CFG-parallel (conditional forwards on device 0, unconditional at the same time on device 1 with a DiT replica); per device %s",
 			dp.Devices, dp.Breakdown())
