@@ -13,6 +13,7 @@ import (
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/fastvideo/framefilter"
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/textenc/qwen3vl"
 	"fastvideo/internal/tokenizer"
 	"fastvideo/internal/tokenizer/qwen3data"
@@ -192,20 +193,11 @@ func (c *tinySource) loadAudioVAE(e *family.Engine) (*h3audio.Decoder, error) {
 	return h3audio.FromSource(e.Backend, c.spec.AudioVAE, c.audio, h3audio.Options{})
 }
 
-// numel is the number of elements of a tensor of the given shape.
-func numel(shape []int) int {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	return n
-}
-
 // initAudioVAE keeps a random BigVGAN's waveform finite and mostly unclipped: the real
 // anti-aliasing filters, weight-norm gains near 1 and SnakeBeta log-scales near 0 (the audio
 // benchmark's choices); other tensors take the default scales.
 func initAudioVAE(name string, shape []int, rng *rand.Rand) []float32 {
-	n := numel(shape)
+	n := modelkit.Elements(shape)
 	v := make([]float32, n)
 	switch {
 	case strings.HasSuffix(name, ".filter"):

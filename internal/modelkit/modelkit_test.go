@@ -257,3 +257,14 @@ func TestRGB24MatchesPixels(t *testing.T) {
 		t.Errorf("NaN gave %d, +Inf gave %d; want 0 and 255", got[1+3*5], got[1+3*7+1])
 	}
 }
+
+func TestElements(t *testing.T) {
+	for _, c := range []struct {
+		dims []int
+		want int
+	}{{nil, 1}, {[]int{7}, 7}, {[]int{1, 4, 3, 5, 5}, 300}, {[]int{2, 0, 3}, 0}} {
+		if got := Elements(c.dims); got != c.want {
+			t.Errorf("Elements(%v) = %d, want %d", c.dims, got, c.want)
+		}
+	}
+}

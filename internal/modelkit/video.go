@@ -106,3 +106,14 @@ func DecodeToPixels[F FrameRun](ctx context.Context, latents []float32, shape []
 	}
 	return video, out, nil
 }
+
+// Elements is the number of values a tensor of shape dims holds (1 for a scalar): what a latent-shape
+// check compares with the slice's length, and what a call that has the shape but no values
+// (Prepare, OutputShape) hands it in the slice's place.
+func Elements(dims []int) int {
+	n := 1
+	for _, d := range dims {
+		n *= d
+	}
+	return n
+}

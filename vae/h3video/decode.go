@@ -73,11 +73,7 @@ func (c Config) mapChannels(latents []float32, shape []int, perChannel func(k in
 
 // OutputShape is the decoded video's shape [1, 3, frames, H, W] for a latent shape.
 func (c Config) OutputShape(latentShape []int) ([]int, error) {
-	n := 1
-	for _, v := range latentShape {
-		n *= v
-	}
-	_, t, h, w, err := c.LatentDims(latentShape, n)
+	_, t, h, w, err := c.LatentDims(latentShape, modelkit.Elements(latentShape))
 	if err != nil {
 		return nil, err
 	}
@@ -491,11 +487,7 @@ func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	n := 1
-	for _, v := range shape {
-		n *= v
-	}
-	_, t, hl, wl, err := d.cfg.LatentDims(shape, n)
+	_, t, hl, wl, err := d.cfg.LatentDims(shape, modelkit.Elements(shape))
 	if err != nil {
 		return err
 	}

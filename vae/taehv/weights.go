@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"fastvideo/internal/modelkit"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 )
@@ -165,10 +166,7 @@ func FormulaSource(cfg Config) weights.MapSource {
 
 // formulaValues is gen_taehv.py's formula_weight.
 func formulaValues(name string, shape []int) []float32 {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
+	n := modelkit.Elements(shape)
 	salt := uint64(crc32.ChecksumIEEE([]byte(name)))
 	var scale, offset float64
 	if len(shape) == 1 {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"fastvideo/internal/modelcfg"
+	"fastvideo/internal/modelkit"
 )
 
 // Config is the released vae/config.json of a Wan model (diffusers AutoencoderKLWan field names;
@@ -233,11 +234,7 @@ func (c Config) LatentDims(shape []int, n int) (t, h, w int, err error) {
 
 // OutputShape is the decoded video's shape [1, 3, frames, H, W] for a latent shape.
 func (c Config) OutputShape(latentShape []int) ([]int, error) {
-	n := 1
-	for _, v := range latentShape {
-		n *= v
-	}
-	t, h, w, err := c.LatentDims(latentShape, n)
+	t, h, w, err := c.LatentDims(latentShape, modelkit.Elements(latentShape))
 	if err != nil {
 		return nil, err
 	}

@@ -198,11 +198,7 @@ func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	n := 1
-	for _, v := range shape {
-		n *= v
-	}
-	t, h, w, err := d.cfg.LatentDims(shape, n)
+	t, h, w, err := d.cfg.LatentDims(shape, modelkit.Elements(shape))
 	if err != nil {
 		return err
 	}
