@@ -1,6 +1,7 @@
 package modelkit
 
 import (
+	"context"
 	"errors"
 	"sync"
 )
@@ -21,6 +22,26 @@ func (g *Guard) Lock(closedErr string) (unlock func(), err error) {
 // RLock is Lock for a call that may run alongside other shared calls.
 func (g *Guard) RLock(closedErr string) (unlock func(), err error) {
 	return g.take(g.mu.RLock, g.mu.RUnlock, closedErr)
+}
+
+// LockContext is Lock for a call given ctx, which it returns with a nil one made
+// context.Background(): the call checks it between the programs it runs.
+func (g *Guard) LockContext(ctx context.Context, closedErr string) (context.Context, func(), error) {
+	unlock, err := g.Lock(closedErr)
+	return orBackground(ctx), unlock, err
+}
+
+// RLockContext is LockContext for a call that may run alongside other shared calls.
+func (g *Guard) RLockContext(ctx context.Context, closedErr string) (context.Context, func(), error) {
+	unlock, err := g.RLock(closedErr)
+	return orBackground(ctx), unlock, err
+}
+
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }
 
 func (g *Guard) take(lock, unlock func(), closedErr string) (func(), error) {

@@ -171,6 +171,29 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+func TestGuardContext(t *testing.T) {
+	var g Guard
+	type key struct{}
+	given := context.WithValue(context.Background(), key{}, 1)
+	for _, lock := range []func(context.Context, string) (context.Context, func(), error){g.LockContext, g.RLockContext} {
+		ctx, unlock, err := lock(nil, "closed") //nolint:staticcheck // a nil context is what this checks
+		if err != nil || ctx == nil || ctx.Err() != nil {
+			t.Fatalf("nil context: %v, %v", ctx, err)
+		}
+		unlock()
+		if ctx, unlock, err = lock(given, "closed"); err != nil || ctx != given {
+			t.Fatalf("given context: %v, %v", ctx, err)
+		}
+		unlock()
+	}
+	if err := g.Close(func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.LockContext(given, "call after close"); err == nil || err.Error() != "call after close" {
+		t.Errorf("LockContext after Close = %v", err)
+	}
+}
+
 type run struct{ start, count int }
 
 func (r run) Span() (int, int, []float32) {

@@ -128,16 +128,13 @@ func (d *Decoder) DecodeToPixels(ctx context.Context, latents []float32, shape [
 // each device execution blocks its caller until the device is done, so this is what keeps the
 // accelerator busy while the host stitches and the consumer handles the previous frames.
 func (d *Decoder) DecodeDenormalized(ctx context.Context, z []float32, shape []int, emit func(Frames) error) error {
-	unlock, err := d.guard.Lock("h3video: Decode called after Close")
+	ctx, unlock, err := d.guard.LockContext(ctx, "h3video: Decode called after Close")
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	if emit == nil {
 		return errors.New("h3video: emit callback is nil")
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	_, t, hl, wl, err := d.cfg.LatentDims(shape, len(z))
 	if err != nil {
@@ -479,14 +476,11 @@ func (cp *clipPlan) batchDims(c int, idx []int) []int {
 // pipeline calls it on a goroutine while the DiT denoises (docs/architecture.md, "Decoder
 // prewarm"); it may run beside a decode, and Close waits for it. ctx is checked between programs.
 func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
-	unlock, err := d.guard.RLock("h3video: Prepare called after Close")
+	ctx, unlock, err := d.guard.RLockContext(ctx, "h3video: Prepare called after Close")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	_, t, hl, wl, err := d.cfg.LatentDims(shape, modelkit.Elements(shape))
 	if err != nil {
 		return err

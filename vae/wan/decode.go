@@ -80,14 +80,11 @@ type tapHook func(chunk int, name string, data []float32, shape []int)
 // decode runs the chunk loop: for every latent frame, every tile with its own feature cache, then
 // the tiles' blend into the frame canvas.
 func (d *Decoder) decode(ctx context.Context, z []float32, shape []int, emit func(Frames) error, hook tapHook) error {
-	unlock, err := d.guard.Lock("wan: Decode called after Close")
+	ctx, unlock, err := d.guard.LockContext(ctx, "wan: Decode called after Close")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	t, h, w, err := d.cfg.LatentDims(shape, len(z))
 	if err != nil {
 		return err
@@ -190,14 +187,11 @@ func eachTile(ctx context.Context, ys, xs []span, fn func(i, j, slot int) error)
 // (docs/architecture.md, "Decoder prewarm"); a decode or Close waits for it. ctx is checked between
 // programs.
 func (d *Decoder) Prepare(ctx context.Context, shape []int) error {
-	unlock, err := d.guard.Lock("wan: Prepare called after Close")
+	ctx, unlock, err := d.guard.LockContext(ctx, "wan: Prepare called after Close")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	t, h, w, err := d.cfg.LatentDims(shape, modelkit.Elements(shape))
 	if err != nil {
 		return err

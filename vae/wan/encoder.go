@@ -277,16 +277,13 @@ func (g *chunkGraph) encode(x *Node) *Node {
 // first alone and then 4 at a time, each causal conv carrying its cache. It needs a decoder built
 // with Options.Encoder.
 func (d *Decoder) Encode(ctx context.Context, video []float32, shape []int) (mean, logvar []float32, latentShape []int, err error) {
-	unlock, err := d.guard.Lock("wan: Encode called after Close")
+	ctx, unlock, err := d.guard.LockContext(ctx, "wan: Encode called after Close")
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer unlock()
 	if !d.opts.Encoder {
 		return nil, nil, nil, errors.New("wan: Encode needs the encoder weights; build the decoder with Options{Encoder: true}")
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	cfg := d.cfg
 	pc, r, tr := cfg.PixelChannels(), cfg.SpatialRatio(), cfg.TemporalRatio()
