@@ -31,21 +31,7 @@ func TestLoRANamesMatchCheckpoint(t *testing.T) {
 	for k := range biasedTop {
 		modules = append(modules, k)
 	}
-	for _, m := range modules {
-		tg, ok := LoRATarget(m, false)
-		if !ok {
-			t.Errorf("%s: not mapped", m)
-			continue
-		}
-		for _, n := range []string{tg.Weight, tg.Bias} {
-			if n != "" && have[n] == nil {
-				t.Errorf("%s -> %s: not a tensor of the H3 DiT", m, n)
-			}
-		}
-		if tg.Bias == "" && have[strings.TrimSuffix(tg.Weight, ".weight")+".bias"] != nil {
-			t.Errorf("%s: the checkpoint has a bias the map does not name", m)
-		}
-	}
+	testutil.CheckLoRATargets(t, "H3", LoRATarget, have, modules, nil)
 	if _, ok := LoRATarget("token_refiner.refiner_blocks.0.adaln_proj.linear", false); ok {
 		t.Error("refiner blocks have no AdaLN projection")
 	}

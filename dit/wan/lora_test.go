@@ -138,18 +138,7 @@ func TestLoRANamesMatchCheckpoint(t *testing.T) {
 	i2v := func(n string) bool {
 		return strings.Contains(n, "add_") || strings.Contains(n, "image_embedder") || strings.Contains(n, "norm_added_k")
 	}
-	for _, m := range modules {
-		tg, ok := LoRATarget(m, false)
-		if !ok {
-			t.Errorf("%s: not mapped", m)
-			continue
-		}
-		for _, n := range []string{tg.Weight, tg.Bias} {
-			if n != "" && have[n] == nil && !i2v(n) {
-				t.Errorf("%s -> %s: not a tensor of the Wan DiT", m, n)
-			}
-		}
-	}
+	testutil.CheckLoRATargets(t, "Wan", LoRATarget, have, modules, i2v)
 	for _, c := range []struct{ musubi, want string }{
 		{"blocks_3_self_attn_o", "blocks.3.attn1.to_out.0.weight"},
 		{"blocks_0_cross_attn_k_img", "blocks.0.attn2.add_k_proj.weight"},

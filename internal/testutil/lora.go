@@ -116,3 +116,28 @@ func FixtureAdapter(t testing.TB, fx *Fixture) *lora.Adapter {
 	t.Cleanup(func() { _ = ad.Close() })
 	return ad
 }
+
+// CheckLoRATargets checks a DiT's LoRA name map (target, the package's LoRATarget) against the
+// tensors the model declares (have, its Params' map): every module must be mapped; every tensor a
+// module names must be declared, unless absent (nil: none) says the model variant lacks it; and a
+// weight whose bias is declared must name that bias, or the merge would leave it stale. model names
+// the DiT in the errors.
+func CheckLoRATargets(t testing.TB, model string, target func(module string, musubi bool) (lora.Target, bool),
+	have map[string][]int, modules []string, absent func(tensor string) bool) {
+	t.Helper()
+	for _, m := range modules {
+		tg, ok := target(m, false)
+		if !ok {
+			t.Errorf("%s: not mapped", m)
+			continue
+		}
+		for _, n := range []string{tg.Weight, tg.Bias} {
+			if n != "" && have[n] == nil && (absent == nil || !absent(n)) {
+				t.Errorf("%s -> %s: not a tensor of the %s DiT", m, n, model)
+			}
+		}
+		if tg.Bias == "" && have[strings.TrimSuffix(tg.Weight, ".weight")+".bias"] != nil {
+			t.Errorf("%s: the checkpoint has a bias the map does not name", m)
+		}
+	}
+}
