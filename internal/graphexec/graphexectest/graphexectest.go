@@ -34,12 +34,12 @@ func Prepared[T any](t testing.TB, want int64, prepare func() error, call func()
 	return got
 }
 
-// PrepareErrors checks a Prepare(ctx, shape) method: it refuses the shape bad with an error naming
-// badWord, returns context.Canceled for a cancelled context, and fails once close has run.
-func PrepareErrors(t testing.TB, prepare func(context.Context, []int) error, close func() error, shape, bad []int, badWord string) {
+// PrepareErrors checks a Prepare(ctx, shape) method: it refuses the shape bad with an error that
+// contains want, returns context.Canceled for a cancelled context, and fails once close has run.
+func PrepareErrors(t testing.TB, prepare func(context.Context, []int) error, close func() error, shape, bad []int, want string) {
 	t.Helper()
-	if err := prepare(context.Background(), bad); err == nil || !strings.Contains(err.Error(), badWord) {
-		t.Errorf("Prepare(%v) = %v, want an error naming the %s", bad, err, badWord)
+	if err := prepare(context.Background(), bad); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Prepare(%v) = %v, want an error containing %q", bad, err, want)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
