@@ -7,12 +7,10 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/testutil"
-	"fastvideo/internal/xlaext"
 )
 
 // TestFusedMatchesExactOnGPU checks the cuDNN flash path against the exact path on the same bf16 inputs,
@@ -166,14 +164,11 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		ex := MustNewExec(b, func(q, k, v *Node) *Node {
 			g := q.Graph()
 			bf := func(x *Node) *Node { return Reshape(ConvertDType(x, dtypes.BFloat16), h*rows, d) }
-			call := xlaext.TritonKernel{Name: kernel.Name, IR: kernel.ir, Grid: [3]int{nv, h, 1}, NumWarps: kernel.NumWarps, NumStages: kernel.NumStages}
-			out, err := xlaext.TritonCall(call, []*Node{Const(g, []int32{int32(rows), int32(first), int32(nv), int32(stride)}),
-				Const(g, num), Const(g, idx), Const(g, tileSizes), bf(q), bf(k), bf(v)},
-				[]shapes.Shape{shapes.Make(dtypes.BFloat16, h*nv*64, d)})
+			out, err := kernel.call(rows, first, nv, stride, Const(g, num), Const(g, idx), Const(g, tileSizes), bf(q), bf(k), bf(v))
 			if err != nil {
 				panic(err)
 			}
-			return ConvertDType(out[0], dtypes.Float32)
+			return ConvertDType(out, dtypes.Float32)
 		})
 		in := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, shape...) }
 		out, err := ex.Call1(in(q), in(k), in(v))

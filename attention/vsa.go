@@ -214,9 +214,9 @@ func selectedAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fu
 	}
 	var videoOut *Node // [V·E, H, D]
 	if s.Kernel == SparseTriton || fused && s.Kernel == SparseAuto {
-		err := tritonEligible(q, s, scale)
+		kernel, err := tritonEligible(q, s, scale)
 		if err == nil {
-			videoOut, err = tritonAttend(qt, kt, vt, sel, s)
+			videoOut, err = kernel.tritonAttend(qt, kt, vt, sel, s)
 		}
 		if err != nil && s.Kernel == SparseTriton {
 			panic(fmt.Errorf("attention: VSA kernel triton was asked for: %w", err))

@@ -123,38 +123,51 @@ func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems i
 	return xlaext.Compatible(backend, k.Plugin)
 }
 
-// tritonAttend is the fine stage through the Triton kernel: the video query tiles of qt against their
-// selected key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
-func tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
-	k, err := loadVSATriton()
-	if err != nil {
-		return nil, err
-	}
+// tritonAttend is the fine stage through kernel k: the video query tiles of qt against their selected
+// key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
+func (k *vsaTriton) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
 	t := s.Tiling
 	g := qt.Graph()
 	nT, e, h, d := t.NumTiles(), t.TileElems, qt.Shape().Dim(2), qt.Shape().Dim(3)
 	nv, kk := t.NumVideo, sel.Shape().Dim(2)
 	headMajor := func(x *Node) *Node { return Reshape(TransposeAllAxes(x, 2, 0, 1, 3), h*nT*e, d) } // [H·S, D]
-	params := Const(g, []int32{int32(nT * e), int32(t.NumPrefix), int32(nv), int32(kk)})
 	counts := BroadcastToDims(Const(g, int32(kk)), h*nv)
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{nv, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel,
-		[]*Node{params, counts, Reshape(sel, h*nv*kk), Const(g, t.Sizes), headMajor(qt), headMajor(kt), headMajor(vt)},
-		[]shapes.Shape{shapes.Make(qt.DType(), h*nv*e, d)})
+	out, err := k.call(nT*e, t.NumPrefix, nv, kk, counts, Reshape(sel, h*nv*kk), Const(g, t.Sizes),
+		headMajor(qt), headMajor(kt), headMajor(vt))
 	if err != nil {
 		return nil, err
 	}
-	return Reshape(TransposeAllAxes(Reshape(out[0], h, nv, e, d), 1, 2, 0, 3), nv*e, h, d), nil
+	return Reshape(TransposeAllAxes(Reshape(out, h, nv, e, d), 1, 2, 0, 3), nv*e, h, d), nil
 }
 
-// tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in.
-func tritonEligible(q *Node, s *Sparse, scale float64) error {
+// call launches the kernel with the operands testdata/gen_vsa_triton.py documents: each head's rows
+// (tiles of 64, the first query tile first) of q, k, v [H·rows, D], the key tile lists idx
+// [H·tiles·stride] with counts [H·tiles] and the tiles' valid rows sizes; the result is
+// [H·tiles·64, D], a query tile's rows after another's.
+func (k *vsaTriton) call(rows, first, tiles, stride int, counts, idx, sizes, q, kk, v *Node) (*Node, error) {
+	h, d := q.Shape().Dim(0)/rows, q.Shape().Dim(1)
+	params := Const(q.Graph(), []int32{int32(rows), int32(first), int32(tiles), int32(stride)})
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	out, err := xlaext.TritonCall(kernel, []*Node{params, counts, idx, sizes, q, kk, v},
+		[]shapes.Shape{shapes.Make(q.DType(), h*tiles*k.Tile, d)})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in; it
+// returns the kernel that can run.
+func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaTriton, error) {
 	k, err := loadVSATriton()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if math.Abs(scale*math.Sqrt(float64(k.HeadDim))-1) > 1e-9 {
-		return fmt.Errorf("%w: scale %g (it computes 1/sqrt(%d))", errTritonShape, scale, k.HeadDim)
+		return nil, fmt.Errorf("%w: scale %g (it computes 1/sqrt(%d))", errTritonShape, scale, k.HeadDim)
 	}
-	return TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), s.Tiling.TileElems)
+	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), s.Tiling.TileElems); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
