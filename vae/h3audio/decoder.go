@@ -177,20 +177,18 @@ func (d *Decoder) rowsShape(numFrames int) []int { return []int{2, d.cfg.LatentC
 // A pipeline calls it on a goroutine while the DiT denoises (docs/architecture.md, "Decoder
 // prewarm"); Close waits for it.
 func (d *Decoder) Prepare(ctx context.Context, shape []int) (err error) {
-	if ctx != nil {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
 	b, n, err := d.checkShape(shape)
 	if err != nil {
 		return err
 	}
-	unlock, err := d.guard.RLock("h3audio: Prepare on a closed Decoder")
+	ctx, unlock, err := d.guard.RLockContext(ctx, "h3audio: Prepare on a closed Decoder")
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	exec, err := d.decodeExec()
 	if err != nil {
 		return fmt.Errorf("h3audio: compiling the decode of latents %v: %w", shape, err)
