@@ -3,8 +3,10 @@
 package randweights
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -68,12 +70,11 @@ func (d *Drawer) Fill(set *weights.Set, dt dtypes.DType, seed int64, draw Draw) 
 		return err
 	}
 	defer func() { _ = state.FinalizeAll() }()
+	if err := d.compileAll(set, dt, state.Shape()); err != nil {
+		return err
+	}
 	for _, p := range set.Params() {
-		pdt := p.Storage
-		if pdt == dtypes.InvalidDType {
-			pdt = dt
-		}
-		e, err := d.exec(pdt, p.Shape)
+		e, err := d.exec(storage(p, dt), p.Shape)
 		if err != nil {
 			return err
 		}
@@ -93,9 +94,53 @@ func (d *Drawer) Fill(set *weights.Set, dt dtypes.DType, seed int64, draw Draw) 
 	return nil
 }
 
+// storage is the dtype p is drawn in: its own storage, else the compute dtype dt.
+func storage(p *weights.Param, dt dtypes.DType) dtypes.DType {
+	if p.Storage == dtypes.InvalidDType {
+		return dt
+	}
+	return p.Storage
+}
+
+// compileAll compiles the generator of every dtype and shape in set that the drawer lacks, several at
+// once. A release-size model has tens of distinct shapes, and compiling them one at a time as the draw
+// reached each made most of a first load (the FastH3 DiT: about 14 of 17 s on an H200 with an empty
+// compile cache, BENCHMARKS.md); the draws themselves stay in declaration order, so the values do not
+// change. state is the RNG state's shape.
+func (d *Drawer) compileAll(set *weights.Set, dt dtypes.DType, state shapes.Shape) error {
+	var todo []*Exec
+	for _, p := range set.Params() {
+		pdt := storage(p, dt)
+		if d.execs[execKey(pdt, p.Shape)] != nil {
+			continue
+		}
+		e, err := d.exec(pdt, p.Shape)
+		if err != nil {
+			return err
+		}
+		todo = append(todo, e)
+	}
+	scalar := shapes.Make(dtypes.Float32)
+	errs := make([]error, len(todo))
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, e := range todo {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			_, errs[i] = graphexec.Compile(e, state, scalar, scalar)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func execKey(pdt dtypes.DType, dims []int) string { return fmt.Sprint(pdt, dims) }
+
 // exec is the generator of one dtype and shape, compiled once.
 func (d *Drawer) exec(pdt dtypes.DType, dims []int) (*Exec, error) {
-	key := fmt.Sprint(pdt, dims)
+	key := execKey(pdt, dims)
 	if e := d.execs[key]; e != nil {
 		return e, nil
 	}

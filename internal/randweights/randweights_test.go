@@ -101,3 +101,28 @@ func TestFillRandomRunsAfterBind(t *testing.T) {
 		t.Errorf("a failing AfterBind: %v", err)
 	}
 }
+
+// Fill compiles every distinct dtype and shape of a set before it draws (several at once), so that no
+// draw waits for a compile: the calls compile nothing, and each shape is compiled once.
+func TestFillCompilesAheadOfTheDraws(t *testing.T) {
+	b := testutil.Backend(t)
+	s := weights.NewSet("")
+	defer s.Release()
+	s.Add("a.weight", 6, 5)
+	s.Add("b.weight", 6, 5)
+	s.Add("c.weight", 3, 7)
+	s.AddF32("d.weight", 9)
+	s.AddTyped("e.words", dtypes.Uint32, 4)
+	programs0, _ := graphexec.Compiles()
+	byCalls0 := graphexec.CallCompiles()
+	if err := FillRandom(b, s, dtypes.BFloat16, 1, FixtureDraw); err != nil {
+		t.Fatal(err)
+	}
+	programs, _ := graphexec.Compiles()
+	if got := programs - programs0; got != 4 {
+		t.Errorf("compiled %d programs for 4 distinct dtypes and shapes", got)
+	}
+	if got := graphexec.CallCompiles() - byCalls0; got != 0 {
+		t.Errorf("%d draws compiled their program themselves; want every one compiled ahead", got)
+	}
+}
