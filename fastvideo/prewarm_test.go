@@ -11,9 +11,10 @@ import (
 )
 
 // TestDecoderPrewarm: under the default memory policy (the tiny models' VAEs are kept) the first
-// call loads its decoders before the DiT and compiles their programs beside the denoise, so that
-// its decode stage's calls compile nothing; its frames (and H3's waveform) are bit for bit those of
-// a generator that loads per call (OneResident, which prewarms nothing and whose decode compiles).
+// call preloads its decoders and the DiT beside Condition and compiles the decoders' programs
+// beside the denoise, so that its decode stage's calls compile nothing; its frames (and H3's
+// waveform) are bit for bit those of a generator that loads per call (OneResident, which prewarms
+// nothing and whose decode compiles).
 func TestDecoderPrewarm(t *testing.T) {
 	for _, m := range []struct {
 		name  string
@@ -48,11 +49,15 @@ func TestDecoderPrewarm(t *testing.T) {
 			if compiles != 0 {
 				t.Errorf("the first call's decode stage compiled %d program(s), want 0 (all in the denoise)", compiles)
 			}
-			if vae, dit := slices.Index(loads, "video_vae"), slices.Index(loads, "dit"); vae < 0 || dit < 0 || vae > dit {
-				t.Errorf("loads %v: want the video VAE before the DiT", loads)
+			// Preloaded beside Condition: started before the text encoder opens on the prompt.
+			kept := []string{"dit", "video_vae"}
+			if m.audio {
+				kept = append(kept, "audio_vae")
 			}
-			if m.audio && slices.Index(loads, "audio_vae") > slices.Index(loads, "dit") {
-				t.Errorf("loads %v: want the audio VAE before the DiT", loads)
+			for _, c := range kept {
+				if i, te := slices.Index(loads, c), slices.Index(loads, "text_encoder"); i < 0 || te < 0 || i > te {
+					t.Errorf("loads %v: want %s preloaded before the text encoder", loads, c)
+				}
 			}
 			want, refCompiles := generate(m.ref.get(t))
 			if refCompiles == 0 {
@@ -95,5 +100,32 @@ func TestDecoderPrewarmCancel(t *testing.T) {
 	}
 	if len(res.Frames) == 0 || len(res.Audio) == 0 || len(res.Warnings) != 0 {
 		t.Errorf("the call after the cancelled one: %d frames, %d audio channels, warnings %q", len(res.Frames), len(res.Audio), res.Warnings)
+	}
+}
+
+// TestPreloadKeptAfterFailedCondition: a first call cancelled in Condition, once its DiT preload
+// has started, ends with the cancellation after the preload ends; the next call finds the DiT
+// resident (no second load) and makes the latents of a generator that never failed.
+func TestPreloadKeptAfterFailedCondition(t *testing.T) {
+	g := openGenerator(t, newTiny, WithMemoryPolicy(AllResident))
+	ctx, cancel := context.WithCancel(context.Background())
+	var loads []string
+	g.loadHook = func(c string) {
+		loads = append(loads, c)
+		if c == "dit" {
+			cancel()
+		}
+	}
+	req := Request{Prompt: "a red fox", Seed: Ptr[int64](7)}
+	if _, err := g.Generate(ctx, req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call cancelled during its DiT preload: %v, want context.Canceled", err)
+	}
+	res := latentsOnly(t, g, req)
+	if n := slices.Index(loads, "dit"); n < 0 || slices.Index(loads[n+1:], "dit") >= 0 {
+		t.Errorf("loads %v: want the DiT loaded once, by the first call's preload", loads)
+	}
+	ref := seed7Latents(t)
+	if !testutil.SameBits(res.Latents.Video, ref.Video) || !testutil.SameBits(res.Latents.Audio, ref.Audio) {
+		t.Error("the latents after a failed first call differ from a generator's that never failed")
 	}
 }

@@ -106,7 +106,8 @@ type Latents struct {
 type Timings struct {
 	Stages []StageTime
 	// Loads are the component loads (text_encoder, dit, video_vae, audio_vae, ...), each part of
-	// the stage that needed it.
+	// the stage that needed it; a load preloaded beside an earlier stage (a kept component's, on a
+	// first call) counts its whole time, though only what the stage waited for is in the stage's.
 	Loads []StageTime
 	// Phases are named parts of a stage, also counted in it: "preview" (Request.Preview's decodes,
 	// inside denoise), and Wan's two-stage refine (refine_stage1, refine_handoff and refine_stage2

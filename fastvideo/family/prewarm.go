@@ -76,12 +76,14 @@ func (s *Session) AwaitPrewarm() {
 }
 
 // Finish ends the run's background work: prewarm jobs still running are cancelled and waited for,
-// so that none outlives the run or a component it uses. The pipeline calls it when a run ends,
-// successful or not, before it releases the run's components.
+// so that none outlives the run or a component it uses, and preloads no stage took are waited for
+// and kept. The pipeline calls it when a run ends, successful or not, before it releases the run's
+// components.
 func (s *Session) Finish() {
 	for _, w := range s.prewarms {
 		w.cancel()
 		w.wg.Wait()
 	}
 	s.prewarms = nil
+	s.finishPreloads()
 }

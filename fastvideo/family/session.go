@@ -20,7 +20,8 @@ type Session struct {
 	noteLoad func(component string)
 	releases []func() error // non-resident components of the running stage, released last first
 
-	prewarms []*prewarm // decoder compiles started early (StartPrewarm), until awaited or the run ends
+	prewarms []*prewarm          // decoder compiles started early (StartPrewarm), until awaited or the run ends
+	preloads map[string]*preload // loads of kept components started early (Preload), until acquired
 
 	denoiseStart time.Time    // the first denoise phase's start (step events' Elapsed)
 	preview      *api.Preview // the running step's preview, until its event
@@ -75,13 +76,20 @@ type Component interface {
 	Close() error
 }
 
-// Acquire returns the resident component in *slot, or loads one (reporting name as a load and
-// timing it): kept in *slot when the engine keeps that component (Engine.Keeps), else released at
-// the end of the running stage.
+// Acquire returns the resident component in *slot, or the one a Preload of name loaded (waiting
+// for it), or loads one (reporting name as a load and timing it): kept in *slot when the engine
+// keeps that component (Engine.Keeps), else released at the end of the running stage.
 func Acquire[T Component](s *Session, slot *T, name string, load func() (T, error)) (T, error) {
 	var zero T
 	if *slot != zero {
 		return *slot, nil
+	}
+	if c, found, err := takePreload[T](s, name); found {
+		if err != nil {
+			return zero, err
+		}
+		*slot = c // only kept components preload
+		return c, nil
 	}
 	s.noteLoad(name)
 	t0 := time.Now()

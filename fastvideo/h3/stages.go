@@ -63,6 +63,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if err := checkPromptTokens(len(ids), len(r.estimatedTextTags()), r.Prompt); err != nil {
 		return err
 	}
+	p.preload()
 	var out textenc.Result
 	if len(r.keyframes) == 0 {
 		out, err = cond.Condition(ctx, r.Prompt)
@@ -95,10 +96,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err := p.prewarmDecoders(ctx); err != nil {
 		return err
 	}
-	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*h3dit.Model, error) {
-		return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
-			Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices}, c.LoRA)
-	})
+	dit, err := family.Acquire(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if err != nil {
 		return err
 	}
@@ -128,24 +126,24 @@ func (p *run) Denoise(ctx context.Context) error {
 	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
 }
 
-// prewarmDecoders loads the decoders that Decode will run and starts compiling their programs
+// prewarmDecoders takes the decoders that Decode will run (preloaded beside Condition) and starts compiling their programs
 // beside the denoise (docs/architecture.md, "Decoder prewarm"): only those the memory policy keeps,
 // which ChooseResidency keeps only where every other component still runs beside them, so that
 // loading them before the DiT holds no more on the device than a second run does. A decoder the
 // run does not need (no waveform wanted, no frames wanted, the tiny decoder) is left alone.
 func (p *run) prewarmDecoders(ctx context.Context) error {
-	c, req := p.c, p.s.Request
+	c := p.c
 	var jobs []func(context.Context) error
 	if p.needsAudio() && c.Engine.Keeps(family.CompAudioVAE) {
-		dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
+		dec, err := family.Acquire(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
 		if err != nil {
 			return err
 		}
 		n := p.r.Denoise.AudioLatents
 		jobs = append(jobs, func(ctx context.Context) error { return dec.PrepareRows(ctx, n) })
 	}
-	if family.WantsFrames(req) && p.r.Decoder != api.DecoderTiny && c.Engine.Keeps(family.CompVideoVAE) {
-		dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
+	if p.decodesVideo() && c.Engine.Keeps(family.CompVideoVAE) {
+		dec, err := family.Acquire(p.s, &c.video, family.CompVideoVAE, c.loadVideoVAE)
 		if err != nil {
 			return err
 		}
@@ -154,6 +152,34 @@ func (p *run) prewarmDecoders(ctx context.Context) error {
 	}
 	p.s.StartPrewarm(ctx, jobs...)
 	return nil
+}
+
+// preload starts loading the DiT and the decoders Decode will run, those the memory policy keeps,
+// beside the prompt's encoding (family.Preload; Denoise and Decode then wait for them).
+func (p *run) preload() {
+	c := p.c
+	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
+	if p.needsAudio() {
+		family.Preload(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
+	}
+	if p.decodesVideo() {
+		family.Preload(p.s, &c.video, family.CompVideoVAE, c.loadVideoVAE)
+	}
+}
+
+func (c *components) loadDiT() (*h3dit.Model, error) {
+	return c.Src.loadDiT(c.Engine, h3dit.Options{DType: c.Engine.DType, AdaLNManifest: c.spec.AdaLN,
+		Attention: c.Engine.Attention, Dispatch: c.Engine.QuantDispatch, FP8: c.Engine.FP8, Shards: c.Engine.Devices}, c.LoRA)
+}
+
+func (c *components) loadAudioVAE() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) }
+
+func (c *components) loadVideoVAE() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) }
+
+// decodesVideo reports whether Decode runs the full video VAE: frames are wanted and the tiny
+// decoder does not make them.
+func (p *run) decodesVideo() bool {
+	return family.WantsFrames(p.s.Request) && p.r.Decoder != api.DecoderTiny
 }
 
 // needsAudio reports whether Decode runs the audio VAE: for the file's audio track or the caller.
@@ -311,7 +337,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		p.audioRows = nil
 		return nil, p.decodeVideo(ctx, sink)
 	}
-	dec, err := family.Acquire(p.s, &c.audio, "audio_vae", func() (*h3audio.Decoder, error) { return c.Src.loadAudioVAE(c.Engine) })
+	dec, err := family.Acquire(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +400,7 @@ func (p *run) decodeVideo(ctx context.Context, sink family.FrameSink) error {
 		defer func() { p.videoLatents = nil }()
 		return familykit.TinyDecode(ctx, tiny, p.videoLatents, p.videoShape, sink)
 	}
-	dec, err := family.Acquire(p.s, &c.video, "video_vae", func() (*h3video.Decoder, error) { return c.Src.loadVideoVAE(c.Engine) })
+	dec, err := family.Acquire(p.s, &c.video, family.CompVideoVAE, c.loadVideoVAE)
 	if err != nil {
 		return err
 	}

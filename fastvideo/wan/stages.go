@@ -46,6 +46,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.preload()
 	var cached bool
 	if p.cond, res.PromptTokens, cached, err = p.encode(ctx, cond, r.Prompt); err != nil {
 		return err
@@ -119,7 +120,7 @@ func (p *run) Denoise(ctx context.Context) error {
 	if err := p.prewarmDecoder(ctx); err != nil {
 		return err
 	}
-	dit, err := family.Acquire(p.s, &c.dit, "dit", func() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine, c.LoRA) })
+	dit, err := family.Acquire(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if err != nil {
 		return err
 	}
@@ -172,17 +173,37 @@ func (p *run) Denoise(ctx context.Context) error {
 	return nil
 }
 
-// prewarmDecoder loads the VAE that Decode will run and starts compiling its programs beside the
-// denoise (docs/architecture.md, "Decoder prewarm"): only when the memory policy keeps it, which
+// preload starts loading the DiT and the VAE Decode will run, those the memory policy keeps, beside
+// the prompt's encoding (family.Preload; Denoise then waits for them).
+func (p *run) preload() {
+	c := p.c
+	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
+	if p.decodesVideo() {
+		family.Preload(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
+	}
+}
+
+func (c *components) loadDiT() (*wandit.Model, error) { return c.Src.loadDiT(c.Engine, c.LoRA) }
+
+func (c *components) loadVAE() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) }
+
+// decodesVideo reports whether Decode runs the full VAE: frames are wanted and the tiny decoder
+// does not make them.
+func (p *run) decodesVideo() bool {
+	return family.WantsFrames(p.s.Request) && p.r.Decoder != api.DecoderTiny
+}
+
+// prewarmDecoder takes the VAE that Decode will run (preloaded beside Condition) and starts
+// compiling its programs beside the denoise (docs/architecture.md, "Decoder prewarm"): only when the memory policy keeps it, which
 // ChooseResidency does only where every other component still runs beside it, so that loading it
 // before the DiT holds no more on the device than a second run does; and only when a decode needs
 // frames from the full VAE.
 func (p *run) prewarmDecoder(ctx context.Context) error {
-	c, req := p.c, p.s.Request
-	if !family.WantsFrames(req) || p.r.Decoder == api.DecoderTiny || !c.Engine.Keeps(family.CompVideoVAE) {
+	c := p.c
+	if !p.decodesVideo() || !c.Engine.Keeps(family.CompVideoVAE) {
 		return nil
 	}
-	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
+	dec, err := family.Acquire(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
 	if err != nil {
 		return err
 	}
@@ -377,7 +398,7 @@ func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, e
 		defer func() { p.latents = nil }()
 		return nil, familykit.TinyDecode(ctx, tiny, p.latents, shape, sink)
 	}
-	dec, err := family.Acquire(p.s, &c.vae, "video_vae", func() (*wanvae.Decoder, error) { return c.Src.loadVAE(c.Engine) })
+	dec, err := family.Acquire(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
 	if err != nil {
 		return nil, err
 	}
