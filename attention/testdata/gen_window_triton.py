@@ -23,8 +23,8 @@
 #   python3 attention/testdata/gen_window_triton.py [--bench] [--out DIR]
 #
 # Writes attention/window_triton.json (the kernel) and attention/testdata/window_triton.{json,safetensors}
-# (cases with ragged tiles, sink tiles inside and outside the band, a window narrower than a tile, and
-# float32 references of the masked attention), and with --bench times the kernel at the Wan 1.3B geometry.
+# (cases with ragged tiles, sink tiles inside and outside the band, a window narrower than a tile; the
+# float32 reference of the masked attention and the kernel's own output as JAX runs it), and with --bench times the kernel at the Wan 1.3B geometry.
 import argparse, base64, json, math, os, sys, time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -127,10 +127,10 @@ def reference(q, k, v, window, sink):
 
 # The parity cases: (name, sequence length, heads, window, sink).
 CASES = [
-    ("ragged_sink_outside_band", 300, 2, 100, 20),   # 5 tiles, the last 44 rows; sink tile 0 outside far bands
-    ("narrow_window", 200, 2, 30, 0),                # half 15: a band narrower than a tile
-    ("sink_spans_tiles", 390, 3, 64, 70),            # the sink reaches into tile 1
-    ("window_covers_all", 130, 2, 1000, 0),          # every tile, the kernel equals dense
+    ("ragged_sink_outside_band", 200, 2, 100, 20),   # 4 tiles, the last of 8 rows; sink tile 0 outside the far bands
+    ("narrow_window", 150, 1, 30, 0),                # half 15: a band narrower than a tile
+    ("sink_spans_tiles", 200, 1, 64, 70),            # the sink reaches into tile 1
+    ("window_covers_all", 100, 1, 1000, 0),          # every tile: the kernel equals dense
 ]
 
 
@@ -139,6 +139,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the kernel) with testdata/ below it")
     ap.add_argument("--bench", action="store_true", help="time the kernel at the Wan 1.3B geometry against dense SDPA")
     args = ap.parse_args()
+    import torch
+    bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)
     rng = np.random.default_rng(0)
     warps, stages = 4, 3
     tensors, cases = {}, []
@@ -150,10 +152,9 @@ def main():
         err = float(np.abs(ours - want).max())
         print(f"parity {name}: S={s} H={h} window={window} sink={sink}: vs float32 reference {err:.3g}")
         assert err < 3e-2, "the kernel disagrees"
-        for key, x in [("q", q), ("k", k), ("v", v)]:
-            tensors[f"{name}.{key}"] = np.asarray(np.asarray(x, np.float32))
-        tensors[f"{name}.out_kernel"] = ours
-        tensors[f"{name}.out_reference"] = want
+        for key, x in [("q", q), ("k", k), ("v", v), ("out_kernel", ours)]:
+            tensors[f"{name}.{key}"] = bf(x)  # exact: the values are bfloat16
+        tensors[f"{name}.out_reference"] = torch.from_numpy(want)
         cases.append({"name": name, "seq": s, "heads": h, "window": window, "sink": sink, "kernel_max_err": err})
 
     # One IR for every geometry: lower at two and compare the bytecode.
@@ -169,7 +170,6 @@ def main():
 
     timings = {}
     if args.bench:
-        import torch
         # Wan 1.3B at 480x832x81: 21 latent frames of 30x52 = 1,560 tokens, S = 32,760, 12 heads.
         s, h = 32760, 12
         q, k, v = (bf16(rng, (1, s, h, D)) for _ in range(3))
@@ -195,11 +195,11 @@ def main():
               "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
     with open(os.path.join(args.out, "window_triton.json"), "w") as fh:
         json.dump(kernel, fh, indent=1)
-    from safetensors.numpy import save_file
+    from safetensors.torch import save_file
     meta = {"kind": "window_triton", "generator": "attention/testdata/gen_window_triton.py", "head_dim": D, "cases": cases,
             "jax": jax.__version__, "plugin": plugin_version(),
-            "note": "per case NAME: NAME.q, .k, .v [1, S, H, D] (bfloat16 values stored as float32); NAME.out_reference float32 "
-                    "masked attention (|i-j| <= window//2 or j < sink); NAME.out_kernel the kernel's bfloat16 output as float32"}
+            "note": "per case NAME: NAME.q, .k, .v [1, S, H, D] bfloat16; NAME.out_reference float32 masked attention of them "
+                    "(|i-j| <= window//2 or j < sink); NAME.out_kernel the kernel's bfloat16 output (JAX running it)"}
     save_file(tensors, os.path.join(args.out, "testdata", "window_triton.safetensors"), metadata={"refgen": json.dumps(meta)})
     with open(os.path.join(args.out, "testdata", "window_triton.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
