@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,7 @@ var (
 	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
+	clipDrift    = flag.Bool("clip-drift", false, "clip: after each variant's timed calls, one more call that returns its frames (not timed); every variant after the first reports its frames' PSNR and mean absolute difference against the first variant's (same seed: what a mode changes, such as VSA or a window against dense)")
 	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step), enhance (the template prompt enhancer) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
@@ -102,7 +104,8 @@ func benchClip(spec string, c common) error {
 	defer g.Close()
 	be, dt := g.Backend()
 	fmt.Printf("clip: %s opened in %.2f s on %s (%s)\n", *clipModel, time.Since(t0).Seconds(), be, dt)
-	for _, v := range variants {
+	var ref [][]byte // the first variant's frames, with -clip-drift
+	for i, v := range variants {
 		req, err := v.request(g, out)
 		if err != nil {
 			return err
@@ -110,8 +113,52 @@ func benchClip(spec string, c common) error {
 		if err := runClipCalls(g, req, v.name, 1+c.Warmup+c.Iters); err != nil {
 			return err
 		}
+		if !*clipDrift {
+			continue
+		}
+		req.SkipSave, req.ReturnFrames = true, true
+		res, err := g.Generate(context.Background(), req)
+		if err != nil {
+			return fmt.Errorf("clip %s frames for -clip-drift: %w", v.name, err)
+		}
+		if i == 0 {
+			ref = res.Frames
+			continue
+		}
+		psnr, mad, err := frameDrift(res.Frames, ref)
+		if err != nil {
+			return fmt.Errorf("clip %s against %s: %w", v.name, variants[0].name, err)
+		}
+		fmt.Printf("clip drift: %s against %s (seed %d): PSNR %.2f dB, mean absolute difference %.2f of 255\n",
+			v.name, variants[0].name, c.Seed, psnr, mad)
 	}
 	return nil
+}
+
+// frameDrift is the PSNR (8-bit peak) and the mean absolute difference of frames against ref.
+func frameDrift(frames, ref [][]byte) (psnr, mad float64, err error) {
+	if len(frames) != len(ref) {
+		return 0, 0, fmt.Errorf("%d frames against %d", len(frames), len(ref))
+	}
+	var sq, abs, n float64
+	for i, f := range frames {
+		if len(f) != len(ref[i]) {
+			return 0, 0, fmt.Errorf("frame %d has %d bytes against %d", i, len(f), len(ref[i]))
+		}
+		for j, b := range f {
+			d := float64(b) - float64(ref[i][j])
+			sq += d * d
+			abs += math.Abs(d)
+		}
+		n += float64(len(f))
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("no frames")
+	}
+	if sq == 0 {
+		return math.Inf(1), 0, nil
+	}
+	return 10 * math.Log10(255*255/(sq/n)), abs / n, nil
 }
 
 // clipVariant is one request shape of -clip-variants; the model and its loads are shared, so each
