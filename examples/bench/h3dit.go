@@ -19,14 +19,15 @@ import (
 var (
 	h3ditFlags = newDiTFlags("h3dit", " (multiple of 32)", 124, "(17n+5)", 93,
 		"prompt tokens (93 gives the 14,937-row document at 832x480x124)")
-	h3ditCached  = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
-	h3ditQBits   = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
-	h3ditVSA     = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
-	h3ditShards  = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
-	h3ditVSATile = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
-	h3ditGroup   = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
-	h3ditFP8Ref  = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
-	h3ditFP8     = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
+	h3ditCached   = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
+	h3ditQBits    = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
+	h3ditVSA      = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
+	h3ditShards   = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
+	h3ditShardRef = flag.Bool("h3dit-shards-snr", true, "h3dit: with -h3dit-shards above 1, then draw the one-shard model from the same seed, run the same inputs (dense, and VSA with -h3dit-vsa) and report the sharded outputs' SNR against it")
+	h3ditVSATile  = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
+	h3ditGroup    = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
+	h3ditFP8Ref   = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
+	h3ditFP8      = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
 
 func init() {
@@ -131,8 +132,44 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
 	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile\n",
 		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k)
-	_, err = measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
-	return err
+	vsaVideo, err := measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	if err != nil || *h3ditShards == 1 || !*h3ditShardRef || scheme != nil || *h3ditFP8 != "" {
+		return err
+	}
+	// The tensor-parallel forwards (each device its heads, the VSA fine stage included) against the
+	// model they split, drawn from the same seed.
+	ref, refVSA, err := oneShardH3DiT(b, cfg, dt, doc, textTokens, in.VSA, c)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("h3dit: %d shards against one, same seed and inputs: dense video SNR %.1f dB, VSA video SNR %.1f dB\n",
+		*h3ditShards, hostmath.SNRdB(video, ref), hostmath.SNRdB(vsaVideo, refVSA))
+	return nil
+}
+
+// oneShardH3DiT draws the one-shard model from the bench's seed and returns its dense and VSA (vsa)
+// video outputs on the document's inputs.
+func oneShardH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, doc *h3ditDocument, textTokens int, vsa *h3.VSA, c common) (dense, sparse []float32, err error) {
+	m, err := h3.NewRandom(b, cfg, h3ditOptions(dt, c), int64(c.Seed))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	in, text, err := h3ditInputs(m, cfg, doc, textTokens, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer text.Close()
+	out, err := m.Forward(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	in.VSA = vsa
+	outVSA, err := m.Forward(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Video, outVSA.Video, nil
 }
 
 // h3ditInputs draws the document's inputs and refines the prompt once on m (text must be closed).
