@@ -130,8 +130,12 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		return fmt.Errorf("h3dit bench: %w", err)
 	}
 	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
-	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile\n",
-		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k)
+	fine := "the Triton kernel"
+	if err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); err != nil {
+		fine = "gathered tiles (" + err.Error() + ")"
+	}
+	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile; fine stage: %s\n",
+		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k, fine)
 	vsaVideo, err := measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
 	if err != nil || *h3ditShards == 1 || !*h3ditShardRef || scheme != nil || *h3ditFP8 != "" {
 		return err
