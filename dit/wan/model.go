@@ -70,8 +70,10 @@ type Model struct {
 
 	stages *modelkit.Stages[*stageExecs]
 	rope   *modelkit.RopeCache[[3]int]
-	// vsaExecs are the VSA block executables of the token grids met so far.
-	vsaExecs modelkit.ExecCache[vsaKey]
+	// vsaExecs are the VSA block executables of the token grids met so far; windowExecs the windowed
+	// ones of the windows met so far.
+	vsaExecs    modelkit.ExecCache[vsaKey]
+	windowExecs modelkit.ExecCache[windowKey]
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -115,8 +117,8 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	p.set.AfterBindAll(opts.OnBind)
 	return &Model{
 		cfg: cfg, backend: backend, dtype: dt, p: p,
-		vsaExecs: modelkit.ExecCache[vsaKey]{},
-		rope:     modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
+		vsaExecs: modelkit.ExecCache[vsaKey]{}, windowExecs: modelkit.ExecCache[windowKey]{},
+		rope: modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, FFN: cfg.FFNDim, Width: cfg.HiddenSize(),
 			Eps: cfg.Eps, Attention: opts.Attention,
@@ -163,6 +165,7 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.vsaExecs.Finalize()
+	m.windowExecs.Finalize()
 	set := m.p.set
 	if m.sharesWeights {
 		set = weights.NewSet("") // the original's to release
