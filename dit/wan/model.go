@@ -113,6 +113,10 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	if opts.Attention.Window != nil {
+		// A window belongs to the self-attention of one forward (cross-attention stays dense).
+		return nil, fmt.Errorf("wan: Options.Attention.Window is set; leave it nil and set ForwardInputs.Window for the forwards to window")
+	}
 	p := declareParams(cfg)
 	p.set.AfterBindAll(opts.OnBind)
 	return &Model{

@@ -12,8 +12,8 @@ import (
 // windowKey identifies one windowed block executable: the window is a graph constant (the block map
 // is built from it and the sequence length at compile time).
 type windowKey struct {
-	tokens, sink int
-	multi        bool // per-token timesteps (the executable takes TIdx)
+	window attention.Window
+	multi  bool // per-token timesteps (the executable takes TIdx)
 }
 
 // planWindow checks a forward's window against its l tokens and the VSA request; it returns nil when
@@ -38,9 +38,9 @@ func planWindow(w *attention.Window, vsa *VSA, l int) (*attention.Window, error)
 // windowExec returns the block executable whose self-attention runs under window w (cross-attention
 // stays dense, as fastvideo/mlx_runtime/fastwan.py windows only the self-attention).
 func (m *Model) windowExec(w *attention.Window, multi bool) *Exec {
-	key := windowKey{tokens: w.Tokens, sink: w.Sink, multi: multi}
+	key := windowKey{window: *w, multi: multi}
 	spec := m.spec
-	spec.Window = &attention.Window{Tokens: w.Tokens, Sink: w.Sink}
+	spec.Window = &key.window
 	e, _ := m.windowExecs.Get(key, func() (*Exec, error) {
 		return graphexec.MustExec(m.backend, "wan.block_window", blockFn(spec, multi, false)), nil
 	})

@@ -65,6 +65,10 @@ func TestWindowRejectsBadForwards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := FromSource(testutil.Backend(t), cfg, fx.Weights(), Options{Attention: attention.Options{Window: &attention.Window{Tokens: 8}}}); err == nil ||
+			!strings.Contains(err.Error(), "ForwardInputs.Window") {
+			t.Errorf("a model-wide window: %v, want an error pointing at ForwardInputs.Window", err)
+		}
 		for _, c := range []struct {
 			w    attention.Window
 			vsa  *VSA
