@@ -68,11 +68,6 @@ func (w Window) checkSizes() error {
 	return nil
 }
 
-// Allows reports whether query i sees key j.
-func (w Window) Allows(i, j int) bool {
-	return j < w.Sink || max(i-j, j-i) <= w.Half()
-}
-
 // WindowBlocks is the block map of a window over a sequence: for each WindowTile-row query tile (the
 // last one ragged), the key tiles holding a key some of its queries see, ascending and without
 // duplicates: the sink tiles [0, ceil(Sink/64)) and the band tiles [max(0, q0 − half)/64,

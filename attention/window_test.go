@@ -24,7 +24,7 @@ func refWindowTiles(s int, w Window) [][]int32 {
 			hit := false
 			for i := qt * WindowTile; i < min(s, (qt+1)*WindowTile) && !hit; i++ {
 				for j := kt * WindowTile; j < min(s, (kt+1)*WindowTile) && !hit; j++ {
-					hit = w.Allows(i, j)
+					hit = j < w.Sink || max(i-j, j-i) <= w.Tokens/2
 				}
 			}
 			if hit {
