@@ -81,12 +81,24 @@ type Options struct {
 	// path then runs the fused kernel on each query tile's gathered key tiles; the exact path is the
 	// masked dense oracle (small sequences: it materializes [H, L, L]).
 	Sparse *Sparse
+	// Window, when set, makes self-attention windowed with sink tokens (see Window; not with Sparse).
+	// PathExact then runs the masked dense oracle, every other path the block path; a window of the
+	// whole sequence or more is the dense attention of the path.
+	Window *Window
 }
 
 // Resolve returns the path Attend will take for inputs of the given dtype and head width on backend, or an
 // error when the requested path cannot run there. Call it before building graphs to report configuration
 // problems as errors.
 func Resolve(backend compute.Backend, dtype dtypes.DType, headDim int, opts Options) (Path, error) {
+	if w := opts.Window; w != nil {
+		if opts.Sparse != nil {
+			return PathAuto, fmt.Errorf("attention: Options.Window and Options.Sparse are both set; use one (windowed or block-sparse attention)")
+		}
+		if err := w.checkSizes(); err != nil {
+			return PathAuto, err
+		}
+	}
 	fusedOK, why := fusedAvailable(backend, dtype, headDim)
 	switch opts.Path {
 	case PathExact:
@@ -122,8 +134,8 @@ func fusedAvailable(backend compute.Backend, dtype dtypes.DType, headDim int) (b
 	return true, ""
 }
 
-// Attend computes softmax(scale·q·kᵀ)·v without a mask, or with Options.Sparse the block-sparse
-// attention it describes.
+// Attend computes softmax(scale·q·kᵀ)·v without a mask, or with Options.Sparse or Options.Window the
+// block-sparse or windowed attention they describe.
 //
 // q is [B, Lq, H, D]; k and v are [B, Lk, H, D] (Lk may differ from Lq). The result is [B, Lq, H, D] in
 // the dtype of q. Attend panics (graph-building convention) when the forced path cannot run; callers
@@ -144,6 +156,14 @@ func Attend(q, k, v *Node, opts Options) *Node {
 	}
 	if opts.Sparse != nil {
 		return attendSparse(q, k, v, opts.Sparse, scale, path)
+	}
+	if w := opts.Window; w != nil {
+		if err := w.Check(q.Shape().Dim(1)); err != nil {
+			panic(err)
+		}
+		if !w.Dense(q.Shape().Dim(1)) {
+			return attendWindow(q, k, v, *w, scale, opts.Path == PathExact)
+		}
 	}
 	if path == PathFused {
 		out, _ := gmattn.Core(q, k, v, gmattn.LayoutBSHD, gmattn.CoreOptions{Scale: scale})

@@ -275,7 +275,8 @@ func gatheredVideo(q, qt, kt, vt, sel *Node, s *Sparse, scale float64, fused boo
 		} else {
 			kv := Gather(Where(valid, Ones(g, shapes.Make(dtypes.Float32, nT, e)), Zeros(g, shapes.Make(dtypes.Float32, nT, e))),
 				ExpandAxes(Slice(idx, AxisRange(), AxisRange(), AxisRange(), AxisElem(1)), -1)) // [V, hc, K, 1, E]
-			ob = blockExact(qb, kb, vb, Reshape(kv, nv, hc, 1, kTiles*e), scale)
+			keep := Reshape(kv, nv, hc, 1, kTiles*e)
+			ob = blockExact(qb, kb, vb, GreaterThan(keep, ZerosLike(keep)), scale)
 		}
 		parts = append(parts, ob)
 	}
@@ -326,9 +327,10 @@ func padChannel(x, valid *Node, scale float64, first bool) *Node {
 }
 
 // blockExact is float32 attention of query blocks q [V, hc, E, D] over gathered keys k, v [V, hc, S, D]
-// with the key validity keep [V, hc, 1, S] (1 valid, 0 pad); the result [V, hc, E, D] is float32.
-func blockExact(q, k, v, keep *Node, scale float64) *Node {
+// under the mask allowed (bool, broadcast to [V, hc, E, S]: VSA's key validity [V, hc, 1, S], the
+// window's element mask [V, 1, E, S]); the result [V, hc, E, D] is float32.
+func blockExact(q, k, v, allowed *Node, scale float64) *Node {
 	s := MulScalar(Einsum("bhqd,bhkd->bhqk", ConvertDType(q, dtypes.Float32), ConvertDType(k, dtypes.Float32)), scale)
-	mask := BroadcastToDims(GreaterThan(keep, ZerosLike(keep)), s.Shape().Dimensions...)
+	mask := BroadcastToDims(allowed, s.Shape().Dimensions...)
 	return Einsum("bhqk,bhkd->bhqd", MaskedSoftmax(s, mask, -1), ConvertDType(v, dtypes.Float32))
 }

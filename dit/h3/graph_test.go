@@ -3,6 +3,7 @@ package h3
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -146,6 +147,12 @@ func TestNewRandomRuns(t *testing.T) {
 	cfg := Config{NumLayers: 2, NumRefinerLayers: 1, HiddenSize: 32, NumAttentionHeads: 2, AttentionHeadDim: 16,
 		FFNDim: 48, InChannels: 4, AudioInChannels: 8, PatchSize: []int{1, 2, 2}, TextDim: 16, FreqDim: 32,
 		TimeEmbedHiddenDim: 24, TimeEmbedDim: 12, RopeFreqDim: 2, RopeTheta: 10000, NormEps: 1e-5, QKNormEps: 1e-5, FinalNormEps: 1e-5}
+	// Windowed attention is the Wan family's: asking it of H3 is an error, not a silent window over
+	// the joint sequence.
+	if _, err := NewRandom(testutil.Backend(t), cfg, Options{Attention: attention.Options{Window: &attention.Window{Tokens: 8}}}, 7); err == nil ||
+		!strings.Contains(err.Error(), "Options.Attention.Window") || !strings.Contains(err.Error(), "Wan family") {
+		t.Errorf("H3 with a window: %v, want an error naming the field and the Wan family", err)
+	}
 	m, err := NewRandom(testutil.Backend(t), cfg, Options{}, 7)
 	if err != nil {
 		t.Fatal(err)

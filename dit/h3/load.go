@@ -107,6 +107,9 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	if opts.Attention.Window != nil {
+		return nil, fmt.Errorf("h3: Options.Attention.Window is set, but windowed attention is the Wan family's (dit/wan ForwardInputs.Window); leave it nil")
+	}
 	if err := opts.Dispatch.Validate(); err != nil {
 		return nil, fmt.Errorf("h3: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/hostmath"
 	"fastvideo/internal/modelkit"
@@ -206,6 +207,10 @@ type ForwardInputs struct {
 	TextState *TextState
 	// VSA, when set, runs the self-attention with Video Sparse Attention (VSA-trained checkpoints).
 	VSA *VSA
+	// Window, when set, runs the self-attention windowed with sink tokens (attention.Window; never
+	// with VSA): a research knob, the checkpoints are dense-trained. A window of the forward's tokens or
+	// more runs the dense forward.
+	Window *attention.Window
 }
 
 // Forward runs the transformer and returns the predicted velocity [out_channels, Frames, Height, Width]
@@ -233,6 +238,10 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 		defer t.Close()
 		text = t
 	}
+	window, err := planWindow(in.Window, in.VSA, nt*nh*nw)
+	if err != nil {
+		return nil, err
+	}
 	vsa, err := m.planVSA(in.VSA, [3]int{nt, nh, nw})
 	if err != nil {
 		return nil, err
@@ -246,7 +255,7 @@ func (m *Model) Forward(in ForwardInputs) (out []float32, err error) {
 		return nil, err
 	}
 	args := blockInputs[*tensors.Tensor]{Text: text.Tensor(), TProj: st.tproj, Cos: cos, Sin: sin, TIdx: st.tIdx, multi: st.tIdx != nil}
-	if x, err = m.runBlocks(x, args, vsa); err != nil {
+	if x, err = m.runBlocks(x, args, vsa, window); err != nil {
 		return nil, err
 	}
 	return m.project(x, st, nt, nh, nw)
@@ -339,11 +348,14 @@ func (m *Model) embedPatches(in *ForwardInputs) (*tensors.Tensor, error) {
 }
 
 // runBlocks runs every block on x (consumed) with args' text, time and RoPE inputs, with VSA when vsa is
-// set.
-func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], vsa *vsaPlan) (*tensors.Tensor, error) {
+// set, windowed when window is.
+func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], vsa *vsaPlan, window *attention.Window) (*tensors.Tensor, error) {
 	for b := range m.p.Blocks {
 		args.X = x
 		exec := m.blockExec(vsa, b, args.multi)
+		if window != nil {
+			exec = m.windowExec(window, args.multi)
+		}
 		w := m.p.Blocks[b].bound(vsa != nil)
 		res, err := m.call(exec, graphexec.Pack(&args, graphexec.Values(w)...)...)
 		graphexec.Finalize(x)

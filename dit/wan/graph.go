@@ -29,6 +29,8 @@ type blockSpec struct {
 	// VSA, when set, makes the self-attention block-sparse (WanTransformerBlock_VSA); its Gate is filled
 	// in the graph from the block's to_gate_compress.
 	VSA *attention.Sparse
+	// Window, when set, makes the self-attention windowed (never with VSA; cross-attention stays dense).
+	Window *attention.Window
 }
 
 // linearWeights, attnWeights and blockWeights are a block's weights by name: graph nodes while an
@@ -114,13 +116,15 @@ func applyRope(x, cos, sin *Node) *Node {
 // then bias). kv is the key/value source rows [Lk, D]; cos/sin rotate q and k (self-attention) or are nil.
 // sparse (self-attention under VSA only) makes the attention block-sparse, with the compression gate
 // to_gate_compress(h) when gate.W is set (WanTransformerBlock_VSA.forward: the gate is neither normed
-// nor rotated).
-func (s blockSpec) attend(h, kv *Node, w attnWeights[*Node], cos, sin *Node, sparse *attention.Sparse, gate linearWeights[*Node]) *Node {
+// nor rotated); window (self-attention only) makes it windowed.
+func (s blockSpec) attend(h, kv *Node, w attnWeights[*Node], cos, sin *Node, sparse *attention.Sparse, window *attention.Window,
+	gate linearWeights[*Node]) *Node {
 	l, lk := h.Shape().Dim(0), kv.Shape().Dim(0)
 	q := s.qkNorm(nn.Linear(h, w.Q.W, w.Q.B), w.NormQ, cos, sin)
 	k := s.qkNorm(nn.Linear(kv, w.K.W, w.K.B), w.NormK, cos, sin)
 	v := Reshape(nn.Linear(kv, w.V.W, w.V.B), 1, lk, s.Heads, s.HeadDim)
 	opts := s.Attention
+	opts.Window = window
 	if sparse != nil {
 		sp := *sparse
 		if gate.W != nil {
@@ -153,13 +157,13 @@ func (s blockSpec) block(x, text, tproj, tIdx, cos, sin *Node, w *blockWeights[*
 
 	// Self-attention with the gated residual in float32.
 	n := ConvertDType(nn.Modulate(nn.LayerNorm(x, nil, nil, s.Eps), shiftMSA, scaleMSA), dt)
-	attn := s.attend(n, n, w.Self, cos, sin, s.VSA, w.Gate)
+	attn := s.attend(n, n, w.Self, cos, sin, s.VSA, s.Window, w.Gate)
 	r := Add(nn.F32(x), Mul(nn.F32(attn), gateMSA))
 	x = ConvertDType(r, dt)
 
 	// Cross-attention on the affine LayerNorm (norm2) of the float32 residual; ungated add.
 	n2 := Add(Mul(nn.LayerNorm(r, nil, nil, s.Eps), ExpandAxes(nn.F32(w.Norm2W), 0)), ExpandAxes(nn.F32(w.Norm2B), 0))
-	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil, nil, linearWeights[*Node]{})
+	cross := s.attend(ConvertDType(n2, dt), text, w.Cross, nil, nil, nil, nil, linearWeights[*Node]{})
 	x = Add(x, ConvertDType(cross, dt))
 
 	// Feed-forward with the gated residual in float32.

@@ -70,8 +70,10 @@ type Model struct {
 
 	stages *modelkit.Stages[*stageExecs]
 	rope   *modelkit.RopeCache[[3]int]
-	// vsaExecs are the VSA block executables of the token grids met so far.
-	vsaExecs modelkit.ExecCache[vsaKey]
+	// vsaExecs are the VSA block executables of the token grids met so far; windowExecs the windowed
+	// ones of the windows met so far.
+	vsaExecs    modelkit.ExecCache[vsaKey]
+	windowExecs modelkit.ExecCache[windowKey]
 
 	// trace, when set (tests), receives named float32 copies of intermediates (names as the fixtures'
 	// act.* tensors) and switches to executables that also return them.
@@ -111,12 +113,16 @@ func newModel(backend compute.Backend, cfg Config, opts Options) (*Model, error)
 	if _, err := attention.Resolve(backend, dt, cfg.AttentionHeadDim, opts.Attention); err != nil {
 		return nil, err
 	}
+	if opts.Attention.Window != nil {
+		// A window belongs to the self-attention of one forward (cross-attention stays dense).
+		return nil, fmt.Errorf("wan: Options.Attention.Window is set; leave it nil and set ForwardInputs.Window for the forwards to window")
+	}
 	p := declareParams(cfg)
 	p.set.AfterBindAll(opts.OnBind)
 	return &Model{
 		cfg: cfg, backend: backend, dtype: dt, p: p,
-		vsaExecs: modelkit.ExecCache[vsaKey]{},
-		rope:     modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
+		vsaExecs: modelkit.ExecCache[vsaKey]{}, windowExecs: modelkit.ExecCache[windowKey]{},
+		rope: modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, FFN: cfg.FFNDim, Width: cfg.HiddenSize(),
 			Eps: cfg.Eps, Attention: opts.Attention,
@@ -163,6 +169,7 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.vsaExecs.Finalize()
+	m.windowExecs.Finalize()
 	set := m.p.set
 	if m.sharesWeights {
 		set = weights.NewSet("") // the original's to release

@@ -28,9 +28,9 @@ func (m *Model) Replica(dev compute.DeviceNum) (r *Model, err error) {
 	}
 	r = &Model{
 		cfg: m.cfg, backend: m.backend, dtype: m.dtype, p: declareParams(m.cfg), spec: m.spec,
-		vsaExecs: modelkit.ExecCache[vsaKey]{},
-		rope:     modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
-		device:   dev, sharesWeights: dev == m.device,
+		vsaExecs: modelkit.ExecCache[vsaKey]{}, windowExecs: modelkit.ExecCache[windowKey]{},
+		rope:   modelkit.NewRopeCache(func(a, b [3]int) bool { return a == b }),
+		device: dev, sharesWeights: dev == m.device,
 	}
 	r.rope.Device = dev
 	if err := r.placeWeights(m); err != nil {

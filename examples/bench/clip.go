@@ -44,7 +44,9 @@ var (
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
 	clipDrift    = flag.Bool("clip-drift", false, "clip: after each variant's timed calls, one more call that returns its frames (not timed); every variant after the first reports its frames' PSNR and mean absolute difference against the first variant's (same seed: what a mode changes, such as VSA or a window against dense)")
-	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step), enhance (the template prompt enhancer) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
+	clipWindow   = flag.Int("clip-attention-window", 0, "clip (Wan): windowed self-attention of this many tokens (t2v -attention-window) for the flags' request and the window variant; 0: off")
+	clipWinSink  = flag.Int("clip-attention-window-sink", 0, "clip (Wan): the window's sink tokens (t2v -attention-window-sink)")
+	clipVariants = flag.String("clip-variants", "", "clip: request variants run in turn on one loaded model, comma-separated, each tokens joined by +: default, dense, vsa, window (Wan: -clip-attention-window), fast, spatial, refine (Wan DMD two-stage refine), image, last, alt (other synthetic images), tiny (the TAEHV tiny decoder), preview (a tiny-decoder preview every step), enhance (the template prompt enhancer) (e.g. default,fast,spatial,fast+spatial,refine,image+last; images are the -clip-image files or a synthetic gradient); empty: the one request the other -clip-* flags describe")
 )
 
 func init() {
@@ -166,6 +168,8 @@ func frameDrift(frames, ref [][]byte) (psnr, mad float64, err error) {
 type clipVariant struct {
 	name                      string
 	dense, vsa, fast, spatial bool
+	// window is Wan's windowed self-attention of -clip-attention-window tokens.
+	window bool
 	// refine is Wan's two-stage refine (DMD models; it wins over spatial).
 	refine                bool
 	firstImage, lastImage bool
@@ -182,7 +186,7 @@ type clipVariant struct {
 // is the single request the other -clip-* flags describe.
 func parseClipVariants(list string) ([]clipVariant, error) {
 	if list == "" {
-		return []clipVariant{{name: "flags", dense: *clipDense, fast: *clipFast, spatial: *clipFastSp,
+		return []clipVariant{{name: "flags", dense: *clipDense, fast: *clipFast, spatial: *clipFastSp, window: *clipWindow != 0,
 			firstImage: *clipImage != "", lastImage: *clipLast != ""}}, nil
 	}
 	if *clipDense || *clipFast || *clipFastSp {
@@ -198,7 +202,7 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 			}
 			on := v.switchOf(tok)
 			if on == nil {
-				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, fast, spatial, refine, image, last, alt, tiny, preview, enhance joined by + (e.g. fast+spatial+tiny)", list, tok)
+				return nil, badFlag("invalid -clip-variants %q: unknown %q; use default, dense, vsa, window, fast, spatial, refine, image, last, alt, tiny, preview, enhance joined by + (e.g. fast+spatial+tiny)", list, tok)
 			}
 			*on = true
 		}
@@ -209,8 +213,36 @@ func parseClipVariants(list string) ([]clipVariant, error) {
 
 // switchOf is the switch of v that the -clip-variants token tok turns on; nil for an unknown token.
 func (v *clipVariant) switchOf(tok string) *bool {
-	return map[string]*bool{"dense": &v.dense, "vsa": &v.vsa, "fast": &v.fast, "spatial": &v.spatial, "refine": &v.refine,
+	return map[string]*bool{"dense": &v.dense, "vsa": &v.vsa, "window": &v.window, "fast": &v.fast, "spatial": &v.spatial, "refine": &v.refine,
 		"image": &v.firstImage, "last": &v.lastImage, "alt": &v.alt, "tiny": &v.tiny, "preview": &v.preview, "enhance": &v.enhance}[tok]
+}
+
+// attention sets the variant's attention knobs on req: VSA off (dense) or on, or Wan's window.
+func (v clipVariant) attention(fam string, req *fastvideo.Request) error {
+	if v.window {
+		switch {
+		case v.dense || v.vsa:
+			return badFlag("invalid -clip-variants/-clip-dense %q: the window excludes dense and vsa", v.name)
+		case fam != wan.FamilyName:
+			return badFlag("invalid -clip-attention-window/window variant: windowed attention is for the Wan family, not %s", fam)
+		case *clipWindow < 1:
+			return badFlag("invalid -clip-attention-window %d: the window variant needs 1 token or more", *clipWindow)
+		}
+		req.Options = &wan.Options{AttentionWindow: &wan.AttentionWindow{Tokens: *clipWindow, Sink: *clipWinSink}}
+		return nil
+	}
+	if !v.dense && !v.vsa {
+		return nil
+	}
+	switch fam {
+	case h3.FamilyName:
+		req.Options = &h3.Options{VSA: &h3.VSA{Off: v.dense}}
+	case wan.FamilyName:
+		req.Options = &wan.Options{VSA: &wan.VSA{Off: v.dense}}
+	default:
+		return badFlag("-clip-variants dense/vsa: the %s family has no VSA switch", fam)
+	}
+	return nil
 }
 
 // request builds the variant's request; images come from -clip-image / -clip-last-image, else a
@@ -222,15 +254,8 @@ func (v clipVariant) request(g *fastvideo.VideoGenerator, out string) (fastvideo
 	if v.tiny {
 		req.Decoder = fastvideo.DecoderTiny
 	}
-	if v.dense || v.vsa {
-		switch fam := g.Model().Family; fam {
-		case h3.FamilyName:
-			req.Options = &h3.Options{VSA: &h3.VSA{Off: v.dense}}
-		case wan.FamilyName:
-			req.Options = &wan.Options{VSA: &wan.VSA{Off: v.dense}}
-		default:
-			return req, badFlag("-clip-variants dense/vsa: the %s family has no VSA switch", fam)
-		}
+	if err := v.attention(g.Model().Family, &req); err != nil {
+		return req, err
 	}
 	var err error
 	if v.firstImage {

@@ -48,6 +48,7 @@ var command = cli.Command{
 		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (the default in a build without the block-sparse kernel, where it is faster; the GPU build has the kernel and runs VSA by default, see BENCHMARKS.md)")
 		vsaOn := fs.Bool("vsa", false, "FastWan: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
 		sparsity := fs.Float64("vsa-sparsity", 0, "FastWan: VSA sparsity in [0, 1) (default: the model's, 0.8 for 1.3B, 0.9 for 14B)")
+		applyWindow := defineWindow(fs)
 		applyRefine := defineRefine(fs)
 		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.GuidanceScale = *guidance
@@ -59,6 +60,10 @@ var command = cli.Command{
 			if *dense && (*vsaOn || set["vsa-sparsity"]) {
 				return &fastvideo.RequestError{Field: "vsa", Value: "-dense-attention with -vsa/-vsa-sparsity", Allowed: "one of -dense-attention or -vsa"}
 			}
+			if err := applyWindow(&opts, set, *dense || *vsaOn || set["vsa-sparsity"]); err != nil {
+				return err
+			}
+			touched = touched || opts.AttentionWindow != nil
 			if set["warp-denoising-steps"] {
 				opts.WarpDenoisingSteps = fastvideo.Ptr(*warp)
 			}
@@ -80,6 +85,25 @@ func main() { command.Main() }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return command.Run(ctx, args, stdout, stderr)
+}
+
+// defineWindow registers the attention window flags (the MLX Wan runtime's FASTVIDEO_MLX_WINDOW and
+// FASTVIDEO_MLX_WINDOW_SINK) and returns what applies them; otherAttention says -dense-attention, -vsa
+// or -vsa-sparsity is set, which a window excludes.
+func defineWindow(fs *flag.FlagSet) func(*wan.Options, map[string]bool, bool) error {
+	tokens := fs.Int("attention-window", 0, "windowed self-attention: each token sees the tokens within N/2 of it (frame-major: N = 2k × a latent frame's tokens spans about ±k frames; -plan shows both); a research knob: the checkpoints are dense-trained and the video drifts; excludes -vsa and -dense-attention (0: off)")
+	sink := fs.Int("attention-window-sink", 0, "with -attention-window: the leading tokens every query also sees (0: none)")
+	return func(opts *wan.Options, set map[string]bool, otherAttention bool) error {
+		if !set["attention-window"] && !set["attention-window-sink"] {
+			return nil
+		}
+		if otherAttention && *tokens != 0 {
+			return &fastvideo.RequestError{Field: "attention_window", Value: *tokens,
+				Allowed: "0 with -dense-attention, -vsa or -vsa-sparsity: use one attention choice"}
+		}
+		opts.AttentionWindow = &wan.AttentionWindow{Tokens: *tokens, Sink: *sink}
+		return nil
+	}
 }
 
 // defineRefine registers the two-stage refine flags (the MLX Wan CLI's --refine, --refine-scale,

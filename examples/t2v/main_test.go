@@ -213,6 +213,36 @@ func TestVSAFlags(t *testing.T) {
 	})
 }
 
+// TestAttentionWindowFlags: -attention-window and -attention-window-sink map onto the request (the
+// plan's attention row names the window in tokens and in latent frames of the plan's own grid; on
+// FastWan it runs instead of VSA), 0 is off, and bad values or a window with another attention choice
+// exit 2 naming the flag.
+func TestAttentionWindowFlags(t *testing.T) {
+	_, d := plan(t, "-model", "wan2.1-t2v-1.3b")
+	frame := d.TokenGrid[1] * d.TokenGrid[2]
+	_, dw := plan(t, "-model", "wan2.1-t2v-1.3b", "-attention-window", fmt.Sprint(4*frame), "-attention-window-sink", "3")
+	if want := fmt.Sprintf("windowed: ±%d tokens (≈ ±2 frames), sink 3", 2*frame); !strings.HasPrefix(dw.Attention, want) {
+		t.Errorf("attention %q, want %q...", dw.Attention, want)
+	}
+	_, df := plan(t, "-model", "fastwan2.1-t2v-1.3b", "-attention-window", "64")
+	if df.VSA != nil || !strings.Contains(df.Attention, "instead of the checkpoint's Video Sparse Attention") {
+		t.Errorf("FastWan with a window: VSA %+v, attention %q", df.VSA, df.Attention)
+	}
+	if _, d0 := plan(t, "-model", "wan2.1-t2v-1.3b", "-attention-window", "0"); d0.Attention != "" {
+		t.Errorf("-attention-window 0: attention %q, want none", d0.Attention)
+	}
+	clitest.CheckExitCodes(t, run, []clitest.ExitCase{
+		{"-plan -attention-window -4", 2, "invalid -attention-window -4"},
+		{"-plan -attention-window-sink 5", 2, "invalid -attention-window-sink 5"},
+		{"-plan -attention-window 64 -attention-window-sink -1", 2, "invalid -attention-window-sink -1"},
+		{fmt.Sprintf("-plan -model wan2.1-t2v-1.3b -attention-window 64 -attention-window-sink %d", d.Tokens+1), 2, "invalid -attention-window-sink"},
+		{"-plan -model fastwan2.1-t2v-1.3b -attention-window 64 -vsa", 2, "invalid -attention-window 64"},
+		{"-plan -model fastwan2.1-t2v-1.3b -attention-window 64 -vsa-sparsity 0.5", 2, "invalid -attention-window 64"},
+		{"-plan -model fastwan2.1-t2v-1.3b -attention-window 64 -dense-attention", 2, "invalid -attention-window 64"},
+		{"-plan -attention-window 1.5", 2, "-attention-window"},
+	})
+}
+
 // TestRefineFlags: the refine flags map onto the request (plan: both stages, the given grid, sigma,
 // noise switch and mode), and bad values exit 2 naming the flag.
 func TestRefineFlags(t *testing.T) {

@@ -1,5 +1,7 @@
 package wan
 
+import "fastvideo/fastvideo/familykit"
+
 // FamilyName is the Wan family's identifier (ModelInfo.Family, Plan.Family).
 const FamilyName = "wan"
 
@@ -21,7 +23,16 @@ type Options struct {
 	// VSA tunes Video Sparse Attention (checkpoints whose transformer carries to_gate_compress; nil
 	// keeps the defaults).
 	VSA *VSA
+	// AttentionWindow makes the DiT's self-attention windowed with sink tokens, the MLX Wan runtime's
+	// FASTVIDEO_MLX_WINDOW (nil or 0 tokens: off). It excludes VSA (asking both is a RequestError); on
+	// a VSA-trained checkpoint it runs instead of VSA. The checkpoints are dense-trained, so the video
+	// drifts from the dense run's: the run says so in Result.Warnings.
+	AttentionWindow *AttentionWindow
 }
+
+// AttentionWindow is the windowed attention a request asks for (familykit.AttentionWindow documents
+// the knobs).
+type AttentionWindow = familykit.AttentionWindow
 
 // FamilyName tells the pipeline which family the options belong to.
 func (*Options) FamilyName() string { return FamilyName }

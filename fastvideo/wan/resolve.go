@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"fastvideo/attention"
 	"fastvideo/dit/wan/geometry"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
@@ -41,7 +42,10 @@ type resolved struct {
 	image *imageCondition
 	// vsa is the run's Video Sparse Attention (nil: dense).
 	vsa *familykit.VSA
-	// attentionWhy says why a VSA-trained model runs dense attention (the plan's attention row).
+	// window is the run's attention window (nil: none, or one that covers every forward's tokens).
+	window *attention.Window
+	// attentionWhy says why a VSA-trained model runs dense attention, or which window runs (the plan's
+	// attention row).
 	attentionWhy string
 	// steps is the sampling ladder, built once: the plan shows it and the run's loop steps it (a
 	// UniPC solver is stateful, and every run resolves its request afresh).
@@ -72,7 +76,7 @@ func (s *Spec) Resolve(req api.Request, needPrompt bool) (family.Resolution, err
 		return nil, err
 	}
 	for _, step := range []func(api.Request) error{
-		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.resolveRefine, r.checkNoise, r.resolveVSA,
+		r.resolveGrid, r.resolveFilters, r.resolveSampler, r.resolveRefine, r.checkNoise, r.resolveWindow, r.resolveVSA,
 	} {
 		if err := step(req); err != nil {
 			return nil, err

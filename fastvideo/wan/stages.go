@@ -117,6 +117,7 @@ func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string
 // then re-noise with the seed's stream).
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
+	p.warnWindow()
 	if err := p.prewarmDecoder(ctx); err != nil {
 		return err
 	}
@@ -292,7 +293,7 @@ func (st *sampler) forward(ctx context.Context, dit *wandit.Model, k int, x []fl
 	}
 	v, err := dit.Forward(wandit.ForwardInputs{
 		Latent: x, Frames: geo.LatentFrames, Height: geo.LatentHeight, Width: geo.LatentWidth,
-		Timesteps: ts, TextState: text, VSA: vsaForStep(st.r.vsa, st.offset+k),
+		Timesteps: ts, TextState: text, VSA: vsaForStep(st.r.vsa, st.offset+k), Window: st.r.window,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fastvideo: denoising step %d of %d: %w", st.offset+k+1, st.r.Steps, err)

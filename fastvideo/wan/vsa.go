@@ -30,8 +30,12 @@ type VSAPlan struct {
 	AttentionTFLOPsSaved float64 `json:"attention_tflops_saved"`
 }
 
-// resolveVSA applies the checkpoint's VSA default and the request's knobs.
+// resolveVSA applies the checkpoint's VSA default and the request's knobs; a request with an attention
+// window runs without VSA (resolveWindow refused one asking both).
 func (r *resolved) resolveVSA(api.Request) (err error) {
+	if r.windowAsked() {
+		return nil
+	}
 	var knobs *familykit.VSAKnobs
 	if o := r.opts.VSA; o != nil {
 		knobs = &familykit.VSAKnobs{Off: o.Off, Sparsity: o.Sparsity, DenseFirstSteps: o.DenseFirstSteps, DenseLayers: o.DenseLayers}

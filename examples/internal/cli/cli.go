@@ -301,6 +301,7 @@ var flagNames = map[string]string{
 	"fast_spatial": "-fast-spatial", "fast_spatial_scale": "-spatial-scale", "warp_denoising_steps": "-warp-denoising-steps",
 	"upsample": "-upsample", "sharpen": "-sharpen", "rife": "-rife", "image_path": "-image", "last_image_path": "-last-image",
 	"vsa_sparsity": "-vsa-sparsity", "vsa": "-vsa-sparsity/-vsa", "lora": "-lora",
+	"attention_window": "-attention-window", "attention_window_sink": "-attention-window-sink",
 	"refine": "-refine", "refine_scale": "-refine-scale", "refine_steps": "-refine-steps", "refine_sigma": "-refine-sigma",
 	"refine_add_noise": "-refine-add-noise", "refine_upsample": "-refine-upsample",
 	"decoder": "-decoder", "tiny_decoder": "-tiny-decoder", "preview": "-preview", "compile_cache": "-compile-cache",
