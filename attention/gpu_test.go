@@ -191,3 +191,63 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		}
 	})
 }
+
+// TestTritonWindowOnGPU runs Attend with a window through the Triton window kernel on every case of
+// testdata/gen_window_triton.py (ragged last tile, a window narrower than a tile, sink tiles inside and
+// outside the band; a window covering the sequence takes the dense path) and compares with the
+// kernel's output as JAX ran it (the same IR on the same inputs: bit for bit) and with the float32
+// masked attention (two bfloat16 steps at magnitude 1):
+//
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+//	cd attention && FASTVIDEO_GPU_TEST=1 ../.gpu/attention.test -test.run TestTritonWindowOnGPU -test.v
+func TestTritonWindowOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	if err := TritonWindow(b, dtypes.BFloat16, 128); err != nil {
+		t.Fatalf("the GPU build on xla:cuda has no Triton window kernel: %v", err)
+	}
+	testutil.ForEachFixture(t, "window_triton", func(t *testing.T, fx *testutil.Fixture) {
+		var cases []struct {
+			Name              string
+			Seq, Window, Sink int
+			Heads             int
+		}
+		if err := fx.DecodeConfig(&cases, "cases"); err != nil || len(cases) == 0 {
+			t.Fatalf("cases: %v (%d)", err, len(cases))
+		}
+		for _, c := range cases {
+			t.Run(c.Name, func(t *testing.T) {
+				q, shape := fx.F32(t, c.Name+".q") // [1, S, H, D]
+				k, _ := fx.F32(t, c.Name+".k")
+				v, _ := fx.F32(t, c.Name+".v")
+				w := Window{Tokens: c.Window, Sink: c.Sink}
+				if shape[1] != c.Seq {
+					t.Fatalf("q %v, the case says %d rows", shape, c.Seq)
+				}
+				ex := MustNewExec(b, func(q, k, v *Node) *Node {
+					bf := func(x *Node) *Node { return ConvertDType(x, dtypes.BFloat16) }
+					return ConvertDType(Attend(bf(q), bf(k), bf(v), Options{Window: &w}), dtypes.Float32)
+				})
+				in := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, shape...) }
+				out, err := ex.Call1(in(q), in(k), in(v))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := tensors.MustCopyFlatData[float32](out)
+				step := math.Ldexp(1, -8)
+				reference, _ := fx.F32(t, c.Name+".out_reference")
+				if e := testutil.MaxAbsDiff(got, reference); e > 2*step {
+					t.Errorf("against the float32 masked attention: max abs diff %.3g (> %.3g)", e, 2*step)
+				} else {
+					t.Logf("against the float32 masked attention: max abs diff %.3g", e)
+				}
+				if w.Dense(c.Seq) {
+					return // the dense path ran, not the kernel
+				}
+				kernel, _ := fx.F32(t, c.Name+".out_kernel")
+				if e := testutil.MaxAbsDiff(got, kernel); e != 0 {
+					t.Errorf("against the kernel as JAX ran it: max abs diff %.3g, want 0 (the same IR on the same inputs)", e)
+				}
+			})
+		}
+	})
+}

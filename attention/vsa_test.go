@@ -305,6 +305,33 @@ func TestSparseDenseLimits(t *testing.T) {
 	}
 }
 
+// The embedded Triton window kernel is whole, and where it cannot run the reason says so (the
+// pure-Go backend has no fused path, attention it does not compute); Attend then takes the gathered
+// tiles, which the window tests check.
+func TestTritonWindowUnavailable(t *testing.T) {
+	k, err := loadWindowTriton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.HeadDim != 128 || k.Tile != WindowTile || k.Plugin == "" || len(k.ir) < 1000 {
+		t.Fatalf("window_triton.json: head %d, tile %d, plugin %q, %d IR bytes", k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+	}
+	b := testutil.Backend(t)
+	for _, c := range []struct {
+		dt   dtypes.DType
+		head int
+		want string
+	}{
+		{dtypes.BFloat16, 128, "fused path"},
+		{dtypes.Float32, 128, "dtype Float32"},
+		{dtypes.BFloat16, 64, "head width 64"},
+	} {
+		if err := TritonWindow(b, c.dt, c.head); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s head %d: %v, want %q", c.dt, c.head, err, c.want)
+		}
+	}
+}
+
 // The embedded Triton kernel is whole, and where it cannot run the reason says so: on the pure-Go
 // backend (no fused path), for attention it does not compute, and in a plain build or with another
 // plugin (internal/xlaext). SparseTriton asked for where it cannot run fails the graph build; the

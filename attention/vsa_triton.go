@@ -62,8 +62,9 @@ func ParseSparseKernel(s string) (SparseKernel, error) {
 //go:embed vsa_triton.json
 var vsaTritonFile []byte
 
-// vsaTriton is vsa_triton.json: the kernel and what it was made with.
-type vsaTriton struct {
+// tritonKernel is a kernel file (vsa_triton.json, window_triton.json): the kernel and what it was
+// made with.
+type tritonKernel struct {
 	Name      string `json:"name"`
 	IR        string `json:"ir"` // base64 of the MLIR bytecode
 	HeadDim   int    `json:"head_dim"`
@@ -75,18 +76,52 @@ type vsaTriton struct {
 	ir        []byte
 }
 
-var loadVSATriton = sync.OnceValues(func() (*vsaTriton, error) {
-	k := &vsaTriton{}
-	if err := json.Unmarshal(vsaTritonFile, k); err != nil {
-		return nil, fmt.Errorf("attention: vsa_triton.json: %w", err)
+// parseTritonKernel reads the kernel file named file.
+func parseTritonKernel(file string, data []byte) (*tritonKernel, error) {
+	k := &tritonKernel{}
+	if err := json.Unmarshal(data, k); err != nil {
+		return nil, fmt.Errorf("attention: %s: %w", file, err)
 	}
 	ir, err := base64.StdEncoding.DecodeString(k.IR)
 	if err != nil || len(ir) == 0 || k.Name == "" || k.HeadDim <= 0 || k.Tile <= 0 || k.NumWarps <= 0 || k.NumStages <= 0 {
-		return nil, fmt.Errorf("attention: vsa_triton.json is incomplete (ir %d bytes, %v)", len(ir), err)
+		return nil, fmt.Errorf("attention: %s is incomplete (ir %d bytes, %v)", file, len(ir), err)
 	}
 	k.ir = ir
 	return k, nil
-})
+}
+
+var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) { return parseTritonKernel("vsa_triton.json", vsaTritonFile) })
+
+// covers reports whether kernel k (loaded with err) computes attention of dtype with heads of
+// headDim: bf16 and the kernel's head width; notCovered wraps what it does not compute.
+func covers(k *tritonKernel, err error, dtype dtypes.DType, headDim int, notCovered error) error {
+	switch {
+	case err != nil:
+		return err
+	case dtype != dtypes.BFloat16:
+		return fmt.Errorf("%w: dtype %s (it takes bfloat16)", notCovered, dtype)
+	case headDim != k.HeadDim:
+		return fmt.Errorf("%w: head width %d (it takes %d)", notCovered, headDim, k.HeadDim)
+	}
+	return nil
+}
+
+// runsOn reports whether kernel k can run on backend: the fused path's conditions (XLA's CUDA
+// plugin) and the plugin the kernel was made with.
+func (k *tritonKernel) runsOn(backend compute.Backend, dtype dtypes.DType, headDim int) error {
+	if fused, why := fusedAvailable(backend, dtype, headDim); !fused {
+		return fmt.Errorf("the fused path cannot run: %s", why)
+	}
+	return xlaext.Compatible(backend, k.Plugin)
+}
+
+// checkScale: the kernels have the scale 1/sqrt(head width) compiled in.
+func (k *tritonKernel) checkScale(scale float64, notCovered error) error {
+	if math.Abs(scale*math.Sqrt(float64(k.HeadDim))-1) > 1e-9 {
+		return fmt.Errorf("%w: scale %g (it computes 1/sqrt(%d))", notCovered, scale, k.HeadDim)
+	}
+	return nil
+}
 
 // BlockSparseKernel reports whether this build has a kernel that reads only the selected K/V tiles in
 // place: the GPU build (bash bench/build_gpu.sh), whose graphs can call the embedded Triton kernel. It
@@ -106,26 +141,18 @@ var errTritonShape = errors.New("the Triton VSA kernel does not cover this atten
 // plugin), and why not otherwise. Plans call it to say which kernel runs; Attend decides the same way.
 func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems int) error {
 	k, err := loadVSATriton()
-	if err != nil {
+	if err := covers(k, err, dtype, headDim, errTritonShape); err != nil {
 		return err
 	}
-	switch {
-	case dtype != dtypes.BFloat16:
-		return fmt.Errorf("%w: dtype %s (it takes bfloat16)", errTritonShape, dtype)
-	case headDim != k.HeadDim:
-		return fmt.Errorf("%w: head width %d (it takes %d)", errTritonShape, headDim, k.HeadDim)
-	case tileElems != k.Tile:
+	if tileElems != k.Tile {
 		return fmt.Errorf("%w: tiles of %d rows (it takes %d; use a VSA tile size of %d)", errTritonShape, tileElems, k.Tile, k.Tile)
 	}
-	if fused, why := fusedAvailable(backend, dtype, headDim); !fused {
-		return fmt.Errorf("the fused path cannot run: %s", why)
-	}
-	return xlaext.Compatible(backend, k.Plugin)
+	return k.runsOn(backend, dtype, headDim)
 }
 
 // tritonAttend is the fine stage through kernel k: the video query tiles of qt against their selected
 // key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
-func (k *vsaTriton) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
+func (k *tritonKernel) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
 	t := s.Tiling
 	g := qt.Graph()
 	nT, e, h, d := t.NumTiles(), t.TileElems, qt.Shape().Dim(2), qt.Shape().Dim(3)
@@ -144,7 +171,7 @@ func (k *vsaTriton) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error
 // (tiles of 64, the first query tile first) of q, k, v [H·rows, D], the key tile lists idx
 // [H·tiles·stride] with counts [H·tiles] and the tiles' valid rows sizes; the result is
 // [H·tiles·64, D], a query tile's rows after another's.
-func (k *vsaTriton) call(rows, first, tiles, stride int, counts, idx, sizes, q, kk, v *Node) (*Node, error) {
+func (k *tritonKernel) call(rows, first, tiles, stride int, counts, idx, sizes, q, kk, v *Node) (*Node, error) {
 	h, d := q.Shape().Dim(0)/rows, q.Shape().Dim(1)
 	params := Const(q.Graph(), []int32{int32(rows), int32(first), int32(tiles), int32(stride)})
 	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
@@ -158,13 +185,13 @@ func (k *vsaTriton) call(rows, first, tiles, stride int, counts, idx, sizes, q, 
 
 // tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in; it
 // returns the kernel that can run.
-func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaTriton, error) {
+func tritonEligible(q *Node, s *Sparse, scale float64) (*tritonKernel, error) {
 	k, err := loadVSATriton()
 	if err != nil {
 		return nil, err
 	}
-	if math.Abs(scale*math.Sqrt(float64(k.HeadDim))-1) > 1e-9 {
-		return nil, fmt.Errorf("%w: scale %g (it computes 1/sqrt(%d))", errTritonShape, scale, k.HeadDim)
+	if err := k.checkScale(scale, errTritonShape); err != nil {
+		return nil, err
 	}
 	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), s.Tiling.TileElems); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package attention
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gomlx/compute/dtypes"
@@ -191,17 +190,8 @@ func windowFine(q, k, v, idx, counts *Node, seqLen int, w Window, scale float64)
 	return gatheredWindow(q, k, v, idx, seqLen, w, scale)
 }
 
-// windowKernelFunc is the signature a GPU kernel of windowFine implements.
+// windowKernelFunc is the signature a GPU kernel of windowFine implements (window_triton.go).
 type windowKernelFunc func(q, k, v, idx, counts *Node, seqLen int, w Window, scale float64) *Node
-
-// errNoWindowKernel: no build has a windowed-attention kernel yet; the gathered tiles run.
-var errNoWindowKernel = errors.New("this build has no windowed-attention kernel")
-
-// windowKernel returns the kernel that can run windowFine for q (its dtype, head width and backend)
-// at scale, as tritonEligible does for VSA, or why none can. None exists yet: a kernel plugs in here.
-func windowKernel(q *Node, scale float64) (windowKernelFunc, error) {
-	return nil, fmt.Errorf("%w (dtype %s, head width %d, scale %g)", errNoWindowKernel, q.DType(), q.Shape().Dim(-1), scale)
-}
 
 // gatheredWindow is windowFine with XLA ops: each query tile's listed K/V tiles are copied out (heads
 // in chunks) and attended in float32 under the element mask.

@@ -65,3 +65,20 @@ func TestFineStage(t *testing.T) {
 		}
 	}
 }
+
+// The window's key tiles are read in place where the build has the window kernel, at any dtype but
+// float32 (the kernel is bf16), and gathered otherwise.
+func TestWindowFineStage(t *testing.T) {
+	kernel := "read in place (Triton kernel)"
+	if !attention.WindowKernel() {
+		kernel = "gathered"
+	}
+	for _, c := range []struct {
+		dtype api.DType
+		want  string
+	}{{api.DTypeAuto, kernel}, {api.BF16, kernel}, {api.F32, "gathered"}} {
+		if got := WindowFineStage(c.dtype); got != c.want {
+			t.Errorf("%q: %q, want %q", c.dtype, got, c.want)
+		}
+	}
+}

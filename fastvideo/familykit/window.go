@@ -57,6 +57,15 @@ func WindowRow(w attention.Window, tokensPerFrame, tokens int) string {
 		w.Half(), frames, w.Sink)
 }
 
+// WindowFineStage names how a window's key tiles are attended in this build at dtype: read in place
+// by the Triton window kernel (the GPU build, bf16; attention.TritonWindow) or gathered.
+func WindowFineStage(dtype api.DType) string {
+	if attention.WindowKernel() && dtype != api.F32 {
+		return "read in place (Triton kernel)"
+	}
+	return "gathered"
+}
+
 // WindowWarning is what a windowed run reports (upstream logs it once when the window turns on).
 func WindowWarning(w attention.Window) string {
 	return fmt.Sprintf("windowed self-attention (±%d tokens, sink %d) is an off-default research knob: the checkpoints were trained "+

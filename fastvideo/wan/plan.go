@@ -171,6 +171,9 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 	}
 	var err error
 	d.Attention = r.attentionWhy
+	if r.window != nil {
+		d.Attention += "; key tiles " + familykit.WindowFineStage(dtype)
+	}
 	if d.VSA, err = r.vsaPlanOfRun(p.ForwardsPerStep); err != nil {
 		return nil, err
 	}

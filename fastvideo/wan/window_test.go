@@ -25,7 +25,8 @@ func TestPlanWindow(t *testing.T) {
 	_, d := mustPlan(t, "wan2.1-t2v-1.3b", req, api.DTypeAuto)
 	frame := d.TokenGrid[1] * d.TokenGrid[2]
 	p, dw := mustPlan(t, "wan2.1-t2v-1.3b", windowRequest(req, 6*frame, 7, nil), api.DTypeAuto)
-	want := fmt.Sprintf("windowed: ±%d tokens (≈ ±3 frames), sink 7; off-default research knob, dense-trained checkpoints drift", 3*frame)
+	want := fmt.Sprintf("windowed: ±%d tokens (≈ ±3 frames), sink 7; off-default research knob, dense-trained checkpoints drift; key tiles %s",
+		3*frame, familykit.WindowFineStage(api.DTypeAuto))
 	if dw.Attention != want {
 		t.Errorf("attention %q, want %q", dw.Attention, want)
 	}
