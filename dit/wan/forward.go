@@ -352,9 +352,11 @@ func (m *Model) embedPatches(in *ForwardInputs) (*tensors.Tensor, error) {
 func (m *Model) runBlocks(x *tensors.Tensor, args blockInputs[*tensors.Tensor], vsa *vsaPlan, window *attention.Window) (*tensors.Tensor, error) {
 	for b := range m.p.Blocks {
 		args.X = x
-		exec := m.blockExec(vsa, b, args.multi)
+		var exec *Exec
 		if window != nil {
 			exec = m.windowExec(window, args.multi)
+		} else {
+			exec = m.blockExec(vsa, b, args.multi)
 		}
 		w := m.p.Blocks[b].bound(vsa != nil)
 		res, err := m.call(exec, graphexec.Pack(&args, graphexec.Values(w)...)...)
