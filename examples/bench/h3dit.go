@@ -125,18 +125,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		return nil
 	}
 	in.VSA = h3.LayoutVSA(lay, *h3ditVSA, *h3ditVSATile, attention.ModeExempt)
-	tl, err := in.VSA.Tiling()
-	if err != nil {
-		return fmt.Errorf("h3dit bench: %w", err)
-	}
-	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
-	fine := "the Triton kernel"
-	if err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); err != nil {
-		fine = "gathered tiles (" + err.Error() + ")"
-	}
-	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile; fine stage: %s\n",
-		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k, fine)
-	vsaVideo, err := measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	vsaVideo, err := measureH3DiTVSA(b, m, cfg, dt, in, weightsLabel, c)
 	if err != nil || *h3ditShards == 1 || !*h3ditShardRef || scheme != nil || *h3ditFP8 != "" {
 		return err
 	}
@@ -149,6 +138,22 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	fmt.Printf("h3dit: %d shards against one, same seed and inputs: dense video SNR %.1f dB, VSA video SNR %.1f dB\n",
 		*h3ditShards, hostmath.SNRdB(video, ref), hostmath.SNRdB(vsaVideo, refVSA))
 	return nil
+}
+
+// measureH3DiTVSA times m's forward with in's VSA and says which fine stage runs.
+func measureH3DiTVSA(b compute.Backend, m *h3.Model, cfg h3.Config, dt dtypes.DType, in h3.ForwardInputs, weightsLabel string, c common) ([]float32, error) {
+	tl, err := in.VSA.Tiling()
+	if err != nil {
+		return nil, fmt.Errorf("h3dit bench: %w", err)
+	}
+	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
+	fine := "the Triton kernel"
+	if err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); err != nil {
+		fine = "gathered tiles (" + err.Error() + ")"
+	}
+	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile; fine stage: %s\n",
+		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k, fine)
+	return measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
 }
 
 // oneShardH3DiT draws the one-shard model from the bench's seed and returns its dense and VSA (vsa)

@@ -170,10 +170,7 @@ func (r *resolved) Plan(dtype api.DType) (*api.Plan, error) {
 		}
 	}
 	var err error
-	d.Attention = r.attentionWhy
-	if r.window != nil {
-		d.Attention += "; key tiles " + familykit.WindowFineStage(dtype)
-	}
+	d.Attention = r.attentionRow(dtype)
 	if d.VSA, err = r.vsaPlanOfRun(p.ForwardsPerStep); err != nil {
 		return nil, err
 	}
@@ -376,4 +373,13 @@ func (rf *RefinePlan) writeRows(row func(key, format string, a ...any)) {
 	for _, w := range rf.Warnings {
 		row("", "warning: %s", w)
 	}
+}
+
+// attentionRow is the plan's attention row: why a VSA-trained model runs dense, or which window runs
+// and how its key tiles are attended at dtype.
+func (r *resolved) attentionRow(dtype api.DType) string {
+	if r.window != nil {
+		return r.attentionWhy + "; key tiles " + familykit.WindowFineStage(dtype)
+	}
+	return r.attentionWhy
 }
