@@ -249,21 +249,9 @@ func gatheredVideo(q, qt, kt, vt, sel *Node, s *Sparse, scale float64, fused boo
 		kh, vh, qv = padChannel(kh, valid, scale, true), padChannel(vh, nil, 0, false), padChannel(qv, nil, 0, true)
 	}
 	kTiles := sel.Shape().Dim(2)
-	chunk := s.HeadChunk
-	if chunk <= 0 {
-		perHead := nv * kTiles * e * kh.Shape().Dim(3) * q.DType().Size()
-		chunk = max(1, min(h, gatherBudget/max(1, perHead)))
-	}
-	var parts []*Node
-	for h0 := 0; h0 < h; h0 += chunk {
-		if n := len(parts); n > 0 {
-			// The chunks are independent, so XLA would run them at once with every chunk's
-			// gathered blocks live together (one 18.6 GiB buffer at FastH3's 832x480x124): the
-			// barrier makes each chunk's inputs wait for the previous chunk's output.
-			b := OptimizationBarriers(kh, vh, qv, parts[n-1])
-			kh, vh, qv, parts[n-1] = b[0], b[1], b[2], b[3]
-		}
-		hc := min(chunk, h-h0)
+	chunk := headChunk(s.HeadChunk, h, nv*kTiles*e*kh.Shape().Dim(3)*q.DType().Size())
+	parts := chunkHeads(h, chunk, []*Node{kh, vh, qv}, func(in []*Node, h0, hc int) *Node {
+		kh, vh, qv := in[0], in[1], in[2]
 		idx := headTileIndex(g, Slice(sel, AxisRange(h0, h0+hc)), h0)       // [V, hc, K, 2]
 		kb := Reshape(Gather(kh, idx), nv, hc, kTiles*e, kh.Shape().Dim(3)) // [V, hc, K·E, D']
 		vb := Reshape(Gather(vh, idx), nv, hc, kTiles*e, vh.Shape().Dim(3))
@@ -278,9 +266,34 @@ func gatheredVideo(q, qt, kt, vt, sel *Node, s *Sparse, scale float64, fused boo
 			keep := Reshape(kv, nv, hc, 1, kTiles*e)
 			ob = blockExact(qb, kb, vb, GreaterThan(keep, ZerosLike(keep)), scale)
 		}
-		parts = append(parts, ob)
-	}
+		return ob
+	})
 	return Reshape(TransposeAllAxes(Concatenate(parts, 1), 0, 2, 1, 3), nv*e, h, d) // [V·E, H, D]
+}
+
+// headChunk is the heads a gathered path attends at once: requested, or as many as keep one chunk's
+// gathered K (or V) near gatherBudget at perHead bytes a head.
+func headChunk(requested, heads, perHead int) int {
+	if requested > 0 {
+		return requested
+	}
+	return max(1, min(heads, gatherBudget/max(1, perHead)))
+}
+
+// chunkHeads runs attend on each chunk of at most chunk of heads heads, [h0, h0+hc), with the
+// chunk's inputs in, and returns the chunks' outputs in order. The chunks are independent, so XLA
+// would run them at once with every chunk's gathered blocks live together (one 18.6 GiB buffer at
+// FastH3's 832x480x124): a barrier makes each chunk's inputs wait for the previous chunk's output.
+func chunkHeads(heads, chunk int, in []*Node, attend func(in []*Node, h0, hc int) *Node) []*Node {
+	var parts []*Node
+	for h0 := 0; h0 < heads; h0 += chunk {
+		if n := len(parts); n > 0 {
+			b := OptimizationBarriers(append(append([]*Node(nil), in...), parts[n-1])...)
+			in, parts[n-1] = b[:len(in)], b[len(in)]
+		}
+		parts = append(parts, attend(in, h0, min(chunk, heads-h0)))
+	}
+	return parts
 }
 
 // validSlots marks the slots that hold a row, [nT, E] bool.

@@ -205,24 +205,15 @@ func gatheredWindow(q, k, v, idx *Node, seqLen int, w Window, scale float64) *No
 	vt := Concatenate([]*Node{Reshape(v, nh, n, WindowTile, d), pad}, 1)
 	qt := TransposeAllAxes(Reshape(q, nh, n, WindowTile, d), 1, 0, 2, 3) // [Tiles, G, 64, D]
 	mask := ExpandAxes(windowTileMask(idx, seqLen, w), 1)                // [Tiles, 1, 64, Stride·64]
-	chunk := w.HeadChunk
-	if chunk <= 0 {
-		perHead := n * stride * WindowTile * max(d*q.DType().Size(), WindowTile*dtypes.Float32.Size())
-		chunk = max(1, min(nh, gatherBudget/max(1, perHead)))
-	}
-	var parts []*Node
-	for h0 := 0; h0 < nh; h0 += chunk {
-		if c := len(parts); c > 0 {
-			// As in gatheredVideo: keep one chunk's gathered tiles live at a time.
-			b := OptimizationBarriers(kt, vt, qt, parts[c-1])
-			kt, vt, qt, parts[c-1] = b[0], b[1], b[2], b[3]
-		}
-		hc := min(chunk, nh-h0)
+	// A head's gathered K (or V) tiles, or its float32 scores, whichever is larger.
+	chunk := headChunk(w.HeadChunk, nh, n*stride*WindowTile*max(d*q.DType().Size(), WindowTile*dtypes.Float32.Size()))
+	parts := chunkHeads(nh, chunk, []*Node{kt, vt, qt}, func(in []*Node, h0, hc int) *Node {
+		kt, vt, qt := in[0], in[1], in[2]
 		sel := headTileIndex(g, BroadcastToDims(ExpandAxes(idx, 0), hc, n, stride), h0) // [Tiles, hc, Stride, 2]
 		kb := Reshape(Gather(kt, sel), n, hc, stride*WindowTile, d)
 		vb := Reshape(Gather(vt, sel), n, hc, stride*WindowTile, d)
-		parts = append(parts, blockExact(Slice(qt, AxisRange(), AxisRange(h0, h0+hc)), kb, vb, mask, scale))
-	}
+		return blockExact(Slice(qt, AxisRange(), AxisRange(h0, h0+hc)), kb, vb, mask, scale)
+	})
 	out := TransposeAllAxes(Concatenate(parts, 1), 1, 0, 2, 3) // [G, Tiles, 64, D] float32
 	return Reshape(out, nh, n*WindowTile, d)
 }
