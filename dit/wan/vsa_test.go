@@ -8,6 +8,7 @@ import (
 
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
 )
 
 // gatedSource adds to_gate_compress weights and biases to the fixture, as a FastWan student carries
@@ -43,11 +44,18 @@ func vsaInputs(t *testing.T, fx *testutil.Fixture, cfg Config) ForwardInputs {
 
 func vsaForward(t *testing.T, fx *testutil.Fixture, src *testutil.EditSource, vsa *VSA) []float32 {
 	t.Helper()
+	return gridForward(t, fx, src, Options{}, func(in *ForwardInputs) { in.VSA = vsa })
+}
+
+// gridForward runs the model of src (the fixture's configuration, opts) on vsaInputs' ragged grid,
+// with set's changes to the inputs.
+func gridForward(t *testing.T, fx *testutil.Fixture, src weights.Source, opts Options, set func(*ForwardInputs)) []float32 {
+	t.Helper()
 	cfg := fixtureConfig(t, fx)
-	return testutil.Run(t, func() (*Model, error) { return FromSource(testutil.Backend(t), cfg, src, Options{}) },
+	return testutil.Run(t, func() (*Model, error) { return FromSource(testutil.Backend(t), cfg, src, opts) },
 		func(m *Model) ([]float32, error) {
 			in := vsaInputs(t, fx, cfg)
-			in.VSA = vsa
+			set(&in)
 			return m.Forward(in)
 		})
 }

@@ -12,13 +12,7 @@ import (
 // the attention path of opts.
 func windowForward(t *testing.T, fx *testutil.Fixture, opts Options, w *attention.Window) []float32 {
 	t.Helper()
-	cfg := fixtureConfig(t, fx)
-	return testutil.Run(t, func() (*Model, error) { return FromSource(testutil.Backend(t), cfg, fx.Weights(), opts) },
-		func(m *Model) ([]float32, error) {
-			in := vsaInputs(t, fx, cfg)
-			in.Window = w
-			return m.Forward(in)
-		})
+	return gridForward(t, fx, fx.Weights(), opts, func(in *ForwardInputs) { in.Window = w })
 }
 
 // A window of the sequence or wider is the dense forward bit for bit; a narrow one (the block path on
