@@ -16,6 +16,11 @@ import (
 
 // refAttention is the float64 oracle: q [B,Lq,H,D], k/v [B,Lk,H,D], flat row-major.
 func refAttention(q, k, v []float32, b, lq, lk, h, d int, scale float64) []float64 {
+	return refMasked(q, k, v, b, lq, lk, h, d, scale, func(i, j int) bool { return true })
+}
+
+// refMasked is refAttention where query i sees key j only when allowed(i, j) (every query sees one).
+func refMasked(q, k, v []float32, b, lq, lk, h, d int, scale float64, allowed func(i, j int) bool) []float64 {
 	out := make([]float64, b*lq*h*d)
 	s := make([]float64, lk)
 	for bi := 0; bi < b; bi++ {
@@ -23,6 +28,10 @@ func refAttention(q, k, v []float32, b, lq, lk, h, d int, scale float64) []float
 			for i := 0; i < lq; i++ {
 				mx := math.Inf(-1)
 				for j := 0; j < lk; j++ {
+					if !allowed(i, j) {
+						s[j] = math.Inf(-1)
+						continue
+					}
 					acc := 0.0
 					for e := 0; e < d; e++ {
 						acc += float64(q[((bi*lq+i)*h+hi)*d+e]) * float64(k[((bi*lk+j)*h+hi)*d+e])

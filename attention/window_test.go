@@ -92,42 +92,12 @@ func TestWindowBlocks(t *testing.T) {
 	}
 }
 
-// refWindow is the float64 oracle of windowed attention: refAttention's loops with the element mask.
+// refWindow is the float64 oracle of windowed attention: the window's element mask, from its
+// formula, over refMasked.
 func refWindow(q, k, v []float32, b, s, h, d int, w Window, scale float64) []float64 {
-	out := make([]float64, b*s*h*d)
-	at := func(x []float32, bi, r, hi, e int) float64 { return float64(x[((bi*s+r)*h+hi)*d+e]) }
-	for bi := 0; bi < b; bi++ {
-		for hi := 0; hi < h; hi++ {
-			for i := 0; i < s; i++ {
-				p := make([]float64, s)
-				mx := math.Inf(-1)
-				for j := 0; j < s; j++ {
-					if j < w.Sink || math.Abs(float64(i-j)) <= float64(w.Tokens/2) {
-						for e := 0; e < d; e++ {
-							p[j] += at(q, bi, i, hi, e) * at(k, bi, j, hi, e)
-						}
-						p[j] *= scale
-						mx = math.Max(mx, p[j])
-					} else {
-						p[j] = math.Inf(-1)
-					}
-				}
-				sum := 0.0
-				for j := range p {
-					p[j] = math.Exp(p[j] - mx)
-					sum += p[j]
-				}
-				for e := 0; e < d; e++ {
-					acc := 0.0
-					for j := range p {
-						acc += p[j] * at(v, bi, j, hi, e)
-					}
-					out[((bi*s+i)*h+hi)*d+e] = acc / sum
-				}
-			}
-		}
-	}
-	return out
+	return refMasked(q, k, v, b, s, s, h, d, scale, func(i, j int) bool {
+		return j < w.Sink || math.Abs(float64(i-j)) <= float64(w.Tokens/2)
+	})
 }
 
 // windowCase is a windowed self-attention problem; the tests read its geometry from the table.
