@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -228,7 +230,7 @@ func (m *Manifest) validateAffine(where string) error {
 	if !validGroup(q.GroupSize) {
 		return fmt.Errorf("%s: quantization: %w", where, &GroupSizeError{Group: q.GroupSize})
 	}
-	for _, k := range sortedKeys(m.QuantizedKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.QuantizedKeys)) {
 		e := m.QuantizedKeys[k]
 		if !e.HasBiases {
 			return fmt.Errorf("%w: %s: quantized_keys[%q].has_biases is false, but affine quantization always stores biases; re-convert the checkpoint",
@@ -251,7 +253,7 @@ func (m *Manifest) validateFloat(where string) error {
 		return fmt.Errorf("%w: %s: quantization %q has bits = %d, group_size = %d; %s requires bits %d and group_size %d (or null)",
 			ErrManifest, where, q.Mode, q.Bits, q.GroupSize, q.Mode, mode.Bits, mode.Group)
 	}
-	for _, k := range sortedKeys(m.QuantizedKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.QuantizedKeys)) {
 		e := m.QuantizedKeys[k]
 		if e.HasBiases {
 			return fmt.Errorf("%w: %s: quantized_keys[%q].has_biases is true, but %s stores no biases; re-convert the checkpoint",
@@ -315,7 +317,7 @@ func (f Format) Write(dir string, tensors []safetensors.Tensor, m *Manifest) err
 		have[t.Name] = true
 	}
 	_, float := m.Quantization.FloatMode()
-	for _, k := range sortedKeys(m.QuantizedKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.QuantizedKeys)) {
 		switch {
 		case !have[k]:
 			return fmt.Errorf("%w: quantized key %q has no tensor", ErrManifest, k)
@@ -327,7 +329,7 @@ func (f Format) Write(dir string, tensors []safetensors.Tensor, m *Manifest) err
 			return fmt.Errorf("%w: %s quantized key %q has biases", ErrManifest, m.Quantization.Mode, k)
 		}
 	}
-	for _, k := range sortedKeys(m.DenseKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.DenseKeys)) {
 		if !have[k] {
 			return fmt.Errorf("%w: dense key %q has no tensor", ErrManifest, k)
 		}
@@ -394,7 +396,7 @@ func (f Format) newCheckpoint(dir string, m *Manifest, file *safetensors.File) (
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range sortedKeys(m.DenseKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.DenseKeys)) {
 		if _, ok := file.Tensor(k); !ok {
 			return nil, fmt.Errorf("%w: dense key %q of the manifest is not in %s", ErrManifest, k, f.TensorsFile)
 		}
@@ -428,7 +430,7 @@ func (f Format) checkQuantized(c *Checkpoint, m *Manifest, file *safetensors.Fil
 		return aux, nil
 	}
 	mode, float := m.Quantization.FloatMode()
-	for _, k := range sortedKeys(m.QuantizedKeys) {
+	for _, k := range slices.Sorted(maps.Keys(m.QuantizedKeys)) {
 		aux[k+ScalesSuffix] = true
 		if !float {
 			if err := checkQuantizedKey(file, k, m.Quantization.Scheme(), f.TensorsFile); err != nil {
@@ -570,7 +572,7 @@ func (c *Checkpoint) Scheme(key string) (Scheme, bool) {
 
 // QuantizedKeys lists the affine-quantized weights (those bound packed) under
 // their source names, sorted; float-mode weights read dense (FloatMode).
-func (c *Checkpoint) QuantizedKeys() []string { return sortedKeys(c.schemes) }
+func (c *Checkpoint) QuantizedKeys() []string { return slices.Sorted(maps.Keys(c.schemes)) }
 
 // Affine reads the quantized weight under source name key into host memory.
 func (c *Checkpoint) Affine(key string) (*Affine, error) {
@@ -592,13 +594,4 @@ func (c *Checkpoint) Close() error {
 	err := c.file.Close()
 	c.file = nil
 	return err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -6,9 +6,11 @@ package h3_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,12 +34,7 @@ type qMemSource struct {
 }
 
 func (m *qMemSource) Names() []string {
-	out := make([]string, 0, len(m.t))
-	for k := range m.t {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(m.t))
 }
 
 func (m *qMemSource) Tensor(name string) (safetensors.Info, bool) { i, ok := m.t[name]; return i, ok }

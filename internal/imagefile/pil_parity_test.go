@@ -1,7 +1,8 @@
 package imagefile
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 
 	"fastvideo/internal/testutil"
@@ -30,13 +31,8 @@ func TestPILJPEG(t *testing.T) {
 		if len(c.Skipped) > 0 {
 			t.Logf("the generator left out the encodings %v", c.Skipped)
 		}
-		names := make([]string, 0, len(c.Cases))
-		for name := range c.Cases {
-			names = append(names, name)
-		}
-		sort.Strings(names)
 		worst, sum, samples := 0, 0, 0
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(c.Cases)) {
 			jc := c.Cases[name]
 			caseWorst, caseSum := compareJPEG(t, fx, name, jc)
 			if jc.Exact && caseWorst != 0 || caseWorst > 3 {

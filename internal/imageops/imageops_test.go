@@ -1,6 +1,7 @@
 package imageops
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -40,12 +41,7 @@ func TestFrameResizeParity(t *testing.T) {
 		if len(cases) == 0 {
 			t.Fatal("fixture has no cases")
 		}
-		names := make([]string, 0, len(cases))
-		for name := range cases {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(cases)) {
 			c := cases[name]
 			t.Run(name, func(t *testing.T) {
 				got := runCase(t, fixtureImage(t, fx, c.Input), c)

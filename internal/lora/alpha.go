@@ -3,9 +3,10 @@ package lora
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -41,12 +42,7 @@ func parseMetadata(header map[string]string) (metadata, error) {
 		return metadata{}, fmt.Errorf("header metadata %q is not a JSON object (%v); remove it to use alpha = rank, or re-save the adapter", MetadataKey, err)
 	}
 	var m metadata
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if err := m.field(k, fields[k]); err != nil {
 			return metadata{}, err
 		}
@@ -92,12 +88,7 @@ func (m *metadata) field(key string, val json.RawMessage) error {
 // get_pattern_key: re.match(rf"(.*\.)?({key})$", module)). The first match wins, in sorted key order: the
 // order of diffusers' saved JSON (sort_keys=True).
 func (m *metadata) addPatterns(field string, pats map[string]float64) error {
-	keys := make([]string, 0, len(pats))
-	for k := range pats {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(pats)) {
 		a := pats[k]
 		if !(a > 0) || math.IsInf(a, 0) {
 			return fmt.Errorf("header metadata %q field %q: alpha %v of %q must be a finite positive number", MetadataKey, field, a, k)

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -134,12 +136,7 @@ func openFiles(dir string, paths []string) (*Checkpoint, error) {
 
 // Names lists every tensor, sorted.
 func (c *Checkpoint) Names() []string {
-	out := make([]string, 0, len(c.owner))
-	for n := range c.owner {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(c.owner))
 }
 
 // Tensor finds a tensor in whichever shard holds it.

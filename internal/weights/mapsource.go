@@ -1,9 +1,9 @@
 package weights
 
 import (
-	"sort"
-
 	"fastvideo/internal/safetensors"
+	"maps"
+	"slices"
 )
 
 // MapSource is a Source held in memory: tensors by name (tests, benchmarks, checkpoints rewritten
@@ -12,12 +12,7 @@ type MapSource map[string]safetensors.Info
 
 // Names lists the tensors, sorted.
 func (m MapSource) Names() []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(m))
 }
 
 // Tensor returns the tensor called name.

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -155,11 +156,7 @@ func parseCreate(r *http.Request) (*createParams, error) {
 	if _, ok := fields["input_reference"]; ok {
 		return nil, invalid("input_reference", "image conditioning is not supported: this server generates from text only")
 	}
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		names = append(names, name)
-	}
-	sort.Strings(names) // the first bad field reported is the same every time
+	names := slices.Sorted(maps.Keys(fields)) // the first bad field reported is the same every time
 	p := &createParams{sent: map[string]bool{}}
 	for _, name := range names {
 		p.sent[name] = true

@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"testing"
 )
@@ -16,11 +18,7 @@ import (
 // encoding).
 func buildCharsmap(t testing.TB, rules map[string]string, rootBase int) []byte {
 	t.Helper()
-	keys := make([]string, 0, len(rules))
-	for k := range rules {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(rules))
 	var blob []byte
 	value := map[string]uint32{}
 	for _, k := range keys {
