@@ -69,11 +69,7 @@ func build(t *testing.T, meta map[string]string, ts ...tens) (*Adapter, error) {
 	for _, x := range ts {
 		list = append(list, safetensors.Tensor{Name: x.name, DType: x.dt, Shape: x.shape, Data: encode(x)})
 	}
-	img, err := safetensors.Encode(list, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
+	f, err := safetensors.FromTensors(list, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

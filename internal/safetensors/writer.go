@@ -32,6 +32,16 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	return out, nil
 }
 
+// FromTensors is the in-memory file of tensors, laid out as Encode writes them: a source built in
+// memory then reads through the same parser, with the same checks, as a file read from disk.
+func FromTensors(tensors []Tensor, metadata map[string]string) (*File, error) {
+	img, err := Encode(tensors, metadata)
+	if err != nil {
+		return nil, err
+	}
+	return FromBytes(img)
+}
+
 // EncodeHeader is what precedes the data of a file holding tensors, for writers that stream the
 // data rather than hold it: the header (its length, then the JSON padded to 8 bytes), the tensors
 // in the order their data must follow it, and the data's total size. Each size comes from the

@@ -89,11 +89,7 @@ func WriteSafetensors(t testing.TB, dir, name string, list []safetensors.Tensor,
 // returned for the test to check.
 func Adapter(t testing.TB, name string, meta map[string]string, ts ...safetensors.Tensor) (*lora.Adapter, error) {
 	t.Helper()
-	img, err := safetensors.Encode(ts, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
+	f, err := safetensors.FromTensors(ts, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

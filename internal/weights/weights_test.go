@@ -14,11 +14,7 @@ import (
 
 func source(t *testing.T, ts ...safetensors.Tensor) *safetensors.File {
 	t.Helper()
-	img, err := safetensors.Encode(ts, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.FromBytes(img)
+	f, err := safetensors.FromTensors(ts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
