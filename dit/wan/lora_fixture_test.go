@@ -24,16 +24,7 @@ func TestLoRAForwardParity(t *testing.T) {
 			t.Fatal(err)
 		}
 		ad := testutil.FixtureAdapter(t, fx)
-		base := fx.Weights()
-		merged := lora.TensorMap{}
-		for _, n := range base.Names() {
-			info, _ := base.Tensor(n)
-			v, err := info.Float32s()
-			if err != nil {
-				t.Fatal(err)
-			}
-			merged[n] = &lora.Tensor{Shape: info.Shape, Data: v}
-		}
+		merged := loraTensors(t, fx.Weights())
 		touched, err := lora.Merge([]lora.Weighted{{Adapter: ad, Strength: meta.Strength}}, LoRANames(), merged)
 		if err != nil {
 			t.Fatal(err)

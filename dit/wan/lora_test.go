@@ -12,6 +12,7 @@ import (
 	"fastvideo/internal/lora"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/weights"
 )
 
 // loraTestdata holds the adapters of every layout and the merges upstream computes
@@ -38,9 +39,16 @@ func readLoRABase(t *testing.T, path string) lora.TensorMap {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	return loraTensors(t, f)
+}
+
+// loraTensors copies src's tensors into the float32 map lora.Merge changes in place; the shapes are
+// cloned because src may be a mapped file that closes before the map is used.
+func loraTensors(t *testing.T, src weights.Source) lora.TensorMap {
+	t.Helper()
 	m := lora.TensorMap{}
-	for _, n := range f.Names() {
-		info, _ := f.Tensor(n)
+	for _, n := range src.Names() {
+		info, _ := src.Tensor(n)
 		v, err := info.Float32s()
 		if err != nil {
 			t.Fatal(err)
