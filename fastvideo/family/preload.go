@@ -59,6 +59,29 @@ func Preload[T Component](s *Session, slot *T, name string, load func() (T, erro
 	}()
 }
 
+// PrewarmPreloaded starts job (a prewarm job: StartPrewarm) on what the running preload of name
+// loads, as soon as it has loaded, so that a decoder's compiles overlap the stages before the one
+// that acquires it. Without a preload of name nothing starts. A failed load is not the job's to
+// report: the Acquire that takes the preload fails with it.
+func PrewarmPreloaded[T Component](ctx context.Context, s *Session, name string, job func(context.Context, T) error) {
+	p := s.preloads[name]
+	if p == nil {
+		return
+	}
+	s.StartPrewarm(ctx, func(ctx context.Context) error {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c, ok := p.comp.(T)
+		if p.err != nil || !ok {
+			return nil
+		}
+		return job(ctx, c)
+	})
+}
+
 // takePreload waits for the preload of name, if any, and hands over its component.
 func takePreload[T Component](s *Session, name string) (c T, found bool, err error) {
 	p := s.preloads[name]

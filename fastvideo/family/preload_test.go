@@ -1,6 +1,7 @@
 package family
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -114,4 +115,54 @@ func TestFinishKeepsUntakenPreload(t *testing.T) {
 		t.Fatalf("after Finish: slot %v, closed %d; want the preloaded component kept", slot, closed.Load())
 	}
 	s.Finish() // nothing left to wait for
+}
+
+// TestPrewarmPreloaded: the job runs on what the preload loaded, once it has loaded, and AwaitPrewarm
+// waits for it; without a preload nothing starts; a failed load is left to the Acquire that takes it
+// (no warning); Finish cancels a job still waiting for its load.
+func TestPrewarmPreloaded(t *testing.T) {
+	s, _ := preloadSession(true)
+	var slot *fakeComp
+	var closed atomic.Int32
+	release := make(chan struct{})
+	Preload(s, &slot, "video_vae", func() (*fakeComp, error) { <-release; return &fakeComp{&closed}, nil })
+	var got atomic.Pointer[fakeComp]
+	PrewarmPreloaded(context.Background(), s, "video_vae", func(_ context.Context, c *fakeComp) error { got.Store(c); return nil })
+	PrewarmPreloaded(context.Background(), s, "audio_vae", func(context.Context, *fakeComp) error {
+		t.Error("a job ran without a preload")
+		return nil
+	})
+	close(release)
+	s.AwaitPrewarm()
+	c, err := Acquire(s, &slot, "video_vae", func() (*fakeComp, error) { t.Error("loaded beside the preload"); return nil, nil })
+	if err != nil || got.Load() == nil || got.Load() != c {
+		t.Fatalf("the job saw %v, Acquire took %v (%v): want the same preloaded component", got.Load(), c, err)
+	}
+
+	s2, _ := preloadSession(true)
+	var slot2 *fakeComp
+	Preload(s2, &slot2, "video_vae", func() (*fakeComp, error) { return nil, errors.New("no room") })
+	PrewarmPreloaded(context.Background(), s2, "video_vae", func(context.Context, *fakeComp) error {
+		t.Error("a job ran on a failed load")
+		return nil
+	})
+	s2.AwaitPrewarm()
+	if len(s2.Result.Warnings) != 0 {
+		t.Errorf("a failed preload warned through its prewarm job: %q", s2.Result.Warnings)
+	}
+	if _, err := Acquire(s2, &slot2, "video_vae", func() (*fakeComp, error) { return nil, nil }); err == nil {
+		t.Error("Acquire took a failed preload without its error")
+	}
+
+	s3, _ := preloadSession(true)
+	var slot3 *fakeComp
+	hold := make(chan struct{})
+	Preload(s3, &slot3, "video_vae", func() (*fakeComp, error) { <-hold; return &fakeComp{&closed}, nil })
+	ran := make(chan struct{}, 1)
+	PrewarmPreloaded(context.Background(), s3, "video_vae", func(context.Context, *fakeComp) error { ran <- struct{}{}; return nil })
+	go func() { close(hold) }() // Finish cancels the waiting job, then waits for the load
+	s3.Finish()
+	if slot3 == nil {
+		t.Error("Finish dropped the preload its cancelled prewarm job waited for")
+	}
 }

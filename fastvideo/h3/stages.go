@@ -64,6 +64,7 @@ func (p *run) Condition(ctx context.Context) error {
 		return err
 	}
 	p.preload()
+	p.prewarmDecoders(ctx)
 	var out textenc.Result
 	if len(r.keyframes) == 0 {
 		out, err = cond.Condition(ctx, r.Prompt)
@@ -93,9 +94,6 @@ func (p *run) Condition(ctx context.Context) error {
 // updated by their own ladders.
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
-	if err := p.prewarmDecoders(ctx); err != nil {
-		return err
-	}
 	dit, err := family.Acquire(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if err != nil {
 		return err
@@ -126,32 +124,20 @@ func (p *run) Denoise(ctx context.Context) error {
 	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
 }
 
-// prewarmDecoders takes the decoders that Decode will run (preloaded beside Condition) and starts compiling their programs
-// beside the denoise (docs/architecture.md, "Decoder prewarm"): only those the memory policy keeps,
-// which ChooseResidency keeps only where every other component still runs beside them, so that
-// loading them before the DiT holds no more on the device than a second run does. A decoder the
-// run does not need (no waveform wanted, no frames wanted, the tiny decoder) is left alone.
-func (p *run) prewarmDecoders(ctx context.Context) error {
-	c := p.c
-	var jobs []func(context.Context) error
-	if p.needsAudio() && c.Engine.Keeps(family.CompAudioVAE) {
-		dec, err := family.Acquire(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
-		if err != nil {
-			return err
-		}
+// prewarmDecoders starts compiling the programs of the decoders Decode will run as soon as their
+// preloads (beside Condition) have loaded them (docs/architecture.md, "Decoder prewarm"), so that
+// the compiles overlap the prompt's encoding, the DiT's load and the denoise: only decoders the
+// memory policy keeps preload, and only those the run needs (no waveform wanted, no frames wanted,
+// the tiny decoder: left alone).
+func (p *run) prewarmDecoders(ctx context.Context) {
+	if p.needsAudio() {
 		n := p.r.Denoise.AudioLatents
-		jobs = append(jobs, func(ctx context.Context) error { return dec.PrepareRows(ctx, n) })
+		family.PrewarmPreloaded(ctx, p.s, family.CompAudioVAE, func(ctx context.Context, d *h3audio.Decoder) error { return d.PrepareRows(ctx, n) })
 	}
-	if p.decodesVideo() && c.Engine.Keeps(family.CompVideoVAE) {
-		dec, err := family.Acquire(p.s, &c.video, family.CompVideoVAE, c.loadVideoVAE)
-		if err != nil {
-			return err
-		}
+	if p.decodesVideo() {
 		shape := p.latentShape()
-		jobs = append(jobs, func(ctx context.Context) error { return dec.Prepare(ctx, shape) })
+		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *h3video.Decoder) error { return d.Prepare(ctx, shape) })
 	}
-	p.s.StartPrewarm(ctx, jobs...)
-	return nil
 }
 
 // preload starts loading the DiT and the decoders Decode will run, those the memory policy keeps,

@@ -47,6 +47,11 @@ func (p *run) Condition(ctx context.Context) error {
 		return err
 	}
 	p.preload()
+	if p.decodesVideo() {
+		// The VAE's decode programs compile as soon as it has loaded (docs/architecture.md, "Decoder prewarm").
+		shape := p.latentShape()
+		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *wanvae.Decoder) error { return d.Prepare(ctx, shape) })
+	}
 	var cached bool
 	if p.cond, res.PromptTokens, cached, err = p.encode(ctx, cond, r.Prompt); err != nil {
 		return err
@@ -118,9 +123,6 @@ func (p *run) encode(ctx context.Context, cond *textenc.Conditioner, text string
 func (p *run) Denoise(ctx context.Context) error {
 	c := p.c
 	p.warnWindow()
-	if err := p.prewarmDecoder(ctx); err != nil {
-		return err
-	}
 	dit, err := family.Acquire(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if err != nil {
 		return err
@@ -192,25 +194,6 @@ func (c *components) loadVAE() (*wanvae.Decoder, error) { return c.Src.loadVAE(c
 // does not make them.
 func (p *run) decodesVideo() bool {
 	return family.WantsFrames(p.s.Request) && p.r.Decoder != api.DecoderTiny
-}
-
-// prewarmDecoder takes the VAE that Decode will run (preloaded beside Condition) and starts
-// compiling its programs beside the denoise (docs/architecture.md, "Decoder prewarm"): only when the memory policy keeps it, which
-// ChooseResidency does only where every other component still runs beside it, so that loading it
-// before the DiT holds no more on the device than a second run does; and only when a decode needs
-// frames from the full VAE.
-func (p *run) prewarmDecoder(ctx context.Context) error {
-	c := p.c
-	if !p.decodesVideo() || !c.Engine.Keeps(family.CompVideoVAE) {
-		return nil
-	}
-	dec, err := family.Acquire(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
-	if err != nil {
-		return err
-	}
-	shape := p.latentShape()
-	p.s.StartPrewarm(ctx, func(ctx context.Context) error { return dec.Prepare(ctx, shape) })
-	return nil
 }
 
 // latentShape is the shape of the final latents [1, C, T, Hl, Wl] the VAE decodes.
