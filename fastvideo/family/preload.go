@@ -8,9 +8,9 @@ import (
 
 // A run's first call loads its components one after another as the stages reach them: the text
 // encoder in Condition, then the DiT and the decoders in Denoise. A family starts the loads of the
-// components the engine keeps at the start of Condition instead (Preload), so that they overlap the
-// text encoder's load and the prompt's encoding; Acquire then waits for them (docs/architecture.md,
-// "Preload"). Only kept components preload: the memory policy keeps one only where every component
+// components the engine keeps in Condition instead (Preload), once the prompt has passed its cheap
+// checks, so that they overlap the text encoder's load and the prompt's encoding; Acquire then waits
+// for them (docs/architecture.md, "Preload"). Only kept components preload: the memory policy keeps one only where every component
 // that is not kept still runs beside it, so a preload holds no more on the device than a second call
 // does.
 
