@@ -18,8 +18,8 @@ import (
 // Two ways compute it: the masked dense oracle (PathExact, float32 [B, H, S, S]: small sequences) and
 // the block path everywhere else: the sequence cut into WindowTile-row tiles, each query tile
 // attending only the key tiles its band and the sink touch (WindowBlocks, graph constants), with the
-// element mask inside them. The block path's per-query-tile stage is windowFine, the one place a GPU
-// kernel plugs in.
+// element mask inside them. The block path's per-query-tile stage is windowFine: the Triton window
+// kernel where it runs (window_triton.go), gathered tiles elsewhere.
 
 // WindowTile is the rows of a tile of the window's block map: the VSA kernel's tile height, so that a
 // kernel of the same shape serves both.
@@ -173,9 +173,9 @@ func windowMask(i, j *Node, w Window, s int) *Node {
 	return And(Or(band, sink), LessThan(j, ConstAsDType(i.Graph(), dtypes.Int32, s)))
 }
 
-// windowFine is the window's fine stage, and the one place a GPU kernel plugs in (as
-// selectedAttend takes the Triton VSA kernel through tritonEligible): every query tile against the
-// key tiles of its list. Its operands:
+// windowFine is the window's fine stage: the Triton window kernel where windowKernel allows (as
+// selectedAttend takes the Triton VSA kernel through tritonEligible), else gatheredWindow; every
+// query tile against the key tiles of its list. Its operands:
 //   - q, k, v [G, Tiles·64, D] in the attention's dtype, G = B·H head-major, each head's rows zero-padded
 //     to whole tiles;
 //   - idx [Tiles, Stride] int32 and counts [Tiles] int32, the WindowBlocks as graph constants (padding
@@ -184,14 +184,16 @@ func windowMask(i, j *Node, w Window, s int) *Node {
 //
 // It returns [G, Tiles·64, D] (the padding query rows are discarded by the caller).
 func windowFine(q, k, v, idx, counts *Node, seqLen int, w Window, scale float64) *Node {
-	if kernel, err := windowKernel(q, scale); err == nil {
-		return kernel(q, k, v, idx, counts, seqLen, w, scale)
+	kernel, err := windowKernel(q, scale)
+	if err != nil {
+		return gatheredWindow(q, k, v, idx, seqLen, w, scale)
 	}
-	return gatheredWindow(q, k, v, idx, seqLen, w, scale)
+	out, err := kernel.windowCall(q, k, v, idx, counts, seqLen, w)
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
-
-// windowKernelFunc is the signature a GPU kernel of windowFine implements (window_triton.go).
-type windowKernelFunc func(q, k, v, idx, counts *Node, seqLen int, w Window, scale float64) *Node
 
 // gatheredWindow is windowFine with XLA ops: each query tile's listed K/V tiles are copied out (heads
 // in chunks) and attended in float32 under the element mask.

@@ -3,6 +3,7 @@ package attention
 import (
 	_ "embed"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -48,10 +49,13 @@ func TritonWindow(backend compute.Backend, dtype dtypes.DType, headDim int) erro
 
 // windowKernel returns the kernel that can run windowFine for q (its dtype, head width and backend)
 // at scale, as tritonEligible does for VSA, or why none can.
-func windowKernel(q *Node, scale float64) (windowKernelFunc, error) {
+func windowKernel(q *Node, scale float64) (*tritonKernel, error) {
 	k, err := loadWindowTriton()
 	if err != nil {
 		return nil, err
+	}
+	if k.Tile != WindowTile {
+		return nil, fmt.Errorf("%w: window_triton.json computes tiles of %d rows, the block map has %d", errWindowShape, k.Tile, WindowTile)
 	}
 	if err := k.checkScale(scale, errWindowShape); err != nil {
 		return nil, err
@@ -59,16 +63,7 @@ func windowKernel(q *Node, scale float64) (windowKernelFunc, error) {
 	if err := TritonWindow(q.Graph().Backend(), q.DType(), q.Shape().Dim(-1)); err != nil {
 		return nil, err
 	}
-	if q.Shape().Dim(1)%k.Tile != 0 {
-		return nil, errWindowShape // windowRows pads to whole WindowTile tiles, the kernel's
-	}
-	return func(q, kk, v, idx, counts *Node, seqLen int, w Window, _ float64) *Node {
-		out, err := k.windowCall(q, kk, v, idx, counts, seqLen, w)
-		if err != nil {
-			panic(err)
-		}
-		return out
-	}, nil
+	return k, nil
 }
 
 // windowCall launches the kernel with the operands testdata/gen_window_triton.py documents: q, k, v
