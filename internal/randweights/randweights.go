@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -16,6 +15,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/internal/graphexec"
+	"fastvideo/internal/parallel"
 	"fastvideo/internal/weights"
 )
 
@@ -122,17 +122,11 @@ func (d *Drawer) compileAll(set *weights.Set, dt dtypes.DType, state shapes.Shap
 	}
 	scalar := shapes.Make(dtypes.Float32)
 	errs := make([]error, len(todo))
-	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for i, e := range todo {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			_, errs[i] = graphexec.Compile(e, state, scalar, scalar)
-		}()
-	}
-	wg.Wait()
+	parallel.Ranges(len(todo), 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			_, errs[i] = graphexec.Compile(todo[i], state, scalar, scalar)
+		}
+	})
 	return errors.Join(errs...)
 }
 
