@@ -63,8 +63,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if err := checkPromptTokens(len(ids), len(r.estimatedTextTags()), r.Prompt); err != nil {
 		return err
 	}
-	p.preload()
-	p.prewarmDecoders(ctx)
+	p.preload(ctx)
 	var out textenc.Result
 	if len(r.keyframes) == 0 {
 		out, err = cond.Condition(ctx, r.Prompt)
@@ -124,32 +123,23 @@ func (p *run) Denoise(ctx context.Context) error {
 	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
 }
 
-// prewarmDecoders starts compiling the programs of the decoders Decode will run as soon as their
-// preloads (beside Condition) have loaded them (docs/architecture.md, "Decoder prewarm"), so that
-// the compiles overlap the prompt's encoding, the DiT's load and the denoise: only decoders the
-// memory policy keeps preload, and only those the run needs (no waveform wanted, no frames wanted,
-// the tiny decoder: left alone).
-func (p *run) prewarmDecoders(ctx context.Context) {
+// preload starts loading the DiT and the decoders Decode will run, those the memory policy keeps,
+// beside the prompt's encoding (family.Preload; Denoise and Decode then wait for them), and each
+// decoder's compiles as soon as it has loaded (docs/architecture.md, "Decoder prewarm"), so that they
+// overlap the encoding, the DiT's load and the denoise. A decoder the run does not need (no waveform
+// wanted, no frames wanted, the tiny decoder) is left alone.
+func (p *run) preload(ctx context.Context) {
+	c := p.c
+	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if p.needsAudio() {
 		n := p.r.Denoise.AudioLatents
+		family.Preload(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
 		family.PrewarmPreloaded(ctx, p.s, family.CompAudioVAE, func(ctx context.Context, d *h3audio.Decoder) error { return d.PrepareRows(ctx, n) })
 	}
 	if p.decodesVideo() {
 		shape := p.latentShape()
-		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *h3video.Decoder) error { return d.Prepare(ctx, shape) })
-	}
-}
-
-// preload starts loading the DiT and the decoders Decode will run, those the memory policy keeps,
-// beside the prompt's encoding (family.Preload; Denoise and Decode then wait for them).
-func (p *run) preload() {
-	c := p.c
-	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
-	if p.needsAudio() {
-		family.Preload(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
-	}
-	if p.decodesVideo() {
 		family.Preload(p.s, &c.video, family.CompVideoVAE, c.loadVideoVAE)
+		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *h3video.Decoder) error { return d.Prepare(ctx, shape) })
 	}
 }
 

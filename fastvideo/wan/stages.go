@@ -46,12 +46,7 @@ func (p *run) Condition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.preload()
-	if p.decodesVideo() {
-		// The VAE's decode programs compile as soon as it has loaded (docs/architecture.md, "Decoder prewarm").
-		shape := p.latentShape()
-		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *wanvae.Decoder) error { return d.Prepare(ctx, shape) })
-	}
+	p.preload(ctx)
 	var cached bool
 	if p.cond, res.PromptTokens, cached, err = p.encode(ctx, cond, r.Prompt); err != nil {
 		return err
@@ -177,12 +172,15 @@ func (p *run) Denoise(ctx context.Context) error {
 }
 
 // preload starts loading the DiT and the VAE Decode will run, those the memory policy keeps, beside
-// the prompt's encoding (family.Preload; Denoise then waits for them).
-func (p *run) preload() {
+// the prompt's encoding (family.Preload; Denoise and Decode then wait for them), and the VAE's
+// decode compiles as soon as it has loaded (docs/architecture.md, "Decoder prewarm").
+func (p *run) preload(ctx context.Context) {
 	c := p.c
 	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
 	if p.decodesVideo() {
+		shape := p.latentShape()
 		family.Preload(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
+		family.PrewarmPreloaded(ctx, p.s, family.CompVideoVAE, func(ctx context.Context, d *wanvae.Decoder) error { return d.Prepare(ctx, shape) })
 	}
 }
 
