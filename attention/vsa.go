@@ -184,10 +184,17 @@ func maskedAttend(q, k, v, mask *Node, t *Tiling, scale float64) *Node {
 	}
 	allowed := Gather(TransposeAllAxes(mask, 1, 2, 0), Reshape(Const(g, pairs), l, l, 2)) // [L, L, H]
 	allowed = ExpandAxes(TransposeAllAxes(allowed, 2, 0, 1), 0)                           // [1, H, L, L]
+	return exactMasked(q, k, v, allowed, scale)
+}
+
+// exactMasked is Exact under a mask: q [B, Lq, H, D], k, v [B, Lk, H, D], allowed bool broadcast to
+// the float32 scores [B, H, Lq, Lk] (every query must see a key); the result is in q's layout and
+// dtype. It materializes the scores: the oracles of small sequences.
+func exactMasked(q, k, v, allowed *Node, scale float64) *Node {
 	qf, kf, vf := ConvertDType(q, dtypes.Float32), ConvertDType(k, dtypes.Float32), ConvertDType(v, dtypes.Float32)
-	s := MulScalar(Dot(qf, kf).General([]int{3}, []int{0, 2}, []int{3}, []int{0, 2}), scale) // [1, H, L, L]
-	p := MaskedSoftmax(s, allowed, -1)
-	o := Dot(p, vf).General([]int{3}, []int{0, 1}, []int{1}, []int{0, 2}) // [1, H, L, D]
+	s := MulScalar(Dot(qf, kf).General([]int{3}, []int{0, 2}, []int{3}, []int{0, 2}), scale) // [B, H, Lq, Lk]
+	p := MaskedSoftmax(s, BroadcastToDims(allowed, s.Shape().Dimensions...), -1)
+	o := Dot(p, vf).General([]int{3}, []int{0, 1}, []int{1}, []int{0, 2}) // [B, H, Lq, D]
 	return ConvertDType(TransposeAllAxes(o, 0, 2, 1, 3), q.DType())
 }
 

@@ -157,12 +157,7 @@ func windowMasked(q, k, v *Node, w Window, scale float64) *Node {
 	s := q.Shape().Dim(1)
 	i := Iota(g, shapes.Make(dtypes.Int32, s, s), 0)
 	j := Iota(g, shapes.Make(dtypes.Int32, s, s), 1)
-	allowed := Reshape(windowMask(i, j, w, s), 1, 1, s, s)
-	qf, kf, vf := ConvertDType(q, dtypes.Float32), ConvertDType(k, dtypes.Float32), ConvertDType(v, dtypes.Float32)
-	sc := MulScalar(Dot(qf, kf).General([]int{3}, []int{0, 2}, []int{3}, []int{0, 2}), scale) // [B, H, S, S]
-	p := MaskedSoftmax(sc, BroadcastToDims(allowed, sc.Shape().Dimensions...), -1)
-	o := Dot(p, vf).General([]int{3}, []int{0, 1}, []int{1}, []int{0, 2}) // [B, H, S, D]
-	return ConvertDType(TransposeAllAxes(o, 0, 2, 1, 3), q.DType())
+	return exactMasked(q, k, v, Reshape(windowMask(i, j, w, s), 1, 1, s, s), scale)
 }
 
 // windowMask is the element mask of query positions i and key positions j (int32, same shape):
