@@ -224,14 +224,7 @@ def main():
     if "h3" in timings:
         key = min((k for k in timings["h3"] if k.startswith("ours_")), key=lambda k: timings["h3"][k])
         warps, stages = int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
-    kernel = {"generator": "attention/testdata/gen_vsa_triton.py", "jax": jax.__version__, "plugin": plugin_version(),
-              "device": str(jax.devices()[0].device_kind), "name": "vsa_fwd", "head_dim": D, "tile": T,
-              "num_warps": warps, "num_stages": stages, "ir": base64.b64encode(irs[1]).decode(),
-              "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
-    with open(os.path.join(args.out, "vsa_triton.json"), "w") as fh:
-        json.dump(kernel, fh, indent=1)
-
-    from safetensors.torch import save_file
+    kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings)
     bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
     tensors = {"q": bf(q), "k": bf(k), "v": bf(v), "q2k_index": torch.from_numpy(idx), "q2k_num": torch.from_numpy(num),
                "variable_block_sizes": torch.from_numpy(sizes), "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
@@ -241,10 +234,27 @@ def main():
             "triton": __import__("triton").__version__, "jax": jax.__version__, "plugin": plugin_version(),
             "note": "q, k, v are [1, H, S, D]; out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on; "
                     "out_reference is float32 attention of the bfloat16 inputs"}
-    save_file(tensors, os.path.join(args.out, "testdata", "vsa_triton.safetensors"), metadata={"refgen": json.dumps(meta)})
-    with open(os.path.join(args.out, "testdata", "vsa_triton.json"), "w") as fh:
+    write_outputs(args.out, "vsa_triton", kernel, tensors, meta)
+
+
+def kernel_record(generator, name, warps, stages, irs, timings):
+    # The kernel file attention/*_triton.json: the IR lowered at the larger of two geometries (irs), what it
+    # was made with, and whether the two geometries gave the same bytes.
+    return {"generator": generator, "jax": jax.__version__, "plugin": plugin_version(),
+            "device": str(jax.devices()[0].device_kind), "name": name, "head_dim": D, "tile": T,
+            "num_warps": warps, "num_stages": stages, "ir": base64.b64encode(irs[1]).decode(),
+            "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
+
+
+def write_outputs(out, name, kernel, tensors, meta):
+    # OUT/NAME.json (the kernel) and OUT/testdata/NAME.{safetensors,json} (the fixture, meta as its refgen).
+    from safetensors.torch import save_file
+    with open(os.path.join(out, name + ".json"), "w") as fh:
+        json.dump(kernel, fh, indent=1)
+    save_file(tensors, os.path.join(out, "testdata", name + ".safetensors"), metadata={"refgen": json.dumps(meta)})
+    with open(os.path.join(out, "testdata", name + ".json"), "w") as fh:
         json.dump(meta, fh, indent=1)
-    print("wrote", os.path.join(args.out, "vsa_triton.json"), "and testdata/vsa_triton.*")
+    print("wrote", os.path.join(out, name + ".json"), "and testdata/" + name + ".*")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@
 # Writes attention/window_triton.json (the kernel) and attention/testdata/window_triton.{json,safetensors}
 # (cases with ragged tiles, sink tiles inside and outside the band, a window narrower than a tile; the
 # float32 reference of the masked attention and the kernel's own output as JAX runs it), and with --bench times the kernel at the Wan 1.3B geometry.
-import argparse, base64, json, math, os, sys, time
+import argparse, math, os, sys
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +38,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
-from gen_vsa_triton import plugin_version, bf16, timed  # noqa: E402
+from gen_vsa_triton import bf16, kernel_record, plugin_version, timed, write_outputs  # noqa: E402
 
 D, T = 128, 64
 LOG2E = math.log2(math.e)
@@ -189,21 +189,12 @@ def main():
                 print(f"wan1.3b window ±{frames} frames ({window} tokens): warps={w} stages={st} {t*1e3:.3f} ms "
                       f"({flops/t/1e12:.0f} TFLOP/s on the listed tiles), dense {t_dense/t:.2f}x slower")
 
-    kernel = {"generator": "attention/testdata/gen_window_triton.py", "jax": jax.__version__, "plugin": plugin_version(),
-              "device": str(jax.devices()[0].device_kind), "name": "window_fwd", "head_dim": D, "tile": T,
-              "num_warps": warps, "num_stages": stages, "ir": base64.b64encode(irs[1]).decode(),
-              "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
-    with open(os.path.join(args.out, "window_triton.json"), "w") as fh:
-        json.dump(kernel, fh, indent=1)
-    from safetensors.torch import save_file
+    kernel = kernel_record("attention/testdata/gen_window_triton.py", "window_fwd", warps, stages, irs, timings)
     meta = {"kind": "window_triton", "generator": "attention/testdata/gen_window_triton.py", "head_dim": D, "cases": cases,
             "jax": jax.__version__, "plugin": plugin_version(),
             "note": "per case NAME: NAME.q, .k, .v [1, S, H, D] bfloat16; NAME.out_reference float32 masked attention of them "
                     "(|i-j| <= window//2 or j < sink); NAME.out_kernel the kernel's bfloat16 output (JAX running it)"}
-    save_file(tensors, os.path.join(args.out, "testdata", "window_triton.safetensors"), metadata={"refgen": json.dumps(meta)})
-    with open(os.path.join(args.out, "testdata", "window_triton.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-    print("wrote", os.path.join(args.out, "window_triton.json"), "and testdata/window_triton.*")
+    write_outputs(args.out, "window_triton", kernel, tensors, meta)
 
 
 if __name__ == "__main__":
