@@ -1,6 +1,7 @@
 package attention
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -399,5 +400,17 @@ func TestTritonVSAUnavailable(t *testing.T) {
 	testutil.AssertBitExact(t, "auto against gather", auto, gather)
 	if _, err := run(SparseTriton); err == nil || !strings.Contains(err.Error(), "VSA kernel triton was asked for") {
 		t.Errorf("triton forced on the pure-Go backend: %v", err)
+	}
+}
+
+// TestKernelOffsetsBound: the kernels compute element offsets in int32, so an operand past 2^31−1
+// elements is refused (the gathered path runs) instead of wrapping.
+func TestKernelOffsetsBound(t *testing.T) {
+	if err := addressable(math.MaxInt32, errTritonShape); err != nil {
+		t.Errorf("2^31-1 elements: %v", err)
+	}
+	err := addressable(math.MaxInt32+1, errTritonShape)
+	if !errors.Is(err, errTritonShape) || !strings.Contains(err.Error(), "2147483648 elements") {
+		t.Errorf("2^31 elements: %v", err)
 	}
 }

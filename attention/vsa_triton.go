@@ -190,11 +190,25 @@ func tritonEligible(q *Node, s *Sparse, scale float64) (*tritonKernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The shape check first: CPU tests reach it (their head widths fail the scale check).
+	t := s.Tiling
+	if err := addressable(t.NumTiles()*t.TileElems*q.Shape().Dim(2)*q.Shape().Dim(3), errTritonShape); err != nil {
+		return nil, err
+	}
 	if err := k.checkScale(scale, errTritonShape); err != nil {
 		return nil, err
 	}
-	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), s.Tiling.TileElems); err != nil {
+	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), t.TileElems); err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// addressable reports whether a kernel's operand of elems elements is within the int32 element offsets
+// the kernels compute (nil), or why not.
+func addressable(elems int, notCovered error) error {
+	if elems > math.MaxInt32 {
+		return fmt.Errorf("%w: an operand of %d elements is past the kernel's int32 offsets (%d)", notCovered, elems, math.MaxInt32)
+	}
+	return nil
 }

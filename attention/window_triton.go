@@ -47,11 +47,15 @@ func TritonWindow(backend compute.Backend, dtype dtypes.DType, headDim int) erro
 	return k.runsOn(backend, dtype, headDim)
 }
 
-// windowKernel returns the kernel that can run windowFine for q (its dtype, head width and backend)
-// at scale, as tritonEligible does for VSA, or why none can.
+// windowKernel returns the kernel that can run windowFine for q [G, R, D] (its size, dtype, head width
+// and backend) at scale, as tritonEligible does for VSA, or why none can.
 func windowKernel(q *Node, scale float64) (*tritonKernel, error) {
 	k, err := loadWindowTriton()
 	if err != nil {
+		return nil, err
+	}
+	// The shape checks first: CPU tests reach them (their head widths fail the scale check).
+	if err := addressable(q.Shape().Size(), errWindowShape); err != nil {
 		return nil, err
 	}
 	if k.Tile != WindowTile {

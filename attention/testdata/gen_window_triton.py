@@ -134,6 +134,10 @@ CASES = [
 ]
 
 
+# Launch settings tried (num_stages: how deep Triton pipelines the K/V tile loads).
+CONFIGS = [(4, 2), (4, 3), (4, 4), (4, 5), (4, 6), (8, 3)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the kernel) with testdata/ below it")
@@ -141,8 +145,37 @@ def main():
     args = ap.parse_args()
     import torch
     bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)
-    rng = np.random.default_rng(0)
+    # The launch settings: the fastest at a window of ±3 frames with --bench, else 4 warps, 3 stages.
+    timings = {}
     warps, stages = 4, 3
+    if args.bench:
+        # Wan 1.3B at 480x832x81: 21 latent frames of 30x52 = 1,560 tokens, S = 32,760, 12 heads.
+        s, h = 32760, 12
+        q, k, v = (bf16(np.random.default_rng(1), (1, s, h, D)) for _ in range(3))
+        tq = [torch.from_numpy(np.asarray(x, np.float32)).cuda().to(torch.bfloat16).transpose(1, 2) for x in (q, k, v)]
+        t_dense = timed(lambda: torch.nn.functional.scaled_dot_product_attention(*tq), 10)
+        timings["dense_sdpa_ms"] = t_dense * 1e3
+        print(f"wan1.3b: torch dense SDPA {t_dense*1e3:.3f} ms")
+        for frames in (1, 3, 5):
+            window = 2 * frames * 1560
+            ops, rows = operands(q, k, v, window, 0)
+            num = np.asarray(ops[1])
+            flops = 4 * h * int(num.sum()) * T * T * D
+            for w, st in CONFIGS:
+                try:
+                    f = jax.jit(window_call(h, rows, w, st))
+                    t = timed(lambda: f(*ops), 20)
+                except Exception as e:  # a configuration the compiler refuses (shared memory)
+                    print(f"window ±{frames} frames: warps={w} stages={st}: {type(e).__name__}: {str(e)[:200]}")
+                    continue
+                timings[f"pm{frames}_w{w}_s{st}_ms"] = t * 1e3
+                print(f"wan1.3b window ±{frames} frames ({window} tokens): warps={w} stages={st} {t*1e3:.3f} ms "
+                      f"({flops/t/1e12:.0f} TFLOP/s on the listed tiles), dense {t_dense/t:.2f}x slower")
+        key = min((k for k in timings if k.startswith("pm3_")), key=lambda k: timings[k])
+        warps, stages = int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
+        print(f"launch settings: {warps} warps, {stages} stages")
+
+    rng = np.random.default_rng(0)
     tensors, cases = {}, []
     for name, s, h, window, sink in CASES:
         q, k, v = (bf16(rng, (1, s, h, D)) for _ in range(3))
@@ -167,27 +200,6 @@ def main():
         irs.append(cfg["ir"])
         print("lowered", hh, rows, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
     print("IR the same at both geometries:", irs[0] == irs[1])
-
-    timings = {}
-    if args.bench:
-        # Wan 1.3B at 480x832x81: 21 latent frames of 30x52 = 1,560 tokens, S = 32,760, 12 heads.
-        s, h = 32760, 12
-        q, k, v = (bf16(rng, (1, s, h, D)) for _ in range(3))
-        tq = [torch.from_numpy(np.asarray(x, np.float32)).cuda().to(torch.bfloat16).transpose(1, 2) for x in (q, k, v)]
-        t_dense = timed(lambda: torch.nn.functional.scaled_dot_product_attention(*tq), 10)
-        timings["dense_sdpa_ms"] = t_dense * 1e3
-        print(f"wan1.3b: torch dense SDPA {t_dense*1e3:.3f} ms")
-        for frames in (1, 3, 5):
-            window = 2 * frames * 1560
-            ops, rows = operands(q, k, v, window, 0)
-            num = np.asarray(ops[1])
-            flops = 4 * h * int(num.sum()) * T * T * D
-            for w, st in [(4, 2), (4, 3), (4, 4), (8, 3)]:
-                f = jax.jit(window_call(h, rows, w, st))
-                t = timed(lambda: f(*ops), 20)
-                timings[f"pm{frames}_w{w}_s{st}_ms"] = t * 1e3
-                print(f"wan1.3b window ±{frames} frames ({window} tokens): warps={w} stages={st} {t*1e3:.3f} ms "
-                      f"({flops/t/1e12:.0f} TFLOP/s on the listed tiles), dense {t_dense/t:.2f}x slower")
 
     kernel = kernel_record("attention/testdata/gen_window_triton.py", "window_fwd", warps, stages, irs, timings)
     meta = {"kind": "window_triton", "generator": "attention/testdata/gen_window_triton.py", "head_dim": D, "cases": cases,
