@@ -2,7 +2,6 @@ package h3audio
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"fastvideo/internal/graphexec/graphexectest"
@@ -16,21 +15,14 @@ func TestPrepare(t *testing.T) {
 		z, shape := fx.F32(t, "in.latents_normalized")
 		ctx := context.Background()
 		check := func(t *testing.T, prepare func(*Decoder) error, decode func(*Decoder) ([][]float32, error)) {
-			want, err := decode(openFixtureDecoder(t, fx, fx.Weights(), Options{}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := openFixtureDecoder(t, fx, fx.Weights(), Options{})
-			got := graphexectest.Prepared(t, 1, func() error { return prepare(d) }, func() [][]float32 {
-				got, err := decode(d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return got
-			})
-			if !slices.EqualFunc(got, want, slices.Equal[[]float32]) {
-				t.Error("the waveform after Prepare differs from the one without")
-			}
+			graphexectest.PreparedSame(t, 1, func() *Decoder { return openFixtureDecoder(t, fx, fx.Weights(), Options{}) }, prepare,
+				func(d *Decoder) [][]float32 {
+					got, err := decode(d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return got
+				})
 		}
 		t.Run("Decode", func(t *testing.T) {
 			check(t, func(d *Decoder) error { return d.Prepare(ctx, shape) },

@@ -28,13 +28,9 @@ func TestPrepare(t *testing.T) {
 			{Options{Tiling: true, TileSize: 4 * r, TileStride: 3 * r}, zr, rShape},
 		} {
 			t.Run(fmt.Sprintf("tiling=%v/%v", c.opts.Tiling, c.shape), func(t *testing.T) {
-				want, _ := collect(t, openDecoder(t, fx, c.opts), c.z, c.shape, nil)
-				d := openDecoder(t, fx, c.opts)
-				got := graphexectest.Prepared(t, 0, func() error { return d.Prepare(context.Background(), c.shape) },
-					func() []float32 { got, _ := collect(t, d, c.z, c.shape, nil); return got })
-				if diff := testutil.Compare(got, want); diff.MaxAbs != 0 || len(got) != len(want) {
-					t.Errorf("decode after Prepare differs by %g (%d values, want %d)", diff.MaxAbs, len(got), len(want))
-				}
+				graphexectest.PreparedSame(t, 0, func() *Decoder { return openDecoder(t, fx, c.opts) },
+					func(d *Decoder) error { return d.Prepare(context.Background(), c.shape) },
+					func(d *Decoder) []float32 { got, _ := collect(t, d, c.z, c.shape, nil); return got })
 			})
 		}
 		t.Run("errors", func(t *testing.T) {

@@ -6,6 +6,7 @@ package graphexectest
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,6 +33,18 @@ func Prepared[T any](t testing.TB, want int64, prepare func() error, call func()
 		t.Errorf("the call after Prepare compiled %d program(s)", p2-p1)
 	}
 	return got
+}
+
+// PreparedSame checks Prepared on a model from open and that its call gives, bit for bit, what call
+// gives on another model from open that compiles as it goes: Prepare must change when programs
+// compile, never the numbers.
+func PreparedSame[M, T any](t testing.TB, want int64, open func() M, prepare func(M) error, call func(M) T) {
+	t.Helper()
+	fresh := call(open())
+	m := open()
+	if got := Prepared(t, want, func() error { return prepare(m) }, func() T { return call(m) }); !reflect.DeepEqual(got, fresh) {
+		t.Error("the output after Prepare differs from the one without")
+	}
 }
 
 // PrepareErrors checks a Prepare(ctx, shape) method: it refuses the shape bad with an error that
