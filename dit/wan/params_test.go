@@ -60,19 +60,11 @@ func TestLoadFolder(t *testing.T) {
 }
 
 func TestReleaseParameterCounts(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		cfg  Config
-		want int64
-	}{ // computed from the released configs
-		{"Wan2.1-1.3B", Wan21T2V1_3B(), 1_418_996_800},
-		{"Wan2.2-TI2V-5B", Wan22TI2V5B(), 4_999_787_712},
-		{"Wan2.1-14B", Wan21T2V14B(), 14_288_491_584},
-	} {
-		if got := testutil.ParamCount(t, Params, c.cfg); got != c.want {
-			t.Errorf("%s has %d parameters, want %d", c.name, got, c.want)
-		}
-	}
+	testutil.AssertParamCounts(t, Params, []testutil.ParamCase[Config]{ // computed from the released configs
+		{Name: "Wan2.1-1.3B", Cfg: Wan21T2V1_3B(), Want: 1_418_996_800},
+		{Name: "Wan2.2-TI2V-5B", Cfg: Wan22TI2V5B(), Want: 4_999_787_712},
+		{Name: "Wan2.1-14B", Cfg: Wan21T2V14B(), Want: 14_288_491_584},
+	})
 }
 
 func TestForwardFLOPs(t *testing.T) {

@@ -494,6 +494,23 @@ func ParamCount[C any](t testing.TB, params func(C) (weights.Shapes, error), cfg
 	return s.Count()
 }
 
+// ParamCase is a configuration and the parameter count it must declare (a released model's).
+type ParamCase[C any] struct {
+	Name string
+	Cfg  C
+	Want int64
+}
+
+// AssertParamCounts checks the parameter count that params declares for each case's configuration.
+func AssertParamCounts[C any](t testing.TB, params func(C) (weights.Shapes, error), cases []ParamCase[C]) {
+	t.Helper()
+	for _, c := range cases {
+		if got := ParamCount(t, params, c.Cfg); got != c.Want {
+			t.Errorf("%s has %d parameters, want %d", c.Name, got, c.Want)
+		}
+	}
+}
+
 // Closer is a model a test builds and closes.
 type Closer interface{ Close() error }
 

@@ -163,15 +163,8 @@ func TestPipelinePath(t *testing.T) {
 // TestCheckpointSizes checks the declared decoder (post_quant_conv included) against the
 // parameter counts of the released VAEs.
 func TestCheckpointSizes(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-		want int64
-	}{{"wan21", DefaultConfig(), 73_295_603}, {"wan22", Wan22Config(), 555_051_580}} {
-		if n := testutil.ParamCount(t, Params, tc.cfg); n != tc.want {
-			t.Errorf("%s: decoder has %d parameters, want %d", tc.name, n, tc.want)
-		}
-	}
+	testutil.AssertParamCounts(t, Params, []testutil.ParamCase[Config]{
+		{Name: "wan21 decoder", Cfg: DefaultConfig(), Want: 73_295_603}, {Name: "wan22 decoder", Cfg: Wan22Config(), Want: 555_051_580}})
 }
 
 // TestDecodeGFLOP checks the FLOP walk against figures computed by hand from the released configs.
