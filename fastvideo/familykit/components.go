@@ -63,6 +63,9 @@ const (
 // Snapshot is a diffusers-style model folder, as every family's folder components read it.
 type Snapshot struct{ Dir string }
 
+// Describe names the folder by its path (Source).
+func (s Snapshot) Describe() string { return s.Dir }
+
 // Path joins parts below the folder.
 func (s Snapshot) Path(parts ...string) string {
 	return filepath.Join(append([]string{s.Dir}, parts...)...)

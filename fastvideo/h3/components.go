@@ -280,8 +280,6 @@ func (checkpointText) newTextEncoder(e *family.Engine, cfg qwen3vl.Config, src w
 	return qwen3vl.New(e.Backend, cfg, src, opts)
 }
 
-func (f *folder) Describe() string { return f.Dir }
-
 func (f *folder) Check() error {
 	if err := f.CheckWeights(familykit.DirTransformer, familykit.DirVAE, dirAudioVAE, familykit.DirTextEncoder); err != nil {
 		return err

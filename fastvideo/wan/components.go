@@ -224,8 +224,6 @@ func (checkpointText) newTextEncoder(e *family.Engine, cfg umt5.Config, src weig
 	return umt5.FromSource(e.Backend, cfg, src, opts)
 }
 
-func (f *folder) Describe() string { return f.Dir }
-
 func (f *folder) Check() error {
 	if err := f.CheckWeights(familykit.DirTransformer, familykit.DirVAE, familykit.DirTextEncoder); err != nil {
 		return err
