@@ -107,6 +107,20 @@ func DecodeToPixels[F FrameRun](ctx context.Context, latents []float32, shape []
 	return video, out, nil
 }
 
+// MapChannels applies channel k's map to every value of channel k of channel-major latents (a
+// [1, C, T, H, W] video: channels runs of plane values) into a new slice; perChannel is asked once
+// per channel, so a VAE reads its statistics once a channel rather than once a value.
+func MapChannels(latents []float32, channels, plane int, perChannel func(k int) func(float32) float32) []float32 {
+	out := make([]float32, len(latents))
+	for k := 0; k < channels; k++ {
+		f := perChannel(k)
+		for i := k * plane; i < (k+1)*plane; i++ {
+			out[i] = f(latents[i])
+		}
+	}
+	return out
+}
+
 // Elements is the number of values a tensor of shape dims holds (1 for a scalar): what a latent-shape
 // check compares with the slice's length, and what a call that has the shape but no values
 // (Prepare, OutputShape) hands it in the slice's place.

@@ -60,15 +60,7 @@ func (c Config) mapChannels(latents []float32, shape []int, perChannel func(k in
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(latents))
-	plane := t * h * w
-	for k := 0; k < ch; k++ {
-		f := perChannel(k)
-		for i := k * plane; i < (k+1)*plane; i++ {
-			out[i] = f(latents[i])
-		}
-	}
-	return out, nil
+	return modelkit.MapChannels(latents, ch, t*h*w, perChannel), nil
 }
 
 // OutputShape is the decoded video's shape [1, 3, frames, H, W] for a latent shape.

@@ -267,15 +267,7 @@ func (c Config) perChannel(latents []float32, shape []int, channel func(k int) f
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(latents))
-	plane := t * h * w
-	for k := 0; k < c.ZDim; k++ {
-		f := channel(k)
-		for i := k * plane; i < (k+1)*plane; i++ {
-			out[i] = f(latents[i])
-		}
-	}
-	return out, nil
+	return modelkit.MapChannels(latents, c.ZDim, t*h*w, channel), nil
 }
 
 // Upsampling mode of an up block.
