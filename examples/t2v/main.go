@@ -45,9 +45,7 @@ var command = cli.Command{
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		guidance := fs.Float64("guidance-scale", 0, "classifier-free guidance scale, > 1 enables it (0: preset; FastWan: none)")
 		warp := fs.Bool("warp-denoising-steps", false, "FastWan: feed the DMD rungs warped onto the flow-shift grid (the MLX Wan2.2-5B recipe)")
-		dense := fs.Bool("dense-attention", false, "FastWan: dense attention instead of the Video Sparse Attention the students were trained with (the default in a build without the block-sparse kernel, where it is faster; the GPU build has the kernel and runs VSA by default, see BENCHMARKS.md)")
-		vsaOn := fs.Bool("vsa", false, "FastWan: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
-		sparsity := fs.Float64("vsa-sparsity", 0, "FastWan: VSA sparsity in [0, 1) (default: the model's, 0.8 for 1.3B, 0.9 for 14B)")
+		vsa := cli.DefineVSA(fs, "FastWan", "the model's, 0.8 for 1.3B, 0.9 for 14B")
 		applyWindow := defineWindow(fs)
 		applyRefine := defineRefine(fs)
 		return func(req *fastvideo.Request, set map[string]bool) error {
@@ -56,24 +54,17 @@ var command = cli.Command{
 				return err
 			}
 			var opts wan.Options
-			touched := set["warp-denoising-steps"] || set["dense-attention"] || set["vsa-sparsity"] || *vsaOn
-			if *dense && (*vsaOn || set["vsa-sparsity"]) {
-				return &fastvideo.RequestError{Field: "vsa", Value: "-dense-attention with -vsa/-vsa-sparsity", Allowed: "one of -dense-attention or -vsa"}
-			}
-			if err := applyWindow(&opts, set, *dense || *vsaOn || set["vsa-sparsity"]); err != nil {
+			err := vsa.Apply(set, func(off bool, sparsity *float64) { opts.VSA = &wan.VSA{Off: off, Sparsity: sparsity} })
+			if err != nil {
 				return err
 			}
-			touched = touched || opts.AttentionWindow != nil
+			if err := applyWindow(&opts, set, vsa.Chooses(set)); err != nil {
+				return err
+			}
 			if set["warp-denoising-steps"] {
 				opts.WarpDenoisingSteps = fastvideo.Ptr(*warp)
 			}
-			if set["dense-attention"] || set["vsa-sparsity"] || *vsaOn {
-				opts.VSA = &wan.VSA{Off: *dense}
-				if set["vsa-sparsity"] {
-					opts.VSA.Sparsity = fastvideo.Ptr(*sparsity)
-				}
-			}
-			if touched {
+			if opts.VSA != nil || opts.AttentionWindow != nil || opts.WarpDenoisingSteps != nil {
 				req.Options = &opts
 			}
 			return nil

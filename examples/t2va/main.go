@@ -42,22 +42,12 @@ var command = cli.Command{
 	},
 	Extra: func(fs *flag.FlagSet) func(*fastvideo.Request, map[string]bool) error {
 		lastImage := fs.String("last-image", "", "last-frame image (PNG or JPEG) for first/last-keyframe generation (FL2VA)")
-		dense := fs.Bool("dense-attention", false, "FastH3: dense attention instead of the Video Sparse Attention the students were trained with (the default in a build without the block-sparse kernel, where it is faster; the GPU build has the kernel and runs VSA by default, see BENCHMARKS.md)")
-		vsaOn := fs.Bool("vsa", false, "FastH3: Video Sparse Attention as trained (the gates used), at the checkpoint's sparsity unless -vsa-sparsity")
-		sparsity := fs.Float64("vsa-sparsity", 0, "FastH3: VSA sparsity in [0, 1) (default: the checkpoint's schedule contract, else 0.9)")
+		vsa := cli.DefineVSA(fs, "FastH3", "the checkpoint's schedule contract, else 0.9")
 		return func(req *fastvideo.Request, set map[string]bool) error {
 			req.LastImagePath = *lastImage
-			if *dense && (*vsaOn || set["vsa-sparsity"]) {
-				return &fastvideo.RequestError{Field: "vsa", Value: "-dense-attention with -vsa/-vsa-sparsity", Allowed: "one of -dense-attention or -vsa"}
-			}
-			if set["dense-attention"] || set["vsa-sparsity"] || *vsaOn {
-				vsa := &h3.VSA{Off: *dense}
-				if set["vsa-sparsity"] {
-					vsa.Sparsity = fastvideo.Ptr(*sparsity)
-				}
-				req.Options = &h3.Options{VSA: vsa}
-			}
-			return nil
+			return vsa.Apply(set, func(off bool, sparsity *float64) {
+				req.Options = &h3.Options{VSA: &h3.VSA{Off: off, Sparsity: sparsity}}
+			})
 		}
 	},
 }
