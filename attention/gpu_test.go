@@ -124,8 +124,9 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 // TestTritonVSAMatchesUpstreamOnGPU runs the Triton fine-stage kernel on the inputs of upstream's
 // block_sparse_attn_triton.py forward in testdata/gen_vsa_triton.py (ragged tiles, a query tile that
 // selects every key tile and one that selects one, several heads) and compares with upstream's output
-// and the float32 reference. The outputs are bfloat16 (one step is 2^-8 at magnitude 1): within one
-// step of upstream, two of the reference.
+// and the float32 reference. The kernel walks each list grouped by class of key tile (keyOrder), upstream
+// in ascending order, so the online softmax takes its steps in another order. The outputs are bfloat16
+// (one step is 2^-8 at magnitude 1): within one step of upstream, two of the reference.
 func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")
 	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
@@ -164,7 +165,8 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		ex := MustNewExec(b, func(q, k, v *Node) *Node {
 			g := q.Graph()
 			bf := func(x *Node) *Node { return Reshape(ConvertDType(x, dtypes.BFloat16), h*rows, d) }
-			out, err := kernel.call(rows, first, nv, stride, Const(g, num), Const(g, idx), Const(g, tileSizes), bf(q), bf(k), bf(v))
+			lists, ends := kernel.keyOrder(Reshape(Const(g, idx), h*nv, stride), Const(g, num), tileSizes)
+			out, err := kernel.call(rows, first, nv, stride, ends, lists, Const(g, tileSizes), bf(q), bf(k), bf(v))
 			if err != nil {
 				panic(err)
 			}

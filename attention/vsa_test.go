@@ -1,6 +1,7 @@
 package attention
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -412,5 +413,69 @@ func TestKernelOffsetsBound(t *testing.T) {
 	err := addressable(math.MaxInt32+1, errTritonShape)
 	if !errors.Is(err, errTritonShape) || !strings.Contains(err.Error(), "2147483648 elements") {
 		t.Errorf("2^31 elements: %v", err)
+	}
+}
+
+// keyOrder hands the kernel each row's first counts key tiles grouped by the kernel file's classes
+// (the tiles of more valid rows first), ascending within a group, with each group's end: checked
+// against a plain sort on a tiling with edge tiles of every class and rows of random lengths.
+func TestKeyOrder(t *testing.T) {
+	k, err := loadVSATriton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := NewTiling([]int{29, 70}, [3]int{5, 6, 7}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := func(tile int32) int {
+		c := 0
+		for i, n := range k.KeyBlocks {
+			if int(tl.Sizes[tile]) <= n {
+				c = i
+			}
+		}
+		return c
+	}
+	seen := map[int]bool{}
+	for tile := range tl.Sizes {
+		seen[class(int32(tile))] = true
+	}
+	if len(seen) != len(k.KeyBlocks) {
+		t.Fatalf("the tiling's sizes %v cover classes %v of %v", tl.Sizes, seen, k.KeyBlocks)
+	}
+	nT, rows, stride := tl.NumTiles(), 40, 9
+	r := rand.New(rand.NewPCG(3, 4))
+	sel, counts := make([]int32, 0, rows*stride), make([]int32, rows)
+	for i := range rows {
+		counts[i] = int32(1 + r.IntN(stride))
+		for _, tile := range r.Perm(nT)[:stride] {
+			sel = append(sel, int32(tile))
+		}
+	}
+	exec := MustNewExec(testutil.Backend(t), func(sel, counts *Node) []*Node {
+		idx, ends := k.keyOrder(sel, counts, tl.Sizes)
+		return []*Node{idx, ends}
+	})
+	out := exec.MustExec(tensors.FromFlatDataAndDimensions(sel, rows, stride), counts)
+	idx, ends := tensors.MustCopyFlatData[int32](out[0]), tensors.MustCopyFlatData[int32](out[1])
+	nc := len(k.KeyBlocks)
+	for i := range rows {
+		want := slices.Clone(sel[i*stride : i*stride+int(counts[i])])
+		slices.SortFunc(want, func(a, b int32) int { return cmp.Or(cmp.Compare(class(a), class(b)), cmp.Compare(a, b)) })
+		if got := idx[i*stride : i*stride+len(want)]; !slices.Equal(got, want) {
+			t.Errorf("row %d: tiles %v, want %v", i, got, want)
+		}
+		for c := range nc {
+			n := int32(0)
+			for _, tile := range want {
+				if class(tile) <= c {
+					n++
+				}
+			}
+			if got := ends[i*nc+c]; got != n {
+				t.Errorf("row %d: group %d ends at %d, want %d", i, c, got, n)
+			}
+		}
 	}
 }

@@ -71,6 +71,9 @@ type tritonKernel struct {
 	Tile      int    `json:"tile"`
 	NumWarps  int    `json:"num_warps"`
 	NumStages int    `json:"num_stages"`
+	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
+	// first: a tile belongs to the last class whose block holds its valid rows.
+	KeyBlocks []int  `json:"key_blocks"`
 	JAX       string `json:"jax"`
 	Plugin    string `json:"plugin"`
 	ir        []byte
@@ -90,7 +93,27 @@ func parseTritonKernel(file string, data []byte) (*tritonKernel, error) {
 	return k, nil
 }
 
-var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) { return parseTritonKernel("vsa_triton.json", vsaTritonFile) })
+var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
+	k, err := parseTritonKernel("vsa_triton.json", vsaTritonFile)
+	if err != nil {
+		return nil, err
+	}
+	return k, k.checkKeyBlocks("vsa_triton.json")
+})
+
+// checkKeyBlocks: the classes start at a whole tile and shrink, each block at least the 16 rows of a
+// tensor-core product.
+func (k *tritonKernel) checkKeyBlocks(file string) error {
+	for i, n := range k.KeyBlocks {
+		if n < 16 || i == 0 && n != k.Tile || i > 0 && n >= k.KeyBlocks[i-1] {
+			return fmt.Errorf("attention: %s: key blocks %v must start at the tile (%d) and shrink to no less than 16", file, k.KeyBlocks, k.Tile)
+		}
+	}
+	if len(k.KeyBlocks) == 0 {
+		return fmt.Errorf("attention: %s has no key blocks", file)
+	}
+	return nil
+}
 
 // covers reports whether kernel k (loaded with err) computes attention of dtype with heads of
 // headDim: bf16 and the kernel's head width; notCovered wraps what it does not compute.
@@ -154,28 +177,56 @@ func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems i
 // key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
 func (k *tritonKernel) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
 	t := s.Tiling
-	g := qt.Graph()
 	nT, e, h, d := t.NumTiles(), t.TileElems, qt.Shape().Dim(2), qt.Shape().Dim(3)
 	nv, kk := t.NumVideo, sel.Shape().Dim(2)
 	headMajor := func(x *Node) *Node { return Reshape(TransposeAllAxes(x, 2, 0, 1, 3), h*nT*e, d) } // [H·S, D]
-	counts := BroadcastToDims(Const(g, int32(kk)), h*nv)
-	out, err := k.call(nT*e, t.NumPrefix, nv, kk, counts, Reshape(sel, h*nv*kk), Const(g, t.Sizes),
-		headMajor(qt), headMajor(kt), headMajor(vt))
+	idx, ends := k.keyOrder(Reshape(sel, h*nv, kk), nil, t.Sizes)
+	out, err := k.call(nT*e, t.NumPrefix, nv, kk, ends, idx, Const(qt.Graph(), t.Sizes), headMajor(qt), headMajor(kt), headMajor(vt))
 	if err != nil {
 		return nil, err
 	}
 	return Reshape(TransposeAllAxes(Reshape(out, h, nv, e, d), 1, 2, 0, 3), nv*e, h, d), nil
 }
 
+// keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of
+// them when counts is nil) as the kernel walks them: grouped by class of KeyBlocks, ascending within a
+// group, as [R·K], with the end of each row's groups [R·C]. sizes are the tiles' valid rows.
+func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *Node) {
+	g := sel.Graph()
+	r, kk, nT := sel.Shape().Dim(0), sel.Shape().Dim(1), len(sizes)
+	nc := len(k.KeyBlocks)
+	classes := make([]int32, nT)
+	for i, size := range sizes {
+		for c, n := range k.KeyBlocks {
+			if int(size) <= n {
+				classes[i] = int32(c)
+			}
+		}
+	}
+	class := Gather(Const(g, classes), ExpandAxes(sel, -1)) // [R, K]
+	if counts != nil {
+		past := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, r, kk), 1), ExpandAxes(counts, -1))
+		class = Where(past, BroadcastToDims(Const(g, int32(nc)), r, kk), class) // sorted past every group
+	}
+	n := Const(g, int32(nT))
+	sorted := Sort(Add(Mul(class, n), sel), -1, true)
+	groups := make([]*Node, nc)
+	for c := range nc {
+		in := LessOrEqual(Div(sorted, n), Const(g, int32(c)))
+		groups[c] = ReduceSum(ConvertDType(in, dtypes.Int32), -1)
+	}
+	return Reshape(Mod(sorted, n), r*kk), Reshape(Stack(groups, -1), r*nc)
+}
+
 // call launches the kernel with the operands testdata/gen_vsa_triton.py documents: each head's rows
 // (tiles of 64, the first query tile first) of q, k, v [H·rows, D], the key tile lists idx
-// [H·tiles·stride] with counts [H·tiles] and the tiles' valid rows sizes; the result is
-// [H·tiles·64, D], a query tile's rows after another's.
-func (k *tritonKernel) call(rows, first, tiles, stride int, counts, idx, sizes, q, kk, v *Node) (*Node, error) {
+// [H·tiles·stride] grouped by class with their groups' ends [H·tiles·C] (keyOrder) and the tiles' valid
+// rows sizes; the result is [H·tiles·64, D], a query tile's rows after another's.
+func (k *tritonKernel) call(rows, first, tiles, stride int, ends, idx, sizes, q, kk, v *Node) (*Node, error) {
 	h, d := q.Shape().Dim(0)/rows, q.Shape().Dim(1)
 	params := Const(q.Graph(), []int32{int32(rows), int32(first), int32(tiles), int32(stride)})
 	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, counts, idx, sizes, q, kk, v},
+	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, sizes, q, kk, v},
 		[]shapes.Shape{shapes.Make(q.DType(), h*tiles*k.Tile, d)})
 	if err != nil {
 		return nil, err

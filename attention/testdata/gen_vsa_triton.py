@@ -3,18 +3,26 @@
 #
 # The kernel is ours, written in JAX's Pallas (backend="triton") after upstream's Triton forward,
 # fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py (_attn_fwd_sparse):
-# one program per (64-row query tile, head); it walks that tile's list of key tiles, reads each 64-row
-# K and V tile in place, masks the rows past the tile's valid count and keeps the online softmax in
-# float32 with exp2 (bf16 probabilities into the second product, as upstream). It differs from upstream
-# in what the graph needs: the geometry (rows per head, prefix tiles, query tiles, list stride) is read
-# from a small int32 operand instead of being compiled in, so one IR serves every sequence length and
-# head count of head width 128; only the query tiles from `prefix` on are computed (the video tiles: the
-# prefix queries attend densely elsewhere), and the output holds just those tiles.
+# one program per (64-row query tile, head); it walks that tile's list of key tiles, reads each K and V
+# tile in place, masks the rows past the tile's valid count and keeps the online softmax in float32 with
+# exp2 (bf16 probabilities into the second product, as upstream). It differs from upstream in what the
+# graph needs: the geometry (rows per head, prefix tiles, query tiles, list stride) is read from a small
+# int32 operand instead of being compiled in, so one IR serves every sequence length and head count of
+# head width 128; only the query tiles from `prefix` on are computed (the video tiles: the prefix queries
+# attend densely elsewhere), and the output holds just those tiles.
+#
+# Ragged tiles: a tile's valid rows come first, so a key tile of at most 32 (16) valid rows needs only the
+# first 32 (16) rows of its 64 slots. Each row's list arrives grouped by KEY_BLOCKS class (tiles of more
+# than 32 valid rows, then 17-32, then 1-16; ascending within a class) with the end of each group, and
+# the kernel walks each group with K/V blocks of that many rows: the edge tiles of a 4x4x4 tiling (one
+# frame, or two rows of latents) stop costing a whole 64-row block. Upstream walks every tile at 64 rows;
+# the order of the online softmax's steps is all that differs.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
 #   params  int32[4]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K
-#   num     int32[H·V]        key tiles of each (head, query tile)
-#   idx     int32[H·V·K]      their indices, the first num of each row read
+#   ends    int32[H·V·C]      for each (head, query tile), where each of the C = len(KEY_BLOCKS) groups of
+#                             its list ends (the last is the number of key tiles)
+#   idx     int32[H·V·K]      the key tiles, grouped by class
 #   sizes   int32[S/64]       valid rows of each key tile (1..64)
 #   q, k, v bf16[H·S, 128]    tile-padded rows, head-major
 # Result: bf16[H·V·64, 128], row ((h·V + t)·64 + r).
@@ -47,32 +55,50 @@ LOG2E = math.log2(math.e)
 MASKED = -0.7 * float(np.finfo(np.float32).max)
 
 
-def vsa_kernel(params_ref, num_ref, idx_ref, sizes_ref, q_ref, k_ref, v_ref, o_ref):
+# The K/V block rows of each class of key tile, largest first: a tile is in the last class whose block
+# holds its valid rows (attention/vsa_triton.go reads this list from the kernel file).
+KEY_BLOCKS = (64, 32, 16)
+
+
+def key_class(size):
+    return max(c for c, n in enumerate(KEY_BLOCKS) if size <= n)
+
+
+def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, q_ref, k_ref, v_ref, o_ref):
     tile, head = pl.program_id(0), pl.program_id(1)
     rows, first, tiles, stride = params_ref[0], params_ref[1], params_ref[2], params_ref[3]
     row = head * tiles + tile
     q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
     base = row * stride
     scale = LOG2E / math.sqrt(D)
-    cols = lax.broadcasted_iota(jnp.int32, (T, T), 1)
 
-    def body(i, carry):
-        acc, m, l = carry
-        kv = idx_ref[base + i]
-        valid = sizes_ref[kv]
-        at = head * rows + kv * T
-        k = k_ref[pl.ds(at, T), :]
-        s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
-        s = jnp.where(cols < valid, s, MASKED)
-        m2 = jnp.maximum(m, jnp.max(s, axis=1))
-        p = jnp.exp2(s - m2[:, None])
-        alpha = jnp.exp2(m - m2)
-        v = v_ref[pl.ds(at, T), :]
-        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    def walk(n):
+        # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them).
+        cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
 
-    init = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
-    acc, _, l = lax.fori_loop(0, num_ref[row], body, init)
+        def body(i, carry):
+            acc, m, l = carry
+            kv = idx_ref[base + i]
+            valid = sizes_ref[kv]
+            at = head * rows + kv * T
+            k = k_ref[pl.ds(at, n), :]
+            s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
+            s = jnp.where(cols < valid, s, MASKED)
+            m2 = jnp.maximum(m, jnp.max(s, axis=1))
+            p = jnp.exp2(s - m2[:, None])
+            alpha = jnp.exp2(m - m2)
+            v = v_ref[pl.ds(at, n), :]
+            acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            return acc, m2, l * alpha + jnp.sum(p, axis=1)
+        return body
+
+    carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
+    start = 0
+    for c, n in enumerate(KEY_BLOCKS):
+        end = ends_ref[row * len(KEY_BLOCKS) + c]
+        carry = lax.fori_loop(start, end, walk(n), carry)
+        start = end
+    acc, _, l = carry
     o_ref[pl.ds(row * T, T), :] = (acc / l[:, None]).astype(o_ref.dtype)
 
 
@@ -83,13 +109,19 @@ def vsa_call(heads, tiles, warps, stages):
 
 
 def operands(q, k, v, idx, num, sizes, first):
-    # Upstream's layout ([1, H, S, D] and [1, H, Qb, K] lists) to the kernel's.
+    # Upstream's layout ([1, H, S, D] and [1, H, Qb, K] lists) to the kernel's: each row's list grouped by
+    # class (ascending within one, as attention/vsa_triton.go's keyOrder sorts it) and the groups' ends.
     _, h, s, _ = q.shape
     tiles, stride = num.shape[-1] - first, idx.shape[-1]
     params = np.array([s, first, tiles, stride], np.int32)
-    num = np.ascontiguousarray(num.reshape(h, -1)[:, first:]).reshape(-1)
-    idx = np.ascontiguousarray(idx.reshape(h, -1, stride)[:, first:]).reshape(-1)
-    return [params, num.astype(np.int32), idx.astype(np.int32), sizes.astype(np.int32),
+    num = num.reshape(h, -1)[:, first:].reshape(-1)
+    idx = idx.reshape(h, -1, stride)[:, first:].reshape(-1, stride)
+    grouped, ends = np.zeros_like(idx), []
+    for r, (row, n) in enumerate(zip(idx, num)):
+        keys = sorted(row[:n], key=lambda kv: (key_class(sizes[kv]), kv))
+        grouped[r, :n] = keys
+        ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
+    return [params, np.array(ends, np.int32), grouped.reshape(-1).astype(np.int32), sizes.astype(np.int32),
             q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
 
 
@@ -117,6 +149,20 @@ def random_lists(rng, h, nt, stride, counts):
             c = counts[hh, t]
             idx[0, hh, t, :c] = np.sort(rng.choice(nt, c, replace=False))
     return idx, counts.reshape(1, h, nt).astype(np.int32)
+
+
+def packed_sizes(rows):
+    # Valid rows of consecutive 64-row tiles over rows.
+    return np.array([min(T, rows - s) for s in range(0, rows, T)], np.int32)
+
+
+def tile_sizes(prefix, grid):
+    # Valid rows of attention/tiles.go's tiling: each prefix segment cut into 64-row tiles, then the video
+    # grid (t, h, w) in 4x4x4 tiles, partial at its far edges.
+    sizes = [n for seg in prefix for n in packed_sizes(seg)]
+    gt, gh, gw = grid
+    sizes += [min(4, gt - t) * min(4, gh - h) * min(4, gw - w) for t in range(0, gt, 4) for h in range(0, gh, 4) for w in range(0, gw, 4)]
+    return np.array(sizes, np.int32)
 
 
 def load_upstream(folder):
@@ -169,11 +215,12 @@ def main():
     def as_np(o):
         return o.float().cpu().numpy()
 
-    # The parity case: 2 heads, 7 key tiles with ragged ones (a 40-row prefix tile, a 17-row last tile),
-    # 2 prefix tiles, 5 query tiles; head 0's first query tile selects every key tile, its second one.
+    # The parity case: 2 heads, 7 key tiles with ragged ones of every class (a 40-row prefix tile, a 12-row
+    # tile, a 17-row last tile), 2 prefix tiles, 5 query tiles; head 0's first query tile selects every key
+    # tile, its second one.
     rng = np.random.default_rng(0)
     h, nt, first = 2, 7, 2
-    sizes = np.array([64, 40, 64, 64, 64, 64, 17], np.int32)
+    sizes = np.array([64, 40, 64, 12, 64, 64, 17], np.int32)
     counts = rng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
     counts[0, first], counts[0, first + 1] = nt, 1
     idx, num = random_lists(rng, h, nt, nt, counts)
@@ -196,7 +243,7 @@ def main():
     # One IR for every geometry: lower at two geometries and compare the bytecode.
     irs = []
     for hh, tt, ss in [(h, nt - first, nt * T), (56, 234, 14976)]:
-        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((4,), jnp.int32), ((hh * tt,), jnp.int32), ((hh * tt * 23,), jnp.int32),
+        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((4,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
                                                           ((ss // T,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
         cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, 4, 3)).lower(*shapes).as_text(), 7, "vsa")
         irs.append(cfg["ir"])
@@ -205,11 +252,14 @@ def main():
 
     timings = {}
     if args.bench:
-        for label, hh, ss, valid_last, stride in [("h3", 56, 14976, 14937 - 233 * 64, 23), ("wan1.3b_s0.8", 12, 32768, 64, 103),
-                                                  ("wan1.3b_s0.9", 12, 32768, 64, 52), ("h3_our_tiling", 56, 18496, 64, 37),
-                                                  ("wan_our_tiling", 12, 39936, 64, 125)]:
-            ntt = ss // T
-            bs = np.full(ntt, T, np.int32); bs[-1] = valid_last
+        # The issue's figures (upstream's packing: 64-row tiles, the last one short) and our tilings (4x4x4
+        # tiles of the latent grid, ragged at its edges, after the prefix segments' tiles).
+        for label, hh, bs, stride in [("h3", 56, packed_sizes(14937), 23), ("wan1.3b_s0.8", 12, packed_sizes(32768), 103),
+                                      ("wan1.3b_s0.9", 12, packed_sizes(32768), 52),
+                                      ("h3_our_tiling", 56, tile_sizes([93, 414], (37, 15, 26)), 37),
+                                      ("wan_our_tiling", 12, tile_sizes([], (21, 30, 52)), 125)]:
+            ntt = len(bs)
+            ss = ntt * T
             bidx, bnum = random_lists(rng, hh, ntt, stride, np.full((hh, ntt), stride, np.int32))
             bq, bk, bv = (bf16(rng, (1, hh, ss, D)) for _ in range(3))
             tu = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (bq, bk, bv)]
@@ -241,7 +291,8 @@ def main():
         key = min(keys, key=lambda k: sum(row[k] for row in timings.values()))
         warps, stages = int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
         print(f"launch settings: {warps} warps, {stages} stages")
-    kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings)
+    kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
+                           key_blocks=list(KEY_BLOCKS))
     bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
     tensors = {"q": bf(q), "k": bf(k), "v": bf(v), "q2k_index": torch.from_numpy(idx), "q2k_num": torch.from_numpy(num),
                "variable_block_sizes": torch.from_numpy(sizes), "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
@@ -254,11 +305,11 @@ def main():
     write_outputs(args.out, "vsa_triton", kernel, tensors, meta)
 
 
-def kernel_record(generator, name, warps, stages, irs, timings):
+def kernel_record(generator, name, warps, stages, irs, timings, **extra):
     # The kernel file attention/*_triton.json: the IR lowered at the larger of two geometries (irs), what it
     # was made with, and whether the two geometries gave the same bytes.
     return {"generator": generator, "jax": jax.__version__, "plugin": plugin_version(),
-            "device": str(jax.devices()[0].device_kind), "name": name, "head_dim": D, "tile": T,
+            "device": str(jax.devices()[0].device_kind), "name": name, "head_dim": D, "tile": T, **extra,
             "num_warps": warps, "num_stages": stages, "ir": base64.b64encode(irs[1]).decode(),
             "same_ir_at_two_geometries": irs[0] == irs[1], "timings_ms": timings}
 
