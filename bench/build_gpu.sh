@@ -7,7 +7,6 @@
 #   bash bench/build_gpu.sh OUTPUT PACKAGE             # one binary, e.g. .gpu/bench ./examples/bench
 #   bash bench/build_gpu.sh -test OUTPUT PACKAGE       # a test binary (go test -c)
 #   bash bench/build_gpu.sh -gotest PACKAGE...         # go test the patched variant (CI does, on CPU)
-#   bash bench/build_gpu.sh -async ...                 # also bench/goxla-async.patch (below)
 #
 # `<binary> -version` says which fast features a binary has. The patches, applied to copies of the
 # modules from the module cache through a temporary go.mod (-modfile), never to the repository's
@@ -56,24 +55,27 @@
 # escaped as MLIR prints them (`\0D`), row-major layouts. Both methods take plain types so that
 # internal/xlaext finds them by type assertion; a plain build reports "no Triton custom call".
 #
-# -async (an experiment, not in the GPU build): go-xla's Execute returns once a program is queued
-# instead of awaiting its completion events, so the host launches the next joint-block program while
-# the current one runs, as JAX dispatches (BENCHMARKS.md, "Where the time goes": 1.509 -> 1.496 s a
-# DiT forward).
+# bench/goxla-async.patch: go-xla's Execute awaits each program's completion events before it returns,
+# so the host launches the next program only after the GPU has finished the last one and the GPU idles
+# for the launch: ~1.4 ms between FastWan's joint-block programs, 40 ms of a 349 ms VSA forward. The
+# patch queues the program and returns, as JAX dispatches (pjrt_c_api.h allows null completion events):
+# what reads an output waits on the output's own ready event, an error of the program comes back from
+# that read, and a buffer freed while a queued program still uses it is released after the program
+# (PJRT's deletion semantics, which JAX relies on). It also adds pjrt.LoadedExecutable.
+# QueuesWithoutWaiting, by which a binary reports that it has the patch.
 set -euo pipefail
 mode=build
 patches=(bench/goxla-f8.patch bench/goxla-memstats.patch bench/goxla-pinned.patch bench/goxla-convprecision.patch
-  bench/goxla-compilecache.patch bench/goxla-triton.patch bench/gomlx-backendcall.patch)
+  bench/goxla-compilecache.patch bench/goxla-triton.patch bench/gomlx-backendcall.patch bench/goxla-async.patch)
 while [ $# -gt 0 ]; do
   case $1 in
   -test) mode=testbin ;;
   -gotest) mode=gotest ;;
-  -async) patches+=(bench/goxla-async.patch) ;;
   *) break ;;
   esac
   shift
 done
-[ $# -gt 0 ] || { echo "usage: build_gpu.sh [-test|-gotest] [-async] OUTDIR | OUTPUT PACKAGE | PACKAGE..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: build_gpu.sh [-test|-gotest] OUTDIR | OUTPUT PACKAGE | PACKAGE..." >&2; exit 2; }
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
 cp go.mod "$work/go.mod"

@@ -513,8 +513,8 @@ func TestParseMemAvailable(t *testing.T) {
 }
 
 // TestBuildFeatures: the plain modules (what go test builds) have the XLA backend but neither native
-// float8 nor the allocator's statistics nor host pinning nor the compile cache nor the Triton call;
-// the GPU build's -gotest run of this package sees all five (which also proves that the patched
+// float8 nor the allocator's statistics nor host pinning nor the compile cache nor the Triton call nor
+// the queued execute; the GPU build's -gotest run of this package sees all six (which also proves that the patched
 // SetCompileCache matches compileCacher and TritonCall/BackendCall match internal/xlaext's interfaces:
 // a mismatch would leave them silently missing).
 func TestBuildFeatures(t *testing.T) {
@@ -522,7 +522,8 @@ func TestBuildFeatures(t *testing.T) {
 	if !f.XLA {
 		t.Skip("built without the XLA backend")
 	}
-	if f.NativeFP8 != f.AllocatorStats || f.NativeFP8 != f.PinnedHost || f.NativeFP8 != f.CompileCache || f.NativeFP8 != f.TritonCall {
+	if f.NativeFP8 != f.AllocatorStats || f.NativeFP8 != f.PinnedHost || f.NativeFP8 != f.CompileCache || f.NativeFP8 != f.TritonCall ||
+		f.NativeFP8 != f.QueuedExecute {
 		t.Errorf("features %+v: the GPU build's patches come together", f)
 	}
 	t.Logf("features %+v", f)

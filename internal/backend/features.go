@@ -11,7 +11,7 @@ const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
 
 // Features are what this binary's backends can do beyond a plain build: the GPU build
 // (bench/build_gpu.sh) patches go-xla, compute and GoMLX for native float8, the allocator's
-// statistics, page-locked host memory, the compile cache and Triton kernels; GOEXPERIMENT=simd gives
+// statistics, page-locked host memory, the compile cache, Triton kernels and queued execution; GOEXPERIMENT=simd gives
 // the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
@@ -30,6 +30,9 @@ type Features struct {
 	// (internal/xlaext.TritonCall; CUDA only): the GPU build's bench/goxla-triton.patch and
 	// bench/gomlx-backendcall.patch.
 	TritonCall bool
+	// QueuedExecute: running a program queues it and returns without awaiting its completion, so the
+	// host launches the next one while the GPU runs (the GPU build's bench/goxla-async.patch).
+	QueuedExecute bool
 	// CPUSIMD: the pure-Go backend's matmuls use AVX2/AVX-512 kernels (a build with GOEXPERIMENT=simd
 	// on amd64).
 	CPUSIMD bool
