@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# XLA's Triton GEMMs and command buffers, and go-xla's wait after each program (the -async build), for
-# the bf16 H3 DiT forward in one device command, torch.compile before and after the Go rows
-# (BENCHMARKS.md, "Triton GEMMs and go-xla's wait"). 832x480x124, 50 blocks, 5 per program, median of 5.
+# XLA's Triton GEMMs and command buffers for the bf16 H3 DiT forward in one device command,
+# torch.compile before and after the Go rows (BENCHMARKS.md, "Triton GEMMs and go-xla's wait"; the rows
+# without go-xla's wait came from an -async build, which is the GPU build since session 14).
+# 832x480x124, 50 blocks, 5 per program, median of 5.
 #
-#   bash bench/build_gpu.sh .gpu/bench ./examples/bench && bash bench/build_gpu.sh -async .gpu/bench_async ./examples/bench
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench
 #   OUT=/some/dir bash bench/h3dit_flags.sh     # repo root as cwd; about 6 minutes on one H200
 set -u
 : "${OUT:?set OUT to the output folder}"
@@ -23,7 +24,4 @@ run bf16_default "" .gpu/bench
 run bf16_cb0 "$CB0" .gpu/bench
 run bf16_notriton "$NT" .gpu/bench
 run bf16_cb0_notriton "$CB0 $NT" .gpu/bench
-run bf16_async_cb0 "$CB0" .gpu/bench_async
-run bf16_async_cb0_notriton "$CB0 $NT" .gpu/bench_async
-run bf16_async_notriton "$NT" .gpu/bench_async
 torch torch_compile_after

@@ -7,11 +7,10 @@
 # patches give the FP8 graph its dtype and every row its XLA allocator peak (the peak memory column;
 # the bf16 rows run no FP8 and are the same program as a plain build's).
 #
-#   bash bench/build_gpu.sh .gpu/bench ./examples/bench && bash bench/build_gpu.sh -async .gpu/bench_async ./examples/bench
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench
 #   OUT=/some/dir BENCH=.gpu/bench bash bench/h3dit_row.sh     # repo root as cwd
 #
-# Optional: BENCH_ASYNC (the -async build) adds the bf16 forward with go-xla executing without
-# awaiting each program, and its kernel trace; BLOCK_GROUPS="10 25" adds bf16 rows with that many joint blocks per program;
+# Optional: BLOCK_GROUPS="10 25" adds bf16 rows with that many joint blocks per program;
 # NOTRITON=1 a bf16 row with XLA's Triton GEMMs off (the FP8 block compiles in 2.4 s that way: does
 # bf16 compile faster, and run as fast?); PROFILE=0 leaves out the kernel trace.
 set -u
@@ -38,10 +37,6 @@ run bf16_g1_cb0 "$CB0" "$BENCH" -h3dit-group 1
 # No dense reference model in this process (-h3dit-fp8-snr=false): it would set the allocator's peak.
 T=150 run fp8_native "$CB0 --xla_gpu_enable_triton_gemm=false" "$BENCH" -h3dit-group 5 -h3dit-fp8 native -h3dit-fp8-snr=false
 grep -q "summary \[fp8" "$OUT/fp8_native.log" || T=90 run fp8_emulated "$CB0" "$BENCH" -h3dit-group 5 -h3dit-fp8 emulated -h3dit-fp8-snr=false
-if [ -n "${BENCH_ASYNC:-}" ]; then
-  run bf16_g5_async "$CB0" "$BENCH_ASYNC" -h3dit-group 5
-  run bf16_g1_async "$CB0" "$BENCH_ASYNC" -h3dit-group 1
-fi
 for g in ${BLOCK_GROUPS:-}; do
   run "bf16_g${g}_cb0" "$CB0" "$BENCH" -h3dit-group "$g"
 done
@@ -51,7 +46,3 @@ fi
 [ "${PROFILE:-1}" = 1 ] || exit 0
 XLA_FLAGS="$CB0" OUT=$OUT/prof_after LAYERS=8 BENCH=$BENCH TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_after.log" 2>&1
 echo "profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_after.log"
-if [ -n "${BENCH_ASYNC:-}" ]; then
-  XLA_FLAGS="$CB0" OUT=$OUT/prof_async LAYERS=8 BENCH=$BENCH_ASYNC TORCH=0 GO_EXTRA="-h3dit-group 5" timeout "$(left 100)" bash bench/profile_h3dit.sh >"$OUT/prof_async.log" 2>&1
-  echo "async profile rc $? at $SECONDS s"; grep -A9 "^== trace" "$OUT/prof_async.log"
-fi
