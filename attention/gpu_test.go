@@ -122,11 +122,12 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 }
 
 // TestTritonVSAMatchesUpstreamOnGPU runs the Triton fine-stage kernel on the inputs of upstream's
-// block_sparse_attn_triton.py forward in testdata/gen_vsa_triton.py (ragged tiles, a query tile that
-// selects every key tile and one that selects one, several heads) and compares with upstream's output
-// and the float32 reference. The kernel walks each list grouped by class of key tile (keyOrder), upstream
-// in ascending order, so the online softmax takes its steps in another order. The outputs are bfloat16
-// (one step is 2^-8 at magnitude 1): within one step of upstream, two of the reference.
+// block_sparse_attn_triton.py forward in testdata/gen_vsa_triton.py (ragged tiles, the video rows shuffled
+// over the slots, a query tile that selects every key tile and one that selects one, several heads) and
+// compares the video rows it writes with upstream's output and the float32 reference. The kernel walks
+// each list grouped by class of key tile (keyOrder), upstream in ascending order, so the online softmax
+// takes its steps in another order. The outputs are bfloat16 (one step is 2^-8 at magnitude 1): within
+// one step of upstream, two of the reference.
 func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")
 	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
@@ -146,9 +147,12 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		v, _ := fx.F32(t, "v")
 		lists, ls := fx.I64(t, "q2k_index") // [1, H, nT, K]
 		counts, _ := fx.I64(t, "q2k_num")
-		sizes, _ := fx.I64(t, "variable_block_sizes")
 		h, rows, d, nT, stride := shape[1], shape[2], shape[3], ls[2], ls[3]
-		nv := nT - first
+		geo := fineGeometry{Rows: rows, First: first, Tiles: nT - first, Stride: stride,
+			Sizes: int32s(fx.I64(t, "variable_block_sizes")), Slots: int32s(fx.I64(t, "slots"))}
+		for _, row := range geo.Slots {
+			geo.Seq = max(geo.Seq, int(row)+1)
+		}
 		var idx, num []int32
 		for hh := range h {
 			for tile := first; tile < nT; tile++ {
@@ -158,15 +162,11 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 				}
 			}
 		}
-		tileSizes := make([]int32, len(sizes))
-		for i, n := range sizes {
-			tileSizes[i] = int32(n)
-		}
 		ex := MustNewExec(b, func(q, k, v *Node) *Node {
 			g := q.Graph()
 			bf := func(x *Node) *Node { return Reshape(ConvertDType(x, dtypes.BFloat16), h*rows, d) }
-			lists, ends := kernel.keyOrder(Reshape(Const(g, idx), h*nv, stride), Const(g, num), tileSizes)
-			out, err := kernel.call(rows, first, nv, stride, ends, lists, Const(g, tileSizes), bf(q), bf(k), bf(v))
+			lists, ends := kernel.keyOrder(Reshape(Const(g, idx), h*geo.Tiles, stride), Const(g, num), geo.Sizes)
+			out, err := kernel.call(geo, ends, lists, bf(q), bf(k), bf(v))
 			if err != nil {
 				panic(err)
 			}
@@ -177,14 +177,28 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := tensors.MustCopyFlatData[float32](out)
-		upstream, _ := fx.F32(t, "out_upstream")
-		reference, _ := fx.F32(t, "out_reference")
+		// The written rows, laid out as upstream's [H, V·64, D] at the valid slots (zero at the pads).
+		written := tensors.MustCopyFlatData[float32](out) // [Seq·H, D]
+		videoSlots := geo.Slots[first*64:]
+		var got, upstream, reference []float32
+		up, _ := fx.F32(t, "out_upstream")
+		ref, _ := fx.F32(t, "out_reference")
+		for hh := range h {
+			for i, row := range videoSlots {
+				if row < 0 {
+					continue
+				}
+				at := (hh*len(videoSlots) + i) * d
+				got = append(got, written[(int(row)*h+hh)*d:][:d]...)
+				upstream = append(upstream, up[at:at+d]...)
+				reference = append(reference, ref[at:at+d]...)
+			}
+		}
 		step := math.Ldexp(1, -8)
 		if e := testutil.MaxAbsDiff(got, upstream); e > step {
 			t.Errorf("against upstream's kernel: max abs diff %.3g (> %.3g)", e, step)
 		} else {
-			t.Logf("against upstream's kernel: max abs diff %.3g", e)
+			t.Logf("against upstream's kernel: max abs diff %.3g over %d rows", e, len(got)/d)
 		}
 		if e := testutil.MaxAbsDiff(got, reference); e > 2*step {
 			t.Errorf("against the float32 reference: max abs diff %.3g (> %.3g)", e, 2*step)
@@ -192,6 +206,55 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 			t.Logf("against the float32 reference: max abs diff %.3g", e)
 		}
 	})
+}
+
+func int32s(x []int64, _ []int) []int32 {
+	out := make([]int32, len(x))
+	for i, v := range x {
+		out[i] = int32(v)
+	}
+	return out
+}
+
+// TestTritonPackOnGPU runs the pack kernel on a tiling with prefix segments and edge tiles of every size
+// class, several heads, and compares with the XLA ops it replaces on the same backend (tileRows, the
+// head-major transpose, poolTiles: tested against upstream's fixtures on the CPU): the copies bit for
+// bit, the float32 means to 1e-5 (the kernel sums the 64 slots in another order).
+func TestTritonPackOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
+		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernels: %v", err)
+	}
+	pack, err := loadVSAPack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := NewTiling([]int{93, 0, 414}, [3]int{10, 15, 26}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const h, d = 3, 128
+	r := rand.New(rand.NewPCG(5, 6))
+	x := make([]bfloat16.BFloat16, tl.Rows()*h*d)
+	for i := range x {
+		x[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
+	}
+	ex := MustNewExec(b, func(x *Node) []*Node {
+		packed, pooled := pack.pack(x, tl)
+		xt := tileRows(x, tl)
+		want := Reshape(TransposeAllAxes(xt, 2, 0, 1, 3), h*tl.NumTiles()*tl.TileElems, d)
+		return []*Node{ConvertDType(packed, dtypes.Float32), pooled, ConvertDType(want, dtypes.Float32), poolTiles(xt, tl)}
+	})
+	out := ex.MustExec(tensors.FromFlatDataAndDimensions(x, 1, tl.Rows(), h, d))
+	flat := func(i int) []float32 { return tensors.MustCopyFlatData[float32](out[i]) }
+	testutil.AssertBitExact(t, "tile copies against tileRows", flat(0), flat(2))
+	want := flat(3)
+	tol := 1e-5 * math.Max(1, testutil.MaxAbs(want))
+	if e := testutil.MaxAbsDiff(flat(1), want); e > tol {
+		t.Errorf("tile means against poolTiles: max abs diff %.3g (> %.3g)", e, tol)
+	} else {
+		t.Logf("tile means against poolTiles: max abs diff %.3g", e)
+	}
 }
 
 // TestTritonWindowOnGPU runs Attend with a window through the Triton window kernel on every case of

@@ -173,3 +173,6 @@ func (t *Tiling) AttendedPairs(topK int) int64 {
 	}
 	return prefixRows*n + videoRows*min(int64(t.KeyTiles(topK)*t.TileElems), n)
 }
+
+// PrefixRows is the number of prefix rows, the first rows of the sequence.
+func (t *Tiling) PrefixRows() int { return t.Rows() - t.Grid[0]*t.Grid[1]*t.Grid[2] }

@@ -83,7 +83,11 @@ func attendSparse(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 	if dense && s.Gate == nil {
 		return denseAttend(q, k, v, scale, path)
 	}
-	g := q.Graph()
+	if !dense && path != PathExact {
+		if kernels := sparseKernels(q, s, scale, path); kernels != nil {
+			return kernels.attend(q, k, v, s, scale, path)
+		}
+	}
 	qt, kt := tileRows(q, t), tileRows(k, t)
 	scores := tileScores(poolTiles(qt, t), poolTiles(kt, t)) // [H, nT, nT]
 	var out *Node
@@ -99,10 +103,16 @@ func attendSparse(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 	if s.Gate == nil {
 		return out
 	}
-	oc := compression(scores, poolTiles(tileRows(v, t), t))     // [nT, H, D] f32
-	rowOC := Gather(oc, ExpandAxes(Const(g, t.RowTiles()), -1)) // [L, H, D]
+	return gated(out, scores, poolTiles(tileRows(v, t), t), s)
+}
+
+// gated adds the compression branch to out [1, L, H, D]: each row gets its tile's softmax(scores)·Vp
+// (vp, the tiles' V means [nT, H, D]) times the gate.
+func gated(out, scores, vp *Node, s *Sparse) *Node {
+	oc := compression(scores, vp)                                                // [nT, H, D] f32
+	rowOC := Gather(oc, ExpandAxes(Const(out.Graph(), s.Tiling.RowTiles()), -1)) // [L, H, D]
 	add := Mul(ExpandAxes(rowOC, 0), ConvertDType(s.Gate, dtypes.Float32))
-	return ConvertDType(Add(ConvertDType(out, dtypes.Float32), add), q.DType())
+	return ConvertDType(Add(ConvertDType(out, dtypes.Float32), add), out.DType())
 }
 
 // denseAttend is plain attention on the resolved path (gathered means fused-or-exact as available).
@@ -203,9 +213,8 @@ func compression(scores, vp *Node) *Node {
 	return Einsum("hts,shd->thd", Softmax(scores, -1), vp)
 }
 
-// selectedAttend does only the selected work: prefix query tiles attend every row densely; each video
-// query tile attends its selected key tiles, through the Triton kernel (fused path, where it runs) or
-// gatheredVideo.
+// selectedAttend does only the selected work with XLA ops: prefix query tiles attend every row densely;
+// each video query tile attends its selected key tiles through gatheredVideo.
 func selectedAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fused bool) *Node {
 	t := s.Tiling
 	g := q.Graph()
@@ -213,30 +222,21 @@ func selectedAttend(q, qt, kt, vt, k, v, sel *Node, s *Sparse, scale float64, fu
 	var prefixOut *Node
 	if p, e := t.NumPrefix, t.TileElems; p > 0 {
 		qp := Reshape(Slice(qt, AxisRange(0, p)), 1, p*e, h, d)
-		path := PathExact
-		if fused {
-			path = PathFused
-		}
-		prefixOut = Reshape(denseAttend(qp, k, v, scale, path), p*e, h, d)
+		prefixOut = Reshape(denseAttend(qp, k, v, scale, prefixPath(fused)), p*e, h, d)
 	}
-	var videoOut *Node // [V·E, H, D]
-	if s.Kernel == SparseTriton || fused && s.Kernel == SparseAuto {
-		kernel, err := tritonEligible(q, s, scale)
-		if err == nil {
-			videoOut, err = kernel.tritonAttend(qt, kt, vt, sel, s)
-		}
-		if err != nil && s.Kernel == SparseTriton {
-			panic(fmt.Errorf("attention: VSA kernel triton was asked for: %w", err))
-		}
-	}
-	if videoOut == nil {
-		videoOut = gatheredVideo(q, qt, kt, vt, sel, s, scale, fused)
-	}
-	all := videoOut
+	all := gatheredVideo(q, qt, kt, vt, sel, s, scale, fused) // [V·E, H, D]
 	if prefixOut != nil {
-		all = Concatenate([]*Node{prefixOut, ConvertDType(videoOut, prefixOut.DType())}, 0)
+		all = Concatenate([]*Node{prefixOut, ConvertDType(all, prefixOut.DType())}, 0)
 	}
 	return Reshape(Gather(ConvertDType(all, q.DType()), ExpandAxes(Const(g, t.RowSlot), -1)), 1, t.Rows(), h, d)
+}
+
+// prefixPath is the path the prefix rows' dense attention takes: fused on the fused path, exact otherwise.
+func prefixPath(fused bool) Path {
+	if fused {
+		return PathFused
+	}
+	return PathExact
 }
 
 // gatheredVideo is the fine stage with XLA ops: each video query tile attends the gathered slots of its

@@ -63,12 +63,27 @@ func TestTilingRagged64(t *testing.T) {
 	if !slices.Equal(tl.Sizes[tl.NumPrefix:], want) {
 		t.Errorf("video sizes %v, want %v", tl.Sizes[tl.NumPrefix:], want)
 	}
+	if tl.PrefixRows() != 205 {
+		t.Errorf("prefix rows %d, want 205", tl.PrefixRows())
+	}
+	kslots, pads := kernelSlots(tl), 0
+	for _, row := range kslots {
+		if row == -1 {
+			pads++
+		}
+	}
+	if want := tl.NumTiles()*64 - tl.Rows(); pads != want {
+		t.Errorf("the kernels' slot map has %d pads, want %d", pads, want)
+	}
 	seen := map[int32]bool{}
 	for r, slot := range tl.RowSlot {
 		if seen[slot] || int(slot%64) >= int(tl.Sizes[slot/64]) {
 			t.Fatalf("row %d -> slot %d: not an injective map into valid slots", r, slot)
 		}
 		seen[slot] = true
+		if kslots[slot] != int32(r) {
+			t.Fatalf("the kernels' slot map sends slot %d to row %d, the tiling to %d", slot, kslots[slot], r)
+		}
 		if r >= 205 {
 			v := r - 205
 			rt, rh, rw := v/130, v/13%10, v%13
@@ -334,17 +349,19 @@ func TestTritonWindowUnavailable(t *testing.T) {
 	}
 }
 
-// The embedded Triton kernel is whole, and where it cannot run the reason says so: on the pure-Go
+// The embedded Triton kernels are whole, and where it cannot run the reason says so: on the pure-Go
 // backend (no fused path), for attention it does not compute, and in a plain build or with another
 // plugin (internal/xlaext). SparseTriton asked for where it cannot run fails the graph build; the
 // default falls back to the gathered tiles with the same result as SparseGather.
 func TestTritonVSAUnavailable(t *testing.T) {
-	k, err := loadVSATriton()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.ir) < 1000 {
-		t.Fatalf("vsa_triton.json: head %d, tile %d, plugin %q, %d IR bytes", k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+	for file, load := range map[string]func() (*tritonKernel, error){"vsa_triton.json": loadVSATriton, "vsa_pack_triton.json": loadVSAPack} {
+		k, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.ir) < 1000 {
+			t.Fatalf("%s: head %d, tile %d, plugin %q, %d IR bytes", file, k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+		}
 	}
 	b := testutil.Backend(t)
 	for _, c := range []struct {

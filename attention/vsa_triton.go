@@ -17,11 +17,14 @@ import (
 	"fastvideo/internal/xlaext"
 )
 
-// The fine stage of VSA as one Triton kernel (testdata/gen_vsa_triton.py writes vsa_triton.json): each
-// (64-row video query tile, head) program walks its selected key tiles and reads each K and V tile in
-// place, as upstream's fastvideo-kernel block_sparse_attn_triton.py does, instead of gathering copies
-// of them. The kernel reads the geometry from an operand, so one IR serves every sequence of head width
-// 128 and 64-row tiles; it needs the GPU build's Triton custom call and the CUDA plugin it was made with.
+// VSA on the GPU as two Triton kernels (testdata/gen_vsa_triton.py writes vsa_triton.json and
+// vsa_pack_triton.json). The pack kernel copies q, k and v into tile-padded, head-major buffers and takes
+// each tile's mean for the routing in the same pass. The fine kernel's (64-row video query tile, head)
+// programs walk their selected key tiles and read each K and V tile in place, as upstream's
+// fastvideo-kernel block_sparse_attn_triton.py does, instead of gathering copies of them, and write the
+// output rows straight into the sequence's layout. The kernels read the geometry from operands, so one IR
+// serves every sequence of head width 128 and 64-row tiles; they need the GPU build's Triton custom call
+// and the CUDA plugin they were made with.
 
 // SparseKernel chooses how the fine stage of block-sparse attention runs on the fused path.
 type SparseKernel int
@@ -62,6 +65,9 @@ func ParseSparseKernel(s string) (SparseKernel, error) {
 //go:embed vsa_triton.json
 var vsaTritonFile []byte
 
+//go:embed vsa_pack_triton.json
+var vsaPackFile []byte
+
 // tritonKernel is a kernel file (vsa_triton.json, window_triton.json): the kernel and what it was
 // made with.
 type tritonKernel struct {
@@ -99,6 +105,10 @@ var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
 		return nil, err
 	}
 	return k, k.checkKeyBlocks("vsa_triton.json")
+})
+
+var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
+	return parseTritonKernel("vsa_pack_triton.json", vsaPackFile)
 })
 
 // checkKeyBlocks: the classes start at a whole tile and shrink, each block at least the 16 rows of a
@@ -163,9 +173,17 @@ var errTritonShape = errors.New("the Triton VSA kernel does not cover this atten
 // heads of headDim and tiles of tileElems rows (nil: it can, subject to the backend being XLA's CUDA
 // plugin), and why not otherwise. Plans call it to say which kernel runs; Attend decides the same way.
 func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems int) error {
+	pack, err := loadVSAPack()
+	if err := covers(pack, err, dtype, headDim, errTritonShape); err != nil {
+		return err
+	}
 	k, err := loadVSATriton()
 	if err := covers(k, err, dtype, headDim, errTritonShape); err != nil {
 		return err
+	}
+	if pack.Tile != k.Tile || pack.Plugin != k.Plugin {
+		return fmt.Errorf("attention: vsa_pack_triton.json (tiles of %d, %s) and vsa_triton.json (%d, %s) were not made together; run testdata/gen_vsa_triton.py",
+			pack.Tile, pack.Plugin, k.Tile, k.Plugin)
 	}
 	if tileElems != k.Tile {
 		return fmt.Errorf("%w: tiles of %d rows (it takes %d; use a VSA tile size of %d)", errTritonShape, tileElems, k.Tile, k.Tile)
@@ -173,19 +191,87 @@ func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems i
 	return k.runsOn(backend, dtype, headDim)
 }
 
-// tritonAttend is the fine stage through kernel k: the video query tiles of qt against their selected
-// key tiles sel [H, V, K] of kt and vt (tile buffers [nT, E, H, D]), as [V·E, H, D].
-func (k *tritonKernel) tritonAttend(qt, kt, vt, sel *Node, s *Sparse) (*Node, error) {
-	t := s.Tiling
-	nT, e, h, d := t.NumTiles(), t.TileElems, qt.Shape().Dim(2), qt.Shape().Dim(3)
-	nv, kk := t.NumVideo, sel.Shape().Dim(2)
-	headMajor := func(x *Node) *Node { return Reshape(TransposeAllAxes(x, 2, 0, 1, 3), h*nT*e, d) } // [H·S, D]
-	idx, ends := k.keyOrder(Reshape(sel, h*nv, kk), nil, t.Sizes)
-	out, err := k.call(nT*e, t.NumPrefix, nv, kk, ends, idx, Const(qt.Graph(), t.Sizes), headMajor(qt), headMajor(kt), headMajor(vt))
-	if err != nil {
-		return nil, err
+// vsaKernels are the two kernels of VSA's Triton path.
+type vsaKernels struct{ pack, fine *tritonKernel }
+
+// sparseKernels returns the kernels attendSparse runs q through on path (nil: the XLA ops): where they
+// can run, on the fused path or when asked for; asked for where they cannot, building the graph fails.
+func sparseKernels(q *Node, s *Sparse, scale float64, path Path) *vsaKernels {
+	if s.Kernel != SparseTriton && (path != PathFused || s.Kernel != SparseAuto) {
+		return nil
 	}
-	return Reshape(TransposeAllAxes(Reshape(out, h, nv, e, d), 1, 2, 0, 3), nv*e, h, d), nil
+	kernels, err := tritonEligible(q, s, scale)
+	if err != nil && s.Kernel == SparseTriton {
+		panic(fmt.Errorf("attention: VSA kernel triton was asked for: %w", err))
+	}
+	return kernels
+}
+
+// attend is attendSparse through the kernels: the pack kernel makes the tile copies and means of q, k and
+// v, the routing selects each video query tile's key tiles, the fine kernel writes the video rows of the
+// output in place, and the prefix rows attend every row densely.
+func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
+	t := s.Tiling
+	qh, qp := ks.pack.pack(q, t)
+	kh, kp := ks.pack.pack(k, t)
+	vh, vp := ks.pack.pack(v, t)
+	scores := tileScores(qp, kp) // [H, nT, nT]
+	sel := selectTiles(scores, s)
+	h, d := q.Shape().Dim(2), q.Shape().Dim(3)
+	idx, ends := ks.fine.keyOrder(Reshape(sel, h*t.NumVideo, sel.Shape().Dim(2)), nil, t.Sizes)
+	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2)), ends, idx, qh, kh, vh)
+	if err != nil {
+		panic(fmt.Errorf("attention: VSA kernel: %w", err))
+	}
+	out = Reshape(out, 1, t.Rows(), h, d)
+	if p := t.PrefixRows(); p > 0 {
+		// The kernel leaves the prefix rows to this update, which XLA makes in the kernel's buffer.
+		prefix := denseAttend(Slice(q, AxisRange(), AxisRange(0, p)), k, v, scale, prefixPath(path == PathFused))
+		zero := ScalarZero(q.Graph(), dtypes.Int32)
+		out = DynamicUpdateSlice(out, ConvertDType(prefix, out.DType()), []*Node{zero, zero, zero, zero})
+	}
+	if s.Gate == nil {
+		return out
+	}
+	return gated(out, scores, vp, s)
+}
+
+// pack runs the pack kernel k on x [1, L, H, D]: the tile-padded, head-major copy [H·nT·E, D] (zero pads)
+// and each tile's float32 mean over its valid rows [nT, H, D] (poolTiles).
+func (k *tritonKernel) pack(x *Node, t *Tiling) (packed, pooled *Node) {
+	g := x.Graph()
+	h, d, nT := x.Shape().Dim(2), x.Shape().Dim(3), t.NumTiles()
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{nT, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	out, err := xlaext.TritonCall(kernel, []*Node{Const(g, []int32{int32(h), int32(nT)}), Const(g, kernelSlots(t)), Reshape(x, t.Rows()*h, d)},
+		[]shapes.Shape{shapes.Make(x.DType(), h*nT*t.TileElems, d), shapes.Make(dtypes.Float32, nT*h, d)})
+	if err != nil {
+		panic(fmt.Errorf("attention: VSA pack kernel: %w", err))
+	}
+	return out[0], Reshape(out[1], nT, h, d)
+}
+
+// kernelSlots is the tiling's slot map as the kernels read it: the sequence row of each slot, -1 for a pad.
+func kernelSlots(t *Tiling) []int32 {
+	slots := t.SlotRows()
+	for i, row := range slots {
+		if int(row) == t.Rows() {
+			slots[i] = -1
+		}
+	}
+	return slots
+}
+
+// fineGeometry is what the fine kernel reads of a tiling besides the lists: Rows a head in the tile
+// buffers, the First query tile, the query Tiles, the list Stride, the sequence's rows Seq, each tile's
+// valid rows Sizes and the slot map Slots (kernelSlots).
+type fineGeometry struct {
+	Rows, First, Tiles, Stride, Seq int
+	Sizes, Slots                    []int32
+}
+
+func fineGeometryOf(t *Tiling, stride int) fineGeometry {
+	return fineGeometry{Rows: t.NumTiles() * t.TileElems, First: t.NumPrefix, Tiles: t.NumVideo, Stride: stride, Seq: t.Rows(),
+		Sizes: t.Sizes, Slots: kernelSlots(t)}
 }
 
 // keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of
@@ -218,16 +304,17 @@ func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *No
 	return Reshape(Mod(sorted, n), r*kk), Reshape(Stack(groups, -1), r*nc)
 }
 
-// call launches the kernel with the operands testdata/gen_vsa_triton.py documents: each head's rows
-// (tiles of 64, the first query tile first) of q, k, v [H·rows, D], the key tile lists idx
-// [H·tiles·stride] grouped by class with their groups' ends [H·tiles·C] (keyOrder) and the tiles' valid
-// rows sizes; the result is [H·tiles·64, D], a query tile's rows after another's.
-func (k *tritonKernel) call(rows, first, tiles, stride int, ends, idx, sizes, q, kk, v *Node) (*Node, error) {
-	h, d := q.Shape().Dim(0)/rows, q.Shape().Dim(1)
-	params := Const(q.Graph(), []int32{int32(rows), int32(first), int32(tiles), int32(stride)})
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, sizes, q, kk, v},
-		[]shapes.Shape{shapes.Make(q.DType(), h*tiles*k.Tile, d)})
+// call launches the fine kernel with the operands testdata/gen_vsa_triton.py documents: each head's
+// tile-padded rows of q, k, v [H·Rows, D] (the pack kernel's copies), the key tile lists idx
+// [H·Tiles·Stride] grouped by class with their groups' ends [H·Tiles·C] (keyOrder); the result is the
+// sequence's rows [Seq·H, D], of which the video query tiles' rows are written.
+func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v *Node) (*Node, error) {
+	g := q.Graph()
+	h, d := q.Shape().Dim(0)/geo.Rows, q.Shape().Dim(1)
+	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h)})
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v},
+		[]shapes.Shape{shapes.Make(q.DType(), geo.Seq*h, d)})
 	if err != nil {
 		return nil, err
 	}
@@ -235,9 +322,13 @@ func (k *tritonKernel) call(rows, first, tiles, stride int, ends, idx, sizes, q,
 }
 
 // tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in; it
-// returns the kernel that can run.
-func tritonEligible(q *Node, s *Sparse, scale float64) (*tritonKernel, error) {
+// returns the kernels that can run.
+func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaKernels, error) {
 	k, err := loadVSATriton()
+	if err != nil {
+		return nil, err
+	}
+	pack, err := loadVSAPack()
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +343,7 @@ func tritonEligible(q *Node, s *Sparse, scale float64) (*tritonKernel, error) {
 	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), t.TileElems); err != nil {
 		return nil, err
 	}
-	return k, nil
+	return &vsaKernels{pack: pack, fine: k}, nil
 }
 
 // addressable reports whether a kernel's operand of elems elements is within the int32 element offsets

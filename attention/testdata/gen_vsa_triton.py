@@ -6,10 +6,15 @@
 # one program per (64-row query tile, head); it walks that tile's list of key tiles, reads each K and V
 # tile in place, masks the rows past the tile's valid count and keeps the online softmax in float32 with
 # exp2 (bf16 probabilities into the second product, as upstream). It differs from upstream in what the
-# graph needs: the geometry (rows per head, prefix tiles, query tiles, list stride) is read from a small
-# int32 operand instead of being compiled in, so one IR serves every sequence length and head count of
-# head width 128; only the query tiles from `prefix` on are computed (the video tiles: the prefix queries
-# attend densely elsewhere), and the output holds just those tiles.
+# graph needs: the geometry (rows per head, prefix tiles, query tiles, list stride, heads) is read from a
+# small int32 operand instead of being compiled in, so one IR serves every sequence length and head count
+# of head width 128; only the query tiles from `prefix` on are computed (the video tiles: the prefix
+# queries attend densely elsewhere), and their rows are written straight into the attention's own layout
+# ([L, H, D], row r of head h at r·H + h) through the tiles' slot map, so the graph copies nothing out of
+# tiles (a write of each row once; the K/V reads, tens per tile, stay on the contiguous tile copies: session
+# 13 measured reading those in place 12-16 % slower). The scattered write costs the kernel 3-8 % against
+# writing one head-major block (BENCHMARKS.md, session 15), about what XLA's transpose and gather of that
+# block took after it.
 #
 # Ragged tiles: a tile's valid rows come first, so a key tile of at most 32 (16) valid rows needs only the
 # first 32 (16) rows of its 64 slots. Each row's list arrives grouped by KEY_BLOCKS class (tiles of more
@@ -19,14 +24,26 @@
 # the order of the online softmax's steps is all that differs.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
-#   params  int32[4]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K
+#   params  int32[5]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H
 #   ends    int32[H·V·C]      for each (head, query tile), where each of the C = len(KEY_BLOCKS) groups of
 #                             its list ends (the last is the number of key tiles)
 #   idx     int32[H·V·K]      the key tiles, grouped by class
 #   sizes   int32[S/64]       valid rows of each key tile (1..64)
-#   q, k, v bf16[H·S, 128]    tile-padded rows, head-major
-# Result: bf16[H·V·64, 128], row ((h·V + t)·64 + r).
+#   slots   int32[S]          the sequence row of each tile slot, a tile's valid slots first, -1 for a pad
+#   q, k, v bf16[H·S, 128]    tile-padded rows, head-major (the pack kernel's copies)
+# Result: bf16[L·H, 128], the rows of the query tiles P.. written (the prefix rows are the caller's).
 # Grid: (V, H, 1).
+#
+# The pack kernel makes those copies and the routing's tile means in one pass over q, k or v: each
+# (tile, head) program reads the tile's rows through the slot map, writes them as one contiguous
+# zero-padded 64-row block and their float32 mean (upstream's _pool_tiles: the sum over the valid rows
+# divided by their count). XLA made the copy and the mean in two fusions, the mean's reduction reading at
+# about 1 TB/s (0.67 ms a FastH3 block for q, k and v).
+#   params  int32[2]          heads H, tiles nT
+#   slots   int32[nT·64]      as above
+#   x       bf16[L·H, 128]    the sequence's rows
+# Results: bf16[H·nT·64, 128] (head-major tile copies) and float32[nT·H, 128] (each tile's mean per head).
+# Grid: (nT, H, 1).
 #
 # Run it on the GPU machine, whose JAX has the CUDA plugin the Go binaries load (the IR is bytecode for
 # the Triton inside that plugin's XLA), with upstream's kernel file beside torch and Triton:
@@ -34,9 +51,10 @@
 #   python3 attention/testdata/gen_vsa_triton.py --upstream DIR [--bench] [--out DIR]
 #
 # DIR holds block_sparse_attn_triton.py from FastVideo (fastvideo-kernel, above), imported unchanged.
-# Writes attention/vsa_triton.json (the kernel) and attention/testdata/vsa_triton.{json,safetensors}
-# (inputs with ragged tiles, a row that selects every key tile and one that selects one, several heads;
-# upstream's output and ours), and with --bench times both kernels at the H3 and Wan 1.3B geometries.
+# Writes attention/vsa_triton.json and attention/vsa_pack_triton.json (the kernels) and
+# attention/testdata/vsa_triton.{json,safetensors} (inputs with ragged tiles in a shuffled slot map, a row
+# that selects every key tile and one that selects one, several heads; upstream's output and ours), and
+# with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
 import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -47,6 +65,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 
 from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
 
@@ -64,9 +83,14 @@ def key_class(size):
     return max(c for c, n in enumerate(KEY_BLOCKS) if size <= n)
 
 
-def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, q_ref, k_ref, v_ref, o_ref):
+def rows_of(slots, heads, head):
+    # The rows of a tile's slots for one head in the [L·H, D] layout; a pad slot points at row 0 (masked).
+    return jnp.maximum(slots, 0) * heads + head
+
+
+def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
     tile, head = pl.program_id(0), pl.program_id(1)
-    rows, first, tiles, stride = params_ref[0], params_ref[1], params_ref[2], params_ref[3]
+    rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
     row = head * tiles + tile
     q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
     base = row * stride
@@ -99,21 +123,40 @@ def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, q_ref, k_ref, v_ref, o_
         carry = lax.fori_loop(start, end, walk(n), carry)
         start = end
     acc, _, l = carry
-    o_ref[pl.ds(row * T, T), :] = (acc / l[:, None]).astype(o_ref.dtype)
+    qslots = slots_ref[pl.ds((first + tile) * T, T)]
+    plgpu.store(o_ref.at[rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
+                mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
 
 
-def vsa_call(heads, tiles, warps, stages):
+def vsa_call(heads, tiles, seq, warps, stages):
     # Grid and output size are the call's; nothing else in the kernel depends on the geometry.
     return pallas_triton(vsa_kernel, warps, stages, grid=(tiles, heads),
-                         out_shape=jax.ShapeDtypeStruct((heads * tiles * T, D), jnp.bfloat16), name="vsa_fwd")
+                         out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd")
 
 
-def operands(q, k, v, idx, num, sizes, first):
+def pack_kernel(params_ref, slots_ref, x_ref, packed_ref, pooled_ref):
+    tile, head = pl.program_id(0), pl.program_id(1)
+    heads, tiles = params_ref[0], params_ref[1]
+    slots = slots_ref[pl.ds(tile * T, T)]
+    valid = jnp.broadcast_to((slots >= 0)[:, None], (T, D))
+    x = jnp.where(valid, x_ref[rows_of(slots, heads, head), :], jnp.zeros((T, D), x_ref.dtype))
+    packed_ref[pl.ds((head * tiles + tile) * T, T), :] = x
+    count = jnp.sum((slots >= 0).astype(jnp.float32))
+    pooled_ref[pl.ds(tile * heads + head, 1), :] = (jnp.sum(x.astype(jnp.float32), axis=0) / count)[None, :]
+
+
+def pack_call(heads, tiles, warps, stages):
+    return pallas_triton(pack_kernel, warps, stages, grid=(tiles, heads),
+                         out_shape=(jax.ShapeDtypeStruct((heads * tiles * T, D), jnp.bfloat16),
+                                    jax.ShapeDtypeStruct((tiles * heads, D), jnp.float32)), name="vsa_pack")
+
+
+def operands(q, k, v, idx, num, sizes, slots, first):
     # Upstream's layout ([1, H, S, D] and [1, H, Qb, K] lists) to the kernel's: each row's list grouped by
     # class (ascending within one, as attention/vsa_triton.go's keyOrder sorts it) and the groups' ends.
     _, h, s, _ = q.shape
     tiles, stride = num.shape[-1] - first, idx.shape[-1]
-    params = np.array([s, first, tiles, stride], np.int32)
+    params = np.array([s, first, tiles, stride, h], np.int32)
     num = num.reshape(h, -1)[:, first:].reshape(-1)
     idx = idx.reshape(h, -1, stride)[:, first:].reshape(-1, stride)
     grouped, ends = np.zeros_like(idx), []
@@ -122,7 +165,57 @@ def operands(q, k, v, idx, num, sizes, first):
         grouped[r, :n] = keys
         ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
     return [params, np.array(ends, np.int32), grouped.reshape(-1).astype(np.int32), sizes.astype(np.int32),
-            q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
+            slots.astype(np.int32), q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
+
+
+def slot_map(rng, sizes, first, shuffle=True):
+    # Tile slots to sequence rows as attention.Tiling lays them out: the prefix tiles hold the first rows in
+    # order, the video tiles the rest (shuffled: the kernels follow any map); -1 for a pad slot.
+    rows, p = int(sizes.sum()), int(sizes[:first].sum())
+    rest = rng.permutation(rows - p) if shuffle else np.arange(rows - p)
+    order = np.concatenate([np.arange(p), p + rest])
+    slots = np.full(len(sizes) * T, -1, np.int32)
+    at = 0
+    for t, n in enumerate(sizes):
+        slots[t * T:t * T + n] = order[at:at + n]
+        at += n
+    return slots, rows
+
+
+def tiles_of(o, slots, heads, first):
+    # The fine kernel's [L·H, D] output at the slots of the query tiles from first on, as upstream lays its
+    # output out: [H, V·64, D], zero at the pads (compare the valid slots only).
+    o = np.asarray(o, np.float32).reshape(-1, heads, D)
+    s = slots[first * T:]
+    out = np.zeros((heads, len(s), D), np.float32)
+    out[:, s >= 0] = o[s[s >= 0]].transpose(1, 0, 2)
+    return out
+
+
+def pack_reference(x, slots, heads):
+    # The pack kernel's results from the sequence's rows x [L, H, D]: the head-major tile copies [H·nT·64, D]
+    # (zero pads) and each tile's float32 mean over its valid rows [nT·H, D].
+    x = np.asarray(x, np.float32)
+    valid = slots >= 0
+    g = np.zeros((len(slots), heads, D), np.float32)
+    g[valid] = x[slots[valid]]
+    tiles = len(slots) // T
+    packed = g.reshape(tiles, T, heads, D).transpose(2, 0, 1, 3).reshape(-1, D)
+    count = valid.reshape(tiles, T).sum(1).astype(np.float32)
+    pooled = (g.reshape(tiles, T, heads, D).sum(1) / count[:, None, None]).reshape(-1, D)
+    return packed, pooled
+
+
+def xla_pack(x, slots, heads):
+    # The same copies and means as XLA ops (what the graph did before the pack kernel), for the bench.
+    xs = x.reshape(-1, heads, D)
+    valid = (slots >= 0)[:, None, None]
+    g = jnp.where(valid, xs[jnp.maximum(slots, 0)], jnp.zeros((), x.dtype))
+    tiles = slots.shape[0] // T
+    packed = g.reshape(tiles, T, heads, D).transpose(2, 0, 1, 3).reshape(-1, D)
+    count = valid.reshape(tiles, T).sum(1).astype(jnp.float32)
+    pooled = g.astype(jnp.float32).reshape(tiles, T, heads, D).sum(1) / count[:, None, None]
+    return packed, pooled.reshape(-1, D)
 
 
 def reference(q, k, v, idx, num, sizes, first):
@@ -201,8 +294,8 @@ CONFIGS = [(4, 2), (4, 3), (4, 4), (4, 5), (4, 6), (8, 2), (8, 3), (8, 4)]
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
-    ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the kernel) with testdata/ below it")
-    ap.add_argument("--bench", action="store_true", help="time both kernels at the H3 and Wan 1.3B geometries")
+    ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the kernels) with testdata/ below it")
+    ap.add_argument("--bench", action="store_true", help="time both fine kernels at the H3 and Wan 1.3B geometries, and the pack kernel")
     args = ap.parse_args()
     import torch
     upstream = load_upstream(args.upstream)
@@ -216,8 +309,8 @@ def main():
         return o.float().cpu().numpy()
 
     # The parity case: 2 heads, 7 key tiles with ragged ones of every class (a 40-row prefix tile, a 12-row
-    # tile, a 17-row last tile), 2 prefix tiles, 5 query tiles; head 0's first query tile selects every key
-    # tile, its second one.
+    # tile, a 17-row last tile), 2 prefix tiles, 5 query tiles, the video rows shuffled over the slots; head
+    # 0's first query tile selects every key tile, its second one.
     rng = np.random.default_rng(0)
     h, nt, first = 2, 7, 2
     sizes = np.array([64, 40, 64, 12, 64, 64, 17], np.int32)
@@ -225,32 +318,48 @@ def main():
     counts[0, first], counts[0, first + 1] = nt, 1
     idx, num = random_lists(rng, h, nt, nt, counts)
     q, k, v = (bf16(rng, (1, h, nt * T, D)) for _ in range(3))
+    slots, seq = slot_map(rng, sizes, first)
     want = reference(q, k, v, idx, num, sizes, first)
     up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
-    best = None
+    video = slots[first * T:] >= 0
     for warps, stages in CONFIGS:
         try:
-            f = jax.jit(vsa_call(h, nt - first, warps, stages))
-            ours = np.asarray(f(*operands(q, k, v, idx, num, sizes, first)), np.float32).reshape(h, -1, D)
+            f = jax.jit(vsa_call(h, nt - first, seq, warps, stages))
+            ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first)), slots, h, first)
         except Exception as e:  # a configuration the compiler refuses (shared memory); the bench skips it too
             print(f"parity warps={warps} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
             continue
-        e_ref, e_up = float(np.abs(ours - want).max()), float(np.abs(ours - up).max())
+        e_ref = float(np.abs(ours - want)[:, video].max())
+        e_up = float(np.abs(ours - up)[:, video].max())
         print(f"parity warps={warps} stages={stages}: vs float32 reference {e_ref:.3g}, vs upstream {e_up:.3g}, "
-              f"upstream vs reference {float(np.abs(up - want).max()):.3g}")
+              f"upstream vs reference {float(np.abs(up - want)[:, video].max()):.3g}")
         assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
 
-    # One IR for every geometry: lower at two geometries and compare the bytecode.
-    irs = []
-    for hh, tt, ss in [(h, nt - first, nt * T), (56, 234, 14976)]:
-        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((4,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
-                                                          ((ss // T,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
-        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, 4, 3)).lower(*shapes).as_text(), 7, "vsa")
+    # The pack kernel on the same tiling: the copies bit for bit, the means to float32 rounding.
+    x = bf16(rng, (seq, h, D))
+    packed_want, pooled_want = pack_reference(x, slots, h)
+    params = np.array([h, nt], np.int32)
+    packed, pooled = jax.jit(pack_call(h, nt, 4, 1))(params, slots, x.reshape(seq * h, D))
+    e_packed = float(np.abs(np.asarray(packed, np.float32) - packed_want).max())
+    e_pooled = float(np.abs(np.asarray(pooled) - pooled_want).max())
+    print(f"pack parity: copies max diff {e_packed:.3g}, means max diff {e_pooled:.3g}")
+    assert e_packed == 0 and e_pooled < 1e-5, "the pack kernel disagrees"
+
+    # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
+    irs, pack_irs = [], []
+    for hh, tt, ss, ll in [(h, nt - first, nt * T, seq), (56, 234, 14976, 14937)]:
+        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((5,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
+                                                          ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
+        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 8, "vsa")
         irs.append(cfg["ir"])
         print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
-    print("IR the same at both geometries:", irs[0] == irs[1])
+        pshapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((2,), jnp.int32), ((ss,), jnp.int32), ((ll * hh, D), jnp.bfloat16)]]
+        cfg, api, other = lowered_triton_call(jax.jit(pack_call(hh, ss // T, 4, 1)).lower(*pshapes).as_text(), 3, "vsa_pack")
+        pack_irs.append(cfg["ir"])
+        print("lowered pack", hh, ss // T, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
+    print("IR the same at both geometries:", irs[0] == irs[1], "(pack:", pack_irs[0] == pack_irs[1], ")")
 
-    timings = {}
+    timings, pack_timings = {}, {}
     if args.bench:
         # The issue's figures (upstream's packing: 64-row tiles, the last one short) and our tilings (4x4x4
         # tiles of the latent grid, ragged at its edges, after the prefix segments' tiles).
@@ -260,6 +369,7 @@ def main():
                                       ("wan_our_tiling", 12, tile_sizes([], (21, 30, 52)), 125)]:
             ntt = len(bs)
             ss = ntt * T
+            bslots, bseq = slot_map(rng, bs, 0, shuffle=False)
             bidx, bnum = random_lists(rng, hh, ntt, stride, np.full((hh, ntt), stride, np.int32))
             bq, bk, bv = (bf16(rng, (1, hh, ss, D)) for _ in range(3))
             tu = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (bq, bk, bv)]
@@ -267,42 +377,74 @@ def main():
             t_up = timed(lambda: upstream(*tu, ti, tn, tb)[0], 20)
             t_dense = timed(lambda: torch.nn.functional.scaled_dot_product_attention(*tu), 10)
             ref_out = as_np(upstream(*tu, ti, tn, tb)[0])[0]
-            ops = [jnp.asarray(x) for x in operands(bq, bk, bv, bidx, bnum, bs, 0)]
+            ops = [jnp.asarray(x) for x in operands(bq, bk, bv, bidx, bnum, bs, bslots, 0)]
             row = {"upstream_ms": t_up * 1e3, "torch_sdpa_dense_ms": t_dense * 1e3}
             flops = 4 * hh * ntt * stride * T * T * D
+            bvalid = bslots >= 0
             for warps, stages in CONFIGS:
                 try:
-                    f = jax.jit(vsa_call(hh, ntt, warps, stages))
+                    f = jax.jit(vsa_call(hh, ntt, bseq, warps, stages))
                     t = timed(lambda: f(*ops), 20)
                 except Exception as e:
                     print(f"{label}: ours warps={warps} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
                     continue
-                err = float(np.abs(np.asarray(f(*ops), np.float32).reshape(hh, ss, D) - ref_out).max())
+                err = float(np.abs(tiles_of(f(*ops), bslots, hh, 0) - ref_out)[:, bvalid].max())
                 row[f"ours_w{warps}_s{stages}_ms"] = t * 1e3
                 print(f"{label}: ours warps={warps} stages={stages} {t*1e3:.3f} ms ({flops/t/1e12:.0f} TFLOP/s), max diff vs upstream {err:.3g}")
             print(f"{label}: upstream {t_up*1e3:.3f} ms ({flops/t_up/1e12:.0f} TFLOP/s), torch dense SDPA {t_dense*1e3:.3f} ms")
             timings[label] = row
+        # The pack kernel against the same copies and means as XLA ops, at our tilings.
+        for label, hh, bs in [("h3_our_tiling", 56, tile_sizes([93, 414], (37, 15, 26))), ("wan_our_tiling", 12, tile_sizes([], (21, 30, 52)))]:
+            bslots, bseq = slot_map(rng, bs, 0)
+            x = bf16(rng, (bseq * hh, D))
+            params, js = jnp.asarray(np.array([hh, len(bs)], np.int32)), jnp.asarray(bslots)
+            xf = jax.jit(lambda x, s: xla_pack(x, s, hh))
+            t_xla = timed(lambda: xf(x, js), 20)
+            moved = bseq * hh * D * 2 + len(bs) * T * hh * D * 2 + len(bs) * hh * D * 4
+            row = {"xla_ms": t_xla * 1e3}
+            for warps in (1, 2, 4, 8):
+                f = jax.jit(pack_call(hh, len(bs), warps, 1))
+                t = timed(lambda: f(params, js, x), 20)
+                got = f(params, js, x)
+                want_p, want_m = xf(x, js)
+                e = (float(jnp.abs(got[0].astype(jnp.float32) - want_p.astype(jnp.float32)).max()), float(jnp.abs(got[1] - want_m).max()))
+                row[f"ours_w{warps}_s1_ms"] = t * 1e3
+                print(f"pack {label}: ours warps={warps} {t*1e3:.3f} ms ({moved/t/1e12:.2f} TB/s), max diff vs XLA {e[0]:.3g} / {e[1]:.3g}")
+            print(f"pack {label}: XLA ops {t_xla*1e3:.3f} ms ({moved/t_xla/1e12:.2f} TB/s)")
+            pack_timings[label] = row
 
-    # The kernel, at the compile parameters with the least time summed over the geometries (without --bench,
-    # those of the committed kernel file).
+    # The kernels, at the compile parameters with the least time summed over the geometries (without --bench,
+    # those of the committed kernel files).
     warps, stages = kept_launch_settings("vsa_triton")
+    pack_warps, _ = kept_launch_settings("vsa_pack_triton")
     if timings:
-        keys = set.intersection(*({k for k in row if k.startswith("ours_")} for row in timings.values()))
-        key = min(keys, key=lambda k: sum(row[k] for row in timings.values()))
-        warps, stages = int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
-        print(f"launch settings: {warps} warps, {stages} stages")
+        warps, stages = fastest(timings)
+        pack_warps, _ = fastest(pack_timings)
+        print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
                            key_blocks=list(KEY_BLOCKS))
+    pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
+    with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
+        json.dump(pack, fh, indent=1)
     bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
     tensors = {"q": bf(q), "k": bf(k), "v": bf(v), "q2k_index": torch.from_numpy(idx), "q2k_num": torch.from_numpy(num),
-               "variable_block_sizes": torch.from_numpy(sizes), "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
+               "variable_block_sizes": torch.from_numpy(sizes), "slots": torch.from_numpy(slots),
+               "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
     meta = {"kind": "vsa_triton", "generator": "attention/testdata/gen_vsa_triton.py", "heads": h, "tiles": nt, "prefix_tiles": first, "head_dim": D,
             "upstream": "fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py "
                         "(triton_block_sparse_attn_forward), FastVideo 2f3d407", "torch": torch.__version__,
             "triton": __import__("triton").__version__, "jax": jax.__version__, "plugin": plugin_version(),
-            "note": "q, k, v are [1, H, S, D]; out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on; "
-                    "out_reference is float32 attention of the bfloat16 inputs"}
+            "note": "q, k, v are [1, H, S, D] tile-padded; slots maps each tile slot to its sequence row (-1: a pad); "
+                    "out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on (only the valid slots "
+                    "count); out_reference is float32 attention of the bfloat16 inputs"}
     write_outputs(args.out, "vsa_triton", kernel, tensors, meta)
+
+
+def fastest(timings):
+    # The (warps, stages) of the ours_w*_s*_ms key with the least time summed over the geometries.
+    keys = set.intersection(*({k for k in row if k.startswith("ours_")} for row in timings.values()))
+    key = min(keys, key=lambda k: sum(row[k] for row in timings.values()))
+    return int(key.split("_w")[1].split("_")[0]), int(key.split("_s")[1].split("_")[0])
 
 
 def kept_launch_settings(name):
