@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -129,14 +130,8 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 // takes its steps in another order. The outputs are bfloat16 (one step is 2^-8 at magnitude 1): within
 // one step of upstream, two of the reference.
 func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda")
-	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
-		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernel: %v", err)
-	}
-	kernel, err := loadVSATriton()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, kernels := vsaKernelsOnGPU(t)
+	kernel := kernels.fine
 	testutil.ForEachFixture(t, "vsa_triton", func(t *testing.T, fx *testutil.Fixture) {
 		var first int
 		if err := fx.DecodeConfig(&first, "prefix_tiles"); err != nil {
@@ -208,6 +203,23 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 	})
 }
 
+// vsaKernelsOnGPU is the GPU backend and the VSA kernels, which the GPU build must have there.
+func vsaKernelsOnGPU(t *testing.T) (compute.Backend, *vsaKernels) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
+		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernels: %v", err)
+	}
+	fine, err := loadVSATriton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack, err := loadVSAPack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, &vsaKernels{pack: pack, fine: fine}
+}
+
 func int32s(x []int64, _ []int) []int32 {
 	out := make([]int32, len(x))
 	for i, v := range x {
@@ -221,14 +233,8 @@ func int32s(x []int64, _ []int) []int32 {
 // head-major transpose, poolTiles: tested against upstream's fixtures on the CPU): the copies bit for
 // bit, the float32 means to 1e-5 (the kernel sums the 64 slots in another order).
 func TestTritonPackOnGPU(t *testing.T) {
-	b := testutil.GPUBackend(t, "xla:cuda")
-	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
-		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernels: %v", err)
-	}
-	pack, err := loadVSAPack()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, kernels := vsaKernelsOnGPU(t)
+	pack := kernels.pack
 	tl, err := NewTiling([]int{93, 0, 414}, [3]int{10, 15, 26}, 64)
 	if err != nil {
 		t.Fatal(err)
