@@ -14,6 +14,8 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // Helpers every benchmark uses the same way: dtype flags, random inputs, the timing loop, the
@@ -287,4 +289,29 @@ func hostPeakMiB(reset bool) int {
 		}
 	}
 	return -1
+}
+
+// randomOnDevice draws count tensors of randn's n values each, shaped dims, and puts them on the device
+// in dtype dt, converted there by a program of their own so that the timed programs take them as a
+// model's layers do.
+func randomOnDevice(b compute.Backend, dt dtypes.DType, randn func(n int) []float32, count, n int, dims ...int) ([]*tensors.Tensor, error) {
+	convert, err := NewExec(b, func(x *Node) *Node { return ConvertDType(x, dt) })
+	if err != nil {
+		return nil, err
+	}
+	defer convert.Finalize()
+	out := make([]*tensors.Tensor, 0, count)
+	for range count {
+		x := tensors.FromFlatDataAndDimensions(randn(n), dims...)
+		t, err := convert.Call1(x)
+		x.FinalizeAll()
+		if err != nil {
+			for _, t := range out {
+				t.FinalizeAll()
+			}
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }

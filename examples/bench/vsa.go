@@ -20,6 +20,7 @@ var (
 	vsaSparsity = flag.Float64("vsa-sparsity", 0.9, "vsa: sparsity of the sparse attention")
 	vsaTile     = flag.Int("vsa-tile", 64, "vsa: tile size, 64 or 256 (h3 only; Wan's is 64)")
 	vsaDType    = flag.String("vsa-dtype", "bf16", "vsa: q/k/v dtype")
+	vsaChain    = flag.Int("vsa-chain", 1, "vsa: attentions in one program, each one's output the next one's q, as a DiT's blocks follow each other; the time reported is one attention's (the program's over this), without the per-program launch and sync")
 )
 
 func init() {
@@ -66,6 +67,9 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	if err := c.medianIters("vsa"); err != nil {
 		return err
 	}
+	if *vsaChain < 1 {
+		return badFlag("-vsa-chain %d; use 1 or more attentions a program", *vsaChain)
+	}
 	l := tl.Rows()
 	k := attention.TopKTiles(*vsaSparsity, tl.NumVideo)
 	path, err := attention.Resolve(b, dt, headDim, c.Attention)
@@ -74,13 +78,9 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	}
 	fmt.Printf("vsa: %s geometry, %d rows, %d heads x %d, %s, path %s; E=%d: %d prefix + %d video tiles, sparsity %g -> top-%d\n",
 		*vsaGeometry, l, heads, headDim, dt, path, tl.TileElems, tl.NumPrefix, tl.NumVideo, *vsaSparsity, k)
-	randn := randnSource(c.Seed, 0x76736120)
-	qkvg := make([]*tensors.Tensor, 4)
-	for i := range qkvg {
-		qkvg[i] = tensors.FromFlatDataAndDimensions(randn(l*heads*headDim), 1, l, heads, headDim)
-		if err := qkvg[i].ToDevice(b, 0); err != nil {
-			return err
-		}
+	qkvg, err := randomOnDevice(b, dt, randnSource(c.Seed, 0x76736120), 4, l*heads*headDim, 1, l, heads, headDim)
+	if err != nil {
+		return err
 	}
 	defer func() {
 		for _, t := range qkvg {
@@ -112,17 +112,21 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	return nil
 }
 
-// timeAttention compiles and times one attention graph (sparse nil: dense) over the f32 inputs cast to dt.
+// timeAttention compiles and times one attention graph (sparse nil: dense) over the inputs, in the
+// attention's dtype already (a DiT's q, k, v are): -vsa-chain attentions, each one's output the next
+// one's q, and the reported times are per attention.
 func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, label string, sparse *attention.Sparse, tflop float64, c common) error {
 	exec, err := NewExec(b, func(q, k, v, g *Node) *Node {
 		opts := c.Attention
 		if sparse != nil {
 			s := *sparse
-			s.Gate = ConvertDType(g, dt)
+			s.Gate = g
 			opts.Sparse = &s
 		}
-		out := attention.Attend(ConvertDType(q, dt), ConvertDType(k, dt), ConvertDType(v, dt), opts)
-		return ReduceAllSum(ConvertDType(out, dtypes.Float32)) // one scalar back: the time is the attention's
+		for range *vsaChain {
+			q = attention.Attend(q, k, v, opts)
+		}
+		return ReduceAllSum(ConvertDType(q, dtypes.Float32)) // one scalar back: the time is the attention's
 	})
 	if err != nil {
 		return err
@@ -141,8 +145,13 @@ func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, l
 	if err != nil {
 		return err
 	}
-	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
-		label, tm.First, tm.Min(), tm.Median(), c.Iters, tflop, tflop/tm.Median(), sum, tm.PeakGPU)
+	n := float64(*vsaChain)
+	chain := ""
+	if *vsaChain > 1 {
+		chain = fmt.Sprintf(" (a program of %d chained attentions over %d)", *vsaChain, *vsaChain)
+	}
+	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d%s; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
+		label, tm.First/n, tm.Min()/n, tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
 	return c.Window.bracket("vsa["+label+"]", tm.Median(), func() error {
 		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
 		if err == nil {
