@@ -112,7 +112,14 @@ func benchClip(spec string, c common) error {
 		if err != nil {
 			return err
 		}
-		if err := runClipCalls(g, req, v.name, 1+c.Warmup+c.Iters); err != nil {
+		last, err := runClipCalls(g, req, v.name, 1+c.Warmup+c.Iters)
+		if err != nil {
+			return err
+		}
+		if err := c.Window.bracket("clip["+v.name+"]", last, func() error {
+			_, err := g.Generate(context.Background(), req)
+			return err
+		}); err != nil {
 			return err
 		}
 		if !*clipDrift {
@@ -306,12 +313,13 @@ func clipImagePath(flagPath string, g *fastvideo.VideoGenerator, req fastvideo.R
 	return path, f.Close()
 }
 
-// runClipCalls makes calls Generate calls of one request and prints each as a clip record line.
-func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant string, calls int) error {
+// runClipCalls makes calls Generate calls of one request, prints each as a clip record line and
+// returns the last one's total seconds.
+func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant string, calls int) (last float64, err error) {
 	for call := 1; call <= calls; call++ {
 		res, err := g.Generate(context.Background(), req)
 		if err != nil {
-			return fmt.Errorf("clip %s call %d: %w", variant, call, err)
+			return 0, fmt.Errorf("clip %s call %d: %w", variant, call, err)
 		}
 		peak := -1
 		if res.PeakDeviceBytes >= 0 {
@@ -334,11 +342,12 @@ func runClipCalls(g *fastvideo.VideoGenerator, req fastvideo.Request, variant st
 		}
 		line, err := json.Marshal(rec)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		fmt.Printf("clip record: %s\n", line)
+		last = rec.Total
 	}
-	return nil
+	return last, nil
 }
 
 // clipFolders is the output folder (the flag's, or a temporary one removed by cleanup).

@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&c.Iters, "iters", 10, "timed runs")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights and inputs")
 	c.Window = &profileWindow{}
-	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit, vsa: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]", "wandit" or "vsa[vsa 0.9 triton]"), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
+	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit, vsa, clip: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]", "wandit", "vsa[vsa 0.9 triton]" or "clip[default]": a whole warm Generate call), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
 	staging := flag.Bool("pinned-staging", true, "GPU build: large outputs cross to the host through page-locked staging (false: pageable copies, for an A/B)")
 	flag.Parse()
 	graphexec.SetPinnedStaging(*staging)
@@ -89,11 +89,18 @@ func main() {
 		os.Exit(2)
 	}
 	if sfn := specBenches[*what]; sfn != nil {
-		if c.Window.tag != "" {
-			fmt.Fprintf(os.Stderr, "bench: -profile-window is for -what h3dit, wandit and vsa, not %s\n", *what)
+		if c.Window.tag != "" && *what != "clip" {
+			fmt.Fprintf(os.Stderr, "bench: -profile-window is for -what h3dit, wandit, vsa and clip, not %s\n", *what)
 			os.Exit(2)
 		}
+		if plan, err := backend.Resolve(*spec); err == nil {
+			c.Window.cuda = plan.Backend == backend.KindXLA && plan.IsCUDA()
+		}
 		if err := sfn(*spec, c); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(exitCode(err))
+		}
+		if err := c.Window.check(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(exitCode(err))
 		}
