@@ -3,6 +3,8 @@ package familykit
 import (
 	"math"
 	"math/rand/v2"
+
+	"fastvideo/internal/parallel"
 )
 
 // NoiseStream names an independent Gaussian stream derived from one seed, so that
@@ -55,23 +57,45 @@ func NewGaussianStream(seed int64, stream NoiseStream) *GaussianStream {
 	return &GaussianStream{src: rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)}
 }
 
+// noiseBlock bounds the uniform draws buffered at once (pairs of values: 16 MiB of bits).
+const noiseBlock = 1 << 20
+
+// Fill writes the stream's next len(out) values. The generator is sequential, so its draws are taken
+// first; the Box-Muller transforms, nearly all of the time (about 50 ms for FastH3's 2.8 M latent values
+// on one core, the GPU idle meanwhile), then run over the cores, each value the same as one at a time.
 func (g *GaussianStream) Fill(out []float32) {
-	i := 0
 	if g.hasSpare && len(out) > 0 {
 		out[0], g.hasSpare = g.spare, false
-		i = 1
+		out = out[1:]
 	}
-	for ; i < len(out); i += 2 {
-		// u1 in (0, 1] keeps the logarithm finite.
-		u1 := (float64(g.src.Uint64()>>11) + 1) / (1 << 53)
-		u2 := float64(g.src.Uint64()>>11) / (1 << 53)
-		r := math.Sqrt(-2 * math.Log(u1))
-		s, c := math.Sincos(2 * math.Pi * u2)
-		out[i] = float32(r * c)
-		if i+1 < len(out) {
-			out[i+1] = float32(r * s)
-		} else {
-			g.spare, g.hasSpare = float32(r*s), true
+	bits := make([]uint64, 2*min(noiseBlock, (len(out)+1)/2))
+	for len(out) > 0 {
+		pairs := min(noiseBlock, (len(out)+1)/2)
+		for i := range 2 * pairs {
+			bits[i] = g.src.Uint64()
 		}
+		n := min(len(out), 2*pairs)
+		parallel.Ranges(pairs, 1<<14, func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				a, b := boxMuller(bits[2*p], bits[2*p+1])
+				out[2*p] = a
+				if 2*p+1 < n {
+					out[2*p+1] = b
+				} else {
+					g.spare, g.hasSpare = b, true
+				}
+			}
+		})
+		out = out[n:]
 	}
+}
+
+// boxMuller turns two uniform draws into two standard normals, in float64.
+func boxMuller(x1, x2 uint64) (float32, float32) {
+	// u1 in (0, 1] keeps the logarithm finite.
+	u1 := (float64(x1>>11) + 1) / (1 << 53)
+	u2 := float64(x2>>11) / (1 << 53)
+	r := math.Sqrt(-2 * math.Log(u1))
+	s, c := math.Sincos(2 * math.Pi * u2)
+	return float32(r * c), float32(r * s)
 }
