@@ -23,8 +23,9 @@
 // tokenizer, Qwen3-VL text stack streamed layer by layer, optional prompt cache), denoise (the joint
 // audio-video DiT, with the video ladder at shift 12 and the audio ladder at shift 3, AdaLN tables
 // computed once for the visited timesteps), audio decode, video decode (streamed clip by clip into
-// the H.264 encoder) and mux (AAC track; temporary file, then a final name that never replaces an
-// existing file).
+// the encoder, which was started with the audio track, so one ffmpeg run writes H.264 and AAC) and
+// mux (the encoders' flush; temporary file, then a final name that never replaces an existing
+// file).
 //
 // Requests follow FastVideo's "unset means the preset's value" rule: zero fields take the model
 // preset's defaults (Seed, where 0 is meaningful, is a pointer). Invalid input is reported as a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"fastvideo/fastvideo/api"
@@ -16,8 +17,9 @@ import (
 
 // fakeFamily is a third model family written in the test: one built-in model, "fake-tiny", whose
 // stages paint solid-colour frames (frame i has the colour fakeColour(i)), no GoMLX and no audio.
-// It proves that a family plugs into New, Generate and Plan through the contract alone.
-type fakeFamily struct{}
+// It proves that a family plugs into New, Generate and Plan through the contract alone. A non-nil
+// audioErr is what its DecodeAudio returns.
+type fakeFamily struct{ audioErr error }
 
 func (fakeFamily) Name() string                { return "fake" }
 func (fakeFamily) Builtins() []string          { return []string{"fake-tiny"} }
@@ -27,14 +29,14 @@ func (fakeFamily) ReadFolder(dir string) (family.Model, error) {
 	return nil, fmt.Errorf("no fake folders")
 }
 
-func (fakeFamily) Lookup(name string) (family.Model, bool) {
+func (f fakeFamily) Lookup(name string) (family.Model, bool) {
 	if name != "fake-tiny" {
 		return nil, false
 	}
-	return fakeModel{}, true
+	return fakeModel{f.audioErr}, true
 }
 
-type fakeModel struct{}
+type fakeModel struct{ audioErr error }
 
 func (fakeModel) Info() family.ModelInfo {
 	return family.ModelInfo{Name: "fake-tiny", Family: "fake", Variant: "fake-tiny", DefaultPreset: "fake",
@@ -57,7 +59,9 @@ func (m fakeModel) Resolve(req api.Request, needPrompt bool) (family.Resolution,
 	return fakeResolution{r}, nil
 }
 
-func (fakeModel) Open(*family.Engine) (family.Components, error) { return fakeComponents{}, nil }
+func (m fakeModel) Open(*family.Engine) (family.Components, error) {
+	return fakeComponents{m.audioErr}, nil
+}
 
 type fakeResolution struct{ r *family.Resolved }
 
@@ -70,19 +74,20 @@ func (f fakeResolution) Plan(api.DType) (*api.Plan, error) {
 		DurationSeconds: float64(r.NumFrames) / float64(r.FPS), Steps: r.Steps, Seed: r.Seed, ForwardsPerStep: 1}, nil
 }
 
-type fakeComponents struct{}
+type fakeComponents struct{ audioErr error }
 
 func (fakeComponents) Describe() string { return "fake-tiny (solid colours)" }
 func (fakeComponents) Check() error     { return nil }
 func (fakeComponents) Close() error     { return nil }
 
-func (fakeComponents) Start(r family.Resolution, s *family.Session) (family.Stages, error) {
-	return &fakeStages{r: r.(fakeResolution), s: s}, nil
+func (c fakeComponents) Start(r family.Resolution, s *family.Session) (family.Stages, error) {
+	return &fakeStages{r: r.(fakeResolution), s: s, audioErr: c.audioErr}, nil
 }
 
 type fakeStages struct {
-	r fakeResolution
-	s *family.Session
+	r        fakeResolution
+	s        *family.Session
+	audioErr error
 }
 
 func (f *fakeStages) Condition(context.Context) error {
@@ -95,8 +100,10 @@ func (f *fakeStages) Denoise(ctx context.Context) error {
 	return f.s.DenoiseLoop(ctx, f.r.r.Steps, func(int) error { return nil })
 }
 
+func (f *fakeStages) DecodeAudio(context.Context) ([][]float32, error) { return nil, f.audioErr }
+
 // Decode paints the frames in clips of two.
-func (f *fakeStages) Decode(_ context.Context, sink family.FrameSink) ([][]float32, error) {
+func (f *fakeStages) Decode(_ context.Context, sink family.FrameSink) error {
 	c := f.r.r
 	for first := 0; sink != nil && first < c.NumFrames; first += 2 {
 		n := min(2, c.NumFrames-first)
@@ -108,10 +115,10 @@ func (f *fakeStages) Decode(_ context.Context, sink family.FrameSink) ([][]float
 			}
 		}
 		if err := sink(frames); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 func fakeColour(i int) [3]byte { return [3]byte{byte(40 * i), 200, byte(255 - 30*i)} }
@@ -186,5 +193,23 @@ func TestFilterOfWrongSize(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAudioDecodeFailure: a DecodeAudio error fails the run before the encoder starts, leaving no
+// file and no output folder behind.
+func TestAudioDecodeFailure(t *testing.T) {
+	g, err := New(context.Background(), "fake-tiny", WithFamily(fakeFamily{audioErr: errors.New("the audio VAE gave up")}), WithBackend(testutil.BackendSpec()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dir := t.TempDir()
+	_, err = g.Generate(context.Background(), Request{Prompt: "x", OutputPath: filepath.Join(dir, "made") + string(filepath.Separator)})
+	if err == nil || !strings.Contains(err.Error(), "fastvideo: audio decode: the audio VAE gave up") {
+		t.Fatalf("Generate: %v, want the audio decode's error", err)
+	}
+	if names := testutil.DirNames(t, dir); len(names) != 0 {
+		t.Errorf("files left: %v", names)
 	}
 }

@@ -133,9 +133,9 @@ func TestOutputPathChecks(t *testing.T) {
 }
 
 // TestKilledRunLeftoversSwept: what a run killed with SIGKILL leaves in its output folder (the hidden
-// staging file, the encoder's .part files and the audio pass's .f32le, named as this SDK names them)
-// is removed by the next generation into that folder once older than an hour; younger ones may be a
-// live run's and stay.
+// staging file, the encoder's .part file and its audio track's .f32le, named as this SDK names them,
+// and the .video.part of the earlier two-pass writer) is removed by the next generation into that
+// folder once older than an hour; younger ones may be a live run's and stay.
 func TestKilledRunLeftoversSwept(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(dir, "a_red_fox.mp4")

@@ -24,8 +24,9 @@ import (
 //	validate   request, output path, ffmpeg, model files: nothing loaded yet
 //	condition  the family's text conditioning (tokenizer, text encoder, prompt cache)
 //	denoise    the family's DiT and sampling loop
-//	decode     the family's VAEs; video frames stream through the frame filters into the encoder
-//	mux        finish the H.264 stream, add the audio track, move the file to its final name
+//	decode     the family's VAEs: the audio first, the encoder started with it, then the video frames
+//	           streaming through the frame filters into the encoder
+//	mux        flush the encoders (H.264 and, with audio, AAC), move the file to its final name
 //
 // staleStaging is the age after which a staging file in the output folder belongs to a run that
 // was killed, not to one still running.
@@ -74,7 +75,6 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 		}
 	}()
 	p.warn()
-	var audio [][]float32
 	for _, st := range []struct {
 		stage api.Stage
 		run   func(context.Context) error
@@ -82,8 +82,8 @@ func (g *VideoGenerator) run(ctx context.Context, req Request) (res *Result, err
 		{api.StageValidate, p.validate},
 		{api.StageCondition, func(ctx context.Context) error { return p.stages.Condition(ctx) }},
 		{api.StageDenoise, func(ctx context.Context) error { return p.stages.Denoise(ctx) }},
-		{api.StageDecode, func(ctx context.Context) (err error) { audio, err = p.decode(ctx); return err }},
-		{api.StageMux, func(ctx context.Context) error { return p.mux(ctx, audio) }},
+		{api.StageDecode, p.decode},
+		{api.StageMux, p.mux},
 	} {
 		if err := p.stage(ctx, st.stage, st.run); err != nil {
 			return nil, err
@@ -267,17 +267,23 @@ func (p *pipelineRun) bindInterpolator(filters []family.FrameFilter) error {
 	return nil
 }
 
-// decode opens the encoder (unless nothing needs frames) and runs the family's decoders, whose
-// frames go through the filters to the encoder and Result.Frames as soon as they exist, so a long
-// clip is never held whole.
-func (p *pipelineRun) decode(ctx context.Context) ([][]float32, error) {
+// decode runs the family's audio decoder, then opens the encoder with the whole audio track
+// (unless nothing needs frames) and runs the video decoders, whose frames go through the filters to
+// the encoder and Result.Frames as soon as they exist, so a long clip is never held whole. The audio
+// comes first so that one ffmpeg run encodes both tracks (media.MP4Writer): muxing the audio after
+// the last frame took a second pass over the finished video.
+func (p *pipelineRun) decode(ctx context.Context) error {
+	audio, err := p.stages.DecodeAudio(ctx)
+	if err != nil {
+		return p.decodeError(ctx, "audio decode", err)
+	}
 	if !family.WantsFrames(p.req) {
-		return p.stages.Decode(ctx, nil)
+		return p.decodeError(ctx, "video decode", p.stages.Decode(ctx, nil))
 	}
-	if err := p.openWriter(ctx); err != nil {
-		return nil, err
+	if err := p.openWriter(ctx, audio); err != nil {
+		return err
 	}
-	audio, err := p.stages.Decode(ctx, func(f family.Frames) error {
+	err = p.stages.Decode(ctx, func(f family.Frames) error {
 		if err := p.sess.Canceled(ctx); err != nil {
 			return err
 		}
@@ -287,15 +293,24 @@ func (p *pipelineRun) decode(ctx context.Context) ([][]float32, error) {
 		err = p.flushFilters(ctx)
 	}
 	if err != nil {
-		if cerr := p.sess.Canceled(ctx); cerr != nil {
-			return nil, cerr
-		}
-		return nil, fmt.Errorf("fastvideo: video decode: %w", err)
+		return p.decodeError(ctx, "video decode", err)
 	}
 	if n := p.r.Common().NumFrames; p.written != n {
-		return nil, fmt.Errorf("fastvideo: the decoders and filters gave %d frames, the plan has %d", p.written, n)
+		return fmt.Errorf("fastvideo: the decoders and filters gave %d frames, the plan has %d", p.written, n)
 	}
-	return audio, nil
+	return nil
+}
+
+// decodeError names the decode that failed with err (nil for none), or reports the run's
+// cancellation when that is the cause, in the words every stage uses.
+func (p *pipelineRun) decodeError(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := p.sess.Canceled(ctx); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("fastvideo: %s: %w", what, err)
 }
 
 // filter passes frames through filters i.. and on to the output.
@@ -359,9 +374,11 @@ func (p *pipelineRun) output(f family.Frames) error {
 	return nil
 }
 
-// openWriter starts the H.264 encoder on a staging file in the output folder (unless the request
-// skips saving); a model without audio writes a video-only file.
-func (p *pipelineRun) openWriter(ctx context.Context) error {
+// openWriter starts the encoder on a staging file in the output folder (unless the request skips
+// saving), with audio as the file's audio track; a model without audio writes a video-only file.
+// The writer is told the plan's frame count, which fits the audio track to the video and makes a
+// short or long stream of frames fail instead of muxing silently.
+func (p *pipelineRun) openWriter(ctx context.Context, audio [][]float32) error {
 	if p.req.SkipSave {
 		return nil
 	}
@@ -374,8 +391,9 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 		return err
 	}
 	p.writer, err = p.g.engine.Media.NewMP4Writer(ctx, media.MP4Options{
-		Path: p.staging, Width: c.Width, Height: c.Height, FPS: float64(c.FPS),
-		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels, Preset: p.g.engine.X264Preset,
+		Path: p.staging, Width: c.Width, Height: c.Height, FPS: float64(c.FPS), Frames: c.NumFrames,
+		AudioSampleRate: c.Model.AudioSampleRate, AudioChannels: c.Model.AudioChannels, Audio: audio,
+		Preset: p.g.engine.X264Preset,
 	})
 	if err == nil {
 		p.pump = newFramePump(p.writer, c.Width*c.Height*3)
@@ -383,9 +401,9 @@ func (p *pipelineRun) openWriter(ctx context.Context) error {
 	return err
 }
 
-// mux finishes the MP4 (H.264 flush, the audio track) and gives it its final name, never
-// replacing an existing file.
-func (p *pipelineRun) mux(ctx context.Context, audio [][]float32) error {
+// mux finishes the MP4 (the encoders' flush after the last frame) and gives it its final name,
+// never replacing an existing file.
+func (p *pipelineRun) mux(ctx context.Context) error {
 	if p.req.SkipSave {
 		return nil
 	}
@@ -394,7 +412,7 @@ func (p *pipelineRun) mux(ctx context.Context, audio [][]float32) error {
 	if err := pump.finish(); err != nil {
 		return err
 	}
-	if err := p.writer.Close(audio); err != nil {
+	if err := p.writer.Close(); err != nil {
 		return err
 	}
 	if err := p.sess.Canceled(ctx); err != nil {

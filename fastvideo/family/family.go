@@ -71,10 +71,15 @@ type Components interface {
 type Stages interface {
 	Condition(ctx context.Context) error
 	Denoise(ctx context.Context) error
-	// Decode decodes the denoised latents: video frames go to sink as soon as they exist (sink is
-	// nil when nothing needs frames); the audio waveform, nil for video-only models, is returned for
-	// the mux.
-	Decode(ctx context.Context, sink FrameSink) (audio [][]float32, err error)
+	// DecodeAudio returns the waveform (planar: one slice per channel) when the run needs it, for
+	// the file's audio track or Result.Audio; nil for video-only models and for runs that need no
+	// audio. It runs before Decode, in the same decode stage, so that the encoder is started with
+	// the whole audio track and muxes it in the same ffmpeg pass as the frames; an audio decoder
+	// is small next to the video's, so decoding it first delays the first frame little.
+	DecodeAudio(ctx context.Context) ([][]float32, error)
+	// Decode decodes the video latents into sink, frames as soon as they exist, so that a long clip
+	// is never held whole (sink is nil when nothing needs frames).
+	Decode(ctx context.Context, sink FrameSink) error
 }
 
 // ModelInfo describes a model for users and messages.

@@ -123,11 +123,11 @@ func (p *run) Denoise(ctx context.Context) error {
 	return p.keepLatents(xv[:len(cond)], xv[len(cond):], xa)
 }
 
-// preload starts loading the DiT and the decoders Decode will run, those the memory policy keeps,
-// beside the prompt's encoding (family.Preload; Denoise and Decode then wait for them), and each
-// decoder's compiles as soon as it has loaded (docs/architecture.md, "Decoder prewarm"), so that they
-// overlap the encoding, the DiT's load and the denoise. A decoder the run does not need (no waveform
-// wanted, no frames wanted, the tiny decoder) is left alone.
+// preload starts loading the DiT and the decoders DecodeAudio and Decode will run, those the memory
+// policy keeps, beside the prompt's encoding (family.Preload; the stages that use them then wait for
+// them), and each decoder's compiles as soon as it has loaded (docs/architecture.md, "Decoder
+// prewarm"), so that they overlap the encoding, the DiT's load and the denoise. A decoder the run
+// does not need (no waveform wanted, no frames wanted, the tiny decoder) is left alone.
 func (p *run) preload(ctx context.Context) {
 	c := p.c
 	family.Preload(p.s, &c.dit, family.CompDiT, c.loadDiT)
@@ -158,7 +158,7 @@ func (p *run) decodesVideo() bool {
 	return family.WantsFrames(p.s.Request) && p.r.Decoder != api.DecoderTiny
 }
 
-// needsAudio reports whether Decode runs the audio VAE: for the file's audio track or the caller.
+// needsAudio reports whether DecodeAudio runs the audio VAE: for the file's audio track or the caller.
 func (p *run) needsAudio() bool {
 	req := p.s.Request
 	return !req.SkipSave || req.ReturnAudio
@@ -302,68 +302,39 @@ func (p *run) keepLatents(cond, xv, xa []float32) error {
 	return nil
 }
 
-// Decode runs the audio VAE on the stereo rows when the file or the caller needs the waveform,
-// and the video VAE clip by clip into sink. When the memory policy keeps both VAEs the two decoders
-// run at once (the audio beside the video clips, whose frames are encoded as they come); otherwise
-// the audio VAE is released before the video VAE loads.
-func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
-	c, req := p.c, p.s.Request
+// DecodeAudio runs the audio VAE on the stereo rows when the file or the caller needs the
+// waveform. The audio VAE is released before returning unless the memory policy keeps it, so that
+// it is gone before Decode loads the video VAE.
+func (p *run) DecodeAudio(ctx context.Context) ([][]float32, error) {
+	c := p.c
 	p.s.AwaitPrewarm()
+	rows := p.audioRows
+	p.audioRows = nil
 	if !p.needsAudio() {
-		p.audioRows = nil
-		return nil, p.decodeVideo(ctx, sink)
+		return nil, nil
 	}
 	dec, err := family.Acquire(p.s, &c.audio, family.CompAudioVAE, c.loadAudioVAE)
 	if err != nil {
 		return nil, err
 	}
-	rows := p.audioRows
-	p.audioRows = nil
-	decodeAudio := func() ([][]float32, error) {
-		wave, err := dec.DecodeRows(ctx, rows, p.r.Denoise.AudioLatents)
-		if err != nil {
-			return nil, fmt.Errorf("fastvideo: audio decode: %w", err)
-		}
-		return wave, nil
+	wave, err := dec.DecodeRows(ctx, rows, p.r.Denoise.AudioLatents)
+	if err != nil {
+		return nil, err
 	}
-	var wave [][]float32
-	videoComp := family.CompVideoVAE
-	if p.r.Decoder == api.DecoderTiny {
-		videoComp = family.CompTinyDecoder
+	// Release closes only what the engine does not keep: a kept audio VAE stays for the next run.
+	if err := p.s.Release(); err != nil {
+		return nil, err
 	}
-	if c.Engine.Keeps(family.CompAudioVAE) && c.Engine.Keeps(videoComp) && sink != nil {
-		audio := make(chan error, 1)
-		go func() {
-			var err error
-			wave, err = decodeAudio()
-			audio <- err
-		}()
-		err := p.decodeVideo(ctx, sink)
-		if aerr := <-audio; err == nil {
-			err = aerr
-		}
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		if wave, err = decodeAudio(); err != nil {
-			return nil, err
-		}
-		if err := p.s.Release(); err != nil { // the audio VAE goes before the video VAE comes
-			return nil, err
-		}
-		if err := p.decodeVideo(ctx, sink); err != nil {
-			return nil, err
-		}
-	}
-	if req.ReturnAudio {
+	if p.s.Request.ReturnAudio {
 		p.s.Result.Audio = wave
 	}
 	return wave, nil
 }
 
-// decodeVideo decodes the video latents clip by clip into sink (nothing when sink is nil).
-func (p *run) decodeVideo(ctx context.Context, sink family.FrameSink) error {
+// Decode decodes the video latents clip by clip into sink (nothing when sink is nil), with the
+// video VAE or the tiny decoder.
+func (p *run) Decode(ctx context.Context, sink family.FrameSink) error {
+	p.s.AwaitPrewarm() // already awaited by DecodeAudio, unless a caller skipped it
 	if sink == nil {
 		return nil
 	}

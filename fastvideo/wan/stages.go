@@ -365,27 +365,30 @@ func guide(vc, vu []float32, g float32) {
 	}
 }
 
+// DecodeAudio returns nil: Wan makes no audio.
+func (p *run) DecodeAudio(context.Context) ([][]float32, error) { return nil, nil }
+
 // Decode runs the Wan VAE one latent frame at a time (1 frame, then 4 per latent frame) into sink.
-func (p *run) Decode(ctx context.Context, sink family.FrameSink) ([][]float32, error) {
+func (p *run) Decode(ctx context.Context, sink family.FrameSink) error {
 	p.s.AwaitPrewarm()
 	if sink == nil {
-		return nil, nil
+		return nil
 	}
 	c, shape := p.c, p.latentShape()
 	if p.r.Decoder == api.DecoderTiny {
 		tiny, err := c.loadTiny(p.s)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer func() { p.latents = nil }()
-		return nil, familykit.TinyDecode(ctx, tiny, p.latents, shape, sink)
+		return familykit.TinyDecode(ctx, tiny, p.latents, shape, sink)
 	}
 	dec, err := family.Acquire(p.s, &c.vae, family.CompVideoVAE, c.loadVAE)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { p.latents = nil }()
-	return nil, dec.Decode(ctx, p.latents, shape, func(f wanvae.Frames) error {
+	return dec.Decode(ctx, p.latents, shape, func(f wanvae.Frames) error {
 		return sink(family.Frames{Width: f.Width, Height: f.Height, Count: f.Count, RGB: f.RGB24(nil)})
 	})
 }

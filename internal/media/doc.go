@@ -11,9 +11,10 @@
 // starts and name the fix (apt-get install ffmpeg, or FASTVIDEO_FFMPEG=/path/to/ffmpeg).
 //
 // Frames are streamed as raw rgb24 as they are decoded, so a long clip never has to be held in
-// memory. The audio track only exists once the last frame is written (the audio VAE runs after
-// the video VAE), so muxing is a second, cheap ffmpeg pass that copies the H.264 stream and
-// encodes the audio; MP4Writer.Close explains why this beats a second pipe.
+// memory. The audio track, small next to the frames, is given whole before the first frame (the
+// SDK decodes it before the video) and reaches the same ffmpeg run as a file, so H.264 and AAC
+// are encoded and muxed in one pass; MP4Writer explains why a file works where a late pipe did
+// not.
 //
 // Outputs are written to hidden temporary files next to the target and renamed into place
 // only after ffmpeg succeeded, so a crash, an error or a cancelled context never leaves a

@@ -12,7 +12,7 @@ import (
 func writeWithFake(t *testing.T, dir, body string) error {
 	t.Helper()
 	tools := Tools{FFmpeg: fakeFFmpegRunning(t, body, "libx264", "aac")}
-	return writeFrames(t, tools, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}, 3, nil)
+	return writeFrames(t, tools, MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}, 3)
 }
 
 // A full disk: ffmpeg reports "Error writing trailer ... No space left on device" and still
@@ -45,7 +45,7 @@ func TestFrameCountIsVerified(t *testing.T) {
 	tools := requireTools(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "two.mp4")
-	writeClip(t, tools, MP4Options{Path: src, Width: testW, Height: testH, FPS: testFPS}, nil)
+	writeClip(t, tools, MP4Options{Path: src, Width: testW, Height: testH, FPS: testFPS})
 	if err := verifyMP4(src, testFrames); err != nil {
 		t.Fatalf("a good file: %v", err)
 	}

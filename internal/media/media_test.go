@@ -3,6 +3,7 @@ package media
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -95,16 +96,16 @@ func assertDir(t *testing.T, dir string, want ...string) {
 	}
 }
 
-func writeClip(t *testing.T, tools Tools, opts MP4Options, audio [][]float32) {
+func writeClip(t *testing.T, tools Tools, opts MP4Options) {
 	t.Helper()
-	if err := writeFrames(t, tools, opts, testFrames, audio); err != nil {
+	if err := writeFrames(t, tools, opts, testFrames); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// writeFrames writes n test frames through a new writer and returns the error of Close(audio), for
-// the tests that expect it to fail; a failure before Close fails the test.
-func writeFrames(t *testing.T, tools Tools, opts MP4Options, n int, audio [][]float32) error {
+// writeFrames writes n test frames through a new writer and returns the error of Close, for the
+// tests that expect it to fail; a failure before Close fails the test.
+func writeFrames(t *testing.T, tools Tools, opts MP4Options, n int) error {
 	t.Helper()
 	w, err := tools.NewMP4Writer(context.Background(), opts)
 	if err != nil {
@@ -116,7 +117,13 @@ func writeFrames(t *testing.T, tools Tools, opts MP4Options, n int, audio [][]fl
 			t.Fatalf("frame %d: %v", i, err)
 		}
 	}
-	return w.Close(audio)
+	return w.Close()
+}
+
+// withAudio gives o a stereo track of secs seconds at testRate, for a file of testFrames frames.
+func withAudio(o MP4Options, secs float64) MP4Options {
+	o.AudioSampleRate, o.Audio, o.Frames = testRate, sineAudio(secs), testFrames
+	return o
 }
 
 // checkPixels decodes the file back to rgb24 and compares the mean of each quadrant's
@@ -169,7 +176,8 @@ func TestWriteMP4WithAudio(t *testing.T) {
 	tools := requireTools(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.mp4")
-	writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate, AudioChannels: 2}, sineAudio(1))
+	o := withAudio(MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioChannels: 2}, 1)
+	writeClip(t, tools, o)
 	assertDir(t, dir, "out.mp4")
 
 	info, err := tools.Probe(path)
@@ -192,7 +200,38 @@ func TestWriteMP4WithAudio(t *testing.T) {
 	if d := math.Abs(a.Duration - v.Duration); d > aacFrameSecs {
 		t.Errorf("audio lasts %.4f s, video %.4f s: differ by %.4f s, more than one AAC frame (%.4f s)", a.Duration, v.Duration, d, aacFrameSecs)
 	}
+	if want := testFrames / testFPS; math.Abs(a.Duration-want) > aacFrameSecs {
+		t.Errorf("audio lasts %.4f s, want the %d frames' %.4f s within one AAC frame", a.Duration, testFrames, want)
+	}
+	// The sines' RMS is 0.5/sqrt(2) per channel; a silent or scrambled track is far from it.
+	if rms := decodedAudioRMS(t, tools.FFmpeg, path); math.Abs(rms[0]-0.3536) > 0.02 || math.Abs(rms[1]-0.3536) > 0.02 {
+		t.Errorf("decoded audio RMS %.4f, want 0.3536 per channel", rms)
+	}
 	checkPixels(t, tools.FFmpeg, path)
+}
+
+// decodedAudioRMS decodes the file's audio track to stereo float32 and returns each channel's RMS.
+func decodedAudioRMS(t *testing.T, ff, path string) [2]float64 {
+	t.Helper()
+	cmd := exec.Command(ff, "-hide_banner", "-nostdin", "-v", "error", "-i", "file:"+path, "-map", "0:a:0", "-f", "f32le", "-ac", "2", "pipe:1")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("decoding the audio of %s: %v\n%s", path, err, stderr.String())
+	}
+	b := out.Bytes()
+	var sum [2]float64
+	n := len(b) / 8
+	for i := range n {
+		for c := range 2 {
+			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[i*8+c*4:])))
+			sum[c] += v * v
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s has no audio samples", path)
+	}
+	return [2]float64{math.Sqrt(sum[0] / float64(n)), math.Sqrt(sum[1] / float64(n))}
 }
 
 // TestAudioLengthMismatch: audio shorter or longer than the video is fitted to it, so no
@@ -202,7 +241,7 @@ func TestAudioLengthMismatch(t *testing.T) {
 	for _, secs := range []float64{0.5, 1.7} {
 		t.Run(fmt.Sprintf("%gs", secs), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "out.mp4")
-			writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}, sineAudio(secs))
+			writeClip(t, tools, withAudio(MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS}, secs))
 			info, err := tools.Probe(path)
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +261,7 @@ func TestWriteMP4VideoOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "wan.mp4")
 	// An NTSC rate checks that a float FPS reaches the container as the exact rational.
-	writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: 24000.0 / 1001}, nil)
+	writeClip(t, tools, MP4Options{Path: path, Width: testW, Height: testH, FPS: 24000.0 / 1001})
 	assertDir(t, dir, "wan.mp4")
 	info, err := tools.Probe(path)
 	if err != nil {
@@ -246,7 +285,7 @@ func TestCancel(t *testing.T) {
 	cancelled := func(t *testing.T, cause error) (w *MP4Writer, dir string) {
 		dir = t.TempDir()
 		ctx, cancel := context.WithCancelCause(context.Background())
-		o := MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
+		o := withAudio(MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}, 1)
 		w, err := tools.NewMP4Writer(ctx, o)
 		if err != nil {
 			t.Fatal(err)
@@ -265,14 +304,14 @@ func TestCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("WriteFrame after cancel: %v, want context.Canceled", err)
 		}
-		if err2 := w.Close(sineAudio(1)); !errors.Is(err2, context.Canceled) {
+		if err2 := w.Close(); !errors.Is(err2, context.Canceled) {
 			t.Errorf("Close after cancel: %v, want context.Canceled", err2)
 		}
 		assertDir(t, dir)
 	})
 	t.Run("Close", func(t *testing.T) {
 		w, dir := cancelled(t, nil)
-		if err := w.Close(sineAudio(1)); !errors.Is(err, context.Canceled) {
+		if err := w.Close(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Close after cancel: %v, want context.Canceled", err)
 		}
 		assertDir(t, dir)
@@ -281,7 +320,7 @@ func TestCancel(t *testing.T) {
 		// Cancellation alone must clean up; Abort only waits for that cleanup here.
 		w, dir := cancelled(t, errors.New("user pressed stop"))
 		w.Abort()
-		err := w.Close(nil)
+		err := w.Close()
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrAborted) {
 			t.Errorf("Close after cancel: %v, want context.Canceled or ErrAborted", err)
 		}
@@ -297,7 +336,7 @@ func TestFFmpegFailure(t *testing.T) {
 	if err := os.WriteFile(path, []byte("previous"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: testRate}
+	o := withAudio(MP4Options{Path: path, Width: testW, Height: testH, FPS: testFPS}, 1)
 	o.extraVideoArgs = []string{"-preset", "fastvideo_no_such_preset"}
 	w, err := tools.NewMP4Writer(context.Background(), o)
 	if err != nil {
@@ -311,7 +350,7 @@ func TestFFmpegFailure(t *testing.T) {
 		}
 	}
 	if err == nil {
-		err = w.Close(sineAudio(1))
+		err = w.Close()
 	}
 	if err == nil {
 		t.Fatal("encode with an invalid libx264 preset succeeded")
@@ -389,6 +428,9 @@ func TestOptionsValidation(t *testing.T) {
 		{"CRF", func(o *MP4Options) { o.CRF = 60 }, "MP4Options.CRF=60"},
 		{"Preset", func(o *MP4Options) { o.Preset = "turbo" }, `MP4Options.Preset="turbo"`},
 		{"Bitrate", func(o *MP4Options) { o.AudioSampleRate, o.AudioBitrate = testRate, 100 }, "MP4Options.AudioBitrate=100"},
+		{"NegativeFrames", func(o *MP4Options) { o.Frames = -1 }, "MP4Options.Frames=-1 is negative"},
+		{"AudioWithoutFrames", func(o *MP4Options) { *o = withAudio(*o, 1); o.Frames = 0 }, "MP4Options.Frames=0 with audio"},
+		{"AudioForVideoOnly", func(o *MP4Options) { o.Audio = sineAudio(1) }, "MP4Options.Audio has 2 channels but MP4Options.AudioSampleRate is 0 (video-only)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -412,11 +454,78 @@ func TestOptionsValidation(t *testing.T) {
 	}
 }
 
+// TestInvalidAudioRefusedFirst: audio the AAC encoder cannot take is refused by NewMP4Writer,
+// before ffmpeg runs or any file is written, rather than after a whole clip's frames.
+func TestInvalidAudioRefusedFirst(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ffmpeg-ran")
+	tools := Tools{FFmpeg: fakeFFmpegRunning(t, `: >"`+marker+`"; exit 1`, "libx264", "aac")}
+	cases := []struct {
+		name string
+		edit func(a [][]float32) [][]float32
+		want string
+	}{
+		{"Missing", func([][]float32) [][]float32 { return nil }, "MP4Options.Audio has 0 channels, want MP4Options.AudioChannels=2"},
+		{"MonoForStereo", func(a [][]float32) [][]float32 { return a[:1] }, "MP4Options.Audio has 1 channels, want MP4Options.AudioChannels=2"},
+		{"EmptyChannel", func(a [][]float32) [][]float32 { a[0] = nil; return a }, "MP4Options.Audio channel 0 is empty"},
+		{"UnequalChannels", func(a [][]float32) [][]float32 { a[1] = a[1][:100]; return a }, "channel 1 has 100 samples but channel 0 has 32000"},
+		{"NaN", func(a [][]float32) [][]float32 { a[0][7] = float32(math.NaN()); return a }, "channel 0 sample 7 is NaN"},
+		{"Inf", func(a [][]float32) [][]float32 { a[1][31999] = float32(math.Inf(-1)); return a }, "channel 1 sample 31999 is -Inf"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := withAudio(MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}, 1)
+			o.Audio = c.edit(o.Audio)
+			w, err := tools.NewMP4Writer(context.Background(), o)
+			if err == nil {
+				w.Abort()
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not contain %q", err, c.want)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("ffmpeg ran for invalid audio")
+			}
+			assertDir(t, dir)
+		})
+	}
+}
+
+// TestFrameCountMismatch: a writer told its frame count refuses, at Close, a file of another
+// length, leaving nothing behind; with audio the track was fitted to the count announced.
+func TestFrameCountMismatch(t *testing.T) {
+	tools := requireTools(t)
+	for _, c := range []struct {
+		name    string
+		audio   bool
+		written int
+	}{{"FewerWithAudio", true, testFrames - 3}, {"MoreWithAudio", true, testFrames + 2}, {"FewerVideoOnly", false, testFrames - 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, Frames: testFrames}
+			if c.audio {
+				o = withAudio(o, 1)
+			}
+			err := writeFrames(t, tools, o, c.written)
+			want := fmt.Sprintf("%d frames were written but MP4Options.Frames=%d", c.written, testFrames)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Close: %v, want an error containing %q", err, want)
+			}
+			assertDir(t, dir)
+		})
+	}
+}
+
 func TestWriterMisuse(t *testing.T) {
 	tools := requireTools(t)
-	open := func(t *testing.T, rate int) (*MP4Writer, string) {
+	open := func(t *testing.T, audio bool) (*MP4Writer, string) {
 		dir := t.TempDir()
-		w, err := tools.NewMP4Writer(context.Background(), MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, AudioSampleRate: rate})
+		o := MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS}
+		if audio {
+			o = withAudio(o, 1)
+		}
+		w, err := tools.NewMP4Writer(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,34 +533,14 @@ func TestWriterMisuse(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		rate  int
+		audio bool // the audio file is a temporary that must go too
 		run   func(w *MP4Writer) error
 		want  string
 		wantE error
 	}{
-		{"FrameSize", 0, func(w *MP4Writer) error { return w.WriteFrame(make([]byte, 10)) }, "has 10 bytes, want Width*Height*3", nil},
-		{"NoFrames", 0, func(w *MP4Writer) error { return w.Close(nil) }, "no frames were written", nil},
-		{"MonoForStereo", testRate, func(w *MP4Writer) error {
-			w.WriteFrame(makeFrame(0))
-			return w.Close(sineAudio(1)[:1])
-		}, "audio has 1 channels, want MP4Options.AudioChannels=2", nil},
-		{"UnequalChannels", testRate, func(w *MP4Writer) error {
-			w.WriteFrame(makeFrame(0))
-			a := sineAudio(1)
-			a[1] = a[1][:100]
-			return w.Close(a)
-		}, "channel 1 has 100 samples", nil},
-		{"NaNAudio", testRate, func(w *MP4Writer) error {
-			w.WriteFrame(makeFrame(0))
-			a := sineAudio(1)
-			a[0][7] = float32(math.NaN())
-			return w.Close(a)
-		}, "channel 0 sample 7 is NaN", nil},
-		{"AudioForVideoOnly", 0, func(w *MP4Writer) error {
-			w.WriteFrame(makeFrame(0))
-			return w.Close(sineAudio(1))
-		}, "AudioSampleRate is 0 (video-only)", nil},
-		{"Abort", 0, func(w *MP4Writer) error {
+		{"FrameSize", false, func(w *MP4Writer) error { return w.WriteFrame(make([]byte, 10)) }, "has 10 bytes, want Width*Height*3", nil},
+		{"NoFrames", true, func(w *MP4Writer) error { return w.Close() }, "no frames were written", nil},
+		{"Abort", true, func(w *MP4Writer) error {
 			w.WriteFrame(makeFrame(0))
 			w.Abort()
 			return w.WriteFrame(makeFrame(1))
@@ -459,12 +548,12 @@ func TestWriterMisuse(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			w, dir := open(t, c.rate)
+			w, dir := open(t, c.audio)
 			err := c.run(w)
 			if err == nil || !strings.Contains(err.Error(), c.want) || (c.wantE != nil && !errors.Is(err, c.wantE)) {
 				t.Errorf("got %v, want an error containing %q (is %v)", err, c.want, c.wantE)
 			}
-			if err2 := w.Close(nil); err2 == nil || err2.Error() != err.Error() {
+			if err2 := w.Close(); err2 == nil || err2.Error() != err.Error() {
 				t.Errorf("Close after failure: %v, want the same error", err2)
 			}
 			assertDir(t, dir)

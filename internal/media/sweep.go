@@ -12,9 +12,10 @@ import (
 
 // stagingNames match the hidden temporary files of our own making in an output folder, and
 // nothing a user would name so: the SDK's staging file (fastvideo's stagingPath,
-// ".<name>.fastvideo-<12 hex>.mp4"), MP4Writer's first-pass and final parts
-// (".<name>.<12 hex>.part", ".<name>.<12 hex>.video.part") and its audio samples
-// (os.CreateTemp's ".<name>.<digits>.f32le").
+// ".<name>.fastvideo-<12 hex>.mp4"), MP4Writer's part file (".<name>.<12 hex>.part") and its
+// audio samples (os.CreateTemp's ".<name>.<digits>.f32le"). ".<name>.<12 hex>.video.part" is
+// what the earlier two-pass writer left between its passes; a folder may still hold one from a
+// run killed before this version.
 var stagingNames = regexp.MustCompile(`^\..+\.(fastvideo-[0-9a-f]{12}\.mp4|[0-9a-f]{12}(\.video)?\.part|[0-9]+\.f32le)$`)
 
 // SweepStaging removes from dir the temporary files of our naming pattern whose last

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // Defaults match the MLX H3 runtime's mux (CRF 18, AAC 192 kb/s) except the preset: the slowest
@@ -54,10 +53,22 @@ type MP4Options struct {
 	// FPS is the frame rate; non-integer rates are passed through ffmpeg's rational
 	// approximation, so 24000.0/1001 becomes exactly 24000/1001.
 	FPS float64
+	// Frames is the number of frames the file will hold; Close fails when another number was
+	// written. Required with audio, whose track is fitted to this many frames before the first
+	// one is encoded; optional (0) for a video-only file.
+	Frames int
 	// AudioSampleRate in Hz; 0 writes a video-only file (Wan). H3 uses 32000.
 	AudioSampleRate int
 	// AudioChannels: 1 or 2; 0 means 2 when AudioSampleRate is set.
 	AudioChannels int
+	// Audio is the whole audio track, required when AudioSampleRate is set and empty otherwise:
+	// planar (one slice per channel, all the same length), float32 samples nominally in [-1, 1]
+	// at AudioSampleRate. It is cut or zero-padded to AudioSamplesFor(Frames, FPS,
+	// AudioSampleRate) samples, as the MLX H3 runtime does: ffmpeg's -shortest would otherwise
+	// drop the video frames that outlast a short track. It must be known before the first frame
+	// because the one ffmpeg run takes it as an input file from its start (see MP4Writer). The
+	// writer does not keep it after NewMP4Writer returns.
+	Audio [][]float32
 	// CRF is libx264's constant rate factor, 1..51 (lower is better); 0 means DefaultCRF.
 	CRF int
 	// Preset is the libx264 speed preset; "" means DefaultPreset.
@@ -65,7 +76,7 @@ type MP4Options struct {
 	// AudioBitrate in bits/s; 0 means DefaultAudioBitrate.
 	AudioBitrate int
 
-	// extraVideoArgs are appended to the first pass's output options; tests use it to force
+	// extraVideoArgs are appended to the video's output options; tests use it to force
 	// an ffmpeg failure without a broken ffmpeg install.
 	extraVideoArgs []string
 }
@@ -102,9 +113,14 @@ func (o MP4Options) withDefaults() (MP4Options, error) {
 	if !(o.FPS > 0) || math.IsInf(o.FPS, 0) {
 		return o, fmt.Errorf("media: MP4Options.FPS=%v must be a positive finite frame rate (e.g. 24)", o.FPS)
 	}
+	if o.Frames < 0 {
+		return o, fmt.Errorf("media: MP4Options.Frames=%d is negative; give the number of frames the file will hold, or 0 to leave it unchecked (video-only)", o.Frames)
+	}
 	switch {
 	case o.AudioSampleRate == 0 && o.AudioChannels != 0:
 		return o, fmt.Errorf("media: MP4Options.AudioChannels=%d needs AudioSampleRate (e.g. 32000); leave both 0 for video-only", o.AudioChannels)
+	case o.AudioSampleRate == 0 && len(o.Audio) != 0:
+		return o, fmt.Errorf("media: MP4Options.Audio has %d channels but MP4Options.AudioSampleRate is 0 (video-only); set AudioSampleRate and AudioChannels, or leave Audio nil", len(o.Audio))
 	case o.AudioSampleRate != 0:
 		if !slices.Contains(aacRates, o.AudioSampleRate) {
 			return o, fmt.Errorf("media: MP4Options.AudioSampleRate=%d is not an AAC sample rate; use one of %v (resample first)", o.AudioSampleRate, aacRates)
@@ -120,6 +136,12 @@ func (o MP4Options) withDefaults() (MP4Options, error) {
 		}
 		if o.AudioBitrate < 8000 || o.AudioBitrate > 512_000 {
 			return o, fmt.Errorf("media: MP4Options.AudioBitrate=%d bit/s is outside 8000..512000 (default %d)", o.AudioBitrate, DefaultAudioBitrate)
+		}
+		if o.Frames == 0 {
+			return o, errors.New("media: MP4Options.Frames=0 with audio; set Frames to the number of frames the file will hold, the length the audio track is fitted to")
+		}
+		if err := checkAudio(o.Audio, o.AudioChannels); err != nil {
+			return o, err
 		}
 	}
 	if o.CRF == 0 {
@@ -145,35 +167,46 @@ const (
 	stateFailed
 )
 
-// MP4Writer streams rgb24 frames into an H.264 MP4 through ffmpeg. Use it from one goroutine
-// at a time (calls are serialized); the context's cancellation may arrive from anywhere.
-// After any error the writer is finished: ffmpeg is gone, no file is left behind, and every
-// later call returns the same error.
+// MP4Writer streams rgb24 frames into an H.264 MP4 through one ffmpeg run, which also encodes
+// the AAC track when there is audio. Use it from one goroutine at a time (calls are
+// serialized); the context's cancellation may arrive from anywhere. After any error the writer
+// is finished: ffmpeg is gone, no file is left behind, and every later call returns the same
+// error.
+//
+// The audio track is given whole to NewMP4Writer, before the first frame, and reaches ffmpeg
+// as a temporary f32le file named on its command line beside the frame pipe. ffmpeg opens and
+// probes every input at startup and then reads them interleaved by timestamp, so an input that
+// is complete from the start is read as the video advances and costs the encode almost
+// nothing (~0.05 s for a 5 s clip). Audio that arrived only after the last frame needed a
+// second ffmpeg pass copying the H.264 stream (~0.3 s): a second pipe into the first ffmpeg,
+// empty until the end, stalls the video or overflows ffmpeg's muxing queue, depending on
+// ffmpeg's version. A file also lets ffmpeg's exit status be the single success signal, with
+// no writer goroutine racing -shortest for a broken pipe.
 type MP4Writer struct {
 	ctx       context.Context
-	opts      MP4Options
+	opts      MP4Options // Audio dropped once written to tmpAudio
 	ffmpeg    string
 	frameSize int
 	stopWatch func() bool // context.AfterFunc's stop
 
-	// cur is the running ffmpeg, read without mu by the cancellation callback so it can kill
-	// ffmpeg while a WriteFrame or Close holding mu is blocked on it.
-	cur atomic.Pointer[proc]
+	// proc is ffmpeg, set before the cancellation callback is registered and never changed,
+	// so the callback reads it without mu and can kill ffmpeg while a WriteFrame or Close
+	// holding mu is blocked on it.
+	proc *proc
 
 	mu       sync.Mutex
 	state    writerState
 	err      error
-	proc     *proc    // first pass: frames -> H.264
-	stdin    *os.File // write end of the first pass's stdin
+	stdin    *os.File // write end of ffmpeg's stdin
 	frames   int
 	tmpFinal string   // what is renamed to opts.Path
-	tmpVideo string   // first-pass output when audio follows (else == tmpFinal)
-	temps    []string // everything to delete on failure
+	temps    []string // everything to delete on failure: tmpFinal and the audio file
 }
 
-// NewMP4Writer validates opts and ffmpeg and starts the encoder. Cancelling ctx at any time
-// before Close returns kills ffmpeg and removes the temporary files, even if no further call
-// is made on the writer.
+// NewMP4Writer validates opts and ffmpeg, writes the audio track (if any) to a temporary file
+// and starts the encoder. Invalid options, audio included, are refused before ffmpeg starts.
+// Cancelling ctx at any time before Close returns kills ffmpeg and removes the temporary
+// files, even if no further call is made on the writer.
 func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("media: not starting %q: %w", opts.Path, err)
@@ -186,6 +219,8 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 	if err != nil {
 		return nil, err
 	}
+	audio := opts.Audio
+	opts.Audio = nil
 	w := &MP4Writer{ctx: ctx, opts: opts, ffmpeg: ff, frameSize: opts.Width * opts.Height * 3}
 
 	var token [6]byte
@@ -194,16 +229,8 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 	}
 	// Hidden names in the target's directory: the final rename is then atomic (same file
 	// system) and a reader globbing *.mp4 never sees a half-written file.
-	stem := filepath.Join(filepath.Dir(opts.Path), "."+filepath.Base(opts.Path)+"."+hex.EncodeToString(token[:]))
-	w.tmpFinal = stem + ".part"
-	w.tmpVideo = w.tmpFinal
-	if opts.AudioSampleRate > 0 {
-		w.tmpVideo = stem + ".video.part"
-	}
+	w.tmpFinal = filepath.Join(filepath.Dir(opts.Path), "."+filepath.Base(opts.Path)+"."+hex.EncodeToString(token[:])+".part")
 	w.temps = []string{w.tmpFinal}
-	if w.tmpVideo != w.tmpFinal {
-		w.temps = append(w.temps, w.tmpVideo)
-	}
 
 	args := []string{
 		"-hide_banner", "-nostats", "-loglevel", "level+warning",
@@ -211,7 +238,21 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 		"-video_size", fmt.Sprintf("%dx%d", opts.Width, opts.Height),
 		"-framerate", strconv.FormatFloat(opts.FPS, 'g', -1, 64),
 		"-i", "pipe:0",
-		"-an",
+	}
+	if opts.AudioSampleRate > 0 {
+		pcm, err := writeAudioFile(opts, audio)
+		if err != nil {
+			return nil, err
+		}
+		w.temps = append(w.temps, pcm)
+		args = append(args,
+			"-f", "f32le", "-ar", strconv.Itoa(opts.AudioSampleRate), "-ac", strconv.Itoa(opts.AudioChannels),
+			"-i", "file:"+pcm,
+			"-map", "0:v:0", "-map", "1:a:0")
+	} else {
+		args = append(args, "-an")
+	}
+	args = append(args,
 		// swscale converts RGB with BT.601 coefficients unless told otherwise, while players
 		// assume BT.709 for untagged HD video; convert with BT.709 and tag it, so colors
 		// survive at every resolution. swscale's default fast path is off by up to ~1.5
@@ -219,28 +260,49 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 		"-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
 		"-c:v", "libx264", "-preset", opts.Preset, "-crf", strconv.Itoa(opts.CRF),
 		"-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-	}
+	)
 	args = append(args, opts.extraVideoArgs...)
-	if w.tmpVideo == w.tmpFinal {
-		args = append(args, "-movflags", "+faststart")
+	if opts.AudioSampleRate > 0 {
+		// The track is fitted to the frames, so -shortest only trims AAC's last partial frame.
+		args = append(args, "-c:a", "aac", "-b:a", strconv.Itoa(opts.AudioBitrate), "-shortest")
 	}
 	// -n (never overwrite): the random name is ours alone; an existing file means a bug.
-	args = append(args, "-f", "mp4", "-n", "file:"+w.tmpVideo)
+	args = append(args, "-movflags", "+faststart", "-f", "mp4", "-n", "file:"+w.tmpFinal)
 
 	pr, pw, err := os.Pipe()
 	if err != nil {
+		w.removeTemps()
 		return nil, fmt.Errorf("media: stdin pipe for ffmpeg: %w", err)
 	}
 	p, err := startProc(ff, args, pr)
 	pr.Close() // ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg dies.
 	if err != nil {
 		pw.Close()
+		w.removeTemps()
 		return nil, &FFmpegError{Op: "starting ffmpeg", Path: opts.Path, Err: err}
 	}
 	w.proc, w.stdin = p, pw
-	w.cur.Store(p)
 	w.stopWatch = context.AfterFunc(ctx, w.onCancel)
 	return w, nil
+}
+
+// writeAudioFile writes the audio track, fitted to opts.Frames, to a hidden temporary f32le
+// file beside the output and returns its name; on error it leaves no file.
+func writeAudioFile(opts MP4Options, audio [][]float32) (string, error) {
+	audio = FitAudio(audio, AudioSamplesFor(opts.Frames, opts.FPS, opts.AudioSampleRate))
+	f, err := os.CreateTemp(filepath.Dir(opts.Path), "."+filepath.Base(opts.Path)+".*.f32le")
+	if err != nil {
+		return "", fmt.Errorf("media: writing the audio track for %q: %w", opts.Path, err)
+	}
+	err = writeF32LE(f, audio)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("media: writing the audio track for %q: %w", opts.Path, err)
+	}
+	return f.Name(), nil
 }
 
 // Frames returns the number of frames written so far.
@@ -282,48 +344,34 @@ func (w *MP4Writer) WriteFrame(rgb []byte) error {
 	return nil
 }
 
-// Close finishes the file and renames it to Path. audio is planar: one slice per channel, all
-// the same length, float32 samples nominally in [-1, 1] at AudioSampleRate; pass nil for a
-// video-only writer. Audio is cut or zero-padded to AudioSamplesFor(frames, FPS, rate) samples
-// first, as the MLX H3 runtime does: ffmpeg's -shortest would otherwise drop the video frames
-// that outlast a short audio track. Close always ends the writer: on error nothing is left at
-// Path and the temporary files are removed.
-//
-// The audio goes to ffmpeg through a temporary f32le file in a second pass that copies the
-// already-encoded H.264 stream (a remux of a few MB, ~0.3 s for a 5 s clip). A second pipe
-// into the first ffmpeg cannot work: audio exists only now, after the last frame, while
-// ffmpeg opens and probes every input at startup and interleaves them by timestamp, so an
-// audio pipe that stays empty until the end stalls the video or overflows ffmpeg's muxing
-// queue, depending on ffmpeg's version. A file also lets ffmpeg's exit status be the single
-// success signal, with no writer goroutine racing -shortest for a broken pipe.
-func (w *MP4Writer) Close(audio [][]float32) error {
+// Close finishes the file and renames it to Path: the end of the frame pipe lets ffmpeg flush
+// the encoders and write the index, which +faststart moves before the media data. Close
+// always ends the writer: on error, a frame count other than MP4Options.Frames included,
+// nothing is left at Path and the temporary files are removed.
+func (w *MP4Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != stateOpen {
 		return w.finishedErr()
 	}
-	if err := w.checkAudio(audio); err != nil {
-		return w.failLocked("closing", err)
+	if w.ctx.Err() != nil {
+		return w.failLocked("encoding video", w.ctxErr())
 	}
 	if w.frames == 0 {
 		return w.failLocked("closing", errors.New("no frames were written; call WriteFrame at least once"))
 	}
-	if w.ctx.Err() != nil {
-		return w.failLocked("encoding video", w.ctxErr())
+	if w.opts.Frames > 0 && w.frames != w.opts.Frames {
+		// Checked before ffmpeg finishes: a file of the wrong length is never worth its flush.
+		return w.failLocked("closing", fmt.Errorf("%d frames were written but MP4Options.Frames=%d; write exactly Frames frames, or set Frames to the count the file should hold",
+			w.frames, w.opts.Frames))
 	}
-	w.stdin.Close() // EOF makes ffmpeg flush the encoder and finish the file.
+	w.stdin.Close() // EOF makes ffmpeg flush the encoders and finish the file.
 	w.stdin = nil
 	if err := w.proc.wait(); err != nil {
 		if w.ctx.Err() != nil {
 			return w.failLocked("encoding video", w.ctxErr())
 		}
 		return w.failLocked("encoding video", err)
-	}
-	if w.opts.AudioSampleRate > 0 {
-		audio = FitAudio(audio, AudioSamplesFor(w.frames, w.opts.FPS, w.opts.AudioSampleRate))
-		if err := w.muxAudioLocked(audio); err != nil {
-			return err
-		}
 	}
 	if w.ctx.Err() != nil {
 		return w.failLocked("finishing", w.ctxErr())
@@ -335,7 +383,7 @@ func (w *MP4Writer) Close(audio [][]float32) error {
 		return w.failLocked("renaming the finished file", err)
 	}
 	w.temps = slices.DeleteFunc(w.temps, func(t string) bool { return t == w.tmpFinal })
-	w.removeTemps() // the first-pass video and the audio file, when there was audio
+	w.removeTemps() // the audio file, when there was audio
 	w.state = stateClosed
 	w.stopWatch()
 	return nil
@@ -351,72 +399,25 @@ func (w *MP4Writer) Abort() {
 	}
 }
 
-func (w *MP4Writer) checkAudio(audio [][]float32) error {
-	if w.opts.AudioSampleRate == 0 {
-		if len(audio) != 0 {
-			return fmt.Errorf("got %d audio channels but MP4Options.AudioSampleRate is 0 (video-only); set AudioSampleRate and AudioChannels", len(audio))
-		}
-		return nil
-	}
-	if len(audio) != w.opts.AudioChannels {
-		return fmt.Errorf("audio has %d channels, want MP4Options.AudioChannels=%d (planar: one slice per channel)", len(audio), w.opts.AudioChannels)
+// checkAudio validates MP4Options.Audio against the channel count, before any file or ffmpeg
+// exists: the AAC encoder would otherwise fail only at the end of the encode, or silently encode
+// garbage.
+func checkAudio(audio [][]float32, channels int) error {
+	if len(audio) != channels {
+		return fmt.Errorf("media: MP4Options.Audio has %d channels, want MP4Options.AudioChannels=%d (planar: one slice per channel)", len(audio), channels)
 	}
 	for c, ch := range audio {
 		if len(ch) == 0 {
-			return fmt.Errorf("audio channel %d is empty", c)
+			return fmt.Errorf("media: MP4Options.Audio channel %d is empty; give the decoded waveform", c)
 		}
 		if len(ch) != len(audio[0]) {
-			return fmt.Errorf("audio channel %d has %d samples but channel 0 has %d; channels must have equal length", c, len(ch), len(audio[0]))
+			return fmt.Errorf("media: MP4Options.Audio channel %d has %d samples but channel 0 has %d; channels must have equal length", c, len(ch), len(audio[0]))
 		}
 		for i, v := range ch {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return fmt.Errorf("audio channel %d sample %d is %v; the AAC encoder needs finite samples", c, i, v)
+				return fmt.Errorf("media: MP4Options.Audio channel %d sample %d is %v; the AAC encoder needs finite samples (check the audio decoder's output)", c, i, v)
 			}
 		}
-	}
-	return nil
-}
-
-func (w *MP4Writer) muxAudioLocked(audio [][]float32) error {
-	f, err := os.CreateTemp(filepath.Dir(w.opts.Path), "."+filepath.Base(w.opts.Path)+".*.f32le")
-	if err != nil {
-		return w.failLocked("writing audio", err)
-	}
-	w.temps = append(w.temps, f.Name())
-	err = writeF32LE(f, audio)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return w.failLocked("writing audio", err)
-	}
-	args := []string{
-		"-hide_banner", "-nostdin", "-nostats", "-loglevel", "level+warning",
-		"-i", "file:" + w.tmpVideo,
-		"-f", "f32le", "-ar", strconv.Itoa(w.opts.AudioSampleRate), "-ac", strconv.Itoa(w.opts.AudioChannels),
-		"-i", "file:" + f.Name(),
-		"-map", "0:v:0", "-map", "1:a:0",
-		"-c:v", "copy",
-		"-c:a", "aac", "-b:a", strconv.Itoa(w.opts.AudioBitrate),
-		"-shortest", "-movflags", "+faststart",
-		"-f", "mp4", "-n", "file:" + w.tmpFinal,
-	}
-	p, err := startProc(w.ffmpeg, args, nil)
-	if err != nil {
-		return w.failLocked("muxing audio", err)
-	}
-	w.proc = p
-	w.cur.Store(p)
-	// onCancel may have loaded the previous (finished) process just before the Store; this
-	// check after it guarantees one of the two sides kills the new one.
-	if w.ctx.Err() != nil {
-		return w.failLocked("muxing audio", w.ctxErr())
-	}
-	if err := p.wait(); err != nil {
-		if w.ctx.Err() != nil {
-			return w.failLocked("muxing audio", w.ctxErr())
-		}
-		return w.failLocked("muxing audio", err)
 	}
 	return nil
 }
@@ -437,9 +438,7 @@ func writeF32LE(f *os.File, audio [][]float32) error {
 }
 
 func (w *MP4Writer) onCancel() {
-	if p := w.cur.Load(); p != nil {
-		p.kill()
-	}
+	w.proc.kill()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state == stateOpen {
