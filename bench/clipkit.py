@@ -72,69 +72,74 @@ def _rate(fps: float) -> str:
 
 
 class Mp4Writer:
-    """media.MP4Writer (internal/media/writer.go) with the same ffmpeg command lines: rgb24 frames piped
-    into libx264 (BT.709 conversion and tags), then, for a clip with audio, a second pass that copies the
-    H.264 stream and adds AAC from an interleaved f32le file; hidden temporaries in the output folder,
-    renamed into place at the end."""
+    """media.MP4Writer (internal/media/writer.go) with the same ffmpeg command line: one pass of rgb24 frames
+    piped into libx264 (BT.709 conversion and tags) and, for a clip with audio, AAC from an interleaved f32le
+    file given at the start (audio(), before the first frame: fitted to the clip's frames first, as the Go
+    writer does); a hidden temporary in the output folder, renamed into place at the end."""
 
     def __init__(self, ffmpeg: str, path: str, width: int, height: int, fps: float, preset: str, crf: int,
-                 audio_rate: int = 0, audio_channels: int = 2, audio_bitrate: int = DEFAULT_AUDIO_BITRATE):
-        self.ffmpeg, self.path, self.fps, self.frames = ffmpeg, path, fps, 0
+                 frames: int, audio_rate: int = 0, audio_channels: int = 2, audio_bitrate: int = DEFAULT_AUDIO_BITRATE):
+        self.ffmpeg, self.path, self.width, self.height, self.fps = ffmpeg, path, width, height, fps
+        self.preset, self.crf, self.want, self.frames = preset, crf, frames, 0
         self.audio_rate, self.audio_channels, self.audio_bitrate = audio_rate, audio_channels, audio_bitrate
         stem = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + "." + secrets.token_hex(6))
         self.tmp_final = stem + ".part"
-        self.tmp_video = stem + ".video.part" if audio_rate else self.tmp_final
-        self.temps = sorted({self.tmp_final, self.tmp_video})
-        args = [ffmpeg, "-hide_banner", "-nostats", "-loglevel", "level+warning",
-                "-f", "rawvideo", "-pix_fmt", "rgb24", "-video_size", f"{width}x{height}", "-framerate", _rate(fps),
-                "-i", "pipe:0", "-an",
-                "-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
-                "-c:v", "libx264", "-preset", preset, "-crf", str(crf),
-                "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
-        if not audio_rate:
-            args += ["-movflags", "+faststart"]
-        args += ["-f", "mp4", "-n", "file:" + self.tmp_video]
+        self.temps = [self.tmp_final]
+        self.proc = None
         self.stderr = tempfile.TemporaryFile()
+        if not audio_rate:
+            self._start([])
+
+    def audio(self, wave: torch.Tensor) -> None:
+        """Starts the encoder with the audio track, [channels, samples] float32 on the host."""
+        n = math.ceil(self.want * self.audio_rate / self.fps - 1e-6)  # media.AudioSamplesFor
+        fitted = wave.new_zeros(wave.shape[0], n)
+        m = min(n, wave.shape[1])
+        fitted[:, :m] = wave[:, :m]
+        fd, pcm = tempfile.mkstemp(prefix="." + os.path.basename(self.path) + ".", suffix=".f32le",
+                                   dir=os.path.dirname(self.path))
+        self.temps.append(pcm)
+        with os.fdopen(fd, "wb") as f:
+            f.write(fitted.t().contiguous().numpy().tobytes())
+        self._start(["-f", "f32le", "-ar", str(self.audio_rate), "-ac", str(self.audio_channels), "-i", "file:" + pcm,
+                     "-map", "0:v:0", "-map", "1:a:0"])
+
+    def _start(self, audio_input: list) -> None:
+        args = [self.ffmpeg, "-hide_banner", "-nostats", "-loglevel", "level+warning",
+                "-f", "rawvideo", "-pix_fmt", "rgb24", "-video_size", f"{self.width}x{self.height}",
+                "-framerate", _rate(self.fps), "-i", "pipe:0"]
+        args += audio_input or ["-an"]
+        args += ["-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
+                 "-c:v", "libx264", "-preset", self.preset, "-crf", str(self.crf),
+                 "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+        if audio_input:
+            args += ["-c:a", "aac", "-b:a", str(self.audio_bitrate), "-shortest"]
+        args += ["-movflags", "+faststart", "-f", "mp4", "-n", "file:" + self.tmp_final]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stderr=self.stderr)
 
     def write(self, rgb: torch.Tensor) -> None:
         """rgb: uint8 [n, H, W, 3] frames on the host."""
+        if self.proc is None:
+            raise RuntimeError("the audio track must reach the writer before the first frame")
         try:
             self.proc.stdin.write(rgb.reshape(-1).numpy())
         except BrokenPipeError:  # ffmpeg stopped reading: its exit status and stderr say why
             self._check(self.proc.wait() or -1, f"encoding video after {self.frames} frames")
         self.frames += rgb.shape[0]
 
-    def close(self, audio: torch.Tensor | None) -> None:
-        """Finishes the H.264 stream, muxes audio [channels, samples] float32 (cut or zero-padded to the
-        video's length first, as the Go writer does) and renames the file into place."""
+    def close(self) -> None:
+        """Finishes the streams (the encoders' flush) and renames the file into place."""
+        if self.frames != self.want:
+            raise RuntimeError(f"{self.frames} frames written, the clip has {self.want}")
         self.proc.stdin.close()
-        self._check(self.proc.wait(), "encoding video")
-        if self.audio_rate:
-            n = math.ceil(self.frames * self.audio_rate / self.fps - 1e-6)  # media.AudioSamplesFor
-            fitted = audio.new_zeros(audio.shape[0], n)
-            m = min(n, audio.shape[1])
-            fitted[:, :m] = audio[:, :m]
-            fd, pcm = tempfile.mkstemp(prefix="." + os.path.basename(self.path) + ".", suffix=".f32le",
-                                       dir=os.path.dirname(self.path))
-            self.temps.append(pcm)
-            with os.fdopen(fd, "wb") as f:
-                f.write(fitted.t().contiguous().numpy().tobytes())
-            args = [self.ffmpeg, "-hide_banner", "-nostdin", "-nostats", "-loglevel", "level+warning",
-                    "-i", "file:" + self.tmp_video,
-                    "-f", "f32le", "-ar", str(self.audio_rate), "-ac", str(self.audio_channels), "-i", "file:" + pcm,
-                    "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", str(self.audio_bitrate),
-                    "-shortest", "-movflags", "+faststart", "-f", "mp4", "-n", "file:" + self.tmp_final]
-            self.stderr.seek(0)
-            self.stderr.truncate()
-            self._check(subprocess.run(args, stderr=self.stderr).returncode, "muxing audio")
+        self._check(self.proc.wait(), "encoding")
         os.rename(self.tmp_final, self.path)
         self.temps.remove(self.tmp_final)
         self.abort()
 
     def abort(self) -> None:
         """Stops ffmpeg and removes the temporaries (a no-op for what is already gone)."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         for t in self.temps:
@@ -155,6 +160,9 @@ class HostFrames:
     def __init__(self, frames: int, height: int, width: int):
         self.buf = torch.empty(frames, height, width, 3, dtype=torch.uint8)
         self.frames = 0
+
+    def audio(self, wave: torch.Tensor) -> None:
+        """The waveform is on the host already; without ffmpeg there is no track to start."""
 
     def write(self, rgb: torch.Tensor) -> None:
         self.buf[self.frames:self.frames + rgb.shape[0]].copy_(rgb)
@@ -207,8 +215,8 @@ def run_clips(model: str, args, dev: torch.device, weights_s: dict, vocab: int, 
               fps: float, audio_rate: int = 0) -> None:
     """The cold call and args.iters warm ones, each through the stages condition (encode(args.text token
     ids) -> prompt rows, skipped on warm calls with the prompt cache), denoise (denoise(prompt rows,
-    generator) -> latents), decode (decode(latents, frame sink) -> the waveform [channels, samples] on
-    the host, or None) and mux. Prints each call's stages and its JSON record."""
+    generator) -> latents), decode (decode(latents, frame sink): the waveform [channels, samples] on the
+    host to sink.audio first, for a model with audio, then the frames to sink.write) and mux. Prints each call's stages and its JSON record."""
     print("weights drawn before the calls (not in their totals): " +
           ", ".join(f"{k} {v:.2f} s" for k, v in weights_s.items()), flush=True)
     ids = torch.randint(vocab, (args.text,), generator=torch.Generator().manual_seed(args.seed)).to(dev)
@@ -231,14 +239,14 @@ def run_clips(model: str, args, dev: torch.device, weights_s: dict, vocab: int, 
         path = os.path.join(out_dir, f"{model}_{n}.mp4")
         writers = []
 
-        def decode_into_ffmpeg():  # the encoder starts in the decode stage, as our pipeline's does
-            writers.append(Mp4Writer(ffmpeg, path, args.width, args.height, fps, args.preset, args.crf,
+        def decode_into_ffmpeg():  # the encoder starts in the decode stage, with the audio, as our pipeline's does
+            writers.append(Mp4Writer(ffmpeg, path, args.width, args.height, fps, args.preset, args.crf, args.frames,
                                      audio_rate=audio_rate))
             return decode(latents, writers[0])
 
         try:
-            audio = timed_into(stages, "decode", dev, decode_into_ffmpeg)
-            timed_into(stages, "mux", dev, lambda: writers[0].close(audio))
+            timed_into(stages, "decode", dev, decode_into_ffmpeg)
+            timed_into(stages, "mux", dev, lambda: writers[0].close())
         finally:
             for w in writers:
                 w.abort()

@@ -214,17 +214,16 @@ def denoise(m: Models, text_feats: torch.Tensor, args, gen: torch.Generator):
 
 # ---- decode ----------------------------------------------------------------------------------------
 
-def decode(m: Models, xv: torch.Tensor, xa: torch.Tensor, args, sink) -> torch.Tensor:
-    """Audio, then video clip by clip into sink; returns the waveform [2, samples] on the host."""
+def decode(m: Models, xv: torch.Tensor, xa: torch.Tensor, args, sink) -> None:
+    """The waveform [2, samples] on the host to sink.audio, then the video clip by clip to sink.write."""
     n = xa.shape[1] // 2
-    wave = m.audio(xa.view(2, n, dit.AUDIO_CHANNELS).permute(0, 2, 1).contiguous())[:, 0].cpu()
+    sink.audio(m.audio(xa.view(2, n, dit.AUDIO_CHANNELS).permute(0, 2, 1).contiguous())[:, 0].cpu())
     c, hn, wn = dit.IN_CHANNELS, args.height // 32, args.width // 32
     t = xv.shape[1] // (hn * wn)
     z = xv.view(t, hn, wn, c, 1, 2, 2).permute(3, 0, 4, 1, 5, 2, 6).reshape(1, c, t, 2 * hn, 2 * wn)
     mean, std = torch.zeros(c, device=m.dev), torch.ones(c, device=m.dev)  # the release's latents_mean/std
     z = z * std.view(1, c, 1, 1, 1) + mean.view(1, c, 1, 1, 1)
     vvae.decode_runs(m.vcfg, m.vae, z, args.frames, m.ropes, lambda start, px: sink.write(clipkit.rgb24(px)))
-    return wave
 
 
 # ---- the calls -------------------------------------------------------------------------------------
