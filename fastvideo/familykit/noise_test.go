@@ -1,9 +1,12 @@
 package familykit
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"fastvideo/internal/testutil"
 )
 
 // serialNoise is the stream one value pair at a time, as Fill computed it before its transforms
@@ -26,29 +29,13 @@ func serialNoise(seed int64, stream NoiseStream, n int) []float32 {
 func TestGaussianStreamMatchesSerial(t *testing.T) {
 	total := 2*noiseBlock + 11
 	want := serialNoise(5, VideoNoise, total)
-	if got := GaussianNoise(5, VideoNoise, total); !sameBits(got, want[:total]) {
-		t.Fatal("GaussianNoise differs from the serial stream")
-	}
+	testutil.AssertBitExact(t, "GaussianNoise against the serial stream", GaussianNoise(5, VideoNoise, total), want[:total])
 	g := NewGaussianStream(5, VideoNoise)
 	at := 0
 	for _, n := range []int{0, 1, 3, 2, 2*noiseBlock - 1, 5, 1} {
 		got := make([]float32, n)
 		g.Fill(got)
-		if !sameBits(got, want[at:at+n]) {
-			t.Fatalf("a fill of %d values at %d differs from the serial stream", n, at)
-		}
+		testutil.AssertBitExact(t, fmt.Sprintf("a fill of %d values at %d against the serial stream", n, at), got, want[at:at+n])
 		at += n
 	}
-}
-
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
