@@ -1,6 +1,10 @@
 package packing
 
-import "fmt"
+import (
+	"fmt"
+
+	"fastvideo/internal/parallel"
+)
 
 // PatchifyVideo turns a latent (C, T, H, W) (batch 1, row-major) into rows
 // (T/pt * H/ph * W/pw, C*pt*ph*pw) with channel-major patch features
@@ -51,22 +55,25 @@ func checkVideo(what string, n, c, t, h, w int, patch [3]int) ([3]int, error) {
 }
 
 // forEachPatchElement maps each latent element (src, (C,T,H,W) order) to its
-// row-feature position (dst).
+// row-feature position (dst). The (channel, frame) planes go to the cores: the map is one to one, so
+// calls never touch the same src or dst, and a release latent's 1.4 M moves were tens of ms of a
+// clip's idle GPU, before the first step and after the last.
 func forEachPatchElement(c, t, h, w int, p [3]int, fn func(src, dst int)) {
 	hn, wn := h/p[1], w/p[2]
 	feat := c * p[0] * p[1] * p[2]
-	for ci := 0; ci < c; ci++ {
-		for ti := 0; ti < t; ti++ {
+	parallel.Ranges(c*t, max(1, (1<<16)/max(1, h*w)), func(first, end int) {
+		for plane := first; plane < end; plane++ {
+			ci, ti := plane/t, plane%t
 			for hi := 0; hi < h; hi++ {
 				for wi := 0; wi < w; wi++ {
-					src := ((ci*t+ti)*h+hi)*w + wi
+					src := (plane*h+hi)*w + wi
 					row := ((ti/p[0])*hn+hi/p[1])*wn + wi/p[2]
 					f := ((ci*p[0]+ti%p[0])*p[1]+hi%p[1])*p[2] + wi%p[2]
 					fn(src, row*feat+f)
 				}
 			}
 		}
-	}
+	})
 }
 
 // PackAudio turns stereo latents (2, C, N) into rows (2N, C): row ch*N + n.
