@@ -246,7 +246,7 @@ func TestTritonPackOnGPU(t *testing.T) {
 		x[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
 	}
 	ex := MustNewExec(b, func(x *Node) []*Node {
-		packed, pooled := pack.pack(x, tl)
+		packed, pooled := pack.pack(x, Const(x.Graph(), kernelSlots(tl)), tl)
 		xt := tileRows(x, tl)
 		want := Reshape(TransposeAllAxes(xt, 2, 0, 1, 3), h*tl.NumTiles()*tl.TileElems, d)
 		return []*Node{ConvertDType(packed, dtypes.Float32), pooled, ConvertDType(want, dtypes.Float32), poolTiles(xt, tl)}

@@ -127,9 +127,9 @@ func (t *Tiling) NumTiles() int { return len(t.Sizes) }
 
 // SlotRows maps each slot of the padded buffer to its packed row, Rows() for a pad slot.
 func (t *Tiling) SlotRows() []int32 {
-	out := make([]int32, t.NumTiles()*t.TileElems)
+	out, pad := make([]int32, t.NumTiles()*t.TileElems), int32(t.Rows())
 	for i := range out {
-		out[i] = int32(t.Rows())
+		out[i] = pad
 	}
 	for row, slot := range t.RowSlot {
 		out[slot] = int32(row)
@@ -165,8 +165,7 @@ func (t *Tiling) KeyTiles(topK int) int {
 // Rows()² for dense attention: prefix rows attend every row; a video row attends the rows of its
 // KeyTiles(topK) tiles, counted at the full tile size (an upper bound the plan reports).
 func (t *Tiling) AttendedPairs(topK int) int64 {
-	n := int64(t.Rows())
-	prefixRows := n - int64(t.Grid[0]*t.Grid[1]*t.Grid[2])
+	n, prefixRows := int64(t.Rows()), int64(t.PrefixRows())
 	videoRows := n - prefixRows
 	if topK >= t.NumVideo {
 		return n * n

@@ -212,14 +212,16 @@ func sparseKernels(q *Node, s *Sparse, scale float64, path Path) *vsaKernels {
 // output in place, and the prefix rows attend every row densely.
 func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 	t := s.Tiling
-	qh, qp := ks.pack.pack(q, t)
-	kh, kp := ks.pack.pack(k, t)
-	vh, vp := ks.pack.pack(v, t)
+	slotMap := kernelSlots(t)
+	slots := Const(q.Graph(), slotMap)
+	qh, qp := ks.pack.pack(q, slots, t)
+	kh, kp := ks.pack.pack(k, slots, t)
+	vh, vp := ks.pack.pack(v, slots, t)
 	scores := tileScores(qp, kp) // [H, nT, nT]
 	sel := selectTiles(scores, s)
 	h, d := q.Shape().Dim(2), q.Shape().Dim(3)
 	idx, ends := ks.fine.keyOrder(Reshape(sel, h*t.NumVideo, sel.Shape().Dim(2)), nil, t.Sizes)
-	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2)), ends, idx, qh, kh, vh)
+	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2), slotMap), ends, idx, qh, kh, vh)
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA kernel: %w", err))
 	}
@@ -236,13 +238,14 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	return gated(out, scores, vp, s)
 }
 
-// pack runs the pack kernel k on x [1, L, H, D]: the tile-padded, head-major copy [H·nT·E, D] (zero pads)
-// and each tile's float32 mean over its valid rows [nT, H, D] (poolTiles).
-func (k *tritonKernel) pack(x *Node, t *Tiling) (packed, pooled *Node) {
+// pack runs the pack kernel k on x [1, L, H, D] with the tiling's slot map slots (kernelSlots): the
+// tile-padded, head-major copy [H·nT·E, D] (zero pads) and each tile's float32 mean over its valid rows
+// [nT, H, D] (poolTiles).
+func (k *tritonKernel) pack(x, slots *Node, t *Tiling) (packed, pooled *Node) {
 	g := x.Graph()
 	h, d, nT := x.Shape().Dim(2), x.Shape().Dim(3), t.NumTiles()
 	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{nT, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{Const(g, []int32{int32(h), int32(nT)}), Const(g, kernelSlots(t)), Reshape(x, t.Rows()*h, d)},
+	out, err := xlaext.TritonCall(kernel, []*Node{Const(g, []int32{int32(h), int32(nT)}), slots, Reshape(x, t.Rows()*h, d)},
 		[]shapes.Shape{shapes.Make(x.DType(), h*nT*t.TileElems, d), shapes.Make(dtypes.Float32, nT*h, d)})
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA pack kernel: %w", err))
@@ -252,9 +255,9 @@ func (k *tritonKernel) pack(x *Node, t *Tiling) (packed, pooled *Node) {
 
 // kernelSlots is the tiling's slot map as the kernels read it: the sequence row of each slot, -1 for a pad.
 func kernelSlots(t *Tiling) []int32 {
-	slots := t.SlotRows()
+	slots, pad := t.SlotRows(), int32(t.Rows())
 	for i, row := range slots {
-		if int(row) == t.Rows() {
+		if row == pad {
 			slots[i] = -1
 		}
 	}
@@ -269,9 +272,11 @@ type fineGeometry struct {
 	Sizes, Slots                    []int32
 }
 
-func fineGeometryOf(t *Tiling, stride int) fineGeometry {
+// fineGeometryOf is the fine kernel's geometry of tiling t with lists of stride key tiles and the slot
+// map slots (kernelSlots).
+func fineGeometryOf(t *Tiling, stride int, slots []int32) fineGeometry {
 	return fineGeometry{Rows: t.NumTiles() * t.TileElems, First: t.NumPrefix, Tiles: t.NumVideo, Stride: stride, Seq: t.Rows(),
-		Sizes: t.Sizes, Slots: kernelSlots(t)}
+		Sizes: t.Sizes, Slots: slots}
 }
 
 // keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of

@@ -88,36 +88,31 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
+	var run func() error
 	if sfn := specBenches[*what]; sfn != nil {
 		if c.Window.tag != "" && *what != "clip" {
 			fmt.Fprintf(os.Stderr, "bench: -profile-window is for -what h3dit, wandit, vsa and clip, not %s\n", *what)
 			os.Exit(2)
 		}
 		if plan, err := backend.Resolve(*spec); err == nil {
-			c.Window.cuda = plan.Backend == backend.KindXLA && plan.IsCUDA()
+			c.Window.runsOn(plan)
 		}
-		if err := sfn(*spec, c); err != nil {
+		run = func() error { return sfn(*spec, c) }
+	} else {
+		b, plan, err := openBackend(*spec)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(exitCode(err))
+			os.Exit(1)
 		}
-		if err := c.Window.check(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(exitCode(err))
-		}
-		return
+		fmt.Printf("backend: %s\n", b.Description())
+		c.Window.runsOn(plan)
+		run = func() error { return fn(b, c) }
 	}
-	b, plan, err := openBackend(*spec)
+	err := run()
+	if err == nil {
+		err = c.Window.check()
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-	fmt.Printf("backend: %s\n", b.Description())
-	c.Window.cuda = plan.Backend == backend.KindXLA && plan.IsCUDA()
-	if err := fn(b, c); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(exitCode(err))
-	}
-	if err := c.Window.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(exitCode(err))
 	}

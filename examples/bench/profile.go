@@ -20,6 +20,9 @@ type profileWindow struct {
 	seen []string // the tags measured, for the error when tag never comes
 }
 
+// runsOn records whether the measurements run on CUDA, the only backend whose profiler the window calls.
+func (w *profileWindow) runsOn(p *backend.Plan) { w.cuda = p.Backend == backend.KindXLA && p.IsCUDA() }
+
 // bracket runs forward once more inside the window when tag is the window's; median is the same
 // forward's timed median, printed beside it as the wall time the kernels are compared with.
 func (w *profileWindow) bracket(tag string, median float64, forward func() error) error {

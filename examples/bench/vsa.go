@@ -148,10 +148,10 @@ func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, l
 	n := float64(*vsaChain)
 	chain := ""
 	if *vsaChain > 1 {
-		chain = fmt.Sprintf(" (a program of %d chained attentions over %d)", *vsaChain, *vsaChain)
+		chain = fmt.Sprintf(" (a program of %d chained attentions over %d; first is the program's)", *vsaChain, *vsaChain)
 	}
 	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d%s; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
-		label, tm.First/n, tm.Min()/n, tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
+		label, tm.First, tm.Min()/n, tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
 	return c.Window.bracket("vsa["+label+"]", tm.Median(), func() error {
 		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
 		if err == nil {
