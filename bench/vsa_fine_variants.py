@@ -1,0 +1,201 @@
+# Candidate inner loops for VSA's fine kernel (attention/testdata/gen_vsa_triton.py, vsa_kernel), timed
+# against the committed loop and upstream's Triton forward on the same inputs, interleaved in rounds so
+# that the device's drift lands on every variant alike. Nothing here is a kernel the Go graph loads: a
+# variant that wins moves into the generator, which then regenerates attention/vsa_triton.json and its
+# fixture (and the GPU parity run and bench/clip_row.sh follow, BENCHMARKS.md).
+#
+# Variants (all keep the committed operands, ends/idx grouping by key class and the slot-map store, so the
+# Go side would not change):
+#   base          the committed loop: scores scaled, masked, max, exp2(s - m), rescale, second product
+#   fma           max on the raw scores and the scale folded into the exponent, exp2(s·c - m·c): one
+#                 fused multiply-add an element instead of a multiply and a subtract
+#   nomask64      fma without the valid-row mask on the 64-row class: timing only, exact only where every
+#                 tile of that class is full (the geometries), to see what the mask costs
+#   pair64        fma, and the 64-row class walked two key tiles a step: one running max, one rescale of
+#                 the accumulator and two independent products a step (FlashAttention's 128-column key
+#                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
+#   pair_all      the same for every class
+# at 4 warps and 5 stages (the committed settings) and, for pair64, 4 and 3 stages (two tiles a step
+# double the shared memory a stage holds) and 8 warps.
+#
+# On the GPU machine, from the repo root, with upstream's block_sparse_attn_triton.py (fastvideo-kernel,
+# as gen_vsa_triton.py takes it) in DIR:
+#   python3 bench/vsa_fine_variants.py --upstream DIR [--rounds 3] [GEOMETRY ...]
+# GEOMETRY: h3 wan0.8 h3_tiling wan_tiling (default: all). Prints each variant's max difference from
+# upstream's output (an exact one beyond the generator's 3e-2 is reported and not timed), then each
+# round's time and the median of the rounds with its TFLOP/s counted at 64 rows a tile.
+import argparse, math, os, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "attention", "testdata"))
+sys.path.insert(0, os.path.join(HERE, "..", "internal", "xlaext", "testdata"))
+
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+import gen_vsa_triton as G  # noqa: E402
+from gen_triton import pallas_triton  # noqa: E402
+
+T, D, KEY_BLOCKS = G.T, G.D, G.KEY_BLOCKS
+SCALE = G.LOG2E / math.sqrt(D)
+
+
+class Walk:
+    # What every step of one program reads: its query tile, its list and the K/V tile copies.
+    def __init__(self, q, k_ref, v_ref, idx_ref, sizes_ref, base, head, rows):
+        self.q, self.k_ref, self.v_ref, self.idx_ref, self.sizes_ref = q, k_ref, v_ref, idx_ref, sizes_ref
+        self.base, self.head, self.rows = base, head, rows
+
+    def tile(self, i, n):
+        kv = self.idx_ref[self.base + i]
+        at = self.head * self.rows + kv * T
+        return self.sizes_ref[kv], self.k_ref[pl.ds(at, n), :], self.v_ref[pl.ds(at, n), :]
+
+    def scores(self, k, valid, cols, mask=True):
+        s = jnp.dot(self.q, k.T, preferred_element_type=jnp.float32)
+        return jnp.where(cols < valid, s, G.MASKED) if mask else s
+
+
+def step_base(w, n, cols):
+    def body(i, carry):
+        acc, m, l = carry
+        valid, k, v = w.tile(i, n)
+        s = jnp.where(cols < valid, jnp.dot(w.q, k.T, preferred_element_type=jnp.float32) * SCALE, G.MASKED)
+        m2 = jnp.maximum(m, jnp.max(s, axis=1))
+        p = jnp.exp2(s - m2[:, None])
+        alpha = jnp.exp2(m - m2)
+        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    return body
+
+
+def step_fma(w, n, cols, mask=True):
+    def body(i, carry):
+        acc, m, l = carry
+        valid, k, v = w.tile(i, n)
+        s = w.scores(k, valid, cols, mask)
+        m2 = jnp.maximum(m, jnp.max(s, axis=1))
+        ms = m2 * SCALE
+        p = jnp.exp2(s * SCALE - ms[:, None])
+        alpha = jnp.exp2(m * SCALE - ms)
+        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    return body
+
+
+def step_pair(w, n, cols, start):
+    def body(j, carry):
+        acc, m, l = carry
+        va, ka, vva = w.tile(start + 2 * j, n)
+        vb, kb, vvb = w.tile(start + 2 * j + 1, n)
+        sa, sb = w.scores(ka, va, cols), w.scores(kb, vb, cols)
+        m2 = jnp.maximum(m, jnp.maximum(jnp.max(sa, axis=1), jnp.max(sb, axis=1)))
+        ms = m2 * SCALE
+        pa, pb = jnp.exp2(sa * SCALE - ms[:, None]), jnp.exp2(sb * SCALE - ms[:, None])
+        alpha = jnp.exp2(m * SCALE - ms)
+        acc = (acc * alpha[:, None] + jnp.dot(pa.astype(vva.dtype), vva, preferred_element_type=jnp.float32)
+               + jnp.dot(pb.astype(vvb.dtype), vvb, preferred_element_type=jnp.float32))
+        return acc, m2, l * alpha + jnp.sum(pa, axis=1) + jnp.sum(pb, axis=1)
+    return body
+
+
+def kernel(loop, paired=()):
+    def vsa(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
+        tile, head = pl.program_id(0), pl.program_id(1)
+        rows, first, tiles, stride, heads = (params_ref[i] for i in range(5))
+        row = head * tiles + tile
+        q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+        w = Walk(q, k_ref, v_ref, idx_ref, sizes_ref, row * stride, head, rows)
+        carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
+        start = 0
+        for c, n in enumerate(KEY_BLOCKS):
+            end = ends_ref[row * len(KEY_BLOCKS) + c]
+            cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+            if loop == "base":
+                carry = lax.fori_loop(start, end, step_base(w, n, cols), carry)
+            elif c in paired:
+                pairs = (end - start) // 2
+                carry = lax.fori_loop(0, pairs, step_pair(w, n, cols, start), carry)
+                carry = lax.fori_loop(start + 2 * pairs, end, step_fma(w, n, cols), carry)
+            else:
+                carry = lax.fori_loop(start, end, step_fma(w, n, cols, mask=not (loop == "nomask64" and c == 0)), carry)
+            start = end
+        acc, _, l = carry
+        qslots = slots_ref[pl.ds((first + tile) * T, T)]
+        plgpu.store(o_ref.at[G.rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
+                    mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
+    return vsa
+
+
+# name: (loop, paired classes, warps, stages, exact)
+VARIANTS = {
+    "base": ("base", (), 4, 5, True),
+    "fma": ("fma", (), 4, 5, True),
+    "nomask64": ("nomask64", (), 4, 5, False),
+    "pair64": ("fma", (0,), 4, 5, True),
+    "pair64_s4": ("fma", (0,), 4, 4, True),
+    "pair64_s3": ("fma", (0,), 4, 3, True),
+    "pair64_w8s3": ("fma", (0,), 8, 3, True),
+    "pair_all_s4": ("fma", (0, 1, 2), 4, 4, True),
+}
+
+GEOMETRIES = {  # label: (heads, valid rows of each tile, key tiles a row), as gen_vsa_triton.py --bench
+    "h3": (56, lambda: G.packed_sizes(14937), 23),
+    "wan0.8": (12, lambda: G.packed_sizes(32768), 103),
+    "h3_tiling": (56, lambda: G.tile_sizes([93, 414], (37, 15, 26)), 37),
+    "wan_tiling": (12, lambda: G.tile_sizes([], (21, 30, 52)), 125),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=20, help="calls timed a round")
+    ap.add_argument("geometries", nargs="*", default=list(GEOMETRIES))
+    args = ap.parse_args()
+    import torch
+    upstream = G.load_upstream(args.upstream)
+    rng = np.random.default_rng(1)
+    for label in args.geometries:
+        heads, sizes_of, stride = GEOMETRIES[label]
+        sizes = sizes_of()
+        tiles = len(sizes)
+        slots, seq = G.slot_map(rng, sizes, 0, shuffle=False)
+        idx, num = G.random_lists(rng, heads, tiles, stride, np.full((heads, tiles), stride, np.int32))
+        q, k, v = (G.bf16(rng, (1, heads, tiles * T, D)) for _ in range(3))
+        ops = [jnp.asarray(x) for x in G.operands(q, k, v, idx, num, sizes, slots, 0)]
+        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, k, v)]
+        ti, tn, ts = torch.from_numpy(idx).cuda(), torch.from_numpy(num).cuda(), torch.from_numpy(sizes).cuda()
+        want = upstream(*tq, ti, tn, ts)[0].float().cpu().numpy()[0]
+        valid = slots >= 0
+        calls = {"upstream": lambda: upstream(*tq, ti, tn, ts)[0]}
+        for name, (loop, paired, warps, stages, exact) in VARIANTS.items():
+            try:
+                f = jax.jit(pallas_triton(kernel(loop, paired), warps, stages, grid=(tiles, heads),
+                                          out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd"))
+                err = float(np.abs(G.tiles_of(f(*ops), slots, heads, 0) - want)[:, valid].max())
+            except Exception as e:  # a setting the compiler refuses (shared memory)
+                print(f"{label} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            print(f"{label} {name}: max diff from upstream {err:.3g}" + ("" if exact else " (timing only)"), flush=True)
+            if exact and err >= 3e-2:
+                print(f"{label} {name}: DISAGREES with upstream, not timed", flush=True)
+                continue
+            calls[name] = lambda f=f: f(*ops)
+        times = {name: [] for name in calls}
+        for _ in range(args.rounds):
+            for name, call in calls.items():
+                times[name].append(G.timed(call, args.calls) * 1e3)
+        flops = 4 * heads * tiles * stride * T * T * D
+        for name, ms in times.items():
+            mid = sorted(ms)[len(ms) // 2]
+            print(f"{label} {name:12s} " + " / ".join(f"{x:.3f}" for x in ms) +
+                  f"  median {mid:.3f} ms ({flops / mid / 1e9:.0f} TFLOP/s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
