@@ -1,0 +1,65 @@
+# The mux stage's tail: how long the H.264 encoder runs after the last frame when frames arrive at the
+# decoder's pace, per encoder setting, with the MP4 writer's own arguments (internal/media/writer.go:
+# rgb24 on a pipe, BT.709 limited range, libx264 CRF 18, +faststart). A whole clip's "mux" stage is this
+# tail: the decoders hand over the last frame, the encoder flushes its lookahead and frame threads, the
+# muxer moves the index to the front. Noise frames (what random weights decode to) are the worst case
+# for the encoder and for the file size, so also a rewrite's.
+#
+#   python3 bench/x264_tail.py --ffmpeg FF [--fps 65] [--size 832x480x124] [--rounds 3]
+#
+# --fps is the pace the frames arrive at (the FastH3 decoder makes about 59-73 frames/s on the H200,
+# BENCHMARKS.md); the encoder must keep that pace for the tail to be all that is left. Prints, per
+# setting, the time the last frame was written (against the pace's ideal), the tail, and the file size.
+import argparse, os, subprocess, time
+
+VARIANTS = {  # name: the x264 and muxer arguments replacing the writer's "-preset faster ... +faststart"
+    "faster (default)": ["-preset", "faster", "-movflags", "+faststart"],
+    "faster, no faststart": ["-preset", "faster"],
+    "faster, rc-lookahead 10": ["-preset", "faster", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
+    "faster, sliced threads": ["-preset", "faster", "-x264-params", "sliced-threads=1", "-movflags", "+faststart"],
+    "veryfast": ["-preset", "veryfast", "-movflags", "+faststart"],
+}
+
+
+def run(ff, frames, w, h, n, fps, extra, out):
+    args = [ff, "-hide_banner", "-nostats", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+            "-video_size", f"{w}x{h}", "-framerate", "24", "-i", "pipe:0", "-an",
+            "-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
+            "-c:v", "libx264", "-crf", "18"] + extra + ["-f", "mp4", "-y", out]
+    p = subprocess.Popen(args, stdin=subprocess.PIPE)
+    size = w * h * 3
+    t0 = time.perf_counter()
+    for i in range(n):
+        wait = t0 + i / fps - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        p.stdin.write(frames[i * size:(i + 1) * size])
+    p.stdin.flush()
+    last = time.perf_counter()
+    p.stdin.close()
+    if p.wait() != 0:
+        raise RuntimeError(f"ffmpeg failed: {' '.join(extra)}")
+    return last - t0, time.perf_counter() - last, os.path.getsize(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ffmpeg", required=True)
+    ap.add_argument("--fps", type=float, default=65)
+    ap.add_argument("--size", default="832x480x124")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="/tmp/x264_tail.mp4")
+    args = ap.parse_args()
+    w, h, n = map(int, args.size.split("x"))
+    frames = os.urandom(w * h * 3 * n)
+    print(f"{args.size} at {args.fps:g} frames/s (ideal last frame at {(n - 1) / args.fps:.2f} s), {os.cpu_count()} cores")
+    for name, extra in VARIANTS.items():
+        rows = [run(args.ffmpeg, frames, w, h, n, args.fps, extra, args.out) for _ in range(args.rounds)]
+        tails = sorted(r[1] for r in rows)
+        print(f"{name:26s} last frame {max(r[0] for r in rows):.2f} s  tail " + " / ".join(f"{r[1]:.2f}" for r in rows) +
+              f" s (median {tails[len(tails) // 2]:.2f})  {rows[-1][2] / 1e6:.1f} MB", flush=True)
+    os.remove(args.out)
+
+
+if __name__ == "__main__":
+    main()
