@@ -52,8 +52,12 @@
 # and stablehlo.TritonCall, which writes the one form measured to work on the H200's plugin:
 # `backend_config = ""` plus the kernel's dictionary in `mhlo.backend_config`, no api_version (2, what
 # stablehlo.CustomCallV2 writes, and the dictionary as a string both crash the plugin), the IR bytes
-# escaped as MLIR prints them (`\0D`), row-major layouts. Both methods take plain types so that
-# internal/xlaext finds them by type assertion; a plain build reports "no Triton custom call".
+# escaped as MLIR prints them (`\0D`), row-major layouts. The same patch adds xla.Function.MosaicGPUCall
+# and stablehlo.MosaicGPUCall: a Mosaic GPU kernel (JAX's Pallas, backend="mosaic_gpu") as the
+# `mosaic_gpu_v2` custom call in the form JAX's lowering writes (the same dictionary form, with the
+# module's bytecode and its SHA-256), whose handler JAX links into its CUDA plugin. The methods take plain
+# types so that internal/xlaext finds them by type assertion; a plain build reports that it cannot call
+# GPU kernels from a graph.
 #
 # bench/goxla-async.patch: go-xla's Execute awaits each program's completion events before it returns,
 # so the host launches the next program only after the GPU has finished the last one and the GPU idles

@@ -523,7 +523,7 @@ func TestBuildFeatures(t *testing.T) {
 		t.Skip("built without the XLA backend")
 	}
 	if f.NativeFP8 != f.AllocatorStats || f.NativeFP8 != f.PinnedHost || f.NativeFP8 != f.CompileCache || f.NativeFP8 != f.TritonCall ||
-		f.NativeFP8 != f.QueuedExecute {
+		f.NativeFP8 != f.MosaicGPUCall || f.NativeFP8 != f.QueuedExecute {
 		t.Errorf("features %+v: the GPU build's patches come together", f)
 	}
 	t.Logf("features %+v", f)
@@ -551,5 +551,39 @@ func TestPluginVersion(t *testing.T) {
 	}
 	if got := PluginVersion(plugin); got != "" {
 		t.Errorf("two versions installed: %q, want none (which one is loaded is unknown)", got)
+	}
+}
+
+// The Mosaic GPU runtime library is the one the plugin's own wheel installed, a regular file; a plugin
+// from elsewhere or a wheel without it has none.
+func TestMosaicGPURuntime(t *testing.T) {
+	site := t.TempDir()
+	plugin := filepath.Join(site, "jax_plugins", "xla_cuda13", "xla_cuda_plugin.so")
+	lib := filepath.Join(site, "jax_cuda13_plugin", "libmosaic_gpu_runtime.so")
+	for _, dir := range []string{filepath.Dir(plugin), filepath.Dir(lib)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := mosaicGPURuntime(plugin); got != "" {
+		t.Errorf("no library yet: %q", got)
+	}
+	if err := os.Mkdir(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := mosaicGPURuntime(plugin); got != "" {
+		t.Errorf("a folder by the library's name: %q", got)
+	}
+	if err := os.Remove(lib); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, []byte("\x7fELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := mosaicGPURuntime(plugin); got != lib {
+		t.Errorf("wheel layout: %q, want %q", got, lib)
+	}
+	if got := mosaicGPURuntime(filepath.Join(site, "elsewhere", "pjrt_c_api_cuda_plugin.so")); got != "" {
+		t.Errorf("not from a wheel: %q", got)
 	}
 }

@@ -11,7 +11,7 @@ const GPUBuildHint = "bash bench/build_gpu.sh OUTDIR builds it"
 
 // Features are what this binary's backends can do beyond a plain build: the GPU build
 // (bench/build_gpu.sh) patches go-xla, compute and GoMLX for native float8, the allocator's
-// statistics, page-locked host memory, the compile cache, Triton kernels and queued execution; GOEXPERIMENT=simd gives
+// statistics, page-locked host memory, the compile cache, Triton and Mosaic GPU kernels and queued execution; GOEXPERIMENT=simd gives
 // the pure-Go backend its SIMD matmuls.
 type Features struct {
 	// XLA: the binary has the XLA backend (cgo, not -tags noxla).
@@ -30,6 +30,9 @@ type Features struct {
 	// (internal/xlaext.TritonCall; CUDA only): the GPU build's bench/goxla-triton.patch and
 	// bench/gomlx-backendcall.patch.
 	TritonCall bool
+	// MosaicGPUCall: graphs can call Mosaic GPU kernels as the `mosaic_gpu_v2` custom call whose handler
+	// JAX links into its CUDA plugin (internal/xlaext.MosaicGPUCall; CUDA only): the same two patches.
+	MosaicGPUCall bool
 	// QueuedExecute: running a program queues it and returns without awaiting its completion, so the
 	// host launches the next one while the GPU runs (the GPU build's bench/goxla-async.patch).
 	QueuedExecute bool

@@ -15,7 +15,7 @@ import (
 
 // xlaFeatures reads what the go-xla compiled into this binary can do: the GPU build's patches
 // (bench/build_gpu.sh) declare float8, add the allocator's statistics, host-memory pinning and the
-// compile cache's hook, the Triton custom call (with GoMLX's Graph.BackendCall to reach it) and the
+// compile cache's hook, the Triton and Mosaic GPU custom calls (with GoMLX's Graph.BackendCall to reach them) and the
 // execute that does not await the program.
 func xlaFeatures() Features {
 	_, stats := any((*xla.Backend)(nil)).(interface {
@@ -26,7 +26,9 @@ func xlaFeatures() Features {
 	})
 	_, cache := any((*xla.Backend)(nil)).(compileCacher)
 	_, triton := any((*xla.Function)(nil)).(xlaext.TritonFunction)
+	_, mosaic := any((*xla.Function)(nil)).(xlaext.MosaicGPUFunction)
 	_, queued := any((*pjrt.LoadedExecutable)(nil)).(interface{ QueuesWithoutWaiting() bool })
 	return Features{XLA: true, NativeFP8: xla.Capabilities.DTypes[dtypes.F8E4M3FN] && hasGoType(dtypes.F8E4M3FN), AllocatorStats: stats,
-		PinnedHost: pinned, CompileCache: cache, TritonCall: triton && xlaext.GraphBackendCall(), QueuedExecute: queued}
+		PinnedHost: pinned, CompileCache: cache, TritonCall: triton && xlaext.GraphBackendCall(),
+		MosaicGPUCall: mosaic && xlaext.GraphBackendCall(), QueuedExecute: queued}
 }

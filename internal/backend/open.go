@@ -75,19 +75,48 @@ func (p *Plan) Open() (b compute.Backend, err error) {
 // PluginVersion names the Python distribution that installed the plugin at path, "name version"
 // (jax_plugins/xla_cuda13/xla_cuda_plugin.so in site-packages: "jax-cuda13-plugin 0.11.2", from the
 // jax_cuda13_plugin-0.11.2.dist-info folder beside jax_plugins), or "" when none is found (a plugin
-// from elsewhere). Triton kernels (internal/xlaext) are made for one plugin and checked against it.
+// from elsewhere). GPU kernels (internal/xlaext) are made for one plugin and checked against it.
 func PluginVersion(path string) string {
-	dir := filepath.Dir(path)
-	if filepath.Base(filepath.Dir(dir)) != "jax_plugins" {
+	site, dist, ok := pluginDistribution(path)
+	if !ok {
 		return ""
 	}
-	dist := "jax_" + strings.TrimPrefix(filepath.Base(dir), "xla_") + "_plugin"
-	found, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(dir)), dist+"-*.dist-info"))
+	found, _ := filepath.Glob(filepath.Join(site, dist+"-*.dist-info"))
 	if len(found) != 1 {
 		return ""
 	}
 	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(found[0]), dist+"-"), ".dist-info")
 	return strings.ReplaceAll(dist, "_", "-") + " " + version
+}
+
+// EnvMosaicGPURuntime is where the plugin's Mosaic GPU handler finds the runtime library its kernels'
+// host code links (jaxlib/mosaic/gpu/custom_call.cc reads it; JAX's Python sets it on import).
+const EnvMosaicGPURuntime = "MOSAIC_GPU_RUNTIME_LIB_PATH"
+
+// mosaicGPURuntime is the Mosaic GPU runtime library that the wheel of the plugin at path installed
+// (site-packages/jax_cuda13_plugin/libmosaic_gpu_runtime.so beside jax_plugins/xla_cuda13), or "" when
+// there is none, as a regular file.
+func mosaicGPURuntime(path string) string {
+	site, dist, ok := pluginDistribution(path)
+	if !ok {
+		return ""
+	}
+	lib := filepath.Join(site, dist, "libmosaic_gpu_runtime.so")
+	if fi, err := os.Stat(lib); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return lib
+}
+
+// pluginDistribution is the site-packages folder and the Python package name (jax_cuda13_plugin) of
+// the JAX wheel that installed the plugin at path (jax_plugins/xla_cuda13/xla_cuda_plugin.so), false
+// for a plugin from elsewhere.
+func pluginDistribution(path string) (site, dist string, ok bool) {
+	dir := filepath.Dir(path)
+	if filepath.Base(filepath.Dir(dir)) != "jax_plugins" {
+		return "", "", false
+	}
+	return filepath.Dir(filepath.Dir(dir)), "jax_" + strings.TrimPrefix(filepath.Base(dir), "xla_") + "_plugin", true
 }
 
 // openCompileCache installs the compile cache into b where it can, and says what happened.
@@ -137,6 +166,9 @@ func (p *Plan) prepareXLA() error {
 	}
 	if p.CompileCacheDir != "" {
 		p.CompileCacheNote = setAutotuneFlag(p.CompileCacheDir)
+	}
+	if lib := mosaicGPURuntime(p.Plugin); lib != "" {
+		setenvDefault(EnvMosaicGPURuntime, lib)
 	}
 	p.setGEMMFlag()
 	if p.LibMode == LibsRPATH || p.LibMode == LibsPreload {

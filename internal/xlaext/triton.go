@@ -1,6 +1,7 @@
 // Package xlaext reaches the operations the GPU build (bench/build_gpu.sh) adds to GoMLX and go-xla,
-// found by type assertions so that a plain build compiles and reports them missing: a Triton kernel
-// inside a graph, as XLA's `__gpu$xla.gpu.triton` custom call (docs/architecture.md, "The GPU build").
+// found by type assertions so that a plain build compiles and reports them missing: a GPU kernel inside
+// a graph, a Triton kernel as XLA's `__gpu$xla.gpu.triton` custom call or a Mosaic GPU kernel as the
+// `mosaic_gpu_v2` one (docs/architecture.md, "The GPU build").
 package xlaext
 
 import (
@@ -14,11 +15,12 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 )
 
-// ErrNoTriton: this binary's GoMLX and go-xla are the plain modules, without the Triton custom call.
-var ErrNoTriton = errors.New("this binary has no Triton custom call: build with bash bench/build_gpu.sh")
+// ErrNoKernelCall: this binary's GoMLX and go-xla are the plain modules, without the custom calls that
+// run a GPU kernel inside a graph.
+var ErrNoKernelCall = errors.New("this binary cannot call GPU kernels (Triton, Mosaic GPU) from a graph: build with bash bench/build_gpu.sh")
 
-// ErrTritonBackend: the graph's backend cannot run Triton kernels (only XLA's CUDA plugin can).
-var ErrTritonBackend = errors.New("the backend cannot run Triton kernels (they need xla:cuda)")
+// ErrKernelBackend: the graph's backend cannot run GPU kernels (only XLA's CUDA plugin can).
+var ErrKernelBackend = errors.New("the backend cannot run GPU kernels (Triton, Mosaic GPU: they need xla:cuda)")
 
 // TritonKernel is a Triton kernel as XLA's custom call takes it: what JAX's Pallas (backend="triton")
 // writes into the call's backend config (testdata/gen_triton.py extracts it).
@@ -55,29 +57,39 @@ func GraphBackendCall() bool {
 
 // TritonCall adds kernel to inputs' graph, launched on its grid with inputs as its operands, and
 // returns one node per outputs shape (row-major, like the inputs). The nodes have no gradient. It
-// returns ErrNoTriton in a plain build and ErrTritonBackend on a backend other than XLA's (go-xla's
+// returns ErrNoKernelCall in a plain build and ErrKernelBackend on a backend other than XLA's (go-xla's
 // own error, wrapping compute.ErrNotImplemented, on an XLA plugin other than CUDA); the graph is
 // unchanged then.
 func TritonCall(kernel TritonKernel, inputs []*graph.Node, outputs []shapes.Shape) ([]*graph.Node, error) {
 	if len(inputs) == 0 || len(outputs) == 0 {
 		return nil, fmt.Errorf("triton kernel %q: needs at least one input and one output", kernel.Name)
 	}
+	return kernelCall("triton kernel", kernel.Name, inputs, func(tf TritonFunction, operands []compute.Value) ([]compute.Value, error) {
+		return tf.TritonCall(kernel.Name, kernel.IR, kernel.Grid, kernel.NumWarps, kernel.NumStages, operands, outputs)
+	})
+}
+
+// kernelCall adds a node to inputs' graph whose outputs call builds on the backend's Function, found as
+// F (the method a go-xla patch adds): ErrNoKernelCall without GoMLX's patch, ErrKernelBackend when the
+// backend's Function is not F.
+func kernelCall[F any](kind, name string, inputs []*graph.Node, call func(F, []compute.Value) ([]compute.Value, error)) ([]*graph.Node, error) {
 	g, ok := any(inputs[0].Graph()).(graphBackendCall)
 	if !ok {
-		return nil, fmt.Errorf("triton kernel %q: %w", kernel.Name, ErrNoTriton)
+		return nil, fmt.Errorf("%s %q: %w", kind, name, ErrNoKernelCall)
 	}
-	return g.BackendCall("triton:"+kernel.Name, inputs, func(fn compute.Function, operands []compute.Value) ([]compute.Value, error) {
-		tf, ok := fn.(TritonFunction)
+	return g.BackendCall(strings.ReplaceAll(kind, " ", "_")+":"+name, inputs, func(fn compute.Function, operands []compute.Value) ([]compute.Value, error) {
+		f, ok := fn.(F)
 		if !ok {
-			return nil, fmt.Errorf("triton kernel %q on %T: %w", kernel.Name, fn, ErrTritonBackend)
+			return nil, fmt.Errorf("%s %q on %T: %w", kind, name, fn, ErrKernelBackend)
 		}
-		return tf.TritonCall(kernel.Name, kernel.IR, kernel.Grid, kernel.NumWarps, kernel.NumStages, operands, outputs)
+		return call(f, operands)
 	})
 }
 
 // plugins holds, per backend, the version of the PJRT plugin it loaded ("jax-cuda13-plugin 0.11.2"),
 // set by internal/backend when it opens one. Triton IR is bytecode for the Triton linked into that
-// plugin's XLA, so a kernel made with another plugin is not handed to it.
+// plugin's XLA, and a Mosaic GPU module for the Mosaic GPU linked into the plugin, so a kernel made with
+// another plugin is not handed to it.
 var plugins sync.Map // compute.Backend -> string
 
 // SetPlugin records the plugin version backend runs on ("" forgets it).
@@ -96,16 +108,17 @@ func Plugin(backend compute.Backend) string {
 	return s
 }
 
-// Compatible reports why kernel, made with the plugin madeWith, cannot run on backend (nil: it can,
-// as far as the versions go; TritonCall still reports a backend other than XLA's CUDA plugin).
+// Compatible reports why a kernel made with the plugin madeWith cannot run on backend (nil: it can, as
+// far as the versions go; TritonCall and MosaicGPUCall still report a backend other than XLA's CUDA
+// plugin).
 func Compatible(backend compute.Backend, madeWith string) error {
 	if !GraphBackendCall() {
-		return ErrNoTriton
+		return ErrNoKernelCall
 	}
 	have := Plugin(backend)
 	switch {
 	case have == "":
-		return fmt.Errorf("the backend's plugin version is not known (a Triton kernel needs the plugin it was made for, %s)", madeWith)
+		return fmt.Errorf("the backend's plugin version is not known (a GPU kernel needs the plugin it was made for, %s)", madeWith)
 	case normalizePlugin(have) != normalizePlugin(madeWith):
 		return fmt.Errorf("the kernel was made for %s and the backend runs %s: regenerate it with that plugin's JAX", madeWith, have)
 	}

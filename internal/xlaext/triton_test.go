@@ -18,34 +18,52 @@ import (
 
 var addKernel = xlaext.TritonKernel{Name: "add_kernel", IR: []byte("not compiled here"), Grid: [3]int{4}, NumWarps: 4, NumStages: 2}
 
-// TritonCall never panics where it cannot run: a plain build says to build with bench/build_gpu.sh, the
-// GPU build on the pure-Go backend says the backend cannot; the graph goes on without the kernel.
-func TestTritonCallUnavailable(t *testing.T) {
-	var callErr error
-	exec, err := graph.NewExec(testutil.Backend(t), func(x *graph.Node) *graph.Node {
-		_, callErr = xlaext.TritonCall(addKernel, []*graph.Node{x, x}, []shapes.Shape{x.Shape()})
-		return graph.AddScalar(x, 1)
-	})
-	if err != nil {
-		t.Fatal(err)
+var matmulKernel = xlaext.MosaicGPUKernel{Name: "matmul", Module: []byte("not compiled here")}
+
+// TritonCall and MosaicGPUCall never panic where they cannot run: a plain build says to build with
+// bench/build_gpu.sh, the GPU build on the pure-Go backend says the backend cannot; the graph goes on
+// without the kernel.
+func TestKernelCallsUnavailable(t *testing.T) {
+	calls := map[string]func(in []*graph.Node, out []shapes.Shape) ([]*graph.Node, error){
+		"triton": func(in []*graph.Node, out []shapes.Shape) ([]*graph.Node, error) {
+			return xlaext.TritonCall(addKernel, in, out)
+		},
+		"mosaic gpu": func(in []*graph.Node, out []shapes.Shape) ([]*graph.Node, error) {
+			return xlaext.MosaicGPUCall(matmulKernel, in, out)
+		},
 	}
-	out, err := exec.Call1([]float32{1, 2})
-	if err != nil {
-		t.Fatal(err)
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			var callErr error
+			exec, err := graph.NewExec(testutil.Backend(t), func(x *graph.Node) *graph.Node {
+				_, callErr = call([]*graph.Node{x, x}, []shapes.Shape{x.Shape()})
+				return graph.AddScalar(x, 1)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Call1([]float32{1, 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tensors.MustCopyFlatData[float32](out); !slices.Equal(got, []float32{2, 3}) {
+				t.Errorf("x+1 = %v", got)
+			}
+			if xlaext.GraphBackendCall() {
+				if !errors.Is(callErr, xlaext.ErrKernelBackend) {
+					t.Errorf("GPU build, pure-Go backend: %v", callErr)
+				}
+			} else if !errors.Is(callErr, xlaext.ErrNoKernelCall) || !strings.Contains(callErr.Error(), "bash bench/build_gpu.sh") {
+				t.Errorf("plain build: %v", callErr)
+			}
+			t.Logf("%v", callErr)
+			if _, err := call(nil, []shapes.Shape{shapes.Make(dtypes.Float32, 2)}); err == nil {
+				t.Error("no inputs: no error")
+			}
+		})
 	}
-	if got := tensors.MustCopyFlatData[float32](out); !slices.Equal(got, []float32{2, 3}) {
-		t.Errorf("x+1 = %v", got)
-	}
-	if xlaext.GraphBackendCall() {
-		if !errors.Is(callErr, xlaext.ErrTritonBackend) {
-			t.Errorf("GPU build, pure-Go backend: %v", callErr)
-		}
-	} else if !errors.Is(callErr, xlaext.ErrNoTriton) || !strings.Contains(callErr.Error(), "bash bench/build_gpu.sh") {
-		t.Errorf("plain build: %v", callErr)
-	}
-	t.Logf("%v", callErr)
-	if _, err := xlaext.TritonCall(addKernel, nil, []shapes.Shape{shapes.Make(dtypes.Float32, 2)}); err == nil {
-		t.Error("no inputs: no error")
+	if _, err := xlaext.MosaicGPUCall(xlaext.MosaicGPUKernel{Name: "empty"}, []*graph.Node{nil}, []shapes.Shape{shapes.Make(dtypes.Float32, 2)}); err == nil {
+		t.Error("no module: no error")
 	}
 }
 
@@ -94,7 +112,7 @@ func TestCompatible(t *testing.T) {
 	b := testutil.Backend(t)
 	const made = "jax-cuda13-plugin 0.11.2"
 	if !xlaext.GraphBackendCall() {
-		if err := xlaext.Compatible(b, made); !errors.Is(err, xlaext.ErrNoTriton) {
+		if err := xlaext.Compatible(b, made); !errors.Is(err, xlaext.ErrNoKernelCall) {
 			t.Errorf("plain build: %v", err)
 		}
 		return

@@ -7,7 +7,7 @@
 #
 #   python3 internal/xlaext/testdata/gen_triton.py [OUT.json]   # default: triton_kernels.json beside this file
 #
-# Then (docs in internal/xlaext/triton_gpu_test.go):
+# Then (docs in internal/xlaext/kernels_gpu_test.go):
 #   bash bench/build_gpu.sh -test .gpu/xlaext.test ./internal/xlaext
 #   cd internal/xlaext && FASTVIDEO_GPU_TEST=1 ../../.gpu/xlaext.test -test.run TestTritonCallOnGPU -test.v
 #
