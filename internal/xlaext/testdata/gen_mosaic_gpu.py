@@ -100,7 +100,7 @@ def main():
     q, k, v = (jnp.asarray(rng.standard_normal((1, 256, 2, 128), dtype=np.float32)).astype(jnp.float16) for _ in range(3))
     cases = {
         "add": (jax.jit(mosaic_call(add_kernel, jax.ShapeDtypeStruct((256,), jnp.float32))), [x, y], lambda: x + y),
-        "attention": (jax.jit(lambda q, k, v: fa3.attention(q, k, v, config)), [q, k, v],
+        "attention": (jax.jit(lambda q, k, v: fa3.attention(q, k, v, config=config)), [q, k, v],
                       lambda: np.asarray(fa3.attention_reference(q, k, v), np.float32)),
     }
     for case, (f, inputs, reference) in cases.items():
@@ -125,7 +125,7 @@ def main():
             for steps in (2, 4):
                 cfg = fa3.TuningConfig(block_q=64, block_kv=block_kv, max_concurrent_steps=steps)
                 try:
-                    f = jax.jit(lambda q, k, v, cfg=cfg: fa3.attention(q, k, v, cfg))
+                    f = jax.jit(lambda q, k, v, cfg=cfg: fa3.attention(q, k, v, config=cfg))
                     t = timed(lambda: f(q, k, v), 10)
                 except Exception as e:
                     print(f"  mosaic gpu block_kv {block_kv}, {steps} steps: {type(e).__name__}: {str(e)[:200]}", flush=True)
