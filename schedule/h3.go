@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"fastvideo/internal/hostmath"
+	"fastvideo/internal/parallel"
 )
 
 // MiniMax H3 scheduler constants.
@@ -138,12 +139,20 @@ func (l *H3Ladder) Step(k int, velocity, sample, out []float32) error {
 	sigmaT := 1 - l.Timesteps[k]
 	ratio := l.Sigmas[k+1] / l.Sigmas[k]
 	keep := 1 - ratio
-	for i, x := range sample {
-		x0 := x + float32(sigmaT*velocity[i])
-		out[i] = float32(ratio*x) + float32(keep*x0)
-	}
+	elementwise(len(sample), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := sample[i]
+			x0 := x + float32(sigmaT*velocity[i])
+			out[i] = float32(ratio*x) + float32(keep*x0)
+		}
+	})
 	return nil
 }
+
+// elementwise runs fn over [0, n) on every core: a step's update of a release-size latent (millions
+// of values) is what the host does between two DiT forwards while the device waits. Each element is
+// computed as one core would, so the numbers are the same.
+func elementwise(n int, fn func(lo, hi int)) { parallel.Ranges(n, 1<<15, fn) }
 
 // checkStep checks that k is one of steps steps and that velocity, sample and out have one length.
 func checkStep(k, steps int, velocity, sample, out []float32) error {
@@ -163,9 +172,11 @@ func ScaleNoise(clean, noise []float32, t float32, out []float32) error {
 		return fmt.Errorf("schedule: clean (%d), noise (%d) and out (%d) lengths differ", len(clean), len(noise), len(out))
 	}
 	rest := 1 - t
-	for i := range clean {
-		out[i] = float32(t*clean[i]) + float32(rest*noise[i])
-	}
+	elementwise(len(clean), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = float32(t*clean[i]) + float32(rest*noise[i])
+		}
+	})
 	return nil
 }
 

@@ -101,9 +101,11 @@ func (f *FlowMatchEuler) Step(k int, velocity, sample, out []float32) error {
 		return err
 	}
 	dt := f.Sigmas[k+1] - f.Sigmas[k]
-	for i, x := range sample {
-		out[i] = x + float32(dt*velocity[i])
-	}
+	elementwise(len(sample), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = sample[i] + float32(dt*velocity[i])
+		}
+	})
 	return nil
 }
 
@@ -181,9 +183,11 @@ func (d *DMDLadder) PredictX0(k int, velocity, x, out []float32) error {
 		return err
 	}
 	s := d.sigma64[k]
-	for i := range x {
-		out[i] = float32(float64(x[i]) - float64(s*float64(velocity[i])))
-	}
+	elementwise(len(x), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = float32(float64(x[i]) - float64(s*float64(velocity[i])))
+		}
+	})
 	return nil
 }
 
@@ -198,8 +202,10 @@ func (d *DMDLadder) Renoise(k int, x0, noise, out []float32) error {
 	}
 	s := d.Sigmas[k+1]
 	keep := 1 - s
-	for i := range x0 {
-		out[i] = float32(keep*x0[i]) + float32(s*noise[i])
-	}
+	elementwise(len(x0), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = float32(keep*x0[i]) + float32(s*noise[i])
+		}
+	})
 	return nil
 }
