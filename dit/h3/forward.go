@@ -340,10 +340,12 @@ func (m *Model) project(x *tensors.Tensor, in *ForwardInputs, lay *rowLayout, ad
 			return out, err
 		}
 	}
-	if out.Video, err = graphexec.HostF32(res[0]); err != nil {
+	// Taken, not copied: the velocities cross once (through page-locked staging in the GPU build) while
+	// the host waits to step the latents.
+	if out.Video, err = graphexec.TakeF32(res[0]); err != nil {
 		return out, err
 	}
-	if out.Audio, err = graphexec.HostF32(res[1]); err != nil {
+	if out.Audio, err = graphexec.TakeF32(res[1]); err != nil {
 		return out, err
 	}
 	return out, nil

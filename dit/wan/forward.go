@@ -407,7 +407,7 @@ func (m *Model) project(x *tensors.Tensor, st *stepTime, nt, nh, nw int) ([]floa
 			return nil, err
 		}
 	}
-	return graphexec.HostF32(res[0])
+	return graphexec.TakeF32(res[0]) // taken, not copied: the host waits for the velocity to step
 }
 
 // uniqueTimesteps returns the distinct timesteps in first-seen order and each input's index into them.
