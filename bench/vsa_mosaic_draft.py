@@ -1,0 +1,201 @@
+# A draft of VSA's fine stage as a Mosaic GPU kernel (JAX's Pallas, backend="mosaic_gpu"), timed against
+# upstream's Triton forward and checked against its output on the same inputs. Not a kernel the Go graph
+# loads, and WRITTEN WITHOUT A DEVICE: it has never been compiled; the first session with an H200 runs it,
+# after `python3 internal/xlaext/testdata/gen_mosaic_gpu.py --bench` has shown how fast JAX's own
+# FlashAttention-3 forward for Hopper (jax/experimental/pallas/ops/gpu/attention_mgpu.py, which this
+# follows) runs there, and mends it.
+#
+# Why: the Triton fine kernel (attention/testdata/gen_vsa_triton.py) runs at about half the H200's bf16
+# peak; Pallas's Triton backend exposes no warpgroup MMA from shared memory, TMA or warp specialization,
+# which is how FlashAttention-3 gets to three quarters of it. A block-sparse attention of 64-row tiles
+# fits attention_mgpu's shape: there, a memory warpgroup streams K/V blocks by TMA into a ring of shared
+# buffers for two compute warpgroups of 64 query rows each, which share them. Here each compute warpgroup
+# takes a query tile of its own (two consecutive query tiles of one head a program) with its own list of
+# key tiles, so the memory warpgroup streams two rings, one a warpgroup, reading each step's key tile
+# from the list; the compute warpgroups mask the columns past a ragged tile's valid rows. Lists of one
+# length (VSA's top-k, plus the prefix tiles every row keeps) keep the two warpgroups in step.
+#
+# Operands (row-major): q, k, v [H, S, D] head-major tile copies (S = tiles·64; the pack kernel's layout),
+# idx int32 [H, T, K] each query tile's key tiles, num int32 [H, T] how many of them, valid int32 [H, T, K]
+# the valid rows of each listed key tile (sizes[idx], gathered by the graph so that a step reads no
+# dependent scalar). Result: [H, S, D], query tile t's rows at t·64 (pads and an odd last tile's partner
+# left as they are).
+#
+#   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [GEOMETRY ...]    # h3 wan0.8 h3_tiling wan_tiling
+import argparse, math, os, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "attention", "testdata"))
+sys.path.insert(0, os.path.join(HERE, "..", "internal", "xlaext", "testdata"))
+
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+import jax.experimental.pallas.mosaic_gpu as plgpu
+
+import gen_vsa_triton as G  # noqa: E402
+
+T, D = 64, 128
+LOG2E = math.log2(math.e)
+
+
+def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
+    h, s, d = q.shape
+    tiles, stride = idx.shape[1], idx.shape[2]
+    assert d == D and s == tiles * T, (q.shape, idx.shape)
+    dtype = q.dtype
+    scale = LOG2E / math.sqrt(D)  # scores to base 2, folded into one multiply-add with the running max
+
+    def kernel(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref, scoped):
+        head, pair = lax.axis_index("heads"), lax.axis_index("pairs")
+        wg = lax.axis_index("wg")
+        (q_smem, k_smem, v_smem), (k_ready, v_ready, q_ready), (k_free, v_free) = scoped
+
+        def tile_of(w):
+            return pair * 2 + w
+
+        def count_of(w):
+            # A partner past the last query tile has no keys (an odd number of tiles).
+            t = tile_of(w)
+            return jnp.where(t < tiles, num_ref[head, jnp.minimum(t, tiles - 1)], 0)
+
+        def ring(w, step):
+            # Warpgroup w's buffers hold its steps round-robin; barriers are numbered w·steps + slot.
+            return w * steps + lax.rem(step, jnp.int32(steps))
+
+        @pl.when(wg < 2)
+        def _compute():
+            plgpu.set_max_registers(232, action="increase")
+            t = tile_of(wg)
+            n = count_of(wg)
+            q_tile = q_smem.at[wg]
+            plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(jnp.minimum(t, tiles - 1) * T, T)], q_tile, q_ready.at[wg])
+            plgpu.barrier_wait(q_ready.at[wg])
+            m_i = plgpu.layout_cast(jnp.full((T,), -jnp.inf, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
+            l_i = plgpu.layout_cast(jnp.full((T,), 0, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
+            acc = plgpu.layout_cast(jnp.full((T, D), 0, jnp.float32), plgpu.Layout.WGMMA)
+            cols = plgpu.broadcasted_iota(jnp.int32, (T, T), 1, layout=plgpu.Layout.WGMMA)
+
+            def step(j, carry):
+                acc, m_i, l_i = carry
+                b = ring(wg, j)
+                rows = valid_ref[head, jnp.minimum(t, tiles - 1), j]
+                plgpu.barrier_wait(k_ready.at[b])
+
+                def qk_of(acc_ref):
+                    plgpu.wgmma(acc_ref, q_tile, plgpu.transpose_ref(k_smem.at[b], (1, 0)))
+                    return acc_ref[...]
+                qk = pl.run_scoped(qk_of, plgpu.ACC((T, T), jnp.float32))
+                plgpu.barrier_arrive(k_free.at[b])
+                qk = jnp.where(cols < rows, qk, -jnp.inf)
+                m_ij = jnp.maximum(m_i, qk.max(axis=1) * scale)
+                alpha = jnp.exp2(m_i - m_ij)
+                p = jnp.exp2(qk * scale - lax.broadcast_in_dim(m_ij, qk.shape, [0]))
+                acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
+                l_i = l_i * alpha + p.sum(axis=1)
+                plgpu.barrier_wait(v_ready.at[b])
+
+                def pv_of(acc_ref):
+                    plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[b])
+                acc = pl.run_state(pv_of)(plgpu.ACC.init(acc))
+                plgpu.barrier_arrive(v_free.at[b])
+                return acc, m_ij, l_i
+
+            acc, m_i, l_i = lax.fori_loop(0, n, step, (acc, m_i, l_i))
+
+            @pl.when(t < tiles)
+            def _write():
+                q_tile[...] = (acc / lax.broadcast_in_dim(l_i, (T, D), [0])).astype(dtype)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(q_tile, out_ref.at[head, pl.ds(t * T, T)])
+                plgpu.wait_smem_to_gmem(0)
+
+        @pl.when(wg == 2)
+        def _memory():
+            plgpu.set_max_registers(40, action="decrease")
+            counts = [count_of(0), count_of(1)]
+
+            def load(w, j):
+                kv = idx_ref[head, jnp.minimum(tile_of(w), tiles - 1), j]
+                b = ring(w, j)
+                rows = pl.ds(kv * T, T)
+                plgpu.copy_gmem_to_smem(k_ref.at[head, rows], k_smem.at[b], k_ready.at[b])
+                plgpu.copy_gmem_to_smem(v_ref.at[head, rows], v_smem.at[b], v_ready.at[b])
+
+            for j in range(steps):  # fill the rings
+                for w in (0, 1):
+                    pl.when(j < counts[w])(lambda w=w, j=j: load(w, j))
+
+            @pl.loop(steps, jnp.maximum(counts[0], counts[1]))
+            def _refill(j):
+                for w in (0, 1):
+                    @pl.when(j < counts[w])
+                    def _():
+                        b = ring(w, j)
+                        plgpu.barrier_wait(k_free.at[b])  # the step `steps` before is done with the buffers
+                        plgpu.barrier_wait(v_free.at[b])
+                        load(w, j)
+
+    def entry(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref):
+        tiling, swizzle = plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128)
+        smem = lambda *shape: plgpu.SMEM(shape, dtype, transforms=(tiling, swizzle))
+        pl.run_scoped(
+            lambda *scoped: kernel(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref, scoped),
+            (smem(2, T, D), smem(2 * steps, T, D), smem(2 * steps, T, D)),
+            (plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2)),
+            (plgpu.Barrier(num_arrivals=1, num_barriers=2 * steps),) * 2,
+            collective_axes="wg",
+        )
+
+    return plgpu.kernel(
+        entry,
+        out_type=jax.ShapeDtypeStruct((h, s, d), dtype),
+        grid=(h, (tiles + 1) // 2),
+        grid_names=("heads", "pairs"),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(approx_math=True),
+    )(q, k, v, idx, num, valid)
+
+
+GEOMETRIES = {  # label: (heads, valid rows of each tile, key tiles a row), as gen_vsa_triton.py --bench
+    "h3": (56, lambda: G.packed_sizes(14937), 23),
+    "wan0.8": (12, lambda: G.packed_sizes(32768), 103),
+    "h3_tiling": (56, lambda: G.tile_sizes([93, 414], (37, 15, 26)), 37),
+    "wan_tiling": (12, lambda: G.tile_sizes([], (21, 30, 52)), 125),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
+    ap.add_argument("--steps", type=int, default=2, help="K/V buffers a warpgroup's ring holds")
+    ap.add_argument("geometries", nargs="*", default=list(GEOMETRIES))
+    args = ap.parse_args()
+    import torch
+    upstream = G.load_upstream(args.upstream)
+    rng = np.random.default_rng(1)
+    for label in args.geometries:
+        heads, sizes_of, stride = GEOMETRIES[label]
+        sizes = sizes_of()
+        tiles = len(sizes)
+        idx, num = G.random_lists(rng, heads, tiles, stride, np.full((heads, tiles), stride, np.int32))
+        q, k, v = (G.bf16(rng, (1, heads, tiles * T, D)) for _ in range(3))
+        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, k, v)]
+        ti, tn, ts = torch.from_numpy(idx).cuda(), torch.from_numpy(num).cuda(), torch.from_numpy(sizes).cuda()
+        want = upstream(*tq, ti, tn, ts)[0].float().cpu().numpy()[0]
+        valid_rows = np.repeat(np.arange(tiles * T) % T, 1) < np.repeat(sizes, T)  # the valid slots of every tile
+        ops = [q[0], k[0], v[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(sizes[idx[0]].astype(np.int32))]
+        f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps))
+        got = np.asarray(f(*ops), np.float32)
+        err = float(np.abs(got - want)[:, valid_rows].max())
+        t_up = G.timed(lambda: upstream(*tq, ti, tn, ts)[0], 20)
+        t = G.timed(lambda: f(*ops), 20)
+        flops = 4 * heads * tiles * stride * T * T * D
+        print(f"{label}: mosaic draft {t * 1e3:.3f} ms ({flops / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms; "
+              f"max diff from upstream {err:.3g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
