@@ -38,6 +38,7 @@ from jax.experimental.pallas import triton as plgpu
 
 import gen_vsa_triton as G  # noqa: E402
 from gen_triton import pallas_triton  # noqa: E402
+from vsa_inputs import parse  # noqa: E402
 
 T, D, KEY_BLOCKS = G.T, G.D, G.KEY_BLOCKS
 SCALE = G.LOG2E / math.sqrt(D)
@@ -142,37 +143,18 @@ VARIANTS = {
     "pair_all_s4": ("fma", (0, 1, 2), 4, 4, True),
 }
 
-GEOMETRIES = {  # label: (heads, valid rows of each tile, key tiles a row), as gen_vsa_triton.py --bench
-    "h3": (56, lambda: G.packed_sizes(14937), 23),
-    "wan0.8": (12, lambda: G.packed_sizes(32768), 103),
-    "h3_tiling": (56, lambda: G.tile_sizes([93, 414], (37, 15, 26)), 37),
-    "wan_tiling": (12, lambda: G.tile_sizes([], (21, 30, 52)), 125),
-}
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=20, help="calls timed a round")
-    ap.add_argument("geometries", nargs="*", default=list(GEOMETRIES))
-    args = ap.parse_args()
-    import torch
-    upstream = G.load_upstream(args.upstream)
-    rng = np.random.default_rng(1)
-    for label in args.geometries:
-        heads, sizes_of, stride = GEOMETRIES[label]
-        sizes = sizes_of()
-        tiles = len(sizes)
-        slots, seq = G.slot_map(rng, sizes, 0, shuffle=False)
-        idx, num = G.random_lists(rng, heads, tiles, stride, np.full((heads, tiles), stride, np.int32))
-        q, k, v = (G.bf16(rng, (1, heads, tiles * T, D)) for _ in range(3))
-        ops = [jnp.asarray(x) for x in G.operands(q, k, v, idx, num, sizes, slots, 0)]
-        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, k, v)]
-        ti, tn, ts = torch.from_numpy(idx).cuda(), torch.from_numpy(num).cuda(), torch.from_numpy(sizes).cuda()
-        want = upstream(*tq, ti, tn, ts)[0].float().cpu().numpy()[0]
+    args, cases = parse(ap)
+    for c in cases:
+        label = c.label
+        slots, seq = G.slot_map(None, c.sizes, 0, shuffle=False)  # consecutive rows: draws nothing
+        ops = [jnp.asarray(x) for x in G.operands(c.q, c.k, c.v, c.idx, c.num, c.sizes, slots, 0)]
+        heads, tiles, want = c.heads, c.tiles, c.want
         valid = slots >= 0
-        calls = {"upstream": lambda: upstream(*tq, ti, tn, ts)[0]}
+        calls = {"upstream": c.upstream}
         for name, (loop, paired, warps, stages, exact) in VARIANTS.items():
             try:
                 f = jax.jit(pallas_triton(kernel(loop, paired), warps, stages, grid=(tiles, heads),
@@ -190,7 +172,7 @@ def main():
         for _ in range(args.rounds):
             for name, call in calls.items():
                 times[name].append(G.timed(call, args.calls) * 1e3)
-        flops = 4 * heads * tiles * stride * T * T * D
+        flops = c.flops()
         for name, ms in times.items():
             mid = sorted(ms)[len(ms) // 2]
             print(f"{label} {name:12s} " + " / ".join(f"{x:.3f}" for x in ms) +

@@ -35,6 +35,7 @@ from jax.experimental import pallas as pl
 import jax.experimental.pallas.mosaic_gpu as plgpu
 
 import gen_vsa_triton as G  # noqa: E402
+from vsa_inputs import parse  # noqa: E402
 
 T, D = 64, 128
 LOG2E = math.log2(math.e)
@@ -42,7 +43,7 @@ LOG2E = math.log2(math.e)
 
 def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
     h, s, d = q.shape
-    tiles, stride = idx.shape[1], idx.shape[2]
+    tiles = idx.shape[1]
     assert d == D and s == tiles * T, (q.shape, idx.shape)
     dtype = q.dtype
     scale = LOG2E / math.sqrt(D)  # scores to base 2, folded into one multiply-add with the running max
@@ -159,43 +160,19 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
     )(q, k, v, idx, num, valid)
 
 
-GEOMETRIES = {  # label: (heads, valid rows of each tile, key tiles a row), as gen_vsa_triton.py --bench
-    "h3": (56, lambda: G.packed_sizes(14937), 23),
-    "wan0.8": (12, lambda: G.packed_sizes(32768), 103),
-    "h3_tiling": (56, lambda: G.tile_sizes([93, 414], (37, 15, 26)), 37),
-    "wan_tiling": (12, lambda: G.tile_sizes([], (21, 30, 52)), 125),
-}
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
     ap.add_argument("--steps", type=int, default=2, help="K/V buffers a warpgroup's ring holds")
-    ap.add_argument("geometries", nargs="*", default=list(GEOMETRIES))
-    args = ap.parse_args()
-    import torch
-    upstream = G.load_upstream(args.upstream)
-    rng = np.random.default_rng(1)
-    for label in args.geometries:
-        heads, sizes_of, stride = GEOMETRIES[label]
-        sizes = sizes_of()
-        tiles = len(sizes)
-        idx, num = G.random_lists(rng, heads, tiles, stride, np.full((heads, tiles), stride, np.int32))
-        q, k, v = (G.bf16(rng, (1, heads, tiles * T, D)) for _ in range(3))
-        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, k, v)]
-        ti, tn, ts = torch.from_numpy(idx).cuda(), torch.from_numpy(num).cuda(), torch.from_numpy(sizes).cuda()
-        want = upstream(*tq, ti, tn, ts)[0].float().cpu().numpy()[0]
-        valid_rows = np.repeat(np.arange(tiles * T) % T, 1) < np.repeat(sizes, T)  # the valid slots of every tile
-        ops = [q[0], k[0], v[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(sizes[idx[0]].astype(np.int32))]
+    args, cases = parse(ap)
+    for c in cases:
+        label = c.label
+        valid_rows = np.arange(c.tiles * T) % T < np.repeat(c.sizes, T)  # the valid slots of every tile
+        ops = [c.q[0], c.k[0], c.v[0], jnp.asarray(c.idx[0]), jnp.asarray(c.num[0]), jnp.asarray(c.sizes[c.idx[0]].astype(np.int32))]
         f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps))
-        got = np.asarray(f(*ops), np.float32)
-        err = float(np.abs(got - want)[:, valid_rows].max())
-        t_up = G.timed(lambda: upstream(*tq, ti, tn, ts)[0], 20)
-        t = G.timed(lambda: f(*ops), 20)
-        flops = 4 * heads * tiles * stride * T * T * D
-        print(f"{label}: mosaic draft {t * 1e3:.3f} ms ({flops / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms; "
+        err = float(np.abs(np.asarray(f(*ops), np.float32) - c.want)[:, valid_rows].max())
+        t_up, t = G.timed(c.upstream, 20), G.timed(lambda: f(*ops), 20)
+        print(f"{label}: mosaic draft {t * 1e3:.3f} ms ({c.flops() / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms; "
               f"max diff from upstream {err:.3g}", flush=True)
-
 
 if __name__ == "__main__":
     main()
