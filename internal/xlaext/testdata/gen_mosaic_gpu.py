@@ -18,7 +18,7 @@
 # far this kernel class goes on the H200 before a block-sparse variant of it is written. Then:
 #   bash bench/build_gpu.sh -test .gpu/xlaext.test ./internal/xlaext
 #   cd internal/xlaext && FASTVIDEO_GPU_TEST=1 ../../.gpu/xlaext.test -test.run TestMosaicGPUCallOnGPU -test.v
-import argparse, base64, hashlib, json, os, re, sys, time
+import argparse, base64, hashlib, json, os, re, time
 
 import numpy as np
 import jax, jax.numpy as jnp
