@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 32's kernel probes in one device command (each step on its own, with its own time limit, so one
+# that fails leaves the others' results), logs under $OUT:
+#   1. parity.log   the committed kernels on the GPU: attention.test -test.run OnGPU
+#   2. fine.log     candidate inner loops of the Triton fine kernel against the committed one and upstream's
+#                   (bench/vsa_fine_variants.py)
+#   3. mosaic.log   Mosaic GPU: JAX makes the fixture (an add, its FlashAttention-3 forward for Hopper) and
+#                   times that kernel against cuDNN (internal/xlaext/testdata/gen_mosaic_gpu.py --bench);
+#                   then the Go binary runs both kernels through xlaext.MosaicGPUCall (TestMosaicGPUCallOnGPU)
+#   4. draft.log    VSA's fine stage as a Mosaic GPU kernel (bench/vsa_mosaic_draft.py, never run before)
+#   5. x264.log     the encoder's tail at the decoder's pace on this host (bench/x264_tail.py), when FF is set
+# The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
+# passes).
+#
+# On the dev machine (repo root):
+#   bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+#   bash bench/build_gpu.sh -test .gpu/xlaext.test ./internal/xlaext
+#   xz -T0 -9 -f .gpu/attention.test .gpu/xlaext.test
+# On the GPU machine (carry .gpu/attention.test.xz, .gpu/xlaext.test.xz and the folder with upstream's
+# block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: a static ffmpeg):
+#   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
+set -u
+: "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
+STEPS=${STEPS:-"1 2 3 4 5"}
+BIN=${BIN:-.gpu}
+mkdir -p "$OUT" /tmp/probes
+nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
+unpack() { xz -dc "$BIN/$1.xz" > "/tmp/probes/$1" && chmod +x "/tmp/probes/$1"; }
+for s in $STEPS; do
+  case $s in
+  1) unpack attention.test && (cd attention && FASTVIDEO_GPU_TEST=1 timeout 150 /tmp/probes/attention.test -test.run OnGPU -test.v) > "$OUT/parity.log" 2>&1
+     echo "1 parity rc $?"; grep -E "^(--- |ok|FAIL|PASS)|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250 ;;
+  2) timeout 200 python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" > "$OUT/fine.log" 2>&1
+     echo "2 fine variants rc $?"; grep -v Warning "$OUT/fine.log" | tail -48 | cut -c1-250 ;;
+  3) timeout 150 python3 internal/xlaext/testdata/gen_mosaic_gpu.py --bench > "$OUT/mosaic.log" 2>&1
+     echo "3 mosaic fixture and bench rc $?"; tail -12 "$OUT/mosaic.log" | cut -c1-300
+     cp internal/xlaext/testdata/mosaic_gpu_kernels.json "$OUT/" 2>/dev/null
+     unpack xlaext.test && (cd internal/xlaext && FASTVIDEO_GPU_TEST=1 timeout 120 /tmp/probes/xlaext.test -test.run 'OnGPU' -test.v) >> "$OUT/mosaic.log" 2>&1
+     echo "3 Go kernel calls rc $?"; grep -E "^(--- |ok|FAIL|PASS)|equal|max\||panic" "$OUT/mosaic.log" | tail -12 | cut -c1-250 ;;
+  4) timeout 150 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" > "$OUT/draft.log" 2>&1
+     echo "4 mosaic VSA draft rc $?"; grep -v Warning "$OUT/draft.log" | tail -20 | cut -c1-400 ;;
+  5) if [ -n "${FF:-}" ]; then
+       timeout 200 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 > "$OUT/x264.log" 2>&1
+       echo "5 x264 tail rc $?"; cat "$OUT/x264.log"
+     fi ;;
+  esac
+done
