@@ -1,7 +1,9 @@
 package familykit
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 
 	"fastvideo/internal/parallel"
@@ -57,37 +59,79 @@ func NewGaussianStream(seed int64, stream NoiseStream) *GaussianStream {
 	return &GaussianStream{src: rand.NewPCG(uint64(seed), uint64(stream)*0x9e3779b97f4a7c15)}
 }
 
-// noiseBlock bounds the uniform draws buffered at once (pairs of values: 16 MiB of bits).
-const noiseBlock = 1 << 20
-
-// Fill writes the stream's next len(out) values. The generator is sequential, so its draws are taken
-// first; the Box-Muller transforms, nearly all of the time (about 50 ms for FastH3's 2.8 M latent values
-// on one core, the GPU idle meanwhile), then run over the cores, each value the same as one at a time.
+// Fill writes the stream's next len(out) values. The generator is one sequence, but its state after any
+// number of draws is a jump away (pcgAfter), so every core starts where its range of value pairs does and
+// draws and transforms those (FastH3's 2.8 M latent values took about 60 ms on one core before the first
+// step, the GPU idle meanwhile); each value is the same as one at a time.
 func (g *GaussianStream) Fill(out []float32) {
 	if g.hasSpare && len(out) > 0 {
 		out[0], g.hasSpare = g.spare, false
 		out = out[1:]
 	}
-	bits := make([]uint64, 2*min(noiseBlock, (len(out)+1)/2))
-	for len(out) > 0 {
-		pairs := min(noiseBlock, (len(out)+1)/2)
-		for i := range 2 * pairs {
-			bits[i] = g.src.Uint64()
-		}
-		n := min(len(out), 2*pairs)
-		parallel.Ranges(pairs, 1<<14, func(lo, hi int) {
-			for p := lo; p < hi; p++ {
-				a, b := boxMuller(bits[2*p], bits[2*p+1])
-				out[2*p] = a
-				if 2*p+1 < n {
-					out[2*p+1] = b
-				} else {
-					g.spare, g.hasSpare = b, true
-				}
-			}
-		})
-		out = out[n:]
+	if len(out) == 0 {
+		return
 	}
+	start := pcgState(g.src)
+	pairs, n := (len(out)+1)/2, len(out)
+	parallel.Ranges(pairs, 1<<14, func(lo, hi int) {
+		src := pcgAfter(start, uint64(2*lo))
+		for p := lo; p < hi; p++ {
+			a, b := boxMuller(src.Uint64(), src.Uint64())
+			out[2*p] = a
+			if 2*p+1 < n {
+				out[2*p+1] = b
+			} else {
+				g.spare, g.hasSpare = b, true
+			}
+		}
+	})
+	g.src = pcgAfter(start, uint64(2*pairs))
+}
+
+// u128 is a 128-bit unsigned integer, the state of math/rand/v2's PCG.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) times(b u128) u128 {
+	hi, lo := bits.Mul64(a.lo, b.lo)
+	return u128{hi + a.hi*b.lo + a.lo*b.hi, lo}
+}
+
+func (a u128) plus(b u128) u128 {
+	lo, c := bits.Add64(a.lo, b.lo, 0)
+	hi, _ := bits.Add64(a.hi, b.hi, c)
+	return u128{hi, lo}
+}
+
+// The LCG math/rand/v2's PCG steps its state with before each draw: state·pcgMul + pcgInc mod 2^128
+// (its next(); TestPCGAfter holds these to it).
+var (
+	pcgMul = u128{2549297995355413924, 4865540595714422341}
+	pcgInc = u128{6364136223846793005, 1442695040888963407}
+)
+
+// pcgState reads src's 128-bit state (its binary form: "pcg:", then the high and low words big-endian).
+func pcgState(src *rand.PCG) u128 {
+	b, _ := src.MarshalBinary() // never fails
+	return u128{binary.BigEndian.Uint64(b[4:]), binary.BigEndian.Uint64(b[12:])}
+}
+
+// pcgAfter is a PCG in the state one started at state reaches after n draws: the LCG's n steps composed
+// in O(log n) (F. Brown, "Random number generation with arbitrary strides", 1994).
+func pcgAfter(state u128, n uint64) *rand.PCG {
+	accMul, accInc := u128{0, 1}, u128{}
+	mul, inc := pcgMul, pcgInc
+	for ; n > 0; n >>= 1 {
+		if n&1 == 1 {
+			accMul, accInc = accMul.times(mul), accInc.times(mul).plus(inc)
+		}
+		inc = mul.plus(u128{0, 1}).times(inc)
+		mul = mul.times(mul)
+	}
+	state = accMul.times(state).plus(accInc)
+	b := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte("pcg:"), state.hi), state.lo)
+	src := new(rand.PCG)
+	_ = src.UnmarshalBinary(b) // the form MarshalBinary writes
+	return src
 }
 
 // boxMuller turns two uniform draws into two standard normals, in float64.
