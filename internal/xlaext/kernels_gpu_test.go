@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/graphexec"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/xlaext"
 )
@@ -180,29 +181,6 @@ func runFixtureKernel(t *testing.T, b compute.Backend, k fixtureKernel) {
 // mosaicFixture is testdata/mosaic_gpu_kernels.json, written by testdata/gen_mosaic_gpu.py on the GPU machine.
 const mosaicFixture = "testdata/mosaic_gpu_kernels.json"
 
-// flatFloat32 is a tensor's values as float32, whatever its float dtype.
-func flatFloat32(t *testing.T, x *tensors.Tensor) []float32 {
-	t.Helper()
-	switch x.DType() {
-	case dtypes.Float32:
-		return tensors.MustCopyFlatData[float32](x)
-	case dtypes.BFloat16:
-		return widened(tensors.MustCopyFlatData[bfloat16.BFloat16](x), bfloat16.BFloat16.Float32)
-	case dtypes.Float16:
-		return widened(tensors.MustCopyFlatData[float16.Float16](x), float16.Float16.Float32)
-	}
-	t.Fatalf("output dtype %s", x.DType())
-	return nil
-}
-
-func widened[T any](data []T, toFloat32 func(T) float32) []float32 {
-	out := make([]float32, len(data))
-	for i, v := range data {
-		out[i] = toFloat32(v)
-	}
-	return out
-}
-
 // TestMosaicGPUCallOnGPU runs JAX-made Mosaic GPU kernels (an add, and JAX's FlashAttention-3 forward for
 // Hopper) through xlaext.MosaicGPUCall on the CUDA plugin, inside a graph with an op before and after,
 // and asks for JAX's own outputs of the same kernels on the same inputs, bit for bit:
@@ -236,7 +214,11 @@ func TestMosaicGPUCallOnGPU(t *testing.T) {
 			})
 			for i, want := range wants {
 				// The same kernel on the same inputs and device: JAX's numbers exactly.
-				if d := testutil.MaxAbsDiff(flatFloat32(t, got[i]), want); d != 0 {
+				values, err := graphexec.HostF32(got[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := testutil.MaxAbsDiff(values, want); d != 0 {
 					t.Errorf("output %d: max|got-want| %.3g (max|want| %.3g)", i, d, testutil.MaxAbs(want))
 				} else {
 					t.Logf("output %d %v: equal to JAX's", i, outShapes[i])
