@@ -15,6 +15,8 @@
 #                 the accumulator and two independent products a step (FlashAttention's 128-column key
 #                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
 #   pair_all      the same for every class
+#   lazy          the accumulator rescaled only in a step where some row's max grew by more than 2^8
+#                 (FlashAttention-4's conditional rescale; the same quotient acc / l, other roundings)
 # at 4 warps and 5 stages (the committed settings) and, for pair64, 4 and 3 stages (two tiles a step
 # double the shared memory a stage holds) and 8 warps.
 #
@@ -87,6 +89,25 @@ def step_fma(w, n, cols, mask=True):
     return body
 
 
+def step_lazy(w, n, cols):
+    # The running max (kept scaled, base 2) moves only when a row's max grows by more than 2^8, and the
+    # accumulator is rescaled only in a step where some row's does (one branch for the tile): p stays
+    # below 256, and acc / l is the same quotient whichever max they share.
+    def body(i, carry):
+        acc, m, l = carry
+        valid, k, v = w.tile(i, n)
+        s = w.scores(k, valid, cols)
+        mx = jnp.max(s, axis=1) * SCALE
+        grow = mx > m + 8.0
+        m2 = jnp.where(grow, mx, m)
+        alpha = jnp.exp2(m - m2)
+        p = jnp.exp2(s * SCALE - m2[:, None])
+        acc = lax.cond(jnp.any(grow), lambda a: a * alpha[:, None], lambda a: a, acc)
+        acc = acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    return body
+
+
 def step_pair(w, n, cols, start):
     def body(j, carry):
         acc, m, l = carry
@@ -117,6 +138,8 @@ def kernel(loop, paired=()):
             cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
             if loop == "base":
                 carry = lax.fori_loop(start, end, step_base(w, n, cols), carry)
+            elif loop == "lazy":
+                carry = lax.fori_loop(start, end, step_lazy(w, n, cols), carry)
             elif c in paired:
                 pairs = (end - start) // 2
                 carry = lax.fori_loop(0, pairs, step_pair(w, n, cols, start), carry)
@@ -141,6 +164,7 @@ VARIANTS = {
     "pair64_s3": ("fma", (0,), 4, 3, True),
     "pair64_w8s3": ("fma", (0,), 8, 3, True),
     "pair_all_s4": ("fma", (0, 1, 2), 4, 4, True),
+    "lazy": ("lazy", (), 4, 5, True),
 }
 
 def main():
