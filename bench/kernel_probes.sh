@@ -8,7 +8,8 @@
 #                   times that kernel against cuDNN (internal/xlaext/testdata/gen_mosaic_gpu.py --bench);
 #                   then the Go binary runs both kernels through xlaext.MosaicGPUCall (TestMosaicGPUCallOnGPU)
 #   4. draft.log    VSA's fine stage as a Mosaic GPU kernel (bench/vsa_mosaic_draft.py, never run before)
-#   5. x264.log     the encoder's tail at the decoder's pace on this host (bench/x264_tail.py), when FF is set
+#   5. x264.log     the encoder's tail at the decoder's pace on this host, on noise and on frames with structure
+#                   (bench/x264_tail.py; the latter with the PSNR each setting keeps), when FF is set
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
 # passes).
 #
@@ -40,8 +41,11 @@ for s in $STEPS; do
   4) timeout 150 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" > "$OUT/draft.log" 2>&1
      echo "4 mosaic VSA draft rc $?"; grep -v Warning "$OUT/draft.log" | tail -20 | cut -c1-400 ;;
   5) if [ -n "${FF:-}" ]; then
-       timeout 200 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 > "$OUT/x264.log" 2>&1
-       echo "5 x264 tail rc $?"; cat "$OUT/x264.log"
+       for content in noise moving; do
+         timeout 150 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 --content $content >> "$OUT/x264.log" 2>&1
+         echo "5 x264 tail ($content) rc $?"
+       done
+       cat "$OUT/x264.log"
      fi ;;
   esac
 done
