@@ -20,6 +20,10 @@
 # On the GPU machine (carry .gpu/attention.test.xz, .gpu/xlaext.test.xz and the folder with upstream's
 # block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: a static ffmpeg):
 #   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
+# The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
+# xz'd) or the static ffmpeg (16 MB xz'd), not all three: run STEPS="1 2 3 4" carrying the binaries, and
+# step 5 in a call that carries ffmpeg (or after one that unpacked it to /tmp, within the machine's idle
+# release).
 set -u
 : "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
 STEPS=${STEPS:-"1 2 3 4 5"}
