@@ -402,11 +402,11 @@ def main():
             t_xla = timed(lambda: xf(x, js), 20)
             moved = bseq * hh * D * 2 + len(bs) * T * hh * D * 2 + len(bs) * hh * D * 4
             row = {"xla_ms": t_xla * 1e3}
+            want_p, want_m = xf(x, js)
             for warps in (1, 2, 4, 8):
                 f = jax.jit(pack_call(hh, len(bs), warps, 1))
                 t = timed(lambda: f(params, js, x), 20)
                 got = f(params, js, x)
-                want_p, want_m = xf(x, js)
                 e = (float(jnp.abs(got[0].astype(jnp.float32) - want_p.astype(jnp.float32)).max()), float(jnp.abs(got[1] - want_m).max()))
                 row[f"ours_w{warps}_s1_ms"] = t * 1e3
                 print(f"pack {label}: ours warps={warps} {t*1e3:.3f} ms ({moved/t/1e12:.2f} TB/s), max diff vs XLA {e[0]:.3g} / {e[1]:.3g}")

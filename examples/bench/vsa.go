@@ -105,7 +105,7 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 		rows = append(rows, row{fmt.Sprintf("vsa %g %s", *vsaSparsity, kernel), &attention.Sparse{Tiling: tl, TopK: k, Kernel: kernel}, sparseTFLOP})
 	}
 	for _, run := range rows {
-		if err := timeAttention(b, qkvg, dt, run.label, run.sparse, run.tflop, c); err != nil {
+		if err := timeAttention(b, qkvg, run.label, run.sparse, run.tflop, c); err != nil {
 			return err
 		}
 	}
@@ -115,7 +115,7 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 // timeAttention compiles and times one attention graph (sparse nil: dense) over the inputs, in the
 // attention's dtype already (a DiT's q, k, v are): -vsa-chain attentions, each one's output the next
 // one's q, and the reported times are per attention.
-func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, dt dtypes.DType, label string, sparse *attention.Sparse, tflop float64, c common) error {
+func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, label string, sparse *attention.Sparse, tflop float64, c common) error {
 	exec, err := NewExec(b, func(q, k, v, g *Node) *Node {
 		opts := c.Attention
 		if sparse != nil {

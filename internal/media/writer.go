@@ -184,7 +184,7 @@ const (
 // no writer goroutine racing -shortest for a broken pipe.
 type MP4Writer struct {
 	ctx       context.Context
-	opts      MP4Options // Audio dropped once written to tmpAudio
+	opts      MP4Options // without Audio: NewMP4Writer writes the track to its temporary file
 	ffmpeg    string
 	frameSize int
 	stopWatch func() bool // context.AfterFunc's stop
