@@ -209,15 +209,11 @@ func vsaKernelsOnGPU(t *testing.T) (compute.Backend, *vsaKernels) {
 	if err := TritonVSA(b, dtypes.BFloat16, 128, 64); err != nil {
 		t.Fatalf("the GPU build on xla:cuda has no Triton VSA kernels: %v", err)
 	}
-	fine, err := loadVSATriton()
+	ks, err := loadVSAKernels()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pack, err := loadVSAPack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, &vsaKernels{pack: pack, fine: fine}
+	return b, ks
 }
 
 func int32s(x []int64, _ []int) []int32 {

@@ -329,11 +329,7 @@ func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v *Node) (*Node,
 // tritonEligible is TritonVSA for the graph being built, with the scale the kernel has compiled in; it
 // returns the kernels that can run.
 func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaKernels, error) {
-	k, err := loadVSATriton()
-	if err != nil {
-		return nil, err
-	}
-	pack, err := loadVSAPack()
+	ks, err := loadVSAKernels()
 	if err != nil {
 		return nil, err
 	}
@@ -342,13 +338,26 @@ func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaKernels, error) {
 	if err := addressable(t.NumTiles()*t.TileElems*q.Shape().Dim(2)*q.Shape().Dim(3), errTritonShape); err != nil {
 		return nil, err
 	}
-	if err := k.checkScale(scale, errTritonShape); err != nil {
+	if err := ks.fine.checkScale(scale, errTritonShape); err != nil {
 		return nil, err
 	}
 	if err := TritonVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(3), t.TileElems); err != nil {
 		return nil, err
 	}
-	return &vsaKernels{pack: pack, fine: k}, nil
+	return ks, nil
+}
+
+// loadVSAKernels is the two kernel files, loaded once.
+func loadVSAKernels() (*vsaKernels, error) {
+	fine, err := loadVSATriton()
+	if err != nil {
+		return nil, err
+	}
+	pack, err := loadVSAPack()
+	if err != nil {
+		return nil, err
+	}
+	return &vsaKernels{pack: pack, fine: fine}, nil
 }
 
 // addressable reports whether a kernel's operand of elems elements is within the int32 element offsets
