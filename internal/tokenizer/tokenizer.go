@@ -39,6 +39,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"fastvideo/internal/safefile"
+	"fastvideo/internal/tokenizer/addedvocab"
 )
 
 // Tokenizer encodes text to token ids and back. It is immutable after Load
@@ -52,9 +53,9 @@ type Tokenizer struct {
 	decData     []byte
 	byteID      [256]int32
 	merges      *mergeTable
-	wholeWord   map[string]int32 // ignore_merges: whole pieces found in the vocabulary
-	rawAdded    *addedMatcher    // added tokens with normalized=false, matched on raw text
-	normAdded   *addedMatcher    // normalized=true ones, matched on NFC text
+	wholeWord   map[string]int32    // ignore_merges: whole pieces found in the vocabulary
+	rawAdded    *addedvocab.Matcher // added tokens with normalized=false, matched on raw text
+	normAdded   *addedvocab.Matcher // normalized=true ones, matched on NFC text
 	fromCache   bool
 	scratch     sync.Pool
 }
@@ -178,17 +179,17 @@ func newFromCompiled(c *compiled) *Tokenizer {
 			t.wholeWord[string(t.tokenBytes(int(id)))] = id
 		}
 	}
-	var raw, normd []*addedToken
+	var raw, normd []addedvocab.Token
 	for i := range c.Added {
 		a := &c.Added[i]
 		if a.Normalized {
-			normd = append(normd, a)
+			normd = append(normd, a.vocab())
 		} else {
-			raw = append(raw, a)
+			raw = append(raw, a.vocab())
 		}
 	}
-	t.rawAdded = newAddedMatcher(raw)
-	t.normAdded = newAddedMatcher(normd)
+	t.rawAdded = addedvocab.New(raw)
+	t.normAdded = addedvocab.New(normd)
 	return t
 }
 
@@ -208,7 +209,7 @@ func (t *Tokenizer) Encode(text string) []int {
 	pieces := func(s string) {
 		splitQwen(s, func(p string) { out = t.bpe(p, out, sc) })
 	}
-	t.rawAdded.split(text, func(seg string, id int) {
+	t.rawAdded.Split(text, func(seg string, id, _ int) {
 		if id >= 0 {
 			out = append(out, id)
 			return
@@ -216,7 +217,7 @@ func (t *Tokenizer) Encode(text string) []int {
 		if t.nfc {
 			seg = norm.NFC.String(seg)
 		}
-		t.normAdded.split(seg, func(s string, id int) {
+		t.normAdded.Split(seg, func(s string, id, _ int) {
 			if id >= 0 {
 				out = append(out, id)
 				return

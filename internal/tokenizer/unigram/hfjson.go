@@ -13,6 +13,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"fastvideo/internal/strictjson"
+	"fastvideo/internal/tokenizer/addedvocab"
 )
 
 // The tokenizer.json pipeline of HF tokenizers: added tokens are split out of
@@ -442,99 +443,6 @@ func parsePreTokenizer(raw json.RawMessage, opts Options) (preTokenizer, error) 
 	return nil, fmt.Errorf("pre_tokenizer type %q is not supported (supported: Sequence, WhitespaceSplit, Metaspace)", typ)
 }
 
-// ---- added tokens ----
-
-type addedToken struct {
-	hfAddedToken
-	pattern string
-}
-
-// addedSplitter finds added tokens the way HF's AddedVocabulary does:
-// leftmost-longest matches, each scan resuming after the raw match, then the
-// single_word / lstrip / rstrip rules.
-type addedSplitter struct {
-	tokens  []addedToken
-	byFirst map[byte][]int // token indices by first byte (T5 tokenizers carry 100-300 <extra_id_N>)
-}
-
-func newAddedSplitter(tokens []addedToken) *addedSplitter {
-	a := &addedSplitter{tokens: tokens, byFirst: map[byte][]int{}}
-	for i, t := range tokens {
-		a.byFirst[t.pattern[0]] = append(a.byFirst[t.pattern[0]], i)
-	}
-	return a
-}
-
-// segment is a piece of text (id < 0) or a matched added token.
-type segment struct {
-	text  string
-	id    int
-	first bool // starts at offset 0 of the original text
-}
-
-func (a *addedSplitter) split(s string, first bool) []segment {
-	if a == nil || len(a.tokens) == 0 {
-		return []segment{{s, -1, first}}
-	}
-	var out []segment
-	startOffset := 0
-	for i := 0; i < len(s); {
-		tok := a.longestAt(s, i)
-		if tok == nil {
-			i++
-			continue
-		}
-		start, stop := i, i+len(tok.pattern)
-		i = stop
-		if tok.SingleWord {
-			startSpace := start == 0 || !endsWithWordChar(s[:start])
-			stopSpace := stop == len(s) || !startsWithWordChar(s[stop:])
-			if !startSpace || !stopSpace {
-				continue
-			}
-		}
-		if tok.LStrip {
-			start = max(len(strings.TrimRightFunc(s[:start], unicode.IsSpace)), startOffset)
-		}
-		if tok.RStrip {
-			stop = len(s) - len(strings.TrimLeftFunc(s[stop:], unicode.IsSpace))
-		}
-		if startOffset < start {
-			out = append(out, segment{s[startOffset:start], -1, first && startOffset == 0})
-		}
-		out = append(out, segment{s[start:stop], tok.ID, false})
-		startOffset = stop
-		i = max(i, stop)
-	}
-	if startOffset < len(s) {
-		out = append(out, segment{s[startOffset:], -1, first && startOffset == 0})
-	}
-	return out
-}
-
-func (a *addedSplitter) longestAt(s string, i int) *addedToken {
-	var best *addedToken
-	for _, k := range a.byFirst[s[i]] {
-		t := &a.tokens[k]
-		if strings.HasPrefix(s[i:], t.pattern) && (best == nil || len(t.pattern) > len(best.pattern)) {
-			best = t
-		}
-	}
-	return best
-}
-
-func isWordChar(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
-
-func endsWithWordChar(s string) bool {
-	r, _ := utf8.DecodeLastRuneInString(s)
-	return s != "" && isWordChar(r)
-}
-
-func startsWithWordChar(s string) bool {
-	r, _ := utf8.DecodeRuneInString(s)
-	return s != "" && isWordChar(r)
-}
-
 // ---- post-processor ----
 
 // parseTemplate returns the special-token ids a TemplateProcessing "single"
@@ -631,26 +539,21 @@ func fromHFJSON(data []byte, opts Options) (*Tokenizer, error) {
 	if t.preTok, err = parsePreTokenizer(f.PreTokenizer, opts); err != nil {
 		return nil, err
 	}
-	var raw, normed []addedToken
+	var raw, normed []addedvocab.Token
 	t.addedByID = map[int]string{}
 	for _, a := range f.AddedTokens {
 		t.addedByID[a.ID] = a.Content
-		if a.Content == "" {
-			continue
-		}
-		tok := addedToken{hfAddedToken: a, pattern: a.Content}
+		tok := addedvocab.Token{ID: a.ID, Pattern: a.Content, SingleWord: a.SingleWord, LStrip: a.LStrip, RStrip: a.RStrip}
 		if a.Normalized {
-			if t.normalizer != nil {
-				tok.pattern = t.normalizer.normalize(a.Content)
+			if t.normalizer != nil && a.Content != "" {
+				tok.Pattern = t.normalizer.normalize(a.Content)
 			}
-			if tok.pattern != "" {
-				normed = append(normed, tok)
-			}
+			normed = append(normed, tok)
 		} else {
 			raw = append(raw, tok)
 		}
 	}
-	t.addedRaw, t.addedNorm = newAddedSplitter(raw), newAddedSplitter(normed)
+	t.addedRaw, t.addedNorm = addedvocab.New(raw), addedvocab.New(normed)
 	prefix, suffix, ok, err := parseTemplate(f.PostProcessor, opts)
 	if err != nil {
 		return nil, err

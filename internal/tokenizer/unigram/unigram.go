@@ -36,6 +36,7 @@ import (
 	"strings"
 
 	"fastvideo/internal/safefile"
+	"fastvideo/internal/tokenizer/addedvocab"
 )
 
 // Options configure loading.
@@ -57,7 +58,7 @@ type Tokenizer struct {
 	// tokenizer.json pipeline
 	normalizer          normalizer
 	preTok              preTokenizer
-	addedRaw, addedNorm *addedSplitter
+	addedRaw, addedNorm *addedvocab.Matcher
 	// spiece.model pipeline
 	sp *spNormalizer
 
@@ -143,31 +144,41 @@ func (t *Tokenizer) Encode(text string) ([]int, error) {
 	// Rust strings are valid UTF-8; a Go string may not be.
 	text = strings.ToValidUTF8(text, "\uFFFD")
 	var ids []int
-	for _, seg := range t.addedRaw.split(text, true) {
-		if seg.id >= 0 {
-			ids = append(ids, seg.id)
-			continue
+	var err error
+	// Only the piece at the start of the text counts as its first word (Metaspace's prepend_scheme
+	// "first"); a piece of the normalized text is first when its raw piece was and it starts that one.
+	t.addedRaw.Split(text, func(seg string, id, start int) {
+		if err != nil {
+			return
 		}
-		normalized := seg.text
+		if id >= 0 {
+			ids = append(ids, id)
+			return
+		}
 		if t.normalizer != nil {
-			normalized = t.normalizer.normalize(normalized)
+			seg = t.normalizer.normalize(seg)
 		}
-		for _, sub := range t.addedNorm.split(normalized, seg.first) {
-			if sub.id >= 0 {
-				ids = append(ids, sub.id)
-				continue
+		t.addedNorm.Split(seg, func(sub string, id, subStart int) {
+			if err != nil {
+				return
 			}
-			words := []word{{sub.text, sub.first}}
+			if id >= 0 {
+				ids = append(ids, id)
+				return
+			}
+			words := []word{{sub, start == 0 && subStart == 0}}
 			if t.preTok != nil {
 				words = t.preTok.split(words)
 			}
 			for _, w := range words {
-				var err error
 				if ids, err = t.model.encode(w.text, ids); err != nil {
-					return nil, fmt.Errorf("unigram: %w", err)
+					return
 				}
 			}
-		}
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unigram: %w", err)
 	}
 	return ids, nil
 }
