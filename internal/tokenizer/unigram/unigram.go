@@ -148,9 +148,6 @@ func (t *Tokenizer) Encode(text string) ([]int, error) {
 	// Only the piece at the start of the text counts as its first word (Metaspace's prepend_scheme
 	// "first"); a piece of the normalized text is first when its raw piece was and it starts that one.
 	t.addedRaw.Split(text, func(seg string, id, start int) {
-		if err != nil {
-			return
-		}
 		if id >= 0 {
 			ids = append(ids, id)
 			return
@@ -159,26 +156,33 @@ func (t *Tokenizer) Encode(text string) ([]int, error) {
 			seg = t.normalizer.normalize(seg)
 		}
 		t.addedNorm.Split(seg, func(sub string, id, subStart int) {
-			if err != nil {
-				return
-			}
-			if id >= 0 {
+			switch {
+			case err != nil:
+			case id >= 0:
 				ids = append(ids, id)
-				return
-			}
-			words := []word{{sub, start == 0 && subStart == 0}}
-			if t.preTok != nil {
-				words = t.preTok.split(words)
-			}
-			for _, w := range words {
-				if ids, err = t.model.encode(w.text, ids); err != nil {
-					return
-				}
+			default:
+				ids, err = t.encodeWords(sub, start == 0 && subStart == 0, ids)
 			}
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("unigram: %w", err)
+	}
+	return ids, nil
+}
+
+// encodeWords appends the ids of a normalized piece of text: the pre-tokenizer's words, each segmented by
+// the model on its own.
+func (t *Tokenizer) encodeWords(text string, first bool, ids []int) ([]int, error) {
+	words := []word{{text, first}}
+	if t.preTok != nil {
+		words = t.preTok.split(words)
+	}
+	var err error
+	for _, w := range words {
+		if ids, err = t.model.encode(w.text, ids); err != nil {
+			return nil, err
+		}
 	}
 	return ids, nil
 }
