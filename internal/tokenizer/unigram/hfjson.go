@@ -210,22 +210,26 @@ func parseNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
 }
 
 func parseSequenceNormalizer(raw json.RawMessage, opts Options) (normalizer, error) {
-	var s struct {
-		Normalizers []json.RawMessage `json:"normalizers"`
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, fmt.Errorf("normalizer Sequence: %v", err)
-	}
-	seq, err := parseParts(s.Normalizers, opts, parseNormalizer)
+	seq, err := parseSequence(raw, "normalizer", "normalizers", opts, parseNormalizer)
 	if err != nil {
 		return nil, err
 	}
 	return seqNormalizer(seq), nil
 }
 
-// parseParts parses the parts of a Sequence normalizer or pre-tokenizer with parse, leaving out
-// the parts that parse to nil (those that do nothing).
-func parseParts[T any](parts []json.RawMessage, opts Options, parse func(json.RawMessage, Options) (T, error)) ([]T, error) {
+// parseSequence parses a Sequence normalizer or pre-tokenizer: the parts listed under key, each with
+// parse, leaving out those that parse to nil (they do nothing).
+func parseSequence[T any](raw json.RawMessage, stage, key string, opts Options, parse func(json.RawMessage, Options) (T, error)) ([]T, error) {
+	var fields map[string]json.RawMessage
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("%s Sequence: %v", stage, err)
+	}
+	if list, ok := fields[key]; ok {
+		if err := json.Unmarshal(list, &parts); err != nil {
+			return nil, fmt.Errorf("%s Sequence: %s: %v", stage, key, err)
+		}
+	}
 	var seq []T
 	for _, r := range parts {
 		p, err := parse(r, opts)
@@ -391,13 +395,7 @@ func parsePreTokenizer(raw json.RawMessage, opts Options) (preTokenizer, error) 
 	}
 	switch typ {
 	case "Sequence":
-		var s struct {
-			PreTokenizers []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("pre_tokenizer Sequence: %v", err)
-		}
-		seq, err := parseParts(s.PreTokenizers, opts, parsePreTokenizer)
+		seq, err := parseSequence(raw, "pre_tokenizer", "pretokenizers", opts, parsePreTokenizer)
 		if err != nil {
 			return nil, err
 		}
