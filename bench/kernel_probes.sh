@@ -7,7 +7,10 @@
 #   3. mosaic.log   Mosaic GPU: JAX makes the fixture (an add, its FlashAttention-3 forward for Hopper) and
 #                   times that kernel against cuDNN (internal/xlaext/testdata/gen_mosaic_gpu.py --bench);
 #                   then the Go binary runs both kernels through xlaext.MosaicGPUCall (TestMosaicGPUCallOnGPU)
-#   4. draft.log    VSA's fine stage as a Mosaic GPU kernel (bench/vsa_mosaic_draft.py, never run before)
+#   4. draft_gmem.log, draft_smem.log   VSA's fine stage as a Mosaic GPU kernel (bench/vsa_mosaic_draft.py,
+#                   never run before), once a way its loops get the key lists (--index-from gmem, smem), each
+#                   on its own so that one that fails leaves the other's result; draft_lane.log when both
+#                   failed without hanging (a lowering error, not a deadlock): the GMEM one under Lane semantics
 #   5. x264.log     the encoder's tail at the decoder's pace on this host, on noise and on frames with structure
 #                   (bench/x264_tail.py; the latter with the PSNR each setting keeps), when FF is set
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
@@ -21,9 +24,10 @@
 # block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: a static ffmpeg):
 #   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
 # The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
-# xz'd) or the static ffmpeg (16 MB xz'd), not all three: run STEPS="1 2 3 4" carrying the binaries, and
+# xz'd) or the static ffmpeg (16 MB xz'd), not all three: run the kernel steps carrying the binaries, and
 # step 5 in a call that carries ffmpeg (or after one that unpacked it to /tmp, within the machine's idle
-# release).
+# release). A device command runs at most 600 s and step 4 alone may take 300 s (a hung draft spends its
+# whole limit), so run STEPS="1 2 3" and STEPS="4" as two calls.
 set -u
 : "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
 STEPS=${STEPS:-"1 2 3 4 5"}
@@ -42,8 +46,17 @@ for s in $STEPS; do
      cp internal/xlaext/testdata/mosaic_gpu_kernels.json "$OUT/" 2>/dev/null
      unpack xlaext.test && (cd internal/xlaext && FASTVIDEO_GPU_TEST=1 timeout 120 /tmp/probes/xlaext.test -test.run 'OnGPU' -test.v) >> "$OUT/mosaic.log" 2>&1
      echo "3 Go kernel calls rc $?"; grep -E "^(--- |ok|FAIL|PASS)|equal|max\||panic" "$OUT/mosaic.log" | tail -12 | cut -c1-250 ;;
-  4) timeout 150 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" > "$OUT/draft.log" 2>&1
-     echo "4 mosaic VSA draft rc $?"; grep -v Warning "$OUT/draft.log" | tail -20 | cut -c1-400 ;;
+  4) rcs=""
+     for from in gmem smem; do
+       timeout 100 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" --index-from $from > "$OUT/draft_$from.log" 2>&1
+       rc=$?; rcs="$rcs $rc"
+       echo "4 mosaic VSA draft, lists from $from rc $rc"; grep -v Warning "$OUT/draft_$from.log" | tail -20 | cut -c1-400
+     done
+     case "$rcs " in
+     *" 0 "*|*" 124 "*) ;;
+     *) timeout 100 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" --semantics lane > "$OUT/draft_lane.log" 2>&1
+        echo "4 mosaic VSA draft, lists from gmem, Lane semantics rc $?"; grep -v Warning "$OUT/draft_lane.log" | tail -20 | cut -c1-400 ;;
+     esac ;;
   5) if [ -n "${FF:-}" ]; then
        for content in noise moving; do
          timeout 150 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 --content $content >> "$OUT/x264.log" 2>&1

@@ -21,7 +21,18 @@
 # dependent scalar). Result: [H, S, D], query tile t's rows at t·64 (pads and an odd last tile's partner
 # left as they are).
 #
-#   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [GEOMETRY ...]    # h3 wan0.8 h3_tiling wan_tiling
+# Where the loops read the lists from (--index-from), the one thing the kernel's first run is least sure of:
+#   gmem  scalar loads straight from the operands in GMEM, as jax/experimental/pallas/ops/gpu/
+#         ragged_dot_mgpu.py and transposed_ragged_dot_mgpu.py read their group sizes and offsets;
+#   smem  one int32 table a program's query tile (staged_table: the key tiles, their valid rows and the
+#         count, padded), copied by TMA into shared memory before the loops, which read it from there.
+# Both run under Warpgroup lowering semantics, the default of jax/_src/pallas/mosaic_gpu/core.py's
+# CompilerParams since JAX 0.11.0 (attention_mgpu.py relies on that default) and what ragged_dot_mgpu.py
+# asks for by name; --semantics lane is the older default, a fallback should the Warpgroup lowering
+# reject something here.
+#
+#   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [--index-from gmem|smem] [--semantics warpgroup|lane] [GEOMETRY ...]
+#   # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling
 import argparse, math, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,27 +50,65 @@ from vsa_inputs import parse  # noqa: E402
 
 T, D = 64, 128
 LOG2E = math.log2(math.e)
+SEMANTICS = {"warpgroup": plgpu.LoweringSemantics.Warpgroup, "lane": plgpu.LoweringSemantics.Lane}
+# Rows of staged_table's per-tile block.
+KEYS, ROWS, COUNT = 0, 1, 2
 
 
-def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
+def staged_table(idx, num, valid):
+    # idx, num and valid as one int32 table [H, T, 3, Kp] (rows KEYS, ROWS and COUNT, the count in column
+    # 0), Kp the list length rounded up to 32: the TMA copy needs every GMEM stride but the last a
+    # multiple of 16 bytes (jax/experimental/mosaic/gpu/launch_context.py, _prepare_tma) and, under Lane
+    # semantics, a transfer of a multiple of 128 bytes (jax/_src/pallas/mosaic_gpu/primitives.py,
+    # _copy_gmem_to_smem_lowering); 3·32·4 bytes meets both. Made once outside the timed call, as the
+    # graph would make valid.
+    kp = -(-idx.shape[2] // 32) * 32
+    pad = lambda a: jnp.pad(a.astype(jnp.int32), ((0, 0), (0, 0), (0, kp - a.shape[2])))
+    return jnp.stack([pad(idx), pad(valid), pad(num[:, :, None])], axis=2)
+
+
+def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
+    # lists: (idx, num, valid), read from GMEM in the loops, or staged_table's table, staged in SMEM.
     h, s, d = q.shape
-    tiles = idx.shape[1]
-    assert d == D and s == tiles * T, (q.shape, idx.shape)
+    staged = not isinstance(lists, tuple)
+    tiles = lists.shape[1] if staged else lists[0].shape[1]
+    assert d == D and s == tiles * T, (q.shape, tiles)
     dtype = q.dtype
     scale = LOG2E / math.sqrt(D)  # scores to base 2, folded into one multiply-add with the running max
 
-    def kernel(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref, scoped):
+    def kernel(q_ref, k_ref, v_ref, list_refs, out_ref, scoped):
         head, pair = lax.axis_index("heads"), lax.axis_index("pairs")
         wg = lax.axis_index("wg")
-        (q_smem, k_smem, v_smem), (k_ready, v_ready, q_ready), (k_free, v_free) = scoped
+        (q_smem, k_smem, v_smem), (k_ready, v_ready, q_ready), (k_free, v_free), stage = scoped
 
         def tile_of(w):
             return pair * 2 + w
 
+        def row_of(w):
+            return jnp.minimum(tile_of(w), tiles - 1)
+
+        if staged:
+            (table_ref,), (table_smem, table_ready) = list_refs, stage
+
+            def fetch_lists(w):
+                plgpu.copy_gmem_to_smem(table_ref.at[head, row_of(w)], table_smem.at[w], table_ready.at[w])
+
+            def await_lists(w):
+                plgpu.barrier_wait(table_ready.at[w])
+
+            key_tile = lambda w, j: table_smem[w, KEYS, j]
+            rows_of = lambda w, j: table_smem[w, ROWS, j]
+            listed = lambda w: table_smem[w, COUNT, 0]
+        else:
+            idx_ref, num_ref, valid_ref = list_refs
+            fetch_lists = await_lists = lambda w: None
+            key_tile = lambda w, j: idx_ref[head, row_of(w), j]
+            rows_of = lambda w, j: valid_ref[head, row_of(w), j]
+            listed = lambda w: num_ref[head, row_of(w)]
+
         def count_of(w):
             # A partner past the last query tile has no keys (an odd number of tiles).
-            t = tile_of(w)
-            return jnp.where(t < tiles, num_ref[head, jnp.minimum(t, tiles - 1)], 0)
+            return jnp.where(tile_of(w) < tiles, listed(w), 0)
 
         def ring(w, step):
             # Warpgroup w's buffers hold its steps round-robin; barriers are numbered w·steps + slot.
@@ -69,9 +118,10 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
         def _compute():
             plgpu.set_max_registers(232, action="increase")
             t = tile_of(wg)
-            n = count_of(wg)
             q_tile = q_smem.at[wg]
-            plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(jnp.minimum(t, tiles - 1) * T, T)], q_tile, q_ready.at[wg])
+            plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(row_of(wg) * T, T)], q_tile, q_ready.at[wg])
+            await_lists(wg)
+            n = count_of(wg)
             plgpu.barrier_wait(q_ready.at[wg])
             m_i = plgpu.layout_cast(jnp.full((T,), -jnp.inf, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
             l_i = plgpu.layout_cast(jnp.full((T,), 0, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
@@ -81,7 +131,7 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
             def step(j, carry):
                 acc, m_i, l_i = carry
                 b = ring(wg, j)
-                rows = valid_ref[head, jnp.minimum(t, tiles - 1), j]
+                rows = rows_of(wg, j)
                 plgpu.barrier_wait(k_ready.at[b])
 
                 def qk_of(acc_ref):
@@ -115,10 +165,16 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
         @pl.when(wg == 2)
         def _memory():
             plgpu.set_max_registers(40, action="decrease")
+            # The producer stages both warpgroups' lists (a no-op when the loops read GMEM); each compute
+            # warpgroup waits on its own barrier, this one on both before it reads the counts.
+            for w in (0, 1):
+                fetch_lists(w)
+            for w in (0, 1):
+                await_lists(w)
             counts = [count_of(0), count_of(1)]
 
             def load(w, j):
-                kv = idx_ref[head, jnp.minimum(tile_of(w), tiles - 1), j]
+                kv = key_tile(w, j)
                 b = ring(w, j)
                 rows = pl.ds(kv * T, T)
                 plgpu.copy_gmem_to_smem(k_ref.at[head, rows], k_smem.at[b], k_ready.at[b])
@@ -138,14 +194,21 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
                         plgpu.barrier_wait(v_free.at[b])
                         load(w, j)
 
-    def entry(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref):
+    def entry(q_ref, k_ref, v_ref, *refs):
         tiling, swizzle = plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128)
         smem = lambda *shape: plgpu.SMEM(shape, dtype, transforms=(tiling, swizzle))
+        # No transforms on the table: the Warpgroup lowering loads scalars only from untransformed refs
+        # (jax/experimental/mosaic/gpu/layout_inference.py, memref.LoadOp), and nothing else constrains it.
+        # None (the GMEM variant) allocates nothing, as attention_mgpu.py's unused lse buffer. The table
+        # takes 3 KiB at most here (Kp 128): with --steps 2 the block holds about 165 KiB of the H200's
+        # 227; at --steps 3 the rings alone leave it no room, so that is a GMEM-only setting.
+        stage = (plgpu.SMEM((2,) + lists.shape[2:], jnp.int32), plgpu.Barrier(num_barriers=2)) if staged else None
         pl.run_scoped(
-            lambda *scoped: kernel(q_ref, k_ref, v_ref, idx_ref, num_ref, valid_ref, out_ref, scoped),
+            lambda *scoped: kernel(q_ref, k_ref, v_ref, refs[:-1], refs[-1], scoped),
             (smem(2, T, D), smem(2 * steps, T, D), smem(2 * steps, T, D)),
             (plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2)),
             (plgpu.Barrier(num_arrivals=1, num_barriers=2 * steps),) * 2,
+            stage,
             collective_axes="wg",
         )
 
@@ -156,19 +219,25 @@ def vsa_mosaic(q, k, v, idx, num, valid, steps=2):
         grid_names=("heads", "pairs"),
         num_threads=3,
         thread_name="wg",
-        compiler_params=plgpu.CompilerParams(approx_math=True),
-    )(q, k, v, idx, num, valid)
+        compiler_params=plgpu.CompilerParams(approx_math=True, lowering_semantics=SEMANTICS[semantics]),
+    )(q, k, v, *(lists if not staged else (lists,)))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=2, help="K/V buffers a warpgroup's ring holds")
+    ap.add_argument("--index-from", choices=("gmem", "smem"), default="gmem",
+                    help="where the loops read the key lists: the GMEM operands, or a table staged in SMEM")
+    ap.add_argument("--semantics", choices=tuple(SEMANTICS), default="warpgroup", help="Mosaic GPU lowering semantics")
     args, cases = parse(ap)
     for c in cases:
-        label = c.label
+        label = f"{c.label} [{args.index_from}, {args.semantics}]"
         valid_rows = np.arange(c.tiles * T) % T < np.repeat(c.sizes, T)  # the valid slots of every tile
-        ops = [c.q[0], c.k[0], c.v[0], jnp.asarray(c.idx[0]), jnp.asarray(c.num[0]), jnp.asarray(c.sizes[c.idx[0]].astype(np.int32))]
-        f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps))
+        lists = (jnp.asarray(c.idx[0]), jnp.asarray(c.num[0]), jnp.asarray(c.sizes[c.idx[0]].astype(np.int32)))
+        if args.index_from == "smem":
+            lists = staged_table(*lists)
+        ops = [c.q[0], c.k[0], c.v[0], lists]
+        f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps, semantics=args.semantics))
         err = float(np.abs(np.asarray(f(*ops), np.float32) - c.want)[:, valid_rows].max())
         t_up, t = G.timed(c.upstream, 20), G.timed(lambda: f(*ops), 20)
         print(f"{label}: mosaic draft {t * 1e3:.3f} ms ({c.flops() / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms; "
