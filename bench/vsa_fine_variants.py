@@ -1,12 +1,13 @@
-# Candidate inner loops for VSA's fine kernel (attention/testdata/gen_vsa_triton.py, vsa_kernel), timed
+# Candidate inner loops for VSA's fine kernel (attention/testdata/gen_vsa_triton.py, fine_kernel's walk), timed
 # against the committed loop and upstream's Triton forward on the same inputs, interleaved in rounds so
-# that the device's drift lands on every variant alike. Nothing here is a kernel the Go graph loads: a
-# variant that wins moves into the generator, which then regenerates attention/vsa_triton.json and its
-# fixture (and the GPU parity run and bench/clip_row.sh follow, BENCHMARKS.md).
+# that the device's drift lands on every variant alike. Nothing here is a kernel the Go graph loads: the
+# walk of a variant that wins becomes the generator's walk_class, which then regenerates
+# attention/vsa_triton.json and its fixture (and the GPU parity run and bench/clip_row.sh follow,
+# BENCHMARKS.md).
 #
 # Variants (all keep the committed operands, ends/idx grouping by key class and the slot-map store, so the
 # Go side would not change):
-#   base          the committed loop: scores scaled, masked, max, exp2(s - m), rescale, second product
+#   base          the committed walk (walk_class): scores scaled, masked, max, exp2(s - m), rescale, second product
 #   fma           max on the raw scores and the scale folded into the exponent, exp2(s·c - m·c): one
 #                 fused multiply-add an element instead of a multiply and a subtract
 #   nomask64      fma without the valid-row mask on the 64-row class: timing only, exact only where every
@@ -26,7 +27,7 @@
 # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling (default: all). Prints each variant's max difference from
 # upstream's output (an exact one beyond the generator's 3e-2 is reported and not timed), then each
 # round's time and the median of the rounds with its TFLOP/s counted at 64 rows a tile.
-import argparse, math, os, sys
+import argparse, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "attention", "testdata"))
@@ -35,136 +36,105 @@ sys.path.insert(0, os.path.join(HERE, "..", "internal", "xlaext", "testdata"))
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
 import gen_vsa_triton as G  # noqa: E402
-from gen_triton import pallas_triton  # noqa: E402
 from vsa_inputs import parse  # noqa: E402
 
-T, D, KEY_BLOCKS = G.T, G.D, G.KEY_BLOCKS
-SCALE = G.LOG2E / math.sqrt(D)
+T, SCALE = G.T, G.SCALE
+# Each variant is a walk of one class's key tiles (gen_vsa_triton.fine_kernel's hook), in the committed
+# kernel around it: the same operands, reads and store, so that a winner moves into the generator as its
+# walk alone. Steps read K before the scores and V after the softmax, as the committed step does.
 
 
-class Walk:
-    # What every step of one program reads: its query tile, its list and the K/V tile copies.
-    def __init__(self, q, k_ref, v_ref, idx_ref, sizes_ref, base, head, rows):
-        self.q, self.k_ref, self.v_ref, self.idx_ref, self.sizes_ref = q, k_ref, v_ref, idx_ref, sizes_ref
-        self.base, self.head, self.rows = base, head, rows
-
-    def tile(self, i, n):
-        kv = self.idx_ref[self.base + i]
-        at = self.head * self.rows + kv * T
-        return self.sizes_ref[kv], self.k_ref[pl.ds(at, n), :], self.v_ref[pl.ds(at, n), :]
-
-    def scores(self, k, valid, cols, mask=True):
-        s = jnp.dot(self.q, k.T, preferred_element_type=jnp.float32)
-        return jnp.where(cols < valid, s, G.MASKED) if mask else s
+def plain(step_of):
+    # One key tile a step.
+    return lambda w, c, n, start, end, carry: lax.fori_loop(start, end, step_of(w, c, n), carry)
 
 
-def step_base(w, n, cols):
+def scores(w, k, valid, cols, mask=True):
+    s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32)
+    return jnp.where(cols < valid, s, G.MASKED) if mask else s
+
+
+def step_fma(w, c, n, mask=True):
+    cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+
     def body(i, carry):
         acc, m, l = carry
-        valid, k, v = w.tile(i, n)
-        s = jnp.where(cols < valid, jnp.dot(w.q, k.T, preferred_element_type=jnp.float32) * SCALE, G.MASKED)
-        m2 = jnp.maximum(m, jnp.max(s, axis=1))
-        p = jnp.exp2(s - m2[:, None])
-        alpha = jnp.exp2(m - m2)
-        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return acc, m2, l * alpha + jnp.sum(p, axis=1)
-    return body
-
-
-def step_fma(w, n, cols, mask=True):
-    def body(i, carry):
-        acc, m, l = carry
-        valid, k, v = w.tile(i, n)
-        s = w.scores(k, valid, cols, mask)
+        valid, at = w.key(i)
+        s = scores(w, w.k(at, n), valid, cols, mask)
         m2 = jnp.maximum(m, jnp.max(s, axis=1))
         ms = m2 * SCALE
         p = jnp.exp2(s * SCALE - ms[:, None])
         alpha = jnp.exp2(m * SCALE - ms)
+        v = w.v(at, n)
         acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return acc, m2, l * alpha + jnp.sum(p, axis=1)
     return body
 
 
-def step_lazy(w, n, cols):
+def step_lazy(w, c, n):
     # The running max (kept scaled, base 2) moves only when a row's max grows by more than 2^8, and the
     # accumulator is rescaled only in a step where some row's does (one branch for the tile): p stays
     # below 256, and acc / l is the same quotient whichever max they share.
+    cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+
     def body(i, carry):
         acc, m, l = carry
-        valid, k, v = w.tile(i, n)
-        s = w.scores(k, valid, cols)
+        valid, at = w.key(i)
+        s = scores(w, w.k(at, n), valid, cols)
         mx = jnp.max(s, axis=1) * SCALE
         grow = mx > m + 8.0
         m2 = jnp.where(grow, mx, m)
         alpha = jnp.exp2(m - m2)
         p = jnp.exp2(s * SCALE - m2[:, None])
         acc = lax.cond(jnp.any(grow), lambda a: a * alpha[:, None], lambda a: a, acc)
+        v = w.v(at, n)
         acc = acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return acc, m2, l * alpha + jnp.sum(p, axis=1)
     return body
 
 
-def step_pair(w, n, cols, start):
+def step_pair(w, n, start):
+    cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+
     def body(j, carry):
         acc, m, l = carry
-        va, ka, vva = w.tile(start + 2 * j, n)
-        vb, kb, vvb = w.tile(start + 2 * j + 1, n)
-        sa, sb = w.scores(ka, va, cols), w.scores(kb, vb, cols)
+        (va, ata), (vb, atb) = w.key(start + 2 * j), w.key(start + 2 * j + 1)
+        sa, sb = scores(w, w.k(ata, n), va, cols), scores(w, w.k(atb, n), vb, cols)
         m2 = jnp.maximum(m, jnp.maximum(jnp.max(sa, axis=1), jnp.max(sb, axis=1)))
         ms = m2 * SCALE
         pa, pb = jnp.exp2(sa * SCALE - ms[:, None]), jnp.exp2(sb * SCALE - ms[:, None])
         alpha = jnp.exp2(m * SCALE - ms)
+        vva, vvb = w.v(ata, n), w.v(atb, n)
         acc = (acc * alpha[:, None] + jnp.dot(pa.astype(vva.dtype), vva, preferred_element_type=jnp.float32)
                + jnp.dot(pb.astype(vvb.dtype), vvb, preferred_element_type=jnp.float32))
         return acc, m2, l * alpha + jnp.sum(pa, axis=1) + jnp.sum(pb, axis=1)
     return body
 
 
-def kernel(loop, paired=()):
-    def vsa(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
-        tile, head = pl.program_id(0), pl.program_id(1)
-        rows, first, tiles, stride, heads = (params_ref[i] for i in range(5))
-        row = head * tiles + tile
-        q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
-        w = Walk(q, k_ref, v_ref, idx_ref, sizes_ref, row * stride, head, rows)
-        carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
-        start = 0
-        for c, n in enumerate(KEY_BLOCKS):
-            end = ends_ref[row * len(KEY_BLOCKS) + c]
-            cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
-            if loop == "base":
-                carry = lax.fori_loop(start, end, step_base(w, n, cols), carry)
-            elif loop == "lazy":
-                carry = lax.fori_loop(start, end, step_lazy(w, n, cols), carry)
-            elif c in paired:
-                pairs = (end - start) // 2
-                carry = lax.fori_loop(0, pairs, step_pair(w, n, cols, start), carry)
-                carry = lax.fori_loop(start + 2 * pairs, end, step_fma(w, n, cols), carry)
-            else:
-                carry = lax.fori_loop(start, end, step_fma(w, n, cols, mask=not (loop == "nomask64" and c == 0)), carry)
-            start = end
-        acc, _, l = carry
-        qslots = slots_ref[pl.ds((first + tile) * T, T)]
-        plgpu.store(o_ref.at[G.rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
-                    mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
-    return vsa
+def paired(classes):
+    # The given classes two key tiles a step (an odd last tile takes one plain step), the others one.
+    def walk(w, c, n, start, end, carry):
+        if c not in classes:
+            return lax.fori_loop(start, end, step_fma(w, c, n), carry)
+        pairs = (end - start) // 2
+        carry = lax.fori_loop(0, pairs, step_pair(w, n, start), carry)
+        return lax.fori_loop(start + 2 * pairs, end, step_fma(w, c, n), carry)
+    return walk
 
 
-# name: (loop, paired classes, warps, stages, exact)
+# name: (walk, warps, stages, exact)
 VARIANTS = {
-    "base": ("base", (), 4, 5, True),
-    "fma": ("fma", (), 4, 5, True),
-    "nomask64": ("nomask64", (), 4, 5, False),
-    "pair64": ("fma", (0,), 4, 5, True),
-    "pair64_s4": ("fma", (0,), 4, 4, True),
-    "pair64_s3": ("fma", (0,), 4, 3, True),
-    "pair64_w8s3": ("fma", (0,), 8, 3, True),
-    "pair_all_s4": ("fma", (0, 1, 2), 4, 4, True),
-    "lazy": ("lazy", (), 4, 5, True),
+    "base": (G.walk_class, 4, 5, True),
+    "fma": (plain(step_fma), 4, 5, True),
+    "nomask64": (plain(lambda w, c, n: step_fma(w, c, n, mask=c != 0)), 4, 5, False),
+    "pair64": (paired((0,)), 4, 5, True),
+    "pair64_s4": (paired((0,)), 4, 4, True),
+    "pair64_s3": (paired((0,)), 4, 3, True),
+    "pair64_w8s3": (paired((0,)), 8, 3, True),
+    "pair_all_s4": (paired((0, 1, 2)), 4, 4, True),
+    "lazy": (plain(step_lazy), 4, 5, True),
 }
 
 def main():
@@ -179,10 +149,9 @@ def main():
         heads, tiles, want = c.heads, c.tiles, c.want
         valid = slots >= 0
         calls = {"upstream": c.upstream}
-        for name, (loop, paired, warps, stages, exact) in VARIANTS.items():
+        for name, (walk, warps, stages, exact) in VARIANTS.items():
             try:
-                f = jax.jit(pallas_triton(kernel(loop, paired), warps, stages, grid=(tiles, heads),
-                                          out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd"))
+                f = jax.jit(G.vsa_call(heads, tiles, seq, warps, stages, walk))
                 err = float(np.abs(G.tiles_of(f(*ops), slots, heads, 0) - want)[:, valid].max())
             except Exception as e:  # a setting the compiler refuses (shared memory)
                 print(f"{label} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)

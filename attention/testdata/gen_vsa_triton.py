@@ -71,6 +71,7 @@ from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
 
 D, T = 128, 64
 LOG2E = math.log2(math.e)
+SCALE = LOG2E / math.sqrt(D)  # scores to base 2 for exp2
 MASKED = -0.7 * float(np.finfo(np.float32).max)
 
 
@@ -88,49 +89,73 @@ def rows_of(slots, heads, head):
     return jnp.maximum(slots, 0) * heads + head
 
 
-def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
-    tile, head = pl.program_id(0), pl.program_id(1)
-    rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
-    row = head * tiles + tile
-    q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
-    base = row * stride
-    scale = LOG2E / math.sqrt(D)
+class Walk:
+    # What the steps of one program read: its query tile, its list of key tiles and the K/V tile copies.
+    def __init__(self, q, idx_ref, sizes_ref, k_ref, v_ref, base, head, rows):
+        self.q, self.idx_ref, self.sizes_ref, self.k_ref, self.v_ref = q, idx_ref, sizes_ref, k_ref, v_ref
+        self.base, self.head, self.rows = base, head, rows
 
-    def walk(n):
-        # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them).
-        cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+    def key(self, i):
+        # The list's i-th key tile: its valid rows and where its rows start in k and v.
+        kv = self.idx_ref[self.base + i]
+        return self.sizes_ref[kv], self.head * self.rows + kv * T
 
-        def body(i, carry):
-            acc, m, l = carry
-            kv = idx_ref[base + i]
-            valid = sizes_ref[kv]
-            at = head * rows + kv * T
-            k = k_ref[pl.ds(at, n), :]
-            s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
-            s = jnp.where(cols < valid, s, MASKED)
-            m2 = jnp.maximum(m, jnp.max(s, axis=1))
-            p = jnp.exp2(s - m2[:, None])
-            alpha = jnp.exp2(m - m2)
-            v = v_ref[pl.ds(at, n), :]
-            acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-            return acc, m2, l * alpha + jnp.sum(p, axis=1)
-        return body
+    def k(self, at, n):
+        return self.k_ref[pl.ds(at, n), :]
 
-    carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
-    start = 0
-    for c, n in enumerate(KEY_BLOCKS):
-        end = ends_ref[row * len(KEY_BLOCKS) + c]
-        carry = lax.fori_loop(start, end, walk(n), carry)
-        start = end
-    acc, _, l = carry
-    qslots = slots_ref[pl.ds((first + tile) * T, T)]
-    plgpu.store(o_ref.at[rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
-                mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
+    def v(self, at, n):
+        return self.v_ref[pl.ds(at, n), :]
 
 
-def vsa_call(heads, tiles, seq, warps, stages):
+def step(w, n):
+    # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them).
+    cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+
+    def body(i, carry):
+        acc, m, l = carry
+        valid, at = w.key(i)
+        k = w.k(at, n)
+        s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32) * SCALE
+        s = jnp.where(cols < valid, s, MASKED)
+        m2 = jnp.maximum(m, jnp.max(s, axis=1))
+        p = jnp.exp2(s - m2[:, None])
+        alpha = jnp.exp2(m - m2)
+        v = w.v(at, n)
+        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    return body
+
+
+def walk_class(w, c, n, start, end, carry):
+    # The key tiles of class c (list entries start..end), one a step.
+    return lax.fori_loop(start, end, step(w, n), carry)
+
+
+def fine_kernel(walk):
+    # The fine kernel around a walk of each class's key tiles (bench/vsa_fine_variants.py times other
+    # walks in the same kernel).
+    def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
+        tile, head = pl.program_id(0), pl.program_id(1)
+        rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
+        row = head * tiles + tile
+        q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+        w = Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
+        carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
+        start = 0
+        for c, n in enumerate(KEY_BLOCKS):
+            end = ends_ref[row * len(KEY_BLOCKS) + c]
+            carry = walk(w, c, n, start, end, carry)
+            start = end
+        acc, _, l = carry
+        qslots = slots_ref[pl.ds((first + tile) * T, T)]
+        plgpu.store(o_ref.at[rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
+                    mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
+    return vsa_kernel
+
+
+def vsa_call(heads, tiles, seq, warps, stages, walk=walk_class):
     # Grid and output size are the call's; nothing else in the kernel depends on the geometry.
-    return pallas_triton(vsa_kernel, warps, stages, grid=(tiles, heads),
+    return pallas_triton(fine_kernel(walk), warps, stages, grid=(tiles, heads),
                          out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd")
 
 
