@@ -20,7 +20,8 @@
 #
 # On the dev machine (repo root):
 #   go build -ldflags='-s -w' -o .gpu/bench ./examples/bench && go build -ldflags='-s -w' -o .gpu/t2va ./examples/t2va
-#   xz -T0 .gpu/bench .gpu/t2va     # and .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
+#   xz -T0 .gpu/bench .gpu/t2va
+#   bash bench/stage_ffmpeg.sh      # .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
 # On the GPU machine (carry .gpu):
 #   OUT=$OUT bash bench/clip_row.sh
 # Optional: PARTS="h3 fp8 wan vae torch t2va tiny" (the default: all but fp8 and tiny), BENCH/T2VA for other binaries.

@@ -21,7 +21,8 @@
 #   bash bench/build_gpu.sh -test .gpu/xlaext.test ./internal/xlaext
 #   xz -T0 -9 -f .gpu/attention.test .gpu/xlaext.test
 # On the GPU machine (carry .gpu/attention.test.xz, .gpu/xlaext.test.xz and the folder with upstream's
-# block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: a static ffmpeg):
+# block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: the static ffmpeg
+# of bench/stage_ffmpeg.sh, unpacked):
 #   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
 # The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
 # xz'd) or the static ffmpeg (16 MB xz'd), not all three: run the kernel steps carrying the binaries, and
