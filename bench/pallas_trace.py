@@ -127,7 +127,8 @@ def trace(path, expr, tag):
 
 def main():
     if len(sys.argv) != 5:
-        sys.exit("usage: pallas_trace.py OLD.py EXPR NEW.py EXPR (see the comment at its top)")
+        print("usage: pallas_trace.py OLD.py EXPR NEW.py EXPR (see the comment at its top)", file=sys.stderr)
+        sys.exit(2)
     install()
     old = trace(sys.argv[1], sys.argv[2], "old")
     new = trace(sys.argv[3], sys.argv[4], "new")
