@@ -51,9 +51,17 @@ def plain(step_of):
     return lambda w, c, n, start, end, carry: lax.fori_loop(start, end, step_of(w, c, n), carry)
 
 
-def scores(w, k, valid, cols, mask=True):
-    s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32)
-    return jnp.where(cols < valid, s, G.MASKED) if mask else s
+def scores(w, i, n, cols, mask=True):
+    # The raw scores of the list's i-th key tile (its pad columns masked) and where its rows start.
+    valid, at = w.key(i)
+    s = jnp.dot(w.q, w.k(at, n).T, preferred_element_type=jnp.float32)
+    return (jnp.where(cols < valid, s, G.MASKED) if mask else s), at
+
+
+def pv(w, p, at, n):
+    # The second product, p (as bf16, like upstream) by the key tile's V rows, in float32.
+    v = w.v(at, n)
+    return jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
 
 
 def step_fma(w, c, n, mask=True):
@@ -61,15 +69,12 @@ def step_fma(w, c, n, mask=True):
 
     def body(i, carry):
         acc, m, l = carry
-        valid, at = w.key(i)
-        s = scores(w, w.k(at, n), valid, cols, mask)
+        s, at = scores(w, i, n, cols, mask)
         m2 = jnp.maximum(m, jnp.max(s, axis=1))
         ms = m2 * SCALE
         p = jnp.exp2(s * SCALE - ms[:, None])
         alpha = jnp.exp2(m * SCALE - ms)
-        v = w.v(at, n)
-        acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+        return acc * alpha[:, None] + pv(w, p, at, n), m2, l * alpha + jnp.sum(p, axis=1)
     return body
 
 
@@ -81,17 +86,14 @@ def step_lazy(w, c, n):
 
     def body(i, carry):
         acc, m, l = carry
-        valid, at = w.key(i)
-        s = scores(w, w.k(at, n), valid, cols)
+        s, at = scores(w, i, n, cols)
         mx = jnp.max(s, axis=1) * SCALE
         grow = mx > m + 8.0
         m2 = jnp.where(grow, mx, m)
         alpha = jnp.exp2(m - m2)
         p = jnp.exp2(s * SCALE - m2[:, None])
         acc = lax.cond(jnp.any(grow), lambda a: a * alpha[:, None], lambda a: a, acc)
-        v = w.v(at, n)
-        acc = acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+        return acc + pv(w, p, at, n), m2, l * alpha + jnp.sum(p, axis=1)
     return body
 
 
@@ -100,15 +102,12 @@ def step_pair(w, n, start):
 
     def body(j, carry):
         acc, m, l = carry
-        (va, ata), (vb, atb) = w.key(start + 2 * j), w.key(start + 2 * j + 1)
-        sa, sb = scores(w, w.k(ata, n), va, cols), scores(w, w.k(atb, n), vb, cols)
+        (sa, ata), (sb, atb) = scores(w, start + 2 * j, n, cols), scores(w, start + 2 * j + 1, n, cols)
         m2 = jnp.maximum(m, jnp.maximum(jnp.max(sa, axis=1), jnp.max(sb, axis=1)))
         ms = m2 * SCALE
         pa, pb = jnp.exp2(sa * SCALE - ms[:, None]), jnp.exp2(sb * SCALE - ms[:, None])
         alpha = jnp.exp2(m * SCALE - ms)
-        vva, vvb = w.v(ata, n), w.v(atb, n)
-        acc = (acc * alpha[:, None] + jnp.dot(pa.astype(vva.dtype), vva, preferred_element_type=jnp.float32)
-               + jnp.dot(pb.astype(vvb.dtype), vvb, preferred_element_type=jnp.float32))
+        acc = acc * alpha[:, None] + pv(w, pa, ata, n) + pv(w, pb, atb, n)
         return acc, m2, l * alpha + jnp.sum(pa, axis=1) + jnp.sum(pb, axis=1)
     return body
 
