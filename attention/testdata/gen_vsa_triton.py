@@ -283,6 +283,19 @@ def tile_sizes(prefix, grid):
     return np.array(sizes, np.int32)
 
 
+# The geometries --bench times, label: (heads, valid rows of each tile, key tiles a query tile lists): the
+# issue's figures (upstream's packing: 64-row tiles, the last one short) and our tilings (4x4x4 tiles of the
+# latent grid, ragged at its edges, after the prefix segments' tiles). bench/vsa_inputs.py gives the kernel
+# experiments the same inputs.
+BENCH_GEOMETRIES = {
+    "h3": (56, packed_sizes(14937), 23),
+    "wan0.8": (12, packed_sizes(32768), 103),
+    "wan0.9": (12, packed_sizes(32768), 52),
+    "h3_tiling": (56, tile_sizes([93, 414], (37, 15, 26)), 37),
+    "wan_tiling": (12, tile_sizes([], (21, 30, 52)), 125),
+}
+
+
 def load_upstream(folder):
     spec = importlib.util.spec_from_file_location("block_sparse_attn_triton", os.path.join(folder, "block_sparse_attn_triton.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -386,12 +399,7 @@ def main():
 
     timings, pack_timings = {}, {}
     if args.bench:
-        # The issue's figures (upstream's packing: 64-row tiles, the last one short) and our tilings (4x4x4
-        # tiles of the latent grid, ragged at its edges, after the prefix segments' tiles).
-        for label, hh, bs, stride in [("h3", 56, packed_sizes(14937), 23), ("wan1.3b_s0.8", 12, packed_sizes(32768), 103),
-                                      ("wan1.3b_s0.9", 12, packed_sizes(32768), 52),
-                                      ("h3_our_tiling", 56, tile_sizes([93, 414], (37, 15, 26)), 37),
-                                      ("wan_our_tiling", 12, tile_sizes([], (21, 30, 52)), 125)]:
+        for label, (hh, bs, stride) in BENCH_GEOMETRIES.items():
             ntt = len(bs)
             ss = ntt * T
             bslots, bseq = slot_map(rng, bs, 0, shuffle=False)
@@ -419,7 +427,8 @@ def main():
             print(f"{label}: upstream {t_up*1e3:.3f} ms ({flops/t_up/1e12:.0f} TFLOP/s), torch dense SDPA {t_dense*1e3:.3f} ms")
             timings[label] = row
         # The pack kernel against the same copies and means as XLA ops, at our tilings.
-        for label, hh, bs in [("h3_our_tiling", 56, tile_sizes([93, 414], (37, 15, 26))), ("wan_our_tiling", 12, tile_sizes([], (21, 30, 52)))]:
+        for label in ("h3_tiling", "wan_tiling"):
+            hh, bs, _ = BENCH_GEOMETRIES[label]
             bslots, bseq = slot_map(rng, bs, 0)
             x = bf16(rng, (bseq * hh, D))
             params, js = jnp.asarray(np.array([hh, len(bs)], np.int32)), jnp.asarray(bslots)
