@@ -23,7 +23,7 @@ import argparse, base64, hashlib, json, os, re, time
 import numpy as np
 import jax, jax.numpy as jnp
 
-from gen_triton import match_brace, mlir_escape, parse_config  # noqa: E402 (beside this file)
+from gen_triton import array, match_brace, mlir_escape, parse_config  # noqa: E402 (beside this file)
 
 TARGET = "mosaic_gpu_v2"
 KNOWN = {"kernel_hash", "module", "use_custom_barrier", "uses_xla_collective_metadata"}
@@ -66,15 +66,6 @@ def lowered_mosaic_call(text, operands, case):
     returned = [l for l in text.splitlines() if l.strip().startswith(("return ", "func.return ", "stablehlo.return "))]
     assert any(result.split(":")[0] in r for r in returned), f"{case}: the function does not return the call's results ({result})"
     return cfg
-
-
-def array(a):
-    a = np.asarray(a)
-    for half in ("bfloat16", "float16"):
-        if a.dtype == jnp.dtype(half):
-            return {"shape": list(a.shape), "dtype": half, "data": base64.b64encode(np.ascontiguousarray(a).view(np.uint16).tobytes()).decode()}
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    return {"shape": list(a.shape), "dtype": "float32", "data": base64.b64encode(a.tobytes()).decode()}
 
 
 def mosaic_call(kernel, out_type):

@@ -109,6 +109,12 @@ def lowered_triton_call(text, operands, case):
     return cfg, int(api.group(1)) if api else None, other
 
 def array(a):
+    # A fixture array (internal/xlaext/kernels_gpu_test.go, fixtureArray): bfloat16 and float16 as their
+    # 16-bit patterns, anything else as float32.
+    a = np.asarray(a)
+    for half in ("bfloat16", "float16"):
+        if a.dtype == jnp.dtype(half):
+            return {"shape": list(a.shape), "dtype": half, "data": base64.b64encode(np.ascontiguousarray(a).view(np.uint16).tobytes()).decode()}
     a = np.ascontiguousarray(a, dtype=np.float32)
     return {"shape": list(a.shape), "dtype": "float32", "data": base64.b64encode(a.tobytes()).decode()}
 
