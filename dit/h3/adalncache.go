@@ -1,10 +1,11 @@
 package h3
 
 import (
-	"fastvideo/internal/graphexec"
 	"fmt"
 	"math"
 	"sort"
+
+	"fastvideo/internal/graphexec"
 
 	"github.com/gomlx/gomlx/core/tensors"
 )

@@ -1,15 +1,16 @@
 package h3
 
 import (
+	"fmt"
+	"path/filepath"
+	"slices"
+
 	"fastvideo/attention"
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
 	"fastvideo/quant"
-	"fmt"
-	"path/filepath"
-	"slices"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"

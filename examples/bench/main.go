@@ -9,12 +9,13 @@ package main
 
 import (
 	"errors"
-	"fastvideo/internal/graphexec"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
+
+	"fastvideo/internal/graphexec"
 
 	"github.com/gomlx/compute"
 

@@ -1,10 +1,11 @@
 package api
 
 import (
-	"fastvideo/internal/imageops"
 	"fmt"
 	"image"
 	"unicode/utf8"
+
+	"fastvideo/internal/imageops"
 )
 
 // Request is one generation, mirroring FastVideo's GenerationRequest / SamplingParam fields that

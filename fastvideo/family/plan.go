@@ -1,8 +1,9 @@
 package family
 
 import (
-	"fastvideo/fastvideo/api"
 	"fmt"
+
+	"fastvideo/fastvideo/api"
 )
 
 // NewPlan starts the plan of a resolution: its common fields, the output canvas, the video latent

@@ -1,8 +1,9 @@
 package family
 
 import (
-	"fastvideo/fastvideo/api"
 	"testing"
+
+	"fastvideo/fastvideo/api"
 )
 
 // TestKeepsCompanions: under AutoMemory a DiT replica goes with the DiT, and the conditioner (the

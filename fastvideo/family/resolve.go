@@ -1,10 +1,11 @@
 package family
 
 import (
-	"fastvideo/fastvideo/api"
 	"fmt"
 	"sort"
 	"strings"
+
+	"fastvideo/fastvideo/api"
 )
 
 // Resolved is the part of a resolved request every family shares: the preset applied, the output

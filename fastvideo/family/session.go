@@ -3,9 +3,10 @@ package family
 import (
 	"context"
 	"errors"
-	"fastvideo/fastvideo/api"
 	"fmt"
 	"time"
+
+	"fastvideo/fastvideo/api"
 )
 
 // Session is one run's view of the pipeline: the engine, the request and result, progress

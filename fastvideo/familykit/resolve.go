@@ -1,11 +1,12 @@
 package familykit
 
 import (
-	"fastvideo/fastvideo/api"
-	"fastvideo/fastvideo/family"
 	"fmt"
 	"math"
 	"strings"
+
+	"fastvideo/fastvideo/api"
+	"fastvideo/fastvideo/family"
 )
 
 // OrPreset is a request field, or the preset's value when the field is left at zero (unset).

@@ -3,9 +3,10 @@ package framefilter
 import (
 	"context"
 	"errors"
-	"fastvideo/fastvideo/family"
 	"fmt"
 	"math"
+
+	"fastvideo/fastvideo/family"
 )
 
 // Interpolator makes frames between decoded frames (the temporal fast mode's RIFE).

@@ -11,9 +11,10 @@
 package h3
 
 import (
-	"fastvideo/internal/weights"
 	"fmt"
 	"sort"
+
+	"fastvideo/internal/weights"
 
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"

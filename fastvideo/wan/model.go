@@ -12,9 +12,10 @@
 package wan
 
 import (
-	"fastvideo/internal/weights"
 	"sort"
 	"strings"
+
+	"fastvideo/internal/weights"
 
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/api"

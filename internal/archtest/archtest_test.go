@@ -1,7 +1,8 @@
 // Package archtest checks module-wide rules of docs/architecture.md on the
 // whole module (one-way imports, short functions, no environment reads below
-// fastvideo/), so that a stray import or a creeping function fails CI instead
-// of eroding the design.
+// fastvideo/, a doc comment and an index line for every package), so that a
+// stray import, a creeping function or a package the map does not show fails
+// CI instead of eroding the design.
 package archtest
 
 import (

@@ -1,9 +1,10 @@
 package modelkit
 
 import (
+	"fmt"
+
 	"fastvideo/internal/safetensors"
 	"fastvideo/internal/weights"
-	"fmt"
 )
 
 // LoadFolder reads the config of a released component folder (vae/, audio_vae/, …) with readConfig,

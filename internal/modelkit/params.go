@@ -1,9 +1,10 @@
 package modelkit
 
 import (
+	"fmt"
+
 	"fastvideo/internal/randweights"
 	"fastvideo/internal/weights"
-	"fmt"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"

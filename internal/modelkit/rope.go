@@ -1,8 +1,9 @@
 package modelkit
 
 import (
-	"fastvideo/internal/graphexec"
 	"fmt"
+
+	"fastvideo/internal/graphexec"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"

@@ -1,9 +1,10 @@
 package weights
 
 import (
-	"fastvideo/internal/safetensors"
 	"maps"
 	"slices"
+
+	"fastvideo/internal/safetensors"
 )
 
 // MapSource is a Source held in memory: tensors by name (tests, benchmarks, checkpoints rewritten
