@@ -18,7 +18,7 @@ import (
 // including cross-attention (Lq != Lk): XLA's cuDNN flash lowering sizes its intermediate from the query
 // length and does not check the key length, so that case is the one to test:
 //
-//	go test -c -o .gpu/attention.test ./attention
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
 //	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestFusedMatchesExactOnGPU -test.v
 func TestFusedMatchesExactOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")

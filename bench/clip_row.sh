@@ -18,8 +18,9 @@
 # Every change to the pipeline, the memory policy, attention, a DiT or a VAE reruns it before it is
 # called done.
 #
-# On the dev machine (repo root):
-#   go build -ldflags='-s -w' -o .gpu/bench ./examples/bench && go build -ldflags='-s -w' -o .gpu/t2va ./examples/t2va
+# On the dev machine (repo root), the GPU build (a plain build lacks the VSA kernel, queued execution and
+# the compile cache, so its row is not the default path a user of the GPU build gets):
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench && bash bench/build_gpu.sh .gpu/t2va ./examples/t2va
 #   xz -T0 .gpu/bench .gpu/t2va
 #   bash bench/stage_ffmpeg.sh      # .gpu/ffmpeg.xz: a static ffmpeg with libx264 (ffprobe is not needed)
 # On the GPU machine (carry .gpu):

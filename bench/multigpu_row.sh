@@ -5,8 +5,8 @@
 # clips CFG-parallel (1.3B, 5B, and the 14B step) against one GPU. Each step has its own time limit
 # inside one deadline; the logs go under $OUT. Built beforehand, here (the GPU machine has no Go):
 #
-#   go build -ldflags='-s -w' -o .gpu/bench ./examples/bench
-#   for p in dit/h3 vae/h3video dit/wan fastvideo; do go test -c -ldflags='-s -w' -o .gpu/$(basename $p).test ./$p; done
+#   bash bench/build_gpu.sh .gpu/bench ./examples/bench
+#   for p in dit/h3 vae/h3video dit/wan fastvideo; do bash bench/build_gpu.sh -test .gpu/$(basename $p).test ./$p; done
 #   OUT=/some/dir G=.gpu FASTVIDEO_FFMPEG=... PART=h3 bash bench/multigpu_row.sh     # repo root as cwd
 #
 # PART=h3 runs the parity tests and the H3 rows, PART=wan the Wan rows: each fits one device command.

@@ -15,7 +15,7 @@ import (
 // the conditional one on the first), and finds the latents equal within the parity tolerance, both
 // memory policies. Built and run on a machine with 2 GPUs (ffmpeg on the PATH):
 //
-//	go test -c -ldflags='-s -w' -o .gpu/fastvideo.test ./fastvideo
+//	bash bench/build_gpu.sh -test .gpu/fastvideo.test ./fastvideo
 //	FASTVIDEO_GPU_TEST=1 .gpu/fastvideo.test -test.run TestCFGParallelOnGPU -test.v
 func TestCFGParallelOnGPU(t *testing.T) {
 	if os.Getenv(testutil.GPUTestEnv) != "1" {

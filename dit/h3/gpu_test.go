@@ -16,7 +16,7 @@ import (
 // TestFixturesOnGPU runs the fixtures on xla:cuda: f32 with TF32 off (exact attention path) at the parity
 // tolerance, and bf16 through the fused cuDNN attention checked loosely against the f32 reference:
 //
-//	go test -c -o .gpu/h3.test ./dit/h3
+//	bash bench/build_gpu.sh -test .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
 	testutil.GPUFixtures(t, "h3_dit", func(t *testing.T, b compute.Backend, fx *testutil.Fixture, dt dtypes.DType) {
@@ -36,7 +36,7 @@ func TestFixturesOnGPU(t *testing.T) {
 // tolerance and reach the SNR floors (40 dB INT8, 18 dB INT4) against the dense reference outputs; in
 // bf16 the default dispatch must reach the same floors:
 //
-//	go test -c -o .gpu/h3.test ./dit/h3
+//	bash bench/build_gpu.sh -test .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestQuantizedOnGPU -test.v
 func TestQuantizedOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda,tf32=false")
@@ -80,11 +80,12 @@ func TestQuantizedOnGPU(t *testing.T) {
 // TestFP8OnGPU runs the fixtures with Options.FP8 on xla:cuda in bf16: the emulated graph must reach the
 // FP8 SNR floor against the reference, and the native F8E4M3FN graph, where the backend declares the
 // dtype, must match the emulation at the bf16 tolerance; where it does not (go-xla v0.4.1 writes no f8
-// type into StableHLO), the native graph must be refused. Both cases, the second with the patched build:
+// type into StableHLO), the native graph must be refused. Both cases: the first with a plain build, the
+// second with the GPU build:
 //
-//	go test -c -o .gpu/h3.test ./dit/h3
+//	go test -c -o .gpu/h3_plain.test ./dit/h3
 //	bash bench/build_gpu.sh -test .gpu/h3_f8.test ./dit/h3
-//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestFP8OnGPU -test.v
+//	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3_plain.test -test.run TestFP8OnGPU -test.v  # then h3_f8.test
 func TestFP8OnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")
 	testutil.ForEachFixture(t, "h3_dit", func(t *testing.T, fx *testutil.Fixture) {

@@ -15,7 +15,7 @@ import (
 // model on one GPU at the parity tolerance, and against the fixture; the traced block outputs (device
 // 0's) too. Built and run on a machine with 2 GPUs:
 //
-//	go test -c -ldflags='-s -w' -o .gpu/h3.test ./dit/h3
+//	bash bench/build_gpu.sh -test .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelOnGPU -test.v
 func TestTensorParallelOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
@@ -56,7 +56,7 @@ func TestTensorParallelBF16OnGPU(t *testing.T) {
 // per GPU at the fixture's size, each with its rows of the gate) in float32 with TF32 off, against
 // FastVideo's VSA outputs:
 //
-//	go test -c -o .gpu/h3.test ./dit/h3
+//	bash bench/build_gpu.sh -test .gpu/h3.test ./dit/h3
 //	cd dit/h3 && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3.test -test.run TestTensorParallelVSAOnGPU -test.v
 func TestTensorParallelVSAOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)

@@ -13,7 +13,7 @@ import (
 // tolerance in f32 with TF32 off, twice (the second reuses its compiled programs), and both agree with
 // the fixture. Built and run on a machine with 2 GPUs:
 //
-//	go test -c -ldflags='-s -w' -o .gpu/wan.test ./dit/wan
+//	bash bench/build_gpu.sh -test .gpu/wan.test ./dit/wan
 //	cd dit/wan && FASTVIDEO_GPU_TEST=1 ../../.gpu/wan.test -test.run TestReplicaOnGPU -test.v
 func TestReplicaOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)

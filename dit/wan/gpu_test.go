@@ -13,7 +13,7 @@ import (
 // TestFixturesOnGPU runs the fixtures on xla:cuda: f32 with TF32 off (exact attention path) at the parity
 // tolerance, and bf16 through the fused cuDNN attention checked loosely against the f32 reference:
 //
-//	go test -c -o .gpu/wan.test ./dit/wan
+//	bash bench/build_gpu.sh -test .gpu/wan.test ./dit/wan
 //	cd dit/wan && FASTVIDEO_GPU_TEST=1 ../../.gpu/wan.test -test.run TestFixturesOnGPU -test.v
 func TestFixturesOnGPU(t *testing.T) {
 	testutil.GPUFixtures(t, "wan_dit", func(t *testing.T, b compute.Backend, fx *testutil.Fixture, dt dtypes.DType) {

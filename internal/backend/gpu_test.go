@@ -18,7 +18,7 @@ import (
 
 // TestCUDADiscovery runs New("xla:cuda")'s steps with no manual environment setup on a GPU machine:
 //
-//	go test -c -o .gpu/backend.test ./internal/backend
+//	bash bench/build_gpu.sh -test .gpu/backend.test ./internal/backend
 //	FASTVIDEO_GPU_TEST=1 ./.gpu/backend.test -test.run TestCUDADiscovery -test.v
 func TestCUDADiscovery(t *testing.T) {
 	if os.Getenv("FASTVIDEO_GPU_TEST") != "1" {

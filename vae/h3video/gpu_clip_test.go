@@ -13,7 +13,7 @@ import (
 // off) at the parity tolerance; a second decode reuses the placed weights and compiled programs.
 // Built and run on a machine with 2 GPUs:
 //
-//	go test -c -ldflags='-s -w' -o .gpu/h3video.test ./vae/h3video
+//	bash bench/build_gpu.sh -test .gpu/h3video.test ./vae/h3video
 //	cd vae/h3video && FASTVIDEO_GPU_TEST=1 ../../.gpu/h3video.test -test.run TestClipParallelOnGPU -test.v
 func TestClipParallelOnGPU(t *testing.T) {
 	b := testutil.MultiGPUBackend(t, "xla:cuda,tf32=false", 2)
