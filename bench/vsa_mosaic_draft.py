@@ -31,6 +31,13 @@
 # asks for by name; --semantics lane is the older default, a fallback should the Warpgroup lowering
 # reject something here.
 #
+# Read against JAX 0.11.1's source (jax/_src/pallas/mosaic_gpu/, the FA3 kernel, tests/pallas/mosaic_gpu_test.py
+# test_multiple_of, which reads a GMEM int32 and slices a TMA with it under both semantics): every name and
+# argument used exists in that form. Against the committed Triton kernel it computes upstream's math (scale,
+# column mask, online softmax, 1/l) but walks every key tile at 64 rows (no classes), computes the prefix
+# query tiles too, and writes head-major rows with their pads rather than through the slot map: the graph
+# would need that scatter, or the kernel the slot map, before it could replace the Triton kernel.
+#
 #   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [--index-from gmem|smem] [--semantics warpgroup|lane] [GEOMETRY ...]
 #   # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling
 import argparse, math, os, sys
@@ -139,7 +146,9 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
                     return acc_ref[...]
                 qk = pl.run_scoped(qk_of, plgpu.ACC((T, T), jnp.float32))
                 plgpu.barrier_arrive(k_free.at[b])
-                qk = jnp.where(cols < rows, qk, -jnp.inf)
+                # A finite mask, as the Triton kernel's: with -inf a tile of no valid rows (a pad slot of
+                # the graph's lists) makes the row max -inf and exp2(-inf - -inf) a NaN.
+                qk = jnp.where(cols < rows, qk, G.MASKED)
                 m_ij = jnp.maximum(m_i, qk.max(axis=1) * scale)
                 alpha = jnp.exp2(m_i - m_ij)
                 p = jnp.exp2(qk * scale - lax.broadcast_in_dim(m_ij, qk.shape, [0]))
@@ -173,11 +182,18 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
                 await_lists(w)
             counts = [count_of(0), count_of(1)]
 
-            def load(w, j):
-                kv = key_tile(w, j)
+            def load(w, j, wait=False):
+                # The row offset stays kv·T: the Warpgroup lowering must prove a TMA offset into a tiled
+                # ref a multiple of the tiling, which it does for a product by 64 (not for an offset read
+                # from a table). On a refill K goes as soon as the step `steps` before has read its K
+                # (the first product), and V after its V, as attention_mgpu.py's producer does.
+                rows = pl.ds(key_tile(w, j) * T, T)
                 b = ring(w, j)
-                rows = pl.ds(kv * T, T)
+                if wait:
+                    plgpu.barrier_wait(k_free.at[b])
                 plgpu.copy_gmem_to_smem(k_ref.at[head, rows], k_smem.at[b], k_ready.at[b])
+                if wait:
+                    plgpu.barrier_wait(v_free.at[b])
                 plgpu.copy_gmem_to_smem(v_ref.at[head, rows], v_smem.at[b], v_ready.at[b])
 
             for j in range(steps):  # fill the rings
@@ -187,12 +203,7 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
             @pl.loop(steps, jnp.maximum(counts[0], counts[1]))
             def _refill(j):
                 for w in (0, 1):
-                    @pl.when(j < counts[w])
-                    def _():
-                        b = ring(w, j)
-                        plgpu.barrier_wait(k_free.at[b])  # the step `steps` before is done with the buffers
-                        plgpu.barrier_wait(v_free.at[b])
-                        load(w, j)
+                    pl.when(j < counts[w])(lambda w=w: load(w, j, wait=True))
 
     def entry(q_ref, k_ref, v_ref, *refs):
         tiling, swizzle = plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128)
