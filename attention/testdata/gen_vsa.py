@@ -39,7 +39,6 @@ import sys
 import types
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 
 SRC = os.environ.get("FASTVIDEO_SRC", "")
