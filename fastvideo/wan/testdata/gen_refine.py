@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import sys
-import types
 
 import numpy as np
 import torch
