@@ -10,7 +10,8 @@
 #   4. draft_gmem.log, draft_smem.log   VSA's fine stage as a Mosaic GPU kernel (bench/vsa_mosaic_draft.py,
 #                   never run before), once a way its loops get the key lists (--index-from gmem, smem), each
 #                   on its own so that one that fails leaves the other's result; draft_lane.log when both
-#                   failed without hanging (a lowering error, not a deadlock): the GMEM one under Lane semantics
+#                   failed without hanging (a lowering error, not a deadlock): the GMEM one under Lane semantics;
+#                   draft_pingpong.log when the GMEM one ran: its compute warpgroups taking turns (--pingpong)
 #   5. x264.log     the encoder's tail at the decoder's pace on this host, on noise and on frames with structure
 #                   (bench/x264_tail.py; the latter with the PSNR each setting keeps), when FF is set
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
@@ -61,6 +62,8 @@ for s in $STEPS; do
        echo "4 mosaic VSA draft, lists from $from rc $rc"; draft_report "$OUT/draft_$from.log"
      done
      case "$rcs " in
+     " 0 "*) timeout 100 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" --pingpong $DRAFT_GEOMETRIES > "$OUT/draft_pingpong.log" 2>&1
+        echo "4 mosaic VSA draft, lists from gmem, warpgroups taking turns rc $?"; draft_report "$OUT/draft_pingpong.log" ;;
      *" 0 "*|*" 124 "*) ;;
      *) timeout 100 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" --semantics lane $DRAFT_GEOMETRIES > "$OUT/draft_lane.log" 2>&1
         echo "4 mosaic VSA draft, lists from gmem, Lane semantics rc $?"; draft_report "$OUT/draft_lane.log" ;;

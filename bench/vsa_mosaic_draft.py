@@ -38,7 +38,7 @@
 # query tiles too, and writes head-major rows with their pads rather than through the slot map: the graph
 # would need that scatter, or the kernel the slot map, before it could replace the Triton kernel.
 #
-#   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [--index-from gmem|smem] [--semantics warpgroup|lane] [GEOMETRY ...]
+#   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [--index-from gmem|smem] [--semantics warpgroup|lane] [--pingpong] [GEOMETRY ...]
 #   # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling
 import argparse, math, os, sys
 
@@ -74,8 +74,10 @@ def staged_table(idx, num, valid):
     return jnp.stack([pad(idx), pad(valid), pad(num[:, :, None])], axis=2)
 
 
-def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
+def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
     # lists: (idx, num, valid), read from GMEM in the loops, or staged_table's table, staged in SMEM.
+    # pingpong: the two compute warpgroups take turns on the tensor cores, one's products while the
+    # other's softmax, through a barrier both arrive at (attention_mgpu.py's schedule_barrier).
     h, s, d = q.shape
     staged = not isinstance(lists, tuple)
     tiles = lists.shape[1] if staged else lists[0].shape[1]
@@ -86,7 +88,12 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
     def kernel(q_ref, k_ref, v_ref, list_refs, out_ref, scoped):
         head, pair = lax.axis_index("heads"), lax.axis_index("pairs")
         wg = lax.axis_index("wg")
-        (q_smem, k_smem, v_smem), (k_ready, v_ready, q_ready), (k_free, v_free), stage = scoped
+        (q_smem, k_smem, v_smem), (k_ready, v_ready, q_ready), (k_free, v_free), stage, turn = scoped
+
+        def take_turn():
+            if pingpong:
+                plgpu.barrier_arrive(turn)
+                plgpu.barrier_wait(turn)
 
         def tile_of(w):
             return pair * 2 + w
@@ -134,6 +141,8 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
             l_i = plgpu.layout_cast(jnp.full((T,), 0, jnp.float32), plgpu.Layout.WGMMA.reduce(1))
             acc = plgpu.layout_cast(jnp.full((T, D), 0, jnp.float32), plgpu.Layout.WGMMA)
             cols = plgpu.broadcasted_iota(jnp.int32, (T, T), 1, layout=plgpu.Layout.WGMMA)
+            if pingpong:
+                pl.when(wg == 1)(take_turn)  # warpgroup 0 goes first
 
             def step(j, carry):
                 acc, m_i, l_i = carry
@@ -143,6 +152,7 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
 
                 def qk_of(acc_ref):
                     plgpu.wgmma(acc_ref, q_tile, plgpu.transpose_ref(k_smem.at[b], (1, 0)))
+                    take_turn()
                     return acc_ref[...]
                 qk = pl.run_scoped(qk_of, plgpu.ACC((T, T), jnp.float32))
                 plgpu.barrier_arrive(k_free.at[b])
@@ -154,7 +164,12 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
                 p = jnp.exp2(qk * scale - lax.broadcast_in_dim(m_ij, qk.shape, [0]))
                 acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
                 l_i = l_i * alpha + p.sum(axis=1)
-                plgpu.barrier_wait(v_ready.at[b])
+                if pingpong:  # done with the softmax; wait for V and for the tensor cores
+                    plgpu.barrier_arrive(turn)
+                    plgpu.barrier_wait(v_ready.at[b])
+                    plgpu.barrier_wait(turn)
+                else:
+                    plgpu.barrier_wait(v_ready.at[b])
 
                 def pv_of(acc_ref):
                     plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[b])
@@ -163,6 +178,18 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
                 return acc, m_ij, l_i
 
             acc, m_i, l_i = lax.fori_loop(0, n, step, (acc, m_i, l_i))
+            if pingpong:
+                # The partner may list more tiles (or this one none: an odd last pair): its every step
+                # takes two turns, which this warpgroup must still arrive at, as attention_mgpu.py's
+                # causal epilogue does.
+                await_lists(1 - wg)
+                longest = jnp.maximum(count_of(0), count_of(1))
+
+                def idle(j, _):
+                    take_turn()
+                    take_turn()
+                lax.fori_loop(n, longest, idle, None)
+                pl.when(wg == 0)(take_turn)
 
             @pl.when(t < tiles)
             def _write():
@@ -220,6 +247,7 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup"):
             (plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2 * steps), plgpu.Barrier(num_barriers=2)),
             (plgpu.Barrier(num_arrivals=1, num_barriers=2 * steps),) * 2,
             stage,
+            plgpu.Barrier(num_arrivals=2) if pingpong else None,
             collective_axes="wg",
         )
 
@@ -240,15 +268,16 @@ def main():
     ap.add_argument("--index-from", choices=("gmem", "smem"), default="gmem",
                     help="where the loops read the key lists: the GMEM operands, or a table staged in SMEM")
     ap.add_argument("--semantics", choices=tuple(SEMANTICS), default="warpgroup", help="Mosaic GPU lowering semantics")
+    ap.add_argument("--pingpong", action="store_true", help="the compute warpgroups take turns on the tensor cores")
     args, cases = parse(ap)
     for c in cases:
-        label = f"{c.label} [{args.index_from}, {args.semantics}]"
+        label = f"{c.label} [{args.index_from}, {args.semantics}{', pingpong' if args.pingpong else ''}]"
         valid_rows = np.arange(c.tiles * T) % T < np.repeat(c.sizes, T)  # the valid slots of every tile
         lists = (jnp.asarray(c.idx[0]), jnp.asarray(c.num[0]), jnp.asarray(c.sizes[c.idx[0]].astype(np.int32)))
         if args.index_from == "smem":
             lists = staged_table(*lists)
         ops = [c.q[0], c.k[0], c.v[0], lists]
-        f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps, semantics=args.semantics))
+        f = jax.jit(lambda *a: vsa_mosaic(*a, steps=args.steps, semantics=args.semantics, pingpong=args.pingpong))
         err = float(np.abs(np.asarray(f(*ops), np.float32) - c.want)[:, valid_rows].max())
         t_up, t = G.timed(c.upstream, 20), G.timed(lambda: f(*ops), 20)
         print(f"{label}: mosaic draft {t * 1e3:.3f} ms ({c.flops() / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms; "
