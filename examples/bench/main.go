@@ -15,12 +15,11 @@ import (
 	"sort"
 	"strings"
 
-	"fastvideo/internal/graphexec"
-
 	"github.com/gomlx/compute"
 
 	"fastvideo/attention"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/graphexec"
 	"fastvideo/quant"
 )
 

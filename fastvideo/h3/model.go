@@ -14,14 +14,13 @@ import (
 	"fmt"
 	"sort"
 
-	"fastvideo/internal/weights"
-
 	h3dit "fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/qwen3vl"
+	"fastvideo/internal/weights"
 	"fastvideo/schedule"
 	"fastvideo/vae/h3audio"
 	"fastvideo/vae/h3video"

@@ -15,13 +15,12 @@ import (
 	"sort"
 	"strings"
 
-	"fastvideo/internal/weights"
-
 	wandit "fastvideo/dit/wan"
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
 	"fastvideo/internal/textenc/umt5"
+	"fastvideo/internal/weights"
 	"fastvideo/schedule"
 	wanvae "fastvideo/vae/wan"
 )
