@@ -40,7 +40,7 @@
 #
 #   python3 bench/vsa_mosaic_draft.py --upstream DIR [--steps 2] [--index-from gmem|smem] [--semantics warpgroup|lane] [--pingpong] [GEOMETRY ...]
 #   # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling
-import argparse, math, os, sys
+import argparse, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "attention", "testdata"))
@@ -55,8 +55,7 @@ import jax.experimental.pallas.mosaic_gpu as plgpu
 import gen_vsa_triton as G  # noqa: E402
 from vsa_inputs import parse  # noqa: E402
 
-T, D = 64, 128
-LOG2E = math.log2(math.e)
+T, D, SCALE = G.T, G.D, G.SCALE  # the Triton kernel's tile rows, head width and scores to base 2
 SEMANTICS = {"warpgroup": plgpu.LoweringSemantics.Warpgroup, "lane": plgpu.LoweringSemantics.Lane}
 # Rows of staged_table's per-tile block.
 KEYS, ROWS, COUNT = 0, 1, 2
@@ -83,7 +82,6 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
     tiles = lists.shape[1] if staged else lists[0].shape[1]
     assert d == D and s == tiles * T, (q.shape, tiles)
     dtype = q.dtype
-    scale = LOG2E / math.sqrt(D)  # scores to base 2, folded into one multiply-add with the running max
 
     def kernel(q_ref, k_ref, v_ref, list_refs, out_ref, scoped):
         head, pair = lax.axis_index("heads"), lax.axis_index("pairs")
@@ -159,9 +157,10 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
                 # A finite mask, as the Triton kernel's: with -inf a tile of no valid rows (a pad slot of
                 # the graph's lists) makes the row max -inf and exp2(-inf - -inf) a NaN.
                 qk = jnp.where(cols < rows, qk, G.MASKED)
-                m_ij = jnp.maximum(m_i, qk.max(axis=1) * scale)
+                m_ij = jnp.maximum(m_i, qk.max(axis=1) * SCALE)
                 alpha = jnp.exp2(m_i - m_ij)
-                p = jnp.exp2(qk * scale - lax.broadcast_in_dim(m_ij, qk.shape, [0]))
+                # The scale folded into the exponent: one multiply-add an element with the running max.
+                p = jnp.exp2(qk * SCALE - lax.broadcast_in_dim(m_ij, qk.shape, [0]))
                 acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
                 l_i = l_i * alpha + p.sum(axis=1)
                 if pingpong:  # done with the softmax; wait for V and for the tensor cores
