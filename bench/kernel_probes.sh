@@ -35,6 +35,7 @@ set -u
 STEPS=${STEPS:-"1 2 3 4 5"}
 BIN=${BIN:-.gpu}
 mkdir -p "$OUT" /tmp/probes
+export PYTHONUNBUFFERED=1 # a step killed at its limit keeps what it printed
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
 unpack() { xz -dc "$BIN/$1.xz" > "/tmp/probes/$1" && chmod +x "/tmp/probes/$1"; }
 # The draft's first run: two geometries, so that a slow Mosaic compile fits the 100 s (each geometry compiles
