@@ -26,9 +26,8 @@
 # of bench/stage_ffmpeg.sh, unpacked):
 #   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
 # The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
-# xz'd) or the static ffmpeg (16 MB xz'd), not all three: run the kernel steps carrying the binaries, and
-# step 5 in a call that carries ffmpeg (or after one that unpacked it to /tmp, within the machine's idle
-# release). A device command runs at most 600 s and step 4 alone may take 300 s (a hung draft spends its
+# xz'd), the static ffmpeg (2 MB xz'd) and the bench binary (8 MB) in one call. A device command runs at most
+# 600 s and step 4 alone may take 300 s (a hung draft spends its
 # whole limit), so run STEPS="1 2 3" and STEPS="4" as two calls.
 set -u
 : "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
