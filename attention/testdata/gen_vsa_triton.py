@@ -107,19 +107,25 @@ class Walk:
         return self.v_ref[pl.ds(at, n), :]
 
 
-def step(w, n):
-    # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them).
+def step(w, n, mask=True):
+    # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them). The max is
+    # taken on the raw scores and the scale folded into the exponent, exp2(s*c - m*c): one fused
+    # multiply-add an element where scaling the scores first takes a multiply and a subtract (4-7 % of the
+    # kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md). mask=False drops the pad columns' mask
+    # (exact only where every tile of the class is full; the variants bench times what the mask costs).
     cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
 
     def body(i, carry):
         acc, m, l = carry
         valid, at = w.key(i)
         k = w.k(at, n)
-        s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32) * SCALE
-        s = jnp.where(cols < valid, s, MASKED)
+        s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32)
+        if mask:
+            s = jnp.where(cols < valid, s, MASKED)
         m2 = jnp.maximum(m, jnp.max(s, axis=1))
-        p = jnp.exp2(s - m2[:, None])
-        alpha = jnp.exp2(m - m2)
+        ms = m2 * SCALE
+        p = jnp.exp2(s * SCALE - ms[:, None])
+        alpha = jnp.exp2(m * SCALE - ms)
         v = w.v(at, n)
         acc = acc * alpha[:, None] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return acc, m2, l * alpha + jnp.sum(p, axis=1)
