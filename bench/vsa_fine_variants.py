@@ -48,11 +48,11 @@ def plain(step_of):
     return lambda w, c, n, start, end, carry: lax.fori_loop(start, end, step_of(w, c, n), carry)
 
 
-def scores(w, i, n, cols, mask=True):
+def scores(w, i, n, cols):
     # The raw scores of the list's i-th key tile (its pad columns masked) and where its rows start.
     valid, at = w.key(i)
     s = jnp.dot(w.q, w.k(at, n).T, preferred_element_type=jnp.float32)
-    return (jnp.where(cols < valid, s, G.MASKED) if mask else s), at
+    return jnp.where(cols < valid, s, G.MASKED), at
 
 
 def pv(w, p, at, n):
