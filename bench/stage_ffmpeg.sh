@@ -14,7 +14,8 @@
 set -euo pipefail
 out=$(realpath -m "${1:-.gpu/ffmpeg.xz}")
 pool=http://deb.debian.org/debian/pool/main
-src=ffmpeg_5.1.9.orig.tar.xz
+version=5.1.9
+src=ffmpeg_$version.orig.tar.xz
 src_sha=d9b593bb2ba93d4b50f74177e0cdcd41747e708596367deed0c30348a71dd176
 x264=libx264-dev_0.164.3095+gitbaee400-3_amd64.deb
 x264_sha=d884b8961502263879ca0fd9e16fbd4527405fcb1a58a9eb1235e81381f6f4f0
@@ -33,7 +34,7 @@ mkdir pc
 lib="$work/x264/usr/lib/x86_64-linux-gnu"
 printf 'Name: x264\nDescription: x264\nVersion: 0.164.3095\nLibs: -L%s -lx264\nLibs.private: -lpthread -lm -ldl\nCflags: -I%s\n' \
   "$lib" "$work/x264/usr/include" >pc/x264.pc
-cd ffmpeg-5.1.9
+cd "ffmpeg-$version"
 PKG_CONFIG_PATH="$work/pc" ./configure --pkg-config-flags=--static --extra-ldflags=-static \
   --disable-everything --disable-autodetect --disable-network --disable-doc --disable-debug \
   --disable-ffplay --disable-ffprobe --disable-shared --enable-static --enable-gpl --enable-libx264 \
@@ -43,11 +44,12 @@ PKG_CONFIG_PATH="$work/pc" ./configure --pkg-config-flags=--static --extra-ldfla
   --enable-filter=scale,format,aformat,aresample,null,anull,buffer,buffersink,abuffer,abuffersink,trim,atrim,setpts,asetpts \
   --enable-swscale --enable-swresample >configure.log 2>&1 || { tail -20 configure.log >&2; exit 1; }
 make -j"$(nproc)" ffmpeg >make.log 2>&1 || { tail -20 make.log >&2; exit 1; }
-encoders=$(./ffmpeg -hide_banner -encoders 2>/dev/null)
+ff="$work/ffmpeg-$version/ffmpeg"
+encoders=$("$ff" -hide_banner -encoders 2>/dev/null)
 for enc in libx264 aac; do
   grep -q " $enc " <<<"$encoders" || { echo "stage_ffmpeg: the build has no $enc encoder" >&2; exit 1; }
 done
 mkdir -p "$(dirname "$out")"
-xz -T0 -9 -c "$work/ffmpeg-5.1.9/ffmpeg" >"$out.tmp"
+xz -T0 -9 -c "$ff" >"$out.tmp"
 mv "$out.tmp" "$out"
-echo "$out: $("$work/ffmpeg-5.1.9/ffmpeg" -hide_banner -version | head -1 | cut -d' ' -f1-3), $(du -h "$out" | cut -f1) xz'd"
+echo "$out: $("$ff" -hide_banner -version | head -1 | cut -d' ' -f1-3), $(du -h "$out" | cut -f1) xz'd"
