@@ -445,13 +445,21 @@ func TestKeyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	class := func(tile int32) int { return k.keyClass(tl.Sizes[tile]) }
+	class := func(tile int32) int {
+		c := 0
+		for i, n := range k.KeyBlocks {
+			if int(tl.Sizes[tile]) <= n {
+				c = i
+			}
+		}
+		return c
+	}
 	seen := map[int]bool{}
 	for tile := range tl.Sizes {
 		seen[class(int32(tile))] = true
 	}
-	if len(seen) != len(k.KeySizes) {
-		t.Fatalf("the tiling's sizes %v cover classes %v of %v", tl.Sizes, seen, k.KeySizes)
+	if len(seen) != len(k.KeyBlocks) {
+		t.Fatalf("the tiling's sizes %v cover classes %v of %v", tl.Sizes, seen, k.KeyBlocks)
 	}
 	nT, rows, stride := tl.NumTiles(), 40, 9
 	r := rand.New(rand.NewPCG(3, 4))
@@ -468,7 +476,7 @@ func TestKeyOrder(t *testing.T) {
 	})
 	out := exec.MustExec(tensors.FromFlatDataAndDimensions(sel, rows, stride), counts)
 	idx, ends := tensors.MustCopyFlatData[int32](out[0]), tensors.MustCopyFlatData[int32](out[1])
-	nc := len(k.KeySizes)
+	nc := len(k.KeyBlocks)
 	for i := range rows {
 		want := slices.Clone(sel[i*stride : i*stride+int(counts[i])])
 		slices.SortFunc(want, func(a, b int32) int { return cmp.Or(cmp.Compare(class(a), class(b)), cmp.Compare(a, b)) })

@@ -77,10 +77,8 @@ type tritonKernel struct {
 	Tile      int    `json:"tile"`
 	NumWarps  int    `json:"num_warps"`
 	NumStages int    `json:"num_stages"`
-	// KeySizes and KeyBlocks describe the classes of key tile the VSA kernel walks, whole tiles first:
-	// the most valid rows a tile of each class has (a tile belongs to the last class that holds its
-	// valid rows) and the K/V block rows the kernel walks the class with.
-	KeySizes  []int  `json:"key_sizes"`
+	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
+	// first: a tile belongs to the last class whose block holds its valid rows.
 	KeyBlocks []int  `json:"key_blocks"`
 	JAX       string `json:"jax"`
 	Plugin    string `json:"plugin"`
@@ -113,31 +111,18 @@ var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseTritonKernel("vsa_pack_triton.json", vsaPackFile)
 })
 
-// checkKeyBlocks: the classes start at a whole tile and hold ever fewer valid rows, each walked with a
-// block that holds them, blocks never growing and at least the 16 rows of a tensor-core product.
+// checkKeyBlocks: the classes start at a whole tile and shrink, each block at least the 16 rows of a
+// tensor-core product.
 func (k *tritonKernel) checkKeyBlocks(file string) error {
-	ok := len(k.KeySizes) > 0 && len(k.KeySizes) == len(k.KeyBlocks) && k.KeySizes[0] == k.Tile && k.KeyBlocks[0] == k.Tile
-	for c := 1; ok && c < len(k.KeySizes); c++ {
-		ok = k.KeySizes[c] >= 1 && k.KeySizes[c] < k.KeySizes[c-1] && k.KeyBlocks[c] <= k.KeyBlocks[c-1] &&
-			k.KeyBlocks[c] >= 16 && k.KeySizes[c] <= k.KeyBlocks[c]
-	}
-	if !ok {
-		return fmt.Errorf("attention: %s: key classes of sizes %v and blocks %v must start at the tile (%d), the sizes shrinking "+
-			"and each within its block, the blocks never growing and no less than 16; regenerate it with "+
-			"attention/testdata/gen_vsa_triton.py", file, k.KeySizes, k.KeyBlocks, k.Tile)
-	}
-	return nil
-}
-
-// keyClass is the class of a key tile with size valid rows: the last whose tiles may have that many.
-func (k *tritonKernel) keyClass(size int32) int {
-	class := 0
-	for c, n := range k.KeySizes {
-		if int(size) <= n {
-			class = c
+	for i, n := range k.KeyBlocks {
+		if n < 16 || i == 0 && n != k.Tile || i > 0 && n >= k.KeyBlocks[i-1] {
+			return fmt.Errorf("attention: %s: key blocks %v must start at the tile (%d) and shrink to no less than 16", file, k.KeyBlocks, k.Tile)
 		}
 	}
-	return class
+	if len(k.KeyBlocks) == 0 {
+		return fmt.Errorf("attention: %s has no key blocks", file)
+	}
+	return nil
 }
 
 // covers reports whether kernel k (loaded with err) computes attention of dtype with heads of
@@ -295,15 +280,19 @@ func fineGeometryOf(t *Tiling, stride int, slots []int32) fineGeometry {
 }
 
 // keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of
-// them when counts is nil) as the kernel walks them: grouped by class (keyClass), ascending within a
+// them when counts is nil) as the kernel walks them: grouped by class of KeyBlocks, ascending within a
 // group, as [R·K], with the end of each row's groups [R·C]. sizes are the tiles' valid rows.
 func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *Node) {
 	g := sel.Graph()
 	r, kk, nT := sel.Shape().Dim(0), sel.Shape().Dim(1), len(sizes)
-	nc := len(k.KeySizes)
+	nc := len(k.KeyBlocks)
 	classes := make([]int32, nT)
 	for i, size := range sizes {
-		classes[i] = int32(k.keyClass(size))
+		for c, n := range k.KeyBlocks {
+			if int(size) <= n {
+				classes[i] = int32(c)
+			}
+		}
 	}
 	class := Gather(Const(g, classes), ExpandAxes(sel, -1)) // [R, K]
 	if counts != nil {

@@ -17,16 +17,15 @@
 # block took after it.
 #
 # Ragged tiles: a tile's valid rows come first, so a key tile of at most 32 (16) valid rows needs only the
-# first 32 (16) rows of its 64 slots. Each row's list arrives grouped by class (full tiles, then 33-63
-# valid rows, then 17-32, then 1-16; ascending within a class) with the end of each group, and the kernel
-# walks each group with the class's K/V blocks (64, 64, 32, 16 rows), masking pad columns in all but the
-# full tiles: the edge tiles of a 4x4x4 tiling (one frame, or two rows of latents) stop costing a whole
-# 64-row block. Upstream walks every tile at 64 rows, masked; the order of the online softmax's steps is
-# all that differs.
+# first 32 (16) rows of its 64 slots. Each row's list arrives grouped by KEY_BLOCKS class (tiles of more
+# than 32 valid rows, then 17-32, then 1-16; ascending within a class) with the end of each group, and
+# the kernel walks each group with K/V blocks of that many rows: the edge tiles of a 4x4x4 tiling (one
+# frame, or two rows of latents) stop costing a whole 64-row block. Upstream walks every tile at 64 rows;
+# the order of the online softmax's steps is all that differs.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
 #   params  int32[5]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H
-#   ends    int32[H·V·C]      for each (head, query tile), where each of the C = len(KEY_SIZES) groups of
+#   ends    int32[H·V·C]      for each (head, query tile), where each of the C = len(KEY_BLOCKS) groups of
 #                             its list ends (the last is the number of key tiles)
 #   idx     int32[H·V·K]      the key tiles, grouped by class
 #   sizes   int32[S/64]       valid rows of each key tile (1..64)
@@ -76,23 +75,13 @@ SCALE = LOG2E / math.sqrt(D)  # scores to base 2 for exp2
 MASKED = -0.7 * float(np.finfo(np.float32).max)
 
 
-# The classes of key tile, as attention/vsa_triton.go reads them from the kernel file: KEY_SIZES holds the
-# most valid rows a tile of each class has (a tile is in the last class that holds it), KEY_BLOCKS the
-# K/V block rows the class is walked with. Full tiles come first, walked without the valid-row mask: the
-# mask cost 5-7 % of the kernel where every tile is full (bench/vsa_fine_variants.py, BENCHMARKS.md), and
-# most tiles of a tiling are.
-KEY_SIZES = (64, 63, 32, 16)
-KEY_BLOCKS = (64, 64, 32, 16)
+# The K/V block rows of each class of key tile, largest first: a tile is in the last class whose block
+# holds its valid rows (attention/vsa_triton.go reads this list from the kernel file).
+KEY_BLOCKS = (64, 32, 16)
 
 
 def key_class(size):
-    return max(c for c, n in enumerate(KEY_SIZES) if size <= n)
-
-
-def class_masked(c):
-    # Whether a class holds tiles with fewer valid rows than its block (their pad columns need the mask).
-    fewest = KEY_SIZES[c + 1] + 1 if c + 1 < len(KEY_SIZES) else 1
-    return fewest < KEY_BLOCKS[c]
+    return max(c for c, n in enumerate(KEY_BLOCKS) if size <= n)
 
 
 def rows_of(slots, heads, head):
@@ -118,11 +107,12 @@ class Walk:
         return self.v_ref[pl.ds(at, n), :]
 
 
-def step(w, n, mask):
-    # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them; mask=False
-    # where all n are). The max is taken on the raw scores and the scale folded into the exponent,
-    # exp2(s*c - m*c): one fused multiply-add an element where scaling the scores first takes a multiply
-    # and a subtract (4-7 % of the kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md).
+def step(w, n, mask=True):
+    # One step over a key tile with K/V blocks of n rows (the tile's valid rows are among them). The max is
+    # taken on the raw scores and the scale folded into the exponent, exp2(s*c - m*c): one fused
+    # multiply-add an element where scaling the scores first takes a multiply and a subtract (4-7 % of the
+    # kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md). mask=False drops the pad columns' mask
+    # (exact only where every tile of the class is full; the variants bench times what the mask costs).
     cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
 
     def body(i, carry):
@@ -144,7 +134,7 @@ def step(w, n, mask):
 
 def walk_class(w, c, n, start, end, carry):
     # The key tiles of class c (list entries start..end), one a step.
-    return lax.fori_loop(start, end, step(w, n, class_masked(c)), carry)
+    return lax.fori_loop(start, end, step(w, n), carry)
 
 
 def fine_kernel(walk):
@@ -159,7 +149,7 @@ def fine_kernel(walk):
         carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
         start = 0
         for c, n in enumerate(KEY_BLOCKS):
-            end = ends_ref[row * len(KEY_SIZES) + c]
+            end = ends_ref[row * len(KEY_BLOCKS) + c]
             carry = walk(w, c, n, start, end, carry)
             start = end
         acc, _, l = carry
@@ -204,7 +194,7 @@ def operands(q, k, v, idx, num, sizes, slots, first):
     for r, (row, n) in enumerate(zip(idx, num)):
         keys = sorted(row[:n], key=lambda kv: (key_class(sizes[kv]), kv))
         grouped[r, :n] = keys
-        ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_SIZES))]
+        ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
     return [params, np.array(ends, np.int32), grouped.reshape(-1).astype(np.int32), sizes.astype(np.int32),
             slots.astype(np.int32), q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
 
@@ -402,7 +392,7 @@ def main():
     # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
     irs, pack_irs = [], []
     for hh, tt, ss, ll in [(h, nt - first, nt * T, seq), (56, 234, 14976, 14937)]:
-        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((5,), jnp.int32), ((hh * tt * len(KEY_SIZES),), jnp.int32), ((hh * tt * 23,), jnp.int32),
+        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((5,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
                                                           ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
         cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 8, "vsa")
         irs.append(cfg["ir"])
@@ -472,7 +462,7 @@ def main():
         pack_warps, _ = fastest(pack_timings)
         print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
-                           key_blocks=list(KEY_BLOCKS), key_sizes=list(KEY_SIZES))
+                           key_blocks=list(KEY_BLOCKS))
     pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
     with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
         json.dump(pack, fh, indent=1)
