@@ -25,8 +25,9 @@ import torch
 
 from benchutil import timed
 
-# internal/media/writer.go: DefaultPreset, DefaultCRF, DefaultAudioBitrate.
+# internal/media/writer.go: DefaultPreset, DefaultLookahead, DefaultCRF, DefaultAudioBitrate.
 DEFAULT_PRESET = "faster"  # internal/media DefaultPreset: the same encoder work as the Go chain
+DEFAULT_LOOKAHEAD = 10  # with the default preset only; a named preset is libx264's unchanged
 DEFAULT_CRF = 18
 DEFAULT_AUDIO_BITRATE = 192_000
 
@@ -42,7 +43,7 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ffmpeg", default=os.environ.get("FASTVIDEO_FFMPEG") or "ffmpeg",
                     help="ffmpeg executable (default: $FASTVIDEO_FFMPEG, else ffmpeg on PATH); without a usable one "
                          "the mux stage is skipped and the frames go to a host buffer")
-    ap.add_argument("--preset", default=DEFAULT_PRESET, help="libx264 preset (the Go writer's default: faster)")
+    ap.add_argument("--preset", default="", help="libx264 preset (default: the Go writer's, faster with a 10-frame lookahead)")
     ap.add_argument("--crf", type=int, default=DEFAULT_CRF, help="libx264 CRF (the Go writer's default: 18)")
     ap.add_argument("--out", default="", help="folder for the MP4s (default: a temporary folder, removed at the end)")
     ap.add_argument("--smoke", action="store_true", help="2 layers per model and a tiny clip: a quick check that it runs")
@@ -80,7 +81,9 @@ class Mp4Writer:
     def __init__(self, ffmpeg: str, path: str, width: int, height: int, fps: float, preset: str, crf: int,
                  frames: int, audio_rate: int = 0, audio_channels: int = 2, audio_bitrate: int = DEFAULT_AUDIO_BITRATE):
         self.ffmpeg, self.path, self.width, self.height, self.fps = ffmpeg, path, width, height, fps
-        self.preset, self.crf, self.want, self.frames = preset, crf, frames, 0
+        # "" is the Go writer's default encoding (MP4Options.Preset).
+        self.preset, self.lookahead = (preset, 0) if preset else (DEFAULT_PRESET, DEFAULT_LOOKAHEAD)
+        self.crf, self.want, self.frames = crf, frames, 0
         self.audio_rate, self.audio_channels, self.audio_bitrate = audio_rate, audio_channels, audio_bitrate
         stem = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + "." + secrets.token_hex(6))
         self.tmp_final = stem + ".part"
@@ -112,6 +115,8 @@ class Mp4Writer:
         args += ["-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
                  "-c:v", "libx264", "-preset", self.preset, "-crf", str(self.crf),
                  "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+        if self.lookahead:
+            args += ["-x264-params", f"rc-lookahead={self.lookahead}"]
         if audio_input:
             args += ["-c:a", "aac", "-b:a", str(self.audio_bitrate), "-shortest"]
         args += ["-movflags", "+faststart", "-f", "mp4", "-n", "file:" + self.tmp_final]

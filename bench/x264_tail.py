@@ -23,6 +23,8 @@ VARIANTS = {  # name: the x264 and muxer arguments replacing the writer's "-pres
     "faster, no faststart": ["-preset", "faster"],
     "faster, rc-lookahead 10": ["-preset", "faster", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
     "faster, sliced threads": ["-preset", "faster", "-x264-params", "sliced-threads=1", "-movflags", "+faststart"],
+    "faster, 8 threads": ["-preset", "faster", "-threads", "8", "-movflags", "+faststart"],
+    "faster, lookahead 10, 8 thr": ["-preset", "faster", "-threads", "8", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
     "veryfast": ["-preset", "veryfast", "-movflags", "+faststart"],
 }
 
@@ -98,7 +100,7 @@ def main():
         rows = [run(args.ffmpeg, frames, w, h, n, args.fps, extra, args.out) for _ in range(args.rounds)]
         tails = sorted(r[1] for r in rows)
         quality = f"  PSNR {psnr(args.ffmpeg, args.out, raw, w, h)} dB" if args.content == "moving" else ""
-        print(f"{name:26s} last frame {max(r[0] for r in rows):.2f} s  tail " + " / ".join(f"{r[1]:.2f}" for r in rows) +
+        print(f"{name:28s} last frame {max(r[0] for r in rows):.2f} s  tail " + " / ".join(f"{r[1]:.2f}" for r in rows) +
               f" s (median {tails[len(tails) // 2]:.2f})  {rows[-1][2] / 1e6:.2f} MB{quality}", flush=True)
     os.remove(args.out)
     if args.content == "moving":

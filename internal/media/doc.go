@@ -5,8 +5,8 @@
 // to linked codec libraries. That keeps the module free of cgo (the SDK builds with plain
 // `go build` and cross-compiles), keeps GPL/patent-encumbered encoders (libx264) out of our
 // binary, and reuses the exact encoders the upstream FastVideo and MLX runtimes invoke
-// (libx264 CRF 18 yuv420p, AAC 192 kb/s; preset faster by default, medium as upstream on request:
-// see DefaultPreset), so outputs are comparable. The cost is
+// (libx264 CRF 18 yuv420p, AAC 192 kb/s; preset faster with a 10-frame lookahead by default, medium as
+// upstream on request: see DefaultPreset), so outputs are comparable. The cost is
 // a runtime dependency, which is why FindTools and Tools.Check validate it before any model work
 // starts and name the fix (apt-get install ffmpeg, or FASTVIDEO_FFMPEG=/path/to/ffmpeg).
 //

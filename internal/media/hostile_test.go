@@ -104,3 +104,30 @@ func TestSweepStaging(t *testing.T) {
 		t.Errorf("a missing folder: %q, %v", removed, err)
 	}
 }
+
+// The default encoding is preset faster with a 10-frame lookahead; a named preset, faster
+// included, reaches libx264 unchanged.
+func TestEncoderArguments(t *testing.T) {
+	for _, tc := range []struct{ preset, want, absent string }{
+		{"", "-preset faster -crf 18 ", ""},
+		{"", "-x264-params rc-lookahead=10 ", ""},
+		{"faster", "-preset faster -crf 18 ", "-x264-params"},
+		{"medium", "-preset medium -crf 18 ", "-x264-params"},
+	} {
+		dir := t.TempDir()
+		argsFile := filepath.Join(dir, "args")
+		tools := Tools{FFmpeg: fakeFFmpegRunning(t, `echo "$*" >`+argsFile+`; cat >/dev/null; exit 1`, "libx264", "aac")}
+		opts := MP4Options{Path: filepath.Join(dir, "out.mp4"), Width: testW, Height: testH, FPS: testFPS, Preset: tc.preset}
+		if err := writeFrames(t, tools, opts, 1); err == nil {
+			t.Fatalf("preset %q: the fake ffmpeg failed, Close did not", tc.preset)
+		}
+		data, err := os.ReadFile(argsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := string(data)
+		if !strings.Contains(args, tc.want) || tc.absent != "" && strings.Contains(args, tc.absent) {
+			t.Errorf("preset %q: ffmpeg ran with %q, want %q and no %q", tc.preset, args, tc.want, tc.absent)
+		}
+	}
+}
