@@ -48,7 +48,8 @@ type Options struct {
 	// RandomWeights, when set, draws every model's weights from this seed instead of reading
 	// checkpoints (see WithRandomWeights).
 	RandomWeights *int64
-	// X264Preset is libx264's speed preset for the MP4; empty means media.DefaultPreset (faster).
+	// X264Preset is libx264's speed preset for the MP4; empty means media.DefaultPreset (faster,
+	// with media.DefaultLookahead).
 	X264Preset string
 	// Devices is how many accelerators of the host a generation spreads over (see WithDevices);
 	// 0 means one.
@@ -206,9 +207,10 @@ func WithRandomWeights(seed int64) Option {
 	return func(o *Options) error { o.RandomWeights = &seed; return nil }
 }
 
-// WithX264Preset sets libx264's speed preset. The default, faster, is the slowest that keeps pace
-// with the video decoders on a GPU host (media.DefaultPreset); medium is upstream's mux (a file a few
-// percent smaller for the same CRF, at a wait after the last frame).
+// WithX264Preset sets libx264's speed preset. The default, faster with a 10-frame lookahead, is the
+// slowest that keeps pace with the video decoders on a GPU host, with a short wait after the last
+// frame (media.DefaultPreset, media.DefaultLookahead); a named preset, faster included, is libx264's
+// own; medium is upstream's mux (a file a few percent smaller for the same CRF, at a longer wait).
 func WithX264Preset(preset string) Option {
 	return func(o *Options) error {
 		if preset != "" && !slices.Contains(media.X264Presets, preset) {

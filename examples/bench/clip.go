@@ -40,7 +40,7 @@ var (
 	clipDense    = flag.Bool("clip-dense", false, "clip: dense attention forced (VSA off; also the default in a build without the block-sparse kernel)")
 	clipDType    = flag.String("clip-dtype", "", `clip: compute dtype ("": auto; "fp8": FastH3's DiT core linears in float8, the GPU build)`)
 	clipGPUs     = flag.Int("clip-gpus", 1, "clip: accelerators to spread the run over (fastvideo.WithDevices): H3: the DiT tensor-parallel (dense or VSA) and the video VAE's clips round-robin; Wan with guidance (1.3B, 5B, 14B): CFG-parallel on 2")
-	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster)")
+	clipX264     = flag.String("clip-x264-preset", "", "clip: libx264 speed preset (empty: the writer's default, faster with a 10-frame lookahead)")
 	clipImage    = flag.String("clip-image", "", "clip: first-frame image (PNG/JPEG) for image-to-video; times the conditioning encoders")
 	clipLast     = flag.String("clip-last-image", "", "clip: last-frame image (H3 FL2VA)")
 	clipDrift    = flag.Bool("clip-drift", false, "clip: after each variant's timed calls, one more call that returns its frames (not timed); every variant after the first reports its frames' PSNR and mean absolute difference against the first variant's (same seed: what a mode changes, such as VSA or a window against dense)")

@@ -196,7 +196,7 @@ func (c Command) define(fs *flag.FlagSet) *flags {
 			"a built-in model (e.g. fasth3) runs at release size without its download, a folder at the geometry of its configs; "+
 			"the video is noise, the timings are real"),
 		weightsSeed: fs.Int64("weights-seed", 1, "seed of -random-weights"),
-		x264:        fs.String("x264-preset", "", `libx264 speed preset (default: faster, the slowest that keeps pace with the decoders; medium: upstream's, a few % smaller files, a longer wait after the last frame)`),
+		x264:        fs.String("x264-preset", "", `libx264 speed preset (default: faster with a 10-frame lookahead, the slowest that keeps pace with the decoders; a named preset is libx264's own; medium: upstream's, a few % smaller files, a longer wait after the last frame)`),
 		gpus: fs.Int("gpus", 1, "accelerators of this host to spread the run over: H3: the DiT tensor-parallel by heads and FFN width and the video VAE's clips round-robin; "+
 			"Wan with guidance (1.3B, 5B): CFG-parallel on 2 (the unconditional forward on the second device); "+
 			"needs an accelerator backend with that many devices"),
