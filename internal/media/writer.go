@@ -262,19 +262,7 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 	} else {
 		args = append(args, "-an")
 	}
-	args = append(args,
-		// swscale converts RGB with BT.601 coefficients unless told otherwise, while players
-		// assume BT.709 for untagged HD video; convert with BT.709 and tag it, so colors
-		// survive at every resolution. swscale's default fast path is off by up to ~1.5
-		// levels on flat colors; accurate rounding halves that at negligible cost next to x264.
-		"-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
-		"-c:v", "libx264", "-preset", opts.Preset, "-crf", strconv.Itoa(opts.CRF),
-		"-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-	)
-	if opts.lookahead > 0 {
-		args = append(args, "-x264-params", "rc-lookahead="+strconv.Itoa(opts.lookahead))
-	}
-	args = append(args, opts.extraVideoArgs...)
+	args = append(args, opts.videoEncoderArgs()...)
 	if opts.AudioSampleRate > 0 {
 		// The track is fitted to the frames, so -shortest only trims AAC's last partial frame.
 		args = append(args, "-c:a", "aac", "-b:a", strconv.Itoa(opts.AudioBitrate), "-shortest")
@@ -297,6 +285,24 @@ func (t Tools) NewMP4Writer(ctx context.Context, opts MP4Options) (*MP4Writer, e
 	w.proc, w.stdin = p, pw
 	w.stopWatch = context.AfterFunc(ctx, w.onCancel)
 	return w, nil
+}
+
+// videoEncoderArgs are ffmpeg's output options for the video stream: the conversion to the
+// encoder's YUV, libx264's settings and the colour tags.
+func (o MP4Options) videoEncoderArgs() []string {
+	args := []string{
+		// swscale converts RGB with BT.601 coefficients unless told otherwise, while players
+		// assume BT.709 for untagged HD video; convert with BT.709 and tag it, so colors
+		// survive at every resolution. swscale's default fast path is off by up to ~1.5
+		// levels on flat colors; accurate rounding halves that at negligible cost next to x264.
+		"-vf", "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p",
+		"-c:v", "libx264", "-preset", o.Preset, "-crf", strconv.Itoa(o.CRF),
+		"-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+	}
+	if o.lookahead > 0 {
+		args = append(args, "-x264-params", "rc-lookahead="+strconv.Itoa(o.lookahead))
+	}
+	return append(args, o.extraVideoArgs...)
 }
 
 // writeAudioFile writes the audio track, fitted to opts.Frames, to a hidden temporary f32le
