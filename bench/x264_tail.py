@@ -18,10 +18,10 @@ import argparse, os, re, subprocess, time
 # The writer's conversion of its rgb24 frames to the encoder's YUV (internal/media/writer.go).
 TO_YUV = "scale=out_color_matrix=bt709:out_range=tv:flags=accurate_rnd+full_chroma_int,format=yuv420p"
 
-VARIANTS = {  # name: the x264 and muxer arguments replacing the writer's "-preset faster ... +faststart"
-    "faster (default)": ["-preset", "faster", "-movflags", "+faststart"],
+VARIANTS = {  # name: the x264 and muxer arguments after the writer's "-crf 18" (its default: the third)
+    "faster": ["-preset", "faster", "-movflags", "+faststart"],
     "faster, no faststart": ["-preset", "faster"],
-    "faster, rc-lookahead 10": ["-preset", "faster", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
+    "faster, rc-lookahead 10 (default)": ["-preset", "faster", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
     "faster, sliced threads": ["-preset", "faster", "-x264-params", "sliced-threads=1", "-movflags", "+faststart"],
     "faster, 8 threads": ["-preset", "faster", "-threads", "8", "-movflags", "+faststart"],
     "faster, lookahead 10, 8 thr": ["-preset", "faster", "-threads", "8", "-x264-params", "rc-lookahead=10", "-movflags", "+faststart"],
@@ -100,7 +100,7 @@ def main():
         rows = [run(args.ffmpeg, frames, w, h, n, args.fps, extra, args.out) for _ in range(args.rounds)]
         tails = sorted(r[1] for r in rows)
         quality = f"  PSNR {psnr(args.ffmpeg, args.out, raw, w, h)} dB" if args.content == "moving" else ""
-        print(f"{name:28s} last frame {max(r[0] for r in rows):.2f} s  tail " + " / ".join(f"{r[1]:.2f}" for r in rows) +
+        print(f"{name:33s} last frame {max(r[0] for r in rows):.2f} s  tail " + " / ".join(f"{r[1]:.2f}" for r in rows) +
               f" s (median {tails[len(tails) // 2]:.2f})  {rows[-1][2] / 1e6:.2f} MB{quality}", flush=True)
     os.remove(args.out)
     if args.content == "moving":
