@@ -4,7 +4,7 @@
 # 5.1.9 source and Debian's static libx264 (0.164), with only what media.MP4Writer, bench/clipkit.py and
 # the media tests ask for: raw RGB and float32 PCM in, the scale/format filters, libx264 and the native AAC
 # encoder, the MP4 muxer, and the MP4 demuxer with the H.264 and AAC decoders for the tests that read a
-# clip back. About 2 MB xz'd, where a general static build (the npm @ffmpeg-installer 4.1.0 one the rows
+# clip back; and the psnr filter with the null muxer, for bench/x264_tail.py's quality column. About 2 MB xz'd, where a general static build (the npm @ffmpeg-installer 4.1.0 one the rows
 # before session 21 used) is 16 MB: with it the bench binary, ffmpeg and a test binary fit one call's
 # carry (64 MiB with the tracked tree), so the clip row needs no second call inside the warm window.
 # The sources are pinned by SHA-256; the Go writer and the PyTorch chains encode with the same binary.
@@ -40,8 +40,8 @@ PKG_CONFIG_PATH="$work/pc" ./configure --pkg-config-flags=--static --extra-ldfla
   --disable-ffplay --disable-ffprobe --disable-shared --enable-static --enable-gpl --enable-libx264 \
   --enable-protocol=file,pipe \
   --enable-demuxer=rawvideo,pcm_f32le,mov --enable-decoder=rawvideo,pcm_f32le,h264,aac --enable-parser=h264,aac \
-  --enable-encoder=libx264,aac,rawvideo,pcm_f32le --enable-muxer=mp4,mov,rawvideo,pcm_f32le \
-  --enable-filter=scale,format,aformat,aresample,null,anull,buffer,buffersink,abuffer,abuffersink,trim,atrim,setpts,asetpts \
+  --enable-encoder=libx264,aac,rawvideo,pcm_f32le,wrapped_avframe --enable-muxer=mp4,mov,rawvideo,pcm_f32le,null \
+  --enable-filter=scale,format,aformat,aresample,null,anull,buffer,buffersink,abuffer,abuffersink,trim,atrim,setpts,asetpts,psnr \
   --enable-swscale --enable-swresample >configure.log 2>&1 || { tail -20 configure.log >&2; exit 1; }
 make -j"$(nproc)" ffmpeg >make.log 2>&1 || { tail -20 make.log >&2; exit 1; }
 ff="$work/ffmpeg-$version/ffmpeg"
