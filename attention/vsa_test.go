@@ -496,3 +496,32 @@ func TestKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// The fine kernel's unmasked first class runs only where no key tile has 33-63 valid rows: Wan
+// 480x832's latent grid (edges of 2 and 1 latents) and upstream's packing, not FastH3's grid (a
+// 3-latent edge makes 48-row tiles) or a prefix segment with a 40-row tail.
+func TestFirstClassWhole(t *testing.T) {
+	k := &tritonKernel{Tile: 64, KeyBlocks: []int{64, 32, 16}, wholeFirst: []byte{1}}
+	for _, tc := range []struct {
+		name   string
+		prefix []int
+		grid   [3]int
+		want   bool
+	}{
+		{"Wan 480x832x81", nil, [3]int{21, 30, 52}, true},
+		{"FastH3 832x480x124", []int{93, 414}, [3]int{37, 15, 26}, false},
+		{"a 40-row prefix tail", []int{104}, [3]int{4, 4, 4}, false},
+		{"a 32-row prefix tail", []int{96}, [3]int{4, 4, 4}, true},
+	} {
+		tl, err := NewTiling(tc.prefix, tc.grid, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k.firstClassWhole(tl.Sizes); got != tc.want {
+			t.Errorf("%s (tile sizes %v): first class whole %v, want %v", tc.name, slices.Compact(slices.Sorted(slices.Values(tl.Sizes))), got, tc.want)
+		}
+	}
+	if (&tritonKernel{Tile: 64, KeyBlocks: []int{64, 32, 16}}).firstClassWhole([]int32{64}) {
+		t.Error("a kernel file without the whole-first IR chose it")
+	}
+}

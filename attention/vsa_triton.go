@@ -79,10 +79,14 @@ type tritonKernel struct {
 	NumStages int    `json:"num_stages"`
 	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
 	// first: a tile belongs to the last class whose block holds its valid rows.
-	KeyBlocks []int  `json:"key_blocks"`
-	JAX       string `json:"jax"`
-	Plugin    string `json:"plugin"`
-	ir        []byte
+	KeyBlocks []int `json:"key_blocks"`
+	// WholeFirstIR (base64, VSA only) is the same kernel with the first class walked without the
+	// valid-row mask, exact where every tile of that class is whole; call runs it there.
+	WholeFirstIR string `json:"ir_whole_first_class"`
+	JAX          string `json:"jax"`
+	Plugin       string `json:"plugin"`
+	ir           []byte
+	wholeFirst   []byte
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -104,7 +108,13 @@ var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k, k.checkKeyBlocks("vsa_triton.json")
+	if err := k.checkKeyBlocks("vsa_triton.json"); err != nil {
+		return nil, err
+	}
+	if k.wholeFirst, err = base64.StdEncoding.DecodeString(k.WholeFirstIR); err != nil || len(k.wholeFirst) == 0 {
+		return nil, fmt.Errorf("attention: vsa_triton.json has no ir_whole_first_class (%v); regenerate it with testdata/gen_vsa_triton.py", err)
+	}
+	return k, nil
 })
 
 var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
@@ -309,6 +319,26 @@ func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *No
 	return Reshape(Mod(sorted, n), r*kk), Reshape(Stack(groups, -1), r*nc)
 }
 
+// firstClassWhole reports whether every key tile of the first class (more valid rows than the second
+// class's block) is whole, so that the kernel's WholeFirstIR computes the same attention unmasked: true
+// of upstream's packing (64-row tiles, the last one short) and of 4x4x4 tilings whose ragged edges hold
+// at most half a tile (Wan 480x832's latent grid), not of FastH3's (48-row edge tiles).
+func (k *tritonKernel) firstClassWhole(sizes []int32) bool {
+	if k.wholeFirst == nil {
+		return false
+	}
+	second := 0
+	if len(k.KeyBlocks) > 1 {
+		second = k.KeyBlocks[1]
+	}
+	for _, n := range sizes {
+		if int(n) > second && int(n) != k.Tile {
+			return false
+		}
+	}
+	return true
+}
+
 // call launches the fine kernel with the operands testdata/gen_vsa_triton.py documents: each head's
 // tile-padded rows of q, k, v [H·Rows, D] (the pack kernel's copies), the key tile lists idx
 // [H·Tiles·Stride] grouped by class with their groups' ends [H·Tiles·C] (keyOrder); the result is the
@@ -317,7 +347,11 @@ func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v *Node) (*Node,
 	g := q.Graph()
 	h, d := q.Shape().Dim(0)/geo.Rows, q.Shape().Dim(1)
 	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h)})
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	ir := k.ir
+	if k.firstClassWhole(geo.Sizes) {
+		ir = k.wholeFirst
+	}
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
 	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v},
 		[]shapes.Shape{shapes.Make(q.DType(), geo.Seq*h, d)})
 	if err != nil {

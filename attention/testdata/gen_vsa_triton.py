@@ -21,7 +21,9 @@
 # than 32 valid rows, then 17-32, then 1-16; ascending within a class) with the end of each group, and
 # the kernel walks each group with K/V blocks of that many rows: the edge tiles of a 4x4x4 tiling (one
 # frame, or two rows of latents) stop costing a whole 64-row block. Upstream walks every tile at 64 rows;
-# the order of the online softmax's steps is all that differs.
+# the order of the online softmax's steps is all that differs. The kernel file holds a second IR of the
+# same kernel, ir_whole_first_class (walk_whole_first): the first class walked without the mask, which
+# attention/vsa_triton.go runs where every tile of that class is whole.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
 #   params  int32[5]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H
@@ -53,7 +55,8 @@
 # DIR holds block_sparse_attn_triton.py from FastVideo (fastvideo-kernel, above), imported unchanged.
 # Writes attention/vsa_triton.json and attention/vsa_pack_triton.json (the kernels) and
 # attention/testdata/vsa_triton.{json,safetensors} (inputs with ragged tiles in a shuffled slot map, a row
-# that selects every key tile and one that selects one, several heads; upstream's output and ours), and
+# that selects every key tile and one that selects one, several heads; upstream's output and ours) and
+# vsa_triton_whole.* (the same with every tile of the first class whole: the second IR's case), and
 # with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
 import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
 
@@ -135,6 +138,14 @@ def step(w, n, mask=True):
 def walk_class(w, c, n, start, end, carry):
     # The key tiles of class c (list entries start..end), one a step.
     return lax.fori_loop(start, end, step(w, n), carry)
+
+
+def walk_whole_first(w, c, n, start, end, carry):
+    # walk_class without the mask in the first class: exact where every tile of that class is whole (no
+    # tile of 33-63 valid rows), as in upstream's packing (64-row tiles, the last one short) and our Wan
+    # tilings. The mask cost the kernel 4-9 % there (bench/vsa_fine_variants.py's nomask64, BENCHMARKS.md);
+    # a fourth class for the whole tiles, one kernel for every tiling, lost 20-36 % (BENCHMARKS.md, session 22).
+    return lax.fori_loop(start, end, step(w, n, mask=c != 0), carry)
 
 
 def fine_kernel(walk):
@@ -335,6 +346,24 @@ def timed(fn, n):
 CONFIGS = [(4, 2), (4, 3), (4, 4), (4, 5), (4, 6), (8, 2), (8, 3), (8, 4)]
 
 
+def check_parity(label, walk, q, k, v, idx, num, sizes, slots, seq, first, want, up):
+    # The fine kernel with walk at every launch setting against float32 attention and upstream's output.
+    h, nt = q.shape[1], len(sizes)
+    video = slots[first * T:] >= 0
+    for warps, stages in CONFIGS:
+        try:
+            f = jax.jit(vsa_call(h, nt - first, seq, warps, stages, walk))
+            ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first)), slots, h, first)
+        except Exception as e:  # a configuration the compiler refuses (shared memory); the bench skips it too
+            print(f"parity{label} warps={warps} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        e_ref = float(np.abs(ours - want)[:, video].max())
+        e_up = float(np.abs(ours - up)[:, video].max())
+        print(f"parity{label} warps={warps} stages={stages}: vs float32 reference {e_ref:.3g}, vs upstream {e_up:.3g}, "
+              f"upstream vs reference {float(np.abs(up - want)[:, video].max()):.3g}")
+        assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
@@ -365,19 +394,7 @@ def main():
     slots, seq = slot_map(rng, sizes, first)
     want = reference(q, k, v, idx, num, sizes, first)
     up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
-    video = slots[first * T:] >= 0
-    for warps, stages in CONFIGS:
-        try:
-            f = jax.jit(vsa_call(h, nt - first, seq, warps, stages))
-            ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first)), slots, h, first)
-        except Exception as e:  # a configuration the compiler refuses (shared memory); the bench skips it too
-            print(f"parity warps={warps} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
-            continue
-        e_ref = float(np.abs(ours - want)[:, video].max())
-        e_up = float(np.abs(ours - up)[:, video].max())
-        print(f"parity warps={warps} stages={stages}: vs float32 reference {e_ref:.3g}, vs upstream {e_up:.3g}, "
-              f"upstream vs reference {float(np.abs(up - want)[:, video].max()):.3g}")
-        assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
+    check_parity("", walk_class, q, k, v, idx, num, sizes, slots, seq, first, want, up)
 
     # The pack kernel on the same tiling: the copies bit for bit, the means to float32 rounding.
     x = bf16(rng, (seq, h, D))
@@ -389,14 +406,30 @@ def main():
     print(f"pack parity: copies max diff {e_packed:.3g}, means max diff {e_pooled:.3g}")
     assert e_packed == 0 and e_pooled < 1e-5, "the pack kernel disagrees"
 
+    # The whole-first-class kernel's case (its own draws, so the first case's stay as they were): the same
+    # shape with the 40-row tile whole, so every tile of 33-64 valid rows is whole; the 17- and 12-row
+    # tiles keep the other classes walked, and masked.
+    wrng = np.random.default_rng(1)
+    wsizes = np.array([64, 64, 64, 12, 64, 64, 17], np.int32)
+    wcounts = wrng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
+    wcounts[0, first], wcounts[0, first + 1] = nt, 1
+    widx, wnum = random_lists(wrng, h, nt, nt, wcounts)
+    wq, wk, wv = (bf16(wrng, (1, h, nt * T, D)) for _ in range(3))
+    wslots, wseq = slot_map(wrng, wsizes, first)
+    wwant = reference(wq, wk, wv, widx, wnum, wsizes, first)
+    wup = as_np(run_upstream(wq, wk, wv, widx, wnum, wsizes))[0][:, first * T:]
+    check_parity(" (whole first class)", walk_whole_first, wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant, wup)
+
     # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
-    irs, pack_irs = [], []
+    irs, whole_irs, pack_irs = [], [], []
     for hh, tt, ss, ll in [(h, nt - first, nt * T, seq), (56, 234, 14976, 14937)]:
         shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((5,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
                                                           ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
         cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 8, "vsa")
         irs.append(cfg["ir"])
         print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
+        cfg, _, _ = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3, walk_whole_first)).lower(*shapes).as_text(), 8, "vsa")
+        whole_irs.append(cfg["ir"])
         pshapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((2,), jnp.int32), ((ss,), jnp.int32), ((ll * hh, D), jnp.bfloat16)]]
         cfg, api, other = lowered_triton_call(jax.jit(pack_call(hh, ss // T, 4, 1)).lower(*pshapes).as_text(), 3, "vsa_pack")
         pack_irs.append(cfg["ir"])
@@ -462,7 +495,7 @@ def main():
         pack_warps, _ = fastest(pack_timings)
         print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
-                           key_blocks=list(KEY_BLOCKS))
+                           key_blocks=list(KEY_BLOCKS), ir_whole_first_class=base64.b64encode(whole_irs[1]).decode())
     pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
     with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
         json.dump(pack, fh, indent=1)
@@ -478,6 +511,11 @@ def main():
                     "out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on (only the valid slots "
                     "count); out_reference is float32 attention of the bfloat16 inputs"}
     write_outputs(args.out, "vsa_triton", kernel, tensors, meta)
+    tensors = {"q": bf(wq), "k": bf(wk), "v": bf(wv), "q2k_index": torch.from_numpy(widx), "q2k_num": torch.from_numpy(wnum),
+               "variable_block_sizes": torch.from_numpy(wsizes), "slots": torch.from_numpy(wslots),
+               "out_upstream": bf(wup), "out_reference": torch.from_numpy(wwant)}
+    meta["note"] += "; every tile of 33-64 valid rows is whole, so the kernel file's ir_whole_first_class runs it"
+    write_fixture(args.out, "vsa_triton_whole", tensors, meta)
 
 
 def fastest(timings):
@@ -509,13 +547,18 @@ def kernel_record(generator, name, warps, stages, irs, timings, **extra):
 
 def write_outputs(out, name, kernel, tensors, meta):
     # OUT/NAME.json (the kernel) and OUT/testdata/NAME.{safetensors,json} (the fixture, meta as its refgen).
-    from safetensors.torch import save_file
     with open(os.path.join(out, name + ".json"), "w") as fh:
         json.dump(kernel, fh, indent=1)
+    write_fixture(out, name, tensors, meta)
+
+
+def write_fixture(out, name, tensors, meta):
+    # OUT/testdata/NAME.{safetensors,json}.
+    from safetensors.torch import save_file
     save_file(tensors, os.path.join(out, "testdata", name + ".safetensors"), metadata={"refgen": json.dumps(meta)})
     with open(os.path.join(out, "testdata", name + ".json"), "w") as fh:
         json.dump(meta, fh, indent=1)
-    print("wrote", os.path.join(out, name + ".json"), "and testdata/" + name + ".*")
+    print("wrote", os.path.join(out, "testdata", name + ".*"))
 
 
 if __name__ == "__main__":
