@@ -103,6 +103,21 @@ func MaxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
+// MaxBF16Steps is the largest difference between got and want in bfloat16 steps: each value's
+// |got - want| over the spacing of bfloat16 numbers at the larger magnitude of the two, never less
+// than the spacing just below 1 (2^-8), so that a value near zero is held to the same absolute bound
+// as one near 1/2. A kernel that rounds its bf16 output once lands within one step of another that
+// does; a fixed 2^-8 would call a one-step difference at 1.1 (a step of 2^-7 there) two.
+func MaxBF16Steps(got, want []float32) float64 {
+	m := 0.0
+	for i := range got {
+		g, w := float64(got[i]), float64(want[i])
+		_, exp := math.Frexp(math.Max(math.Max(math.Abs(g), math.Abs(w)), 0.5))
+		m = math.Max(m, math.Abs(g-w)/math.Ldexp(1, exp-8))
+	}
+	return m
+}
+
 // AssertBitExact fails the test at the first value of got whose bits differ from want's, or on a
 // length mismatch: for results that must be bit-identical to the reference, not merely close.
 func AssertBitExact(t testing.TB, label string, got, want []float32) {

@@ -102,3 +102,21 @@ func TestCaptureSlog(t *testing.T) {
 		t.Errorf("a second Take = %q, want nothing", got)
 	}
 }
+
+func TestMaxBF16Steps(t *testing.T) {
+	for _, c := range []struct {
+		got, want float32
+		steps     float64
+	}{
+		{1.09375, 1.1015625, 1}, // adjacent bf16 values above 1: a step of 2^-7
+		{1, 1.015625, 2},
+		{0.5, 0.50390625, 1}, // below 1 a step is 2^-8
+		{0, 0.00390625, 1},   // near zero the bound stays 2^-8, not the tiny spacing there
+		{-3, -3.015625, 1},   // [2, 4): 2^-6
+		{0.25, 0.25, 0},
+	} {
+		if got := MaxBF16Steps([]float32{c.got}, []float32{c.want}); got != c.steps {
+			t.Errorf("MaxBF16Steps(%g, %g) = %g, want %g", c.got, c.want, got, c.steps)
+		}
+	}
+}
