@@ -162,7 +162,7 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 			g := q.Graph()
 			bf := func(x *Node) *Node { return Reshape(ConvertDType(x, dtypes.BFloat16), h*rows, d) }
 			lists, ends := kernel.keyOrder(Reshape(Const(g, idx), h*geo.Tiles, stride), Const(g, num), geo.Sizes)
-			out, err := kernel.call(geo, ends, lists, bf(q), bf(k), bf(v))
+			out, err := kernel.call(geo, ends, lists, bf(q), bf(k), bf(v), nil, nil)
 			if err != nil {
 				panic(err)
 			}

@@ -109,9 +109,14 @@ func attendSparse(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 // gated adds the compression branch to out [1, L, H, D]: each row gets its tile's softmax(scores)·Vp
 // (vp, the tiles' V means [nT, H, D]) times the gate.
 func gated(out, scores, vp *Node, s *Sparse) *Node {
-	oc := compression(scores, vp)                                                // [nT, H, D] f32
-	rowOC := Gather(oc, ExpandAxes(Const(out.Graph(), s.Tiling.RowTiles()), -1)) // [L, H, D]
-	add := Mul(ExpandAxes(rowOC, 0), ConvertDType(s.Gate, dtypes.Float32))
+	return addCompression(out, compression(scores, vp), s.Gate, s.Tiling.RowTiles())
+}
+
+// addCompression adds to the rows of out [1, R, H, D] the compression branch oc [nT, H, D] of their
+// tiles rowTiles [R] times gate [1, R, H, D], in float32.
+func addCompression(out, oc, gate *Node, rowTiles []int32) *Node {
+	rowOC := Gather(oc, ExpandAxes(Const(out.Graph(), rowTiles), -1)) // [R, H, D]
+	add := Mul(ExpandAxes(rowOC, 0), ConvertDType(gate, dtypes.Float32))
 	return ConvertDType(Add(ConvertDType(out, dtypes.Float32), add), out.DType())
 }
 

@@ -2,7 +2,9 @@ package attention
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -523,5 +525,46 @@ func TestFirstClassWhole(t *testing.T) {
 	}
 	if (&tritonKernel{Tile: 64, KeyBlocks: []int{64, 32, 16}}).firstClassWhole([]int32{64}) {
 		t.Error("a kernel file without the whole-first IR chose it")
+	}
+}
+
+// A fine kernel file must carry both IRs and the operand layout this build passes: one from before
+// the gated epilogue (8 operands) or without the unmasked IR is refused with the command that
+// regenerates it, never launched with operands it does not read.
+func TestParseVSAFine(t *testing.T) {
+	var committed map[string]any
+	if err := json.Unmarshal(vsaTritonFile, &committed); err != nil {
+		t.Fatal(err)
+	}
+	edited := func(key string, value any) []byte {
+		m := maps.Clone(committed)
+		if value == nil {
+			delete(m, key)
+		} else {
+			m[key] = value
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := parseVSAFine("vsa_triton.json", vsaTritonFile); err != nil {
+		t.Fatalf("the committed kernel file: %v", err)
+	}
+	for _, c := range []struct {
+		key   string
+		value any
+		want  string
+	}{
+		{"operands", 8.0, "takes 8 operands, this build passes 10"},
+		{"operands", nil, "takes 0 operands"},
+		{"ir_whole_first_class", nil, "no ir_whole_first_class"},
+		{"key_blocks", []any{32.0, 64.0}, "key blocks [32 64] must start at the tile"},
+	} {
+		_, err := parseVSAFine("vsa_triton.json", edited(c.key, c.value))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s = %v: error %v, want one saying %q", c.key, c.value, err, c.want)
+		}
 	}
 }

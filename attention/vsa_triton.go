@@ -83,10 +83,12 @@ type tritonKernel struct {
 	// WholeFirstIR (base64, VSA only) is the same kernel with the first class walked without the
 	// valid-row mask, exact where every tile of that class is whole; call runs it there.
 	WholeFirstIR string `json:"ir_whole_first_class"`
-	JAX          string `json:"jax"`
-	Plugin       string `json:"plugin"`
-	ir           []byte
-	wholeFirst   []byte
+	// Operands is the number of operands the kernel takes (VSA only; checked against vsaFineOperands).
+	Operands   int    `json:"operands"`
+	JAX        string `json:"jax"`
+	Plugin     string `json:"plugin"`
+	ir         []byte
+	wholeFirst []byte
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -104,18 +106,27 @@ func parseTritonKernel(file string, data []byte) (*tritonKernel, error) {
 }
 
 var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
-	k, err := parseTritonKernel("vsa_triton.json", vsaTritonFile)
+	return parseVSAFine("vsa_triton.json", vsaTritonFile)
+})
+
+// parseVSAFine reads the fine kernel's file: a tritonKernel with its key classes, both IRs and the
+// operand layout this build passes.
+func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
+	k, err := parseTritonKernel(file, data)
 	if err != nil {
 		return nil, err
 	}
-	if err := k.checkKeyBlocks("vsa_triton.json"); err != nil {
+	if err := k.checkKeyBlocks(file); err != nil {
 		return nil, err
 	}
+	if k.Operands != vsaFineOperands {
+		return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/gen_vsa_triton.py", file, k.Operands, vsaFineOperands)
+	}
 	if k.wholeFirst, err = base64.StdEncoding.DecodeString(k.WholeFirstIR); err != nil || len(k.wholeFirst) == 0 {
-		return nil, fmt.Errorf("attention: vsa_triton.json has no ir_whole_first_class (%v); regenerate it with testdata/gen_vsa_triton.py", err)
+		return nil, fmt.Errorf("attention: %s has no ir_whole_first_class (%v); regenerate it with testdata/gen_vsa_triton.py", file, err)
 	}
 	return k, nil
-})
+}
 
 var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseTritonKernel("vsa_pack_triton.json", vsaPackFile)
@@ -231,7 +242,13 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	sel := selectTiles(scores, s)
 	h, d := q.Shape().Dim(2), q.Shape().Dim(3)
 	idx, ends := ks.fine.keyOrder(Reshape(sel, h*t.NumVideo, sel.Shape().Dim(2)), nil, t.Sizes)
-	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2), slotMap), ends, idx, qh, kh, vh)
+	var gate, oc *Node
+	if s.Gate != nil {
+		// The kernel adds the compression branch to the rows it writes (the IR takes q's dtype).
+		oc = compression(scores, vp)
+		gate = Reshape(ConvertDType(s.Gate, q.DType()), t.Rows()*h, d)
+	}
+	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2), slotMap), ends, idx, qh, kh, vh, gate, flatTiles(oc))
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA kernel: %w", err))
 	}
@@ -239,13 +256,21 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	if p := t.PrefixRows(); p > 0 {
 		// The kernel leaves the prefix rows to this update, which XLA makes in the kernel's buffer.
 		prefix := denseAttend(Slice(q, AxisRange(), AxisRange(0, p)), k, v, scale, prefixPath(path == PathFused))
+		if oc != nil {
+			prefix = addCompression(prefix, oc, Slice(s.Gate, AxisRange(), AxisRange(0, p)), t.RowTiles()[:p])
+		}
 		zero := ScalarZero(q.Graph(), dtypes.Int32)
 		out = DynamicUpdateSlice(out, ConvertDType(prefix, out.DType()), []*Node{zero, zero, zero, zero})
 	}
-	if s.Gate == nil {
-		return out
+	return out
+}
+
+// flatTiles is oc [nT, H, D] as the fine kernel reads it, [nT·H, D] (nil stays nil).
+func flatTiles(oc *Node) *Node {
+	if oc == nil {
+		return nil
 	}
-	return gated(out, scores, vp, s)
+	return Reshape(oc, oc.Shape().Dim(0)*oc.Shape().Dim(1), oc.Shape().Dim(2))
 }
 
 // pack runs the pack kernel k on x [1, L, H, D] with the tiling's slot map slots (kernelSlots): the
@@ -339,20 +364,31 @@ func (k *tritonKernel) firstClassWhole(sizes []int32) bool {
 	return true
 }
 
+// vsaFineOperands is the number of operands the fine kernel takes (testdata/gen_vsa_triton.py records
+// it in the kernel file): a kernel file of another layout is refused, not launched.
+const vsaFineOperands = 10
+
 // call launches the fine kernel with the operands testdata/gen_vsa_triton.py documents: each head's
 // tile-padded rows of q, k, v [H·Rows, D] (the pack kernel's copies), the key tile lists idx
-// [H·Tiles·Stride] grouped by class with their groups' ends [H·Tiles·C] (keyOrder); the result is the
-// sequence's rows [Seq·H, D], of which the video query tiles' rows are written.
-func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v *Node) (*Node, error) {
+// [H·Tiles·Stride] grouped by class with their groups' ends [H·Tiles·C] (keyOrder), and the
+// compression branch the kernel adds to each row (nil: none): gate [Seq·H, D] in q's dtype and each
+// tile's oc [nT·H, D] float32. The result is the sequence's rows [Seq·H, D], of which the video query
+// tiles' rows are written.
+func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v, gate, oc *Node) (*Node, error) {
 	g := q.Graph()
 	h, d := q.Shape().Dim(0)/geo.Rows, q.Shape().Dim(1)
-	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h)})
+	gated := int32(1)
+	if gate == nil {
+		// One-row placeholders: the kernel's loads of them are masked off.
+		gated, gate, oc = 0, Zeros(g, shapes.Make(q.DType(), 1, d)), Zeros(g, shapes.Make(dtypes.Float32, 1, d))
+	}
+	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h), gated})
 	ir := k.ir
 	if k.firstClassWhole(geo.Sizes) {
 		ir = k.wholeFirst
 	}
 	kernel := xlaext.TritonKernel{Name: k.Name, IR: ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v},
+	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v, gate, oc},
 		[]shapes.Shape{shapes.Make(q.DType(), geo.Seq*h, d)})
 	if err != nil {
 		return nil, err

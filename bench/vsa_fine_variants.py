@@ -21,7 +21,7 @@
 #
 # On the GPU machine, from the repo root, with upstream's block_sparse_attn_triton.py (fastvideo-kernel,
 # as gen_vsa_triton.py takes it) in DIR:
-#   python3 bench/vsa_fine_variants.py --upstream DIR [--rounds 3] [GEOMETRY ...]
+#   python3 bench/vsa_fine_variants.py --upstream DIR [--rounds 3] [--only base,nomask64] [GEOMETRY ...]
 # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling (default: all). Prints each variant's max difference from
 # upstream's output (an exact one beyond the generator's 3e-2 is reported and not timed), then each
 # round's time and the median of the rounds with its TFLOP/s counted at 64 rows a tile.
@@ -103,7 +103,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=20, help="calls timed a round")
+    ap.add_argument("--only", default="", help="comma-separated variants to time (default: all); upstream's always runs")
     args, cases = parse(ap)
+    only = set(filter(None, args.only.split(",")))
     for c in cases:
         label = c.label
         slots, seq = G.slot_map(None, c.sizes, 0, shuffle=False)  # consecutive rows: draws nothing
@@ -112,6 +114,8 @@ def main():
         valid = slots >= 0
         calls = {"upstream": c.upstream}
         for name, (walk, warps, stages, exact) in VARIANTS.items():
+            if only and name not in only:
+                continue
             try:
                 f = jax.jit(G.vsa_call(heads, tiles, seq, warps, stages, walk))
                 err = float(np.abs(G.tiles_of(f(*ops), slots, heads, 0) - want)[:, valid].max())

@@ -26,14 +26,19 @@
 # attention/vsa_triton.go runs where every tile of that class is whole.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
-#   params  int32[5]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H
+#   params  int32[6]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H,
+#                             gated (1: add the compression branch, gate·oc, to each row; 0: gate and oc unread)
 #   ends    int32[H·V·C]      for each (head, query tile), where each of the C = len(KEY_BLOCKS) groups of
 #                             its list ends (the last is the number of key tiles)
 #   idx     int32[H·V·K]      the key tiles, grouped by class
 #   sizes   int32[S/64]       valid rows of each key tile (1..64)
 #   slots   int32[S]          the sequence row of each tile slot, a tile's valid slots first, -1 for a pad
 #   q, k, v bf16[H·S, 128]    tile-padded rows, head-major (the pack kernel's copies)
-# Result: bf16[L·H, 128], the rows of the query tiles P.. written (the prefix rows are the caller's).
+#   gate    bf16[L·H, 128]    the compression gate of each sequence row (gated; else any one row)
+#   oc      f32[nT·H, 128]    the compression branch of each tile, softmax(scores)·Vp (gated; else any one row)
+# Result: bf16[L·H, 128], the rows of the query tiles P.. written (the prefix rows are the caller's): their
+# attention plus, gated, gate·oc of their tile, rounded once. The separate XLA pass over the output that
+# added the branch took 0.17-0.23 ms a FastH3 block on an H100 (BENCHMARKS.md, session 23).
 # Grid: (V, H, 1).
 #
 # The pack kernel makes those copies and the routing's tile means in one pass over q, k or v: each
@@ -151,7 +156,7 @@ def walk_whole_first(w, c, n, start, end, carry):
 def fine_kernel(walk):
     # The fine kernel around a walk of each class's key tiles (bench/vsa_fine_variants.py times other
     # walks in the same kernel).
-    def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, o_ref):
+    def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
         tile, head = pl.program_id(0), pl.program_id(1)
         rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
         row = head * tiles + tile
@@ -165,8 +170,16 @@ def fine_kernel(walk):
             start = end
         acc, _, l = carry
         qslots = slots_ref[pl.ds((first + tile) * T, T)]
-        plgpu.store(o_ref.at[rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype),
-                    mask=jnp.broadcast_to((qslots >= 0)[:, None], (T, D)))
+        rows_out = rows_of(qslots, heads, head)
+        valid = jnp.broadcast_to((qslots >= 0)[:, None], (T, D))
+        # The compression branch's gate (upstream: o_fine + o_coarse * gate_compress), added in float32
+        # before the one rounding to bf16; the masked loads read nothing without a gate (params[5] = 0,
+        # gate and oc then one-row placeholders), so one IR serves both.
+        gated = params_ref[5] != 0
+        gate = plgpu.load(gate_ref.at[rows_out, :], mask=valid & gated, other=0.0)
+        oc = plgpu.load(oc_ref.at[pl.ds((first + tile) * heads + head, 1), :], mask=jnp.broadcast_to(gated, (1, D)), other=0.0)
+        out = acc / l[:, None] + gate.astype(jnp.float32) * oc
+        plgpu.store(o_ref.at[rows_out, :], out.astype(o_ref.dtype), mask=valid)
     return vsa_kernel
 
 
@@ -193,12 +206,15 @@ def pack_call(heads, tiles, warps, stages):
                                     jax.ShapeDtypeStruct((tiles * heads, D), jnp.float32)), name="vsa_pack")
 
 
-def operands(q, k, v, idx, num, sizes, slots, first):
+def operands(q, k, v, idx, num, sizes, slots, first, gate=None, oc=None):
     # Upstream's layout ([1, H, S, D] and [1, H, Qb, K] lists) to the kernel's: each row's list grouped by
     # class (ascending within one, as attention/vsa_triton.go's keyOrder sorts it) and the groups' ends.
+    # gate [L·H, D] bf16 and oc [nT·H, D] float32 add the compression branch; without them, placeholders.
     _, h, s, _ = q.shape
     tiles, stride = num.shape[-1] - first, idx.shape[-1]
-    params = np.array([s, first, tiles, stride, h], np.int32)
+    params = np.array([s, first, tiles, stride, h, int(gate is not None)], np.int32)
+    if gate is None:
+        gate, oc = np.zeros((1, D), q.dtype), np.zeros((1, D), np.float32)
     num = num.reshape(h, -1)[:, first:].reshape(-1)
     idx = idx.reshape(h, -1, stride)[:, first:].reshape(-1, stride)
     grouped, ends = np.zeros_like(idx), []
@@ -207,7 +223,7 @@ def operands(q, k, v, idx, num, sizes, slots, first):
         grouped[r, :n] = keys
         ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
     return [params, np.array(ends, np.int32), grouped.reshape(-1).astype(np.int32), sizes.astype(np.int32),
-            slots.astype(np.int32), q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D)]
+            slots.astype(np.int32), q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D), gate, oc]
 
 
 def slot_map(rng, sizes, first, shuffle=True):
@@ -364,6 +380,30 @@ def check_parity(label, walk, q, k, v, idx, num, sizes, slots, seq, first, want,
         assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
 
 
+def check_gated(q, k, v, idx, num, sizes, slots, seq, first, want):
+    # The compression branch in the epilogue (its own draws, so the fixture's stay as they were): each
+    # valid row's attention plus its gate times its tile's oc, against the float32 reference plus the same.
+    grng = np.random.default_rng(2)
+    h, nt = q.shape[1], len(sizes)
+    gate = bf16(grng, (seq * h, D))
+    oc = grng.standard_normal((nt * h, D)).astype(np.float32)
+    video = slots[first * T:]
+    g = np.asarray(gate, np.float32).reshape(seq, h, D)
+    expected = want.copy()
+    for i in np.flatnonzero(video >= 0):
+        tile = first + i // T
+        expected[:, i] += g[video[i]] * oc.reshape(nt, h, D)[tile]
+    for walk in (walk_class, walk_whole_first):
+        if walk is walk_whole_first and any(T // 2 < n < T for n in sizes):
+            continue  # that IR is exact only where every tile of its class is whole
+        warps, stages = kept_launch_settings("vsa_triton")
+        f = jax.jit(vsa_call(h, nt - first, seq, warps, stages, walk))
+        ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first, gate, oc)), slots, h, first)
+        e = float(np.abs(ours - expected)[:, video >= 0].max())
+        print(f"gated parity ({walk.__name__}): vs float32 reference plus gate*oc {e:.3g} (|expected| <= {float(np.abs(expected).max()):.3g})")
+        assert e < 3e-2, "the gated epilogue disagrees"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
@@ -395,6 +435,7 @@ def main():
     want = reference(q, k, v, idx, num, sizes, first)
     up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
     check_parity("", walk_class, q, k, v, idx, num, sizes, slots, seq, first, want, up)
+    check_gated(q, k, v, idx, num, sizes, slots, seq, first, want)
 
     # The pack kernel on the same tiling: the copies bit for bit, the means to float32 rounding.
     x = bf16(rng, (seq, h, D))
@@ -419,16 +460,18 @@ def main():
     wwant = reference(wq, wk, wv, widx, wnum, wsizes, first)
     wup = as_np(run_upstream(wq, wk, wv, widx, wnum, wsizes))[0][:, first * T:]
     check_parity(" (whole first class)", walk_whole_first, wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant, wup)
+    check_gated(wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant)
 
     # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
     irs, whole_irs, pack_irs = [], [], []
     for hh, tt, ss, ll in [(h, nt - first, nt * T, seq), (56, 234, 14976, 14937)]:
-        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((5,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
-                                                          ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3]
-        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 8, "vsa")
+        shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((6,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
+                                                          ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3 +
+                  [((ll * hh, D), jnp.bfloat16), ((ss // T * hh, D), jnp.float32)]]
+        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 10, "vsa")
         irs.append(cfg["ir"])
         print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
-        cfg, _, _ = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3, walk_whole_first)).lower(*shapes).as_text(), 8, "vsa")
+        cfg, _, _ = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3, walk_whole_first)).lower(*shapes).as_text(), 10, "vsa")
         whole_irs.append(cfg["ir"])
         pshapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((2,), jnp.int32), ((ss,), jnp.int32), ((ll * hh, D), jnp.bfloat16)]]
         cfg, api, other = lowered_triton_call(jax.jit(pack_call(hh, ss // T, 4, 1)).lower(*pshapes).as_text(), 3, "vsa_pack")
@@ -495,7 +538,7 @@ def main():
         pack_warps, _ = fastest(pack_timings)
         print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
-                           key_blocks=list(KEY_BLOCKS), ir_whole_first_class=base64.b64encode(whole_irs[1]).decode())
+                           key_blocks=list(KEY_BLOCKS), operands=10, ir_whole_first_class=base64.b64encode(whole_irs[1]).decode())
     pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
     with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
         json.dump(pack, fh, indent=1)
