@@ -148,7 +148,6 @@ func TestTritonVSAMatchesUpstreamOnGPU(t *testing.T) {
 		for _, row := range geo.Slots {
 			geo.Seq = max(geo.Seq, int(row)+1)
 		}
-		t.Logf("tile sizes %v: the first class walked unmasked (ir_whole_first_class): %v", geo.Sizes, kernel.firstClassWhole(geo.Sizes))
 		var idx, num []int32
 		for hh := range h {
 			for tile := first; tile < nT; tile++ {

@@ -499,38 +499,9 @@ func TestKeyOrder(t *testing.T) {
 	}
 }
 
-// The fine kernel's unmasked first class runs only where no key tile has 33-63 valid rows: Wan
-// 480x832's latent grid (edges of 2 and 1 latents) and upstream's packing, not FastH3's grid (a
-// 3-latent edge makes 48-row tiles) or a prefix segment with a 40-row tail.
-func TestFirstClassWhole(t *testing.T) {
-	k := &tritonKernel{Tile: 64, KeyBlocks: []int{64, 32, 16}, wholeFirst: []byte{1}}
-	for _, tc := range []struct {
-		name   string
-		prefix []int
-		grid   [3]int
-		want   bool
-	}{
-		{"Wan 480x832x81", nil, [3]int{21, 30, 52}, true},
-		{"FastH3 832x480x124", []int{93, 414}, [3]int{37, 15, 26}, false},
-		{"a 40-row prefix tail", []int{104}, [3]int{4, 4, 4}, false},
-		{"a 32-row prefix tail", []int{96}, [3]int{4, 4, 4}, true},
-	} {
-		tl, err := NewTiling(tc.prefix, tc.grid, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := k.firstClassWhole(tl.Sizes); got != tc.want {
-			t.Errorf("%s (tile sizes %v): first class whole %v, want %v", tc.name, slices.Compact(slices.Sorted(slices.Values(tl.Sizes))), got, tc.want)
-		}
-	}
-	if (&tritonKernel{Tile: 64, KeyBlocks: []int{64, 32, 16}}).firstClassWhole([]int32{64}) {
-		t.Error("a kernel file without the whole-first IR chose it")
-	}
-}
-
-// A fine kernel file must carry both IRs and the operand layout this build passes: one from before
-// the gated epilogue (8 operands) or without the unmasked IR is refused with the command that
-// regenerates it, never launched with operands it does not read.
+// A fine kernel file must carry the operand layout this build passes: one from before the gated
+// epilogue (8 operands) is refused with the command that regenerates it, never launched with operands
+// it does not read.
 func TestParseVSAFine(t *testing.T) {
 	var committed map[string]any
 	if err := json.Unmarshal(vsaTritonFile, &committed); err != nil {
@@ -559,7 +530,6 @@ func TestParseVSAFine(t *testing.T) {
 	}{
 		{"operands", 8.0, "takes 8 operands, this build passes 10"},
 		{"operands", nil, "takes 0 operands"},
-		{"ir_whole_first_class", nil, "no ir_whole_first_class"},
 		{"key_blocks", []any{32.0, 64.0}, "key blocks [32 64] must start at the tile"},
 	} {
 		_, err := parseVSAFine("vsa_triton.json", edited(c.key, c.value))

@@ -80,15 +80,11 @@ type tritonKernel struct {
 	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
 	// first: a tile belongs to the last class whose block holds its valid rows.
 	KeyBlocks []int `json:"key_blocks"`
-	// WholeFirstIR (base64, VSA only) is the same kernel with the first class walked without the
-	// valid-row mask, exact where every tile of that class is whole; call runs it there.
-	WholeFirstIR string `json:"ir_whole_first_class"`
 	// Operands is the number of operands the kernel takes (VSA only; checked against vsaFineOperands).
-	Operands   int    `json:"operands"`
-	JAX        string `json:"jax"`
-	Plugin     string `json:"plugin"`
-	ir         []byte
-	wholeFirst []byte
+	Operands int    `json:"operands"`
+	JAX      string `json:"jax"`
+	Plugin   string `json:"plugin"`
+	ir       []byte
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -109,8 +105,8 @@ var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseVSAFine("vsa_triton.json", vsaTritonFile)
 })
 
-// parseVSAFine reads the fine kernel's file: a tritonKernel with its key classes, both IRs and the
-// operand layout this build passes.
+// parseVSAFine reads the fine kernel's file: a tritonKernel with its key classes and the operand
+// layout this build passes.
 func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
 	k, err := parseTritonKernel(file, data)
 	if err != nil {
@@ -121,9 +117,6 @@ func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
 	}
 	if k.Operands != vsaFineOperands {
 		return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/gen_vsa_triton.py", file, k.Operands, vsaFineOperands)
-	}
-	if k.wholeFirst, err = base64.StdEncoding.DecodeString(k.WholeFirstIR); err != nil || len(k.wholeFirst) == 0 {
-		return nil, fmt.Errorf("attention: %s has no ir_whole_first_class (%v); regenerate it with testdata/gen_vsa_triton.py", file, err)
 	}
 	return k, nil
 }
@@ -344,26 +337,6 @@ func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *No
 	return Reshape(Mod(sorted, n), r*kk), Reshape(Stack(groups, -1), r*nc)
 }
 
-// firstClassWhole reports whether every key tile of the first class (more valid rows than the second
-// class's block) is whole, so that the kernel's WholeFirstIR computes the same attention unmasked: true
-// of upstream's packing (64-row tiles, the last one short) and of 4x4x4 tilings whose ragged edges hold
-// at most half a tile (Wan 480x832's latent grid), not of FastH3's (48-row edge tiles).
-func (k *tritonKernel) firstClassWhole(sizes []int32) bool {
-	if k.wholeFirst == nil {
-		return false
-	}
-	second := 0
-	if len(k.KeyBlocks) > 1 {
-		second = k.KeyBlocks[1]
-	}
-	for _, n := range sizes {
-		if int(n) > second && int(n) != k.Tile {
-			return false
-		}
-	}
-	return true
-}
-
 // vsaFineOperands is the number of operands the fine kernel takes (testdata/gen_vsa_triton.py records
 // it in the kernel file): a kernel file of another layout is refused, not launched.
 const vsaFineOperands = 10
@@ -383,11 +356,7 @@ func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v, gate, oc *Nod
 		gated, gate, oc = 0, Zeros(g, shapes.Make(q.DType(), 1, d)), Zeros(g, shapes.Make(dtypes.Float32, 1, d))
 	}
 	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h), gated})
-	ir := k.ir
-	if k.firstClassWhole(geo.Sizes) {
-		ir = k.wholeFirst
-	}
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
+	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
 	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v, gate, oc},
 		[]shapes.Shape{shapes.Make(q.DType(), geo.Seq*h, d)})
 	if err != nil {

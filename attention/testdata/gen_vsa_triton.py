@@ -21,9 +21,7 @@
 # than 32 valid rows, then 17-32, then 1-16; ascending within a class) with the end of each group, and
 # the kernel walks each group with K/V blocks of that many rows: the edge tiles of a 4x4x4 tiling (one
 # frame, or two rows of latents) stop costing a whole 64-row block. Upstream walks every tile at 64 rows;
-# the order of the online softmax's steps is all that differs. The kernel file holds a second IR of the
-# same kernel, ir_whole_first_class (walk_whole_first): the first class walked without the mask, which
-# attention/vsa_triton.go runs where every tile of that class is whole.
+# the order of the online softmax's steps is all that differs.
 #
 # Operands (row-major), as attention/vsa_triton.go passes them:
 #   params  int32[6]          rows per head S (tiles·64), first query tile P, query tiles V, list stride K, heads H,
@@ -61,7 +59,7 @@
 # Writes attention/vsa_triton.json and attention/vsa_pack_triton.json (the kernels) and
 # attention/testdata/vsa_triton.{json,safetensors} (inputs with ragged tiles in a shuffled slot map, a row
 # that selects every key tile and one that selects one, several heads; upstream's output and ours) and
-# vsa_triton_whole.* (the same with every tile of the first class whole: the second IR's case), and
+# vsa_triton_whole.* (the same with every tile of 33-64 valid rows whole), and
 # with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
 import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
 
@@ -143,14 +141,6 @@ def step(w, n, mask=True):
 def walk_class(w, c, n, start, end, carry):
     # The key tiles of class c (list entries start..end), one a step.
     return lax.fori_loop(start, end, step(w, n), carry)
-
-
-def walk_whole_first(w, c, n, start, end, carry):
-    # walk_class without the mask in the first class: exact where every tile of that class is whole (no
-    # tile of 33-63 valid rows), as in upstream's packing (64-row tiles, the last one short) and our Wan
-    # tilings. The mask cost the kernel 4-9 % there (bench/vsa_fine_variants.py's nomask64, BENCHMARKS.md);
-    # a fourth class for the whole tiles, one kernel for every tiling, lost 20-36 % (BENCHMARKS.md, session 22).
-    return lax.fori_loop(start, end, step(w, n, mask=c != 0), carry)
 
 
 def fine_kernel(walk):
@@ -393,15 +383,12 @@ def check_gated(q, k, v, idx, num, sizes, slots, seq, first, want):
     for i in np.flatnonzero(video >= 0):
         tile = first + i // T
         expected[:, i] += g[video[i]] * oc.reshape(nt, h, D)[tile]
-    for walk in (walk_class, walk_whole_first):
-        if walk is walk_whole_first and any(T // 2 < n < T for n in sizes):
-            continue  # that IR is exact only where every tile of its class is whole
-        warps, stages = kept_launch_settings("vsa_triton")
-        f = jax.jit(vsa_call(h, nt - first, seq, warps, stages, walk))
-        ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first, gate, oc)), slots, h, first)
-        e = float(np.abs(ours - expected)[:, video >= 0].max())
-        print(f"gated parity ({walk.__name__}): vs float32 reference plus gate*oc {e:.3g} (|expected| <= {float(np.abs(expected).max()):.3g})")
-        assert e < 3e-2, "the gated epilogue disagrees"
+    warps, stages = kept_launch_settings("vsa_triton")
+    f = jax.jit(vsa_call(h, nt - first, seq, warps, stages))
+    ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first, gate, oc)), slots, h, first)
+    e = float(np.abs(ours - expected)[:, video >= 0].max())
+    print(f"gated parity: vs float32 reference plus gate*oc {e:.3g} (|expected| <= {float(np.abs(expected).max()):.3g})")
+    assert e < 3e-2, "the gated epilogue disagrees"
 
 
 def main():
@@ -424,16 +411,23 @@ def main():
     # The parity case: 2 heads, 7 key tiles with ragged ones of every class (a 40-row prefix tile, a 12-row
     # tile, a 17-row last tile), 2 prefix tiles, 5 query tiles, the video rows shuffled over the slots; head
     # 0's first query tile selects every key tile, its second one.
-    rng = np.random.default_rng(0)
     h, nt, first = 2, 7, 2
+
+    def parity_case(rng, sizes):
+        # Lists (head 0's first query tile selecting every key tile, its second one), q, k, v, the slot
+        # map, float32 attention and upstream's output, drawn from rng in that order.
+        counts = rng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
+        counts[0, first], counts[0, first + 1] = nt, 1
+        idx, num = random_lists(rng, h, nt, nt, counts)
+        q, k, v = (bf16(rng, (1, h, nt * T, D)) for _ in range(3))
+        slots, seq = slot_map(rng, sizes, first)
+        want = reference(q, k, v, idx, num, sizes, first)
+        up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
+        return q, k, v, idx, num, slots, seq, want, up
+
+    rng = np.random.default_rng(0)
     sizes = np.array([64, 40, 64, 12, 64, 64, 17], np.int32)
-    counts = rng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
-    counts[0, first], counts[0, first + 1] = nt, 1
-    idx, num = random_lists(rng, h, nt, nt, counts)
-    q, k, v = (bf16(rng, (1, h, nt * T, D)) for _ in range(3))
-    slots, seq = slot_map(rng, sizes, first)
-    want = reference(q, k, v, idx, num, sizes, first)
-    up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
+    q, k, v, idx, num, slots, seq, want, up = parity_case(rng, sizes)
     check_parity("", walk_class, q, k, v, idx, num, sizes, slots, seq, first, want, up)
     check_gated(q, k, v, idx, num, sizes, slots, seq, first, want)
 
@@ -447,23 +441,16 @@ def main():
     print(f"pack parity: copies max diff {e_packed:.3g}, means max diff {e_pooled:.3g}")
     assert e_packed == 0 and e_pooled < 1e-5, "the pack kernel disagrees"
 
-    # The whole-first-class kernel's case (its own draws, so the first case's stay as they were): the same
-    # shape with the 40-row tile whole, so every tile of 33-64 valid rows is whole; the 17- and 12-row
-    # tiles keep the other classes walked, and masked.
-    wrng = np.random.default_rng(1)
+    # A second case (its own draws, so the first case's stay as they were): the same shape with the
+    # 40-row tile whole, so every tile of 33-64 valid rows is whole, as in upstream's packing and Wan's
+    # tiling (bench/vsa_fine_variants.py's nomask64 times that class unmasked).
     wsizes = np.array([64, 64, 64, 12, 64, 64, 17], np.int32)
-    wcounts = wrng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
-    wcounts[0, first], wcounts[0, first + 1] = nt, 1
-    widx, wnum = random_lists(wrng, h, nt, nt, wcounts)
-    wq, wk, wv = (bf16(wrng, (1, h, nt * T, D)) for _ in range(3))
-    wslots, wseq = slot_map(wrng, wsizes, first)
-    wwant = reference(wq, wk, wv, widx, wnum, wsizes, first)
-    wup = as_np(run_upstream(wq, wk, wv, widx, wnum, wsizes))[0][:, first * T:]
-    check_parity(" (whole first class)", walk_whole_first, wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant, wup)
+    wq, wk, wv, widx, wnum, wslots, wseq, wwant, wup = parity_case(np.random.default_rng(1), wsizes)
+    check_parity(" (whole tiles)", walk_class, wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant, wup)
     check_gated(wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant)
 
     # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
-    irs, whole_irs, pack_irs = [], [], []
+    irs, pack_irs = [], []
     for hh, tt, ss, ll in [(h, nt - first, nt * T, seq), (56, 234, 14976, 14937)]:
         shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((6,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
                                                           ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3 +
@@ -471,8 +458,6 @@ def main():
         cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 10, "vsa")
         irs.append(cfg["ir"])
         print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
-        cfg, _, _ = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3, walk_whole_first)).lower(*shapes).as_text(), 10, "vsa")
-        whole_irs.append(cfg["ir"])
         pshapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((2,), jnp.int32), ((ss,), jnp.int32), ((ll * hh, D), jnp.bfloat16)]]
         cfg, api, other = lowered_triton_call(jax.jit(pack_call(hh, ss // T, 4, 1)).lower(*pshapes).as_text(), 3, "vsa_pack")
         pack_irs.append(cfg["ir"])
@@ -538,7 +523,7 @@ def main():
         pack_warps, _ = fastest(pack_timings)
         print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
-                           key_blocks=list(KEY_BLOCKS), operands=10, ir_whole_first_class=base64.b64encode(whole_irs[1]).decode())
+                           key_blocks=list(KEY_BLOCKS), operands=10)
     pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
     with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
         json.dump(pack, fh, indent=1)
@@ -557,7 +542,7 @@ def main():
     tensors = {"q": bf(wq), "k": bf(wk), "v": bf(wv), "q2k_index": torch.from_numpy(widx), "q2k_num": torch.from_numpy(wnum),
                "variable_block_sizes": torch.from_numpy(wsizes), "slots": torch.from_numpy(wslots),
                "out_upstream": bf(wup), "out_reference": torch.from_numpy(wwant)}
-    meta["note"] += "; every tile of 33-64 valid rows is whole, so the kernel file's ir_whole_first_class runs it"
+    meta["note"] += "; every tile of 33-64 valid rows is whole"
     write_fixture(args.out, "vsa_triton_whole", tensors, meta)
 
 
