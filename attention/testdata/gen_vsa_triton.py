@@ -62,6 +62,7 @@
 # vsa_triton_whole.* (the same with every tile of 33-64 valid rows whole), and
 # with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
 import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
+from types import SimpleNamespace
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,6 +81,10 @@ LOG2E = math.log2(math.e)
 SCALE = LOG2E / math.sqrt(D)  # scores to base 2 for exp2
 MASKED = -0.7 * float(np.finfo(np.float32).max)
 
+
+# The fine kernel's operands (params ... oc, above): the kernel file records the count and
+# attention/vsa_triton.go refuses a file of another.
+FINE_OPERANDS = 10
 
 # The K/V block rows of each class of key tile, largest first: a tile is in the last class whose block
 # holds its valid rows (attention/vsa_triton.go reads this list from the kernel file).
@@ -352,43 +357,51 @@ def timed(fn, n):
 CONFIGS = [(4, 2), (4, 3), (4, 4), (4, 5), (4, 6), (8, 2), (8, 3), (8, 4)]
 
 
-def check_parity(label, walk, q, k, v, idx, num, sizes, slots, seq, first, want, up):
-    # The fine kernel with walk at every launch setting against float32 attention and upstream's output.
-    h, nt = q.shape[1], len(sizes)
-    video = slots[first * T:] >= 0
+def check_parity(label, c):
+    # The fine kernel at every launch setting against float32 attention and upstream's output on case c
+    # (main's parity_case).
+    video = c.slots[c.first * T:] >= 0
     for warps, stages in CONFIGS:
         try:
-            f = jax.jit(vsa_call(h, nt - first, seq, warps, stages, walk))
-            ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first)), slots, h, first)
+            f = jax.jit(vsa_call(c.heads, c.tiles - c.first, c.seq, warps, stages))
+            ours = tiles_of(f(*operands(c.q, c.k, c.v, c.idx, c.num, c.sizes, c.slots, c.first)), c.slots, c.heads, c.first)
         except Exception as e:  # a configuration the compiler refuses (shared memory); the bench skips it too
             print(f"parity{label} warps={warps} stages={stages}: {type(e).__name__}: {str(e)[:200]}")
             continue
-        e_ref = float(np.abs(ours - want)[:, video].max())
-        e_up = float(np.abs(ours - up)[:, video].max())
+        e_ref = float(np.abs(ours - c.want)[:, video].max())
+        e_up = float(np.abs(ours - c.up)[:, video].max())
         print(f"parity{label} warps={warps} stages={stages}: vs float32 reference {e_ref:.3g}, vs upstream {e_up:.3g}, "
-              f"upstream vs reference {float(np.abs(up - want)[:, video].max()):.3g}")
+              f"upstream vs reference {float(np.abs(c.up - c.want)[:, video].max()):.3g}")
         assert e_ref < 3e-2 and e_up < 3e-2, "the kernel disagrees"
 
 
-def check_gated(q, k, v, idx, num, sizes, slots, seq, first, want):
+def check_gated(c):
     # The compression branch in the epilogue (its own draws, so the fixture's stay as they were): each
     # valid row's attention plus its gate times its tile's oc, against the float32 reference plus the same.
     grng = np.random.default_rng(2)
-    h, nt = q.shape[1], len(sizes)
-    gate = bf16(grng, (seq * h, D))
+    h, nt = c.heads, c.tiles
+    gate = bf16(grng, (c.seq * h, D))
     oc = grng.standard_normal((nt * h, D)).astype(np.float32)
-    video = slots[first * T:]
-    g = np.asarray(gate, np.float32).reshape(seq, h, D)
-    expected = want.copy()
+    video = c.slots[c.first * T:]
+    g, tile_oc = np.asarray(gate, np.float32).reshape(c.seq, h, D), oc.reshape(nt, h, D)
+    expected = c.want.copy()
     for i in np.flatnonzero(video >= 0):
-        tile = first + i // T
-        expected[:, i] += g[video[i]] * oc.reshape(nt, h, D)[tile]
+        expected[:, i] += g[video[i]] * tile_oc[c.first + i // T]
     warps, stages = kept_launch_settings("vsa_triton")
-    f = jax.jit(vsa_call(h, nt - first, seq, warps, stages))
-    ours = tiles_of(f(*operands(q, k, v, idx, num, sizes, slots, first, gate, oc)), slots, h, first)
+    f = jax.jit(vsa_call(h, nt - c.first, c.seq, warps, stages))
+    ours = tiles_of(f(*operands(c.q, c.k, c.v, c.idx, c.num, c.sizes, c.slots, c.first, gate, oc)), c.slots, h, c.first)
     e = float(np.abs(ours - expected)[:, video >= 0].max())
     print(f"gated parity: vs float32 reference plus gate*oc {e:.3g} (|expected| <= {float(np.abs(expected).max()):.3g})")
     assert e < 3e-2, "the gated epilogue disagrees"
+
+
+def case_tensors(c):
+    # The fixture's tensors of case c: inputs, lists, tiling, upstream's output and float32 attention.
+    import torch
+    bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
+    return {"q": bf(c.q), "k": bf(c.k), "v": bf(c.v), "q2k_index": torch.from_numpy(c.idx), "q2k_num": torch.from_numpy(c.num),
+            "variable_block_sizes": torch.from_numpy(c.sizes), "slots": torch.from_numpy(c.slots),
+            "out_upstream": bf(c.up), "out_reference": torch.from_numpy(c.want)}
 
 
 def main():
@@ -414,8 +427,8 @@ def main():
     h, nt, first = 2, 7, 2
 
     def parity_case(rng, sizes):
-        # Lists (head 0's first query tile selecting every key tile, its second one), q, k, v, the slot
-        # map, float32 attention and upstream's output, drawn from rng in that order.
+        # The case at these tile sizes: lists, q, k, v and the slot map drawn from rng in that order, then
+        # float32 attention and upstream's output.
         counts = rng.integers(1, nt + 1, size=(h, nt)).astype(np.int32)
         counts[0, first], counts[0, first + 1] = nt, 1
         idx, num = random_lists(rng, h, nt, nt, counts)
@@ -423,13 +436,14 @@ def main():
         slots, seq = slot_map(rng, sizes, first)
         want = reference(q, k, v, idx, num, sizes, first)
         up = as_np(run_upstream(q, k, v, idx, num, sizes))[0][:, first * T:]
-        return q, k, v, idx, num, slots, seq, want, up
+        return SimpleNamespace(heads=h, tiles=nt, first=first, sizes=sizes, q=q, k=k, v=v, idx=idx, num=num,
+                               slots=slots, seq=seq, want=want, up=up)
 
     rng = np.random.default_rng(0)
-    sizes = np.array([64, 40, 64, 12, 64, 64, 17], np.int32)
-    q, k, v, idx, num, slots, seq, want, up = parity_case(rng, sizes)
-    check_parity("", walk_class, q, k, v, idx, num, sizes, slots, seq, first, want, up)
-    check_gated(q, k, v, idx, num, sizes, slots, seq, first, want)
+    case = parity_case(rng, np.array([64, 40, 64, 12, 64, 64, 17], np.int32))
+    check_parity("", case)
+    check_gated(case)
+    slots, seq = case.slots, case.seq
 
     # The pack kernel on the same tiling: the copies bit for bit, the means to float32 rounding.
     x = bf16(rng, (seq, h, D))
@@ -444,10 +458,9 @@ def main():
     # A second case (its own draws, so the first case's stay as they were): the same shape with the
     # 40-row tile whole, so every tile of 33-64 valid rows is whole, as in upstream's packing and Wan's
     # tiling (bench/vsa_fine_variants.py's nomask64 times that class unmasked).
-    wsizes = np.array([64, 64, 64, 12, 64, 64, 17], np.int32)
-    wq, wk, wv, widx, wnum, wslots, wseq, wwant, wup = parity_case(np.random.default_rng(1), wsizes)
-    check_parity(" (whole tiles)", walk_class, wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant, wup)
-    check_gated(wq, wk, wv, widx, wnum, wsizes, wslots, wseq, first, wwant)
+    whole = parity_case(np.random.default_rng(1), np.array([64, 64, 64, 12, 64, 64, 17], np.int32))
+    check_parity(" (whole tiles)", whole)
+    check_gated(whole)
 
     # One IR for every geometry: lower each kernel at two geometries and compare the bytecode.
     irs, pack_irs = [], []
@@ -455,7 +468,7 @@ def main():
         shapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((6,), jnp.int32), ((hh * tt * len(KEY_BLOCKS),), jnp.int32), ((hh * tt * 23,), jnp.int32),
                                                           ((ss // T,), jnp.int32), ((ss,), jnp.int32)] + [((hh * ss, D), jnp.bfloat16)] * 3 +
                   [((ll * hh, D), jnp.bfloat16), ((ss // T * hh, D), jnp.float32)]]
-        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), 10, "vsa")
+        cfg, api, other = lowered_triton_call(jax.jit(vsa_call(hh, tt, ll, 4, 3)).lower(*shapes).as_text(), FINE_OPERANDS, "vsa")
         irs.append(cfg["ir"])
         print("lowered", hh, tt, ss, "grid", cfg["grid_x"], cfg["grid_y"], "ir bytes", len(cfg["ir"]), "api", api, "other", other)
         pshapes = [jax.ShapeDtypeStruct(s, d) for s, d in [((2,), jnp.int32), ((ss,), jnp.int32), ((ll * hh, D), jnp.bfloat16)]]
@@ -523,14 +536,10 @@ def main():
         pack_warps, _ = fastest(pack_timings)
         print(f"launch settings: {warps} warps, {stages} stages; pack {pack_warps} warps")
     kernel = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_fwd", warps, stages, irs, timings,
-                           key_blocks=list(KEY_BLOCKS), operands=10)
+                           key_blocks=list(KEY_BLOCKS), operands=FINE_OPERANDS)
     pack = kernel_record("attention/testdata/gen_vsa_triton.py", "vsa_pack", pack_warps, 1, pack_irs, pack_timings)
     with open(os.path.join(args.out, "vsa_pack_triton.json"), "w") as fh:
         json.dump(pack, fh, indent=1)
-    bf = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16)  # exact: the values are bfloat16
-    tensors = {"q": bf(q), "k": bf(k), "v": bf(v), "q2k_index": torch.from_numpy(idx), "q2k_num": torch.from_numpy(num),
-               "variable_block_sizes": torch.from_numpy(sizes), "slots": torch.from_numpy(slots),
-               "out_upstream": bf(up), "out_reference": torch.from_numpy(want)}
     meta = {"kind": "vsa_triton", "generator": "attention/testdata/gen_vsa_triton.py", "heads": h, "tiles": nt, "prefix_tiles": first, "head_dim": D,
             "upstream": "fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py "
                         "(triton_block_sparse_attn_forward), FastVideo 2f3d407", "torch": torch.__version__,
@@ -538,12 +547,9 @@ def main():
             "note": "q, k, v are [1, H, S, D] tile-padded; slots maps each tile slot to its sequence row (-1: a pad); "
                     "out_* are [H, (tiles - prefix) * 64, D], upstream's rows from the prefix on (only the valid slots "
                     "count); out_reference is float32 attention of the bfloat16 inputs"}
-    write_outputs(args.out, "vsa_triton", kernel, tensors, meta)
-    tensors = {"q": bf(wq), "k": bf(wk), "v": bf(wv), "q2k_index": torch.from_numpy(widx), "q2k_num": torch.from_numpy(wnum),
-               "variable_block_sizes": torch.from_numpy(wsizes), "slots": torch.from_numpy(wslots),
-               "out_upstream": bf(wup), "out_reference": torch.from_numpy(wwant)}
+    write_outputs(args.out, "vsa_triton", kernel, case_tensors(case), meta)
     meta["note"] += "; every tile of 33-64 valid rows is whole"
-    write_fixture(args.out, "vsa_triton_whole", tensors, meta)
+    write_fixture(args.out, "vsa_triton_whole", case_tensors(whole), meta)
 
 
 def fastest(timings):
