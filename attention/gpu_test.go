@@ -3,6 +3,7 @@ package attention
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/compute"
@@ -315,4 +316,66 @@ func TestTritonWindowOnGPU(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestTritonSelectOnGPU runs the select kernel on routing scores with heavy ties and signed zeros and
+// compares its lists with the XLA sorts it replaces on the same backend (keyOrder of selectTiles, tested
+// against upstream's fixtures on the CPU), entry for entry: both modes, tilings with and without prefix
+// tiles and with edge tiles of every class, one key tile kept, and a tiling of 1,440 tiles:
+//
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+//	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestTritonSelectOnGPU -test.v
+func TestTritonSelectOnGPU(t *testing.T) {
+	b, kernels := vsaKernelsOnGPU(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		prefix []int
+		grid   [3]int
+		topK   int
+		mode   Mode
+	}{
+		{[]int{93, 0, 414}, [3]int{37, 15, 26}, 28, ModeExempt}, // FastH3's tiling at 480x832x124
+		{[]int{93, 0, 414}, [3]int{37, 15, 26}, 28, ModeCompete},
+		{[]int{29, 70}, [3]int{5, 6, 7}, 1, ModeExempt},
+		{nil, [3]int{21, 30, 52}, 125, ModeExempt},  // Wan 1.3B at 480x832x81
+		{nil, [3]int{21, 45, 80}, 180, ModeCompete}, // Wan at 720x1280x81
+	} {
+		tl, err := NewTiling(c.prefix, c.grid, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Sparse{Tiling: tl, TopK: c.topK, Mode: c.mode}
+		const h = 3
+		nT := tl.NumTiles()
+		scores := make([]float32, h*nT*nT)
+		for i := range scores {
+			scores[i] = float32(math.Round(r.NormFloat64()*2)) / 4
+			if scores[i] == 0 && r.IntN(2) == 0 {
+				scores[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		ex := MustNewExec(b, func(scores *Node) []*Node {
+			idx, ends := kernels.routes(scores, s)
+			sel := selectTiles(scores, s)
+			wantIdx, wantEnds := kernels.fine.keyOrder(Reshape(sel, h*tl.NumVideo, tl.KeyTiles(s.TopK)), nil, tl.Sizes)
+			return []*Node{idx, ends, wantIdx, wantEnds}
+		})
+		out := ex.MustExec(tensors.FromFlatDataAndDimensions(scores, h, nT, nT))
+		got := func(i int) []int32 { return tensors.MustCopyFlatData[int32](out[i]) }
+		for i, name := range []string{"key tiles", "group ends"} {
+			kernel, want := got(i), got(i+2)
+			if len(kernel) != len(want) {
+				t.Fatalf("tiles %d: the kernel gave %d %s, XLA's sorts %d", nT, len(kernel), name, len(want))
+			}
+			if !slices.Equal(kernel, want) {
+				at := 0
+				for kernel[at] == want[at] {
+					at++
+				}
+				t.Errorf("tiles %d, prefix %d, top %d, %s: the kernel's %s differ from XLA's sorts first at entry %d: %d, want %d",
+					nT, tl.NumPrefix, c.topK, c.mode, name, at, kernel[at], want[at])
+			}
+		}
+		t.Logf("tiles %d, prefix %d, top %d, %s: %d lists the same", nT, tl.NumPrefix, c.topK, c.mode, h*tl.NumVideo)
+	}
 }

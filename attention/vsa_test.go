@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -356,14 +355,18 @@ func TestTritonWindowUnavailable(t *testing.T) {
 // plugin (internal/xlaext). SparseTriton asked for where it cannot run fails the graph build; the
 // default falls back to the gathered tiles with the same result as SparseGather.
 func TestTritonVSAUnavailable(t *testing.T) {
-	for file, load := range map[string]func() (*tritonKernel, error){"vsa_triton.json": loadVSATriton, "vsa_pack_triton.json": loadVSAPack} {
-		k, err := load()
-		if err != nil {
-			t.Fatal(err)
-		}
+	ks, err := loadVSAKernels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append([]*tritonKernel{ks.fine, ks.pack}, ks.route...) {
 		if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.ir) < 1000 {
-			t.Fatalf("%s: head %d, tile %d, plugin %q, %d IR bytes", file, k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+			t.Fatalf("%s: head %d, tile %d, plugin %q, %d IR bytes", k.Name, k.HeadDim, k.Tile, k.Plugin, len(k.ir))
 		}
+	}
+	// FastH3's and Wan 1.3B's tilings (289 and 624 tiles) take the select kernel.
+	if k := ks.selectKernel(624); k == nil || k.Width < 624 {
+		t.Fatalf("no select kernel for 624 tiles: %+v", k)
 	}
 	b := testutil.Backend(t)
 	for _, c := range []struct {
@@ -499,42 +502,63 @@ func TestKeyOrder(t *testing.T) {
 	}
 }
 
-// A fine kernel file must carry the operand layout this build passes: one from before the gated
-// epilogue (8 operands) is refused with the command that regenerates it, never launched with operands
-// it does not read.
-func TestParseVSAFine(t *testing.T) {
-	var committed map[string]any
-	if err := json.Unmarshal(vsaTritonFile, &committed); err != nil {
-		t.Fatal(err)
-	}
-	edited := func(key string, value any) []byte {
-		m := maps.Clone(committed)
-		if value == nil {
-			delete(m, key)
-		} else {
-			m[key] = value
-		}
-		b, err := json.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	if _, err := parseVSAFine("vsa_triton.json", vsaTritonFile); err != nil {
-		t.Fatalf("the committed kernel file: %v", err)
-	}
-	for _, c := range []struct {
+// A VSA kernel file must carry the operand layout this build passes: a fine kernel from before the
+// gated epilogue (8 operands) or a select kernel of another layout is refused with the command that
+// regenerates it, never launched with operands it does not read; the select kernels' widths ascend.
+func TestParseVSAKernelFiles(t *testing.T) {
+	parseFine := func(file string, data []byte) error { _, err := parseVSAFine(file, data); return err }
+	parseSelect := func(file string, data []byte) error { _, err := parseVSASelect(file, data); return err }
+	type refusal struct {
 		key   string
 		value any
 		want  string
+	}
+	for _, f := range []struct {
+		file     string
+		data     []byte
+		parse    func(string, []byte) error
+		refusals []refusal
 	}{
-		{"operands", 8.0, "takes 8 operands, this build passes 10"},
-		{"operands", nil, "takes 0 operands"},
-		{"key_blocks", []any{32.0, 64.0}, "key blocks [32 64] must start at the tile"},
+		{"vsa_triton.json", vsaTritonFile, parseFine, []refusal{
+			{"operands", 8.0, "takes 8 operands, this build passes 10"},
+			{"operands", nil, "takes 0 operands"},
+			{"key_blocks", []any{32.0, 64.0}, "key blocks [32 64] must start at the tile"},
+		}},
+		{"vsa_select_triton.json", vsaSelectFile, parseSelect, []refusal{
+			{"operands", 5.0, "takes 5 operands, this build passes 3; regenerate it with testdata/gen_vsa_select.py"},
+			{"width", nil, "kernel 1 holds rows of 0 tiles; the widths must be positive and ascending"},
+			{"width", 100000.0, "kernel 2 holds rows of 1024 tiles; the widths must be positive and ascending"},
+			{"key_blocks", nil, "has no key blocks"},
+		}},
 	} {
-		_, err := parseVSAFine("vsa_triton.json", edited(c.key, c.value))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s = %v: error %v, want one saying %q", c.key, c.value, err, c.want)
+		if err := f.parse(f.file, f.data); err != nil {
+			t.Fatalf("the committed kernel file: %v", err)
 		}
+		for _, c := range f.refusals {
+			// The select file is a list (one kernel a width): its second kernel is the one edited.
+			var committed any
+			if err := json.Unmarshal(f.data, &committed); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := committed.(map[string]any)
+			if list, ok := committed.([]any); ok {
+				m = list[1].(map[string]any)
+			}
+			if c.value == nil {
+				delete(m, c.key)
+			} else {
+				m[c.key] = c.value
+			}
+			b, err := json.Marshal(committed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.parse(f.file, b); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %s = %v: error %v, want one saying %q", f.file, c.key, c.value, err, c.want)
+			}
+		}
+	}
+	if err := parseSelect("vsa_select_triton.json", []byte("[]")); err == nil || !strings.Contains(err.Error(), "holds no kernel") {
+		t.Errorf("an empty select file: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -80,11 +81,14 @@ type tritonKernel struct {
 	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
 	// first: a tile belongs to the last class whose block holds its valid rows.
 	KeyBlocks []int `json:"key_blocks"`
-	// Operands is the number of operands the kernel takes (VSA only; checked against vsaFineOperands).
-	Operands int    `json:"operands"`
-	JAX      string `json:"jax"`
-	Plugin   string `json:"plugin"`
-	ir       []byte
+	// Operands is the number of operands the kernel takes (the VSA kernels; checked against what this
+	// build passes).
+	Operands int `json:"operands"`
+	// Width is the most key tiles a row of the select kernel holds (vsa_select_triton.json only).
+	Width  int    `json:"width"`
+	JAX    string `json:"jax"`
+	Plugin string `json:"plugin"`
+	ir     []byte
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -123,6 +127,13 @@ func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
 
 var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseTritonKernel("vsa_pack_triton.json", vsaPackFile)
+})
+
+//go:embed vsa_select_triton.json
+var vsaSelectFile []byte
+
+var loadVSASelect = sync.OnceValues(func() ([]*tritonKernel, error) {
+	return parseVSASelect("vsa_select_triton.json", vsaSelectFile)
 })
 
 // checkKeyBlocks: the classes start at a whole tile and shrink, each block at least the 16 rows of a
@@ -187,26 +198,27 @@ var errTritonShape = errors.New("the Triton VSA kernel does not cover this atten
 // heads of headDim and tiles of tileElems rows (nil: it can, subject to the backend being XLA's CUDA
 // plugin), and why not otherwise. Plans call it to say which kernel runs; Attend decides the same way.
 func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems int) error {
-	pack, err := loadVSAPack()
-	if err := covers(pack, err, dtype, headDim, errTritonShape); err != nil {
+	ks, err := loadVSAKernels()
+	if err != nil {
 		return err
 	}
-	k, err := loadVSATriton()
-	if err := covers(k, err, dtype, headDim, errTritonShape); err != nil {
-		return err
+	for _, k := range []*tritonKernel{ks.pack, ks.fine} {
+		if err := covers(k, nil, dtype, headDim, errTritonShape); err != nil {
+			return err
+		}
 	}
-	if pack.Tile != k.Tile || pack.Plugin != k.Plugin {
-		return fmt.Errorf("attention: vsa_pack_triton.json (tiles of %d, %s) and vsa_triton.json (%d, %s) were not made together; run testdata/gen_vsa_triton.py",
-			pack.Tile, pack.Plugin, k.Tile, k.Plugin)
+	if tileElems != ks.fine.Tile {
+		return fmt.Errorf("%w: tiles of %d rows (it takes %d; use a VSA tile size of %d)", errTritonShape, tileElems, ks.fine.Tile, ks.fine.Tile)
 	}
-	if tileElems != k.Tile {
-		return fmt.Errorf("%w: tiles of %d rows (it takes %d; use a VSA tile size of %d)", errTritonShape, tileElems, k.Tile, k.Tile)
-	}
-	return k.runsOn(backend, dtype, headDim)
+	return ks.fine.runsOn(backend, dtype, headDim)
 }
 
-// vsaKernels are the two kernels of VSA's Triton path.
-type vsaKernels struct{ pack, fine *tritonKernel }
+// vsaKernels are the kernels of VSA's Triton path: the tile copies and means, the routing's selection (one
+// kernel a row width, narrowest first) and the fine stage.
+type vsaKernels struct {
+	pack, fine *tritonKernel
+	route      []*tritonKernel
+}
 
 // sparseKernels returns the kernels attendSparse runs q through on path (nil: the XLA ops): where they
 // can run, on the fused path or when asked for; asked for where they cannot, building the graph fails.
@@ -232,16 +244,15 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	kh, kp := ks.pack.pack(k, slots, t)
 	vh, vp := ks.pack.pack(v, slots, t)
 	scores := tileScores(qp, kp) // [H, nT, nT]
-	sel := selectTiles(scores, s)
+	idx, ends := ks.routes(scores, s)
 	h, d := q.Shape().Dim(2), q.Shape().Dim(3)
-	idx, ends := ks.fine.keyOrder(Reshape(sel, h*t.NumVideo, sel.Shape().Dim(2)), nil, t.Sizes)
 	var gate, oc *Node
 	if s.Gate != nil {
 		// The kernel adds the compression branch to the rows it writes (the IR takes q's dtype).
 		oc = compression(scores, vp)
 		gate = Reshape(ConvertDType(s.Gate, q.DType()), t.Rows()*h, d)
 	}
-	out, err := ks.fine.call(fineGeometryOf(t, sel.Shape().Dim(2), slotMap), ends, idx, qh, kh, vh, gate, flatTiles(oc))
+	out, err := ks.fine.call(fineGeometryOf(t, t.KeyTiles(s.TopK), slotMap), ends, idx, qh, kh, vh, gate, flatTiles(oc))
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA kernel: %w", err))
 	}
@@ -307,14 +318,9 @@ func fineGeometryOf(t *Tiling, stride int, slots []int32) fineGeometry {
 		Sizes: t.Sizes, Slots: slots}
 }
 
-// keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of
-// them when counts is nil) as the kernel walks them: grouped by class of KeyBlocks, ascending within a
-// group, as [R·K], with the end of each row's groups [R·C]. sizes are the tiles' valid rows.
-func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *Node) {
-	g := sel.Graph()
-	r, kk, nT := sel.Shape().Dim(0), sel.Shape().Dim(1), len(sizes)
-	nc := len(k.KeyBlocks)
-	classes := make([]int32, nT)
+// keyClasses is each tile's class of KeyBlocks: the last whose block holds its valid rows (sizes).
+func (k *tritonKernel) keyClasses(sizes []int32) []int32 {
+	classes := make([]int32, len(sizes))
 	for i, size := range sizes {
 		for c, n := range k.KeyBlocks {
 			if int(size) <= n {
@@ -322,7 +328,17 @@ func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *No
 			}
 		}
 	}
-	class := Gather(Const(g, classes), ExpandAxes(sel, -1)) // [R, K]
+	return classes
+}
+
+// keyOrder arranges the key tile lists sel [R, K] (int32; the first counts [R] of each row, or all of
+// them when counts is nil) as the kernel walks them: grouped by class of KeyBlocks, ascending within a
+// group, as [R·K], with the end of each row's groups [R·C]. sizes are the tiles' valid rows.
+func (k *tritonKernel) keyOrder(sel, counts *Node, sizes []int32) (idx, ends *Node) {
+	g := sel.Graph()
+	r, kk, nT := sel.Shape().Dim(0), sel.Shape().Dim(1), len(sizes)
+	nc := len(k.KeyBlocks)
+	class := Gather(Const(g, k.keyClasses(sizes)), ExpandAxes(sel, -1)) // [R, K]
 	if counts != nil {
 		past := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, r, kk), 1), ExpandAxes(counts, -1))
 		class = Where(past, BroadcastToDims(Const(g, int32(nc)), r, kk), class) // sorted past every group
@@ -386,7 +402,7 @@ func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaKernels, error) {
 	return ks, nil
 }
 
-// loadVSAKernels is the two kernel files, loaded once.
+// loadVSAKernels is the three kernel files, loaded once, checked to be made together.
 func loadVSAKernels() (*vsaKernels, error) {
 	fine, err := loadVSATriton()
 	if err != nil {
@@ -396,7 +412,21 @@ func loadVSAKernels() (*vsaKernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &vsaKernels{pack: pack, fine: fine}, nil
+	route, err := loadVSASelect()
+	if err != nil {
+		return nil, err
+	}
+	if pack.Tile != fine.Tile || pack.Plugin != fine.Plugin {
+		return nil, fmt.Errorf("attention: vsa_pack_triton.json (tiles of %d, %s) and vsa_triton.json (%d, %s) were not made together; run testdata/gen_vsa_triton.py",
+			pack.Tile, pack.Plugin, fine.Tile, fine.Plugin)
+	}
+	for _, k := range route {
+		if k.Plugin != fine.Plugin || !slices.Equal(k.KeyBlocks, fine.KeyBlocks) {
+			return nil, fmt.Errorf("attention: vsa_select_triton.json (key blocks %v, %s) and vsa_triton.json (%v, %s) were not made together; run testdata/gen_vsa_select.py",
+				k.KeyBlocks, k.Plugin, fine.KeyBlocks, fine.Plugin)
+		}
+	}
+	return &vsaKernels{pack: pack, route: route, fine: fine}, nil
 }
 
 // addressable reports whether a kernel's operand of elems elements is within the int32 element offsets
