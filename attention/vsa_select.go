@@ -15,8 +15,8 @@ import (
 // records it in the kernel file).
 const vsaSelectOperands = 3
 
-// parseVSASelect reads the select kernel's file: a list of tritonKernels, one a row width (ascending),
-// each with its key classes and the operand layout this build passes.
+// parseVSASelect reads the select kernel's file: a list of kernel records (parseVSAKernel), one a row
+// width, ascending.
 func parseVSASelect(file string, data []byte) ([]*tritonKernel, error) {
 	var records []json.RawMessage
 	if err := json.Unmarshal(data, &records); err != nil {
@@ -27,16 +27,9 @@ func parseVSASelect(file string, data []byte) ([]*tritonKernel, error) {
 	}
 	kernels := make([]*tritonKernel, len(records))
 	for i, record := range records {
-		k, err := parseTritonKernel(file, record)
+		k, err := parseVSAKernel(file, record, vsaSelectOperands, "gen_vsa_select.py")
 		if err != nil {
 			return nil, err
-		}
-		if err := k.checkKeyBlocks(file); err != nil {
-			return nil, err
-		}
-		if k.Operands != vsaSelectOperands {
-			return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/gen_vsa_select.py",
-				file, k.Operands, vsaSelectOperands)
 		}
 		if k.Width <= 0 || i > 0 && k.Width <= kernels[i-1].Width {
 			return nil, fmt.Errorf("attention: %s: kernel %d holds rows of %d tiles; the widths must be positive and ascending", file, i, k.Width)

@@ -109,9 +109,14 @@ var loadVSATriton = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseVSAFine("vsa_triton.json", vsaTritonFile)
 })
 
-// parseVSAFine reads the fine kernel's file: a tritonKernel with its key classes and the operand
-// layout this build passes.
+// parseVSAFine reads the fine kernel's file.
 func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
+	return parseVSAKernel(file, data, vsaFineOperands, "gen_vsa_triton.py")
+}
+
+// parseVSAKernel reads a VSA kernel record that walks key classes: a tritonKernel with its key classes,
+// refused unless it takes the operands this build passes, naming testdata/generator, which makes it.
+func parseVSAKernel(file string, data []byte, operands int, generator string) (*tritonKernel, error) {
 	k, err := parseTritonKernel(file, data)
 	if err != nil {
 		return nil, err
@@ -119,8 +124,8 @@ func parseVSAFine(file string, data []byte) (*tritonKernel, error) {
 	if err := k.checkKeyBlocks(file); err != nil {
 		return nil, err
 	}
-	if k.Operands != vsaFineOperands {
-		return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/gen_vsa_triton.py", file, k.Operands, vsaFineOperands)
+	if k.Operands != operands {
+		return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/%s", file, k.Operands, operands, generator)
 	}
 	return k, nil
 }
