@@ -49,6 +49,7 @@ from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
 from gen_vsa_triton import KEY_BLOCKS, key_class, kernel_record, timed  # noqa: E402
 
 C = len(KEY_BLOCKS)
+assert C <= 4, "the kernel writes a row's group ends as one 4-lane store"
 INT_MAX, INT_MIN = 2**31 - 1, -2**31
 OPERANDS = 3
 # Row widths (lanes; a power of two): a row of n tiles takes the narrowest that holds it, and a tiling of
