@@ -14,6 +14,9 @@
 #                   draft_pingpong.log when the GMEM one ran: its compute warpgroups taking turns (--pingpong)
 #   5. x264.log     the encoder's tail at the decoder's pace on this host, on noise and on frames with structure
 #                   (bench/x264_tail.py; the latter with the PSNR each setting keeps), when FF is set
+#   6. pairq.log    the fine kernel with query tiles 2p and 2p+1 listing the same key tiles: the committed walk
+#                   against one program a pair that reads each K/V tile once for both (bench/vsa_fine_variants.py
+#                   --paired-lists): whether reading K/V or computing bounds the fine stage
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
 # passes).
 #
@@ -24,14 +27,14 @@
 # On the GPU machine (carry .gpu/attention.test.xz, .gpu/xlaext.test.xz and the folder with upstream's
 # block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: the static ffmpeg
 # of bench/stage_ffmpeg.sh, unpacked):
-#   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5"] bash bench/kernel_probes.sh
+#   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5 6"] bash bench/kernel_probes.sh
 # The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
 # xz'd), the static ffmpeg (2 MB xz'd) and the bench binary (8 MB) in one call. A device command runs at most
 # 600 s and step 4 alone may take 300 s (a hung draft spends its
 # whole limit), so run STEPS="1 2 3" and STEPS="4" as two calls.
 set -u
 : "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
-STEPS=${STEPS:-"1 2 3 4 5"}
+STEPS=${STEPS:-"1 2 3 4 5 6"}
 BIN=${BIN:-.gpu}
 mkdir -p "$OUT" /tmp/probes
 export PYTHONUNBUFFERED=1 # a step killed at its limit keeps what it printed
@@ -68,6 +71,9 @@ for s in $STEPS; do
      *) timeout 100 python3 bench/vsa_mosaic_draft.py --upstream "$UPSTREAM" --semantics lane $DRAFT_GEOMETRIES > "$OUT/draft_lane.log" 2>&1
         echo "4 mosaic VSA draft, lists from gmem, Lane semantics rc $?"; draft_report "$OUT/draft_lane.log" ;;
      esac ;;
+  6) timeout 150 python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --paired-lists --only base,pairq_w4s3,pairq_w8s3,pairq_w8s4 \
+       h3 wan0.8 > "$OUT/pairq.log" 2>&1
+     echo "6 paired lists rc $?"; grep -v Warning "$OUT/pairq.log" | tail -20 | cut -c1-250 ;;
   5) if [ -n "${FF:-}" ]; then
        for content in noise moving; do
          timeout 150 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 --content $content >> "$OUT/x264.log" 2>&1

@@ -18,11 +18,19 @@
 #                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
 #   pair_all      the same for every class
 # at 4 warps and 5 stages (the committed settings) and, for pair64, 4 and 3 stages (two tiles a step
-# double the shared memory a stage holds) and 8 warps.
+# double the shared memory a stage holds) and 8 warps. With --paired-lists (query tiles 2p and 2p+1 list
+# the same key tiles; every variant and upstream run on those inputs), also
+#   pairq_w4s3, pairq_w8s3, pairq_w8s4   one program a pair of query tiles: a 128-row query block that
+#                 reads each listed K/V tile once for both (the committed kernel reads it once a tile), at
+#                 4 or 8 warps and 3 or 4 stages. The fine kernel does 64 FLOP a byte of K/V it reads at
+#                 every geometry, so its 5.4-6.2 TB/s of K/V reads (BENCHMARKS.md, session 25) cannot say
+#                 whether reading or computing bounds it; at equal FLOPs this variant halves the reads. A
+#                 kernel for real lists would read a tile once where both of a pair list it (the prefix
+#                 tiles every FastH3 row keeps, neighbours' common choices); this bounds what that gains.
 #
 # On the GPU machine, from the repo root, with upstream's block_sparse_attn_triton.py (fastvideo-kernel,
 # as gen_vsa_triton.py takes it) in DIR:
-#   python3 bench/vsa_fine_variants.py --upstream DIR [--rounds 3] [--only base,nomask64] [GEOMETRY ...]
+#   python3 bench/vsa_fine_variants.py --upstream DIR [--rounds 3] [--only base,nomask64] [--paired-lists] [GEOMETRY ...]
 # GEOMETRY: h3 wan0.8 h3_tiling wan_tiling (default: all). Prints each variant's max difference from
 # upstream's output (an exact one beyond the generator's 3e-2 is reported and not timed), then each
 # round's time and the median of the rounds with its TFLOP/s counted at 64 rows a tile.
@@ -35,6 +43,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "internal", "xlaext", "testdata"))
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 
 import gen_vsa_triton as G  # noqa: E402
 from vsa_inputs import parse  # noqa: E402
@@ -89,6 +98,56 @@ def paired(classes):
     return walk
 
 
+QP = 2 * T  # the query rows of a program of pairq
+
+
+def pair_step(q, w, n):
+    # G.step for pairq's 128-row query block: the same masked online softmax over one key tile a step.
+    cols = lax.broadcasted_iota(jnp.int32, (QP, n), 1)
+
+    def body(i, carry):
+        acc, m, l = carry
+        valid, at = w.key(i)
+        s = jnp.dot(q, w.k(at, n).T, preferred_element_type=jnp.float32)
+        s = jnp.where(cols < valid, s, G.MASKED)
+        m2 = jnp.maximum(m, jnp.max(s, axis=1))
+        ms = m2 * SCALE
+        p = jnp.exp2(s * SCALE - ms[:, None])
+        alpha = jnp.exp2(m * SCALE - ms)
+        acc = acc * alpha[:, None] + pv(w, p, at, n)
+        return acc, m2, l * alpha + jnp.sum(p, axis=1)
+    return body
+
+
+def pair_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
+    # The committed kernel's operands and store (without the gate's epilogue: the bench passes none), one
+    # program for query tiles 2p and 2p+1 of a head, walking tile 2p's list (--paired-lists: both's).
+    pair, head = pl.program_id(0), pl.program_id(1)
+    rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
+    tile = 2 * pair
+    row = head * tiles + tile
+    q = q_ref[pl.ds(head * rows + (first + tile) * T, QP), :]
+    w = G.Walk(None, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
+    carry = (jnp.zeros((QP, G.D), jnp.float32), jnp.full((QP,), -jnp.inf, jnp.float32), jnp.zeros((QP,), jnp.float32))
+    start = 0
+    for c, n in enumerate(G.KEY_BLOCKS):
+        end = ends_ref[row * len(G.KEY_BLOCKS) + c]
+        carry = lax.fori_loop(start, end, pair_step(q, w, n), carry)
+        start = end
+    acc, _, l = carry
+    qslots = slots_ref[pl.ds((first + tile) * T, QP)]
+    valid = jnp.broadcast_to((qslots >= 0)[:, None], (QP, G.D))
+    G.plgpu.store(o_ref.at[G.rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype), mask=valid)
+
+
+def pair_call(heads, tiles, seq, warps, stages):
+    return G.pallas_triton(pair_kernel, warps, stages, grid=(tiles // 2, heads),
+                           out_shape=jax.ShapeDtypeStruct((seq * heads, G.D), jnp.bfloat16), name="vsa_fwd_pairq")
+
+
+# name: (warps, stages) of pairq (--paired-lists only)
+PAIR_VARIANTS = {"pairq_w4s3": (4, 3), "pairq_w8s3": (8, 3), "pairq_w8s4": (8, 4)}
+
 # name: (walk, warps, stages, exact)
 VARIANTS = {
     "base": (G.walk_class, 4, 5, True),
@@ -114,11 +173,18 @@ def main():
         heads, tiles, want = c.heads, c.tiles, c.want
         valid = slots >= 0
         calls = {"upstream": c.upstream}
-        for name, (walk, warps, stages, exact) in VARIANTS.items():
+        builds = {name: (lambda walk=walk, warps=warps, stages=stages: G.vsa_call(heads, tiles, seq, warps, stages, walk), exact)
+                  for name, (walk, warps, stages, exact) in VARIANTS.items()}
+        if c.paired:
+            builds.update({name: (lambda warps=warps, stages=stages: pair_call(heads, tiles, seq, warps, stages), True)
+                           for name, (warps, stages) in PAIR_VARIANTS.items()})
+        elif args.paired_lists:
+            print(f"{label}: {tiles} query tiles, an odd count: lists not paired, pairq not run", flush=True)
+        for name, (build, exact) in builds.items():
             if only and name not in only:
                 continue
             try:
-                f = jax.jit(G.vsa_call(heads, tiles, seq, warps, stages, walk))
+                f = jax.jit(build())
                 err = float(np.abs(G.tiles_of(f(*ops), slots, heads, 0) - want)[:, valid].max())
             except Exception as e:  # a setting the compiler refuses (shared memory)
                 print(f"{label} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)

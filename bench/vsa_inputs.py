@@ -20,13 +20,19 @@ class Case:
     # One geometry's inputs: sizes (valid rows of each tile), idx and num (upstream's q2k_index and
     # q2k_num, [1, H, T, K] and [1, H, T]), q, k, v ([1, H, T·64, 128] bf16), want (upstream's output
     # [H, T·64, 128] float32) and upstream() (one call of it, for timing).
-    def __init__(self, label, upstream, rng):
+    # paired: each even query tile's list is the odd tile's after it too (an even tile count only; else
+    # the lists stay as drawn and self.paired is False), so that a kernel may read each listed K/V tile
+    # once for both.
+    def __init__(self, label, upstream, rng, paired=False):
         import torch
         self.label = label
         self.heads, self.sizes, self.stride = GEOMETRIES[label]
         self.tiles = len(self.sizes)
         self.idx, self.num = G.random_lists(rng, self.heads, self.tiles, self.stride,
                                             np.full((self.heads, self.tiles), self.stride, np.int32))
+        self.paired = paired and self.tiles % 2 == 0
+        if self.paired:
+            self.idx[:, :, 1::2] = self.idx[:, :, 0::2]
         self.q, self.k, self.v = (G.bf16(rng, (1, self.heads, self.tiles * G.T, G.D)) for _ in range(3))
         tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (self.q, self.k, self.v)]
         lists = [torch.from_numpy(x).cuda() for x in (self.idx, self.num, self.sizes)]
@@ -42,8 +48,10 @@ def parse(ap):
     # Adds --upstream and the geometries to the script's own arguments, parses them and returns them with
     # the cases, made one at a time (each holds its geometry's inputs on the device).
     ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
+    ap.add_argument("--paired-lists", action="store_true",
+                    help="query tiles 2p and 2p+1 list the same key tiles (geometries with an even tile count)")
     ap.add_argument("geometries", nargs="*", default=list(GEOMETRIES), help=" ".join(GEOMETRIES))
     args = ap.parse_args()
     upstream = G.load_upstream(args.upstream)
     rng = np.random.default_rng(1)
-    return args, (Case(label, upstream, rng) for label in args.geometries)
+    return args, (Case(label, upstream, rng, args.paired_lists) for label in args.geometries)
