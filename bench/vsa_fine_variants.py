@@ -101,24 +101,6 @@ def paired(classes):
 QP = 2 * T  # the query rows of a program of pairq
 
 
-def pair_step(q, w, n):
-    # G.step for pairq's 128-row query block: the same masked online softmax over one key tile a step.
-    cols = lax.broadcasted_iota(jnp.int32, (QP, n), 1)
-
-    def body(i, carry):
-        acc, m, l = carry
-        valid, at = w.key(i)
-        s = jnp.dot(q, w.k(at, n).T, preferred_element_type=jnp.float32)
-        s = jnp.where(cols < valid, s, G.MASKED)
-        m2 = jnp.maximum(m, jnp.max(s, axis=1))
-        ms = m2 * SCALE
-        p = jnp.exp2(s * SCALE - ms[:, None])
-        alpha = jnp.exp2(m * SCALE - ms)
-        acc = acc * alpha[:, None] + pv(w, p, at, n)
-        return acc, m2, l * alpha + jnp.sum(p, axis=1)
-    return body
-
-
 def pair_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
     # The committed kernel's operands and store (without the gate's epilogue: the bench passes none), one
     # program for query tiles 2p and 2p+1 of a head, walking tile 2p's list (--paired-lists: both's).
@@ -127,12 +109,12 @@ def pair_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_re
     tile = 2 * pair
     row = head * tiles + tile
     q = q_ref[pl.ds(head * rows + (first + tile) * T, QP), :]
-    w = G.Walk(None, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
+    w = G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
     carry = (jnp.zeros((QP, G.D), jnp.float32), jnp.full((QP,), -jnp.inf, jnp.float32), jnp.zeros((QP,), jnp.float32))
     start = 0
     for c, n in enumerate(G.KEY_BLOCKS):
         end = ends_ref[row * len(G.KEY_BLOCKS) + c]
-        carry = lax.fori_loop(start, end, pair_step(q, w, n), carry)
+        carry = lax.fori_loop(start, end, G.step(w, n), carry)
         start = end
     acc, _, l = carry
     qslots = slots_ref[pl.ds((first + tile) * T, QP)]

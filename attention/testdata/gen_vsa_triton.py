@@ -124,7 +124,8 @@ def step(w, n, mask=True):
     # multiply-add an element where scaling the scores first takes a multiply and a subtract (4-7 % of the
     # kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md). mask=False drops the pad columns' mask
     # (exact only where every tile of the class is full; the variants bench times what the mask costs).
-    cols = lax.broadcasted_iota(jnp.int32, (T, n), 1)
+    # The query block is w.q's rows: a tile's 64 here, a pair's 128 in the variants bench.
+    cols = lax.broadcasted_iota(jnp.int32, (w.q.shape[0], n), 1)
 
     def body(i, carry):
         acc, m, l = carry
