@@ -109,14 +109,7 @@ def pair_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_re
     tile = 2 * pair
     row = head * tiles + tile
     q = q_ref[pl.ds(head * rows + (first + tile) * T, QP), :]
-    w = G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
-    carry = (jnp.zeros((QP, G.D), jnp.float32), jnp.full((QP,), -jnp.inf, jnp.float32), jnp.zeros((QP,), jnp.float32))
-    start = 0
-    for c, n in enumerate(G.KEY_BLOCKS):
-        end = ends_ref[row * len(G.KEY_BLOCKS) + c]
-        carry = lax.fori_loop(start, end, G.step(w, n), carry)
-        start = end
-    acc, _, l = carry
+    acc, l = G.walk_list(G.walk_class, G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
     qslots = slots_ref[pl.ds((first + tile) * T, QP)]
     valid = jnp.broadcast_to((qslots >= 0)[:, None], (QP, G.D))
     G.plgpu.store(o_ref.at[G.rows_of(qslots, heads, head), :], (acc / l[:, None]).astype(o_ref.dtype), mask=valid)

@@ -124,7 +124,6 @@ def step(w, n, mask=True):
     # multiply-add an element where scaling the scores first takes a multiply and a subtract (4-7 % of the
     # kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md). mask=False drops the pad columns' mask
     # (exact only where every tile of the class is full; the variants bench times what the mask costs).
-    # The query block is w.q's rows: a tile's 64 here, a pair's 128 in the variants bench.
     cols = lax.broadcasted_iota(jnp.int32, (w.q.shape[0], n), 1)
 
     def body(i, carry):
@@ -149,6 +148,20 @@ def walk_class(w, c, n, start, end, carry):
     return lax.fori_loop(start, end, step(w, n), carry)
 
 
+def walk_list(walk, w, ends_ref, row):
+    # The online softmax over list row's key tiles, each class's group by walk; its accumulator and row
+    # sums (a query block of w.q's rows: a tile's 64 here, a pair's 128 in the variants bench).
+    r = w.q.shape[0]
+    carry = (jnp.zeros((r, D), jnp.float32), jnp.full((r,), -jnp.inf, jnp.float32), jnp.zeros((r,), jnp.float32))
+    start = 0
+    for c, n in enumerate(KEY_BLOCKS):
+        end = ends_ref[row * len(KEY_BLOCKS) + c]
+        carry = walk(w, c, n, start, end, carry)
+        start = end
+    acc, _, l = carry
+    return acc, l
+
+
 def fine_kernel(walk):
     # The fine kernel around a walk of each class's key tiles (bench/vsa_fine_variants.py times other
     # walks in the same kernel).
@@ -157,14 +170,7 @@ def fine_kernel(walk):
         rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
         row = head * tiles + tile
         q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
-        w = Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows)
-        carry = (jnp.zeros((T, D), jnp.float32), jnp.full((T,), -jnp.inf, jnp.float32), jnp.zeros((T,), jnp.float32))
-        start = 0
-        for c, n in enumerate(KEY_BLOCKS):
-            end = ends_ref[row * len(KEY_BLOCKS) + c]
-            carry = walk(w, c, n, start, end, carry)
-            start = end
-        acc, _, l = carry
+        acc, l = walk_list(walk, Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
         qslots = slots_ref[pl.ds((first + tile) * T, T)]
         rows_out = rows_of(qslots, heads, head)
         valid = jnp.broadcast_to((qslots >= 0)[:, None], (T, D))
