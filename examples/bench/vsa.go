@@ -20,7 +20,7 @@ var (
 	vsaSparsity = flag.Float64("vsa-sparsity", 0.9, "vsa: sparsity of the sparse attention")
 	vsaTile     = flag.Int("vsa-tile", 64, "vsa: tile size, 64 or 256 (h3 only; Wan's is 64)")
 	vsaDType    = flag.String("vsa-dtype", "bf16", "vsa: q/k/v dtype")
-	vsaChain    = flag.Int("vsa-chain", 1, "vsa: attentions in one program, each one's output the next one's q, as a DiT's blocks follow each other; the time reported is one attention's (the program's over this), without the per-program launch and sync")
+	vsaChain    = flag.Int("vsa-chain", 1, "vsa: attentions in one program, each one's output the next one's q and each with a k, v and gate of its own, as a DiT's blocks follow each other; the time reported is one attention's (the program's over this), without the per-program launch and sync")
 )
 
 func init() {
@@ -95,6 +95,11 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 			t.FinalizeAll()
 		}
 	}()
+	more, err := chainInputs(b, qkvg[1:], *vsaChain)
+	if err != nil {
+		return err
+	}
+	qkvg = append(qkvg, more...)
 	denseTFLOP := 4 * float64(l) * float64(l) * float64(heads*headDim) / 1e12
 	sparseTFLOP := 4 * float64(tl.AttendedPairs(k)) * float64(heads*headDim) / 1e12
 	type row struct {
@@ -120,29 +125,87 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	return nil
 }
 
-// timeAttention compiles and times one attention graph (sparse nil: dense) over the inputs, in the
-// attention's dtype already (a DiT's q, k, v are): -vsa-chain attentions, each one's output the next
-// one's q, and the reported times are per attention.
-func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, label string, sparse *attention.Sparse, tflop float64, c common) error {
-	exec, err := NewExec(b, func(q, k, v, g *Node) *Node {
-		opts := c.Attention
+// chainInputs returns the k, v and gate (kvg) of the second and later of n chained attentions, made on the
+// device before anything is timed: each a copy of kvg's rolled along the sequence by its own count of rows,
+// so that no two attentions of the chain share one. With one k, v and gate for the whole chain, XLA's
+// common-subexpression pass computes their tile copies and means once a program (the Triton pack calls,
+// or the gathered path's copies, are then identical), and the time per attention leaves out most of two
+// of the three pack kernels a DiT block runs (BENCHMARKS.md, "Session 26").
+func chainInputs(b compute.Backend, kvg []*tensors.Tensor, n int) ([]*tensors.Tensor, error) {
+	if n <= 1 {
+		return nil, nil
+	}
+	roll, err := NewExec(b, func(in []*Node) []*Node {
+		var out []*Node
+		for i := 1; i < n; i++ {
+			for _, x := range in {
+				out = append(out, rollRows(x, chainShift(i, x.Shape().Dim(1))))
+			}
+		}
+		return out
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer roll.Finalize()
+	args := make([]any, len(kvg))
+	for i, t := range kvg {
+		args[i] = t
+	}
+	return roll.Call(args...)
+}
+
+// chainShift is the rows the i-th chained attention's k, v and gate are rolled by in a sequence of l rows:
+// 997 a link, a prime, so that every link of a chain shorter than l has its own nonzero shift unless l is
+// a multiple of 997 (no geometry of the bench's is).
+func chainShift(i, l int) int {
+	return i * 997 % l
+}
+
+// rollRows rolls x [1, L, ...] along its sequence axis by s rows: row r of the result is row (r+s) mod L.
+func rollRows(x *Node, s int) *Node {
+	l := x.Shape().Dim(1)
+	if s%l == 0 {
+		return x
+	}
+	return Concatenate([]*Node{Slice(x, AxisRange(), AxisRange(s%l, l)), Slice(x, AxisRange(), AxisRange(0, s%l))}, 1)
+}
+
+// chainAttend is -vsa-chain attentions (sparse nil: dense): in holds q, then each attention's k, v and
+// gate; each attention's output is the next one's q.
+func chainAttend(in []*Node, sparse *attention.Sparse, opts attention.Options) *Node {
+	q := in[0]
+	for kvg := in[1:]; len(kvg) >= 3; kvg = kvg[3:] {
+		o := opts
 		if sparse != nil {
 			s := *sparse
-			s.Gate = g
-			opts.Sparse = &s
+			s.Gate = kvg[2]
+			o.Sparse = &s
 		}
-		for range *vsaChain {
-			q = attention.Attend(q, k, v, opts)
-		}
-		return ReduceAllSum(ConvertDType(q, dtypes.Float32)) // one scalar back: the time is the attention's
+		q = attention.Attend(q, kvg[0], kvg[1], o)
+	}
+	return q
+}
+
+// timeAttention compiles and times one attention graph (sparse nil: dense) over the inputs, in the
+// attention's dtype already (a DiT's q, k, v are): -vsa-chain attentions, each one's output the next
+// one's q (qkvg: q, then each attention's k, v and gate), and the reported times are per attention.
+func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, label string, sparse *attention.Sparse, tflop float64, c common) error {
+	exec, err := NewExec(b, func(in []*Node) *Node {
+		// One scalar back: the time is the attention's.
+		return ReduceAllSum(ConvertDType(chainAttend(in, sparse, c.Attention), dtypes.Float32))
 	})
 	if err != nil {
 		return err
 	}
 	defer exec.Finalize()
 	var sum float32
+	args := make([]any, len(qkvg))
+	for i, t := range qkvg {
+		args[i] = t
+	}
 	tm, err := timeRuns(c.Warmup, c.Iters, func() error {
-		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
+		out, err := exec.Call1(args...)
 		if err != nil {
 			return err
 		}
@@ -161,7 +224,7 @@ func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, label string, spar
 	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d%s; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
 		label, tm.First, tm.Min()/n, tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
 	return c.Window.bracket("vsa["+label+"]", tm.Median(), func() error {
-		out, err := exec.Call1(qkvg[0], qkvg[1], qkvg[2], qkvg[3])
+		out, err := exec.Call1(args...)
 		if err == nil {
 			out.FinalizeAll()
 		}
