@@ -17,6 +17,9 @@
 #   6. pairq.log    the fine kernel with query tiles 2p and 2p+1 listing the same key tiles: the committed walk
 #                   against one program a pair that reads each K/V tile once for both (bench/vsa_fine_variants.py
 #                   --paired-lists): whether reading K/V or computing bounds the fine stage
+#   7. qrows.log    the fine kernel reading its query tile in place (qrows) against the committed one, and the
+#                   pack kernel against its means alone (pool), at the issue's H3, FastH3's tiling and Wan 0.8:
+#                   what the q copy a block's pack makes costs (bench/vsa_fine_variants.py)
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it
 # passes).
 #
@@ -27,14 +30,14 @@
 # On the GPU machine (carry .gpu/attention.test.xz, .gpu/xlaext.test.xz and the folder with upstream's
 # block_sparse_attn_triton.py, fastvideo-kernel's, which gen_vsa_triton.py takes; FF: the static ffmpeg
 # of bench/stage_ffmpeg.sh, unpacked):
-#   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5 6"] bash bench/kernel_probes.sh
+#   OUT=$OUT UPSTREAM=DIR [FF=/path/to/ffmpeg] [STEPS="1 2 3 4 5 6 7"] bash bench/kernel_probes.sh
 # The carry limit (64 MiB with the tracked files, about 45 MB) holds the two test binaries (about 5 MB each
 # xz'd), the static ffmpeg (2 MB xz'd) and the bench binary (8 MB) in one call. A device command runs at most
 # 600 s and step 4 alone may take 300 s (a hung draft spends its
 # whole limit), so run STEPS="1 2 3" and STEPS="4" as two calls.
 set -u
 : "${OUT:?set OUT to the output folder}" "${UPSTREAM:?set UPSTREAM to the folder with block_sparse_attn_triton.py}"
-STEPS=${STEPS:-"1 2 3 4 5 6"}
+STEPS=${STEPS:-"1 2 3 4 5 6 7"}
 BIN=${BIN:-.gpu}
 mkdir -p "$OUT" /tmp/probes
 export PYTHONUNBUFFERED=1 # a step killed at its limit keeps what it printed
@@ -74,6 +77,8 @@ for s in $STEPS; do
   6) timeout 150 python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --paired-lists --only base,pairq_w4s3,pairq_w8s3,pairq_w8s4 \
        h3 wan0.8 > "$OUT/pairq.log" 2>&1
      echo "6 paired lists rc $?"; grep -v Warning "$OUT/pairq.log" | tail -20 | cut -c1-250 ;;
+  7) timeout 150 python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --only base,qrows,pack,pool h3 h3_tiling wan0.8 > "$OUT/qrows.log" 2>&1
+     echo "7 q read in place rc $?"; grep -v Warning "$OUT/qrows.log" | tail -24 | cut -c1-250 ;;
   5) if [ -n "${FF:-}" ]; then
        for content in noise moving; do
          timeout 150 python3 bench/x264_tail.py --ffmpeg "$FF" --fps 65 --content $content >> "$OUT/x264.log" 2>&1

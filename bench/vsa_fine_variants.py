@@ -27,6 +27,14 @@
 #                 whether reading or computing bounds it; at equal FLOPs this variant halves the reads. A
 #                 kernel for real lists would read a tile once where both of a pair list it (the prefix
 #                 tiles every FastH3 row keeps, neighbours' common choices); this bounds what that gains.
+#   qrows         base reading its query tile from the sequence's rows [L·H, D] through the slot map
+#                 (gen_vsa_triton.fine_kernel's q_rows) instead of the pack kernel's copy. With it a block
+#                 would pack k and v and take only q's means: the bench then also times
+#   pack, pool    the pack kernel (copies and means, the committed launch settings) against its means alone
+#                 on the same q rows, GB/s counted over what each reads and writes. Session 24's trace put the
+#                 packs at 0.249 ms a FastH3 attention in a chain whose k and v packs XLA merged; a block runs
+#                 three of about 0.17 ms on an H100 (BENCHMARKS.md, session 26): qrows and pool together say
+#                 what copying q costs.
 #
 # On the GPU machine, from the repo root, with upstream's block_sparse_attn_triton.py (fastvideo-kernel,
 # as gen_vsa_triton.py takes it) in DIR:
@@ -120,6 +128,32 @@ def pair_call(heads, tiles, seq, warps, stages):
                            out_shape=jax.ShapeDtypeStruct((seq * heads, G.D), jnp.bfloat16), name="vsa_fwd_pairq")
 
 
+def pool_kernel(params_ref, slots_ref, x_ref, pooled_ref):
+    # The pack kernel's means without its copies (gen_vsa_triton.pack_kernel): what a q read in place by
+    # the fine kernel still needs, for the routing scores.
+    tile, head = pl.program_id(0), pl.program_id(1)
+    heads = params_ref[0]
+    slots = slots_ref[pl.ds(tile * T, T)]
+    valid = jnp.broadcast_to((slots >= 0)[:, None], (T, G.D))
+    x = jnp.where(valid, x_ref[G.rows_of(slots, heads, head), :], jnp.zeros((T, G.D), x_ref.dtype))
+    count = jnp.sum((slots >= 0).astype(jnp.float32))
+    pooled_ref[pl.ds(tile * heads + head, 1), :] = (jnp.sum(x.astype(jnp.float32), axis=0) / count)[None, :]
+
+
+def pool_call(heads, tiles, warps, stages):
+    return G.pallas_triton(pool_kernel, warps, stages, grid=(tiles, heads),
+                           out_shape=jax.ShapeDtypeStruct((tiles * heads, G.D), jnp.float32), name="vsa_pool")
+
+
+def sequence_rows(x, slots, heads):
+    # x in upstream's tile layout [1, H, nT·64, D] as the sequence's rows [L·H, D] (row r of head h at r·H + h)
+    # through the slot map: what a block's q is before the pack kernel copies it.
+    valid = slots >= 0
+    out = np.zeros((int(valid.sum()), heads, G.D), np.asarray(x).dtype)
+    out[slots[valid]] = np.asarray(x)[0].transpose(1, 0, 2)[valid]
+    return jnp.asarray(out.reshape(-1, G.D))
+
+
 # name: (warps, stages) of pairq (--paired-lists only)
 PAIR_VARIANTS = {"pairq_w4s3": (4, 3), "pairq_w8s3": (8, 3), "pairq_w8s4": (8, 4)}
 
@@ -148,19 +182,22 @@ def main():
         heads, tiles, want = c.heads, c.tiles, c.want
         valid = slots >= 0
         calls = {"upstream": c.upstream}
-        builds = {name: (lambda walk=walk, warps=warps, stages=stages: G.vsa_call(heads, tiles, seq, warps, stages, walk), exact)
+        # name: (build, exact, operands)
+        builds = {name: (lambda walk=walk, warps=warps, stages=stages: G.vsa_call(heads, tiles, seq, warps, stages, walk), exact, ops)
                   for name, (walk, warps, stages, exact) in VARIANTS.items()}
+        q_rows = sequence_rows(c.q, slots, heads)
+        builds["qrows"] = (lambda: G.vsa_call(heads, tiles, seq, 4, 5, q_rows=True), True, ops[:5] + [q_rows] + ops[6:])
         if c.paired:
-            builds.update({name: (lambda warps=warps, stages=stages: pair_call(heads, tiles, seq, warps, stages), True)
+            builds.update({name: (lambda warps=warps, stages=stages: pair_call(heads, tiles, seq, warps, stages), True, ops)
                            for name, (warps, stages) in PAIR_VARIANTS.items()})
         elif args.paired_lists:
             print(f"{label}: {tiles} query tiles, an odd count: lists not paired, pairq not run", flush=True)
-        for name, (build, exact) in builds.items():
+        for name, (build, exact, args_of) in builds.items():
             if only and name not in only:
                 continue
             try:
                 f = jax.jit(build())
-                err = float(np.abs(G.tiles_of(f(*ops), slots, heads, 0) - want)[:, valid].max())
+                err = float(np.abs(G.tiles_of(f(*args_of), slots, heads, 0) - want)[:, valid].max())
             except Exception as e:  # a setting the compiler refuses (shared memory)
                 print(f"{label} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 continue
@@ -168,16 +205,27 @@ def main():
             if exact and err >= 3e-2:
                 print(f"{label} {name}: DISAGREES with upstream, not timed", flush=True)
                 continue
-            calls[name] = lambda f=f: f(*ops)
+            calls[name] = lambda f=f, a=args_of: f(*a)
+        # What each timed call does: attention FLOPs, or the bytes a pack or pool call reads and writes.
+        work = {name: (c.flops(), "TFLOP/s", 1e9) for name in calls}
+        if not only or only & {"pack", "pool"}:
+            pp, sl = jnp.asarray(np.array([heads, tiles], np.int32)), jnp.asarray(slots)
+            warps, stages = G.kept_launch_settings("vsa_pack_triton")
+            pack, pool = jax.jit(G.pack_call(heads, tiles, warps, stages)), jax.jit(pool_call(heads, tiles, warps, stages))
+            diff = float(np.abs(np.asarray(pool(pp, sl, q_rows)) - np.asarray(pack(pp, sl, q_rows)[1])).max())
+            print(f"{label} pool: max diff from the pack kernel's means {diff:.3g}", flush=True)
+            read, means = q_rows.size * 2, tiles * heads * G.D * 4
+            calls["pack"], work["pack"] = lambda: pack(pp, sl, q_rows)[0], (read + heads * tiles * T * G.D * 2 + means, "GB/s", 1e6)
+            calls["pool"], work["pool"] = lambda: pool(pp, sl, q_rows), (read + means, "GB/s", 1e6)
         times = {name: [] for name in calls}
         for _ in range(args.rounds):
             for name, call in calls.items():
                 times[name].append(G.timed(call, args.calls) * 1e3)
-        flops = c.flops()
         for name, ms in times.items():
             mid = sorted(ms)[len(ms) // 2]
+            amount, unit, per_ms = work[name]
             print(f"{label} {name:12s} " + " / ".join(f"{x:.3f}" for x in ms) +
-                  f"  median {mid:.3f} ms ({flops / mid / 1e9:.0f} TFLOP/s)", flush=True)
+                  f"  median {mid:.3f} ms ({amount / mid / per_ms:.0f} {unit})", flush=True)
 
 
 if __name__ == "__main__":

@@ -162,14 +162,20 @@ def walk_list(walk, w, ends_ref, row):
     return acc, l
 
 
-def fine_kernel(walk):
+def fine_kernel(walk, q_rows=False):
     # The fine kernel around a walk of each class's key tiles (bench/vsa_fine_variants.py times other
-    # walks in the same kernel).
+    # walks in the same kernel). q_rows: q is the sequence's rows [L·H, D], the query tile's read through
+    # the slot map as the epilogue reads the gate, instead of the pack kernel's copy (the variants bench's
+    # qrows: a block's q would then need only the pack's means).
     def vsa_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
         tile, head = pl.program_id(0), pl.program_id(1)
         rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
         row = head * tiles + tile
-        q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+        if q_rows:
+            at = slots_ref[pl.ds((first + tile) * T, T)]
+            q = plgpu.load(q_ref.at[rows_of(at, heads, head), :], mask=jnp.broadcast_to((at >= 0)[:, None], (T, D)), other=0.0)
+        else:
+            q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
         acc, l = walk_list(walk, Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
         qslots = slots_ref[pl.ds((first + tile) * T, T)]
         rows_out = rows_of(qslots, heads, head)
@@ -185,9 +191,9 @@ def fine_kernel(walk):
     return vsa_kernel
 
 
-def vsa_call(heads, tiles, seq, warps, stages, walk=walk_class):
+def vsa_call(heads, tiles, seq, warps, stages, walk=walk_class, q_rows=False):
     # Grid and output size are the call's; nothing else in the kernel depends on the geometry.
-    return pallas_triton(fine_kernel(walk), warps, stages, grid=(tiles, heads),
+    return pallas_triton(fine_kernel(walk, q_rows), warps, stages, grid=(tiles, heads),
                          out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd")
 
 
