@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Issue 32's acceptance lines, but for the whole clip (bench/clip_row.sh), in one device command of
-# under 10 minutes on one H200; each step has its own time limit, so one that fails or hangs leaves
-# the others' results. Logs under $OUT:
+# Issue 32's acceptance lines, but for the whole clip (bench/clip_row.sh), in two device commands of under
+# 10 minutes each on one H200 (STEPS="parity fine vsa", then STEPS="h3dit wandit trace"); each step has its
+# own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT:
 #   parity.log      the kernels on the GPU against upstream's output, float32 and the gathered path
 #                   (attention.test -test.run OnGPU)
 #   fine.log        the fine stage against upstream's Triton forward on the same inputs in the same run,
 #                   at the issue's two geometries (bench/vsa_fine_variants.py --only base, three rounds)
 #   vsa_*.log       the whole VSA attention (coarse stage, selection, fine stage, gate) against dense
-#                   cuDNN attention, four attentions chained in a program as in a DiT: FastH3's tiling,
-#                   the issue's packed geometry, Wan 1.3B at 0.8
+#                   cuDNN attention, four attentions chained in a program as in a DiT, each with its own
+#                   tile-structured inputs: FastH3's tiling and the issue's packed H3 at 0.9, FastWan's
+#                   tiling and the issue's packed Wan 1.3B at 0.8
 #   h3dit.log       FastH3's DiT forward, dense and VSA 0.9, with the AdaLN step cache the pipeline uses
 #                   (the issue's dense 1.52 s is that forward's; `-h3dit-cached=false`, which earlier
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
@@ -27,9 +28,10 @@
 #     > .gpu/up/block_sparse_attn_triton.py
 # On the GPU machine (carry .gpu/bench.xz, .gpu/attention.test.xz and .gpu/up: with the tracked files, about
 # 60 of the 64 MiB a call carries; FastH3's DiT needs more than an 80 GB card holds):
-#   OUT=$OUT bash bench/vsa_row.sh
-# Optional: STEPS="parity fine vsa h3dit wandit trace" (the default: all), BIN (the folder of the .xz
-# binaries), UPSTREAM (the folder of upstream's kernel, default .gpu/up).
+#   OUT=$OUT STEPS="parity fine vsa" bash bench/vsa_row.sh
+#   OUT=$OUT STEPS="h3dit wandit trace" bash bench/vsa_row.sh
+# Optional: BIN (the folder of the .xz binaries), UPSTREAM (the folder of upstream's kernel, default .gpu/up).
+# All six steps in one command (the default STEPS) overrun a command's 600 s: the later ones get cut short.
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit wandit trace"}
@@ -56,7 +58,7 @@ if has fine; then
   echo "fine rc $? at $SECONDS s"; grep -v Warning "$OUT/fine.log" | tail -12 | cut -c1-250
 fi
 if has vsa; then
-  for g in "h3" "h3-packed" "wan -vsa-sparsity 0.8"; do
+  for g in "h3" "h3-packed" "wan -vsa-sparsity 0.8" "wan-packed -vsa-sparsity 0.8"; do
     name=${g%% *}
     timeout "$(left 45)" "$BENCH" -what vsa -backend xla:cuda -vsa-chain 4 -vsa-geometry $g >"$OUT/vsa_$name.log" 2>&1
     echo "vsa $g rc $? at $SECONDS s"; grep -E "summary|median|rror|panic" "$OUT/vsa_$name.log" | tail -6 | cut -c1-300

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -16,7 +17,7 @@ import (
 )
 
 var (
-	vsaGeometry = flag.String("vsa-geometry", "h3", "vsa: h3 (832x480x124 + 93 text tokens: 14,937 rows, 56 heads x 128, prefix tiles), h3-packed (issue 32's and upstream's bench geometry: 14,976 rows in 234 whole tiles, no prefix, 56 heads x 128) or wan (FastWan2.1-1.3B at 832x480x81: 32,760 tokens, 12 heads x 128)")
+	vsaGeometry = flag.String("vsa-geometry", "h3", "vsa: h3 (832x480x124 + 93 text tokens: 14,937 rows, 56 heads x 128, prefix tiles), h3-packed (issue 32's and upstream's bench geometry: 14,976 rows in 234 whole tiles, no prefix, 56 heads x 128) wan (FastWan2.1-1.3B at 832x480x81: 32,760 tokens, 12 heads x 128) or wan-packed (issue 32's and upstream's Wan 1.3B geometry: 32,768 tokens in 512 whole tiles)")
 	vsaSparsity = flag.Float64("vsa-sparsity", 0.9, "vsa: sparsity of the sparse attention")
 	vsaTile     = flag.Int("vsa-tile", 64, "vsa: tile size, 64 or 256 (h3 only; Wan's is 64)")
 	vsaDType    = flag.String("vsa-dtype", "bf16", "vsa: q/k/v dtype")
@@ -29,7 +30,7 @@ func init() {
 		if err != nil {
 			return fmt.Errorf("vsa bench: %w", err)
 		}
-		tl, heads, headDim, err := vsaBenchTiling()
+		tl, heads, headDim, err := vsaBenchTiling(*vsaGeometry, *vsaTile)
 		if err != nil {
 			return fmt.Errorf("vsa bench: %w", err)
 		}
@@ -37,15 +38,15 @@ func init() {
 	})
 }
 
-// vsaBenchTiling is the tiling, heads and head width of the chosen geometry.
-func vsaBenchTiling() (*attention.Tiling, int, int, error) {
-	switch strings.ToLower(*vsaGeometry) {
+// vsaBenchTiling is the tiling, heads and head width of a -vsa-geometry, with tiles of tile rows (h3).
+func vsaBenchTiling(geometry string, tile int) (*attention.Tiling, int, int, error) {
+	switch strings.ToLower(geometry) {
 	case "h3":
 		doc, err := newH3DiTDocument(480, 832, 124, 93)
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		tl, err := h3.LayoutVSA(doc.lay, *vsaSparsity, *vsaTile, attention.ModeExempt).Tiling()
+		tl, err := h3.LayoutVSA(doc.lay, 0, tile, attention.ModeExempt).Tiling()
 		cfg := h3.ReleaseConfig()
 		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
 	case "h3-packed":
@@ -56,6 +57,13 @@ func vsaBenchTiling() (*attention.Tiling, int, int, error) {
 		cfg := h3.ReleaseConfig()
 		tl, err := attention.NewTiling(nil, [3]int{4, 4, 936}, 64)
 		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
+	case "wan-packed":
+		// Upstream's kernel bench and issue 32's Wan 1.3B geometry: 32,768 tokens in 512 whole tiles, no
+		// prefix (top-103 at sparsity 0.8); FastWan's own tiling (-vsa-geometry wan) has edge tiles of 8-32
+		// rows.
+		cfg := wan.Wan21T2V1_3B()
+		tl, err := attention.NewTiling(nil, [3]int{4, 4, 2048}, 64)
+		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
 	case "wan":
 		cfg := wan.Wan21T2V1_3B()
 		nt, nh, nw, err := cfg.Tokens(21, 60, 104)
@@ -65,7 +73,7 @@ func vsaBenchTiling() (*attention.Tiling, int, int, error) {
 		tl, err := attention.NewTiling(nil, [3]int{nt, nh, nw}, wan.VSATileSize)
 		return tl, cfg.NumAttentionHeads, cfg.AttentionHeadDim, err
 	}
-	return nil, 0, 0, badFlag("-vsa-geometry %q is not h3, h3-packed or wan", *vsaGeometry)
+	return nil, 0, 0, badFlag("-vsa-geometry %q is not h3, h3-packed, wan or wan-packed", geometry)
 }
 
 // benchVSA times one attention call at the tiling's geometry: dense, then VSA at -vsa-sparsity with the
@@ -86,7 +94,7 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	}
 	fmt.Printf("vsa: %s geometry, %d rows, %d heads x %d, %s, path %s; E=%d: %d prefix + %d video tiles, sparsity %g -> top-%d\n",
 		*vsaGeometry, l, heads, headDim, dt, path, tl.TileElems, tl.NumPrefix, tl.NumVideo, *vsaSparsity, k)
-	qkvg, err := randomOnDevice(b, dt, randnSource(c.Seed, 0x76736120), 4, l*heads*headDim, 1, l, heads, headDim)
+	qkvg, err := vsaInputs(b, dt, tl, heads, headDim, *vsaChain, randnSource(c.Seed, 0x76736120))
 	if err != nil {
 		return err
 	}
@@ -95,11 +103,6 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 			t.FinalizeAll()
 		}
 	}()
-	more, err := chainInputs(b, qkvg[1:], *vsaChain)
-	if err != nil {
-		return err
-	}
-	qkvg = append(qkvg, more...)
 	denseTFLOP := 4 * float64(l) * float64(l) * float64(heads*headDim) / 1e12
 	sparseTFLOP := 4 * float64(tl.AttendedPairs(k)) * float64(heads*headDim) / 1e12
 	type row struct {
@@ -125,39 +128,69 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	return nil
 }
 
-// chainInputs returns the k, v and gate (kvg) of the second and later of n chained attentions, made on the
-// device before anything is timed: each a copy of kvg's rolled along the sequence by its own count of rows,
-// so that no two attentions of the chain share one. With one k, v and gate for the whole chain, XLA's
+// vsaInputs draws the bench's inputs on the device: q, then the k, v and gate of each of n chained
+// attentions ([1, L, heads, headDim] in dt), from randn's N(0, 1) values.
+//
+// q and every k are tile-structured: row r is (c[tile(r)] + e_r)/√2, with c a vector a tile and head and e
+// a vector a row. A trained model's neighbouring tokens share content, and VSA's routing works on the
+// tiles' means. Independent rows (e alone) would make a tile's mean vary as 1/√(its valid rows), so the
+// routing would favour the small edge tiles, which the fine kernel walks in 16- and 32-row blocks. At
+// FastH3's tiling, 25 % of the video key tiles such a routing keeps have 1-16 valid rows, against 10 % of
+// all tiles: a fine stage with about 12 % less work than a size-neutral choice
+// (TestStructuredInputsRouteLikeUniformLists; BENCHMARKS.md, "Session 26").
+//
+// No two attentions of the chain share a k, v or gate. With one set for the whole chain, XLA's
 // common-subexpression pass computes their tile copies and means once a program (the Triton pack calls,
 // or the gathered path's copies, are then identical), and the time per attention leaves out most of two
-// of the three pack kernels a DiT block runs (BENCHMARKS.md, "Session 26").
-func chainInputs(b compute.Backend, kvg []*tensors.Tensor, n int) ([]*tensors.Tensor, error) {
-	if n <= 1 {
-		return nil, nil
-	}
-	roll, err := NewExec(b, func(in []*Node) []*Node {
-		var out []*Node
-		for i := 1; i < n; i++ {
-			for _, x := range in {
-				out = append(out, rollRows(x, chainShift(i, x.Shape().Dim(1))))
-			}
-		}
-		return out
-	})
+// of the three pack kernels a DiT block runs. So each k has a content of its own, and the noise of k, v
+// and gate is rolled along the sequence by chainShift rows a link.
+func vsaInputs(b compute.Backend, dt dtypes.DType, tl *attention.Tiling, heads, headDim, n int, randn func(int) []float32) ([]*tensors.Tensor, error) {
+	l, nT := tl.Rows(), tl.NumTiles()
+	noise, err := randomOnDevice(b, dtypes.Float32, randn, 4, l*heads*headDim, 1, l, heads, headDim) // q, k, v, gate
 	if err != nil {
 		return nil, err
 	}
-	defer roll.Finalize()
-	args := make([]any, len(kvg))
-	for i, t := range kvg {
-		args[i] = t
+	defer func() {
+		for _, t := range noise {
+			t.FinalizeAll()
+		}
+	}()
+	args := make([]any, 0, 5+n)
+	for _, t := range noise {
+		args = append(args, t)
 	}
-	return roll.Call(args...)
+	for range 1 + n { // the contents of q and of each k
+		args = append(args, tensors.FromFlatDataAndDimensions(randn(nT*heads*headDim), nT, heads, headDim))
+	}
+	prep, err := NewExec(b, func(in []*Node) []*Node { return chainGraph(in, tl.RowTiles(), n, dt) })
+	if err != nil {
+		return nil, err
+	}
+	defer prep.Finalize()
+	return prep.Call(args...)
 }
 
-// chainShift is the rows the i-th chained attention's k, v and gate are rolled by in a sequence of l rows:
-// 997 a link, a prime, so that every link of a chain shorter than l has its own nonzero shift unless l is
-// a multiple of 997 (no geometry of the bench's is).
+// chainGraph builds vsaInputs' tensors from in: the noise of q, k, v and gate [1, L, H, D], then the tile
+// contents [nT, H, D] of q and of each of n ks (float32), with rowTiles the tile of each row.
+func chainGraph(in []*Node, rowTiles []int32, n int, dt dtypes.DType) []*Node {
+	eq, ek, v, gate, contents := in[0], in[1], in[2], in[3], in[4:]
+	g := eq.Graph()
+	at := ExpandAxes(Const(g, rowTiles), -1)
+	structured := func(content, e *Node) *Node {
+		rows := ExpandAxes(Gather(content, at), 0) // [1, L, H, D]
+		return ConvertDType(DivScalar(Add(rows, e), math.Sqrt2), dt)
+	}
+	out := []*Node{structured(contents[0], eq)}
+	for i := range n {
+		s := chainShift(i, eq.Shape().Dim(1))
+		out = append(out, structured(contents[1+i], rollRows(ek, s)), ConvertDType(rollRows(v, s), dt), ConvertDType(rollRows(gate, s), dt))
+	}
+	return out
+}
+
+// chainShift is the rows the noise of the i-th chained attention's k, v and gate is rolled by (from 0) in a
+// sequence of l rows: 997 a link, a prime, so that every link of a chain shorter than l has its own shift
+// unless l is a multiple of 997 (no geometry of the bench's is).
 func chainShift(i, l int) int {
 	return i * 997 % l
 }
