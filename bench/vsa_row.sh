@@ -17,6 +17,8 @@
 #   trace.csv, breakdown.txt   the kernels of one FastH3 VSA forward (bench/kerneltrace.c over the
 #                   forward the bench brackets, `-profile-window 'h3dit[vsa 0.9 E64]'`): where the
 #                   forward's time goes beside the attention
+#   summary.md      the issue's lines from those logs, each with its figures and whether it holds
+#                   (bench/vsa_row_summary.py)
 # The FastH3 clip line is bench/clip_row.sh's (`PARTS="h3 torch"`), a call of its own.
 #
 # On the dev machine (repo root):
@@ -89,4 +91,7 @@ if has trace; then
     echo "trace: kerneltrace not built"; cat "$OUT/kerneltrace_build.log"
   fi
 fi
+# The issue's lines from whatever this call measured (the other call's say "not measured"; run
+# bench/vsa_row_summary.py on a folder holding both calls' logs for the whole table).
+python3 bench/vsa_row_summary.py "$OUT" | tee "$OUT/summary.md"
 echo "vsa_row done at $SECONDS s"

@@ -254,8 +254,8 @@ func timeAttention(b compute.Backend, qkvg []*tensors.Tensor, label string, spar
 	if *vsaChain > 1 {
 		chain = fmt.Sprintf(" (a program of %d chained attentions over %d; first is the program's)", *vsaChain, *vsaChain)
 	}
-	fmt.Printf("vsa[%s]: first %.3f s, min %.4f s, median %.4f s over %d%s; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
-		label, tm.First, tm.Min()/n, tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
+	fmt.Printf("vsa[%s]: first %.3f s, min %.3f ms, median %.3f ms over %d%s; %.1f TFLOP -> %.0f TFLOP/s; output sum %.4g; peak device %d MiB\n",
+		label, tm.First, 1e3*tm.Min()/n, 1e3*tm.Median()/n, c.Iters, chain, tflop, tflop*n/tm.Median(), sum, tm.PeakGPU)
 	return c.Window.bracket("vsa["+label+"]", tm.Median(), func() error {
 		out, err := exec.Call1(args...)
 		if err == nil {
