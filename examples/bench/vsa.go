@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	vsaGeometry = flag.String("vsa-geometry", "h3", "vsa: h3 (832x480x124 + 93 text tokens: 14,937 rows, 56 heads x 128, prefix tiles), h3-packed (issue 32's and upstream's bench geometry: 14,976 rows in 234 whole tiles, no prefix, 56 heads x 128) wan (FastWan2.1-1.3B at 832x480x81: 32,760 tokens, 12 heads x 128) or wan-packed (issue 32's and upstream's Wan 1.3B geometry: 32,768 tokens in 512 whole tiles)")
+	vsaGeometry = flag.String("vsa-geometry", "h3", "vsa: h3 (832x480x124 + 93 text tokens: 14,937 rows, 56 heads x 128, prefix tiles), h3-packed (issue 32's and upstream's bench geometry: 14,976 rows in 234 whole tiles, no prefix, 56 heads x 128), wan (FastWan2.1-1.3B at 832x480x81: 32,760 tokens, 12 heads x 128) or wan-packed (issue 32's and upstream's Wan 1.3B geometry: 32,768 tokens in 512 whole tiles)")
 	vsaSparsity = flag.Float64("vsa-sparsity", 0.9, "vsa: sparsity of the sparse attention")
 	vsaTile     = flag.Int("vsa-tile", 64, "vsa: tile size, 64 or 256 (h3 only; Wan's is 64)")
 	vsaDType    = flag.String("vsa-dtype", "bf16", "vsa: q/k/v dtype")
