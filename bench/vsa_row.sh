@@ -5,7 +5,8 @@
 #   parity.log      the kernels on the GPU against upstream's output, float32 and the gathered path
 #                   (attention.test -test.run OnGPU)
 #   fine.log        the fine stage against upstream's Triton forward on the same inputs in the same run,
-#                   at the issue's two geometries (bench/vsa_fine_variants.py --only base, three rounds)
+#                   at the issue's two geometries (bench/vsa_fine_variants.py --only base, three rounds), and
+#                   at FastH3's and FastWan's tilings with uniform random lists (the traces' yardstick)
 #   vsa_*.log       the whole VSA attention (coarse stage, selection, fine stage, gate) against dense
 #                   cuDNN attention, four attentions chained in a program as in a DiT, each with its own
 #                   tile-structured inputs: FastH3's tiling and the issue's packed H3 at 0.9, FastWan's
@@ -14,9 +15,10 @@
 #                   (the issue's dense 1.52 s is that forward's; `-h3dit-cached=false`, which earlier
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
 #   wandit.log      FastWan 1.3B's 3-step denoise, dense and VSA 0.8
-#   trace.csv, breakdown.txt   the kernels of one FastH3 VSA forward (bench/kerneltrace.c over the
-#                   forward the bench brackets, `-profile-window 'h3dit[vsa 0.9 E64]'`): where the
-#                   forward's time goes beside the attention
+#   trace_h3.csv, trace_wan.csv, breakdown_*.txt   the kernels of one FastH3 and one FastWan VSA forward
+#                   (bench/kerneltrace.c over the forward the bench brackets): where the forward's time
+#                   goes beside the attention, and the fine kernel's time a call on the DiT's own routing
+#                   against uniform lists at the same tiling (fine.log)
 #   summary.md      the issue's lines from those logs, each with its figures and whether it holds
 #                   (bench/vsa_row_summary.py)
 # The FastH3 clip line is bench/clip_row.sh's (`PARTS="h3 torch"`), a call of its own.
@@ -56,7 +58,8 @@ if has parity; then
   echo "parity rc $? at $SECONDS s"; grep -E "^(--- |ok|FAIL|PASS)|steps|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250
 fi
 if has fine; then
-  timeout "$(left 90)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only base h3 wan0.8 >"$OUT/fine.log" 2>&1
+  timeout "$(left 120)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only base h3 wan0.8 h3_tiling wan_tiling \
+    >"$OUT/fine.log" 2>&1
   echo "fine rc $? at $SECONDS s"; grep -v Warning "$OUT/fine.log" | tail -12 | cut -c1-250
 fi
 if has vsa; then
@@ -76,17 +79,22 @@ if has wandit; then
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
 if has trace; then
-  # One FastH3 VSA forward under bench/kerneltrace.c (CUPTI inside the process, injected at cuInit),
-  # after the timed runs; the table's wall time is the same process's median. Per-step AdaLN is left
-  # out (-h3dit-cached=false would add it): the dense per-step forward runs first only to warm up.
+  # One VSA forward of each DiT under bench/kerneltrace.c (CUPTI inside the process, injected at cuInit),
+  # after the timed runs; each table's wall time is the same process's median. FastH3's runs with the
+  # AdaLN step cache (the dense forwards before it only warm up); FastWan's skips the denoise loop.
   KT_SO=$(cd "$OUT" && pwd)/kerneltrace.so
   if KT_LIB=$(bash bench/kerneltrace_build.sh "$KT_SO" 2>"$OUT/kerneltrace_build.log"); then
-    CUDA_INJECTION64_PATH="$KT_SO" KERNELTRACE_CUPTI="$KT_LIB" KERNELTRACE_OUT="$OUT/trace.csv" \
-      timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 \
-      -profile-window 'h3dit[vsa 0.9 E64]' >"$OUT/trace.log" 2>&1
-    echo "trace rc $? at $SECONDS s"; grep -E "kerneltrace:|profile window|rror|panic" "$OUT/trace.log" | cut -c1-300
-    wall=$(grep -o -- '--wall-ms [0-9.]*' "$OUT/trace.log" | tail -1 | cut -d' ' -f2)
-    [ -s "$OUT/trace.csv" ] && python3 bench/kernel_breakdown.py --trace "$OUT/trace.csv${wall:+@$wall}" --top 20 | tee "$OUT/breakdown.txt"
+    trace() { # name, time limit, bench arguments...
+      local name=$1 limit=$2; shift 2
+      CUDA_INJECTION64_PATH="$KT_SO" KERNELTRACE_CUPTI="$KT_LIB" KERNELTRACE_OUT="$OUT/$name.csv" \
+        timeout "$(left "$limit")" "$BENCH" -backend xla:cuda -warmup 1 -iters 3 "$@" >"$OUT/$name.log" 2>&1
+      echo "$name rc $? at $SECONDS s"; grep -E "kerneltrace:|profile window|rror|panic" "$OUT/$name.log" | cut -c1-300
+      local wall
+      wall=$(grep -o -- '--wall-ms [0-9.]*' "$OUT/$name.log" | tail -1 | cut -d' ' -f2)
+      [ -s "$OUT/$name.csv" ] && python3 bench/kernel_breakdown.py --trace "$OUT/$name.csv${wall:+@$wall}" --top 20 | tee "$OUT/breakdown_$name.txt"
+    }
+    trace trace_h3 150 -what h3dit -h3dit-vsa 0.9 -profile-window 'h3dit[vsa 0.9 E64]'
+    trace trace_wan 100 -what wandit -wandit-vsa 0.8 -wandit-steps "" -profile-window 'wandit[vsa 0.8]'
   else
     echo "trace: kerneltrace not built"; cat "$OUT/kerneltrace_build.log"
   fi

@@ -4,7 +4,7 @@
 #
 #   python3 bench/vsa_row_summary.py OUT
 #   python3 bench/vsa_row_summary.py --self-test     # the parsers on canned lines in the logs' formats
-import argparse, os, re, sys, tempfile
+import argparse, csv, io, os, re, sys, tempfile
 
 FINE_GEOMETRIES = {"h3": "the issue's H3 (234 whole tiles, 23 a row)", "wan0.8": "Wan 1.3B 0.8 (512 whole tiles, 103 a row)"}
 # -vsa-geometry: what it is, and the issue's line on it
@@ -52,6 +52,12 @@ def denoise_medians(text):
     for m in re.finditer(r"^wandit: FastWan denoise( \[VSA sparsity [0-9.]+\])? \[[^\]]*\].*?median ([0-9.]+) s over", text, re.M):
         found["vsa" if m.group(1) else "dense"] = float(m.group(2))
     return found
+
+
+def fine_kernel_calls(text):
+    # kerneltrace.c's CSV: the fine kernel's (vsa_fwd, attention/vsa_triton.json's name) calls and mean ms.
+    ms = [int(r["duration_ns"]) / 1e6 for r in csv.DictReader(io.StringIO(text)) if r.get("name", "").startswith("vsa_fwd")]
+    return len(ms), (sum(ms) / len(ms) if ms else 0.0)
 
 
 def parity(text):
@@ -107,6 +113,17 @@ def summarize(out):
     else:
         rows.append(("FastWan 1.3B 3-step denoise, VSA, <= 1.0 s", f"{d['vsa']:.3f} s" + (f", dense {d['dense']:.3f} s" if "dense" in d else ""),
                      "holds" if d["vsa"] <= 1.0 else "does not hold"))
+    # How the DiTs' own routing (random weights) loads the fine kernel against uniform lists at the same tiling:
+    # above 1, their rows are not flattered by routing to small tiles (BENCHMARKS.md, "Session 26"). The DiTs'
+    # calls also add the gate in their epilogue, which the variants bench's do not: a few per cent.
+    for trace, label, what in (("trace_h3.csv", "h3_tiling", "FastH3"), ("trace_wan.csv", "wan_tiling", "FastWan")):
+        calls, mean = fine_kernel_calls(read(out, trace) or "")
+        uniform = fine.get((label, "base"))
+        name = f"{what} DiT's routing against uniform lists (fine kernel a call; no acceptance line)"
+        if not calls or uniform is None:
+            rows.append((name, f"missing in {trace} or fine.log", "not measured"))
+            continue
+        rows.append((name, f"{mean:.3f} ms over {calls} calls, uniform lists {uniform:.3f} ms ({mean / uniform:.2f}x)", "information"))
     return rows
 
 
@@ -124,7 +141,8 @@ CANNED = {
                  "h3 upstream    1.776 / 1.795 / 1.795  median 1.795 ms (620 TFLOP/s)\n"
                  "h3 base        1.766 / 1.862 / 1.882  median 1.862 ms (598 TFLOP/s)\n"
                  "wan0.8 upstream 3.543 / 3.541 / 3.514  median 3.541 ms (600 TFLOP/s)\n"
-                 "wan0.8 base     3.400 / 3.450 / 3.430  median 3.430 ms (620 TFLOP/s)\n"),
+                 "wan0.8 base     3.400 / 3.450 / 3.430  median 3.430 ms (620 TFLOP/s)\n"
+                 "h3_tiling base  3.000 / 3.050 / 3.100  median 3.050 ms (400 TFLOP/s)\n"),
     "vsa_h3-packed.log": ("vsa[dense]: first 1.234 s, min 10.100 ms, median 10.300 ms over 10 (a program of 4 chained attentions over 4; "
                           "first is the program's); 6.4 TFLOP -> 620 TFLOP/s; output sum 1.2; peak device 100 MiB\n"
                           "vsa[vsa 0.9 gather]: first 3.1 s, min 17.000 ms, median 17.100 ms over 10; 0.7 TFLOP -> 40 TFLOP/s; output sum 1; peak device 1 MiB\n"
@@ -134,6 +152,7 @@ CANNED = {
     "h3dit.log": ("h3dit[adaln per step]: forward min 1.550 s, median 1.560 s over 3 runs; 895.5 TFLOP -> 574 TFLOP/s (73% of 790)\n"
                   "h3dit[adaln cached]: forward min 1.520 s, median 1.525 s over 3 runs; 895.5 TFLOP -> 587 TFLOP/s (74% of 790)\n"
                   "h3dit[vsa 0.9 E64]: forward min 1.170 s, median 1.180 s over 3 runs; 600.1 TFLOP -> 508 TFLOP/s (64% of 790)\n"),
+    "trace_h3.csv": ("name,start_ns,end_ns,duration_ns\nvsa_fwd,0,3000000,3000000\nvsa_pack,0,1,170000\nvsa_fwd,5,3200005,3200000\n"),
     "wandit.log": ("wandit: FastWan denoise [1000 757 522] (sigma [1 0.9 0.8], no CFG): total min 1.560 s, median 1.570 s over 3 runs (0.523 s per step); 1 TFLOP -> 1 TFLOP/s (1% of 790); x0 rms 1.0, non-finite 0\n"
                    "wandit: FastWan denoise [VSA sparsity 0.8] [1000 757 522] (sigma [1 0.9 0.8], no CFG): total min 0.950 s, median 0.958 s over 3 runs (0.319 s per step); 1 TFLOP -> 1 TFLOP/s (1% of 790); x0 rms 1.0, non-finite 0\n"),
 }
@@ -154,6 +173,10 @@ def self_test():
         "whole VSA >= 2.5x dense, FastWan's tiling, 624 tiles, 0.8": ("4.900 ms, dense 11.40 ms (2.33x)", "does not hold"),
         "FastH3 DiT forward, VSA 0.9, <= 1.10 s": ("1.180 s, dense 1.525 s", "does not hold"),
         "FastWan 1.3B 3-step denoise, VSA, <= 1.0 s": ("0.958 s, dense 1.570 s", "holds"),
+        "FastH3 DiT's routing against uniform lists (fine kernel a call; no acceptance line)":
+            ("3.100 ms over 2 calls, uniform lists 3.050 ms (1.02x)", "information"),
+        "FastWan DiT's routing against uniform lists (fine kernel a call; no acceptance line)":
+            ("missing in trace_wan.csv or fine.log", "not measured"),
     }
     bad = [(k, rows.get(k), v) for k, v in want.items() if rows.get(k) != v]
     failing = parity("--- PASS: TestA (0.1s)\n--- FAIL: TestB (0.2s)\nFAIL\n")
