@@ -190,9 +190,10 @@ func (k *tritonKernel) checkScale(scale float64, notCovered error) error {
 // place: the GPU build (bash bench/build_gpu.sh), whose graphs can call the embedded Triton kernel. It
 // runs where TritonVSA allows (XLA's CUDA plugin it was made with, bf16, head width 128, 64-row
 // tiles); there VSA measured faster than dense fused attention, and slower on gathered tiles
-// (BENCHMARKS.md, "Video Sparse Attention"). The families default to VSA only where this holds.
+// (BENCHMARKS.md, "Video Sparse Attention"). The families default to VSA only where this holds. It
+// loads the kernel files as TritonVSA does, all three checked to be made together.
 func BlockSparseKernel() bool {
-	_, err := loadVSATriton()
+	_, err := loadVSAKernels()
 	return err == nil && xlaext.GraphBackendCall()
 }
 
