@@ -12,7 +12,9 @@
 #   nomask64      base without the valid-row mask on the 64-row class: exact only where
 #                 every tile of that class is full (the geometries, our Wan tiling), reported as timing
 #                 only. Session 23 shipped it as a second IR for those tilings and withdrew it the same day:
-#                 with the gated epilogue it ran 3-6 % slower than base on an H100 (BENCHMARKS.md)
+#                 with the gated epilogue it ran 3-6 % slower than base on an H100 (BENCHMARKS.md). Session 27
+#                 tried the whole tiles as a class of their own, walked unmasked beside the masked classes in one
+#                 kernel: 22-36 % slower than base at every geometry (BENCHMARKS.md), so it was not kept
 #   pair64        base, and the 64-row class walked two key tiles a step: one running max, one rescale of
 #                 the accumulator and two independent products a step (FlashAttention's 128-column key
 #                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
