@@ -15,6 +15,7 @@
 #      decoder (`-clip-variants tiny,fast+spatial+tiny,tiny+preview`), then `bench -what taehv` at
 #      480x832 (taew2_1 21 latents, taeh3 37) beside the full decoders, and with TAEHV_UPSTREAM=<a
 #      madebyollin/taehv checkout> upstream's module on the same sizes (bench/taehv_torch.py, fp16 and bf16).
+# The logs come back packed in $OUT/logs.tgz (bench/pack_out.sh: the device returns 8 files a call).
 # Every change to the pipeline, the memory policy, attention, a DiT or a VAE reruns it before it is
 # called done.
 #
@@ -108,4 +109,5 @@ if has tiny; then
     fi
   done
 fi
+bash bench/pack_out.sh "$OUT"
 echo "clip_row done at $SECONDS s"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 32's kernel probes in one device command (each step on its own, with its own time limit, so one
-# that fails leaves the others' results), logs under $OUT:
+# that fails leaves the others' results), logs under $OUT (at the end packed into $OUT/logs.tgz by
+# bench/pack_out.sh, the fixture beside it: the device returns 8 files a call):
 #   1. parity.log   the committed kernels on the GPU: attention.test -test.run OnGPU
 #   2. fine.log     candidate inner loops of the Triton fine kernel against the committed one and upstream's
 #                   (bench/vsa_fine_variants.py)
@@ -88,3 +89,4 @@ for s in $STEPS; do
      fi ;;
   esac
 done
+bash bench/pack_out.sh "$OUT" mosaic_gpu_kernels.json

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 32's acceptance lines, but for the whole clip (bench/clip_row.sh), in two device commands of under
 # 10 minutes each on one H200 (STEPS="parity fine vsa", then STEPS="h3dit wandit trace"); each step has its
-# own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT:
+# own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT (at the end packed into
+# $OUT/logs.tgz beside summary.md by bench/pack_out.sh: the device returns 8 files a call):
 #   parity.log      the kernels on the GPU against upstream's output, float32 and the gathered path
 #                   (attention.test -test.run OnGPU)
 #   fine.log        the fine stage against upstream's Triton forward on the same inputs in the same run,
@@ -102,4 +103,5 @@ fi
 # The issue's lines from whatever this call measured (the other call's say "not measured"; run
 # bench/vsa_row_summary.py on a folder holding both calls' logs for the whole table).
 python3 bench/vsa_row_summary.py "$OUT" | tee "$OUT/summary.md"
+bash bench/pack_out.sh "$OUT" summary.md
 echo "vsa_row done at $SECONDS s"
