@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 32's acceptance lines, but for the whole clip (bench/clip_row.sh), in two device commands of under
-# 10 minutes each on one H200 (STEPS="parity fine vsa", then STEPS="h3dit wandit trace"); each step has its
-# own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT (at the end packed into
-# $OUT/logs.tgz beside summary.md by bench/pack_out.sh: the device returns 8 files a call):
+# Issue 32's acceptance lines in one device command of under 10 minutes on one H200 (on an H100 the six steps
+# other than the clip took 194 s in session 27; the clip's cold and warm calls took 36 and 7 s in session 22);
+# each step has its own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT (at the end packed into $OUT/logs.tgz beside summary.md by
+# bench/pack_out.sh: the device returns 8 files a call):
 #   parity.log      the kernels on the GPU against upstream's output, float32 and the gathered path
 #                   (attention.test -test.run OnGPU)
 #   fine.log        the fine stage against upstream's Triton forward on the same inputs in the same run,
@@ -15,6 +15,9 @@
 #   h3dit.log       FastH3's DiT forward, dense and VSA 0.9, with the AdaLN step cache the pipeline uses
 #                   (the issue's dense 1.52 s is that forward's; `-h3dit-cached=false`, which earlier
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
+#   h3_clip.log, h3_torch.log   FastH3 with default flags, prompt to MP4: a cold and a warm call (the compile
+#                   cache starting empty, as bench/clip_row.sh's first variant), then the same-math PyTorch
+#                   chain (bench/h3_clip_torch.py); the whole FastH3 clip does not fit an 80 GB card
 #   wandit.log      FastWan 1.3B's 3-step denoise, dense and VSA 0.8
 #   trace_h3.csv, trace_wan.csv, breakdown_*.txt   the kernels of one FastH3 and one FastWan VSA forward
 #                   (bench/kerneltrace.c over the forward the bench brackets): where the forward's time
@@ -22,7 +25,6 @@
 #                   against uniform lists at the same tiling (fine.log)
 #   summary.md      the issue's lines from those logs, each with its figures and whether it holds
 #                   (bench/vsa_row_summary.py)
-# The FastH3 clip line is bench/clip_row.sh's (`PARTS="h3 torch"`), a call of its own.
 #
 # On the dev machine (repo root):
 #   bash bench/build_gpu.sh .gpu/bench ./examples/bench
@@ -31,15 +33,15 @@
 #   mkdir -p .gpu/up   # upstream's kernel, imported unchanged by the fine-stage bench:
 #   git --git-dir=<FastVideo mirror> show HEAD:fastvideo-kernel/python/fastvideo_kernel/triton_kernels/block_sparse_attn_triton.py \
 #     > .gpu/up/block_sparse_attn_triton.py
-# On the GPU machine (carry .gpu/bench.xz, .gpu/attention.test.xz and .gpu/up: with the tracked files, about
-# 60 of the 64 MiB a call carries; FastH3's DiT needs more than an 80 GB card holds):
-#   OUT=$OUT STEPS="parity fine vsa" bash bench/vsa_row.sh
-#   OUT=$OUT STEPS="h3dit wandit trace" bash bench/vsa_row.sh
-# Optional: BIN (the folder of the .xz binaries), UPSTREAM (the folder of upstream's kernel, default .gpu/up).
-# All six steps in one command (the default STEPS) overrun a command's 600 s: the later ones get cut short.
+#   bash bench/stage_ffmpeg.sh   # .gpu/ffmpeg.xz, the clip step's encoder
+# On the GPU machine (carry .gpu/bench.xz, .gpu/attention.test.xz, .gpu/ffmpeg.xz and .gpu/up: with the tracked
+# files, about 62 of the 64 MiB a call carries):
+#   OUT=$OUT bash bench/vsa_row.sh
+# On an 80 GB card, leave the clip out: STEPS="parity fine vsa h3dit wandit trace" (FastH3's DiT forward alone
+# fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up).
 set -u
 : "${OUT:?set OUT to the output folder}"
-STEPS=${STEPS:-"parity fine vsa h3dit wandit trace"}
+STEPS=${STEPS:-"parity fine vsa h3dit clip wandit trace"}
 BIN=${BIN:-.gpu}
 UPSTREAM=${UPSTREAM:-.gpu/up}
 mkdir -p "$OUT" /tmp/vsarow
@@ -49,8 +51,8 @@ left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l
 unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-has parity || has fine || has vsa || has h3dit || has wandit || has trace || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
-if has vsa || has h3dit || has wandit || has trace; then unpack bench; fi
+has parity || has fine || has vsa || has h3dit || has clip || has wandit || has trace || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+if has vsa || has h3dit || has clip || has wandit || has trace; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 
 if has parity; then
@@ -74,6 +76,17 @@ if has h3dit; then
   # Dense with the AdaLN cache is the issue's 1.52 s; the VSA forward runs with the same cache.
   timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
   echo "h3dit rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|allocator|rror|panic" "$OUT/h3dit.log" | cut -c1-300 | head -16
+fi
+if has clip; then
+  # Issue 32's clip line: FastH3 with default flags, prompt to MP4, a cold and a warm call in one process over a
+  # compile cache that starts empty (bench/clip_row.sh's first variant), then the same-math PyTorch chain.
+  unpack ffmpeg
+  XDG_CACHE_HOME=$(mktemp -d /tmp/vsarow-cache.XXXXXX)
+  export FASTVIDEO_FFMPEG=/tmp/vsarow/ffmpeg XDG_CACHE_HOME
+  timeout "$(left 150)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-variants default >"$OUT/h3_clip.log" 2>&1
+  echo "clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/h3_clip.log" | cut -c1-300
+  timeout "$(left 150)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
+  echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
 fi
 if has wandit; then
   timeout "$(left 100)" "$BENCH" -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1

@@ -1,10 +1,10 @@
-# Issue 32's acceptance lines from the logs bench/vsa_row.sh leaves in OUT, one row a line, with the figures
-# it rests on and whether it holds there; lines whose logs are missing or unreadable say so. The whole clip's
-# line is bench/clip_row.sh's.
+# Issue 32's acceptance lines from the logs bench/vsa_row.sh leaves in OUT (unpack its logs.tgz there first),
+# one row a line, with the figures it rests on and whether it holds there; lines whose logs are missing or
+# unreadable say so.
 #
 #   python3 bench/vsa_row_summary.py OUT
 #   python3 bench/vsa_row_summary.py --self-test     # the parsers on canned lines in the logs' formats
-import argparse, csv, io, os, re, sys, tempfile
+import argparse, csv, io, json, os, re, sys, tempfile
 
 FINE_GEOMETRIES = {"h3": "the issue's H3 (234 whole tiles, 23 a row)", "wan0.8": "Wan 1.3B 0.8 (512 whole tiles, 103 a row)"}
 # -vsa-geometry: what it is, and the issue's line on it
@@ -60,6 +60,18 @@ def fine_kernel_calls(text):
     return len(ms), (sum(ms) / len(ms) if ms else 0.0)
 
 
+def clip_records(text, prefix="clip record: "):
+    # bench -what clip's and the PyTorch chains' one-line JSON records (bench/clipkit.py writes the same keys).
+    found = []
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            try:
+                found.append(json.loads(line[len(prefix):]))
+            except ValueError:
+                pass
+    return found
+
+
 def parity(text):
     # go test -v: the top-level tests' results and the binary's verdict.
     passed = len(re.findall(r"^--- PASS: ", text, re.M))
@@ -107,6 +119,16 @@ def summarize(out):
         dense = f.get("adaln cached")
         rows.append(("FastH3 DiT forward, VSA 0.9, <= 1.10 s", f"{f[vsa]:.3f} s" + (f", dense {dense:.3f} s" if dense else ""),
                      "holds" if f[vsa] <= 1.10 else "does not hold"))
+    name = "FastH3 with default flags, whole clip warm, <= 7 s"
+    warm = [r for r in clip_records(read(out, "h3_clip.log") or "") if r.get("variant") == "default" and not r.get("cold")]
+    if not warm:
+        rows.append((name, "missing in h3_clip.log", "not measured"))
+    else:
+        r = warm[-1]
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r.get("stages_s", {}).items() if k in ("denoise", "decode", "mux"))
+        torch = [t for t in clip_records(read(out, "h3_torch.log") or "", "torch clip record: ") if not t.get("cold")]
+        versus = f"; PyTorch chain {torch[-1]['total_s']:.2f} s ({torch[-1]['total_s'] / r['total_s']:.2f}x)" if torch else ""
+        rows.append((name, f"{r['total_s']:.2f} s ({stages}){versus}", "holds" if r["total_s"] <= 7.0 else "does not hold"))
     d = denoise_medians(read(out, "wandit.log") or "")
     if "vsa" not in d:
         rows.append(("FastWan 1.3B 3-step denoise, VSA, <= 1.0 s", "missing in wandit.log", "not measured"))
@@ -152,6 +174,13 @@ CANNED = {
     "h3dit.log": ("h3dit[adaln per step]: forward min 1.550 s, median 1.560 s over 3 runs; 895.5 TFLOP -> 574 TFLOP/s (73% of 790)\n"
                   "h3dit[adaln cached]: forward min 1.520 s, median 1.525 s over 3 runs; 895.5 TFLOP -> 587 TFLOP/s (74% of 790)\n"
                   "h3dit[vsa 0.9 E64]: forward min 1.170 s, median 1.180 s over 3 runs; 600.1 TFLOP -> 508 TFLOP/s (64% of 790)\n"),
+    "h3_clip.log": ("clip: fasth3 opened in 2.10 s on xla:cuda (bf16)\n"
+                    'clip record: {"model":"fasth3","variant":"default","call":1,"cold":true,"total_s":36.2,"stages_s":{"denoise":24.7}}\n'
+                    'clip record: {"model":"fasth3","variant":"default","call":2,"cold":false,"total_s":6.95,'
+                    '"stages_s":{"condition":0.004,"decode":1.7,"denoise":4.85,"mux":0.4,"validate":0.0002}}\n'
+                    'clip record: {"model":"fasth3","variant":"dense","call":2,"cold":false,"total_s":8.1}\n'),
+    "h3_torch.log": ('torch clip record: {"model": "torch:fasth3", "call": 1, "cold": true, "total_s": 30.0}\n'
+                     'torch clip record: {"model": "torch:fasth3", "call": 2, "cold": false, "total_s": 11.12}\n'),
     "trace_h3.csv": ("name,start_ns,end_ns,duration_ns\nvsa_fwd,0,3000000,3000000\nvsa_pack,0,1,170000\nvsa_fwd,5,3200005,3200000\n"),
     "wandit.log": ("wandit: FastWan denoise [1000 757 522] (sigma [1 0.9 0.8], no CFG): total min 1.560 s, median 1.570 s over 3 runs (0.523 s per step); 1 TFLOP -> 1 TFLOP/s (1% of 790); x0 rms 1.0, non-finite 0\n"
                    "wandit: FastWan denoise [VSA sparsity 0.8] [1000 757 522] (sigma [1 0.9 0.8], no CFG): total min 0.950 s, median 0.958 s over 3 runs (0.319 s per step); 1 TFLOP -> 1 TFLOP/s (1% of 790); x0 rms 1.0, non-finite 0\n"),
@@ -173,6 +202,8 @@ def self_test():
         "whole VSA >= 2.5x dense, FastWan's tiling, 624 tiles, 0.8": ("4.900 ms, dense 11.40 ms (2.33x)", "does not hold"),
         "FastH3 DiT forward, VSA 0.9, <= 1.10 s": ("1.180 s, dense 1.525 s", "does not hold"),
         "FastWan 1.3B 3-step denoise, VSA, <= 1.0 s": ("0.958 s, dense 1.570 s", "holds"),
+        "FastH3 with default flags, whole clip warm, <= 7 s":
+            ("6.95 s (decode 1.70, denoise 4.85, mux 0.40); PyTorch chain 11.12 s (1.60x)", "holds"),
         "FastH3 DiT's routing against uniform lists (fine kernel a call; no acceptance line)":
             ("3.100 ms over 2 calls, uniform lists 3.050 ms (1.02x)", "information"),
         "FastWan DiT's routing against uniform lists (fine kernel a call; no acceptance line)":
