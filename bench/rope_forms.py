@@ -30,10 +30,22 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def h3_concat(x, w, cos, sin, rot, eps):
+def h3_normed(x, w, eps):
+    # The per-head RMSNorm's statistic and x·w (dit/h3/graph.go qkNormRope: the statistic applied last).
     xf = x.astype(jnp.float32)
-    r = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    xw = xf * w.astype(jnp.float32)
+    return xf * w.astype(jnp.float32), jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+
+
+def wan_normed(x, w, eps):
+    # The RMSNorm over all heads' channels (dit/wan/graph.go qkNorm): x·w and the statistic a row.
+    l, h, dh = x.shape[1:]
+    xf = x.astype(jnp.float32)
+    r = jax.lax.rsqrt(jnp.mean(xf.reshape(1, l, h * dh) ** 2, axis=-1, keepdims=True) + eps)
+    return xf * w.reshape(1, 1, h, dh).astype(jnp.float32), r[..., None]
+
+
+def h3_concat(x, w, cos, sin, rot, eps):
+    xw, r = h3_normed(x, w, eps)
     half = rot // 2
     c = cos[None, :, None, :]
     s = sin[None, :, None, :]
@@ -56,9 +68,7 @@ def h3_tables(cos, sin, rot, dh):
 def h3_shift(x, w, c, a, b, rot, eps):
     dh = x.shape[-1]
     half = rot // 2
-    xf = x.astype(jnp.float32)
-    r = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    xw = xf * w.astype(jnp.float32)
+    xw, r = h3_normed(x, w, eps)
     zero = jnp.float32(0)
     left = jax.lax.pad(xw[..., half:], zero, [(0, 0, 0)] * 3 + [(0, half, 0)])  # x[c+half]
     right = jax.lax.pad(xw[..., : dh - half], zero, [(0, 0, 0)] * 3 + [(half, 0, 0)])  # x[c-half]
@@ -68,25 +78,21 @@ def h3_shift(x, w, c, a, b, rot, eps):
 
 def wan_stack(x, w, cos, sin, eps):
     l, h, dh = x.shape[1:]
-    xf = x.astype(jnp.float32)
-    r = jax.lax.rsqrt(jnp.mean(xf.reshape(1, l, h * dh) ** 2, axis=-1, keepdims=True) + eps)
-    xw = xf * w.reshape(1, 1, h, dh).astype(jnp.float32)
+    xw, r = wan_normed(x, w, eps)
     pairs = xw.reshape(1, l, h, dh // 2, 2)
     re, im = pairs[..., 0], pairs[..., 1]
     c = cos[None, :, None, :]
     s = sin[None, :, None, :]
     out = jnp.stack([re * c - im * s, im * c + re * s], -1).reshape(1, l, h, dh)
-    return (out * r[..., None]).astype(x.dtype)
+    return (out * r).astype(x.dtype)
 
 
 def wan_reverse(x, w, c2, s2, eps):
     l, h, dh = x.shape[1:]
-    xf = x.astype(jnp.float32)
-    r = jax.lax.rsqrt(jnp.mean(xf.reshape(1, l, h * dh) ** 2, axis=-1, keepdims=True) + eps)
-    xw = xf * w.reshape(1, 1, h, dh).astype(jnp.float32)
+    xw, r = wan_normed(x, w, eps)
     pairs = xw.reshape(1, l, h, dh // 2, 2)
     out = pairs * c2[None, :, None] + jax.lax.rev(pairs, (4,)) * s2[None, :, None]
-    return (out.reshape(1, l, h, dh) * r[..., None]).astype(x.dtype)
+    return (out.reshape(1, l, h, dh) * r).astype(x.dtype)
 
 
 def timed(name, fn, args, iters, ref=None):
