@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 32's acceptance lines in one device command of under 10 minutes on one H200 (on an H100 the six steps
 # other than the clip took 194 s in session 27; the clip's cold and warm calls took 36 and 7 s in session 22);
-# each step has its own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT (at the end packed into $OUT/logs.tgz beside summary.md by
-# bench/pack_out.sh: the device returns 8 files a call):
+# each step has its own time limit, so one that fails or hangs leaves the others' results. Logs under $OUT
+# (at the end packed into $OUT/logs.tgz beside summary.md by bench/pack_out.sh: the device returns 8 files
+# a call):
 #   parity.log      the kernels on the GPU against upstream's output, float32 and the gathered path
 #                   (attention.test -test.run OnGPU)
 #   fine.log        the fine stage against upstream's Triton forward on the same inputs in the same run,
