@@ -135,11 +135,8 @@ def pool_kernel(params_ref, slots_ref, x_ref, pooled_ref):
     # the fine kernel still needs, for the routing scores.
     tile, head = pl.program_id(0), pl.program_id(1)
     heads = params_ref[0]
-    slots = slots_ref[pl.ds(tile * T, T)]
-    valid = jnp.broadcast_to((slots >= 0)[:, None], (T, G.D))
-    x = jnp.where(valid, x_ref[G.rows_of(slots, heads, head), :], jnp.zeros((T, G.D), x_ref.dtype))
-    count = jnp.sum((slots >= 0).astype(jnp.float32))
-    pooled_ref[pl.ds(tile * heads + head, 1), :] = (jnp.sum(x.astype(jnp.float32), axis=0) / count)[None, :]
+    x, slots = G.tile_rows(slots_ref, x_ref, tile, heads, head)
+    pooled_ref[pl.ds(tile * heads + head, 1), :] = G.tile_mean(x, slots)
 
 
 def pool_call(heads, tiles, warps, stages):

@@ -46,7 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
-from gen_vsa_triton import KEY_BLOCKS, key_class, kernel_record, timed  # noqa: E402
+from gen_vsa_triton import KEY_BLOCKS, class_groups, key_class, kernel_record, timed  # noqa: E402
 
 C = len(KEY_BLOCKS)
 assert C <= 4, "the kernel writes a row's group ends as one 4-lane store"
@@ -135,9 +135,9 @@ def reference(scores, sizes, first, kept, exempt):
                 top = list(range(first)) + list(first + np.argsort(-row[first:], kind="stable")[:kept - first])
             else:
                 top = list(np.argsort(-row, kind="stable")[:kept])
-            top.sort(key=lambda s: (cls[s], s))
+            top, row_ends = class_groups(top, cls)
             idx += top
-            ends += [sum(cls[s] <= c for s in top) for c in range(C)]
+            ends += row_ends
     return np.array(idx, np.int32), np.array(ends, np.int32)
 
 

@@ -95,6 +95,13 @@ def key_class(size):
     return max(c for c, n in enumerate(KEY_BLOCKS) if size <= n)
 
 
+def class_groups(keys, classes):
+    # A list of key tiles as the fine kernel walks it: grouped by class (classes[tile]), ascending within a
+    # group, with the end of each of the len(KEY_BLOCKS) groups.
+    keys = sorted(keys, key=lambda kv: (classes[kv], kv))
+    return keys, [sum(classes[kv] <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
+
+
 def rows_of(slots, heads, head):
     # The rows of a tile's slots for one head in the [L·H, D] layout; a pad slot points at row 0 (masked).
     return jnp.maximum(slots, 0) * heads + head
@@ -197,15 +204,25 @@ def vsa_call(heads, tiles, seq, warps, stages, walk=walk_class, q_rows=False):
                          out_shape=jax.ShapeDtypeStruct((seq * heads, D), jnp.bfloat16), name="vsa_fwd")
 
 
+def tile_rows(slots_ref, x_ref, tile, heads, head):
+    # A tile's rows of one head read through the slot map (zero at its pads), and its slots.
+    slots = slots_ref[pl.ds(tile * T, T)]
+    valid = jnp.broadcast_to((slots >= 0)[:, None], (T, D))
+    return jnp.where(valid, x_ref[rows_of(slots, heads, head), :], jnp.zeros((T, D), x_ref.dtype)), slots
+
+
+def tile_mean(x, slots):
+    # The float32 mean of a tile's rows x over its valid slots (upstream's _pool_tiles), as a [1, D] row.
+    count = jnp.sum((slots >= 0).astype(jnp.float32))
+    return (jnp.sum(x.astype(jnp.float32), axis=0) / count)[None, :]
+
+
 def pack_kernel(params_ref, slots_ref, x_ref, packed_ref, pooled_ref):
     tile, head = pl.program_id(0), pl.program_id(1)
     heads, tiles = params_ref[0], params_ref[1]
-    slots = slots_ref[pl.ds(tile * T, T)]
-    valid = jnp.broadcast_to((slots >= 0)[:, None], (T, D))
-    x = jnp.where(valid, x_ref[rows_of(slots, heads, head), :], jnp.zeros((T, D), x_ref.dtype))
+    x, slots = tile_rows(slots_ref, x_ref, tile, heads, head)
     packed_ref[pl.ds((head * tiles + tile) * T, T), :] = x
-    count = jnp.sum((slots >= 0).astype(jnp.float32))
-    pooled_ref[pl.ds(tile * heads + head, 1), :] = (jnp.sum(x.astype(jnp.float32), axis=0) / count)[None, :]
+    pooled_ref[pl.ds(tile * heads + head, 1), :] = tile_mean(x, slots)
 
 
 def pack_call(heads, tiles, warps, stages):
@@ -225,11 +242,10 @@ def operands(q, k, v, idx, num, sizes, slots, first, gate=None, oc=None):
         gate, oc = np.zeros((1, D), q.dtype), np.zeros((1, D), np.float32)
     num = num.reshape(h, -1)[:, first:].reshape(-1)
     idx = idx.reshape(h, -1, stride)[:, first:].reshape(-1, stride)
-    grouped, ends = np.zeros_like(idx), []
+    grouped, ends, classes = np.zeros_like(idx), [], [key_class(n) for n in sizes]
     for r, (row, n) in enumerate(zip(idx, num)):
-        keys = sorted(row[:n], key=lambda kv: (key_class(sizes[kv]), kv))
-        grouped[r, :n] = keys
-        ends += [sum(key_class(sizes[kv]) <= c for kv in keys) for c in range(len(KEY_BLOCKS))]
+        grouped[r, :n], row_ends = class_groups(row[:n], classes)
+        ends += row_ends
     return [params, np.array(ends, np.int32), grouped.reshape(-1).astype(np.int32), sizes.astype(np.int32),
             slots.astype(np.int32), q.reshape(h * s, D), k.reshape(h * s, D), v.reshape(h * s, D), gate, oc]
 
