@@ -1,6 +1,8 @@
 package fastvideo
 
 import (
+	"errors"
+
 	"fastvideo/fastvideo/api"
 	"fastvideo/fastvideo/family"
 	"fastvideo/fastvideo/familykit"
@@ -87,3 +89,8 @@ func Ptr[T any](v T) *T { return &v }
 func GaussianNoise(seed int64, stream NoiseStream, n int) []float32 {
 	return familykit.GaussianNoise(seed, stream, n)
 }
+
+// ErrDoesNotFit is wrapped by New's error when the memory policy "auto" finds a component that cannot
+// run on the device even with nothing else kept beside it (the message names it, the memory and the
+// fixes): the model would load and then fail in its first step.
+var ErrDoesNotFit = errors.New("the model does not fit this device's memory")

@@ -125,7 +125,10 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
-	if e.Residency, err = chooseResidency(e, comps, g.rife); err != nil {
+	if e.Residency, err = chooseResidency(e, comps, g.rife); err == nil {
+		err = checkFits(e, e.Residency)
+	}
+	if err != nil {
 		comps.Close()
 		e.Backend.Finalize()
 		return nil, err
@@ -319,7 +322,14 @@ func decideResidency(e *family.Engine, sizes []api.ComponentSize) []api.Componen
 	if e.Memory != AutoMemory {
 		return family.UniformResidency(e.Memory, sizes)
 	}
-	free, headroom := int64(-1), int64(activationHeadroom)
+	free, headroom := memoryBudget(e)
+	return family.ChooseResidency(free, headroom, sizes)
+}
+
+// memoryBudget is what AutoMemory decides within: the memory the device can still give this process
+// (-1 where it cannot be read) and what it leaves beside the weights for a generation's activations.
+func memoryBudget(e *family.Engine) (free, headroom int64) {
+	free, headroom = -1, activationHeadroom
 	switch {
 	case e.DeviceMemory != nil:
 		if f, err := deviceFree(e); err == nil {
@@ -330,7 +340,42 @@ func decideResidency(e *family.Engine, sizes []api.ComponentSize) []api.Componen
 			free, headroom = int64(avail), hostHeadroom
 		}
 	}
-	return family.ChooseResidency(free, headroom, sizes)
+	return free, headroom
+}
+
+// checkFits refuses, before anything loads, an AutoMemory generator one of whose components cannot
+// run on its device even with nothing else kept beside it: without it the first call loads for a
+// minute and then fails inside a denoising step with XLA's allocator message (FastH3 in bf16 on an
+// 80 GB card, BENCHMARKS.md "Session 21"). The explicit policies are the way to try anyway.
+func checkFits(e *family.Engine, rs []api.ComponentResidency) error {
+	if e.Memory != AutoMemory {
+		return nil
+	}
+	free, headroom := memoryBudget(e)
+	if free < 0 {
+		return nil
+	}
+	for _, r := range rs {
+		if r.Fits {
+			continue
+		}
+		held := r.Bytes
+		if r.Residency == api.Streamed {
+			held = r.StreamBytes
+		}
+		const gib = 1 << 30
+		where := "this device"
+		if !e.Accelerated {
+			where = "this host's available memory"
+		}
+		return fmt.Errorf("fastvideo: %w: the %s (%.2f GiB at %s) does not fit %s: %.2f GiB is free to this process, "+
+			"and it runs beside about %.2f GiB of activations; use a smaller weight dtype where the model has one "+
+			"(DType FP8, -dtype fp8: MiniMax H3), a device that gives at least %.2f GiB, or an explicit memory policy "+
+			"to try anyway (Memory OneResident, -memory one_resident: each component loads only at its stage; a small "+
+			"clip may fit)", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(), where, float64(free)/gib,
+			float64(headroom)/gib, float64(held+headroom)/gib)
+	}
+	return nil
 }
 
 // deviceFree is what the accelerator can still give this process: its allocator's cap less what

@@ -620,6 +620,54 @@ func TestChooseResidency(t *testing.T) {
 	}
 }
 
+// TestCheckFits: "auto" refuses before anything loads a component that cannot run on the device even
+// alone beside the activation headroom (the device's or, on the go backend, the host's), naming it, the
+// memory and the fixes; explicit policies and unread memory refuse nothing.
+func TestCheckFits(t *testing.T) {
+	const gib = int64(1) << 30
+	device := func(used, limit int64) func() (uint64, uint64, error) {
+		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
+	}
+	sizes := []api.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
+		{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: gib}}
+	for _, c := range []struct {
+		name string
+		e    family.Engine
+		want []string // the error's parts; none: no error
+	}{
+		{"an 80 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true},
+			[]string{"the dit (60.00 GiB at f32) does not fit this device: 72.50 GiB is free", "about 24.00 GiB of activations",
+				"at least 84.00 GiB", "-dtype fp8", "-memory one_resident"}},
+		{"a 96 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 88*gib), Accelerated: true}, nil},
+		{"explicit one", family.Engine{Memory: OneResident, DeviceMemory: device(gib/2, 73*gib), Accelerated: true}, nil},
+		{"no device statistics", family.Engine{Memory: AutoMemory, Accelerated: true}, nil},
+		{"a small host", family.Engine{Memory: AutoMemory, HostMemory: func() (uint64, error) { return uint64(40 * gib), nil }},
+			[]string{"the dit (60.00 GiB at f32) does not fit this host's available memory: 40.00 GiB is free", "at least 62.00 GiB"}},
+	} {
+		e := c.e
+		var err error
+		if e.Residency, err = chooseResidency(&e, sizedComponents{sizes: sizes}, nil); err != nil {
+			t.Fatal(err)
+		}
+		err = checkFits(&e, e.Residency)
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v, want no error", c.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrDoesNotFit) {
+			t.Errorf("%s: %v, want ErrDoesNotFit", c.name, err)
+			continue
+		}
+		for _, part := range c.want {
+			if !strings.Contains(err.Error(), part) {
+				t.Errorf("%s: %q lacks %q", c.name, err, part)
+			}
+		}
+	}
+}
+
 // TestRandomWeightsBringRIFE: a released model with random weights gets a random RIFE of the
 // released size, so the temporal fast mode runs without WithRIFE; without random weights it has none.
 func TestRandomWeightsBringRIFE(t *testing.T) {
