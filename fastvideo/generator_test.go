@@ -578,16 +578,24 @@ type sizedComponents struct {
 
 func (s sizedComponents) ComponentSizes() []api.ComponentSize { return s.sizes }
 
+// residencySizes are a FastH3-like model's components for the memory policy's tests: a DiT, a video
+// VAE and a text encoder that streams a layer at a time.
+const residencyGiB = int64(1) << 30
+
+var residencySizes = []api.ComponentSize{{Name: "dit", Bytes: 60 * residencyGiB}, {Name: "video_vae", Bytes: 4 * residencyGiB},
+	{Name: "text_encoder", Bytes: 44 * residencyGiB, StreamBytes: residencyGiB}}
+
+// device is a DeviceMemory reader with fixed readings.
+func device(used, limit int64) func() (uint64, uint64, error) {
+	return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
+}
+
 // TestChooseResidency: auto keeps, most costly first, what leaves every other component room to run
 // beside it with the activation headroom, in what the allocator can still give; explicit policies
 // keep all or none; no statistics keep nothing (the text encoder streams).
 func TestChooseResidency(t *testing.T) {
-	const gib = int64(1) << 30
-	device := func(used, limit int64) func() (uint64, uint64, error) {
-		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
-	}
-	sizes := []api.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
-		{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: gib}}
+	const gib = residencyGiB
+	sizes := residencySizes
 	for _, c := range []struct {
 		name   string
 		policy MemoryPolicy
@@ -624,12 +632,8 @@ func TestChooseResidency(t *testing.T) {
 // alone beside the activation headroom (the device's or, on the go backend, the host's), naming it, the
 // memory and the fixes; explicit policies and unread memory refuse nothing.
 func TestCheckFits(t *testing.T) {
-	const gib = int64(1) << 30
-	device := func(used, limit int64) func() (uint64, uint64, error) {
-		return func() (uint64, uint64, error) { return uint64(used), uint64(limit), nil }
-	}
-	sizes := []api.ComponentSize{{Name: "dit", Bytes: 60 * gib}, {Name: "video_vae", Bytes: 4 * gib},
-		{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: gib}}
+	const gib = residencyGiB
+	sizes := residencySizes
 	for _, c := range []struct {
 		name string
 		e    family.Engine
