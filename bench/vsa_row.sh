@@ -18,7 +18,9 @@
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
 #   h3_clip.log, h3_torch.log   FastH3 with default flags, prompt to MP4: a cold and a warm call (the compile
 #                   cache starting empty, as bench/clip_row.sh's first variant), then the same-math PyTorch
-#                   chain (bench/h3_clip_torch.py); the whole FastH3 clip does not fit an 80 GB card
+#                   chain (bench/h3_clip_torch.py); the whole FastH3 clip does not fit an 80 GB card (New refuses it there)
+#   wan_clip.log, wan_torch.log   not an issue line: FastWan's default clip row (bench/clip_row.sh's first
+#                   variant, cold and warm) and its PyTorch chain, so that one call gives both families' rows
 #   wandit.log      FastWan 1.3B's 3-step denoise, dense and VSA 0.8
 #   trace_h3.csv, trace_wan.csv, breakdown_*.txt   the kernels of one FastH3 and one FastWan VSA forward
 #                   (bench/kerneltrace.c over the forward the bench brackets): where the forward's time
@@ -38,11 +40,11 @@
 # On the GPU machine (carry .gpu/bench.xz, .gpu/attention.test.xz, .gpu/ffmpeg.xz and .gpu/up: with the tracked
 # files, about 59 of the 64 MiB a call carries):
 #   OUT=$OUT bash bench/vsa_row.sh
-# On an 80 GB card, leave the clip out: STEPS="parity fine vsa h3dit wandit trace" (FastH3's DiT forward alone
+# On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up).
 set -u
 : "${OUT:?set OUT to the output folder}"
-STEPS=${STEPS:-"parity fine vsa h3dit clip wandit trace"}
+STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
 BIN=${BIN:-.gpu}
 UPSTREAM=${UPSTREAM:-.gpu/up}
 mkdir -p "$OUT" /tmp/vsarow
@@ -52,8 +54,8 @@ left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l
 unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-has parity || has fine || has vsa || has h3dit || has clip || has wandit || has trace || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
-if has vsa || has h3dit || has clip || has wandit || has trace; then unpack bench; fi
+has parity || has fine || has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+if has vsa || has h3dit || has clip || has wanclip || has wandit || has trace; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 
 if has parity; then
@@ -88,6 +90,17 @@ if has clip; then
   echo "clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/h3_clip.log" | cut -c1-300
   timeout "$(left 150)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
   echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
+fi
+if has wanclip; then
+  # Not an issue-32 line: FastWan's default row of bench/clip_row.sh (its first variant, cold and warm, then the
+  # same-math PyTorch chain), so that one call also gives the whole-clip row of both families.
+  unpack ffmpeg
+  [ -n "${FASTVIDEO_FFMPEG:-}" ] || export FASTVIDEO_FFMPEG=/tmp/vsarow/ffmpeg XDG_CACHE_HOME=$(mktemp -d /tmp/vsarow-cache.XXXXXX)
+  timeout "$(left 90)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
+    -clip-height 480 -clip-width 832 -clip-frames 81 -clip-variants default >"$OUT/wan_clip.log" 2>&1
+  echo "wan clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/wan_clip.log" | cut -c1-300
+  timeout "$(left 90)" python3 bench/wan_clip_torch.py --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/wan_torch.log" 2>&1
+  echo "wan torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/wan_torch.log" | cut -c1-300
 fi
 if has wandit; then
   timeout "$(left 100)" "$BENCH" -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
