@@ -20,7 +20,8 @@ type ComponentResidency struct {
 	ComponentSize
 	Residency Residency `json:"residency"`
 	// Fits is false when even this component alone, beside the resident ones and the activation
-	// headroom, exceeds what the device can give: the run is expected to fail for memory there.
+	// headroom, exceeds what the device can give: the run would fail for memory there, so New refuses
+	// it (only the memory policy "auto" decides a false).
 	Fits bool `json:"fits"`
 }
 
@@ -35,7 +36,7 @@ func MemoryRows(row func(key, format string, a ...any), rs []ComponentResidency)
 			where = fmt.Sprintf("streamed (%.2f GiB at a time)", float64(r.StreamBytes)/(1<<30))
 		}
 		if !r.Fits {
-			where += "; does not fit this device"
+			where += "; does not fit this device: New refuses it (a smaller dtype, a larger device or an explicit memory policy)"
 		}
 		row("memory "+r.Name, "%.2f GiB, %s", float64(r.Bytes)/(1<<30), where)
 	}
