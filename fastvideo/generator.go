@@ -125,8 +125,9 @@ func New(ctx context.Context, model string, opts ...Option) (*VideoGenerator, er
 		e.Backend.Finalize()
 		return nil, err
 	}
-	if e.Residency, err = chooseResidency(e, comps, g.rife); err == nil {
-		err = checkFits(e, e.Residency)
+	var budget memoryBudget
+	if e.Residency, budget, err = chooseResidency(e, comps, g.rife); err == nil {
+		err = checkFits(e, e.Residency, budget)
 	}
 	if err != nil {
 		comps.Close()
@@ -301,8 +302,8 @@ const hostHeadroom = 2 << 30
 // chooseResidency fixes where each component lives between calls: AutoMemory keeps, in the family's
 // order (most costly to bring back first) and then the interpolator (rife: nil for none), what leaves
 // every other component room to run in what the device can still give (family.ChooseResidency); the
-// explicit policies keep all or none.
-func chooseResidency(e *family.Engine, comps family.Components, rife familykit.WeightOpener) ([]api.ComponentResidency, error) {
+// explicit policies keep all or none. The budget is the reading AutoMemory decided within.
+func chooseResidency(e *family.Engine, comps family.Components, rife familykit.WeightOpener) ([]api.ComponentResidency, memoryBudget, error) {
 	var sizes []api.ComponentSize
 	if sizer, ok := comps.(family.ComponentSizer); ok {
 		sizes = sizer.ComponentSizes()
@@ -310,49 +311,51 @@ func chooseResidency(e *family.Engine, comps family.Components, rife familykit.W
 	if rife != nil {
 		s, err := framefilter.RIFESize(e, rife)
 		if err != nil {
-			return nil, err
+			return nil, memoryBudget{}, err
 		}
 		sizes = append(sizes, s)
 	}
-	return decideResidency(e, sizes), nil
+	rs, budget := decideResidency(e, sizes)
+	return rs, budget, nil
 }
 
 // decideResidency is chooseResidency over sizes already known (a plan's).
-func decideResidency(e *family.Engine, sizes []api.ComponentSize) []api.ComponentResidency {
+func decideResidency(e *family.Engine, sizes []api.ComponentSize) ([]api.ComponentResidency, memoryBudget) {
 	if e.Memory != AutoMemory {
-		return family.UniformResidency(e.Memory, sizes)
+		return family.UniformResidency(e.Memory, sizes), memoryBudget{free: -1}
 	}
-	free, headroom := memoryBudget(e)
-	return family.ChooseResidency(free, headroom, sizes)
+	budget := readBudget(e)
+	return family.ChooseResidency(budget.free, budget.headroom, sizes), budget
 }
 
 // memoryBudget is what AutoMemory decides within: the memory the device can still give this process
-// (-1 where it cannot be read) and what it leaves beside the weights for a generation's activations.
-func memoryBudget(e *family.Engine) (free, headroom int64) {
-	free, headroom = -1, activationHeadroom
+// (free, -1 where it cannot be read or an explicit policy decides) and what it leaves beside the weights
+// for a generation's activations.
+type memoryBudget struct{ free, headroom int64 }
+
+// readBudget reads the engine's device (or, on the pure-Go backend, its host) once.
+func readBudget(e *family.Engine) memoryBudget {
+	b := memoryBudget{free: -1, headroom: activationHeadroom}
 	switch {
 	case e.DeviceMemory != nil:
 		if f, err := deviceFree(e); err == nil {
-			free = f
+			b.free = f
 		}
 	case !e.Accelerated && e.HostMemory != nil:
 		if avail, err := e.HostMemory(); err == nil {
-			free, headroom = int64(avail), hostHeadroom
+			b.free, b.headroom = int64(avail), hostHeadroom
 		}
 	}
-	return free, headroom
+	return b
 }
 
 // checkFits refuses, before anything loads, an AutoMemory generator one of whose components cannot
 // run on its device even with nothing else kept beside it: without it the first call loads for a
 // minute and then fails inside a denoising step with XLA's allocator message (FastH3 in bf16 on an
-// 80 GB card, BENCHMARKS.md "Session 21"). The explicit policies are the way to try anyway.
-func checkFits(e *family.Engine, rs []api.ComponentResidency) error {
-	if e.Memory != AutoMemory {
-		return nil
-	}
-	free, headroom := memoryBudget(e)
-	if free < 0 {
+// 80 GB card, BENCHMARKS.md "Session 21"). The explicit policies are the way to try anyway (their
+// budget reads nothing). rs were decided within budget, so the message quotes the reading they rest on.
+func checkFits(e *family.Engine, rs []api.ComponentResidency, budget memoryBudget) error {
+	if budget.free < 0 {
 		return nil
 	}
 	for _, r := range rs {
@@ -372,8 +375,8 @@ func checkFits(e *family.Engine, rs []api.ComponentResidency) error {
 			"and it runs beside about %.2f GiB of activations; use a smaller weight dtype where the model has one "+
 			"(DType FP8, -dtype fp8: MiniMax H3), a device that gives at least %.2f GiB, or an explicit memory policy "+
 			"to try anyway (Memory OneResident, -memory one_resident: each component loads only at its stage; a small "+
-			"clip may fit)", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(), where, float64(free)/gib,
-			float64(headroom)/gib, float64(held+headroom)/gib)
+			"clip may fit)", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(), where, float64(budget.free)/gib,
+			float64(budget.headroom)/gib, float64(held+budget.headroom)/gib)
 	}
 	return nil
 }
@@ -602,7 +605,8 @@ func planResidency(o Options, rs []api.ComponentResidency) []api.ComponentReside
 			e := &family.Engine{Memory: familykit.OrPreset(o.Memory, AutoMemory), Accelerated: bp.Backend != backend.KindGo}
 			readMemory(e, bp)
 			if e.Memory != AutoMemory || e.DeviceMemory != nil || e.HostMemory != nil {
-				return decideResidency(e, family.Sizes(rs))
+				decided, _ := decideResidency(e, family.Sizes(rs))
+				return decided
 			}
 		}
 	}

@@ -613,7 +613,7 @@ func TestChooseResidency(t *testing.T) {
 		e := &family.Engine{Memory: c.policy, DeviceMemory: c.device, Accelerated: true}
 		var got []string
 		var err error
-		if e.Residency, err = chooseResidency(e, sizedComponents{sizes: sizes}, nil); err != nil {
+		if e.Residency, _, err = chooseResidency(e, sizedComponents{sizes: sizes}, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range e.Residency {
@@ -649,11 +649,11 @@ func TestCheckFits(t *testing.T) {
 			[]string{"the dit (60.00 GiB at f32) does not fit this host's available memory: 40.00 GiB is free", "at least 62.00 GiB"}},
 	} {
 		e := c.e
-		var err error
-		if e.Residency, err = chooseResidency(&e, sizedComponents{sizes: sizes}, nil); err != nil {
+		rs, budget, err := chooseResidency(&e, sizedComponents{sizes: sizes}, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		err = checkFits(&e, e.Residency)
+		err = checkFits(&e, rs, budget)
 		if c.want == nil {
 			if err != nil {
 				t.Errorf("%s: %v, want no error", c.name, err)
