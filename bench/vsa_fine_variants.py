@@ -19,6 +19,13 @@
 #                 the accumulator and two independent products a step (FlashAttention's 128-column key
 #                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
 #   pair_all      the same for every class
+#   mask_row      base with the mask as upstream forms it: one [1, n] row of column indices compared with
+#                 the tile's valid count and broadcast, where base compares a [64, n] iota (session 21's
+#                 nomask64 put the mask at 5-7 % of the kernel, about the gap to upstream's at the issue's H3)
+#   mask_cond     base with the mask only on a tile that has pad columns: a branch on the tile's valid
+#                 count (uniform across the program) around the select, one loop body where session 27's
+#                 class of whole tiles took a second one
+#   mask_cond_row the two together
 # at 4 warps and 5 stages (the committed settings) and, for pair64, 4 and 3 stages (two tiles a step
 # double the shared memory a stage holds) and 8 warps. With --paired-lists (query tiles 2p and 2p+1 list
 # the same key tiles; every variant and upstream run on those inputs), also
@@ -108,6 +115,28 @@ def paired(classes):
     return walk
 
 
+def mask_row(s, valid, n):
+    # The pad columns' mask as one [1, n] row broadcast over the query rows, as upstream builds it
+    # (tl.arange(0, BLOCK_N) < block_size), where base compares a [64, n] iota element by element.
+    return jnp.where((lax.iota(jnp.int32, n) < valid)[None, :], s, G.MASKED)
+
+
+def mask_iota(s, valid, n):
+    # base's form of the mask.
+    return jnp.where(lax.broadcasted_iota(jnp.int32, s.shape, 1) < valid, s, G.MASKED)
+
+
+def only_ragged(mask):
+    # The mask only on a tile with pad columns: a whole tile (valid == n, every tile of the issue's packed
+    # geometries but the last) takes the branch that leaves its scores as they are.
+    return lambda s, valid, n: lax.cond(valid < n, lambda s: mask(s, valid, n), lambda s: s, s)
+
+
+def masked_by(mask):
+    # base with another form of the pad columns' mask.
+    return plain(lambda w, c, n: G.step(w, n, mask=mask))
+
+
 QP = 2 * T  # the query rows of a program of pairq
 
 
@@ -165,6 +194,9 @@ VARIANTS = {
     "pair64_s3": (paired((0,)), 4, 3, True),
     "pair64_w8s3": (paired((0,)), 8, 3, True),
     "pair_all_s4": (paired((0, 1, 2)), 4, 4, True),
+    "mask_row": (masked_by(mask_row), 4, 5, True),
+    "mask_cond": (masked_by(only_ragged(mask_iota)), 4, 5, True),
+    "mask_cond_row": (masked_by(only_ragged(mask_row)), 4, 5, True),
 }
 
 def main():

@@ -41,7 +41,8 @@
 # files, about 59 of the 64 MiB a call carries):
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
-# fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up).
+# fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
+# BUDGET_S (default 585).
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
@@ -49,7 +50,7 @@ BIN=${BIN:-.gpu}
 UPSTREAM=${UPSTREAM:-.gpu/up}
 mkdir -p "$OUT" /tmp/vsarow
 export PYTHONUNBUFFERED=1 # a step killed at its limit keeps what it printed
-end=$((SECONDS + 585))
+end=$((SECONDS + ${BUDGET_S:-585}))
 left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
 unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }

@@ -130,7 +130,8 @@ def step(w, n, mask=True):
     # taken on the raw scores and the scale folded into the exponent, exp2(s*c - m*c): one fused
     # multiply-add an element where scaling the scores first takes a multiply and a subtract (4-7 % of the
     # kernel on an H100, bench/vsa_fine_variants.py, BENCHMARKS.md). mask=False drops the pad columns' mask
-    # (exact only where every tile of the class is full; the variants bench times what the mask costs).
+    # (exact only where every tile of the class is full; the variants bench times what the mask costs); a
+    # function mask(s, valid, n) masks them in another form (the variants bench's mask_* walks).
     cols = lax.broadcasted_iota(jnp.int32, (w.q.shape[0], n), 1)
 
     def body(i, carry):
@@ -138,7 +139,9 @@ def step(w, n, mask=True):
         valid, at = w.key(i)
         k = w.k(at, n)
         s = jnp.dot(w.q, k.T, preferred_element_type=jnp.float32)
-        if mask:
+        if callable(mask):
+            s = mask(s, valid, n)
+        elif mask:
             s = jnp.where(cols < valid, s, MASKED)
         m2 = jnp.maximum(m, jnp.max(s, axis=1))
         ms = m2 * SCALE
