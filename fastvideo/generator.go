@@ -367,16 +367,21 @@ func checkFits(e *family.Engine, rs []api.ComponentResidency, budget memoryBudge
 			held = r.StreamBytes
 		}
 		const gib = 1 << 30
-		where := "this device"
+		where := "free to this process on this device"
 		if !e.Accelerated {
-			where = "this host's available memory"
+			where = "available on this host"
 		}
-		return fmt.Errorf("fastvideo: %w: the %s (%.2f GiB at %s) does not fit %s: %.2f GiB is free to this process, "+
-			"and it runs beside about %.2f GiB of activations; use a smaller weight dtype where the model has one "+
-			"(DType FP8, -dtype fp8: MiniMax H3), a device that gives at least %.2f GiB, or an explicit memory policy "+
-			"to try anyway (Memory OneResident, -memory one_resident: each component loads only at its stage; a small "+
-			"clip may fit)", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(), where, float64(budget.free)/gib,
-			float64(budget.headroom)/gib, float64(held+budget.headroom)/gib)
+		need := float64(held+budget.headroom) / gib
+		var fixes []string
+		if !e.FP8 { // an FP8 run has no smaller dtype to offer
+			fixes = append(fixes, "a smaller weight dtype where the model has one (-dtype fp8, Options.DType FP8: MiniMax H3's DiT)")
+		}
+		fixes = append(fixes, fmt.Sprintf("a device that gives at least %.2f GiB", need),
+			"an explicit memory policy to try anyway (-memory one_resident, Options.Memory OneResident: each component "+
+				"loads only at its stage; a small clip may fit)")
+		return fmt.Errorf("fastvideo: %w: the %s needs %.2f GiB at %s and about %.2f GiB of activations beside it "+
+			"(%.2f GiB), and %.2f GiB is %s; use %s", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(),
+			float64(budget.headroom)/gib, need, float64(budget.free)/gib, where, strings.Join(fixes, ", "))
 	}
 	return nil
 }

@@ -637,16 +637,19 @@ func TestCheckFits(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		e    family.Engine
-		want []string // the error's parts; none: no error
+		want []string // the error's parts ("!part": a part it must not have); none: no error
 	}{
 		{"an 80 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true},
-			[]string{"the dit (60.00 GiB at f32) does not fit this device: 72.50 GiB is free", "about 24.00 GiB of activations",
-				"at least 84.00 GiB", "-dtype fp8", "-memory one_resident"}},
+			[]string{"the dit needs 60.00 GiB at f32 and about 24.00 GiB of activations beside it (84.00 GiB)",
+				"72.50 GiB is free to this process on this device", "at least 84.00 GiB", "-dtype fp8", "-memory one_resident"}},
+		{"an FP8 run offers no smaller dtype", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true, FP8: true},
+			[]string{"the dit needs 60.00 GiB at fp8", "at least 84.00 GiB", "-memory one_resident", "!-dtype fp8"}},
 		{"a 96 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 88*gib), Accelerated: true}, nil},
 		{"explicit one", family.Engine{Memory: OneResident, DeviceMemory: device(gib/2, 73*gib), Accelerated: true}, nil},
 		{"no device statistics", family.Engine{Memory: AutoMemory, Accelerated: true}, nil},
 		{"a small host", family.Engine{Memory: AutoMemory, HostMemory: func() (uint64, error) { return uint64(40 * gib), nil }},
-			[]string{"the dit (60.00 GiB at f32) does not fit this host's available memory: 40.00 GiB is free", "at least 62.00 GiB"}},
+			[]string{"the dit needs 60.00 GiB at f32 and about 2.00 GiB of activations beside it (62.00 GiB)",
+				"40.00 GiB is available on this host", "at least 62.00 GiB"}},
 	} {
 		e := c.e
 		rs, budget, err := chooseResidency(&e, sizedComponents{sizes: sizes}, nil)
@@ -665,7 +668,11 @@ func TestCheckFits(t *testing.T) {
 			continue
 		}
 		for _, part := range c.want {
-			if !strings.Contains(err.Error(), part) {
+			if absent, ok := strings.CutPrefix(part, "!"); ok {
+				if strings.Contains(err.Error(), absent) {
+					t.Errorf("%s: %q offers %q", c.name, err, absent)
+				}
+			} else if !strings.Contains(err.Error(), part) {
 				t.Errorf("%s: %q lacks %q", c.name, err, part)
 			}
 		}
