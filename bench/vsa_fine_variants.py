@@ -21,6 +21,9 @@
 #                 the accumulator and two independent products a step (FlashAttention's 128-column key
 #                 block out of two 64-row tiles that lie apart); an odd last tile takes one plain step
 #   pair_all      the same for every class
+#   one_loop      base's step over the whole list at 64 rows a tile in one loop, as upstream walks it: what
+#                 the classes' three loops (each pipelined on its own) cost where lists are short (the issue's
+#                 H3: 23 a row) against what the ragged classes' smaller blocks save at our tilings
 #   mask_row      base with the mask as upstream forms it: one [1, n] row of column indices compared with
 #                 the tile's valid count and broadcast, where base compares a [64, n] iota (session 21's
 #                 nomask64 put the mask at 5-7 % of the kernel, about the gap to upstream's at the issue's H3)
@@ -139,6 +142,14 @@ def masked_by(mask):
     return plain(lambda w, c, n: G.step(w, n, mask=mask))
 
 
+def one_loop(w, c, n, start, end, carry):
+    # Every key tile of the list at 64 rows in one loop (upstream's walk), run at the last class, whose end
+    # is the list's length; the classes' order within the list changes only the online softmax's order.
+    if c < len(G.KEY_BLOCKS) - 1:
+        return carry
+    return lax.fori_loop(0, end, G.step(w, T), carry)
+
+
 QP = 2 * T  # the query rows of a program of pairq
 
 
@@ -198,6 +209,7 @@ VARIANTS = {
     "pair64_s3": (paired((0,)), 4, 3, True),
     "pair64_w8s3": (paired((0,)), 8, 3, True),
     "pair_all_s4": (paired((0, 1, 2)), 4, 4, True),
+    "one_loop": (one_loop, 4, 5, True),
     "mask_row": (masked_by(mask_row), 4, 5, True),
     "mask_cond": (masked_by(only_ragged(mask_iota)), 4, 5, True),
     "mask_cond_row": (masked_by(only_ragged(mask_row)), 4, 5, True),
