@@ -362,11 +362,13 @@ func checkFits(e *family.Engine, rs []api.ComponentResidency, budget memoryBudge
 		if r.Fits {
 			continue
 		}
-		held := r.Bytes
+		const gib = 1 << 30
+		held, holds := r.Bytes, fmt.Sprintf("needs %.2f GiB at %s", float64(r.Bytes)/gib, e.RunDType())
 		if r.Residency == api.Streamed {
 			held = r.StreamBytes
+			holds = fmt.Sprintf("holds %.2f GiB at %s at a time, streamed (%.2f GiB in all)", float64(held)/gib,
+				e.RunDType(), float64(r.Bytes)/gib)
 		}
-		const gib = 1 << 30
 		where := "free to this process on this device"
 		if !e.Accelerated {
 			where = "available on this host"
@@ -379,9 +381,9 @@ func checkFits(e *family.Engine, rs []api.ComponentResidency, budget memoryBudge
 		fixes = append(fixes, fmt.Sprintf("a device that gives at least %.2f GiB", need),
 			"an explicit memory policy to try anyway (-memory one_resident, Options.Memory OneResident: each component "+
 				"loads only at its stage; a small clip may fit)")
-		return fmt.Errorf("fastvideo: %w: the %s needs %.2f GiB at %s and about %.2f GiB of activations beside it "+
-			"(%.2f GiB), and %.2f GiB is %s; use %s", ErrDoesNotFit, r.Name, float64(r.Bytes)/gib, e.RunDType(),
-			float64(budget.headroom)/gib, need, float64(budget.free)/gib, where, strings.Join(fixes, ", "))
+		return fmt.Errorf("fastvideo: %w: the %s %s and about %.2f GiB of activations beside it (%.2f GiB), and "+
+			"%.2f GiB is %s; use %s", ErrDoesNotFit, r.Name, holds, float64(budget.headroom)/gib, need,
+			float64(budget.free)/gib, where, strings.Join(fixes, ", "))
 	}
 	return nil
 }

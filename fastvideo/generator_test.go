@@ -633,25 +633,33 @@ func TestChooseResidency(t *testing.T) {
 // memory and the fixes; explicit policies and unread memory refuse nothing.
 func TestCheckFits(t *testing.T) {
 	const gib = residencyGiB
-	sizes := residencySizes
 	for _, c := range []struct {
-		name string
-		e    family.Engine
-		want []string // the error's parts ("!part": a part it must not have); none: no error
+		name  string
+		e     family.Engine
+		sizes []api.ComponentSize // nil: residencySizes
+		want  []string            // the error's parts ("!part": a part it must not have); none: no error
 	}{
-		{"an 80 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true},
+		{"an 80 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true}, nil,
 			[]string{"the dit needs 60.00 GiB at f32 and about 24.00 GiB of activations beside it (84.00 GiB)",
 				"72.50 GiB is free to this process on this device", "at least 84.00 GiB", "-dtype fp8", "-memory one_resident"}},
-		{"an FP8 run offers no smaller dtype", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true, FP8: true},
+		{"an FP8 run offers no smaller dtype", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 73*gib), Accelerated: true, FP8: true}, nil,
 			[]string{"the dit needs 60.00 GiB at fp8", "at least 84.00 GiB", "-memory one_resident", "!-dtype fp8"}},
-		{"a 96 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 88*gib), Accelerated: true}, nil},
-		{"explicit one", family.Engine{Memory: OneResident, DeviceMemory: device(gib/2, 73*gib), Accelerated: true}, nil},
-		{"no device statistics", family.Engine{Memory: AutoMemory, Accelerated: true}, nil},
-		{"a small host", family.Engine{Memory: AutoMemory, HostMemory: func() (uint64, error) { return uint64(40 * gib), nil }},
+		{"a 96 GB card", family.Engine{Memory: AutoMemory, DeviceMemory: device(gib/2, 88*gib), Accelerated: true}, nil, nil},
+		{"explicit one", family.Engine{Memory: OneResident, DeviceMemory: device(gib/2, 73*gib), Accelerated: true}, nil, nil},
+		{"no device statistics", family.Engine{Memory: AutoMemory, Accelerated: true}, nil, nil},
+		{"a small host", family.Engine{Memory: AutoMemory, HostMemory: func() (uint64, error) { return uint64(40 * gib), nil }}, nil,
 			[]string{"the dit needs 60.00 GiB at f32 and about 2.00 GiB of activations beside it (62.00 GiB)",
 				"40.00 GiB is available on this host", "at least 62.00 GiB"}},
+		{"a component that does not fit even streamed", family.Engine{Memory: AutoMemory,
+			HostMemory: func() (uint64, error) { return uint64(4 * gib), nil }},
+			[]api.ComponentSize{{Name: "text_encoder", Bytes: 44 * gib, StreamBytes: 3 * gib}},
+			[]string{"the text_encoder holds 3.00 GiB at f32 at a time, streamed (44.00 GiB in all) and about 2.00 GiB " +
+				"of activations beside it (5.00 GiB), and 4.00 GiB is available on this host"}},
 	} {
-		e := c.e
+		e, sizes := c.e, c.sizes
+		if sizes == nil {
+			sizes = residencySizes
+		}
 		rs, budget, err := chooseResidency(&e, sizedComponents{sizes: sizes}, nil)
 		if err != nil {
 			t.Fatal(err)
