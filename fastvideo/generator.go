@@ -363,9 +363,8 @@ func checkFits(e *family.Engine, rs []api.ComponentResidency, budget memoryBudge
 			continue
 		}
 		const gib = 1 << 30
-		held, holds := r.Bytes, fmt.Sprintf("needs %.2f GiB at %s", float64(r.Bytes)/gib, e.RunDType())
+		held, holds := r.RunningBytes(), fmt.Sprintf("needs %.2f GiB at %s", float64(r.Bytes)/gib, e.RunDType())
 		if r.Residency == api.Streamed {
-			held = r.StreamBytes
 			holds = fmt.Sprintf("holds %.2f GiB at %s at a time, streamed (%.2f GiB in all)", float64(held)/gib,
 				e.RunDType(), float64(r.Bytes)/gib)
 		}

@@ -15,6 +15,15 @@ type ComponentSize struct {
 	StreamBytes int64 `json:"stream_bytes,omitempty"`
 }
 
+// RunningBytes is what the component holds on the device while it runs when it is not kept: the
+// streamed part when it streams, else all of it.
+func (c ComponentSize) RunningBytes() int64 {
+	if c.StreamBytes > 0 {
+		return c.StreamBytes
+	}
+	return c.Bytes
+}
+
 // ComponentResidency is the memory policy's decision for one component.
 type ComponentResidency struct {
 	ComponentSize

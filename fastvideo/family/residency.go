@@ -52,14 +52,6 @@ type ComponentSizer interface {
 	ComponentSizes() []api.ComponentSize
 }
 
-// need is what a component holds on the device while it runs when it is not kept.
-func need(c api.ComponentSize) int64 {
-	if c.StreamBytes > 0 {
-		return c.StreamBytes
-	}
-	return c.Bytes
-}
-
 // ChooseResidency decides, for each component in order (most costly to bring back first), whether it
 // stays on the device: it is kept when, with it kept, every component that is not kept still runs
 // (the kept bytes, its own need and headroom within free). A component that cannot run even alone
@@ -70,7 +62,7 @@ func ChooseResidency(free, headroom int64, sizes []api.ComponentSize) []api.Comp
 	var keptBytes int64
 	runs := func(resident int64) bool {
 		for i, c := range sizes {
-			if !kept[i] && need(c)+headroom <= free && resident+need(c)+headroom > free {
+			if !kept[i] && c.RunningBytes()+headroom <= free && resident+c.RunningBytes()+headroom > free {
 				return false
 			}
 		}
@@ -92,7 +84,7 @@ func ChooseResidency(free, headroom int64, sizes []api.ComponentSize) []api.Comp
 			if c.StreamBytes > 0 {
 				r.Residency = api.Streamed
 			}
-			r.Fits = keptBytes+need(c)+headroom <= free
+			r.Fits = keptBytes+c.RunningBytes()+headroom <= free
 		}
 		out[i] = r
 	}
