@@ -9,7 +9,7 @@
 # Go side would not change):
 #   base          the committed walk (walk_class): raw scores masked, max, exp2(s·c - m·c), rescale, second
 #                 product (a session-21 run of this bench chose it over scaling the scores first)
-#   base_s4, base_s6   the same at 4 and 6 pipeline stages (the committed kernel file's 5 came from the
+#   base_s3, base_s4, base_s6   the same at 3, 4 and 6 pipeline stages (the committed kernel file's 5 came from the
 #                 generator's sequential --bench on an H200 in session 13)
 #   nomask64      base without the valid-row mask on the 64-row class: exact only where
 #                 every tile of that class is full (the issue's geometries, our Wan tiling), reported as timing
@@ -23,7 +23,8 @@
 #   pair_all      the same for every class
 #   one_loop      base's step over the whole list at 64 rows a tile in one loop, as upstream walks it: what
 #                 the classes' three loops (each pipelined on its own) cost where lists are short (the issue's
-#                 H3: 23 a row) against what the ragged classes' smaller blocks save at our tilings
+#                 H3: 23 a row) against what the ragged classes' smaller blocks save at our tilings;
+#                 one_loop_s3, one_loop_s4, one_loop_w8s3 at the launch settings upstream's autotuner picks among
 #   mask_row      base with the mask as upstream forms it: one [1, n] row of column indices compared with
 #                 the tile's valid count and broadcast, where base compares a [64, n] iota (session 21's
 #                 nomask64 put the mask at 5-7 % of the kernel, about the gap to upstream's at the issue's H3)
@@ -41,6 +42,8 @@
 #                 whether reading or computing bounds it; at equal FLOPs this variant halves the reads. A
 #                 kernel for real lists would read a tile once where both of a pair list it (the prefix
 #                 tiles every FastH3 row keeps, neighbours' common choices); this bounds what that gains.
+#   store_tiles   base with upstream's epilogue (no gate, the tile stored as one head-major block), timing
+#                 only: what writing the rows into the sequence's layout through the slot map costs
 #   qrows         base reading its query tile from the sequence's rows [L·H, D] through the slot map
 #                 (gen_vsa_triton.fine_kernel's q_rows) instead of the pack kernel's copy. With it a block
 #                 would pack k and v and take only q's means: the bench then also times
@@ -195,6 +198,23 @@ def sequence_rows(x, slots, heads):
     return jnp.asarray(out.reshape(-1, G.D))
 
 
+def tiles_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
+    # The committed kernel with upstream's epilogue: no gate, and the query tile stored as one contiguous
+    # head-major block (upstream's O_ptr) where the committed one writes each row into the sequence's
+    # layout through the slot map. Timing only: what the committed epilogue costs where lists are short.
+    tile, head = pl.program_id(0), pl.program_id(1)
+    rows, first, tiles, stride = params_ref[0], params_ref[1], params_ref[2], params_ref[3]
+    row = head * tiles + tile
+    q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+    acc, l = G.walk_list(G.walk_class, G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
+    o_ref[pl.ds(row * T, T), :] = (acc / l[:, None]).astype(o_ref.dtype)
+
+
+def tiles_call(heads, tiles, warps, stages):
+    return G.pallas_triton(tiles_kernel, warps, stages, grid=(tiles, heads),
+                           out_shape=jax.ShapeDtypeStruct((heads * tiles * T, G.D), jnp.bfloat16), name="vsa_fwd_tiles")
+
+
 # name: (warps, stages) of pairq (--paired-lists only)
 PAIR_VARIANTS = {"pairq_w4s3": (4, 3), "pairq_w8s3": (8, 3), "pairq_w8s4": (8, 4)}
 
@@ -203,6 +223,7 @@ VARIANTS = {
     "base": (G.walk_class, 4, 5, True),
     "base_s4": (G.walk_class, 4, 4, True),
     "base_s6": (G.walk_class, 4, 6, True),
+    "base_s3": (G.walk_class, 4, 3, True),
     "nomask64": (plain(lambda w, c, n: G.step(w, n, mask=c != 0)), 4, 5, False),
     "pair64": (paired((0,)), 4, 5, True),
     "pair64_s4": (paired((0,)), 4, 4, True),
@@ -210,6 +231,9 @@ VARIANTS = {
     "pair64_w8s3": (paired((0,)), 8, 3, True),
     "pair_all_s4": (paired((0, 1, 2)), 4, 4, True),
     "one_loop": (one_loop, 4, 5, True),
+    "one_loop_s3": (one_loop, 4, 3, True),
+    "one_loop_s4": (one_loop, 4, 4, True),
+    "one_loop_w8s3": (one_loop, 8, 3, True),
     "mask_row": (masked_by(mask_row), 4, 5, True),
     "mask_cond": (masked_by(only_ragged(mask_iota)), 4, 5, True),
     "mask_cond_row": (masked_by(only_ragged(mask_row)), 4, 5, True),
@@ -232,6 +256,7 @@ def main():
         # name: (build, exact, operands)
         builds = {name: (lambda walk=walk, warps=warps, stages=stages: G.vsa_call(heads, tiles, seq, warps, stages, walk), exact, ops)
                   for name, (walk, warps, stages, exact) in VARIANTS.items()}
+        builds["store_tiles"] = (lambda: tiles_call(heads, tiles, 4, 5), False, ops)
         q_rows = sequence_rows(c.q, slots, heads)
         builds["qrows"] = (lambda: G.vsa_call(heads, tiles, seq, 4, 5, q_rows=True), True, ops[:5] + [q_rows] + ops[6:])
         if c.paired:
