@@ -42,8 +42,10 @@
 #                 whether reading or computing bounds it; at equal FLOPs this variant halves the reads. A
 #                 kernel for real lists would read a tile once where both of a pair list it (the prefix
 #                 tiles every FastH3 row keeps, neighbours' common choices); this bounds what that gains.
-#   store_tiles   base with upstream's epilogue (no gate, the tile stored as one head-major block), timing
-#                 only: what writing the rows into the sequence's layout through the slot map costs
+#   store_tiles, gate_tiles, scatter_nogate, epilogue_base   base with other epilogues (epilogue_kernel):
+#                 without the gate's loads, with them masked in straight-line code (epilogue_base: the
+#                 committed epilogue before session 30, which now loads them in a branch only a gated call
+#                 takes), or the tile stored as one head-major block as upstream's is (timing only)
 #   qrows         base reading its query tile from the sequence's rows [L·H, D] through the slot map
 #                 (gen_vsa_triton.fine_kernel's q_rows) instead of the pack kernel's copy. With it a block
 #                 would pack k and v and take only q's means: the bench then also times
@@ -198,22 +200,48 @@ def sequence_rows(x, slots, heads):
     return jnp.asarray(out.reshape(-1, G.D))
 
 
-def tiles_kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
-    # The committed kernel with upstream's epilogue: no gate, and the query tile stored as one contiguous
-    # head-major block (upstream's O_ptr) where the committed one writes each row into the sequence's
-    # layout through the slot map. Timing only: what the committed epilogue costs where lists are short.
-    tile, head = pl.program_id(0), pl.program_id(1)
-    rows, first, tiles, stride = params_ref[0], params_ref[1], params_ref[2], params_ref[3]
-    row = head * tiles + tile
-    q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
-    acc, l = G.walk_list(G.walk_class, G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
-    o_ref[pl.ds(row * T, T), :] = (acc / l[:, None]).astype(o_ref.dtype)
+def epilogue_kernel(gate_mode, tile_store):
+    # The committed kernel (walk and operands) with another epilogue, to say what its parts cost where lists
+    # are short: gate_mode "masked" loads the gate and oc under the mask valid & gated in straight-line code
+    # (the committed epilogue before session 30); "none" drops them (upstream's epilogue has no gate).
+    # tile_store writes the query tile as one contiguous head-major block (upstream's O_ptr) instead of each
+    # row into the sequence's layout through the slot map: timing only, its output is not in the layout the
+    # check reads.
+    def kernel(params_ref, ends_ref, idx_ref, sizes_ref, slots_ref, q_ref, k_ref, v_ref, gate_ref, oc_ref, o_ref):
+        tile, head = pl.program_id(0), pl.program_id(1)
+        rows, first, tiles, stride, heads = params_ref[0], params_ref[1], params_ref[2], params_ref[3], params_ref[4]
+        row = head * tiles + tile
+        q = q_ref[pl.ds(head * rows + (first + tile) * T, T), :]
+        acc, l = G.walk_list(G.walk_class, G.Walk(q, idx_ref, sizes_ref, k_ref, v_ref, row * stride, head, rows), ends_ref, row)
+        out = acc / l[:, None]
+        qslots = slots_ref[pl.ds((first + tile) * T, T)]
+        rows_out = G.rows_of(qslots, heads, head)
+        valid = jnp.broadcast_to((qslots >= 0)[:, None], (T, G.D))
+        gated = params_ref[5] != 0
+
+        def store(x):
+            if tile_store:
+                o_ref[pl.ds(row * T, T), :] = x.astype(o_ref.dtype)
+            else:
+                G.plgpu.store(o_ref.at[rows_out, :], x.astype(o_ref.dtype), mask=valid)
+
+        if gate_mode == "masked":
+            gate = G.plgpu.load(gate_ref.at[rows_out, :], mask=valid & gated, other=0.0)
+            oc = G.plgpu.load(oc_ref.at[pl.ds((first + tile) * heads + head, 1), :], mask=jnp.broadcast_to(gated, (1, G.D)), other=0.0)
+            out = out + gate.astype(jnp.float32) * oc
+        store(out)
+    return kernel
 
 
-def tiles_call(heads, tiles, warps, stages):
-    return G.pallas_triton(tiles_kernel, warps, stages, grid=(tiles, heads),
-                           out_shape=jax.ShapeDtypeStruct((heads * tiles * T, G.D), jnp.bfloat16), name="vsa_fwd_tiles")
+def epilogue_call(gate_mode, tile_store, heads, tiles, seq):
+    size = heads * tiles * T if tile_store else seq * heads
+    return G.pallas_triton(epilogue_kernel(gate_mode, tile_store), 4, 5, grid=(tiles, heads),
+                           out_shape=jax.ShapeDtypeStruct((size, G.D), jnp.bfloat16), name="vsa_fwd_epilogue")
 
+
+# name: (gate mode, tile store) of epilogue_kernel; exact where the rows land in the committed layout
+EPILOGUES = {"store_tiles": ("none", True), "gate_tiles": ("masked", True), "scatter_nogate": ("none", False),
+             "epilogue_base": ("masked", False)}
 
 # name: (warps, stages) of pairq (--paired-lists only)
 PAIR_VARIANTS = {"pairq_w4s3": (4, 3), "pairq_w8s3": (8, 3), "pairq_w8s4": (8, 4)}
@@ -256,7 +284,8 @@ def main():
         # name: (build, exact, operands)
         builds = {name: (lambda walk=walk, warps=warps, stages=stages: G.vsa_call(heads, tiles, seq, warps, stages, walk), exact, ops)
                   for name, (walk, warps, stages, exact) in VARIANTS.items()}
-        builds["store_tiles"] = (lambda: tiles_call(heads, tiles, 4, 5), False, ops)
+        builds.update({name: (lambda g=g, t=t: epilogue_call(g, t, heads, tiles, seq), not t, ops)
+                       for name, (g, t) in EPILOGUES.items()})
         q_rows = sequence_rows(c.q, slots, heads)
         builds["qrows"] = (lambda: G.vsa_call(heads, tiles, seq, 4, 5, q_rows=True), True, ops[:5] + [q_rows] + ops[6:])
         if c.paired:

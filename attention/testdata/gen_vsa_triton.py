@@ -190,14 +190,24 @@ def fine_kernel(walk, q_rows=False):
         qslots = slots_ref[pl.ds((first + tile) * T, T)]
         rows_out = rows_of(qslots, heads, head)
         valid = jnp.broadcast_to((qslots >= 0)[:, None], (T, D))
+        out = acc / l[:, None]
+
+        def store(x):
+            plgpu.store(o_ref.at[rows_out, :], x.astype(o_ref.dtype), mask=valid)
+
         # The compression branch's gate (upstream: o_fine + o_coarse * gate_compress), added in float32
-        # before the one rounding to bf16; the masked loads read nothing without a gate (params[5] = 0,
-        # gate and oc then one-row placeholders), so one IR serves both.
-        gated = params_ref[5] != 0
-        gate = plgpu.load(gate_ref.at[rows_out, :], mask=valid & gated, other=0.0)
-        oc = plgpu.load(oc_ref.at[pl.ds((first + tile) * heads + head, 1), :], mask=jnp.broadcast_to(gated, (1, D)), other=0.0)
-        out = acc / l[:, None] + gate.astype(jnp.float32) * oc
-        plgpu.store(o_ref.at[rows_out, :], out.astype(o_ref.dtype), mask=valid)
+        # before the one rounding to bf16, in a branch only a call with a gate takes (params[5] != 0; without
+        # one, gate and oc are one-row placeholders), so one IR serves both. Masked loads in
+        # straight-line code, as this epilogue had it before, cost an ungated call 3-4 % of the kernel at the
+        # issue's H3 on an H100 (bench/vsa_fine_variants.py's epilogue_base, BENCHMARKS.md session 30).
+        @pl.when(params_ref[5] != 0)
+        def _():
+            gate = plgpu.load(gate_ref.at[rows_out, :], mask=valid, other=0.0)
+            store(out + gate.astype(jnp.float32) * oc_ref[pl.ds((first + tile) * heads + head, 1), :])
+
+        @pl.when(params_ref[5] == 0)
+        def _():
+            store(out)
     return vsa_kernel
 
 
