@@ -42,7 +42,10 @@
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
-# BUDGET_S (default 585).
+# BUDGET_S (default 585). A step outside the default, tracedense, traces FastH3's dense forward (AdaLN cached)
+# as trace traces the VSA one, kernel for kernel: the VSA forward's GEMMs took 17.5 ms a block on an H200
+# (session 29) where the dense forward's took 14.6-14.8 for 1.15 TFLOP less (the gate `to_gate_compress`),
+# about 400 TFLOP/s for that difference against the others' ~780 (BENCHMARKS.md, session 30).
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
@@ -55,8 +58,8 @@ left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l
 unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-has parity || has fine || has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
-if has vsa || has h3dit || has clip || has wanclip || has wandit || has trace; then unpack bench; fi
+has parity || has fine || has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || has tracedense || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+if has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || has tracedense; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 # The clip steps' encoder and a compile cache that starts empty (a cold call compiles as a user's first
 # run), set up once for whichever of them runs first.
@@ -113,7 +116,7 @@ if has wandit; then
   timeout "$(left 100)" "$BENCH" -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
-if has trace; then
+if has trace || has tracedense; then
   # One VSA forward of each DiT under bench/kerneltrace.c (CUPTI inside the process, injected at cuInit),
   # after the timed runs; each table's wall time is the same process's median. FastH3's runs with the
   # AdaLN step cache (the dense forwards before it only warm up); FastWan's skips the denoise loop.
@@ -128,8 +131,11 @@ if has trace; then
       wall=$(grep -o -- '--wall-ms [0-9.]*' "$OUT/$name.log" | tail -1 | cut -d' ' -f2)
       [ -s "$OUT/$name.csv" ] && python3 bench/kernel_breakdown.py --trace "$OUT/$name.csv${wall:+@$wall}" --top 20 | tee "$OUT/breakdown_$name.txt"
     }
-    trace trace_h3 150 -what h3dit -h3dit-vsa 0.9 -profile-window 'h3dit[vsa 0.9 E64]'
-    trace trace_wan 100 -what wandit -wandit-vsa 0.8 -wandit-steps "" -profile-window 'wandit[vsa 0.8]'
+    if has trace; then
+      trace trace_h3 150 -what h3dit -h3dit-vsa 0.9 -profile-window 'h3dit[vsa 0.9 E64]'
+      trace trace_wan 100 -what wandit -wandit-vsa 0.8 -wandit-steps "" -profile-window 'wandit[vsa 0.8]'
+    fi
+    if has tracedense; then trace trace_h3_dense 120 -what h3dit -profile-window 'h3dit[adaln cached]'; fi
   else
     echo "trace: kerneltrace not built"; cat "$OUT/kerneltrace_build.log"
   fi
