@@ -44,8 +44,8 @@
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
 # BUDGET_S (default 585). A step outside the default, tracedense, traces FastH3's dense forward (AdaLN cached)
 # as trace traces the VSA one, kernel for kernel: the VSA forward's GEMMs took 17.5 ms a block on an H200
-# (session 29) where the dense forward's took 14.6-14.8 for 1.15 TFLOP less (the gate `to_gate_compress`),
-# about 400 TFLOP/s for that difference against the others' ~780 (BENCHMARKS.md, session 30).
+# (session 29), about 730 TFLOP/s, where an earlier profile of the dense forward had ~780 (BENCHMARKS.md,
+# session 30); one process tracing both says whether the VSA program's GEMMs are slower.
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
