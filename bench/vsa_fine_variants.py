@@ -217,7 +217,6 @@ def epilogue_kernel(gate_mode, tile_store):
         qslots = slots_ref[pl.ds((first + tile) * T, T)]
         rows_out = G.rows_of(qslots, heads, head)
         valid = jnp.broadcast_to((qslots >= 0)[:, None], (T, G.D))
-        gated = params_ref[5] != 0
 
         def store(x):
             if tile_store:
@@ -226,6 +225,7 @@ def epilogue_kernel(gate_mode, tile_store):
                 G.plgpu.store(o_ref.at[rows_out, :], x.astype(o_ref.dtype), mask=valid)
 
         if gate_mode == "masked":
+            gated = params_ref[5] != 0
             gate = G.plgpu.load(gate_ref.at[rows_out, :], mask=valid & gated, other=0.0)
             oc = G.plgpu.load(oc_ref.at[pl.ds((first + tile) * heads + head, 1), :], mask=jnp.broadcast_to(gated, (1, G.D)), other=0.0)
             out = out + gate.astype(jnp.float32) * oc

@@ -57,9 +57,11 @@ end=$((SECONDS + ${BUDGET_S:-585}))
 left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
 unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+has_any() { local s; for s; do has "$s" && return 0; done; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-has parity || has fine || has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || has tracedense || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
-if has vsa || has h3dit || has clip || has wanclip || has wandit || has trace || has tracedense; then unpack bench; fi
+BENCH_STEPS="vsa h3dit clip wanclip wandit trace tracedense" # the steps that run the bench binary
+has_any parity fine $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 # The clip steps' encoder and a compile cache that starts empty (a cold call compiles as a user's first
 # run), set up once for whichever of them runs first.
@@ -117,9 +119,10 @@ if has wandit; then
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
 if has trace || has tracedense; then
-  # One VSA forward of each DiT under bench/kerneltrace.c (CUPTI inside the process, injected at cuInit),
-  # after the timed runs; each table's wall time is the same process's median. FastH3's runs with the
-  # AdaLN step cache (the dense forwards before it only warm up); FastWan's skips the denoise loop.
+  # One VSA forward of each DiT (trace), or FastH3's dense one (tracedense), under bench/kerneltrace.c (CUPTI
+  # inside the process, injected at cuInit), after the timed runs; each table's wall time is the same
+  # process's median. FastH3's run with the AdaLN step cache (in trace, the dense forwards before it only
+  # warm up); FastWan's skips the denoise loop.
   KT_SO=$(cd "$OUT" && pwd)/kerneltrace.so
   if KT_LIB=$(bash bench/kerneltrace_build.sh "$KT_SO" 2>"$OUT/kerneltrace_build.log"); then
     trace() { # name, time limit, bench arguments...
