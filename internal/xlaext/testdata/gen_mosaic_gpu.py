@@ -26,7 +26,7 @@ import jax, jax.numpy as jnp
 from gen_triton import array, match_brace, mlir_escape, parse_config  # noqa: E402 (beside this file)
 
 TARGET = "mosaic_gpu_v2"
-KNOWN = {"kernel_hash", "module", "use_custom_barrier", "uses_xla_collective_metadata"}
+KNOWN = {"kernel_hash", "module", "skip_device_barrier", "use_custom_barrier", "uses_xla_collective_metadata"}
 
 
 def lowered_mosaic_call(text, operands, case):
@@ -53,7 +53,9 @@ def lowered_mosaic_call(text, operands, case):
         # jax/_src/internal_test_util/export_back_compat_test_data/pallas/mosaic_gpu_add_one.py, does not
         # match for its bytecode modules, probably edited after the run.)
         print(f"{case}: WARNING kernel_hash is not the module's SHA-256 (Go writes the SHA-256)", flush=True)
-    assert not cfg["use_custom_barrier"] and not cfg["uses_xla_collective_metadata"], f"{case}: a barrier or collectives"
+    # JAX 0.11.2 writes skip_device_barrier too (JAX 0.11.1 did not): Go writes every key JAX does, false.
+    flags = ("skip_device_barrier", "use_custom_barrier", "uses_xla_collective_metadata")
+    assert not any(cfg.get(f) for f in flags), f"{case}: a barrier, a skipped barrier or collectives: {[f for f in flags if cfg.get(f)]}"
     # The op's own attributes, the config dictionary (with the module's bytes) cut out. JAX passes
     # api_version=4, but mlir.custom_call turns it to 1 (API_VERSION_ORIGINAL, elided when printed) for a
     # dictionary config (jax/_src/interpreters/mlir.py, custom_call); and its empty operand_output_aliases
