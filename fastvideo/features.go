@@ -8,6 +8,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/fusedops"
 )
 
 // GPUBuildCommand builds every binary with the GPU build's patches (README, "The GPU build").
@@ -50,6 +51,8 @@ func BuildFeatures() []Feature {
 			"no Mosaic GPU custom call; "+GPUBuildCommand+" gets it")},
 		{"block-sparse attention kernel", attention.BlockSparseKernel(), unless(attention.BlockSparseKernel(), "VSA reads the selected tiles in place (a Triton kernel; the CUDA plugin it was made with, bf16, 64-row tiles), and is the default",
 			"VSA gathers the selected tiles, slower than dense attention, so dense is the default; "+GPUBuildCommand+" gets it")},
+		{"fused q/k pass", fusedops.Kernels(), unless(fusedops.Kernels(), "MiniMax H3's q/k RMSNorm and rotation run as one Triton kernel a tensor (the CUDA plugin it was made with, bf16)",
+			"MiniMax H3's q/k RMSNorm and rotation run as XLA's fusions of graph ops; "+GPUBuildCommand+" gets the kernel")},
 	}
 }
 

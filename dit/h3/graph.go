@@ -7,6 +7,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
 	"fastvideo/attention"
+	"fastvideo/internal/fusedops"
 	"fastvideo/internal/nn"
 	"fastvideo/quant"
 )
@@ -35,6 +36,7 @@ type blockSpec struct {
 	NormEps, QKNormEps             float64
 	Attention                      attention.Options
 	Dispatch                       quant.Dispatch
+	QKPass                         fusedops.Form
 	AllReduce                      AllReduce
 }
 
@@ -89,8 +91,8 @@ func (s blockSpec) check(w coreWeights) {
 func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	l := h.Shape().Dim(0)
 	heads := func(x *Node) *Node { return Reshape(x, 1, l, s.Heads, s.HeadDim) }
-	q := qkNormRope(heads(quant.Linear(h, w.Q, nil, s.Dispatch)), w.NormQ, cos, sin, s.QKNormEps, s.RotaryDim)
-	k := qkNormRope(heads(quant.Linear(h, w.K, nil, s.Dispatch)), w.NormK, cos, sin, s.QKNormEps, s.RotaryDim)
+	q := s.qkNormRope(heads(quant.Linear(h, w.Q, nil, s.Dispatch)), w.NormQ, cos, sin)
+	k := s.qkNormRope(heads(quant.Linear(h, w.K, nil, s.Dispatch)), w.NormK, cos, sin)
 	v := heads(quant.Linear(h, w.V, nil, s.Dispatch))
 	opts := s.Attention
 	if opts.Sparse != nil && w.Gate != nil {
@@ -105,40 +107,13 @@ func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	return s.AllReduce.Apply(quant.Linear(o, w.Out, nil, s.Dispatch))
 }
 
-// qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only).
-// Because the rotation is linear, the statistic rsqrt(mean x²) is computed as its own reduction and
-// applied after rotating x·w: XLA then fuses norm and rotation into one pass over the projection instead
-// of materializing the normalized tensor (measured faster on an H200).
-func qkNormRope(x, w, cos, sin *Node, eps float64, rot int) *Node {
+// qkNormRope is the per-head RMSNorm of q or k followed by the partial rotation (cos == nil: norm only),
+// in the form s.QKPass chooses (package fusedops).
+func (s blockSpec) qkNormRope(x, w, cos, sin *Node) *Node {
 	if cos == nil {
-		return nn.RMSNorm(x, w, eps)
+		return nn.RMSNorm(x, w, s.QKNormEps)
 	}
-	dt := x.DType()
-	xf := ConvertDType(x, dtypes.Float32)
-	r := Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)) // [1, L, H, 1]
-	xw := Mul(xf, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), 4))
-	return ConvertDType(Mul(applyRope(xw, cos, sin, rot), r), dt)
-}
-
-// applyRope rotates the first rot channels of every head with the half-split ("NeoX") rule:
-// out[:r/2] = x1·cos − x2·sin, out[r/2:r] = x2·cos + x1·sin; the remaining channels pass through.
-// x is [1, L, H, Dh]; cos/sin [L, rot]. The rotation is computed in float32 and cast back.
-func applyRope(x, cos, sin *Node, rot int) *Node {
-	dt := x.DType()
-	dh := x.Shape().Dim(3)
-	half := rot / 2
-	xf := ConvertDType(x, dtypes.Float32)
-	c := ExpandAxes(ConvertDType(cos, dtypes.Float32), 0, 2) // [1, L, 1, rot]
-	sn := ExpandAxes(ConvertDType(sin, dtypes.Float32), 0, 2)
-	x1 := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, half))
-	x2 := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(half, rot))
-	rotated := Concatenate([]*Node{Neg(x2), x1}, -1)
-	xr := Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, rot))
-	out := Add(Mul(xr, c), Mul(rotated, sn))
-	if rot < dh {
-		out = Concatenate([]*Node{out, Slice(xf, AxisRange(), AxisRange(), AxisRange(), AxisRange(rot, dh))}, -1)
-	}
-	return ConvertDType(out, dt)
+	return fusedops.QKNormRope(x, w, cos, sin, s.QKNormEps, s.RotaryDim, s.QKPass)
 }
 
 // feedForward is the bias-free value-first SwiGLU: u = h·W_inᵀ, value = u[:, :F], gate = u[:, F:],

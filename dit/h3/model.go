@@ -42,6 +42,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/attention"
+	"fastvideo/internal/fusedops"
 	"fastvideo/internal/graphexec"
 	"fastvideo/internal/modelkit"
 	"fastvideo/internal/weights"
@@ -55,6 +56,10 @@ type Options struct {
 	DType dtypes.DType
 	// Attention selects the attention path (see package attention); the zero value is automatic.
 	Attention attention.Options
+	// QKPass chooses the form of the q/k RMSNorm and rotation (package fusedops); the zero value runs the
+	// Triton kernel where the GPU build can, XLA's fusions of graph ops elsewhere. Both compute the same
+	// products; fusedops.FormGraph is the baseline the benchmarks time the kernel against.
+	QKPass fusedops.Form
 	// Dispatch chooses the kernel of the quantized linears (see package quant); the zero value chooses by
 	// row count from quant.DefaultDQGEMMFloor on.
 	Dispatch quant.Dispatch

@@ -12,6 +12,7 @@ import (
 	"fastvideo/attention"
 	"fastvideo/dit/h3"
 	"fastvideo/dit/h3/packing"
+	"fastvideo/internal/fusedops"
 	"fastvideo/internal/hostmath"
 	"fastvideo/quant"
 )
@@ -27,6 +28,7 @@ var (
 	h3ditVSATile  = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
 	h3ditGroup    = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
 	h3ditFP8Ref   = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
+	h3ditQKGraph  = flag.Bool("h3dit-qk-graph", false, "h3dit: run the q/k RMSNorm and rotation as XLA's fusions of graph ops even where its Triton kernel runs (h3.Options.QKPass fusedops.FormGraph: the baseline the kernel is timed against)")
 	h3ditFP8      = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
 
@@ -65,6 +67,17 @@ func h3ditTFLOP(cfg h3.Config, rows int) float64 {
 	return float64(cfg.NumLayers) * block / 1e12
 }
 
+// h3ditQKPass says which form of the q/k RMSNorm and rotation the forwards run (h3.Options.QKPass).
+func h3ditQKPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
+	if err := fusedops.QKNormRopeKernel(b, dt, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.RotaryDim()); err != nil {
+		return "XLA's fusions of graph ops (" + err.Error() + ")"
+	}
+	if *h3ditQKGraph {
+		return "XLA's fusions of graph ops (-h3dit-qk-graph)"
+	}
+	return "the Triton kernel"
+}
+
 func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, height, width, frames, textTokens int, c common) error {
 	if err := c.medianIters("h3dit"); err != nil {
 		return err
@@ -81,6 +94,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	fmt.Printf("h3dit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d + %d text tokens -> %d rows (%d video, %d audio); attention path %s\n",
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
+	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s\n", h3ditQKPass(b, cfg, dt))
 
 	var denseVideo []float32
 	if *h3ditFP8 != "" && *h3ditFP8Ref && scheme == nil {
@@ -197,7 +211,11 @@ func h3ditInputs(m *h3.Model, cfg h3.Config, doc *h3ditDocument, textTokens int,
 
 // h3ditOptions are the model options every h3dit model of the bench shares (FP8 and quantization aside).
 func h3ditOptions(dt dtypes.DType, c common) h3.Options {
-	return h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
+	o := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
+	if *h3ditQKGraph {
+		o.QKPass = fusedops.FormGraph
+	}
+	return o
 }
 
 // denseH3DiTVideo runs one forward of the dense model drawn from the bench's seed, the reference of the

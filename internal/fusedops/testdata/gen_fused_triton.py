@@ -32,18 +32,20 @@
 #                  dit/h3/graph.go jointAttention / jointFeedForward with nn.RMSNorm and nn.Modulate.
 #                  Grid (L, 1, 1): one program a token, its D channels in one block of WIDTH.
 #
-#   python3 bench/fused_elementwise.py --out DIR [--bench]
+#   python3 internal/fusedops/testdata/gen_fused_triton.py [--bench [--hlo DIR]] [--out DIR]
 #
 # Run it on the GPU machine, whose JAX has the CUDA plugin the Go binaries load (the IR is bytecode for the
-# Triton inside that plugin's XLA). Writes DIR/fused_triton.json (the kernels, as a Go package would embed
-# them; no Go code calls them yet) and, with --bench, times each kernel against the graph's form at
-# FastH3's geometry and writes the optimized HLO XLA makes of each graph form (DIR/graph_*.hlo.txt). It
-# also says, for each kernel, whether its IR is the same at two geometries (one IR must serve every
-# sequence length), with the difference of the modules' text where it is not.
-import argparse, base64, importlib.metadata, json, os, sys, time
+# Triton inside that plugin's XLA). Writes DIR/fused_triton.json (default: internal/fusedops/, which embeds
+# it) with the kernels Go calls (KEEP: the two row kernels lose to XLA's fusions of the graph's form, so they
+# are timed, not kept) and, with --bench, times each kernel against the graph's form at FastH3's geometry
+# and (--hlo) writes the optimized HLO XLA makes of each graph form (graph_*.hlo.txt). It lowers each kernel
+# at two geometries: one IR must serve every sequence length. The bytes differ (Pallas writes each whole-array
+# operand's block offset as 0 times the array's size), so it compares the modules' text and refuses to
+# write the file when anything else differs.
+import argparse, base64, importlib.metadata, json, os, re, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "internal", "xlaext", "testdata"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "xlaext", "testdata"))
 
 import numpy as np
 import jax, jax.numpy as jnp
@@ -66,6 +68,7 @@ try:
 except (ImportError, AttributeError) as e:
     print("cannot capture the Triton modules as text:", e)
 
+KEEP = ("qk_norm_rope",)  # the kernels internal/fusedops calls
 HEAD = 128      # head width of qk_norm_rope's rows
 HEADS = 64      # the most heads a token of qk_norm_rope's
 WIDTH = 8192    # the widest row (model width D) the norm kernels take in one block
@@ -180,6 +183,23 @@ def graph_norm(x, y, table, rows, w, eps, gate, shift, scale, d):
     return (h.reshape(-1), x.reshape(-1)) if y is not None else h.reshape(-1)
 
 
+ZERO_OFFSET = (re.compile(r"%c(\d+)_i32(_\d+)? = arith\.constant \1 : i32"),
+               re.compile(r"%\d+ = arith\.muli %c0_i32(_\d+)?, %c\d+_i32(_\d+)? : i32"))
+
+
+def geometry_free(a, b):
+    # Whether two lowerings of a kernel at different geometries compute the same thing: Pallas gives every
+    # operand, a whole-array block, the offset block index 0 times the array's size, so those constants
+    # (and the zero products) are all that may differ; any other difference makes the IR one geometry's.
+    # Returns the verdict and the differing lines.
+    a, b = a.splitlines(), b.splitlines()
+    if len(a) != len(b):
+        return False, [f"{len(a)} lines against {len(b)}"]
+    lines = [f"- {x}\n+ {y}" for x, y in zip(a, b) if x != y]
+    free = all(any(p.fullmatch(line.strip()) for p in ZERO_OFFSET) for x, y in zip(a, b) if x != y for line in (x, y))
+    return free, lines
+
+
 def plugin_version():
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"] or ""
@@ -208,15 +228,18 @@ def inputs(rng, tokens, heads, d, rot, table_rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=os.path.join(HERE, ".."))
+    ap.add_argument("--hlo", help="with --bench, a folder for the optimized HLO of each graph form")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     eps = 1e-5
     epsv = jnp.asarray([eps], f32)
     gate, shift, scale = 2, 3, 4
-    settings = {"qk_norm_rope": (4, 1), "norm_modulate": (4, 1), "residual_norm_modulate": (4, 1)}
+    # The launch settings kept: qk_norm_rope's fastest of the --bench sweep on an H100 (0.198 ms at 16 warps
+    # against 0.246 at 4; BENCHMARKS.md, session 31).
+    settings = {"qk_norm_rope": (16, 1), "norm_modulate": (4, 1), "residual_norm_modulate": (4, 1)}
 
-    hlo_dir = args.out if args.bench else None
+    hlo_dir = args.hlo if args.bench else None
 
     def check(tokens, heads, d, rot, table_rows, timing):
         a = inputs(rng, tokens, heads, d, rot, table_rows)
@@ -265,20 +288,28 @@ def main():
                         fh.write(graph_jit.lower(*graph_args).compile().as_text())
         return irs
 
-    small = check(300, 3, 640, 96, 3, False)
-    large = check(14937, 56, 5376, 96, 3, args.bench)
-    record = {"generator": "bench/fused_elementwise.py", "jax": jax.__version__, "plugin": plugin_version(),
+    # Both geometries lowered from one line: the IR's debug locations include the caller's line.
+    small, large = (check(*geometry, timing) for geometry, timing in (((300, 3, 640, 96, 3), False), ((14937, 56, 5376, 96, 3), args.bench)))
+    record = {"generator": "internal/fusedops/testdata/gen_fused_triton.py", "jax": jax.__version__, "plugin": plugin_version(),
               "device": str(jax.devices()[0].device_kind), "head": HEAD, "heads": HEADS, "width": WIDTH, "kernels": {}}
+    differ = []
     for name, (ir, text) in large.items():
-        if ir != small[name][0]:
-            import difflib
-            print(name, "IR differs between the geometries; the modules' text:")
-            print("\n".join(list(difflib.unified_diff(small[name][1].splitlines(), text.splitlines(), lineterm="", n=0))[:40]))
-        small[name] = small[name][0]
+        free, lines = geometry_free(small[name][1], text)
+        if not free:
+            differ += [name] if name in KEEP else []
+            print(name, "IR depends on the geometry; the modules' text differs in:")
+            print("\n".join(lines[:40]))
+        same = ir == small[name][0]
+        if name not in KEEP:
+            continue
         w, s = settings[name]
         record["kernels"][name] = {"num_warps": w, "num_stages": s, "ir": base64.b64encode(ir).decode(),
-                                   "same_ir_at_two_geometries": ir == small[name]}
-        print(name, "same IR at two geometries:", ir == small[name])
+                                   "same_ir_at_two_geometries": same, "geometry_free": free}
+        print(name, "same IR at two geometries:", same, "; geometry-free:", free)
+    if differ:
+        sys.exit(f"not written: the IR of {differ} depends on the geometry")
+    if not LOWERED:
+        sys.exit("not written: the modules' text was not captured, so nothing says the IR serves every geometry")
     with open(os.path.join(args.out, "fused_triton.json"), "w") as fh:
         json.dump(record, fh, indent=1)
     print("wrote", os.path.join(args.out, "fused_triton.json"))
