@@ -61,7 +61,7 @@
 # that selects every key tile and one that selects one, several heads; upstream's output and ours) and
 # vsa_triton_whole.* (the same with every tile of 33-64 valid rows whole), and
 # with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
-import argparse, base64, importlib.metadata, importlib.util, json, math, os, sys, time
+import argparse, base64, importlib.util, json, math, os, sys, time
 from types import SimpleNamespace
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -74,7 +74,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
+from gen_triton import lowered_triton_call, pallas_triton, plugin_version  # noqa: E402
 
 D, T = 128, 64
 LOG2E = math.log2(math.e)
@@ -371,14 +371,6 @@ def load_upstream(folder):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.triton_block_sparse_attn_forward
-
-
-def plugin_version():
-    for d in importlib.metadata.distributions():
-        name = d.metadata["Name"] or ""
-        if name.lower().replace("_", "-").startswith("jax-cuda") and name.lower().endswith("plugin"):
-            return f"{name} {d.version}"
-    return ""
 
 
 def bf16(rng, shape):

@@ -42,7 +42,7 @@
 # at two geometries: one IR must serve every sequence length. The bytes differ (Pallas writes each whole-array
 # operand's block offset as 0 times the array's size), so it compares the modules' text and refuses to
 # write the file when anything else differs.
-import argparse, base64, importlib.metadata, json, os, re, sys, time
+import argparse, base64, json, os, re, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "xlaext", "testdata"))
@@ -52,7 +52,7 @@ import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gen_triton import lowered_triton_call, pallas_triton  # noqa: E402
+from gen_triton import lowered_triton_call, pallas_triton, plugin_version, timed  # noqa: E402
 
 # The Triton module of each lowering as text, to show where two geometries' IRs differ.
 LOWERED = []
@@ -200,23 +200,6 @@ def geometry_free(a, b):
     return free, lines
 
 
-def plugin_version():
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"] or ""
-        if name.lower().replace("_", "-").startswith("jax-cuda") and name.lower().endswith("plugin"):
-            return f"{name} {dist.version}"
-    return ""
-
-
-def timed(fn, n=20):
-    jax.block_until_ready(fn())
-    t = time.perf_counter()
-    for _ in range(n):
-        r = fn()
-    jax.block_until_ready(r)
-    return (time.perf_counter() - t) / n
-
-
 def inputs(rng, tokens, heads, d, rot, table_rows):
     b = lambda *shape, scale=1.0: jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * scale).astype(bf16)
     angles = rng.uniform(0, 2 * np.pi, (tokens, rot)).astype(np.float32)
@@ -280,8 +263,8 @@ def main():
             if timing:
                 for w2, s2 in [(4, 1), (8, 1), (16, 1), (4, 2)]:
                     f2 = make(w2, s2)
-                    print(f"  {name} {w2} warps {s2} stages: {timed(lambda: f2(*ops)) * 1e3:.3f} ms", flush=True)
-                print(f"  {name} graph's form (XLA): {timed(graph) * 1e3:.3f} ms", flush=True)
+                    print(f"  {name} {w2} warps {s2} stages: {timed(lambda: f2(*ops), 20) * 1e3:.3f} ms", flush=True)
+                print(f"  {name} graph's form (XLA): {timed(graph, 20) * 1e3:.3f} ms", flush=True)
                 if hlo_dir:  # the fusions XLA makes of the graph's form
                     graph_jit, graph_args = graph_forms[name]
                     with open(os.path.join(hlo_dir, f"graph_{name}.hlo.txt"), "w") as fh:

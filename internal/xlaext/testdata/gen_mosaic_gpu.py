@@ -18,12 +18,12 @@
 # far this kernel class goes on the H200 before a block-sparse variant of it is written. Then:
 #   bash bench/build_gpu.sh -test .gpu/xlaext.test ./internal/xlaext
 #   cd internal/xlaext && FASTVIDEO_GPU_TEST=1 ../../.gpu/xlaext.test -test.run TestMosaicGPUCallOnGPU -test.v
-import argparse, base64, hashlib, json, os, re, time
+import argparse, base64, hashlib, json, os, re
 
 import numpy as np
 import jax, jax.numpy as jnp
 
-from gen_triton import array, match_brace, mlir_escape, parse_config  # noqa: E402 (beside this file)
+from gen_triton import array, match_brace, mlir_escape, parse_config, timed  # noqa: E402 (beside this file)
 
 TARGET = "mosaic_gpu_v2"
 KNOWN = {"kernel_hash", "module", "skip_device_barrier", "use_custom_barrier", "uses_xla_collective_metadata"}
@@ -79,15 +79,6 @@ def mosaic_call(kernel, out_type):
     # fixture (tests/pallas/export_back_compat_pallas_test.py, test_mosaic_gpu_kernel_add_one).
     import jax.experimental.pallas.mosaic_gpu as plgpu
     return plgpu.kernel(kernel, out_type=out_type, grid=(1,), grid_names=("x",))
-
-
-def timed(fn, n):
-    jax.block_until_ready(fn())
-    t = time.perf_counter()
-    for _ in range(n):
-        r = fn()
-    jax.block_until_ready(r)
-    return (time.perf_counter() - t) / n
 
 
 def main():

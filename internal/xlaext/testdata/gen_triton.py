@@ -14,7 +14,7 @@
 # Adapted from the measured probe (shared/design/xla-triton-call/gen.py, JAX 0.11.2 on the H200). The
 # script also checks, on the real bytecode, that re-escaping the IR as Go's stablehlo.MLIRString does
 # (printable ASCII but '"' as is, '\' doubled, every other byte \XX uppercase) gives JAX's text back.
-import base64, json, os, re, sys
+import base64, importlib.metadata, json, os, re, sys, time
 
 import numpy as np
 import jax, jax.numpy as jnp
@@ -107,6 +107,26 @@ def lowered_triton_call(text, operands, case):
     known = {"debug", "grid_x", "grid_y", "grid_z", "ir", "name", "num_stages", "num_warps"}
     other = sorted(k for k in cfg if k not in known and not k.endswith("@text"))
     return cfg, int(api.group(1)) if api else None, other
+
+def plugin_version():
+    # The JAX CUDA plugin's distribution and version ("jax-cuda13-plugin 0.11.2"), which a kernel file
+    # records: its IR is for the Triton (or Mosaic GPU) inside that plugin.
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"] or ""
+        if name.lower().replace("_", "-").startswith("jax-cuda") and name.lower().endswith("plugin"):
+            return f"{name} {d.version}"
+    return ""
+
+
+def timed(fn, n):
+    # Seconds a call of fn (JAX arrays out), over n calls after one warm-up.
+    jax.block_until_ready(fn())
+    t = time.perf_counter()
+    for _ in range(n):
+        r = fn()
+    jax.block_until_ready(r)
+    return (time.perf_counter() - t) / n
+
 
 def array(a):
     # A fixture array (internal/xlaext/kernels_gpu_test.go, fixtureArray): bfloat16 and float16 as their
