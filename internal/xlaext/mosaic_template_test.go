@@ -30,9 +30,9 @@ import (
 //	  'H=56,T=289,K=37:OUT/draft_h3_tiling.mlir' 'H=12,T=512,K=103:OUT/draft_wan0.8.mlir' 'H=56,T=234,K=23:OUT/draft_h3.mlir'
 const mosaicDraftTemplate = "testdata/mosaic_draft_template.json.gz"
 
-// TestMosaicTemplateGivesJAXText: at every geometry it was made from, the template gives JAX's module text
-// back byte for byte (its SHA-256 as the template records it).
-func TestMosaicTemplateGivesJAXText(t *testing.T) {
+// draftTemplate is the template of mosaicDraftTemplate.
+func draftTemplate(t *testing.T) *xlaext.MosaicTemplate {
+	t.Helper()
 	data, err := os.ReadFile(mosaicDraftTemplate)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +41,13 @@ func TestMosaicTemplateGivesJAXText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tmpl
+}
+
+// TestMosaicTemplateGivesJAXText: at every geometry it was made from, the template gives JAX's module text
+// back byte for byte (its SHA-256 as the template records it).
+func TestMosaicTemplateGivesJAXText(t *testing.T) {
+	tmpl := draftTemplate(t)
 	if len(tmpl.Checks) < 3 {
 		t.Fatalf("%d geometries checked; the template needs at least three (two fitted, one held out)", len(tmpl.Checks))
 	}
@@ -62,14 +69,7 @@ func TestMosaicTemplateGivesJAXText(t *testing.T) {
 // TestMosaicTemplateRefuses: missing or non-positive parameters, numbers past int64, and templates whose
 // holes and formulas do not fit together are errors.
 func TestMosaicTemplateRefuses(t *testing.T) {
-	data, err := os.ReadFile(mosaicDraftTemplate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := xlaext.ParseMosaicTemplate(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := draftTemplate(t)
 	for _, params := range []map[string]int{{"H": 56, "T": 289}, {"H": 56, "T": 0, "K": 37}, {"H": 56, "T": 1 << 62, "K": 1 << 40}} {
 		if _, err := tmpl.Instantiate(params); err == nil {
 			t.Errorf("Instantiate(%v) gave no error", params)
@@ -113,14 +113,7 @@ func TestMosaicTemplateRefuses(t *testing.T) {
 //	cd internal/xlaext && FASTVIDEO_GPU_TEST=1 ../../.gpu/xlaext.test -test.run TestMosaicTemplateOnGPU -test.v
 func TestMosaicTemplateOnGPU(t *testing.T) {
 	b := testutil.GPUBackend(t, "xla:cuda")
-	data, err := os.ReadFile(mosaicDraftTemplate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := xlaext.ParseMosaicTemplate(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := draftTemplate(t)
 	const h, nt, k, tile, d = 3, 7, 4, 64, 128
 	module, err := tmpl.Instantiate(map[string]int{"H": h, "T": nt, "K": k})
 	if err != nil {

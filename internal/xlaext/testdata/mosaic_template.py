@@ -14,15 +14,72 @@
 # the last included, which none of the fits saw. The module's `mosaic_gpu.dump_basename` (a counter of the
 # kernels JAX lowered in the process, a name for dump files) is set to "entry" in every text first.
 #
-# As a library (a generator that lowers its kernel at several geometries, capturing the text as
-# bench/mosaic_text_probe.py does): infer(cases) -> template, instantiate(template, params) -> text.
-# As a script, on texts saved from such lowerings:
+# As a library: lowered_text(fn, *shapes) captures the module text of fn's one Mosaic GPU call as JAX's
+# lowering serializes it, run_text(fn, text, *args) runs fn with that call's module replaced by text (both
+# through JAX's own lowering, on the GPU machine; compile_text gives the compiled call), infer(cases) -> template, instantiate(template, params)
+# -> text. As a script, on texts saved from such lowerings:
 #
 #   python3 internal/xlaext/testdata/mosaic_template.py --out T.json.gz 'H=56,T=234,K=23:draft_h3.mlir' ...
-import argparse, gzip, hashlib, itertools, json, re, sys
+import argparse, gzip, hashlib, itertools, json, re
 
 NUMBER = re.compile(r"-?\d+")
 BASENAME = re.compile(r'mosaic_gpu\.dump_basename = "[^"]*"')
+
+
+_HOOKS = {"captured": [], "replacement": None, "installed": False}
+
+
+def _install_hooks():
+    # Wraps jax/experimental/mosaic/gpu/core.py's serde pass (to keep the module JAX serializes, as text) and
+    # the custom call its lowering rule writes (to hand the plugin a given text and its SHA-256 instead).
+    if _HOOKS["installed"]:
+        return
+    import jax.experimental.mosaic.gpu.core as core
+    serde, custom_call = core._run_serde_pass, core.mlir.custom_call
+
+    def capture(module, **kw):
+        module = serde(module, **kw)
+        if kw.get("serialize"):
+            _HOOKS["captured"].append(module.operation.get_asm(enable_debug_info=False))
+        return module
+
+    def call(*args, **kw):
+        text = _HOOKS["replacement"]
+        if text is not None and kw.get("call_target_name") == "mosaic_gpu_v2":
+            data = text.encode()
+            kw["backend_config"] = dict(kw["backend_config"], module=core.ir.StringAttr.get(data),
+                                        kernel_hash=core.ir.StringAttr.get(hashlib.sha256(data).digest()))
+        return custom_call(*args, **kw)
+    core._run_serde_pass, core.mlir.custom_call = capture, call
+    _HOOKS["installed"] = True
+
+
+def lowered_text(fn, *args):
+    # The normalized module text of the one Mosaic GPU call in jax.jit(fn)'s lowering at args (shapes do).
+    import jax
+    _install_hooks()
+    before = len(_HOOKS["captured"])
+    jax.jit(lambda *a: fn(*a)).lower(*args)  # a new function: a new lowering, not a cached one
+    texts = _HOOKS["captured"][before:]
+    assert len(texts) == 1, f"{len(texts)} Mosaic GPU modules in one lowering"
+    return normalized(texts[0])
+
+
+def compile_text(fn, text, *args):
+    # jax.jit(fn) compiled for args with its Mosaic GPU call's module replaced by text: a callable on args.
+    import jax
+    _install_hooks()
+    _HOOKS["replacement"] = text
+    try:
+        return jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+    finally:
+        _HOOKS["replacement"] = None
+
+
+def run_text(fn, text, *args):
+    # fn's result at args with its Mosaic GPU call's module replaced by text.
+    import jax
+    return jax.block_until_ready(compile_text(fn, text, *args)(*args))
 
 
 def normalized(text):
