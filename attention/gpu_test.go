@@ -379,3 +379,51 @@ func TestTritonSelectOnGPU(t *testing.T) {
 		t.Logf("tiles %d, prefix %d, top %d, %s: %d lists the same", nT, tl.NumPrefix, c.topK, c.mode, h*tl.NumVideo)
 	}
 }
+
+// TestSparseMosaicOnGPU checks the Mosaic GPU fine stage (SparseMosaic: the template instantiated at the
+// geometry, its tile rows gathered into the sequence with the compression branch) against the same
+// algorithm in exact float32 and beside the Triton kernel, at FastH3's tiling (289 tiles, 9 of them prefix)
+// with 12 heads, a geometry within those the template was checked at, both modes, with the gate:
+//
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+//	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestSparseMosaicOnGPU -test.v
+func TestSparseMosaicOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	const h, d = 12, 128
+	tl, err := NewTiling([]int{93, 414}, [3]int{37, 15, 26}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := MosaicVSA(b, dtypes.BFloat16, h, d, tl, TopKTiles(0.9, tl.NumVideo)); err != nil {
+		t.Fatalf("the GPU build on xla:cuda has no Mosaic fine stage at FastH3's tiling: %v", err)
+	}
+	r := rand.New(rand.NewPCG(10, 64))
+	mk := func() *tensors.Tensor {
+		v := make([]bfloat16.BFloat16, tl.Rows()*h*d)
+		for i := range v {
+			v[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
+		}
+		return tensors.FromFlatDataAndDimensions(v, 1, tl.Rows(), h, d)
+	}
+	q, k, v, g := mk(), mk(), mk(), mk()
+	for _, mode := range []Mode{ModeExempt, ModeCompete} {
+		run := func(p Path, kernel SparseKernel) []float32 {
+			ex := MustNewExec(b, func(q, k, v, g *Node) *Node {
+				s := &Sparse{Tiling: tl, TopK: TopKTiles(0.9, tl.NumVideo), Mode: mode, Gate: g, Kernel: kernel, HeadChunk: 2}
+				return ConvertDType(Attend(q, k, v, Options{Path: p, Sparse: s}), dtypes.Float32)
+			})
+			out, err := ex.Call1(q, k, v, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tensors.MustCopyFlatData[float32](out)
+		}
+		exact, mosaic, triton := run(pathGathered, SparseGather), run(PathFused, SparseMosaic), run(PathFused, SparseTriton)
+		worst, besideTriton := testutil.MaxAbsDiff(mosaic, exact), testutil.MaxAbsDiff(mosaic, triton)
+		t.Logf("%v: Mosaic vs gathered exact: max abs diff %.3g; vs the Triton kernel %.3g (Triton vs exact %.3g)",
+			mode, worst, besideTriton, testutil.MaxAbsDiff(triton, exact))
+		if worst > 3e-2 {
+			t.Errorf("%v: the Mosaic fine stage differs from exact by %.3g (> 3e-2, the fused paths' bound)", mode, worst)
+		}
+	}
+}

@@ -352,7 +352,7 @@ func TestTritonWindowUnavailable(t *testing.T) {
 
 // The embedded Triton kernels are whole, and where it cannot run the reason says so: on the pure-Go
 // backend (no fused path), for attention it does not compute, and in a plain build or with another
-// plugin (internal/xlaext). SparseTriton asked for where it cannot run fails the graph build; the
+// plugin (internal/xlaext). SparseTriton or SparseMosaic asked for where it cannot run fails the graph build; the
 // default falls back to the gathered tiles with the same result as SparseGather.
 func TestTritonVSAUnavailable(t *testing.T) {
 	ks, err := loadVSAKernels()
@@ -384,12 +384,12 @@ func TestTritonVSAUnavailable(t *testing.T) {
 			t.Errorf("%s head %d tile %d: %v, want %q", c.dt, c.head, c.tile, err, c.want)
 		}
 	}
-	for _, name := range []string{"auto", "gather", "triton"} {
+	for _, name := range []string{"auto", "gather", "triton", "mosaic"} {
 		if k, err := ParseSparseKernel(name); err != nil || k.String() != name {
 			t.Errorf("%q: %v %v", name, k, err)
 		}
 	}
-	if _, err := ParseSparseKernel("cuda"); err == nil || !strings.Contains(err.Error(), "auto, gather or triton") {
+	if _, err := ParseSparseKernel("cuda"); err == nil || !strings.Contains(err.Error(), "auto, gather, triton or mosaic") {
 		t.Errorf("unknown kernel: %v", err)
 	}
 
@@ -421,8 +421,10 @@ func TestTritonVSAUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.AssertBitExact(t, "auto against gather", auto, gather)
-	if _, err := run(SparseTriton); err == nil || !strings.Contains(err.Error(), "VSA kernel triton was asked for") {
-		t.Errorf("triton forced on the pure-Go backend: %v", err)
+	for _, kernel := range []SparseKernel{SparseTriton, SparseMosaic} {
+		if _, err := run(kernel); err == nil || !strings.Contains(err.Error(), "VSA kernel "+kernel.String()+" was asked for") {
+			t.Errorf("%s forced on the pure-Go backend: %v", kernel, err)
+		}
 	}
 }
 

@@ -37,6 +37,10 @@ const (
 	SparseGather
 	// SparseTriton forces the Triton kernel; building the graph fails where it cannot run.
 	SparseTriton
+	// SparseMosaic runs the fine stage as the Mosaic GPU kernel (vsa_mosaic.go; Hopper), the Triton kernels
+	// still making the tile copies and the routing; building the graph fails where it cannot run. Opt-in:
+	// the DiTs' forwards have not been timed with it yet.
+	SparseMosaic
 )
 
 // String returns the name ParseSparseKernel reads.
@@ -46,11 +50,13 @@ func (k SparseKernel) String() string {
 		return "gather"
 	case SparseTriton:
 		return "triton"
+	case SparseMosaic:
+		return "mosaic"
 	}
 	return "auto"
 }
 
-// ParseSparseKernel parses "auto" (or ""), "gather" and "triton".
+// ParseSparseKernel parses "auto" (or ""), "gather", "triton" and "mosaic".
 func ParseSparseKernel(s string) (SparseKernel, error) {
 	switch s {
 	case "", "auto":
@@ -59,8 +65,10 @@ func ParseSparseKernel(s string) (SparseKernel, error) {
 		return SparseGather, nil
 	case "triton":
 		return SparseTriton, nil
+	case "mosaic":
+		return SparseMosaic, nil
 	}
-	return SparseAuto, fmt.Errorf("attention: VSA kernel %q is not known; use auto, gather or triton", s)
+	return SparseAuto, fmt.Errorf("attention: VSA kernel %q is not known; use auto, gather, triton or mosaic", s)
 }
 
 //go:embed vsa_triton.json
@@ -224,19 +232,38 @@ func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems i
 type vsaKernels struct {
 	pack, fine *tritonKernel
 	route      []*tritonKernel
+	// mosaic, when set, runs the fine stage in fine's place (SparseMosaic).
+	mosaic *mosaicKernel
 }
 
 // sparseKernels returns the kernels attendSparse runs q through on path (nil: the XLA ops): where they
 // can run, on the fused path or when asked for; asked for where they cannot, building the graph fails.
 func sparseKernels(q *Node, s *Sparse, scale float64, path Path) *vsaKernels {
-	if s.Kernel != SparseTriton && (path != PathFused || s.Kernel != SparseAuto) {
+	if s.Kernel != SparseTriton && s.Kernel != SparseMosaic && (path != PathFused || s.Kernel != SparseAuto) {
 		return nil
 	}
 	kernels, err := tritonEligible(q, s, scale)
-	if err != nil && s.Kernel == SparseTriton {
-		panic(fmt.Errorf("attention: VSA kernel triton was asked for: %w", err))
+	if err == nil && s.Kernel == SparseMosaic {
+		kernels, err = kernels.withMosaic(q, s)
+	}
+	if err != nil && s.Kernel != SparseAuto {
+		panic(fmt.Errorf("attention: VSA kernel %s was asked for: %w", s.Kernel, err))
 	}
 	return kernels
+}
+
+// withMosaic is ks with the Mosaic fine stage for q's graph and tiling, or why it cannot run.
+func (ks *vsaKernels) withMosaic(q *Node, s *Sparse) (*vsaKernels, error) {
+	if err := MosaicVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(2), q.Shape().Dim(3), s.Tiling, s.TopK); err != nil {
+		return nil, err
+	}
+	m, err := loadVSAMosaic()
+	if err != nil {
+		return nil, err
+	}
+	with := *ks
+	with.mosaic = m
+	return &with, nil
 }
 
 // attend is attendSparse through the kernels: the pack kernel makes the tile copies and means of q, k and
@@ -258,7 +285,13 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 		oc = compression(scores, vp)
 		gate = Reshape(ConvertDType(s.Gate, q.DType()), t.Rows()*h, d)
 	}
-	out, err := ks.fine.call(fineGeometryOf(t, t.KeyTiles(s.TopK), slotMap), ends, idx, qh, kh, vh, gate, flatTiles(oc))
+	var out *Node
+	var err error
+	if ks.mosaic != nil {
+		out, err = ks.mosaic.fine(t, qh, kh, vh, idx, ends, gate, flatTiles(oc), len(ks.fine.KeyBlocks))
+	} else {
+		out, err = ks.fine.call(fineGeometryOf(t, t.KeyTiles(s.TopK), slotMap), ends, idx, qh, kh, vh, gate, flatTiles(oc))
+	}
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA kernel: %w", err))
 	}

@@ -16,6 +16,7 @@
 #   h3dit.log       FastH3's DiT forward, dense and VSA 0.9, with the AdaLN step cache the pipeline uses
 #                   (the issue's dense 1.52 s is that forward's; `-h3dit-cached=false`, which earlier
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
+#   h3dit_mosaic.log  (opt-in step h3ditmosaic) the same forwards with the Mosaic GPU fine stage
 #   h3_clip.log, h3_torch.log   FastH3 with default flags, prompt to MP4: a cold and a warm call (the compile
 #                   cache starting empty, as bench/clip_row.sh's first variant), then the same-math PyTorch
 #                   chain (bench/h3_clip_torch.py); the whole FastH3 clip does not fit an 80 GB card (New refuses it there)
@@ -42,7 +43,9 @@
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
-# BUDGET_S (default 585). A step outside the default, tracedense, traces FastH3's dense forward (AdaLN cached)
+# BUDGET_S (default 585). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
+# GPU fine stage in the VSA one (-h3dit-vsa-kernel mosaic; the vsa step times it beside the Triton kernel
+# wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached)
 # as trace traces the VSA one, kernel for kernel: the VSA forward's GEMMs took 17.5 ms a block on an H200
 # (session 29), about 730 TFLOP/s, where an earlier profile of the dense forward had ~780 (BENCHMARKS.md,
 # session 30); one process tracing both says whether the VSA program's GEMMs are slower.
@@ -59,7 +62,7 @@ unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 has_any() { local s; for s; do has "$s" && return 0; done; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-BENCH_STEPS="vsa h3dit clip wanclip wandit trace tracedense" # the steps that run the bench binary
+BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace tracedense" # the steps that run the bench binary
 has_any parity fine $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
@@ -94,6 +97,11 @@ if has h3dit; then
   # Dense with the AdaLN cache is the issue's 1.52 s; the VSA forward runs with the same cache.
   timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
   echo "h3dit rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|allocator|rror|panic" "$OUT/h3dit.log" | cut -c1-300 | head -16
+fi
+if has h3ditmosaic; then
+  # Opt-in: the same forwards with the Mosaic GPU fine stage (attention.SparseMosaic) in the VSA one.
+  timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic >"$OUT/h3dit_mosaic.log" 2>&1
+  echo "h3ditmosaic rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|rror|panic" "$OUT/h3dit_mosaic.log" | cut -c1-300 | tail -8
 fi
 if has clip; then
   # Issue 32's clip line: FastH3 with default flags, prompt to MP4, a cold and a warm call in one process over a

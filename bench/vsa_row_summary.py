@@ -109,6 +109,7 @@ def summarize(out):
         ratio = v["dense"] / v["triton"]
         ok = v["triton"] <= 3.0 if line.startswith("<=") else ratio >= 2.5
         gather = f", gather path {v['gather']:.2f} ms" if "gather" in v else ""
+        gather += f", with the Mosaic fine stage {v['mosaic']:.3f} ms ({v['dense'] / v['mosaic']:.2f}x)" if "mosaic" in v else ""
         rows.append((f"whole VSA {line}, {what}", f"{v['triton']:.3f} ms, dense {v['dense']:.2f} ms ({ratio:.2f}x){gather}",
                      "holds" if ok else "does not hold"))
     f = forward_medians(read(out, "h3dit.log") or "")

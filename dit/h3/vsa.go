@@ -24,6 +24,9 @@ type VSA struct {
 	// width) token grid.
 	Prefix [3]int
 	Grid   [3]int
+	// Kernel chooses the fine stage's implementation (attention.Sparse.Kernel; zero: the Triton kernel
+	// where it runs).
+	Kernel attention.SparseKernel
 }
 
 // LayoutVSA is the VSA of a packed document (dit/h3/packing's layout: text, condition video rows and
@@ -45,6 +48,7 @@ type vsaKey struct {
 	tile, topK   int
 	mode         attention.Mode
 	gate         bool
+	kernel       attention.SparseKernel
 }
 
 // vsaPlan is one forward's VSA: its tiling, the top-k of sparse and of dense layers, and the layers
@@ -89,7 +93,7 @@ func planVSA(v *VSA, tokenTags []int32, numLayers int) (*vsaPlan, error) {
 // key is joint block b's VSA executable key under the plan (gate: the block has a to_gate_compress);
 // a layer forced dense keeps the sparse path with every video tile selected.
 func (p *vsaPlan) key(b int, gate bool) vsaKey {
-	k := vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode, gate: gate}
+	k := vsaKey{prefix: p.v.Prefix, grid: p.v.Grid, tile: p.v.TileSize, topK: p.topK, mode: p.v.Mode, gate: gate, kernel: p.v.Kernel}
 	if p.dense[b] {
 		k.topK = p.tl.NumVideo
 	}
@@ -98,5 +102,5 @@ func (p *vsaPlan) key(b int, gate bool) vsaKey {
 
 // sparse is the attention's Sparse option of an executable with key k.
 func (p *vsaPlan) sparse(k vsaKey) *attention.Sparse {
-	return &attention.Sparse{Tiling: p.tl, TopK: k.topK, Mode: k.mode}
+	return &attention.Sparse{Tiling: p.tl, TopK: k.topK, Mode: k.mode, Kernel: k.kernel}
 }

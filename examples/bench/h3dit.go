@@ -26,6 +26,7 @@ var (
 	h3ditShards   = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
 	h3ditShardRef = flag.Bool("h3dit-shards-snr", true, "h3dit: with -h3dit-shards above 1, then draw the one-shard model from the same seed, run the same inputs (dense, and VSA with -h3dit-vsa) and report the sharded outputs' SNR against it")
 	h3ditVSATile  = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
+	h3ditVSAFine  = flag.String("h3dit-vsa-kernel", "auto", "h3dit: the VSA fine stage (h3.VSA.Kernel): auto (the Triton kernel where it runs), gather, triton or mosaic")
 	h3ditGroup    = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
 	h3ditFP8Ref   = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
 	h3ditQKGraph  = flag.Bool("h3dit-qk-graph", false, "h3dit: run the q/k RMSNorm and rotation as XLA's fusions of graph ops even where its Triton kernel runs (h3.Options.QKPass fusedops.FormGraph: the baseline the kernel is timed against)")
@@ -139,6 +140,9 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		return nil
 	}
 	in.VSA = h3.LayoutVSA(lay, *h3ditVSA, *h3ditVSATile, attention.ModeExempt)
+	if in.VSA.Kernel, err = attention.ParseSparseKernel(*h3ditVSAFine); err != nil {
+		return fmt.Errorf("h3dit bench: -h3dit-vsa-kernel: %w", err)
+	}
 	vsaVideo, err := measureH3DiTVSA(b, m, cfg, dt, in, weightsLabel, c)
 	if err != nil || *h3ditShards == 1 || !*h3ditShardRef || scheme != nil || *h3ditFP8 != "" {
 		return err
@@ -161,13 +165,18 @@ func measureH3DiTVSA(b compute.Backend, m *h3.Model, cfg h3.Config, dt dtypes.DT
 		return nil, fmt.Errorf("h3dit bench: %w", err)
 	}
 	k := attention.TopKTiles(*h3ditVSA, tl.NumVideo)
-	fine := "the Triton kernel"
-	if err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); err != nil {
+	fine, label := "the Triton kernel", fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile)
+	switch err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); {
+	case in.VSA.Kernel == attention.SparseMosaic:
+		fine, label = "the Mosaic GPU kernel", label+" mosaic"
+	case in.VSA.Kernel == attention.SparseGather:
+		fine, label = "gathered tiles (-h3dit-vsa-kernel gather)", label+" gather"
+	case err != nil:
 		fine = "gathered tiles (" + err.Error() + ")"
 	}
 	fmt.Printf("h3dit: VSA sparsity %g, E=%d: %d prefix + %d video tiles, top-%d video tiles per video query tile; fine stage: %s\n",
 		*h3ditVSA, *h3ditVSATile, tl.NumPrefix, tl.NumVideo, k, fine)
-	return measureH3DiT(b, m, in, fmt.Sprintf("vsa %g E%d", *h3ditVSA, *h3ditVSATile), weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
+	return measureH3DiT(b, m, in, label, weightsLabel, h3ditVSATFLOP(cfg, tl, k), c)
 }
 
 // oneShardH3DiT draws the one-shard model from the bench's seed and returns its dense and VSA (vsa)

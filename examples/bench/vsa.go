@@ -117,6 +117,11 @@ func benchVSA(b compute.Backend, tl *attention.Tiling, heads, headDim int, dt dt
 	} else {
 		fmt.Printf("vsa: no Triton fine stage: %v\n", err)
 	}
+	if err := attention.MosaicVSA(b, dt, heads, headDim, tl, k); err == nil {
+		kernels = append(kernels, attention.SparseMosaic)
+	} else {
+		fmt.Printf("vsa: no Mosaic fine stage: %v\n", err)
+	}
 	for _, kernel := range kernels {
 		rows = append(rows, row{fmt.Sprintf("vsa %g %s", *vsaSparsity, kernel), &attention.Sparse{Tiling: tl, TopK: k, Kernel: kernel}, sparseTFLOP})
 	}
