@@ -30,7 +30,10 @@
 #   python3 attention/testdata/gen_vsa_mosaic.py --upstream DIR [--bench] [--out DIR]
 #
 # Run it on the GPU machine (Hopper) with the JAX whose CUDA plugin the Go binaries load. Written in session
-# 31 without a device: it has not run yet.
+# 31 without a device: it has not run yet. attention/vsa_mosaic.go takes the template of this kernel with
+# lists of three (every tile a query tile, 6 operands; made by bench/mosaic_text_probe.py and
+# internal/xlaext/testdata/mosaic_template.py) and refuses this file's 7-operand layout until its lists and
+# row gather learn first (bench/kernel_probes.sh step 8 writes the outputs outside the repository).
 import argparse, gzip, json, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
