@@ -85,15 +85,7 @@ func TestSparseFusedMatchesGatheredOnGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			const h, d = 4, 128
-			r := rand.New(rand.NewPCG(9, uint64(e)))
-			mk := func() *tensors.Tensor {
-				v := make([]bfloat16.BFloat16, tl.Rows()*h*d)
-				for i := range v {
-					v[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
-				}
-				return tensors.FromFlatDataAndDimensions(v, 1, tl.Rows(), h, d)
-			}
-			q, k, v, g := mk(), mk(), mk(), mk()
+			q, k, v, g := randomBF16Inputs(rand.New(rand.NewPCG(9, uint64(e))), tl.Rows(), h, d)
 			run := func(p Path, kernel SparseKernel) []float32 {
 				ex := MustNewExec(b, func(q, k, v, g *Node) *Node {
 					s := &Sparse{Tiling: tl, TopK: TopKTiles(0.9, tl.NumVideo), Mode: mode, Gate: g, Kernel: kernel}
@@ -397,15 +389,7 @@ func TestSparseMosaicOnGPU(t *testing.T) {
 	if err := MosaicVSA(b, dtypes.BFloat16, h, d, tl, TopKTiles(0.9, tl.NumVideo)); err != nil {
 		t.Fatalf("the GPU build on xla:cuda has no Mosaic fine stage at FastH3's tiling: %v", err)
 	}
-	r := rand.New(rand.NewPCG(10, 64))
-	mk := func() *tensors.Tensor {
-		v := make([]bfloat16.BFloat16, tl.Rows()*h*d)
-		for i := range v {
-			v[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
-		}
-		return tensors.FromFlatDataAndDimensions(v, 1, tl.Rows(), h, d)
-	}
-	q, k, v, g := mk(), mk(), mk(), mk()
+	q, k, v, g := randomBF16Inputs(rand.New(rand.NewPCG(10, 64)), tl.Rows(), h, d)
 	for _, mode := range []Mode{ModeExempt, ModeCompete} {
 		run := func(p Path, kernel SparseKernel) []float32 {
 			ex := MustNewExec(b, func(q, k, v, g *Node) *Node {
@@ -426,4 +410,16 @@ func TestSparseMosaicOnGPU(t *testing.T) {
 			t.Errorf("%v: the Mosaic fine stage differs from exact by %.3g (> 3e-2, the fused paths' bound)", mode, worst)
 		}
 	}
+}
+
+// randomBF16Inputs are q, k, v and gate [1, rows, h, d] of N(0, 1) values in bf16, drawn from r in turn.
+func randomBF16Inputs(r *rand.Rand, rows, h, d int) (q, k, v, gate *tensors.Tensor) {
+	mk := func() *tensors.Tensor {
+		x := make([]bfloat16.BFloat16, rows*h*d)
+		for i := range x {
+			x[i] = bfloat16.FromFloat32(float32(r.NormFloat64()))
+		}
+		return tensors.FromFlatDataAndDimensions(x, 1, rows, h, d)
+	}
+	return mk(), mk(), mk(), mk()
 }
