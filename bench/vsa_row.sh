@@ -78,7 +78,7 @@ clip_env() {
 
 if has parity; then
   unpack attention.test
-  (cd attention && FASTVIDEO_GPU_TEST=1 timeout "$(left 90)" /tmp/vsarow/attention.test -test.run OnGPU -test.v) >"$OUT/parity.log" 2>&1
+  (cd attention && FASTVIDEO_GPU_TEST=1 timeout "$(left 150)" /tmp/vsarow/attention.test -test.run OnGPU -test.v) >"$OUT/parity.log" 2>&1
   echo "parity rc $? at $SECONDS s"; grep -E "^(--- |ok|FAIL|PASS)|steps|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250
 fi
 if has fine; then
