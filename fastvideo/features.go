@@ -47,7 +47,7 @@ func BuildFeatures() []Feature {
 			"each process compiles every XLA program again (only XLA's autotune results are kept); "+GPUBuildCommand+" gets it")},
 		{"Triton kernels in XLA graphs", f.TritonCall, unless(f.TritonCall, "graphs can call Triton kernels (IR made by JAX's Pallas) as XLA's __gpu$xla.gpu.triton custom call on CUDA",
 			"no Triton custom call; "+GPUBuildCommand+" gets it")},
-		{"Mosaic GPU kernels in XLA graphs", f.MosaicGPUCall, unless(f.MosaicGPUCall, "graphs can call Mosaic GPU kernels (modules made by JAX's Pallas) as the mosaic_gpu_v2 custom call on CUDA; no model uses one yet",
+		{"Mosaic GPU kernels in XLA graphs", f.MosaicGPUCall, unless(f.MosaicGPUCall, "graphs can call Mosaic GPU kernels (modules made by JAX's Pallas) as the mosaic_gpu_v2 custom call on CUDA; VSA's fine stage can run as one (attention.SparseMosaic, opt-in: Hopper)",
 			"no Mosaic GPU custom call; "+GPUBuildCommand+" gets it")},
 		{"block-sparse attention kernel", attention.BlockSparseKernel(), unless(attention.BlockSparseKernel(), "VSA reads the selected tiles in place (a Triton kernel; the CUDA plugin it was made with, bf16, 64-row tiles), and is the default",
 			"VSA gathers the selected tiles, slower than dense attention, so dense is the default; "+GPUBuildCommand+" gets it")},
