@@ -1,12 +1,8 @@
 package attention
 
 import (
-	"bytes"
-	"compress/gzip"
 	_ "embed"
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 
@@ -43,31 +39,18 @@ type mosaicKernel struct {
 	HeadDim int    `json:"head_dim"`
 	// Operands is the number of operands the kernel takes (checked against what this build passes).
 	Operands int `json:"operands"`
-	// smallest is each parameter's least value among the geometries the template was checked at: the
-	// template gives JAX's text there, and a smaller geometry may lower to another structure.
-	smallest map[string]int
 }
 
 var loadVSAMosaic = sync.OnceValues(func() (*mosaicKernel, error) { return parseVSAMosaic("vsa_mosaic.json.gz", vsaMosaicFile) })
 
 // parseVSAMosaic reads a fine-stage template file.
 func parseVSAMosaic(file string, data []byte) (*mosaicKernel, error) {
-	tmpl, err := xlaext.ParseMosaicTemplate(data)
+	k := &mosaicKernel{}
+	tmpl, err := xlaext.ParseMosaicTemplate(data, k)
 	if err != nil {
 		return nil, fmt.Errorf("attention: %s: %w", file, err)
 	}
-	r, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("attention: %s: %w", file, err)
-	}
-	raw, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("attention: %s: %w", file, err)
-	}
-	k := &mosaicKernel{tmpl: tmpl, smallest: map[string]int{}}
-	if err := json.Unmarshal(raw, k); err != nil {
-		return nil, fmt.Errorf("attention: %s: %w", file, err)
-	}
+	k.tmpl = tmpl
 	switch {
 	case k.Plugin == "" || k.Tile <= 0 || k.HeadDim <= 0 || len(tmpl.Checks) == 0:
 		return nil, fmt.Errorf("attention: %s is incomplete (plugin %q, tile %d, head width %d, %d checked geometries)", file, k.Plugin, k.Tile, k.HeadDim, len(tmpl.Checks))
@@ -77,11 +60,6 @@ func parseVSAMosaic(file string, data []byte) (*mosaicKernel, error) {
 	for _, p := range []string{"H", "T", "K"} {
 		if !slices.Contains(tmpl.Params, p) {
 			return nil, fmt.Errorf("attention: %s's template has no parameter %s (it has %v)", file, p, tmpl.Params)
-		}
-		for i, c := range tmpl.Checks {
-			if v := c.Params[p]; i == 0 || v < k.smallest[p] {
-				k.smallest[p] = v
-			}
 		}
 	}
 	return k, nil
@@ -115,10 +93,8 @@ func MosaicVSA(backend compute.Backend, dtype dtypes.DType, heads, headDim int, 
 // heads, or why the template was not checked down to it.
 func (k *mosaicKernel) mosaicGeometry(t *Tiling, heads, stride int) (map[string]int, error) {
 	params := map[string]int{"H": heads, "T": t.NumTiles(), "K": stride}
-	for p, v := range params {
-		if v < k.smallest[p] {
-			return nil, fmt.Errorf("%w: %s = %d, below the %d the Mosaic template was checked at", errTritonShape, p, v, k.smallest[p])
-		}
+	if err := k.tmpl.Covers(params); err != nil {
+		return nil, fmt.Errorf("%w: %w", errTritonShape, err)
 	}
 	return params, nil
 }

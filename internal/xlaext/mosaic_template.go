@@ -45,7 +45,8 @@ type MosaicTemplateCheck struct {
 }
 
 // ParseMosaicTemplate reads a template (gzipped JSON) and checks that its holes and formulas fit together.
-func ParseMosaicTemplate(gz []byte) (*MosaicTemplate, error) {
+// meta, when not nil, also receives the JSON (a kernel file's own keys beside the template's).
+func ParseMosaicTemplate(gz []byte, meta any) (*MosaicTemplate, error) {
 	r, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
 		return nil, fmt.Errorf("mosaic template: %w", err)
@@ -55,8 +56,13 @@ func ParseMosaicTemplate(gz []byte) (*MosaicTemplate, error) {
 		return nil, fmt.Errorf("mosaic template: %w", err)
 	}
 	t := &MosaicTemplate{}
-	if err := json.Unmarshal(data, t); err != nil {
-		return nil, fmt.Errorf("mosaic template: %w", err)
+	for _, into := range []any{t, meta} {
+		if into == nil {
+			continue
+		}
+		if err := json.Unmarshal(data, into); err != nil {
+			return nil, fmt.Errorf("mosaic template: %w", err)
+		}
 	}
 	if len(t.Pieces) != len(t.Holes)+1 {
 		return nil, fmt.Errorf("mosaic template: %d pieces around %d holes (want one more piece than holes)", len(t.Pieces), len(t.Holes))
@@ -77,6 +83,25 @@ func ParseMosaicTemplate(gz []byte) (*MosaicTemplate, error) {
 		}
 	}
 	return t, nil
+}
+
+// Covers reports why params lie outside the geometries the template was checked at (nil: they do not): a
+// parameter below its least checked value may lower to a module of another structure, which no formula
+// describes. A template without checks covers nothing.
+func (t *MosaicTemplate) Covers(params map[string]int) error {
+	if len(t.Checks) == 0 {
+		return fmt.Errorf("mosaic template: no geometry was checked")
+	}
+	for _, p := range t.Params {
+		least := t.Checks[0].Params[p]
+		for _, c := range t.Checks[1:] {
+			least = min(least, c.Params[p])
+		}
+		if params[p] < least {
+			return fmt.Errorf("mosaic template: %s = %d, below the %d it was checked at", p, params[p], least)
+		}
+	}
+	return nil
 }
 
 // Instantiate is the module text at params (every parameter of the template, each at least 1). A number

@@ -37,7 +37,7 @@ func draftTemplate(t *testing.T) *xlaext.MosaicTemplate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := xlaext.ParseMosaicTemplate(data)
+	tmpl, err := xlaext.ParseMosaicTemplate(data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +66,20 @@ func TestMosaicTemplateGivesJAXText(t *testing.T) {
 	}
 }
 
-// TestMosaicTemplateRefuses: missing or non-positive parameters, numbers past int64, and templates whose
-// holes and formulas do not fit together are errors.
+// TestMosaicTemplateRefuses: missing or non-positive parameters, numbers past int64, geometries below the
+// checked ones and templates whose holes and formulas do not fit together are errors.
 func TestMosaicTemplateRefuses(t *testing.T) {
 	tmpl := draftTemplate(t)
 	for _, params := range []map[string]int{{"H": 56, "T": 289}, {"H": 56, "T": 0, "K": 37}, {"H": 56, "T": 1 << 62, "K": 1 << 40}} {
 		if _, err := tmpl.Instantiate(params); err == nil {
 			t.Errorf("Instantiate(%v) gave no error", params)
+		}
+	}
+	// Covered: no parameter below its least checked value (H 12, T 234, K 23 across the three checks).
+	for params, covered := range map[[3]int]bool{{12, 234, 23}: true, {56, 624, 125}: true, {11, 289, 37}: false, {56, 233, 37}: false, {56, 289, 22}: false} {
+		err := tmpl.Covers(map[string]int{"H": params[0], "T": params[1], "K": params[2]})
+		if (err == nil) != covered {
+			t.Errorf("Covers(H %d, T %d, K %d): %v, want covered %v", params[0], params[1], params[2], err, covered)
 		}
 	}
 	gz := func(s string) []byte {
@@ -89,12 +96,12 @@ func TestMosaicTemplateRefuses(t *testing.T) {
 		"divisor":       gz(`{"params": ["T"], "pieces": ["a", "b"], "holes": [0], "formulas": [{"params": ["T"], "coef": 1, "add": 0, "div": 0}]}`),
 		"unknown param": gz(`{"params": ["T"], "pieces": ["a", "b"], "holes": [0], "formulas": [{"params": ["K"], "coef": 1, "add": 0, "div": 1}]}`),
 	} {
-		if _, err := xlaext.ParseMosaicTemplate(bad); err == nil {
+		if _, err := xlaext.ParseMosaicTemplate(bad, nil); err == nil {
 			t.Errorf("%s: parsed without an error", name)
 		}
 	}
 	// Floor division as the generator's (Python's //): (T - 3) / 2 at T = 2 is -1, not 0.
-	tm, err := xlaext.ParseMosaicTemplate(gz(`{"params": ["T"], "pieces": ["<", ">"], "holes": [0], "formulas": [{"params": ["T"], "coef": 1, "add": -3, "div": 2}]}`))
+	tm, err := xlaext.ParseMosaicTemplate(gz(`{"params": ["T"], "pieces": ["<", ">"], "holes": [0], "formulas": [{"params": ["T"], "coef": 1, "add": -3, "div": 2}]}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
