@@ -86,18 +86,23 @@ func Kernels() bool {
 	return err == nil && xlaext.GraphBackendCall()
 }
 
-// kernel returns the named kernel launched on grid, or why it cannot run on backend.
-func kernel(name string, backend compute.Backend, grid [3]int) (xlaext.TritonKernel, *kernelFile, error) {
+// kernel returns the named kernel and its file, or why it cannot run on backend.
+func kernel(name string, backend compute.Backend) (kernelRecord, *kernelFile, error) {
 	f, err := loadKernels()
 	if err != nil {
-		return xlaext.TritonKernel{}, nil, err
+		return kernelRecord{}, nil, err
 	}
 	k, ok := f.Kernels[name]
 	if !ok {
-		return xlaext.TritonKernel{}, nil, fmt.Errorf("fusedops: fused_triton.json has no kernel %s; regenerate it with testdata/gen_fused_triton.py", name)
+		return kernelRecord{}, nil, fmt.Errorf("fusedops: fused_triton.json has no kernel %s; regenerate it with testdata/gen_fused_triton.py", name)
 	}
 	if err := xlaext.Compatible(backend, f.Plugin); err != nil {
-		return xlaext.TritonKernel{}, nil, err
+		return kernelRecord{}, nil, err
 	}
-	return xlaext.TritonKernel{Name: name, IR: k.ir, Grid: grid, NumWarps: k.NumWarps, NumStages: k.NumStages}, f, nil
+	return k, f, nil
+}
+
+// launch is kernel record k, named name, as a Triton call launched on grid.
+func (k kernelRecord) launch(name string, grid [3]int) xlaext.TritonKernel {
+	return xlaext.TritonKernel{Name: name, IR: k.ir, Grid: grid, NumWarps: k.NumWarps, NumStages: k.NumStages}
 }

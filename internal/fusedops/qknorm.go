@@ -61,41 +61,44 @@ func rotate(x, cos, sin *Node, rot int) *Node {
 // QKNormRopeKernel reports why the qk_norm_rope kernel cannot compute the pass on backend for x of dtype
 // with heads of headDim channels, rot of them rotated (nil: it can).
 func QKNormRopeKernel(backend compute.Backend, dtype, wDType dtypes.DType, heads, headDim, rot int) error {
-	_, f, err := kernel("qk_norm_rope", backend, [3]int{1, 1, 1})
+	_, err := qkKernelFor(backend, dtype, wDType, heads, headDim, rot)
+	return err
+}
+
+// qkKernelFor is the qk_norm_rope kernel where it computes the pass (QKNormRopeKernel), or why not.
+func qkKernelFor(backend compute.Backend, dtype, wDType dtypes.DType, heads, headDim, rot int) (kernelRecord, error) {
+	k, f, err := kernel("qk_norm_rope", backend)
 	if err != nil {
-		return err
+		return kernelRecord{}, err
 	}
 	switch {
 	case dtype != dtypes.BFloat16 || wDType != dtypes.BFloat16:
-		return fmt.Errorf("%w: x %s and w %s (it takes bfloat16)", errQKShape, dtype, wDType)
+		return kernelRecord{}, fmt.Errorf("%w: x %s and w %s (it takes bfloat16)", errQKShape, dtype, wDType)
 	case headDim != f.Head:
-		return fmt.Errorf("%w: heads of %d channels (it takes %d)", errQKShape, headDim, f.Head)
+		return kernelRecord{}, fmt.Errorf("%w: heads of %d channels (it takes %d)", errQKShape, headDim, f.Head)
 	case heads < 1 || heads > f.Heads:
-		return fmt.Errorf("%w: %d heads (it takes 1 to %d)", errQKShape, heads, f.Heads)
+		return kernelRecord{}, fmt.Errorf("%w: %d heads (it takes 1 to %d)", errQKShape, heads, f.Heads)
 	case rot < 16 || rot > headDim || rot%16 != 0:
 		// The kernel reads each channel's partner as a row shifted by rot/2, in 16-byte loads.
-		return fmt.Errorf("%w: %d rotated channels (it takes a multiple of 16 up to %d)", errQKShape, rot, headDim)
+		return kernelRecord{}, fmt.Errorf("%w: %d rotated channels (it takes a multiple of 16 up to %d)", errQKShape, rot, headDim)
 	}
-	return nil
+	return k, nil
 }
 
 // qkKernel is QKNormRope through the kernel: its operands as testdata/gen_fused_triton.py documents them.
 func qkKernel(x, w, cos, sin *Node, eps float64, rot int) (*Node, error) {
 	g := x.Graph()
 	l, h, dh := x.Shape().Dim(1), x.Shape().Dim(2), x.Shape().Dim(3)
-	if err := QKNormRopeKernel(g.Backend(), x.DType(), w.DType(), h, dh, rot); err != nil {
+	k, err := qkKernelFor(g.Backend(), x.DType(), w.DType(), h, dh, rot)
+	if err != nil {
 		return nil, err
 	}
 	if n := l * h * dh; n > 1<<31-1 {
 		return nil, fmt.Errorf("%w: %d elements, past the kernel's int32 offsets", errQKShape, n)
 	}
-	k, _, err := kernel("qk_norm_rope", g.Backend(), [3]int{l, 1, 1})
-	if err != nil {
-		return nil, err
-	}
 	c, s := expandedAngles(cos, sin, rot, dh)
 	params := Const(g, []int32{int32(l * h), int32(h), int32(rot)})
-	out, err := xlaext.TritonCall(k, []*Node{params, Reshape(x, l*h*dh), w, c, s, Const(g, []float32{float32(eps)})},
+	out, err := xlaext.TritonCall(k.launch("qk_norm_rope", [3]int{l, 1, 1}), []*Node{params, Reshape(x, l*h*dh), w, c, s, Const(g, []float32{float32(eps)})},
 		[]shapes.Shape{shapes.Make(x.DType(), l*h*dh)})
 	if err != nil {
 		return nil, err

@@ -244,7 +244,7 @@ def main():
                                        (norm_params, a["rows"], a["x"], a["y"], a["table"], a["w"], epsv),
                                        lambda: res_graph(a["x"], a["y"], a["table"], a["rows"], a["w"])),
         }
-        irs, report = {}, {}
+        irs = {}
         for name, (make, ops, graph) in runs.items():
             w, s = settings[name]
             f = make(w, s)
@@ -255,10 +255,9 @@ def main():
                 g, wnt = np.asarray(g, np.float32), np.asarray(wnt, np.float32)
                 err = float(np.abs(g - wnt).max())
                 ulp = float((np.abs(g - wnt) / np.maximum(np.abs(wnt), 1e-30)).max())
-                report[f"{name}[{i}]"] = err
                 print(f"{name} output {i} at {tokens} tokens: max |kernel - graph| {err:.4g} (largest relative {ulp:.3g}, "
                       f"max |graph| {np.abs(wnt).max():.3g}, equal {np.mean(g == wnt) * 100:.2f} %)", flush=True)
-            cfg, api, other = lowered_triton_call(f.lower(*ops).as_text(), len(ops), name)
+            cfg, _, _ = lowered_triton_call(f.lower(*ops).as_text(), len(ops), name)
             irs[name] = (cfg["ir"], LOWERED[-1] if LOWERED else "")
             if timing:
                 for w2, s2 in [(4, 1), (8, 1), (16, 1), (4, 2)]:
