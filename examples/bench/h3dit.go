@@ -169,6 +169,9 @@ func measureH3DiTVSA(b compute.Backend, m *h3.Model, cfg h3.Config, dt dtypes.DT
 	switch err := attention.TritonVSA(b, dt, cfg.AttentionHeadDim, *h3ditVSATile); {
 	case in.VSA.Kernel == attention.SparseMosaic:
 		fine, label = "the Mosaic GPU kernel", label+" mosaic"
+		if err := attention.MosaicVSA(b, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, tl, k); err != nil {
+			return nil, fmt.Errorf("h3dit bench: -h3dit-vsa-kernel mosaic: %w", err)
+		}
 	case in.VSA.Kernel == attention.SparseGather:
 		fine, label = "gathered tiles (-h3dit-vsa-kernel gather)", label+" gather"
 	case err != nil:
