@@ -9,10 +9,12 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"fastvideo/internal/testutil"
+	"fastvideo/internal/xlaext"
 )
 
 // TestFusedMatchesExactOnGPU checks the cuDNN flash path against the exact path on the same bf16 inputs,
@@ -410,6 +412,68 @@ func TestSparseMosaicOnGPU(t *testing.T) {
 			t.Errorf("%v: the Mosaic fine stage differs from exact by %.3g (> 3e-2, the fused paths' bound)", mode, worst)
 		}
 	}
+}
+
+// TestVSAMosaicMatchesJAXOnGPU runs the embedded template, instantiated by Go at the fixture's geometry (none
+// of the geometries it was fitted on), on the inputs of testdata/gen_vsa_mosaic.py: the output must equal
+// JAX's run of the same text bit for bit (the same module on the same inputs), and stay within two bf16
+// steps of the float32 reference (the generator found it 0.5 steps from upstream's Triton forward):
+//
+//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
+//	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestVSAMosaicMatchesJAXOnGPU -test.v
+func TestVSAMosaicMatchesJAXOnGPU(t *testing.T) {
+	b := testutil.GPUBackend(t, "xla:cuda")
+	m, err := loadVSAMosaic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.ForEachPendingFixture(t, "vsa_mosaic", "attention/testdata/gen_vsa_mosaic.py", func(t *testing.T, fx *testutil.Fixture) {
+		q, qs := fx.F32(t, "q") // [H, S, D]
+		k, _ := fx.F32(t, "k")
+		v, _ := fx.F32(t, "v")
+		idx, is := fx.I64(t, "idx") // [H, V, K]
+		num, _ := fx.I64(t, "num")
+		valid, _ := fx.I64(t, "valid")
+		first, _ := fx.I64(t, "first")
+		want, ws := fx.F32(t, "out_kernel") // [H, V·64, D]
+		ref, _ := fx.F32(t, "out_reference")
+		h, s, nV, stride := qs[0], qs[1], is[1], is[2]
+		params := map[string]int{"H": h, "T": s / m.Tile, "V": nV, "K": stride}
+		if err := m.tmpl.Covers(params); err != nil {
+			t.Fatal(err)
+		}
+		module, err := m.tmpl.Instantiate(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex := MustNewExec(b, func(in []*Node) *Node { // q, k, v, idx, num, valid, first
+			for i := range 3 {
+				in[i] = ConvertDType(in[i], dtypes.BFloat16)
+			}
+			out, err := xlaext.MosaicGPUCall(xlaext.MosaicGPUKernel{Name: "vsa_mosaic", Module: module},
+				in, []shapes.Shape{shapes.Make(dtypes.BFloat16, ws...)})
+			if err != nil {
+				panic(err)
+			}
+			return ConvertDType(out[0], dtypes.Float32)
+		})
+		f32 := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, qs...) }
+		i32 := func(x []int64, dims ...int) *tensors.Tensor {
+			return tensors.FromFlatDataAndDimensions(int32s(x, nil), dims...)
+		}
+		out, err := ex.Call1(f32(q), f32(k), f32(v), i32(idx, is...), i32(num, h, nV), i32(valid, is...), i32(first, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tensors.MustCopyFlatData[float32](out)
+		testutil.AssertBitExact(t, "the Go graph's run of the instantiated template against JAX's", got, want)
+		if e, n := testutil.MaxAbsDiff(got, ref), testutil.MaxBF16Steps(got, ref); n > 2 {
+			t.Errorf("against the float32 reference: max abs diff %.3g, %.3g bf16 steps (> 2)", e, n)
+		} else {
+			t.Logf("H %d, %d tiles, %d listed, lists of %d, first %d: equal to JAX's; against the float32 reference max abs diff %.3g (%.3g bf16 steps)",
+				h, s/m.Tile, nV, stride, first[0], e, n)
+		}
+	})
 }
 
 // randomBF16Inputs are q, k, v and gate [1, rows, h, d] of N(0, 1) values in bf16, drawn from r in turn.

@@ -14,21 +14,21 @@ import (
 	"fastvideo/internal/xlaext"
 )
 
-// VSA's fine stage as a Mosaic GPU kernel (SparseMosaic): the kernel of testdata/gen_vsa_mosaic.py
-// (bench/vsa_mosaic_draft.py's), warpgroup MMA and TMA on Hopper, which ran at 0.80-0.81x upstream's
-// Triton forward where the Triton kernel runs at about 0.96x (BENCHMARKS.md, session 31). A Mosaic GPU
-// module is compiled for one geometry, so the kernel ships as a template (vsa_mosaic.json.gz,
-// xlaext.MosaicTemplate) that a graph instantiates at its heads, tiles and list width. This template's
-// kernel takes a list for every tile (the prefix tiles get a one-tile list, whose rows the dense prefix
-// attention replaces) and writes every tile's rows head-major, [H, nT·64, D]; the graph gathers the
-// sequence's rows out of them and adds the compression branch, which the Triton kernel does in its
-// epilogue.
+// VSA's fine stage as a Mosaic GPU kernel (SparseMosaic): the kernel of testdata/gen_vsa_mosaic.py, warpgroup
+// MMA and TMA on Hopper, which ran at 0.68-0.74x upstream's Triton forward on the geometries where the
+// Triton kernel runs at about 0.96x (BENCHMARKS.md, session 32). A Mosaic GPU module is compiled for one
+// geometry, so the kernel ships as a template (vsa_mosaic.json.gz, xlaext.MosaicTemplate) that a graph
+// instantiates at its heads H, tiles T, video tiles V and list width K. The kernel walks the video query
+// tiles' lists (query tile first + r for list row r; first is an operand, the prefix tile count) and
+// writes their rows head-major, [H, V·64, D]; the graph gathers the sequence's rows out of them and adds
+// the compression branch, which the Triton kernel does in its epilogue. The prefix rows attend densely
+// elsewhere (vsaKernels.attend).
 
 //go:embed vsa_mosaic.json.gz
 var vsaMosaicFile []byte
 
-// mosaicOperands is the number of operands the template's kernel takes: q, k, v, idx, num, valid.
-const mosaicOperands = 6
+// mosaicOperands is the number of operands the template's kernel takes: q, k, v, idx, num, valid, first.
+const mosaicOperands = 7
 
 // mosaicKernel is vsa_mosaic.json.gz: the template and what it was made with.
 type mosaicKernel struct {
@@ -57,7 +57,7 @@ func parseVSAMosaic(file string, data []byte) (*mosaicKernel, error) {
 	case k.Operands != mosaicOperands:
 		return nil, fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; use the template this build was written for", file, k.Operands, mosaicOperands)
 	}
-	for _, p := range []string{"H", "T", "K"} {
+	for _, p := range []string{"H", "T", "V", "K"} {
 		if !slices.Contains(tmpl.Params, p) {
 			return nil, fmt.Errorf("attention: %s's template has no parameter %s (it has %v)", file, p, tmpl.Params)
 		}
@@ -92,7 +92,7 @@ func MosaicVSA(backend compute.Backend, dtype dtypes.DType, heads, headDim int, 
 // mosaicGeometry is the template's parameters for tiling t with lists of stride key tiles over heads
 // heads, or why the template was not checked down to it.
 func (k *mosaicKernel) mosaicGeometry(t *Tiling, heads, stride int) (map[string]int, error) {
-	params := map[string]int{"H": heads, "T": t.NumTiles(), "K": stride}
+	params := map[string]int{"H": heads, "T": t.NumTiles(), "V": t.NumVideo, "K": stride}
 	if err := k.tmpl.Covers(params); err != nil {
 		return nil, fmt.Errorf("%w: %w", errTritonShape, err)
 	}
@@ -116,37 +116,40 @@ func (k *mosaicKernel) fine(t *Tiling, qh, kh, vh, idx, ends, gate, oc *Node, cl
 		return nil, err
 	}
 	lists, counts, valid := mosaicLists(t, h, stride, idx, ends, classes)
+	first := Const(qh.Graph(), []int32{int32(t.NumPrefix)})
 	bhsd := func(x *Node) *Node { return Reshape(x, h, nT*e, d) }
 	out, err := xlaext.MosaicGPUCall(xlaext.MosaicGPUKernel{Name: "vsa_mosaic", Module: module},
-		[]*Node{bhsd(qh), bhsd(kh), bhsd(vh), lists, counts, valid}, []shapes.Shape{shapes.Make(qh.DType(), h, nT*e, d)})
+		[]*Node{bhsd(qh), bhsd(kh), bhsd(vh), lists, counts, valid, first},
+		[]shapes.Shape{shapes.Make(qh.DType(), h, t.NumVideo*e, d)})
 	if err != nil {
 		return nil, err
 	}
 	return tileOutputRows(out[0], t, gate, oc), nil
 }
 
-// mosaicLists are the Mosaic kernel's lists [H, nT, K] from the routing's idx [H·V·K] and ends [H·V·C]
-// (classes groups a row): the prefix tiles get one key tile (tile 0; their rows are replaced), each list's
-// count is its last group's end, and valid holds each listed tile's valid rows.
+// mosaicLists are the Mosaic kernel's lists [H, V, K] of the video query tiles from the routing's idx
+// [H·V·K] and ends [H·V·C] (classes groups a row): each list's count is its last group's end, and valid
+// holds each listed tile's valid rows (an unlisted entry's is tile 0's: the kernel reads none past the count).
 func mosaicLists(t *Tiling, h, stride int, idx, ends *Node, classes int) (lists, counts, valid *Node) {
 	g := idx.Graph()
-	p, v := t.NumPrefix, t.NumVideo
+	v := t.NumVideo
 	lists = Reshape(idx, h, v, stride)
 	counts = Reshape(Slice(Reshape(ends, h*v, classes), AxisRange(), AxisElem(classes-1)), h, v)
-	if p > 0 {
-		lists = Concatenate([]*Node{Zeros(g, shapes.Make(dtypes.Int32, h, p, stride)), lists}, 1)
-		counts = Concatenate([]*Node{Ones(g, shapes.Make(dtypes.Int32, h, p)), counts}, 1)
-	}
 	valid = Gather(Const(g, t.Sizes), ExpandAxes(Max(lists, ScalarZero(g, dtypes.Int32)), -1))
 	return lists, counts, valid
 }
 
-// tileOutputRows gathers the sequence's rows [Seq·H, D] out of tile rows o [H, nT·E, D] (row r of head h
-// at o[h, slot(r)]), adding gate·oc in float32 when gate is set (gate [Seq·H, D], oc [nT·H, D] float32).
+// tileOutputRows gathers the sequence's rows [Seq·H, D] out of the video tiles' rows o [H, V·E, D] (row r
+// of head h at o[h, slot(r) − prefix slots]; a prefix row takes row 0, which the caller replaces), adding
+// gate·oc in float32 when gate is set (gate [Seq·H, D], oc [nT·H, D] float32).
 func tileOutputRows(o *Node, t *Tiling, gate, oc *Node) *Node {
 	g := o.Graph()
 	h, d, seq := o.Shape().Dim(0), o.Shape().Dim(2), t.Rows()
-	rows := Gather(TransposeAllAxes(o, 1, 0, 2), ExpandAxes(Const(g, t.RowSlot), -1)) // [Seq, H, D]
+	videoSlot := make([]int32, seq)
+	for r, slot := range t.RowSlot {
+		videoSlot[r] = max(0, slot-int32(t.NumPrefix*t.TileElems))
+	}
+	rows := Gather(TransposeAllAxes(o, 1, 0, 2), ExpandAxes(Const(g, videoSlot), -1)) // [Seq, H, D]
 	if gate != nil {
 		rowOC := Gather(Reshape(oc, t.NumTiles(), h, d), ExpandAxes(Const(g, t.RowTiles()), -1))
 		add := Mul(rowOC, ConvertDType(Reshape(gate, seq, h, d), dtypes.Float32))

@@ -34,19 +34,21 @@ func TestVSAMosaicFile(t *testing.T) {
 }
 
 // TestMosaicListsAndRows checks the graph around the Mosaic kernel on the CPU with the kernel's output
-// emulated: the exact path's fine stage (no gate) laid out as the kernel writes it, [H, nT·64, D] head-major
-// tile rows, gathered back into the sequence with the compression branch added (tileOutputRows) must give
-// the exact path's gated output; and the lists the kernel reads (mosaicLists) give each prefix tile one key
-// tile, each video tile its routed ones with their count and valid rows.
+// emulated: the exact path's fine stage (no gate) laid out as the kernel writes it, the video tiles' rows
+// head-major [H, V·64, D], gathered back into the sequence with the compression branch added
+// (tileOutputRows) must give the exact path's gated output at every video row (the prefix rows are the
+// dense prefix attention's, which the caller writes over them); and the lists the kernel reads
+// (mosaicLists) give each video tile its routed key tiles with their count and valid rows.
 func TestMosaicListsAndRows(t *testing.T) {
 	c := newVSACase(t, []int{70}, [3]int{5, 6, 7}, 64, 3, 8, 11)
 	tl, topK := c.tl, 3
 	fine, want := c.run(t, topK, ModeExempt, false, PathExact), c.run(t, topK, ModeExempt, true, PathExact)
-	l, e, nT := tl.Rows(), tl.TileElems, tl.NumTiles()
-	tiles := make([]float32, c.h*nT*e*c.d) // [H, nT·E, D], zero at the pads
-	for r, slot := range tl.RowSlot {
+	l, e, nT, nV := tl.Rows(), tl.TileElems, tl.NumTiles(), tl.NumVideo
+	prefixSlots, prefixRows := int32(tl.NumPrefix*e), tl.PrefixRows()
+	tiles := make([]float32, c.h*nV*e*c.d) // [H, V·E, D], zero at the pads
+	for r, slot := range tl.RowSlot[prefixRows:] {
 		for hh := range c.h {
-			copy(tiles[(hh*nT*e+int(slot))*c.d:][:c.d], fine[(r*c.h+hh)*c.d:][:c.d])
+			copy(tiles[(hh*nV*e+int(slot-prefixSlots))*c.d:][:c.d], fine[((prefixRows+r)*c.h+hh)*c.d:][:c.d])
 		}
 	}
 	b := testutil.Backend(t)
@@ -59,19 +61,23 @@ func TestMosaicListsAndRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, 1, l, c.h, c.d) }
-	out, err := ex.Call1(tensors.FromFlatDataAndDimensions(tiles, c.h, nT*e, c.d), mk(c.q), mk(c.k), mk(c.v), mk(c.g))
+	out, err := ex.Call1(tensors.FromFlatDataAndDimensions(tiles, c.h, nV*e, c.d), mk(c.q), mk(c.k), mk(c.v), mk(c.g))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if prefixRows == 0 {
+		t.Fatal("the case has no prefix rows: it would not check that the kernel's rows start after them")
+	}
+	video := prefixRows * c.h * c.d
 	got := tensors.MustCopyFlatData[float32](out)
-	if e, tol := testutil.MaxAbsDiff(got, want), 1e-5*max(1, testutil.MaxAbs(want)); e > tol {
+	if e, tol := testutil.MaxAbsDiff(got[video:], want[video:]), 1e-5*max(1, testutil.MaxAbs(want)); e > tol {
 		t.Errorf("the kernel's rows gathered with gate·oc against the exact gated output: max abs diff %.3g (> %.3g)", e, tol)
 	}
 
 	// Two heads, the tiling's video tiles with lists of 3 in groups of 2 classes.
-	h, stride, classes, v := 2, 3, 2, tl.NumVideo
-	idx, ends := make([]int32, h*v*stride), make([]int32, h*v*classes)
-	for row := range h * v {
+	h, stride, classes := 2, 3, 2
+	idx, ends := make([]int32, h*nV*stride), make([]int32, h*nV*classes)
+	for row := range h * nV {
 		for j := range stride {
 			idx[row*stride+j] = int32((row + 2*j) % nT)
 		}
@@ -84,31 +90,21 @@ func TestMosaicListsAndRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := lx.Call(tensors.FromFlatDataAndDimensions(idx, h*v*stride), tensors.FromFlatDataAndDimensions(ends, h*v*classes))
+	res, err := lx.Call(tensors.FromFlatDataAndDimensions(idx, h*nV*stride), tensors.FromFlatDataAndDimensions(ends, h*nV*classes))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lists, counts, valid := tensors.MustCopyFlatData[int32](res[0]), tensors.MustCopyFlatData[int32](res[1]), tensors.MustCopyFlatData[int32](res[2])
-	p := tl.NumPrefix
-	if got := res[0].Shape().Dimensions; len(got) != 3 || got[0] != h || got[1] != nT || got[2] != stride {
-		t.Fatalf("lists %v, want [%d %d %d]", got, h, nT, stride)
+	if got := res[0].Shape().Dimensions; len(got) != 3 || got[0] != h || got[1] != nV || got[2] != stride {
+		t.Fatalf("lists %v, want [%d %d %d]", got, h, nV, stride)
 	}
-	for hh := range h {
-		for tile := range nT {
-			row := hh*nT + tile
-			wantCount, wantList := int32(1), []int32{0, 0, 0}
-			if tile >= p {
-				src := hh*v + tile - p
-				wantCount, wantList = ends[src*classes+1], idx[src*stride:][:stride]
-			}
-			if counts[row] != wantCount {
-				t.Fatalf("head %d tile %d: count %d, want %d", hh, tile, counts[row], wantCount)
-			}
-			for j := range stride {
-				if lists[row*stride+j] != wantList[j] || valid[row*stride+j] != tl.Sizes[wantList[j]] {
-					t.Fatalf("head %d tile %d entry %d: tile %d (valid %d), want %d (%d)", hh, tile, j,
-						lists[row*stride+j], valid[row*stride+j], wantList[j], tl.Sizes[wantList[j]])
-				}
+	for row := range h * nV {
+		if want := ends[row*classes+1]; counts[row] != want {
+			t.Fatalf("list %d: count %d, want %d", row, counts[row], want)
+		}
+		for j := range stride {
+			if want := idx[row*stride+j]; lists[row*stride+j] != want || valid[row*stride+j] != tl.Sizes[want] {
+				t.Fatalf("list %d entry %d: tile %d (valid %d), want %d (%d)", row, j, lists[row*stride+j], valid[row*stride+j], want, tl.Sizes[want])
 			}
 		}
 	}

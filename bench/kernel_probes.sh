@@ -24,7 +24,7 @@
 #                   pack kernel against its means alone (pool), at the issue's H3, FastH3's tiling and Wan 0.8:
 #                   what the q copy a block's pack makes costs (bench/vsa_fine_variants.py)
 #   8. vsa_mosaic.log   the Mosaic fine stage for the graph as a template (attention/testdata/gen_vsa_mosaic.py
-#                   --bench, not run before session 32): fitted on four lowerings, checked at FastH3's tiling, run
+#                   --bench, first run in session 32): fitted on six lowerings, checked at FastH3's tiling, run
 #                   at another geometry against float32 and upstream, timed at the issue's geometries; its
 #                   template and fixture come back in $OUT (vsa_mosaic.json.gz, vsa_mosaic.{safetensors,json})
 # The fixture the Go test reads lands in internal/xlaext/testdata/ and is copied to $OUT (commit it when it

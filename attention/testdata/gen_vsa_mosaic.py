@@ -29,11 +29,8 @@
 #
 #   python3 attention/testdata/gen_vsa_mosaic.py --upstream DIR [--bench] [--out DIR]
 #
-# Run it on the GPU machine (Hopper) with the JAX whose CUDA plugin the Go binaries load. Written in session
-# 31 without a device: it has not run yet. attention/vsa_mosaic.go takes the template of this kernel with
-# lists of three (every tile a query tile, 6 operands; made by bench/mosaic_text_probe.py and
-# internal/xlaext/testdata/mosaic_template.py) and refuses this file's 7-operand layout until its lists and
-# row gather learn first (bench/kernel_probes.sh step 8 writes the outputs outside the repository).
+# Run it on the GPU machine (Hopper) with the JAX whose CUDA plugin the Go binaries load (bench/kernel_probes.sh
+# step 8 writes the outputs to the device's $OUT; commit them).
 import argparse, gzip, json, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,12 +65,15 @@ def staged_table(idx, num, valid):
     return jnp.stack([pad(idx), pad(valid), pad(num[:, :, None])], axis=2)
 
 
-def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
+def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False, paired=False):
     # lists: (idx, num, valid[, first]), read from GMEM in the loops, or staged_table's table, staged in SMEM
     # (first 0). first (int32[1]) is the key tile of list row 0's query tile: the rows list the query tiles
     # first .. first+V-1 (the video tiles after the prefix ones), and the result holds their rows, [H, V·64, D].
     # pingpong: the two compute warpgroups take turns on the tensor cores, one's products while the
     # other's softmax, through a barrier both arrive at (attention_mgpu.py's schedule_barrier).
+    # paired: a loop step takes two listed key tiles, one softmax update over their 128 columns (FlashAttention-3's
+    # 128-row key blocks ran 17 % faster than 64-row ones at FastH3's dense geometry, BENCHMARKS.md session 31);
+    # each tile keeps its own ring buffer, and an odd list's last step takes its last tile again, all of it masked.
     h, s, d = q.shape
     staged = not isinstance(lists, tuple)
     tiles = lists.shape[1] if staged else lists[0].shape[1]
@@ -118,6 +118,11 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
         def count_of(w):
             # A partner past the last query tile has no keys (an odd number of tiles).
             return jnp.where(tile_of(w) < tiles, listed(w), 0)
+
+        def walked(w):
+            # The entries the rings carry: the count, rounded up to whole pairs when paired.
+            n = count_of(w)
+            return (n + 1) // 2 * 2 if paired else n
 
         def ring(w, step):
             # Warpgroup w's buffers hold its steps round-robin; barriers are numbered w·steps + slot.
@@ -176,7 +181,41 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
                 plgpu.barrier_arrive(v_free.at[b])
                 return acc, m_ij, l_i
 
-            acc, m_i, l_i = lax.fori_loop(0, n, step, (acc, m_i, l_i))
+            def pair_step(jp, carry):
+                # Entries 2jp and 2jp+1 (the latter past the count: its columns all masked).
+                acc, m_i, l_i = carry
+                qks, bs = [], []
+                for half in (0, 1):
+                    e = jp * 2 + half
+                    b = ring(wg, e)
+                    rows = jnp.where(e < n, rows_of(wg, jnp.minimum(e, n - 1)), 0)
+                    plgpu.barrier_wait(k_ready.at[b])
+
+                    def qk_of(acc_ref, b=b):
+                        plgpu.wgmma(acc_ref, q_tile, plgpu.transpose_ref(k_smem.at[b], (1, 0)))
+                        return acc_ref[...]
+                    qk = pl.run_scoped(qk_of, plgpu.ACC((T, T), jnp.float32))
+                    plgpu.barrier_arrive(k_free.at[b])
+                    qks.append(jnp.where(cols < rows, qk, G.MASKED))
+                    bs.append(b)
+                m_ij = jnp.maximum(m_i, jnp.maximum(qks[0].max(axis=1), qks[1].max(axis=1)) * SCALE)
+                alpha = jnp.exp2(m_i - m_ij)
+                ps = [jnp.exp2(qk * SCALE - lax.broadcast_in_dim(m_ij, qk.shape, [0])) for qk in qks]
+                acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
+                l_i = l_i * alpha + ps[0].sum(axis=1) + ps[1].sum(axis=1)
+                for p, b in zip(ps, bs):
+                    plgpu.barrier_wait(v_ready.at[b])
+
+                    def pv_of(acc_ref, p=p, b=b):
+                        plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[b])
+                    acc = pl.run_state(pv_of)(plgpu.ACC.init(acc))
+                    plgpu.barrier_arrive(v_free.at[b])
+                return acc, m_ij, l_i
+
+            if paired:
+                acc, m_i, l_i = lax.fori_loop(0, walked(wg) // 2, pair_step, (acc, m_i, l_i))
+            else:
+                acc, m_i, l_i = lax.fori_loop(0, n, step, (acc, m_i, l_i))
             if pingpong:
                 # The partner may list more tiles (or this one none: an odd last pair): its every step
                 # takes two turns, which this warpgroup must still arrive at, as attention_mgpu.py's
@@ -206,14 +245,15 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
                 fetch_lists(w)
             for w in (0, 1):
                 await_lists(w)
-            counts = [count_of(0), count_of(1)]
+            counts = [walked(0), walked(1)]
 
             def load(w, j, wait=False):
                 # The row offset stays kv·T: the Warpgroup lowering must prove a TMA offset into a tiled
                 # ref a multiple of the tiling, which it does for a product by 64 (not for an offset read
                 # from a table). On a refill K goes as soon as the step `steps` before has read its K
                 # (the first product), and V after its V, as attention_mgpu.py's producer does.
-                rows = pl.ds(key_tile(w, j) * T, T)
+                # A paired walk's padding entry takes the list's last tile again.
+                rows = pl.ds(key_tile(w, jnp.minimum(j, count_of(w) - 1)) * T, T)
                 b = ring(w, j)
                 if wait:
                     plgpu.barrier_wait(k_free.at[b])
@@ -263,10 +303,15 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False):
 
 # The template's geometries, (heads H, key tiles T, query tiles V, list width K, first): each parameter varied
 # on its own (V odd and even: a program takes two query tiles), the formulas fitted on all but the last, the
-# held-out one (FastH3's tiling: 56 heads, 289 tiles, 9 of them prefix, top-28 and the 9 prefix tiles).
+# held-out one (FastH3's tiling: 56 heads, 289 tiles, 9 of them prefix, top-28 and the 9 prefix tiles). The
+# small ones lower the least geometry the template serves (xlaext.MosaicTemplate.Covers) and so the size of
+# the committed fixture; the first run (session 32) had only the others, with a 12.7 MB fixture at (3, 45,
+# 41, 7, 4). Should the small ones lower to another structure, the template is made without them.
+SMALL_GEOMETRIES = [(2, 12, 9, 3, 3), (3, 17, 12, 4, 5)]
 TEMPLATE_GEOMETRIES = [(3, 40, 33, 5, 4), (5, 61, 47, 9, 7), (7, 37, 30, 13, 2), (4, 52, 41, 6, 11), (56, 289, 280, 37, 9)]
-# The fixture's geometry, none of the above: 3 heads, 45 key tiles of which 4 prefix, lists of up to 7.
-FIXTURE_GEOMETRY = (3, 45, 41, 7, 4)
+# The fixture's geometry, none of the fits': 2 heads, 15 key tiles of which 5 prefix, lists of up to 4 (3
+# heads, 45 tiles, 4 prefix, lists of 7 when the small geometries do not fit).
+FIXTURE_GEOMETRY, FIXTURE_GEOMETRY_LARGE = (2, 15, 10, 4, 5), (3, 45, 41, 7, 4)
 
 
 def call(h, nt, v, k):
@@ -279,9 +324,9 @@ def call(h, nt, v, k):
     return f, shapes
 
 
-def fixture_case(rng, upstream):
+def fixture_case(rng, upstream, geometry):
     # Ragged tiles (every size class, the prefix tiles too), lists of 1..K tiles, head 0's first list of K.
-    h, nt, v, k, first = FIXTURE_GEOMETRY
+    h, nt, v, k, first = geometry
     assert first + v == nt
     sizes = rng.integers(1, T + 1, nt).astype(np.int32)
     sizes[::3] = T
@@ -301,32 +346,78 @@ def fixture_case(rng, upstream):
     return ops, sizes, want, up
 
 
+# The kernel's settings compare_variants times, the first the committed one.
+VARIANTS = {"base": {}, "steps3": {"steps": 3}, "paired": {"paired": True}, "paired_steps3": {"paired": True, "steps": 3}}
+
+
+def compare_variants(upstream, rounds=3):
+    # Each variant jitted from source (no template): its output on the fixture's inputs against float32, then
+    # its time at the issue's four geometries, median of rounds of 20 calls, beside upstream's in the same run.
+    rng = np.random.default_rng(0)
+    ops, _, want, _ = fixture_case(rng, upstream, FIXTURE_GEOMETRY_LARGE)
+    runs = {}
+    for name, kw in VARIANTS.items():
+        try:
+            fn = jax.jit(lambda *o, kw=kw: vsa_mosaic(o[0], o[1], o[2], tuple(o[3:]), **kw))
+            err = float(np.abs(np.asarray(fn(*ops), np.float32) - want).max())
+            print(f"{name}: max diff from float32 {err:.3g} at {FIXTURE_GEOMETRY_LARGE}", flush=True)
+            runs[name] = fn if err < 0.05 else None
+        except Exception as e:  # a lowering error names its cause in its first line
+            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
+    import torch
+    for label in ("h3", "wan0.8", "h3_tiling", "wan_tiling"):
+        bh, bsizes, stride = G.BENCH_GEOMETRIES[label]
+        bnt = len(bsizes)
+        idx, num = G.random_lists(rng, bh, bnt, stride, np.full((bh, bnt), stride, np.int32))
+        q, kk, vv = (G.bf16(rng, (1, bh, bnt * T, D)) for _ in range(3))
+        bops = [q[0], kk[0], vv[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(bsizes[idx[0]].astype(np.int32)),
+                jnp.asarray([0], jnp.int32)]
+        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, kk, vv)]
+        lists = [torch.from_numpy(x).cuda() for x in (idx, num, bsizes)]
+        flops = 4 * bh * bnt * stride * T * T * D
+        times = {"upstream": [G.timed(lambda: upstream(*tq, *lists)[0], 20) for _ in range(rounds)]}
+        for name, fn in runs.items():
+            if fn is not None:
+                times[name] = [timed(lambda: fn(*bops), 20) for _ in range(rounds)]
+        line = ", ".join(f"{n} {np.median(t) * 1e3:.3f} ms ({flops / np.median(t) / 1e12:.0f} TFLOP/s)" for n, t in times.items())
+        print(f"{label}: {line}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True, help="folder with upstream's block_sparse_attn_triton.py")
     ap.add_argument("--out", default=os.path.join(HERE, ".."), help="attention/ (the template) with testdata/ below it")
     ap.add_argument("--bench", action="store_true", help="time the kernel against upstream's at the issue's geometries")
+    ap.add_argument("--variants", action="store_true",
+                    help="only compare the kernel's variants (VARIANTS) on the fixture's inputs and time them at the issue's geometries; writes nothing")
     args = ap.parse_args()
     upstream = G.load_upstream(args.upstream)
+    if args.variants:
+        return compare_variants(upstream)
 
     cases = []
-    for h, nt, v, k, first in TEMPLATE_GEOMETRIES:
+    for h, nt, v, k, first in SMALL_GEOMETRIES + TEMPLATE_GEOMETRIES:
         f, shapes = call(h, nt, v, k)
         cases.append(({"H": h, "T": nt, "V": v, "K": k}, mosaic_template.lowered_text(f, *shapes)))
         print(f"lowered H {h} T {nt} V {v} K {k}: {len(cases[-1][1])} characters", flush=True)
-    template = mosaic_template.infer(cases)
+    geometry = FIXTURE_GEOMETRY
+    try:
+        template = mosaic_template.infer(cases)
+    except (ValueError, AssertionError) as e:
+        print(f"the small geometries do not fit the others' template ({e}); made without them", flush=True)
+        template, geometry = mosaic_template.infer(cases[len(SMALL_GEOMETRIES):]), FIXTURE_GEOMETRY_LARGE
     print(f"template: {len(template['holes'])} holes, {len(template['formulas'])} formulas:", template["formulas"], flush=True)
 
     # The fixture geometry, which no fit saw: the template's text run through JAX against float32 and upstream.
     rng = np.random.default_rng(0)
-    ops, sizes, want, up = fixture_case(rng, upstream)
-    h, nt, v, k, first = FIXTURE_GEOMETRY
+    ops, sizes, want, up = fixture_case(rng, upstream, geometry)
+    h, nt, v, k, first = geometry
     f, shapes = call(h, nt, v, k)
     text = mosaic_template.instantiate(template, {"H": h, "T": nt, "V": v, "K": k})
     assert text == mosaic_template.lowered_text(f, *shapes), "the template does not give JAX's text at the fixture geometry"
     out = np.asarray(mosaic_template.run_text(f, text, *ops), np.float32)
     err_ref, err_up = float(np.abs(out - want).max()), float(np.abs(out - up).max())
-    print(f"fixture {FIXTURE_GEOMETRY}: max diff from float32 {err_ref:.3g}, from upstream {err_up:.3g}", flush=True)
+    print(f"fixture {geometry}: max diff from float32 {err_ref:.3g}, from upstream {err_up:.3g}", flush=True)
     assert err_ref < 0.05 and err_up < 0.05, "the kernel does not compute the fine stage"
 
     timings = {}
