@@ -346,6 +346,25 @@ def fixture_case(rng, upstream, geometry):
     return ops, sizes, want, up
 
 
+# The issue's geometries and FastH3's and FastWan's tilings (gen_vsa_triton.py's BENCH_GEOMETRIES), full lists.
+BENCH_LABELS = ("h3", "wan0.8", "h3_tiling", "wan_tiling")
+
+
+def bench_inputs(rng, label):
+    # The kernel's operands at a bench geometry (every tile a query tile, first 0), upstream's on the same
+    # inputs, the fine stage's FLOPs, and (H, T, K).
+    import torch
+    bh, bsizes, stride = G.BENCH_GEOMETRIES[label]
+    bnt = len(bsizes)
+    idx, num = G.random_lists(rng, bh, bnt, stride, np.full((bh, bnt), stride, np.int32))
+    q, kk, vv = (G.bf16(rng, (1, bh, bnt * T, D)) for _ in range(3))
+    ops = [q[0], kk[0], vv[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(bsizes[idx[0]].astype(np.int32)),
+           jnp.asarray([0], jnp.int32)]
+    up_args = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, kk, vv)]
+    up_args += [torch.from_numpy(x).cuda() for x in (idx, num, bsizes)]
+    return ops, up_args, 4 * bh * bnt * stride * T * T * D, (bh, bnt, stride)
+
+
 # The kernel's settings compare_variants times, the first the committed one.
 VARIANTS = {"base": {}, "steps3": {"steps": 3}, "paired": {"paired": True}, "paired_steps3": {"paired": True, "steps": 3}}
 
@@ -364,18 +383,9 @@ def compare_variants(upstream, rounds=3):
             runs[name] = fn if err < 0.05 else None
         except Exception as e:  # a lowering error names its cause in its first line
             print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
-    import torch
-    for label in ("h3", "wan0.8", "h3_tiling", "wan_tiling"):
-        bh, bsizes, stride = G.BENCH_GEOMETRIES[label]
-        bnt = len(bsizes)
-        idx, num = G.random_lists(rng, bh, bnt, stride, np.full((bh, bnt), stride, np.int32))
-        q, kk, vv = (G.bf16(rng, (1, bh, bnt * T, D)) for _ in range(3))
-        bops = [q[0], kk[0], vv[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(bsizes[idx[0]].astype(np.int32)),
-                jnp.asarray([0], jnp.int32)]
-        tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, kk, vv)]
-        lists = [torch.from_numpy(x).cuda() for x in (idx, num, bsizes)]
-        flops = 4 * bh * bnt * stride * T * T * D
-        times = {"upstream": [G.timed(lambda: upstream(*tq, *lists)[0], 20) for _ in range(rounds)]}
+    for label in BENCH_LABELS:
+        bops, up_args, flops, _ = bench_inputs(rng, label)
+        times = {"upstream": [G.timed(lambda: upstream(*up_args)[0], 20) for _ in range(rounds)]}
         for name, fn in runs.items():
             if fn is not None:
                 times[name] = [timed(lambda: fn(*bops), 20) for _ in range(rounds)]
@@ -422,22 +432,13 @@ def main():
 
     timings = {}
     if args.bench:
-        for label in ("h3", "wan0.8", "h3_tiling", "wan_tiling"):
-            bh, bsizes, stride = G.BENCH_GEOMETRIES[label]
-            bnt = len(bsizes)
-            idx, num = G.random_lists(rng, bh, bnt, stride, np.full((bh, bnt), stride, np.int32))
-            q, kk, vv = (G.bf16(rng, (1, bh, bnt * T, D)) for _ in range(3))
-            bops = [q[0], kk[0], vv[0], jnp.asarray(idx[0]), jnp.asarray(num[0]), jnp.asarray(bsizes[idx[0]].astype(np.int32)),
-                    jnp.asarray([0], jnp.int32)]
-            bf, bshapes = call(bh, bnt, bnt, stride)
+        for label in BENCH_LABELS:
+            bops, up_args, flops, (bh, bnt, stride) = bench_inputs(rng, label)
+            bf, _ = call(bh, bnt, bnt, stride)
             btext = mosaic_template.instantiate(template, {"H": bh, "T": bnt, "V": bnt, "K": stride})
-            import torch
-            tq = [torch.from_numpy(np.array(x).view(np.int16)).cuda().view(torch.bfloat16) for x in (q, kk, vv)]
-            lists = [torch.from_numpy(x).cuda() for x in (idx, num, bsizes)]
-            t_up = G.timed(lambda: upstream(*tq, *lists)[0], 20)
+            t_up = G.timed(lambda: upstream(*up_args)[0], 20)
             compiled = mosaic_template.compile_text(bf, btext, *bops)
             t = timed(lambda: compiled(*bops), 20)
-            flops = 4 * bh * bnt * stride * T * T * D
             timings[label] = {"mosaic_ms": t * 1e3, "upstream_ms": t_up * 1e3}
             print(f"{label}: mosaic {t * 1e3:.3f} ms ({flops / t / 1e12:.0f} TFLOP/s), upstream Triton {t_up * 1e3:.3f} ms", flush=True)
 
