@@ -39,7 +39,7 @@
 #     > .gpu/up/block_sparse_attn_triton.py
 #   bash bench/stage_ffmpeg.sh   # .gpu/ffmpeg.xz, the clip step's encoder
 # On the GPU machine (carry .gpu/bench.xz, .gpu/attention.test.xz, .gpu/ffmpeg.xz and .gpu/up: with the tracked
-# files, about 59 of the 64 MiB a call carries):
+# files, about 63 of the 64 MiB a call carries):
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
