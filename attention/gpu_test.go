@@ -417,7 +417,7 @@ func TestSparseMosaicOnGPU(t *testing.T) {
 // TestVSAMosaicMatchesJAXOnGPU runs the embedded template, instantiated by Go at the fixture's geometry (none
 // of the geometries it was fitted on), on the inputs of testdata/gen_vsa_mosaic.py: the output must equal
 // JAX's run of the same text bit for bit (the same module on the same inputs), and stay within two bf16
-// steps of the float32 reference (the generator found it 0.5 steps from upstream's Triton forward):
+// steps of the float32 reference (the generator found JAX's output equal to upstream's Triton forward there):
 //
 //	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
 //	FASTVIDEO_GPU_TEST=1 ./.gpu/attention.test -test.run TestVSAMosaicMatchesJAXOnGPU -test.v
