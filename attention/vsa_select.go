@@ -67,8 +67,7 @@ func (ks *vsaKernels) routes(scores *Node, s *Sparse) (idx, ends *Node) {
 		exempt = 1
 	}
 	params := Const(g, []int32{int32(t.NumTiles()), int32(t.NumPrefix), int32(t.NumVideo), int32(kept), exempt})
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{t.NumVideo, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, Const(g, k.keyClasses(t.Sizes)), Reshape(scores, scores.Shape().Size())},
+	out, err := xlaext.TritonCall(k.Launch(k.Name, [3]int{t.NumVideo, h, 1}), []*Node{params, Const(g, k.keyClasses(t.Sizes)), Reshape(scores, scores.Shape().Size())},
 		[]shapes.Shape{shapes.Make(dtypes.Int32, h*t.NumVideo*kept), shapes.Make(dtypes.Int32, h*t.NumVideo*len(k.KeyBlocks))})
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA select kernel: %w", err))

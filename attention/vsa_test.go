@@ -331,8 +331,8 @@ func TestTritonWindowUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.HeadDim != 128 || k.Tile != WindowTile || k.Plugin == "" || len(k.ir) < 1000 {
-		t.Fatalf("window_triton.json: head %d, tile %d, plugin %q, %d IR bytes", k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+	if k.HeadDim != 128 || k.Tile != WindowTile || k.Plugin == "" || len(k.Bytecode()) < 1000 {
+		t.Fatalf("window_triton.json: head %d, tile %d, plugin %q, %d IR bytes", k.HeadDim, k.Tile, k.Plugin, len(k.Bytecode()))
 	}
 	b := testutil.Backend(t)
 	for _, c := range []struct {
@@ -360,8 +360,8 @@ func TestTritonVSAUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range append([]*tritonKernel{ks.fine, ks.pack}, ks.route...) {
-		if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.ir) < 1000 {
-			t.Fatalf("%s: head %d, tile %d, plugin %q, %d IR bytes", k.Name, k.HeadDim, k.Tile, k.Plugin, len(k.ir))
+		if k.HeadDim != 128 || k.Tile != 64 || k.Plugin == "" || len(k.Bytecode()) < 1000 {
+			t.Fatalf("%s: head %d, tile %d, plugin %q, %d IR bytes", k.Name, k.HeadDim, k.Tile, k.Plugin, len(k.Bytecode()))
 		}
 	}
 	// FastH3's and Wan 1.3B's tilings (289 and 624 tiles) take the select kernel.

@@ -2,7 +2,6 @@ package attention
 
 import (
 	_ "embed"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,12 +79,10 @@ var vsaPackFile []byte
 // tritonKernel is a kernel file (vsa_triton.json, window_triton.json): the kernel and what it was
 // made with.
 type tritonKernel struct {
-	Name      string `json:"name"`
-	IR        string `json:"ir"` // base64 of the MLIR bytecode
-	HeadDim   int    `json:"head_dim"`
-	Tile      int    `json:"tile"`
-	NumWarps  int    `json:"num_warps"`
-	NumStages int    `json:"num_stages"`
+	xlaext.TritonRecord
+	Name    string `json:"name"`
+	HeadDim int    `json:"head_dim"`
+	Tile    int    `json:"tile"`
 	// KeyBlocks are the K/V block rows of each class of key tile the VSA kernel walks, largest (Tile)
 	// first: a tile belongs to the last class whose block holds its valid rows.
 	KeyBlocks []int `json:"key_blocks"`
@@ -96,7 +93,6 @@ type tritonKernel struct {
 	Width  int    `json:"width"`
 	JAX    string `json:"jax"`
 	Plugin string `json:"plugin"`
-	ir     []byte
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -105,11 +101,9 @@ func parseTritonKernel(file string, data []byte) (*tritonKernel, error) {
 	if err := json.Unmarshal(data, k); err != nil {
 		return nil, fmt.Errorf("attention: %s: %w", file, err)
 	}
-	ir, err := base64.StdEncoding.DecodeString(k.IR)
-	if err != nil || len(ir) == 0 || k.Name == "" || k.HeadDim <= 0 || k.Tile <= 0 || k.NumWarps <= 0 || k.NumStages <= 0 {
-		return nil, fmt.Errorf("attention: %s is incomplete (ir %d bytes, %v)", file, len(ir), err)
+	if err := k.Decode(); err != nil || k.Name == "" || k.HeadDim <= 0 || k.Tile <= 0 {
+		return nil, fmt.Errorf("attention: %s is incomplete (name %q, head width %d, tile %d; %v)", file, k.Name, k.HeadDim, k.Tile, err)
 	}
-	k.ir = ir
 	return k, nil
 }
 
@@ -322,8 +316,7 @@ func flatTiles(oc *Node) *Node {
 func (k *tritonKernel) pack(x, slots *Node, t *Tiling) (packed, pooled *Node) {
 	g := x.Graph()
 	h, d, nT := x.Shape().Dim(2), x.Shape().Dim(3), t.NumTiles()
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{nT, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{Const(g, []int32{int32(h), int32(nT)}), slots, Reshape(x, t.Rows()*h, d)},
+	out, err := xlaext.TritonCall(k.Launch(k.Name, [3]int{nT, h, 1}), []*Node{Const(g, []int32{int32(h), int32(nT)}), slots, Reshape(x, t.Rows()*h, d)},
 		[]shapes.Shape{shapes.Make(x.DType(), h*nT*t.TileElems, d), shapes.Make(dtypes.Float32, nT*h, d)})
 	if err != nil {
 		panic(fmt.Errorf("attention: VSA pack kernel: %w", err))
@@ -411,8 +404,7 @@ func (k *tritonKernel) call(geo fineGeometry, ends, idx, q, kk, v, gate, oc *Nod
 		gated, gate, oc = 0, Zeros(g, shapes.Make(q.DType(), 1, d)), Zeros(g, shapes.Make(dtypes.Float32, 1, d))
 	}
 	params := Const(g, []int32{int32(geo.Rows), int32(geo.First), int32(geo.Tiles), int32(geo.Stride), int32(h), gated})
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{geo.Tiles, h, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v, gate, oc},
+	out, err := xlaext.TritonCall(k.Launch(k.Name, [3]int{geo.Tiles, h, 1}), []*Node{params, ends, idx, Const(g, geo.Sizes), Const(g, geo.Slots), q, kk, v, gate, oc},
 		[]shapes.Shape{shapes.Make(q.DType(), geo.Seq*h, d)})
 	if err != nil {
 		return nil, err

@@ -78,8 +78,7 @@ func (k *tritonKernel) windowCall(q, kk, v, idx, counts *Node, seqLen int, w Win
 	tiles, stride := idx.Shape().Dim(0), idx.Shape().Dim(1)
 	params := Const(q.Graph(), []int32{int32(rows), int32(seqLen), int32(stride), int32(w.Half()), int32(w.Sink)})
 	flat := func(x *Node) *Node { return Reshape(x, gh*rows, d) }
-	kernel := xlaext.TritonKernel{Name: k.Name, IR: k.ir, Grid: [3]int{tiles, gh, 1}, NumWarps: k.NumWarps, NumStages: k.NumStages}
-	out, err := xlaext.TritonCall(kernel, []*Node{params, counts, Reshape(idx, tiles*stride), flat(q), flat(kk), flat(v)},
+	out, err := xlaext.TritonCall(k.Launch(k.Name, [3]int{tiles, gh, 1}), []*Node{params, counts, Reshape(idx, tiles*stride), flat(q), flat(kk), flat(v)},
 		[]shapes.Shape{shapes.Make(q.DType(), gh*rows, d)})
 	if err != nil {
 		return nil, err

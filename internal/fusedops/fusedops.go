@@ -7,7 +7,6 @@ package fusedops
 
 import (
 	_ "embed"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -39,18 +38,15 @@ type kernelFile struct {
 	Plugin    string `json:"plugin"`
 	// Head is the head width of qk_norm_rope's rows and Heads the most heads of a token it takes.
 	Head, Heads int
-	Kernels     map[string]kernelRecord `json:"kernels"`
+	Kernels     map[string]*kernelRecord `json:"kernels"`
 }
 
 type kernelRecord struct {
-	IR        string `json:"ir"` // base64 of the MLIR bytecode
-	NumWarps  int    `json:"num_warps"`
-	NumStages int    `json:"num_stages"`
+	xlaext.TritonRecord
 	// GeometryFree: the generator lowered the kernel at two geometries and their modules differ only in
 	// the whole-array operands' block offsets (0 times the array's size), so the IR serves every sequence
 	// length.
 	GeometryFree bool `json:"geometry_free"`
-	ir           []byte
 }
 
 var loadKernels = sync.OnceValues(func() (*kernelFile, error) { return parseKernelFile(kernelFileData) })
@@ -65,15 +61,15 @@ func parseKernelFile(data []byte) (*kernelFile, error) {
 		return nil, fmt.Errorf("fusedops: fused_triton.json is incomplete (plugin %q, head %d, heads %d)", f.Plugin, f.Head, f.Heads)
 	}
 	for name, k := range f.Kernels {
-		ir, err := base64.StdEncoding.DecodeString(k.IR)
-		switch {
-		case err != nil || len(ir) == 0 || k.NumWarps <= 0 || k.NumStages <= 0:
-			return nil, fmt.Errorf("fusedops: fused_triton.json: kernel %s is incomplete (ir %d bytes, %v)", name, len(ir), err)
-		case !k.GeometryFree:
+		if k == nil {
+			return nil, fmt.Errorf("fusedops: fused_triton.json: kernel %s is empty", name)
+		}
+		if err := k.Decode(); err != nil {
+			return nil, fmt.Errorf("fusedops: fused_triton.json: kernel %s is incomplete (%v)", name, err)
+		}
+		if !k.GeometryFree {
 			return nil, fmt.Errorf("fusedops: fused_triton.json: kernel %s's IR depends on the geometry it was lowered at; regenerate it with testdata/gen_fused_triton.py", name)
 		}
-		k.ir = ir
-		f.Kernels[name] = k
 	}
 	return f, nil
 }
@@ -87,22 +83,17 @@ func Kernels() bool {
 }
 
 // kernel returns the named kernel and its file, or why it cannot run on backend.
-func kernel(name string, backend compute.Backend) (kernelRecord, *kernelFile, error) {
+func kernel(name string, backend compute.Backend) (*kernelRecord, *kernelFile, error) {
 	f, err := loadKernels()
 	if err != nil {
-		return kernelRecord{}, nil, err
+		return nil, nil, err
 	}
 	k, ok := f.Kernels[name]
 	if !ok {
-		return kernelRecord{}, nil, fmt.Errorf("fusedops: fused_triton.json has no kernel %s; regenerate it with testdata/gen_fused_triton.py", name)
+		return nil, nil, fmt.Errorf("fusedops: fused_triton.json has no kernel %s; regenerate it with testdata/gen_fused_triton.py", name)
 	}
 	if err := xlaext.Compatible(backend, f.Plugin); err != nil {
-		return kernelRecord{}, nil, err
+		return nil, nil, err
 	}
 	return k, f, nil
-}
-
-// launch is kernel record k, named name, as a Triton call launched on grid.
-func (k kernelRecord) launch(name string, grid [3]int) xlaext.TritonKernel {
-	return xlaext.TritonKernel{Name: name, IR: k.ir, Grid: grid, NumWarps: k.NumWarps, NumStages: k.NumStages}
 }

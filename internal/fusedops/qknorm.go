@@ -66,21 +66,21 @@ func QKNormRopeKernel(backend compute.Backend, dtype, wDType dtypes.DType, heads
 }
 
 // qkKernelFor is the qk_norm_rope kernel where it computes the pass (QKNormRopeKernel), or why not.
-func qkKernelFor(backend compute.Backend, dtype, wDType dtypes.DType, heads, headDim, rot int) (kernelRecord, error) {
+func qkKernelFor(backend compute.Backend, dtype, wDType dtypes.DType, heads, headDim, rot int) (*kernelRecord, error) {
 	k, f, err := kernel("qk_norm_rope", backend)
 	if err != nil {
-		return kernelRecord{}, err
+		return nil, err
 	}
 	switch {
 	case dtype != dtypes.BFloat16 || wDType != dtypes.BFloat16:
-		return kernelRecord{}, fmt.Errorf("%w: x %s and w %s (it takes bfloat16)", errQKShape, dtype, wDType)
+		return nil, fmt.Errorf("%w: x %s and w %s (it takes bfloat16)", errQKShape, dtype, wDType)
 	case headDim != f.Head:
-		return kernelRecord{}, fmt.Errorf("%w: heads of %d channels (it takes %d)", errQKShape, headDim, f.Head)
+		return nil, fmt.Errorf("%w: heads of %d channels (it takes %d)", errQKShape, headDim, f.Head)
 	case heads < 1 || heads > f.Heads:
-		return kernelRecord{}, fmt.Errorf("%w: %d heads (it takes 1 to %d)", errQKShape, heads, f.Heads)
+		return nil, fmt.Errorf("%w: %d heads (it takes 1 to %d)", errQKShape, heads, f.Heads)
 	case rot < 16 || rot > headDim || rot%16 != 0:
 		// The kernel reads each channel's partner as a row shifted by rot/2, in 16-byte loads.
-		return kernelRecord{}, fmt.Errorf("%w: %d rotated channels (it takes a multiple of 16 up to %d)", errQKShape, rot, headDim)
+		return nil, fmt.Errorf("%w: %d rotated channels (it takes a multiple of 16 up to %d)", errQKShape, rot, headDim)
 	}
 	return k, nil
 }
@@ -98,7 +98,7 @@ func qkKernel(x, w, cos, sin *Node, eps float64, rot int) (*Node, error) {
 	}
 	c, s := expandedAngles(cos, sin, rot, dh)
 	params := Const(g, []int32{int32(l * h), int32(h), int32(rot)})
-	out, err := xlaext.TritonCall(k.launch("qk_norm_rope", [3]int{l, 1, 1}), []*Node{params, Reshape(x, l*h*dh), w, c, s, Const(g, []float32{float32(eps)})},
+	out, err := xlaext.TritonCall(k.Launch("qk_norm_rope", [3]int{l, 1, 1}), []*Node{params, Reshape(x, l*h*dh), w, c, s, Const(g, []float32{float32(eps)})},
 		[]shapes.Shape{shapes.Make(x.DType(), l*h*dh)})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@
 package xlaext
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,6 +35,34 @@ type TritonKernel struct {
 	Grid [3]int
 	// NumWarps and NumStages are Triton's compile parameters.
 	NumWarps, NumStages int
+}
+
+// TritonRecord is a Triton kernel as this project's kernel files store it (testdata/gen_triton.py's fields,
+// which the generators of attention/ and internal/fusedops write): the module as base64 of its MLIR
+// bytecode and Triton's compile parameters. A file's parser decodes it once (Decode); graphs launch it.
+type TritonRecord struct {
+	IR        string `json:"ir"`
+	NumWarps  int    `json:"num_warps"`
+	NumStages int    `json:"num_stages"`
+	bytecode  []byte
+}
+
+// Decode reads the record's module, or says what the record lacks.
+func (r *TritonRecord) Decode() error {
+	ir, err := base64.StdEncoding.DecodeString(r.IR)
+	if err != nil || len(ir) == 0 || r.NumWarps <= 0 || r.NumStages <= 0 {
+		return fmt.Errorf("ir %d bytes, %d warps, %d stages, %v", len(ir), r.NumWarps, r.NumStages, err)
+	}
+	r.bytecode = ir
+	return nil
+}
+
+// Bytecode is the module Decode read (nil before).
+func (r *TritonRecord) Bytecode() []byte { return r.bytecode }
+
+// Launch is the record as the Triton function name, launched on grid.
+func (r *TritonRecord) Launch(name string, grid [3]int) TritonKernel {
+	return TritonKernel{Name: name, IR: r.bytecode, Grid: grid, NumWarps: r.NumWarps, NumStages: r.NumStages}
 }
 
 // TritonFunction is the method bench/goxla-triton.patch adds to go-xla's *xla.Function.

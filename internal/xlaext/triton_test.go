@@ -137,3 +137,22 @@ func TestCompatible(t *testing.T) {
 		t.Errorf("after forgetting: %q", got)
 	}
 }
+
+// TestTritonRecord: a kernel file's record decodes its base64 module once and launches with its compile
+// parameters; a record without a module, warps or stages, or with a module that is not base64, is refused.
+func TestTritonRecord(t *testing.T) {
+	r := xlaext.TritonRecord{IR: "AAAA", NumWarps: 16, NumStages: 3}
+	if err := r.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	k := r.Launch("qk", [3]int{7, 1, 1})
+	if k.Name != "qk" || len(k.IR) != 3 || k.Grid != [3]int{7, 1, 1} || k.NumWarps != 16 || k.NumStages != 3 || len(r.Bytecode()) != 3 {
+		t.Fatalf("launched %+v", k)
+	}
+	for _, bad := range []xlaext.TritonRecord{{NumWarps: 4, NumStages: 1}, {IR: "!!", NumWarps: 4, NumStages: 1},
+		{IR: "AAAA", NumStages: 1}, {IR: "AAAA", NumWarps: 4}} {
+		if err := bad.Decode(); err == nil || bad.Bytecode() != nil {
+			t.Errorf("%+v decoded", bad)
+		}
+	}
+}
