@@ -70,23 +70,32 @@ func parseVSAMosaic(file string, data []byte) (*mosaicKernel, error) {
 // not otherwise: the Triton kernels' conditions (their tile copies and routing feed it), the template's
 // head width and tile, the plugin it was made with, and a geometry no smaller than those it was checked at.
 func MosaicVSA(backend compute.Backend, dtype dtypes.DType, heads, headDim int, t *Tiling, topK int) error {
+	_, err := mosaicFor(backend, dtype, heads, headDim, t, topK)
+	return err
+}
+
+// mosaicFor is the Mosaic fine stage where it runs (MosaicVSA), or why not.
+func mosaicFor(backend compute.Backend, dtype dtypes.DType, heads, headDim int, t *Tiling, topK int) (*mosaicKernel, error) {
 	k, err := loadVSAMosaic()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := TritonVSA(backend, dtype, headDim, t.TileElems); err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case headDim != k.HeadDim:
-		return fmt.Errorf("%w: head width %d (the Mosaic kernel takes %d)", errTritonShape, headDim, k.HeadDim)
+		return nil, fmt.Errorf("%w: head width %d (the Mosaic kernel takes %d)", errTritonShape, headDim, k.HeadDim)
 	case t.TileElems != k.Tile:
-		return fmt.Errorf("%w: tiles of %d rows (the Mosaic kernel takes %d)", errTritonShape, t.TileElems, k.Tile)
+		return nil, fmt.Errorf("%w: tiles of %d rows (the Mosaic kernel takes %d)", errTritonShape, t.TileElems, k.Tile)
 	}
 	if _, err := k.mosaicGeometry(t, heads, t.KeyTiles(topK)); err != nil {
-		return err
+		return nil, err
 	}
-	return xlaext.Compatible(backend, k.Plugin)
+	if err := xlaext.Compatible(backend, k.Plugin); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // mosaicGeometry is the template's parameters for tiling t with lists of stride key tiles over heads

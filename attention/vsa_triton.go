@@ -38,7 +38,7 @@ const (
 	SparseTriton
 	// SparseMosaic runs the fine stage as the Mosaic GPU kernel (vsa_mosaic.go; Hopper), the Triton kernels
 	// still making the tile copies and the routing; building the graph fails where it cannot run. Opt-in:
-	// the DiTs' forwards have not been timed with it yet.
+	// FastH3's DiT forward runs no faster with it than with the Triton kernel (BENCHMARKS.md, session 32).
 	SparseMosaic
 )
 
@@ -248,10 +248,7 @@ func sparseKernels(q *Node, s *Sparse, scale float64, path Path) *vsaKernels {
 
 // withMosaic is ks with the Mosaic fine stage for q's graph and tiling, or why it cannot run.
 func (ks *vsaKernels) withMosaic(q *Node, s *Sparse) (*vsaKernels, error) {
-	if err := MosaicVSA(q.Graph().Backend(), q.DType(), q.Shape().Dim(2), q.Shape().Dim(3), s.Tiling, s.TopK); err != nil {
-		return nil, err
-	}
-	m, err := loadVSAMosaic()
+	m, err := mosaicFor(q.Graph().Backend(), q.DType(), q.Shape().Dim(2), q.Shape().Dim(3), s.Tiling, s.TopK)
 	if err != nil {
 		return nil, err
 	}
