@@ -15,8 +15,8 @@ import (
 )
 
 // VSA's fine stage as a Mosaic GPU kernel (SparseMosaic): the kernel of testdata/gen_vsa_mosaic.py, warpgroup
-// MMA and TMA on Hopper, which ran at 0.68-0.74x upstream's Triton forward on the geometries where the
-// Triton kernel runs at about 0.96x (BENCHMARKS.md, session 32). A Mosaic GPU module is compiled for one
+// MMA and TMA on Hopper, which ran at 0.7-0.8x upstream's Triton forward on the geometries where the
+// Triton kernel runs at about 0.96x (BENCHMARKS.md, sessions 31-32). A Mosaic GPU module is compiled for one
 // geometry, so the kernel ships as a template (vsa_mosaic.json.gz, xlaext.MosaicTemplate) that a graph
 // instantiates at its heads H, tiles T, video tiles V and list width K. The kernel walks the video query
 // tiles' lists (query tile first + r for list row r; first is an operand, the prefix tile count) and

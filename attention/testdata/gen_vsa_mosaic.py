@@ -385,7 +385,7 @@ def compare_variants(upstream, rounds=3):
             print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
     for label in BENCH_LABELS:
         bops, up_args, flops, _ = bench_inputs(rng, label)
-        times = {"upstream": [G.timed(lambda: upstream(*up_args)[0], 20) for _ in range(rounds)]}
+        times = {"upstream": [timed(lambda: upstream(*up_args)[0], 20) for _ in range(rounds)]}
         for name, fn in runs.items():
             if fn is not None:
                 times[name] = [timed(lambda: fn(*bops), 20) for _ in range(rounds)]
@@ -436,7 +436,7 @@ def main():
             bops, up_args, flops, (bh, bnt, stride) = bench_inputs(rng, label)
             bf, _ = call(bh, bnt, bnt, stride)
             btext = mosaic_template.instantiate(template, {"H": bh, "T": bnt, "V": bnt, "K": stride})
-            t_up = G.timed(lambda: upstream(*up_args)[0], 20)
+            t_up = timed(lambda: upstream(*up_args)[0], 20)
             compiled = mosaic_template.compile_text(bf, btext, *bops)
             t = timed(lambda: compiled(*bops), 20)
             timings[label] = {"mosaic_ms": t * 1e3, "upstream_ms": t_up * 1e3}

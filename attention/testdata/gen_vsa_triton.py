@@ -61,7 +61,7 @@
 # that selects every key tile and one that selects one, several heads; upstream's output and ours) and
 # vsa_triton_whole.* (the same with every tile of 33-64 valid rows whole), and
 # with --bench times both fine kernels at the H3 and Wan 1.3B geometries and the pack kernel.
-import argparse, base64, importlib.util, json, math, os, sys, time
+import argparse, base64, importlib.util, json, math, os, sys
 from types import SimpleNamespace
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -74,7 +74,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from gen_triton import lowered_triton_call, pallas_triton, plugin_version  # noqa: E402
+from gen_triton import lowered_triton_call, pallas_triton, plugin_version, timed  # noqa: E402
 
 D, T = 128, 64
 LOG2E = math.log2(math.e)
@@ -375,15 +375,6 @@ def load_upstream(folder):
 
 def bf16(rng, shape):
     return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(jnp.bfloat16)
-
-
-def timed(fn, n):
-    fn()
-    t = time.perf_counter()
-    for _ in range(n):
-        r = fn()
-    jax.block_until_ready(r) if not hasattr(r, "cpu") else __import__("torch").cuda.synchronize()
-    return (time.perf_counter() - t) / n
 
 
 # Launch settings tried: Triton pipelines the K/V tile loads num_stages deep (6 is the deepest whose
