@@ -45,10 +45,9 @@
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
 # BUDGET_S (default 585). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
 # GPU fine stage in the VSA one (-h3dit-vsa-kernel mosaic; the vsa step times it beside the Triton kernel
-# wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached)
-# as trace traces the VSA one, kernel for kernel: the VSA forward's GEMMs took 17.5 ms a block on an H200
-# (session 29), about 730 TFLOP/s, where an earlier profile of the dense forward had ~780 (BENCHMARKS.md,
-# session 30); one process tracing both says whether the VSA program's GEMMs are slower.
+# wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached) as trace traces the VSA one,
+# kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
+# 1.56 ms a block its gate projection; BENCHMARKS.md).
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
