@@ -252,8 +252,10 @@ def vsa_mosaic(q, k, v, lists, steps=2, semantics="warpgroup", pingpong=False, p
                 # ref a multiple of the tiling, which it does for a product by 64 (not for an offset read
                 # from a table). On a refill K goes as soon as the step `steps` before has read its K
                 # (the first product), and V after its V, as attention_mgpu.py's producer does.
-                # A paired walk's padding entry takes the list's last tile again.
-                rows = pl.ds(key_tile(w, jnp.minimum(j, count_of(w) - 1)) * T, T)
+                # A paired walk's padding entry takes the list's last tile again (only there: the unpaired
+                # kernel's module stays the one the committed template was made from).
+                at = jnp.minimum(j, count_of(w) - 1) if paired else j
+                rows = pl.ds(key_tile(w, at) * T, T)
                 b = ring(w, j)
                 if wait:
                     plgpu.barrier_wait(k_free.at[b])
