@@ -36,7 +36,7 @@ type blockSpec struct {
 	NormEps, QKNormEps             float64
 	Attention                      attention.Options
 	Dispatch                       quant.Dispatch
-	QKPass                         fusedops.Form
+	QKPass, NormPass               fusedops.Form
 	AllReduce                      AllReduce
 }
 
@@ -138,38 +138,42 @@ func (s blockSpec) refinerBlock(x *Node, w coreWeights) *Node {
 // the attention and FFN outputs before gating.
 func (s blockSpec) jointBlock(x, mod, rowIdx, cos, sin *Node, w coreWeights) (out, attnOut, ffOut *Node) {
 	s.check(w)
-	table := rowTables(x, mod, rowIdx)
-	attnOut = s.jointAttention(x, table, cos, sin, w)
-	x, ffOut = s.jointFeedForward(x, table, attnOut, w)
-	return jointResidual(x, table, ffOut), attnOut, ffOut
+	m := fusedops.Modulation{Mod: mod, Rows: rowIdx}
+	attnOut = s.jointAttention(x, m, cos, sin, w)
+	x, ffOut = s.jointFeedForward(x, m, attnOut, w)
+	return jointResidual(x, m, ffOut), attnOut, ffOut
 }
 
-// rowTables gathers each packed row's modulation row: table(i) is table i of the six, [L, D].
-func rowTables(x, mod, rowIdx *Node) func(i int) *Node {
-	m := Gather(ConvertDType(mod, x.DType()), ExpandAxes(rowIdx, -1)) // [L, 6, D]
-	return func(i int) *Node { return Squeeze(Slice(m, AxisRange(), AxisElem(i), AxisRange()), 1) }
-}
+// The modulation tables of a joint block, in the order jointBlock documents.
+const (
+	shiftMSA = iota
+	scaleMSA
+	gateMSA
+	shiftMLP
+	scaleMLP
+	gateMLP
+)
 
 // The joint block in its three parts, cut where a tensor-parallel block all-reduces (docs/architecture.md,
-// "Tensor parallelism"): the attention output, then the FFN output.
+// "Tensor parallelism"): the attention output, then the FFN output. The pre-norms run in the form
+// s.NormPass chooses (package fusedops).
 
 // jointAttention is the modulated attention branch (ungated), all-reduced through the hook.
-func (s blockSpec) jointAttention(x *Node, table func(int) *Node, cos, sin *Node, w coreWeights) *Node {
-	h := nn.Modulate(nn.RMSNorm(x, w.Norm1, s.NormEps), table(0), table(1))
+func (s blockSpec) jointAttention(x *Node, m fusedops.Modulation, cos, sin *Node, w coreWeights) *Node {
+	h := fusedops.NormModulate(x, m, w.Norm1, s.NormEps, shiftMSA, scaleMSA, s.NormPass)
 	return s.attentionOut(h, w.Attn, cos, sin)
 }
 
 // jointFeedForward adds the gated attention output to x and runs the modulated FFN branch on the sum;
 // it returns the sum and the (ungated, all-reduced) FFN output.
-func (s blockSpec) jointFeedForward(x *Node, table func(int) *Node, attnOut *Node, w coreWeights) (sum, ffOut *Node) {
-	x = Add(x, Mul(table(2), attnOut))
-	h := nn.Modulate(nn.RMSNorm(x, w.Norm2, s.NormEps), table(3), table(4))
-	return x, s.feedForward(h, w.FFIn, w.FFOut)
+func (s blockSpec) jointFeedForward(x *Node, m fusedops.Modulation, attnOut *Node, w coreWeights) (sum, ffOut *Node) {
+	h, sum := fusedops.ResidualNormModulate(x, attnOut, m, w.Norm2, s.NormEps, gateMSA, shiftMLP, scaleMLP, s.NormPass)
+	return sum, s.feedForward(h, w.FFIn, w.FFOut)
 }
 
 // jointResidual adds the gated FFN output.
-func jointResidual(x *Node, table func(int) *Node, ffOut *Node) *Node {
-	return Add(x, Mul(table(5), ffOut))
+func jointResidual(x *Node, m fusedops.Modulation, ffOut *Node) *Node {
+	return Add(x, Mul(m.Table(gateMLP, x.DType()), ffOut))
 }
 
 // timeEmbedding maps the sinusoidal projection [nT, freq] (float32) to temb [nT, time_embed_dim] with

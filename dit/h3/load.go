@@ -142,7 +142,7 @@ func newModel(backend compute.Backend, cfg Config, opts Options, schemes schemeF
 		spec: blockSpec{
 			Heads: cfg.NumAttentionHeads, HeadDim: cfg.AttentionHeadDim, RotaryDim: cfg.RotaryDim(), FFN: cfg.FFNDim,
 			NormEps: cfg.NormEps, QKNormEps: cfg.QKNormEps, Attention: opts.Attention,
-			Dispatch: opts.Dispatch, QKPass: opts.QKPass,
+			Dispatch: opts.Dispatch, QKPass: opts.QKPass, NormPass: opts.NormPass,
 		},
 		opts: opts,
 	}, nil

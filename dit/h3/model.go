@@ -60,6 +60,9 @@ type Options struct {
 	// Triton kernel where the GPU build can, XLA's fusions of graph ops elsewhere. Both compute the same
 	// products; fusedops.FormGraph is the baseline the benchmarks time the kernel against.
 	QKPass fusedops.Form
+	// NormPass chooses the form of the joint blocks' pre-norms (RMSNorm and modulation, the FFN's with the
+	// gated attention residual before it), as QKPass does.
+	NormPass fusedops.Form
 	// Dispatch chooses the kernel of the quantized linears (see package quant); the zero value chooses by
 	// row count from quant.DefaultDQGEMMFloor on.
 	Dispatch quant.Dispatch

@@ -7,6 +7,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"fastvideo/internal/fusedops"
 	"fastvideo/internal/graphexec"
 )
 
@@ -80,20 +81,20 @@ func (r *shardRunner) parts(trace bool) *shardParts {
 		attention: graphexec.MustExec(r.backend, "h3.joint_attention_shard", func(in []*Node) []*Node {
 			var a blockInputs[*Node]
 			w := weightsOf(graphexec.Unpack(in, &a))
-			return []*Node{spec.jointAttention(a.X, rowTables(a.X, a.Mod, a.RowIdx), a.Cos, a.Sin, w)}
+			return []*Node{spec.jointAttention(a.X, fusedops.Modulation{Mod: a.Mod, Rows: a.RowIdx}, a.Cos, a.Sin, w)}
 		}),
 		feedForward: graphexec.MustExec(r.backend, "h3.joint_ffn_shard", func(in []*Node) []*Node {
 			a := partialInputs[*Node]{Partials: make([]*Node, n)}
 			w := weightsOf(graphexec.Unpack(in, &a))
 			attnOut := sumPartials(a.Partials)
-			sum, ff := spec.jointFeedForward(a.X, rowTables(a.X, a.Mod, a.RowIdx), attnOut, w)
+			sum, ff := spec.jointFeedForward(a.X, fusedops.Modulation{Mod: a.Mod, Rows: a.RowIdx}, attnOut, w)
 			return traced(trace, 2, sum, ff, attnOut)
 		}),
 		residual: graphexec.MustExec(r.backend, "h3.joint_residual", func(in []*Node) []*Node {
 			a := partialInputs[*Node]{Partials: make([]*Node, n)}
 			graphexec.Unpack(in, &a)
 			ff := sumPartials(a.Partials)
-			return traced(trace, 1, jointResidual(a.X, rowTables(a.X, a.Mod, a.RowIdx), ff), ff)
+			return traced(trace, 1, jointResidual(a.X, fusedops.Modulation{Mod: a.Mod, Rows: a.RowIdx}, ff), ff)
 		}),
 	}
 	if r.execs == nil {
@@ -119,7 +120,7 @@ func (r *shardRunner) vsaAttentionExec(p *vsaPlan, b int, trace bool) *Exec {
 		graphexec.Unpack(graphexec.Unpack(in, &a), w)
 		c := coreOf(w)
 		spec.check(c)
-		return []*Node{spec.jointAttention(a.X, rowTables(a.X, a.Mod, a.RowIdx), a.Cos, a.Sin, c)}
+		return []*Node{spec.jointAttention(a.X, fusedops.Modulation{Mod: a.Mod, Rows: a.RowIdx}, a.Cos, a.Sin, c)}
 	})
 	if r.vsaAttention == nil {
 		r.vsaAttention = map[shardVSAKey]*Exec{}

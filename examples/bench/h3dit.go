@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -20,17 +21,19 @@ import (
 var (
 	h3ditFlags = newDiTFlags("h3dit", " (multiple of 32)", 124, "(17n+5)", 93,
 		"prompt tokens (93 gives the 14,937-row document at 832x480x124)")
-	h3ditCached   = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
-	h3ditQBits    = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
-	h3ditVSA      = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
-	h3ditShards   = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
-	h3ditShardRef = flag.Bool("h3dit-shards-snr", true, "h3dit: with -h3dit-shards above 1, then draw the one-shard model from the same seed, run the same inputs (dense, and VSA with -h3dit-vsa) and report the sharded outputs' SNR against it")
-	h3ditVSATile  = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
-	h3ditVSAFine  = flag.String("h3dit-vsa-kernel", "auto", "h3dit: the VSA fine stage (h3.VSA.Kernel): auto (the Triton kernel where it runs), gather, triton or mosaic")
-	h3ditGroup    = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
-	h3ditFP8Ref   = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
-	h3ditQKGraph  = flag.Bool("h3dit-qk-graph", false, "h3dit: run the q/k RMSNorm and rotation as XLA's fusions of graph ops even where its Triton kernel runs (h3.Options.QKPass fusedops.FormGraph: the baseline the kernel is timed against)")
-	h3ditFP8      = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
+	h3ditCached    = flag.Bool("h3dit-cached", true, "h3dit: also time forwards with a prepared AdaLN step cache")
+	h3ditQBits     = flag.Int("h3dit-quant-bits", 0, "h3dit: 8, 6 or 4 quantizes the six core linears of every block (MLX affine, group 64; random words, scales and biases drawn on the device); 0 keeps them dense")
+	h3ditVSA       = flag.Float64("h3dit-vsa", -1, "h3dit: also time the forward with Video Sparse Attention at this sparsity (e.g. 0.9, FastH3's; the random to_gate_compress gates on); negative: dense only")
+	h3ditShards    = flag.Int("h3dit-shards", 1, "h3dit: split the joint blocks tensor-parallel into this many shards (heads and FFN width): on a backend with that many devices, shard k on device k and each block one SPMD program with its partial outputs all-reduced; with fewer, the shards one after another on device 0 with their partials summed (the reference, and its overhead). The run prints which path ran")
+	h3ditShardRef  = flag.Bool("h3dit-shards-snr", true, "h3dit: with -h3dit-shards above 1, then draw the one-shard model from the same seed, run the same inputs (dense, and VSA with -h3dit-vsa) and report the sharded outputs' SNR against it")
+	h3ditVSATile   = flag.Int("h3dit-vsa-tile", 64, "h3dit: VSA tile size, 64 (trained) or 256")
+	h3ditVSAFine   = flag.String("h3dit-vsa-kernel", "auto", "h3dit: the VSA fine stage (h3.VSA.Kernel): auto (the Triton kernel where it runs), gather, triton or mosaic")
+	h3ditGroup     = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
+	h3ditFP8Ref    = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
+	h3ditQKGraph   = flag.Bool("h3dit-qk-graph", false, "h3dit: run the q/k RMSNorm and rotation as XLA's fusions of graph ops even where its Triton kernel runs (h3.Options.QKPass fusedops.FormGraph: the baseline the kernel is timed against)")
+	h3ditFusedFile = flag.String("h3dit-fused-kernels", "", "h3dit: run the elementwise kernels of this fused_triton.json (internal/fusedops/testdata/gen_fused_triton.py's output) in place of the embedded file: a file timed before it is committed")
+	h3ditNormGraph = flag.Bool("h3dit-norm-graph", false, "h3dit: run the joint blocks' pre-norms (RMSNorm, modulation, the FFN's with the gated residual) as XLA's fusions of graph ops even where their Triton kernels run (h3.Options.NormPass fusedops.FormGraph: the baseline)")
+	h3ditFP8       = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
 
 func init() {
@@ -79,9 +82,29 @@ func h3ditQKPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
 	return "the Triton kernel"
 }
 
+// h3ditNormPass says which form of the pre-norms the forwards run (h3.Options.NormPass).
+func h3ditNormPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
+	if err := fusedops.NormModulateKernel(b, dt, dt, cfg.HiddenSize); err != nil {
+		return "XLA's fusions of graph ops (" + err.Error() + ")"
+	}
+	if *h3ditNormGraph {
+		return "XLA's fusions of graph ops (-h3dit-norm-graph)"
+	}
+	return "the Triton kernels"
+}
+
 func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, height, width, frames, textTokens int, c common) error {
 	if err := c.medianIters("h3dit"); err != nil {
 		return err
+	}
+	if *h3ditFusedFile != "" {
+		data, err := os.ReadFile(*h3ditFusedFile)
+		if err == nil {
+			err = fusedops.UseKernelFile(data)
+		}
+		if err != nil {
+			return fmt.Errorf("-h3dit-fused-kernels: %w", err)
+		}
 	}
 	doc, err := newH3DiTDocument(height, width, frames, textTokens)
 	if err != nil {
@@ -96,6 +119,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
 	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s\n", h3ditQKPass(b, cfg, dt))
+	fmt.Printf("h3dit: pre-norms: %s\n", h3ditNormPass(b, cfg, dt))
 
 	var denseVideo []float32
 	if *h3ditFP8 != "" && *h3ditFP8Ref && scheme == nil {
@@ -226,6 +250,9 @@ func h3ditOptions(dt dtypes.DType, c common) h3.Options {
 	o := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
 	if *h3ditQKGraph {
 		o.QKPass = fusedops.FormGraph
+	}
+	if *h3ditNormGraph {
+		o.NormPass = fusedops.FormGraph
 	}
 	return o
 }

@@ -38,7 +38,10 @@ type kernelFile struct {
 	Plugin    string `json:"plugin"`
 	// Head is the head width of qk_norm_rope's rows and Heads the most heads of a token it takes.
 	Head, Heads int
-	Kernels     map[string]*kernelRecord `json:"kernels"`
+	// Width is the widest row the norm kernels take, read in runs of Vec lanes (0: a file made before
+	// them, which has no norm kernels).
+	Width, Vec int
+	Kernels    map[string]*kernelRecord `json:"kernels"`
 }
 
 type kernelRecord struct {
@@ -50,6 +53,18 @@ type kernelRecord struct {
 }
 
 var loadKernels = sync.OnceValues(func() (*kernelFile, error) { return parseKernelFile(kernelFileData) })
+
+// UseKernelFile makes this process run the kernels of data, a fused_triton.json that the generator has just
+// written, in place of the embedded file: the bench times a file on the GPU machine before it is
+// committed. Call it before any graph is built.
+func UseKernelFile(data []byte) error {
+	f, err := parseKernelFile(data)
+	if err != nil {
+		return err
+	}
+	loadKernels = func() (*kernelFile, error) { return f, nil }
+	return nil
+}
 
 // parseKernelFile reads fused_triton.json, refusing a kernel whose IR depends on the geometry.
 func parseKernelFile(data []byte) (*kernelFile, error) {
