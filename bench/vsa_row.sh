@@ -47,7 +47,8 @@
 # GPU fine stage in the VSA one (-h3dit-vsa-kernel mosaic; the vsa step times it beside the Triton kernel
 # wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached) as trace traces the VSA one,
 # kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
-# 1.56 ms a block its gate projection; BENCHMARKS.md).
+# 1.56 ms a block its gate projection; BENCHMARKS.md); traceh3 is trace without FastWan's forward; tracemosaic
+# traces FastH3's VSA forward with the Mosaic GPU fine stage (trace_h3_mosaic.csv).
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
@@ -61,7 +62,7 @@ unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 has_any() { local s; for s; do has "$s" && return 0; done; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace tracedense" # the steps that run the bench binary
+BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic tracedense" # the steps that run the bench binary
 has_any parity fine $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
@@ -125,7 +126,7 @@ if has wandit; then
   timeout "$(left 100)" "$BENCH" -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
-if has trace || has tracedense; then
+if has_any trace traceh3 tracemosaic tracedense; then
   # One VSA forward of each DiT (trace), or FastH3's dense one (tracedense), under bench/kerneltrace.c (CUPTI
   # inside the process, injected at cuInit), after the timed runs; each table's wall time is the same
   # process's median. FastH3's run with the AdaLN step cache (in trace, the dense forwards before it only
@@ -141,9 +142,10 @@ if has trace || has tracedense; then
       wall=$(grep -o -- '--wall-ms [0-9.]*' "$OUT/$name.log" | tail -1 | cut -d' ' -f2)
       [ -s "$OUT/$name.csv" ] && python3 bench/kernel_breakdown.py --trace "$OUT/$name.csv${wall:+@$wall}" --top 20 | tee "$OUT/breakdown_$name.txt"
     }
-    if has trace; then
-      trace trace_h3 150 -what h3dit -h3dit-vsa 0.9 -profile-window 'h3dit[vsa 0.9 E64]'
-      trace trace_wan 100 -what wandit -wandit-vsa 0.8 -wandit-steps "" -profile-window 'wandit[vsa 0.8]'
+    if has_any trace traceh3; then trace trace_h3 150 -what h3dit -h3dit-vsa 0.9 -profile-window 'h3dit[vsa 0.9 E64]'; fi
+    if has trace; then trace trace_wan 100 -what wandit -wandit-vsa 0.8 -wandit-steps "" -profile-window 'wandit[vsa 0.8]'; fi
+    if has tracemosaic; then
+      trace trace_h3_mosaic 150 -what h3dit -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic -profile-window 'h3dit[vsa 0.9 E64 mosaic]'
     fi
     if has tracedense; then trace trace_h3_dense 120 -what h3dit -profile-window 'h3dit[adaln cached]'; fi
   else
