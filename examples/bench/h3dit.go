@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -82,6 +83,21 @@ func h3ditQKPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
 	return "the Triton kernel"
 }
 
+// useFusedKernelFile runs the elementwise kernels of path (-h3dit-fused-kernels; "": the embedded file).
+func useFusedKernelFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = fusedops.UseKernelFile(data)
+	}
+	if err != nil {
+		return fmt.Errorf("-h3dit-fused-kernels: %w", err)
+	}
+	return nil
+}
+
 // h3ditNormPass says which form of the pre-norms the forwards run (h3.Options.NormPass).
 func h3ditNormPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
 	if err := fusedops.NormModulateKernel(b, dt, dt, cfg.HiddenSize); err != nil {
@@ -94,17 +110,8 @@ func h3ditNormPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
 }
 
 func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant.Scheme, height, width, frames, textTokens int, c common) error {
-	if err := c.medianIters("h3dit"); err != nil {
+	if err := errors.Join(c.medianIters("h3dit"), useFusedKernelFile(*h3ditFusedFile)); err != nil {
 		return err
-	}
-	if *h3ditFusedFile != "" {
-		data, err := os.ReadFile(*h3ditFusedFile)
-		if err == nil {
-			err = fusedops.UseKernelFile(data)
-		}
-		if err != nil {
-			return fmt.Errorf("-h3dit-fused-kernels: %w", err)
-		}
 	}
 	doc, err := newH3DiTDocument(height, width, frames, textTokens)
 	if err != nil {
@@ -118,8 +125,7 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	fmt.Printf("h3dit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d + %d text tokens -> %d rows (%d video, %d audio); attention path %s\n",
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
-	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s\n", h3ditQKPass(b, cfg, dt))
-	fmt.Printf("h3dit: pre-norms: %s\n", h3ditNormPass(b, cfg, dt))
+	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s; pre-norms: %s\n", h3ditQKPass(b, cfg, dt), h3ditNormPass(b, cfg, dt))
 
 	var denseVideo []float32
 	if *h3ditFP8 != "" && *h3ditFP8Ref && scheme == nil {
