@@ -215,3 +215,22 @@ func bf16Step(v float64) float64 {
 	_, e := math.Frexp(max(v, 0x1p-126)) // v = f·2^e, f in [0.5, 1)
 	return math.Ldexp(1, e-8)
 }
+
+// TestUseKernelFile: a file that does not parse is refused and leaves the kernels in use alone; the
+// embedded file is accepted and gives the norm kernels.
+func TestUseKernelFile(t *testing.T) {
+	before, _ := loadKernels()
+	if err := UseKernelFile([]byte(`{"plugin": "p 1", "head": 128, "heads": 64, "kernels": {"norm_modulate": null}}`)); err == nil {
+		t.Fatal("a file with an empty kernel was accepted")
+	}
+	if after, _ := loadKernels(); after != before {
+		t.Fatal("a refused file replaced the kernels in use")
+	}
+	if err := UseKernelFile(kernelFileData); err != nil {
+		t.Fatal(err)
+	}
+	f, err := loadKernels()
+	if err != nil || f.Kernels["norm_modulate"] == nil || f.Kernels["residual_norm_modulate"] == nil || f.Vec != 16 || f.Width < 5376 {
+		t.Fatalf("the embedded file through UseKernelFile: %v", err)
+	}
+}
