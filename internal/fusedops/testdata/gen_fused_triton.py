@@ -37,9 +37,9 @@
 #
 # Run it on the GPU machine, whose JAX has the CUDA plugin the Go binaries load (the IR is bytecode for the
 # Triton inside that plugin's XLA). Writes DIR/fused_triton.json (default: internal/fusedops/, which embeds
-# it) with the kernels Go calls (KEEP) and, with --bench, times each kernel against the graph's form at FastH3's
-# geometry (the row kernels' record then takes the sweep's fastest launch, TUNED) and (--hlo) writes the optimized HLO XLA makes of each graph form (graph_*.hlo.txt). It lowers each kernel
-# at two geometries: one IR must serve every sequence length. The bytes differ (Pallas writes each whole-array
+# it) with the kernels Go calls (KEEP) and, with --bench, times each kernel against the graph's form at
+# FastH3's geometry (the row kernels' record then takes the sweep's fastest launch, TUNED) and (--hlo) writes
+# the optimized HLO XLA makes of each graph form (graph_*.hlo.txt). It lowers each kernel at two geometries: one IR must serve every sequence length. The bytes differ (Pallas writes each whole-array
 # operand's block offset as 0 times the array's size), so it compares the modules' text and refuses to
 # write the file when anything else differs.
 import argparse, base64, json, os, re, sys
@@ -112,9 +112,9 @@ def qk_norm_rope_kernel(params_ref, x_ref, w_ref, cos_ref, sin_ref, eps_ref, o_r
 
 def norm_kernel(residual):
     # One program a token. Its row is read as [WIDTH/VEC, VEC] with a mask that depends on the first index
-    # only, so Triton sees each run of VEC lanes live or dead together and loads it in 16-byte vectors. A
-    # 1-D mask, cols < d with d an operand, is per lane: session 31's form made two-byte loads and took
-    # 0.45 ms where the residual pass moves 640 MB.
+    # only, so Triton can prove each run of VEC lanes live or dead together and load it in 16-byte vectors.
+    # Against a 1-D mask, cols < d with d an operand, it cannot prove that and loads lane by lane: session
+    # 31's form, 0.45 ms where the residual pass moves 640 MB (0.25 ms now; BENCHMARKS.md, session 33).
     def kernel(params_ref, rows_ref, x_ref, *refs):
         if residual:
             y_ref, table_ref, w_ref, eps_ref, h_ref, xo_ref = refs
