@@ -22,10 +22,10 @@ type Modulation struct {
 	Mod, Rows *Node
 }
 
-// Table is table i of each token's row, [L, D] in dtype dt.
+// Table is table i of each token's row, [L, D] in dtype dt: the one table gathered, not all six.
 func (m Modulation) Table(i int, dt dtypes.DType) *Node {
-	rows := Gather(ConvertDType(m.Mod, dt), ExpandAxes(m.Rows, -1)) // [L, 6, D]
-	return Squeeze(Slice(rows, AxisRange(), AxisElem(i), AxisRange()), 1)
+	table := Squeeze(Slice(ConvertDType(m.Mod, dt), AxisRange(), AxisElem(i), AxisRange()), 1) // [R, D]
+	return Gather(table, ExpandAxes(m.Rows, -1))
 }
 
 // NormModulate is the AdaLN pre-norm h = RMSNorm(x)·w·(1 + table[scale]) + table[shift] of x [L, D]
