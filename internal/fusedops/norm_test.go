@@ -193,7 +193,7 @@ func TestNormModulateKernelOnGPU(t *testing.T) {
 				switch d := math.Abs(float64(got[i].Float32()) - float64(want[i].Float32())); {
 				case d == 0:
 					equal++
-				case d > 4*bf16Step(term):
+				case d > 4*testutil.BF16Spacing(term):
 					t.Fatalf("L %d, D %d, %s: element %d kernel %g, graph %g: more than four bf16 steps of %g apart",
 						c.l, c.d, o.name, i, got[i].Float32(), want[i].Float32(), term)
 				}
@@ -207,13 +207,6 @@ func TestNormModulateKernelOnGPU(t *testing.T) {
 			}
 		}
 	}
-}
-
-// bf16Step is the distance between adjacent bf16 values at magnitude v (the step of the binade holding
-// v; the smallest normal's below it).
-func bf16Step(v float64) float64 {
-	_, e := math.Frexp(max(v, 0x1p-126)) // v = f·2^e, f in [0.5, 1)
-	return math.Ldexp(1, e-8)
 }
 
 // TestUseKernelFile: a file that does not parse is refused and leaves the kernels in use alone; the

@@ -112,10 +112,16 @@ func MaxBF16Steps(got, want []float32) float64 {
 	m := 0.0
 	for i := range got {
 		g, w := float64(got[i]), float64(want[i])
-		_, exp := math.Frexp(math.Max(math.Max(math.Abs(g), math.Abs(w)), 0.5))
-		m = math.Max(m, math.Abs(g-w)/math.Ldexp(1, exp-8))
+		m = math.Max(m, math.Abs(g-w)/BF16Spacing(math.Max(math.Max(math.Abs(g), math.Abs(w)), 0.5)))
 	}
 	return m
+}
+
+// BF16Spacing is the distance between adjacent bfloat16 numbers at magnitude v: the step of the binade
+// holding v (8 significant bits), the smallest normal's below it.
+func BF16Spacing(v float64) float64 {
+	_, exp := math.Frexp(math.Max(v, 0x1p-126)) // v = f·2^exp, f in [0.5, 1)
+	return math.Ldexp(1, exp-8)
 }
 
 // AssertBitExact fails the test at the first value of got whose bits differ from want's, or on a

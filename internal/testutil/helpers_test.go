@@ -120,3 +120,15 @@ func TestMaxBF16Steps(t *testing.T) {
 		}
 	}
 }
+
+func TestBF16Spacing(t *testing.T) {
+	for _, c := range []struct{ v, spacing float64 }{
+		{1, 0x1p-7}, {1.7734375, 0x1p-7}, // 1.7734375 and 1.78125 are adjacent
+		{0.5, 0x1p-8}, {12.5, 0x1p-4}, {3, 0x1p-6},
+		{0, 0x1p-133}, // below the smallest normal, its spacing
+	} {
+		if got := BF16Spacing(c.v); got != c.spacing {
+			t.Errorf("BF16Spacing(%g) = %g, want %g", c.v, got, c.spacing)
+		}
+	}
+}
