@@ -72,17 +72,6 @@ func h3ditTFLOP(cfg h3.Config, rows int) float64 {
 	return float64(cfg.NumLayers) * block / 1e12
 }
 
-// h3ditQKPass says which form of the q/k RMSNorm and rotation the forwards run (h3.Options.QKPass).
-func h3ditQKPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
-	if err := fusedops.QKNormRopeKernel(b, dt, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.RotaryDim()); err != nil {
-		return "XLA's fusions of graph ops (" + err.Error() + ")"
-	}
-	if *h3ditQKGraph {
-		return "XLA's fusions of graph ops (-h3dit-qk-graph)"
-	}
-	return "the Triton kernel"
-}
-
 // useFusedKernelFile runs the elementwise kernels of path (-h3dit-fused-kernels; "": the embedded file).
 func useFusedKernelFile(path string) error {
 	if path == "" {
@@ -98,13 +87,14 @@ func useFusedKernelFile(path string) error {
 	return nil
 }
 
-// h3ditNormPass says which form of the pre-norms the forwards run (h3.Options.NormPass).
-func h3ditNormPass(b compute.Backend, cfg h3.Config, dt dtypes.DType) string {
-	if err := fusedops.NormModulateKernel(b, dt, dt, cfg.HiddenSize); err != nil {
-		return "XLA's fusions of graph ops (" + err.Error() + ")"
-	}
-	if *h3ditNormGraph {
-		return "XLA's fusions of graph ops (-h3dit-norm-graph)"
+// h3ditPass says which form of a fused elementwise pass the forwards run (h3.Options.QKPass, NormPass):
+// graph ops where the kernel cannot run (kernelErr) or where flag forces them, else the Triton kernels.
+func h3ditPass(kernelErr error, forceGraph bool, flag string) string {
+	switch {
+	case kernelErr != nil:
+		return "XLA's fusions of graph ops (" + kernelErr.Error() + ")"
+	case forceGraph:
+		return "XLA's fusions of graph ops (-" + flag + ")"
 	}
 	return "the Triton kernels"
 }
@@ -125,7 +115,9 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	fmt.Printf("h3dit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d + %d text tokens -> %d rows (%d video, %d audio); attention path %s\n",
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
-	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s; pre-norms: %s\n", h3ditQKPass(b, cfg, dt), h3ditNormPass(b, cfg, dt))
+	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s; pre-norms: %s\n",
+		h3ditPass(fusedops.QKNormRopeKernel(b, dt, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.RotaryDim()), *h3ditQKGraph, "h3dit-qk-graph"),
+		h3ditPass(fusedops.NormModulateKernel(b, dt, dt, cfg.HiddenSize), *h3ditNormGraph, "h3dit-norm-graph"))
 
 	var denseVideo []float32
 	if *h3ditFP8 != "" && *h3ditFP8Ref && scheme == nil {
