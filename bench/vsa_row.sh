@@ -43,7 +43,7 @@
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
-# BUDGET_S (default 585). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
+# BUDGET_S (default 585), KERNEL_FILES (below). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
 # GPU fine stage in the VSA one (-h3dit-vsa-kernel mosaic; the vsa step times it beside the Triton kernel
 # wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached) as trace traces the VSA one,
 # kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
@@ -66,6 +66,10 @@ BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic
 has_any parity fine $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
+# KERNEL_FILES (optional): kernel files a generator has just written, run by every bench step in place of
+# the embedded files of their names (bench -kernel-files), so that one call can generate and time a kernel.
+KF=()
+if [ -n "${KERNEL_FILES:-}" ]; then KF=(-kernel-files "$KERNEL_FILES"); fi
 # The clip steps' encoder and a compile cache that starts empty (a cold call compiles as a user's first
 # run), set up once for whichever of them runs first.
 clip_ready=
@@ -89,25 +93,25 @@ fi
 if has vsa; then
   for g in "h3" "h3-packed" "wan -vsa-sparsity 0.8" "wan-packed -vsa-sparsity 0.8"; do
     name=${g%% *}
-    timeout "$(left 45)" "$BENCH" -what vsa -backend xla:cuda -vsa-chain 4 -vsa-geometry $g >"$OUT/vsa_$name.log" 2>&1
+    timeout "$(left 45)" "$BENCH" ${KF[@]+"${KF[@]}"} -what vsa -backend xla:cuda -vsa-chain 4 -vsa-geometry $g >"$OUT/vsa_$name.log" 2>&1
     echo "vsa $g rc $? at $SECONDS s"; grep -E "summary|median|rror|panic" "$OUT/vsa_$name.log" | tail -6 | cut -c1-300
   done
 fi
 if has h3dit; then
   # Dense with the AdaLN cache is the issue's 1.52 s; the VSA forward runs with the same cache.
-  timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
+  timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
   echo "h3dit rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|allocator|rror|panic" "$OUT/h3dit.log" | cut -c1-300 | head -16
 fi
 if has h3ditmosaic; then
   # Opt-in: the same forwards with the Mosaic GPU fine stage (attention.SparseMosaic) in the VSA one.
-  timeout "$(left 150)" "$BENCH" -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic >"$OUT/h3dit_mosaic.log" 2>&1
+  timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic >"$OUT/h3dit_mosaic.log" 2>&1
   echo "h3ditmosaic rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|rror|panic" "$OUT/h3dit_mosaic.log" | cut -c1-300 | tail -8
 fi
 if has clip; then
   # Issue 32's clip line: FastH3 with default flags, prompt to MP4, a cold and a warm call in one process over a
   # compile cache that starts empty (bench/clip_row.sh's first variant), then the same-math PyTorch chain.
   clip_env
-  timeout "$(left 150)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-variants default >"$OUT/h3_clip.log" 2>&1
+  timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-variants default >"$OUT/h3_clip.log" 2>&1
   echo "clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/h3_clip.log" | cut -c1-300
   timeout "$(left 150)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
   echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
@@ -116,14 +120,14 @@ if has wanclip; then
   # Not an issue-32 line: FastWan's default row of bench/clip_row.sh (its first variant, cold and warm, then the
   # same-math PyTorch chain), so that one call also gives the whole-clip row of both families.
   clip_env
-  timeout "$(left 90)" "$BENCH" -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
+  timeout "$(left 90)" "$BENCH" ${KF[@]+"${KF[@]}"} -what clip -backend xla:cuda -warmup 0 -iters 1 -clip-model fastwan2.1-t2v-1.3b \
     -clip-height 480 -clip-width 832 -clip-frames 81 -clip-variants default >"$OUT/wan_clip.log" 2>&1
   echo "wan clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/wan_clip.log" | cut -c1-300
   timeout "$(left 90)" python3 bench/wan_clip_torch.py --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/wan_torch.log" 2>&1
   echo "wan torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/wan_torch.log" | cut -c1-300
 fi
 if has wandit; then
-  timeout "$(left 100)" "$BENCH" -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
+  timeout "$(left 100)" "$BENCH" ${KF[@]+"${KF[@]}"} -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
 if has_any trace traceh3 tracemosaic tracedense; then
@@ -136,7 +140,7 @@ if has_any trace traceh3 tracemosaic tracedense; then
     trace() { # name, time limit, bench arguments...
       local name=$1 limit=$2; shift 2
       CUDA_INJECTION64_PATH="$KT_SO" KERNELTRACE_CUPTI="$KT_LIB" KERNELTRACE_OUT="$OUT/$name.csv" \
-        timeout "$(left "$limit")" "$BENCH" -backend xla:cuda -warmup 1 -iters 3 "$@" >"$OUT/$name.log" 2>&1
+        timeout "$(left "$limit")" "$BENCH" ${KF[@]+"${KF[@]}"} -backend xla:cuda -warmup 1 -iters 3 "$@" >"$OUT/$name.log" 2>&1
       echo "$name rc $? at $SECONDS s"; grep -E "kerneltrace:|profile window|rror|panic" "$OUT/$name.log" | cut -c1-300
       local wall
       wall=$(grep -o -- '--wall-ms [0-9.]*' "$OUT/$name.log" | tail -1 | cut -d' ' -f2)

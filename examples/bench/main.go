@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 
 	"fastvideo/attention"
 	"fastvideo/internal/backend"
+	"fastvideo/internal/fusedops"
 	"fastvideo/internal/graphexec"
 	"fastvideo/quant"
 )
@@ -77,8 +79,13 @@ func main() {
 	c.Window = &profileWindow{}
 	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit, vsa, clip: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]", "wandit", "vsa[vsa 0.9 triton]" or "clip[default]": a whole warm Generate call), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
 	staging := flag.Bool("pinned-staging", true, "GPU build: large outputs cross to the host through page-locked staging (false: pageable copies, for an A/B)")
+	kernelFiles := flag.String("kernel-files", "", "GPU build: comma-separated kernel files a generator has just written, each run in place of the embedded file of its name (fused_triton.json: internal/fusedops; vsa_triton.json, vsa_pack_triton.json, vsa_pack_qk_triton.json: attention), to time a kernel before it is committed")
 	flag.Parse()
 	graphexec.SetPinnedStaging(*staging)
+	if err := useKernelFiles(*kernelFiles); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -kernel-files:", err)
+		os.Exit(2)
+	}
 	fn := benches[*what]
 	if fn == nil && specBenches[*what] == nil {
 		fmt.Fprintf(os.Stderr, "bench: -what %q is unknown; registered: %s\n", *what, names())
@@ -157,6 +164,28 @@ func exitCode(err error) int {
 func (c common) medianIters(bench string) error {
 	if c.Iters < 3 {
 		return badFlag("%s bench: -iters %d; use at least 3 for a median", bench, c.Iters)
+	}
+	return nil
+}
+
+// useKernelFiles runs the kernels of the files listed (-kernel-files) in place of the embedded files of
+// their names.
+func useKernelFiles(list string) error {
+	if list == "" {
+		return nil
+	}
+	for _, path := range strings.Split(list, ",") {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			if name := filepath.Base(path); name == "fused_triton.json" {
+				err = fusedops.UseKernelFile(data)
+			} else {
+				err = attention.UseKernelFile(name, data)
+			}
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
