@@ -13,7 +13,6 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/fusedops"
 	"fastvideo/internal/testutil"
 	"fastvideo/internal/xlaext"
 )
@@ -251,99 +250,6 @@ func TestTritonPackOnGPU(t *testing.T) {
 		t.Errorf("tile means against poolTiles: max abs diff %.3g (> %.3g)", e, tol)
 	} else {
 		t.Logf("tile means against poolTiles: max abs diff %.3g", e)
-	}
-}
-
-// TestTritonPackQKOnGPU: the pack kernel with the q/k pass inside (Sparse.Prepare) against the qk_norm_rope
-// kernel followed by the pack kernel, at FastH3's rotation over a tiling with two prefix segments and ragged
-// tiles: its tile copies and rows within one bf16 step of theirs (the two kernels evaluate the same
-// expression; only the float32 sum of the statistic may add in another order), its means to float32
-// rounding, and the prefix rows taken from its copies equal to its rows. Then the whole attention with
-// Prepare against the attention of q and k prepared by the qk kernel, both on the Triton path:
-//
-//	bash bench/build_gpu.sh -test .gpu/attention.test ./attention
-//	cd attention && FASTVIDEO_GPU_TEST=1 ../.gpu/attention.test -test.run TestTritonPackQKOnGPU -test.v
-func TestTritonPackQKOnGPU(t *testing.T) {
-	b, kernels := vsaKernelsOnGPU(t)
-	tl, err := NewTiling([]int{93, 414}, [3]int{9, 15, 26}, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const h, d, rot, eps = 5, 128, 96, 1e-6
-	r := rand.New(rand.NewPCG(7, 8))
-	q, k, v, g := randomBF16Inputs(r, tl.Rows(), h, d)
-	w := make([]bfloat16.BFloat16, d)
-	for i := range w {
-		w[i] = bfloat16.FromFloat32(float32(1 + 0.2*r.NormFloat64()))
-	}
-	angles := make([]float32, tl.Rows()*rot)
-	for i := range angles {
-		angles[i] = float32(2 * math.Pi * r.Float64())
-	}
-	wt, at := tensors.FromFlatDataAndDimensions(w, d), tensors.FromFlatDataAndDimensions(angles, tl.Rows(), rot)
-	prepare := func(w, a *Node) *QKPrepare {
-		return &QKPrepare{NormQ: w, NormK: w, Cos: Cos(a), Sin: Sin(a), Eps: eps, Rot: rot, Form: fusedops.FormKernel}
-	}
-	ex := MustNewExec(b, func(x, w, a *Node) []*Node {
-		p := prepare(w, a)
-		if err := kernels.packQK.prepares(x, p); err != nil {
-			panic(err)
-		}
-		slots := Const(x.Graph(), kernelSlots(tl))
-		packed, pooled, rows := kernels.packQK.packPrepared(x, w, slots, tl, p, true)
-		want := fusedops.QKNormRope(x, w, p.Cos, p.Sin, eps, rot, fusedops.FormKernel)
-		wantPacked, wantPooled := kernels.pack.pack(want, slots, tl)
-		prefix := Slice(rows, AxisRange(), AxisRange(0, tl.PrefixRows()))
-		f32 := func(n *Node) *Node { return ConvertDType(n, dtypes.Float32) }
-		return []*Node{f32(packed), pooled, f32(rows), f32(wantPacked), wantPooled, f32(want), f32(prefixRows(packed, tl, h)), f32(prefix)}
-	})
-	out := ex.MustExec(q, wt, at)
-	flat := func(i int) []float32 { return tensors.MustCopyFlatData[float32](out[i]) }
-	for _, c := range []struct {
-		name      string
-		got, want int
-	}{{"tile copies", 0, 3}, {"rows", 2, 5}} {
-		got, want := flat(c.got), flat(c.want)
-		equal := 0
-		for i := range got {
-			if got[i] == want[i] {
-				equal++
-			}
-		}
-		steps := testutil.MaxBF16Steps(got, want)
-		t.Logf("%s against qk_norm_rope then the pack kernel: %.2f bf16 steps at most, %.4f %% equal", c.name, steps, 100*float64(equal)/float64(len(got)))
-		if steps > 1 {
-			t.Errorf("%s differ by %.2f bf16 steps (> 1)", c.name, steps)
-		}
-	}
-	wantPooled := flat(4)
-	if e, tol := testutil.MaxAbsDiff(flat(1), wantPooled), 1e-5*math.Max(1, testutil.MaxAbs(wantPooled)); e > tol {
-		t.Errorf("tile means: max abs diff %.3g (> %.3g)", e, tol)
-	}
-	testutil.AssertBitExact(t, "prefix rows from the tile copies against the kernel's rows", flat(6), flat(7))
-
-	attend := func(fused bool) []float32 {
-		ex := MustNewExec(b, func(q, k, v, g, w, a *Node) *Node {
-			s := &Sparse{Tiling: tl, TopK: TopKTiles(0.9, tl.NumVideo), Gate: g, Kernel: SparseTriton}
-			p := prepare(w, a)
-			if fused {
-				s.Prepare = p
-			} else {
-				q, k = p.apply(q, k)
-			}
-			return ConvertDType(Attend(q, k, v, Options{Path: PathFused, Sparse: s}), dtypes.Float32)
-		})
-		o, err := ex.Call1(q, k, v, g, wt, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tensors.MustCopyFlatData[float32](o)
-	}
-	fused, apart := attend(true), attend(false)
-	e := testutil.MaxAbsDiff(fused, apart)
-	t.Logf("whole attention, the q/k pass in the pack kernel against the qk kernel before it: max abs diff %.3g", e)
-	if e > 3e-2 {
-		t.Errorf("whole attention differs by %.3g (> 3e-2, the fused paths' bound)", e)
 	}
 }
 

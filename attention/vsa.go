@@ -8,8 +8,6 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 	gmattn "github.com/gomlx/gomlx/ml/layers/attention"
-
-	"fastvideo/internal/fusedops"
 )
 
 // Video Sparse Attention (VSA): block-sparse self-attention routed by pooled tile scores, with the gated
@@ -66,30 +64,6 @@ type Sparse struct {
 	// Kernel chooses the fine stage's implementation on the fused path (zero: the Triton kernel where
 	// it runs, see TritonVSA).
 	Kernel SparseKernel
-	// Prepare, when set, is a per-head pass over q and k that Attend runs first: q and k arrive as
-	// projected. Where the Triton path runs, its pack kernel runs the pass as it copies q and k into
-	// tiles (one pass over each instead of two); elsewhere the pass runs before the attention.
-	Prepare *QKPrepare
-}
-
-// QKPrepare is MiniMax H3's q/k pass (fusedops.QKNormRope): the per-head RMSNorm of q and k with weights
-// NormQ and NormK [Dh] and epsilon Eps, then the half-split rotation of each head's first Rot channels by
-// each row's angles Cos, Sin [L, Rot].
-type QKPrepare struct {
-	NormQ, NormK, Cos, Sin *Node
-	Eps                    float64
-	Rot                    int
-	// Form is the pass's form where VSA's pack kernel does not run it (fusedops.Form).
-	Form fusedops.Form
-}
-
-// apply runs the pass on q and k [1, L, H, Dh] in p.Form (a nil p passes them through).
-func (p *QKPrepare) apply(q, k *Node) (*Node, *Node) {
-	if p == nil {
-		return q, k
-	}
-	return fusedops.QKNormRope(q, p.NormQ, p.Cos, p.Sin, p.Eps, p.Rot, p.Form),
-		fusedops.QKNormRope(k, p.NormK, p.Cos, p.Sin, p.Eps, p.Rot, p.Form)
 }
 
 // pathGathered is the gathered-tile path with exact float32 attention on the blocks; tests use it to
@@ -106,14 +80,13 @@ func attendSparse(q, k, v *Node, s *Sparse, scale float64, path Path) *Node {
 		panic(fmt.Errorf("attention: VSA needs one sequence of the tiling's %d rows, got q %s, k %s", t.Rows(), q.Shape(), k.Shape()))
 	}
 	dense := s.TopK >= t.NumVideo
+	if dense && s.Gate == nil {
+		return denseAttend(q, k, v, scale, path)
+	}
 	if !dense && path != PathExact {
 		if kernels := sparseKernels(q, s, scale, path); kernels != nil {
 			return kernels.attend(q, k, v, s, scale, path)
 		}
-	}
-	q, k = s.Prepare.apply(q, k)
-	if dense && s.Gate == nil {
-		return denseAttend(q, k, v, scale, path)
 	}
 	qt, kt := tileRows(q, t), tileRows(k, t)
 	scores := tileScores(poolTiles(qt, t), poolTiles(kt, t)) // [H, nT, nT]

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"fastvideo/internal/fusedops"
 	"fastvideo/internal/testutil"
 )
 
@@ -512,7 +510,6 @@ func TestKeyOrder(t *testing.T) {
 func TestParseVSAKernelFiles(t *testing.T) {
 	parseFine := func(file string, data []byte) error { _, err := parseVSAFine(file, data); return err }
 	parseSelect := func(file string, data []byte) error { _, err := parseVSASelect(file, data); return err }
-	parsePackQK := func(file string, data []byte) error { _, err := parseVSAPackQK(file, data); return err }
 	type refusal struct {
 		key   string
 		value any
@@ -528,11 +525,6 @@ func TestParseVSAKernelFiles(t *testing.T) {
 			{"operands", 8.0, "takes 8 operands, this build passes 10"},
 			{"operands", nil, "takes 0 operands"},
 			{"key_blocks", []any{32.0, 64.0}, "key blocks [32 64] must start at the tile"},
-		}},
-		{"vsa_pack_qk_triton.json", vsaPackQKFile, parsePackQK, []refusal{
-			{"operands", 6.0, "takes 6 operands, this build passes 7; regenerate it with testdata/gen_vsa_pack_qk.py"},
-			{"tile", nil, "is incomplete"},
-			{"head_group", nil, "does not say how many heads a program computes"},
 		}},
 		{"vsa_select_triton.json", vsaSelectFile, parseSelect, []refusal{
 			{"operands", 5.0, "takes 5 operands, this build passes 3; regenerate it with testdata/gen_vsa_select.py"},
@@ -573,92 +565,24 @@ func TestParseVSAKernelFiles(t *testing.T) {
 	}
 }
 
-// TestSparsePrepare: Attend with Sparse.Prepare (q and k as projected) equals Attend of q and k after the
-// q/k pass, bit for bit, on every path the CPU runs (exact, gathered tiles, and the dense limit), with and
-// without the gate: the pass runs once, before the attention, on both q and k.
-func TestSparsePrepare(t *testing.T) {
-	c := newVSACase(t, []int{70, 0, 5}, [3]int{5, 5, 6}, 64, 2, 16, 21)
-	const rot, eps = 8, 1e-6
-	r := rand.New(rand.NewPCG(22, 3))
-	wq, wk, angles := randn(r, c.d, 0.2), randn(r, c.d, 0.2), randn(r, c.tl.Rows()*rot, 3)
-	for i := range wq {
-		wq[i]++
-		wk[i]++
-	}
-	l := c.tl.Rows()
-	mk := func(x []float32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, 1, l, c.h, c.d) }
-	run := func(topK int, withGate, prepared bool, path Path) []float32 {
-		exec, err := NewExec(testutil.Backend(t), func(in []*Node) *Node {
-			q, k, v, g, wq, wk, a := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
-			p := &QKPrepare{NormQ: wq, NormK: wk, Cos: Cos(a), Sin: Sin(a), Eps: eps, Rot: rot}
-			s := &Sparse{Tiling: c.tl, TopK: topK, HeadChunk: 1}
-			if withGate {
-				s.Gate = g
-			}
-			if prepared {
-				s.Prepare = p
-			} else {
-				q, k = fusedops.QKNormRope(q, wq, p.Cos, p.Sin, eps, rot, fusedops.FormGraph), fusedops.QKNormRope(k, wk, p.Cos, p.Sin, eps, rot, fusedops.FormGraph)
-			}
-			return Attend(q, k, v, Options{Path: path, Sparse: s})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.Call1(mk(c.q), mk(c.k), mk(c.v), mk(c.g), tensors.FromFlatDataAndDimensions(wq, c.d),
-			tensors.FromFlatDataAndDimensions(wk, c.d), tensors.FromFlatDataAndDimensions(angles, l, rot))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tensors.MustCopyFlatData[float32](out)
-	}
-	for _, topK := range []int{max(1, c.tl.NumVideo/3), c.tl.NumVideo} {
-		for _, withGate := range []bool{false, true} {
-			for _, path := range []Path{PathExact, pathGathered} {
-				label := fmt.Sprintf("top %d of %d, gate %v, path %d", topK, c.tl.NumVideo, withGate, path)
-				testutil.AssertBitExact(t, label, run(topK, withGate, true, path), run(topK, withGate, false, path))
-			}
-		}
-	}
-}
-
-// TestPrefixRows: the prefix rows taken from head-major tile copies (the pack kernels' layout) are the
-// sequence's first rows, at tilings with several prefix segments, empty ones and ragged last tiles.
-func TestPrefixRows(t *testing.T) {
-	for _, c := range []struct {
-		prefix []int
-		grid   [3]int
-	}{{[]int{70, 0, 5}, [3]int{5, 5, 6}}, {[]int{64}, [3]int{4, 4, 4}}, {[]int{1, 130}, [3]int{2, 3, 9}}} {
-		tl := mustTiling(t, c.prefix, c.grid, 64)
-		const h, d = 3, 4
-		x := randn(rand.New(rand.NewPCG(23, 3)), tl.Rows()*h*d, 1)
-		ex := MustNewExec(testutil.Backend(t), func(x *Node) []*Node {
-			packed := Reshape(TransposeAllAxes(tileRows(x, tl), 2, 0, 1, 3), h*tl.NumTiles()*tl.TileElems, d)
-			return []*Node{prefixRows(packed, tl, h), Slice(x, AxisRange(), AxisRange(0, tl.PrefixRows()))}
-		})
-		out := ex.MustExec(tensors.FromFlatDataAndDimensions(x, 1, tl.Rows(), h, d))
-		testutil.AssertBitExact(t, fmt.Sprintf("prefix %v", c.prefix), tensors.MustCopyFlatData[float32](out[0]), tensors.MustCopyFlatData[float32](out[1]))
-	}
-}
-
 // TestUseKernelFile: a kernel file in place of the embedded one of its name is checked as the embedded one
 // is, and a refused file or an unknown name leaves the kernels in use as they were.
 func TestUseKernelFile(t *testing.T) {
-	before, _ := loadVSAPackQK()
-	bad := strings.Replace(string(vsaPackQKFile), `"operands": 7`, `"operands": 6`, 1)
-	if bad == string(vsaPackQKFile) {
-		t.Fatal(`the committed vsa_pack_qk_triton.json has no "operands": 7 to edit`)
+	before, _ := loadVSATriton()
+	bad := strings.Replace(string(vsaTritonFile), `"operands": 10`, `"operands": 8`, 1)
+	if bad == string(vsaTritonFile) {
+		t.Fatal(`the committed vsa_triton.json has no "operands": 10 to edit`)
 	}
-	if err := UseKernelFile("vsa_pack_qk_triton.json", []byte(bad)); err == nil || !strings.Contains(err.Error(), "takes 6 operands") {
+	if err := UseKernelFile("vsa_triton.json", []byte(bad)); err == nil || !strings.Contains(err.Error(), "takes 8 operands") {
 		t.Errorf("a file of another operand count: %v", err)
 	}
-	if err := UseKernelFile("vsa_select_triton.json", vsaSelectFile); err == nil || !strings.Contains(err.Error(), "use vsa_triton.json, vsa_pack_triton.json or vsa_pack_qk_triton.json") {
+	if err := UseKernelFile("vsa_select_triton.json", vsaSelectFile); err == nil || !strings.Contains(err.Error(), "use vsa_triton.json or vsa_pack_triton.json") {
 		t.Errorf("a file this build cannot take in place of its own: %v", err)
 	}
-	if after, _ := loadVSAPackQK(); after != before {
+	if after, _ := loadVSATriton(); after != before {
 		t.Fatal("a refused file replaced the kernel in use")
 	}
-	for name, data := range map[string][]byte{"vsa_triton.json": vsaTritonFile, "vsa_pack_triton.json": vsaPackFile, "vsa_pack_qk_triton.json": vsaPackQKFile} {
+	for name, data := range map[string][]byte{"vsa_triton.json": vsaTritonFile, "vsa_pack_triton.json": vsaPackFile} {
 		if err := UseKernelFile(name, data); err != nil {
 			t.Fatalf("the embedded %s through UseKernelFile: %v", name, err)
 		}

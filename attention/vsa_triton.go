@@ -14,7 +14,6 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads better unqualified
 
-	"fastvideo/internal/fusedops"
 	"fastvideo/internal/xlaext"
 )
 
@@ -91,12 +90,9 @@ type tritonKernel struct {
 	// build passes).
 	Operands int `json:"operands"`
 	// Width is the most key tiles a row of the select kernel holds (vsa_select_triton.json only).
-	Width int `json:"width"`
-	// HeadGroup is the heads a program of the pack kernel with the q/k pass computes
-	// (vsa_pack_qk_triton.json only).
-	HeadGroup int    `json:"head_group"`
-	JAX       string `json:"jax"`
-	Plugin    string `json:"plugin"`
+	Width  int    `json:"width"`
+	JAX    string `json:"jax"`
+	Plugin string `json:"plugin"`
 }
 
 // parseTritonKernel reads the kernel file named file.
@@ -140,30 +136,6 @@ var loadVSAPack = sync.OnceValues(func() (*tritonKernel, error) {
 	return parseTritonKernel("vsa_pack_triton.json", vsaPackFile)
 })
 
-//go:embed vsa_pack_qk_triton.json
-var vsaPackQKFile []byte
-
-// vsaPackQKOperands is the number of operands the pack kernel with the q/k pass takes
-// (testdata/gen_vsa_pack_qk.py records it in the kernel file).
-const vsaPackQKOperands = 7
-
-var loadVSAPackQK = sync.OnceValues(func() (*tritonKernel, error) {
-	return parseVSAPackQK("vsa_pack_qk_triton.json", vsaPackQKFile)
-})
-
-// parseVSAPackQK reads the file of the pack kernel with the q/k pass.
-func parseVSAPackQK(file string, data []byte) (*tritonKernel, error) {
-	k, err := parseTritonKernel(file, data)
-	switch {
-	case err != nil:
-	case k.Operands != vsaPackQKOperands:
-		err = fmt.Errorf("attention: %s's kernel takes %d operands, this build passes %d; regenerate it with testdata/gen_vsa_pack_qk.py", file, k.Operands, vsaPackQKOperands)
-	case k.HeadGroup <= 0:
-		err = fmt.Errorf("attention: %s does not say how many heads a program computes (head_group %d); regenerate it with testdata/gen_vsa_pack_qk.py", file, k.HeadGroup)
-	}
-	return k, err
-}
-
 //go:embed vsa_select_triton.json
 var vsaSelectFile []byte
 
@@ -171,10 +143,10 @@ var loadVSASelect = sync.OnceValues(func() ([]*tritonKernel, error) {
 	return parseVSASelect("vsa_select_triton.json", vsaSelectFile)
 })
 
-// UseKernelFile makes this process run the kernel of data, a VSA kernel file a generator in testdata has just
-// written (file names the embedded file it replaces: vsa_triton.json, vsa_pack_triton.json or
-// vsa_pack_qk_triton.json), in place of the embedded one: a kernel is tested and timed on the GPU machine
-// before it is committed. Call it before any graph is built.
+// UseKernelFile makes this process run the kernel of data, a VSA kernel file testdata/gen_vsa_triton.py has
+// just written (file names the embedded file it replaces: vsa_triton.json or vsa_pack_triton.json), in
+// place of the embedded one: a kernel is tested and timed on the GPU machine before it is committed. Call
+// it before any graph is built.
 func UseKernelFile(file string, data []byte) error {
 	var parse func(string, []byte) (*tritonKernel, error)
 	var load *func() (*tritonKernel, error)
@@ -183,10 +155,8 @@ func UseKernelFile(file string, data []byte) error {
 		parse, load = parseVSAFine, &loadVSATriton
 	case "vsa_pack_triton.json":
 		parse, load = parseTritonKernel, &loadVSAPack
-	case "vsa_pack_qk_triton.json":
-		parse, load = parseVSAPackQK, &loadVSAPackQK
 	default:
-		return fmt.Errorf("attention: %q is not a kernel file this build can take in place of its own; use vsa_triton.json, vsa_pack_triton.json or vsa_pack_qk_triton.json", file)
+		return fmt.Errorf("attention: %q is not a kernel file this build can take in place of its own; use vsa_triton.json or vsa_pack_triton.json", file)
 	}
 	k, err := parse(file, data)
 	if err != nil {
@@ -246,7 +216,7 @@ func (k *tritonKernel) checkScale(scale float64, notCovered error) error {
 // runs where TritonVSA allows (XLA's CUDA plugin it was made with, bf16, head width 128, 64-row
 // tiles); there VSA measured faster than dense fused attention, and slower on gathered tiles
 // (BENCHMARKS.md, "Video Sparse Attention"). The families default to VSA only where this holds. It
-// loads the kernel files as TritonVSA does, all checked to be made together.
+// loads the kernel files as TritonVSA does, all three checked to be made together.
 func BlockSparseKernel() bool {
 	_, err := loadVSAKernels()
 	return err == nil && xlaext.GraphBackendCall()
@@ -278,9 +248,7 @@ func TritonVSA(backend compute.Backend, dtype dtypes.DType, headDim, tileElems i
 // kernel a row width, narrowest first) and the fine stage.
 type vsaKernels struct {
 	pack, fine *tritonKernel
-	// packQK makes the tile copies and means of q and k with the q/k pass inside (Sparse.Prepare).
-	packQK *tritonKernel
-	route  []*tritonKernel
+	route      []*tritonKernel
 	// mosaic, when set, runs the fine stage in fine's place (SparseMosaic).
 	mosaic *mosaicKernel
 }
@@ -319,18 +287,8 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	t := s.Tiling
 	slotMap := kernelSlots(t)
 	slots := Const(q.Graph(), slotMap)
-	var qh, qp, kh, kp *Node
-	if p := s.Prepare; p != nil && ks.packQK.prepares(q, p) == nil {
-		qh, qp, _ = ks.packQK.packPrepared(q, p.NormQ, slots, t, p, false)
-		kh, kp, k = ks.packQK.packPrepared(k, p.NormK, slots, t, p, true)
-		if t.PrefixRows() > 0 {
-			q = prefixRows(qh, t, q.Shape().Dim(2))
-		}
-	} else {
-		q, k = p.apply(q, k)
-		qh, qp = ks.pack.pack(q, slots, t)
-		kh, kp = ks.pack.pack(k, slots, t)
-	}
+	qh, qp := ks.pack.pack(q, slots, t)
+	kh, kp := ks.pack.pack(k, slots, t)
 	vh, vp := ks.pack.pack(v, slots, t)
 	scores := tileScores(qp, kp) // [H, nT, nT]
 	idx, ends := ks.routes(scores, s)
@@ -354,7 +312,6 @@ func (ks *vsaKernels) attend(q, k, v *Node, s *Sparse, scale float64, path Path)
 	out = Reshape(out, 1, t.Rows(), h, d)
 	if p := t.PrefixRows(); p > 0 {
 		// The kernel leaves the prefix rows to this update, which XLA makes in the kernel's buffer.
-		// q holds at least the prefix rows (only those where the pack kernel ran the q/k pass).
 		prefix := denseAttend(Slice(q, AxisRange(), AxisRange(0, p)), k, v, scale, prefixPath(path == PathFused))
 		if oc != nil {
 			prefix = addCompression(prefix, oc, Slice(s.Gate, AxisRange(), AxisRange(0, p)), t.RowTiles()[:p])
@@ -385,60 +342,6 @@ func (k *tritonKernel) pack(x, slots *Node, t *Tiling) (packed, pooled *Node) {
 		panic(fmt.Errorf("attention: VSA pack kernel: %w", err))
 	}
 	return out[0], Reshape(out[1], nT, h, d)
-}
-
-// packPrepared runs the pack kernel with the q/k pass inside, k (vsa_pack_qk_triton.json), on x [1, L, H,
-// D] as projected, with norm weight w and p's angles: the tile copies and means of the pass's output, as
-// pack gives them for x after the pass, and with rows that output itself [1, L, H, D] (else nil).
-func (k *tritonKernel) packPrepared(x, w, slots *Node, t *Tiling, p *QKPrepare, rows bool) (packed, pooled, out *Node) {
-	g := x.Graph()
-	l, h, d, nT := t.Rows(), x.Shape().Dim(2), x.Shape().Dim(3), t.NumTiles()
-	c, s := fusedops.RotationTables(p.Cos, p.Sin, p.Rot, d)
-	write, rowsShape := int32(0), shapes.Make(x.DType(), d)
-	if rows {
-		write, rowsShape = 1, shapes.Make(x.DType(), l*h*d)
-	}
-	params := Const(g, []int32{int32(h), int32(nT), int32(p.Rot), write})
-	res, err := xlaext.TritonCall(k.Launch(k.Name, [3]int{nT, (h + k.HeadGroup - 1) / k.HeadGroup, 1}),
-		[]*Node{params, slots, Reshape(x, l*h*d), w, c, s, Const(g, []float32{float32(p.Eps)})},
-		[]shapes.Shape{shapes.Make(x.DType(), h*nT*t.TileElems, d), shapes.Make(dtypes.Float32, nT*h, d), rowsShape})
-	if err != nil {
-		panic(fmt.Errorf("attention: VSA pack kernel with the q/k pass: %w", err))
-	}
-	if rows {
-		out = Reshape(res[2], 1, l, h, d)
-	}
-	return res[0], Reshape(res[1], nT, h, d), out
-}
-
-// prepares reports why the pack kernel with the q/k pass, k, cannot run p on x (nil: it can): the
-// kernel's dtype and head width (checked with the other VSA kernels), bfloat16 weights and a rotation of
-// a multiple of 16 channels (its partner channels are read as the row shifted by Rot/2, in 16-byte loads).
-func (k *tritonKernel) prepares(x *Node, p *QKPrepare) error {
-	d := x.Shape().Dim(3)
-	switch {
-	case p.NormQ.DType() != x.DType() || p.NormK.DType() != x.DType():
-		return fmt.Errorf("%w: norm weights %s and %s beside q/k %s", errTritonShape, p.NormQ.DType(), p.NormK.DType(), x.DType())
-	case p.Rot < 16 || p.Rot > d || p.Rot%16 != 0:
-		return fmt.Errorf("%w: a rotation of %d channels (the pack kernel takes a multiple of 16 up to %d)", errTritonShape, p.Rot, d)
-	case p.Cos.Rank() != 2 || p.Cos.Shape().Dim(0) != x.Shape().Dim(1) || p.Cos.Shape().Dim(1) != p.Rot:
-		return fmt.Errorf("%w: angles %s for %d rows rotating %d channels", errTritonShape, p.Cos.Shape(), x.Shape().Dim(1), p.Rot)
-	}
-	return nil
-}
-
-// prefixRows are the prefix rows [1, P, H, D] of the head-major tile copies packed (pack): the prefix
-// tiles hold the sequence's first rows in order.
-func prefixRows(packed *Node, t *Tiling, heads int) *Node {
-	p, perHead := t.PrefixRows(), t.NumTiles()*t.TileElems
-	idx := make([]int32, 0, p*heads)
-	for r := range p {
-		for h := range heads {
-			idx = append(idx, int32(h*perHead)+t.RowSlot[r])
-		}
-	}
-	rows := Gather(packed, ExpandAxes(Const(packed.Graph(), idx), -1)) // [P·H, D]
-	return Reshape(rows, 1, p, heads, packed.Shape().Dim(1))
 }
 
 // kernelSlots is the tiling's slot map as the kernels read it: the sequence row of each slot, -1 for a pad.
@@ -550,7 +453,7 @@ func tritonEligible(q *Node, s *Sparse, scale float64) (*vsaKernels, error) {
 	return ks, nil
 }
 
-// loadVSAKernels is the kernel files, loaded once, checked to be made together.
+// loadVSAKernels is the three kernel files, loaded once, checked to be made together.
 func loadVSAKernels() (*vsaKernels, error) {
 	fine, err := loadVSATriton()
 	if err != nil {
@@ -574,15 +477,7 @@ func loadVSAKernels() (*vsaKernels, error) {
 				k.KeyBlocks, k.Plugin, fine.KeyBlocks, fine.Plugin)
 		}
 	}
-	packQK, err := loadVSAPackQK()
-	if err != nil {
-		return nil, err
-	}
-	if packQK.Tile != fine.Tile || packQK.HeadDim != fine.HeadDim || packQK.Plugin != fine.Plugin {
-		return nil, fmt.Errorf("attention: vsa_pack_qk_triton.json (tiles of %d, heads of %d, %s) and vsa_triton.json (%d, %d, %s) were not made together; run testdata/gen_vsa_pack_qk.py",
-			packQK.Tile, packQK.HeadDim, packQK.Plugin, fine.Tile, fine.HeadDim, fine.Plugin)
-	}
-	return &vsaKernels{pack: pack, packQK: packQK, route: route, fine: fine}, nil
+	return &vsaKernels{pack: pack, route: route, fine: fine}, nil
 }
 
 // addressable reports whether a kernel's operand of elems elements is within the int32 element offsets

@@ -91,25 +91,16 @@ func (s blockSpec) check(w coreWeights) {
 func (s blockSpec) attentionOut(h *Node, w attnWeights, cos, sin *Node) *Node {
 	l := h.Shape().Dim(0)
 	heads := func(x *Node) *Node { return Reshape(x, 1, l, s.Heads, s.HeadDim) }
-	q := heads(quant.Linear(h, w.Q, nil, s.Dispatch))
-	k := heads(quant.Linear(h, w.K, nil, s.Dispatch))
+	q := s.qkNormRope(heads(quant.Linear(h, w.Q, nil, s.Dispatch)), w.NormQ, cos, sin)
+	k := s.qkNormRope(heads(quant.Linear(h, w.K, nil, s.Dispatch)), w.NormK, cos, sin)
 	v := heads(quant.Linear(h, w.V, nil, s.Dispatch))
 	opts := s.Attention
-	if opts.Sparse != nil {
+	if opts.Sparse != nil && w.Gate != nil {
+		// fastvideo/models/dits/minimax_h3.py MiniMaxH3Attention.forward: the gate projects the attention
+		// input, per head.
 		sparse := *opts.Sparse
-		if w.Gate != nil {
-			// fastvideo/models/dits/minimax_h3.py MiniMaxH3Attention.forward: the gate projects the
-			// attention input, per head.
-			sparse.Gate = heads(nn.Linear(h, w.Gate, nil))
-		}
-		if cos != nil && s.QKPass == fusedops.FormAuto {
-			// VSA runs the q/k pass itself, inside its pack kernel where that runs.
-			sparse.Prepare = &attention.QKPrepare{NormQ: w.NormQ, NormK: w.NormK, Cos: cos, Sin: sin, Eps: s.QKNormEps, Rot: s.RotaryDim}
-		}
+		sparse.Gate = heads(nn.Linear(h, w.Gate, nil))
 		opts.Sparse = &sparse
-	}
-	if opts.Sparse == nil || opts.Sparse.Prepare == nil {
-		q, k = s.qkNormRope(q, w.NormQ, cos, sin), s.qkNormRope(k, w.NormK, cos, sin)
 	}
 	o := attention.Attend(q, k, v, opts)
 	o = Reshape(o, l, s.Heads*s.HeadDim)

@@ -56,11 +56,9 @@ type Options struct {
 	DType dtypes.DType
 	// Attention selects the attention path (see package attention); the zero value is automatic.
 	Attention attention.Options
-	// QKPass chooses the form of the q/k RMSNorm and rotation (package fusedops); the zero value runs it
-	// inside VSA's pack kernel where VSA's Triton path runs (attention.Sparse.Prepare), else the Triton
-	// kernel where the GPU build can, XLA's fusions of graph ops elsewhere. All compute the same products;
-	// fusedops.FormGraph is the baseline the benchmarks time the kernel against, fusedops.FormKernel (the
-	// kernel on its own) the one they time the pack kernel's pass against.
+	// QKPass chooses the form of the q/k RMSNorm and rotation (package fusedops); the zero value runs the
+	// Triton kernel where the GPU build can, XLA's fusions of graph ops elsewhere. Both compute the same
+	// products; fusedops.FormGraph is the baseline the benchmarks time the kernel against.
 	QKPass fusedops.Form
 	// NormPass chooses the form of the joint blocks' pre-norms (RMSNorm and modulation, the FFN's with the
 	// gated attention residual before it), as QKPass does.

@@ -30,7 +30,6 @@ var (
 	h3ditGroup     = flag.Int("h3dit-group", 0, "h3dit: joint blocks per XLA program (h3.Options.BlockGroup; 0: h3.DefaultBlockGroup for dense forwards and 1 for VSA ones, 1: one block per program)")
 	h3ditFP8Ref    = flag.Bool("h3dit-fp8-snr", true, "h3dit: with -h3dit-fp8, first run one forward of the dense model drawn from the same seed and report the FP8 output's SNR against it")
 	h3ditQKGraph   = flag.Bool("h3dit-qk-graph", false, "h3dit: run the q/k RMSNorm and rotation as XLA's fusions of graph ops even where its Triton kernel runs (h3.Options.QKPass fusedops.FormGraph: the baseline the kernel is timed against)")
-	h3ditQKAlone   = flag.Bool("h3dit-qk-alone", false, "h3dit: run the q/k RMSNorm and rotation of VSA forwards as its own Triton kernel before VSA's pack kernel reads q and k back, instead of inside the pack kernel (h3.Options.QKPass fusedops.FormKernel: the baseline the fused pack is timed against)")
 	h3ditNormGraph = flag.Bool("h3dit-norm-graph", false, "h3dit: run the joint blocks' pre-norms (RMSNorm, modulation, the FFN's with the gated residual) as XLA's fusions of graph ops even where their Triton kernels run (h3.Options.NormPass fusedops.FormGraph: the baseline)")
 	h3ditFP8       = flag.String("h3dit-fp8", "", "h3dit: auto, emulated or native converts the six core linears of every joint block to FP8 e4m3fn (h3.Options.FP8) with that graph (quant.FP8Path; auto: native where the backend has F8E4M3FN); empty keeps them in the compute dtype")
 )
@@ -98,12 +97,8 @@ func benchH3DiT(b compute.Backend, cfg h3.Config, dt dtypes.DType, scheme *quant
 	fmt.Printf("h3dit: %d layers, hidden %d, %d heads x %d, FFN %d, %s; %dx%dx%d + %d text tokens -> %d rows (%d video, %d audio); attention path %s\n",
 		cfg.NumLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.FFNDim, dt,
 		width, height, frames, textTokens, lay.SequenceLength, len(lay.VideoIndices), len(lay.AudioIndices), path)
-	qkErr := fusedops.QKNormRopeKernel(b, dt, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.RotaryDim())
-	qkPass := h3ditPass(qkErr, *h3ditQKGraph, "h3dit-qk-graph")
-	if qkErr == nil && !*h3ditQKGraph && !*h3ditQKAlone && *h3ditVSA >= 0 {
-		qkPass += " (in VSA forwards, inside VSA's pack kernel where it runs)"
-	}
-	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s; pre-norms: %s\n", qkPass,
+	fmt.Printf("h3dit: q/k RMSNorm and rotation: %s; pre-norms: %s\n",
+		h3ditPass(fusedops.QKNormRopeKernel(b, dt, dt, cfg.NumAttentionHeads, cfg.AttentionHeadDim, cfg.RotaryDim()), *h3ditQKGraph, "h3dit-qk-graph"),
 		h3ditPass(fusedops.NormModulateKernel(b, dt, dt, cfg.HiddenSize), *h3ditNormGraph, "h3dit-norm-graph"))
 
 	var denseVideo []float32
@@ -233,11 +228,8 @@ func h3ditInputs(m *h3.Model, cfg h3.Config, doc *h3ditDocument, textTokens int,
 // h3ditOptions are the model options every h3dit model of the bench shares (FP8 and quantization aside).
 func h3ditOptions(dt dtypes.DType, c common) h3.Options {
 	o := h3.Options{DType: dt, Attention: c.Attention, Dispatch: c.Dispatch, BlockGroup: *h3ditGroup}
-	switch {
-	case *h3ditQKGraph:
+	if *h3ditQKGraph {
 		o.QKPass = fusedops.FormGraph
-	case *h3ditQKAlone:
-		o.QKPass = fusedops.FormKernel
 	}
 	if *h3ditNormGraph {
 		o.NormPass = fusedops.FormGraph

@@ -79,7 +79,7 @@ func main() {
 	c.Window = &profileWindow{}
 	flag.StringVar(&c.Window.tag, "profile-window", "", `h3dit, wandit, vsa, clip: after the timed runs of the measurement with this tag (as its report lines name it, e.g. "h3dit[adaln cached]", "wandit", "vsa[vsa 0.9 triton]" or "clip[default]": a whole warm Generate call), run one more forward between cuProfilerStart and cuProfilerStop for bench/kerneltrace.c or ncu --profile-from-start off (CUDA backends only)`)
 	staging := flag.Bool("pinned-staging", true, "GPU build: large outputs cross to the host through page-locked staging (false: pageable copies, for an A/B)")
-	kernelFiles := flag.String("kernel-files", "", "GPU build: comma-separated kernel files a generator has just written, each run in place of the embedded file of its name (fused_triton.json: internal/fusedops; vsa_triton.json, vsa_pack_triton.json, vsa_pack_qk_triton.json: attention), to time a kernel before it is committed")
+	kernelFiles := flag.String("kernel-files", "", "GPU build: comma-separated kernel files a generator has just written, each run in place of the embedded file of its name (fused_triton.json: internal/fusedops; vsa_triton.json, vsa_pack_triton.json: attention), to time a kernel before it is committed")
 	flag.Parse()
 	graphexec.SetPinnedStaging(*staging)
 	if err := useKernelFiles(*kernelFiles); err != nil {

@@ -96,7 +96,7 @@ func qkKernel(x, w, cos, sin *Node, eps float64, rot int) (*Node, error) {
 	if n := l * h * dh; n > 1<<31-1 {
 		return nil, fmt.Errorf("%w: %d elements, past the kernel's int32 offsets", errQKShape, n)
 	}
-	c, s := RotationTables(cos, sin, rot, dh)
+	c, s := expandedAngles(cos, sin, rot, dh)
 	params := Const(g, []int32{int32(l * h), int32(h), int32(rot)})
 	out, err := xlaext.TritonCall(k.Launch("qk_norm_rope", [3]int{l, 1, 1}), []*Node{params, Reshape(x, l*h*dh), w, c, s, Const(g, []float32{float32(eps)})},
 		[]shapes.Shape{shapes.Make(x.DType(), l*h*dh)})
@@ -106,11 +106,10 @@ func qkKernel(x, w, cos, sin *Node, eps float64, rot int) (*Node, error) {
 	return Reshape(out[0], 1, l, h, dh), nil
 }
 
-// RotationTables are the angle tables [L·Dh] float32 the q/k kernels read (qk_norm_rope here, and VSA's
-// pack kernel that runs the same pass, package attention): cos then 1 past rot; −sin on the first half,
-// sin on the second, 0 past rot. The sign of the first half's product moves into the table:
+// expandedAngles are the kernel's angle tables [L·Dh] float32: cos then 1 past rot; −sin on the first
+// half, sin on the second, 0 past rot. The sign of the first half's product moves into the table:
 // −(x2·sin) = x2·(−sin) exactly.
-func RotationTables(cos, sin *Node, rot, dh int) (c, s *Node) {
+func expandedAngles(cos, sin *Node, rot, dh int) (c, s *Node) {
 	l, half := cos.Shape().Dim(0), rot/2
 	cf, sf := ConvertDType(cos, dtypes.Float32), ConvertDType(sin, dtypes.Float32)
 	c, s = cf, Concatenate([]*Node{Neg(Slice(sf, AxisRange(), AxisRange(0, half))), Slice(sf, AxisRange(), AxisRange(half, rot))}, -1)

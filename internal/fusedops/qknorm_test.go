@@ -93,9 +93,9 @@ func TestQKNormRopeGraphMatchesReference(t *testing.T) {
 	}
 }
 
-// TestRotationTablesRotate: the kernels' tables (RotationTables) rotate as the graph form does,
+// TestExpandedAnglesRotate: the kernel's tables (expandedAngles) rotate as the graph form does,
 // x·C + partner(x)·S with each channel's partner c ± rot/2 (the kernel's shifted rows), equal bit for bit.
-func TestRotationTablesRotate(t *testing.T) {
+func TestExpandedAnglesRotate(t *testing.T) {
 	b := testutil.Backend(t)
 	c := newQKCase(5, 3, 32, 16, 3)
 	e := MustNewExec(b, func(x, w, cos, sin *Node) []*Node {
@@ -103,7 +103,7 @@ func TestRotationTablesRotate(t *testing.T) {
 		half, dh := c.rot/2, c.dh
 		part := func(a, z int) *Node { return Slice(xw, AxisRange(), AxisRange(), AxisRange(), AxisRange(a, z)) }
 		partner := Concatenate([]*Node{part(half, c.rot), part(0, half), part(c.rot, dh)}, -1)
-		cx, sx := RotationTables(cos, sin, c.rot, dh)
+		cx, sx := expandedAngles(cos, sin, c.rot, dh)
 		table := func(v *Node) *Node { return Reshape(v, 1, c.l, 1, dh) }
 		return []*Node{rotate(xw, cos, sin, c.rot), Add(Mul(xw, table(cx)), Mul(partner, table(sx)))}
 	})
