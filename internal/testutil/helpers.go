@@ -622,3 +622,20 @@ func (c *FrameCollector) Frames(t testing.TB) []float32 {
 	}
 	return c.buf
 }
+
+// UseKernelFilesFromEnv runs a package's tests with the kernel files $env lists (filepath.SplitList:
+// colon-separated), each handed to use with its base name and contents in place of the embedded file of
+// that name: a generator's output tested on the GPU machine before it is committed. Call it from TestMain
+// before m.Run; a file that cannot be read or is refused ends the process with status 1.
+func UseKernelFilesFromEnv(env string, use func(name string, data []byte) error) {
+	for _, path := range filepath.SplitList(os.Getenv(env)) {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = use(filepath.Base(path), data)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", env, err)
+			os.Exit(1)
+		}
+	}
+}
