@@ -15,6 +15,12 @@ weights 1 + 0.1 randn). The refined prompt is computed once and reused, as FastV
 steps; the AdaLN projections run in every forward unless --adaln-cache. Prints seconds per forward
 (median after warm-up), TFLOP/s of the block matmuls and attention, and the peak memory torch allocated.
 
+--vsa 0.9 --upstream DIR runs the joint blocks' attention as Video Sparse Attention (FastH3's), the counterpart
+of `bench -what h3dit -h3dit-vsa 0.9`: tiling, pooled routing, prefix rows dense and the gated compression branch
+as bench/vsa_torch.py computes them, the fine stage upstream's own Triton forward (fastvideo-kernel's
+block_sparse_attn_triton.py in DIR, imported unchanged), each block with its to_gate_compress projection. Before
+timing, the attention is checked against bench/vsa_torch.py's on random inputs of the forward's shape.
+
 --profile OUT.csv records ONE more forward after the timed runs with torch.profiler (compile and
 autotuning stay outside) and writes its GPU kernels (name, calls, total_us), the input of
 bench/kernel_breakdown.py --torch.
@@ -60,7 +66,7 @@ def rand_param(shape, dtype, device, kind):
     return t.normal_(1.0, 0.1)
 
 
-def make_weights(layers, refiner_layers, dt, dev):
+def make_weights(layers, refiner_layers, dt, dev, gate=False):
     f32 = torch.float32
     inner = HEADS * HEAD_DIM
     patch_dim = IN_CHANNELS * PATCH[0] * PATCH[1] * PATCH[2]
@@ -97,6 +103,8 @@ def make_weights(layers, refiner_layers, dt, dev):
         b = core()
         b["ada"] = (rand_param((6 * MODALITIES * HIDDEN, TIME_DIM), dt, dev, "w"),
                     rand_param((6 * MODALITIES * HIDDEN,), dt, dev, "bias"))
+        if gate:  # VSA's to_gate_compress [inner, D]
+            b["gate"] = rand_param((HEADS * HEAD_DIM, HIDDEN), dt, dev, "w")
         w["blocks"].append(b)
     return w
 
@@ -157,6 +165,68 @@ def apply_rope(x, cos, sin):
     return torch.cat((xr * c + torch.cat((-x2, x1), dim=-1) * s, xp), dim=-1)
 
 
+# VSA (--vsa): the joint blocks' attention as fastvideo/attention/backends/video_sparse_attn_h3.py routes it, the
+# fine stage upstream's own Triton forward (fastvideo-kernel block_sparse_attn_triton.py, imported unchanged from
+# --upstream). Set by main; None: dense attention.
+VSA = None
+
+
+class VSAPlan:
+    """The tiling and routing constants of VSA at one geometry (bench/vsa_torch.py's tiling): E = 64 rows a
+    tile, prefix segments (text, audio) then the (4, 4, 4) video cubes; each video query tile keeps every prefix
+    key tile and its top-k video key tiles by pooled score; prefix query tiles attend densely."""
+
+    def __init__(self, prefix, grid, sparsity, dev, upstream):
+        import vsa_torch
+        slot_rows, sizes, self.n_prefix = vsa_torch.tiling(prefix, grid, 64)
+        self.slot_rows, self.sizes = slot_rows.to(dev), sizes.to(dev)
+        self.valid = self.slot_rows >= 0
+        self.idx = self.slot_rows.clamp(min=0)
+        self.n_tiles = sizes.numel()
+        n_video = self.n_tiles - self.n_prefix
+        self.topk = max(1, min(math.ceil((1 - sparsity) * n_video), n_video))
+        self.width = self.n_prefix + self.topk
+        row_slot = torch.empty(int(self.valid.sum()), dtype=torch.long, device=dev)
+        row_slot[self.slot_rows[self.valid]] = torch.nonzero(self.valid).squeeze(1)
+        self.row_slot = row_slot
+        self.block_sizes = sizes.to(torch.int32).to(dev)
+        # Outside torch.compile's graph (--compile): Inductor recompiles a user Triton kernel it traces into, and
+        # upstream's fails there (its tl.dot with an accumulator; torch 2.11), so the block graph breaks around it.
+        self.fine = torch.compiler.disable(upstream.triton_block_sparse_attn_forward)
+
+
+def vsa_attention(q, k, v, gate, plan):
+    """q, k, v, gate [L, H, D] (after q/k norm and rotation) -> [L, H, D], bench/vsa_torch.py's vsa with the
+    fine stage on upstream's kernel."""
+    L, H, D = q.shape
+    nt, e, npre = plan.n_tiles, 64, plan.n_prefix
+    mask = plan.valid[:, None, None].to(q.dtype)
+
+    def tiles(x):  # [nT, E, H, D], pads zero
+        return (x[plan.idx] * mask).view(nt, e, H, D)
+
+    qt, kt, vt = tiles(q), tiles(k), tiles(v)
+    pool = lambda xt: xt.float().sum(1) / plan.sizes.view(-1, 1, 1)  # [nT, H, D]
+    qp, kp, vp = pool(qt), pool(kt), pool(vt)
+    scores = torch.einsum("thd,shd->hts", qp, kp) / math.sqrt(D)  # [H, nT, nT]
+    top = scores[:, npre:, npre:].topk(plan.topk, dim=-1).indices + npre  # [H, V, k]
+    nv = nt - npre
+    sel = torch.cat([torch.arange(npre, device=q.device).expand(H, nv, npre), top], -1).to(torch.int32)
+    out_slots = torch.empty(nt, e, H, D, dtype=q.dtype, device=q.device)
+    if npre:
+        qpre = qt[:npre].reshape(1, npre * e, H, D).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qpre, k[None].transpose(1, 2), v[None].transpose(1, 2))
+        out_slots[:npre] = o.transpose(1, 2).reshape(npre, e, H, D)
+    # Upstream's layout: [1, H, tiles·64, D] in tile order, pads in each tile's tail (variable_block_sizes).
+    head_major = lambda xt: xt.permute(2, 0, 1, 3).reshape(1, H, -1, D)
+    num = torch.full((1, H, nv), plan.width, dtype=torch.int32, device=q.device)
+    o, _ = plan.fine(head_major(qt[npre:]), head_major(kt), head_major(vt), sel[None].contiguous(), num, plan.block_sizes)
+    out_slots[npre:] = o.view(H, nv, e, D).permute(1, 2, 0, 3)
+    oc = torch.einsum("hts,shd->thd", scores.softmax(-1), vp)  # [nT, H, D]
+    out = out_slots.view(-1, H, D)[plan.row_slot].float() + oc[plan.row_slot // e] * gate.float()
+    return out.to(q.dtype)
+
+
 def attention(h, w, rope):
     q = F.linear(h, w["q"]).unflatten(-1, (HEADS, HEAD_DIM))
     k = F.linear(h, w["k"]).unflatten(-1, (HEADS, HEAD_DIM))
@@ -165,6 +235,10 @@ def attention(h, w, rope):
     k = F.rms_norm(k, (HEAD_DIM,), w["nk"], EPS)
     if rope is not None:
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    if VSA is not None and rope is not None:  # the joint blocks (the refiner's have no rotation)
+        gate = F.linear(h, w["gate"]).unflatten(-1, (HEADS, HEAD_DIM))
+        o = vsa_attention(q[0], k[0], v[0], gate[0], VSA)[None]
+        return F.linear(o.flatten(2), w["o"])
     o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     return F.linear(o.transpose(1, 2).flatten(2), w["o"])
 
@@ -250,7 +324,12 @@ def main():
     ap.add_argument("--adaln-cache", action="store_true", help="precompute the AdaLN tables once (step cache)")
     ap.add_argument("--no-tf32", action="store_true")
     ap.add_argument("--profile", metavar="OUT.csv", help="write the GPU kernels of one more forward (torch.profiler)")
+    ap.add_argument("--vsa", type=float, default=-1, help="Video Sparse Attention at this sparsity in the joint blocks "
+                    "(0.9: FastH3's), the fine stage upstream's Triton forward from --upstream; negative: dense")
+    ap.add_argument("--upstream", metavar="DIR", help="the folder of fastvideo-kernel's block_sparse_attn_triton.py")
     args = ap.parse_args()
+    if args.vsa >= 0 and not args.upstream:
+        ap.error("--vsa needs --upstream DIR, the folder holding fastvideo-kernel's block_sparse_attn_triton.py")
     if args.iters < 3:
         ap.error("--iters must be >= 3 for a median")
 
@@ -263,7 +342,7 @@ def main():
 
     t0 = time.perf_counter()
     with torch.inference_mode():
-        w = make_weights(args.layers, args.refiner_layers, dt, dev)
+        w = make_weights(args.layers, args.refiner_layers, dt, dev, gate=args.vsa >= 0)
     sync(dev)
     print(f"random weights on {dev} in {time.perf_counter() - t0:.2f} s")
 
@@ -282,6 +361,25 @@ def main():
     text_feats = torch.randn(1, s, TEXT_DIM, device=dev, dtype=dt)
     cos, sin = rope_tables(pos, dev, dt)
 
+    if args.vsa >= 0:
+        global VSA
+        import os, sys
+        sys.path.insert(0, os.path.abspath(args.upstream))
+        import block_sparse_attn_triton as upstream
+        t_lat = n_video // ((args.height // 32) * (args.width // 32))
+        VSA = VSAPlan((s, 0, n_audio), (t_lat, args.height // 32, args.width // 32), args.vsa, dev, upstream)
+        print(f"VSA sparsity {args.vsa}: {VSA.n_prefix} prefix + {VSA.n_tiles - VSA.n_prefix} video tiles, top-{VSA.topk} "
+              f"video tiles per video query tile; fine stage: upstream's Triton forward")
+        # The attention against bench/vsa_torch.py's (its fine stage gathered tiles through SDPA) on random
+        # inputs of the forward's shape, so that the timed forward is known to run the same math.
+        import vsa_torch
+        with torch.inference_mode():
+            q, k, v, g = (torch.randn(L, HEADS, HEAD_DIM, device=dev, dtype=dt) for _ in range(4))
+            got = vsa_attention(q, k, v, g, VSA).float()
+            want = vsa_torch.vsa(q, k, v, g, VSA.slot_rows, VSA.sizes, VSA.n_prefix, 64, VSA.topk, 8).float()
+            print(f"VSA attention against bench/vsa_torch.py's: max abs diff {(got - want).abs().max().item():.3g} "
+                  f"of {want.abs().max().item():.3g}")
+            del q, k, v, g, got, want
     block_fn = torch.compile(joint_block) if args.compile else joint_block
 
     with torch.inference_mode():
@@ -302,6 +400,10 @@ def main():
 
     inner = HEADS * HEAD_DIM
     tflop = args.layers * (L * (8 * HIDDEN * inner + 6 * HIDDEN * FFN) + 4 * L * L * inner) / 1e12
+    if VSA is not None:  # as the Go bench counts it (h3ditVSATFLOP): the gate projection, the prefix rows dense
+        # and each video row over its list's full tiles
+        attn = 4 * inner * ((s + n_audio) * L + n_video * 64 * VSA.width)
+        tflop = args.layers * (L * (10 * HIDDEN * inner + 6 * HIDDEN * FFN) + attn) / 1e12
     v = out[0].float()
     print_forward_rate(first, times, tflop)
     if dev.type == "cuda":

@@ -117,9 +117,12 @@ func benchWanDiT(b compute.Backend, cfg wan.Config, dt dtypes.DType, vaeStride, 
 	}
 	k := attention.TopKTiles(*wanditVSA, tl.NumVideo)
 	fmt.Printf("wandit: VSA sparsity %g: %d tiles of (4,4,4), top-%d per query tile\n", *wanditVSA, tl.NumVideo, k)
-	saved := 4 * float64(int64(tokens)*int64(tokens)-tl.AttendedPairs(k)) * float64(cfg.HiddenSize()) * float64(cfg.NumLayers) / 1e12
+	d, layers := float64(cfg.HiddenSize()), float64(cfg.NumLayers)
+	saved := 4 * float64(int64(tokens)*int64(tokens)-tl.AttendedPairs(k)) * d * layers / 1e12
+	// VSA's own matmul: every block's to_gate_compress projection [D, D] of the attention input.
+	gate := 2 * float64(tokens) * d * d * layers / 1e12
 	in.Latent, in.VSA = latent, &wan.VSA{Sparsity: *wanditVSA}
-	return benchWanForward(m, in, fmt.Sprintf("wandit[vsa %g]", *wanditVSA), tflop-saved, steps, runs, randn, c)
+	return benchWanForward(m, in, fmt.Sprintf("wandit[vsa %g]", *wanditVSA), tflop-saved+gate, steps, runs, randn, c)
 }
 
 // benchWanForward times one forward, then the denoise loop when steps are given.
