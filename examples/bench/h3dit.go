@@ -261,7 +261,7 @@ func denseH3DiTVideo(b compute.Backend, cfg h3.Config, dt dtypes.DType, doc *h3d
 
 // h3ditVSATFLOP is h3ditTFLOP with the attention term counted over the pairs VSA computes (full tiles), plus
 // VSA's own matmul, each joint block's to_gate_compress projection [inner, D] (57.5 TFLOP of FastH3's release
-// forward, which the count left out before session 35).
+// forward, 8 % of it).
 func h3ditVSATFLOP(cfg h3.Config, tl *attention.Tiling, topK int) float64 {
 	l, inner := float64(tl.Rows()), float64(cfg.InnerDim())
 	saved := 4 * (l*l - float64(tl.AttendedPairs(topK))) * inner
