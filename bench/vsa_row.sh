@@ -17,6 +17,8 @@
 #                   (the issue's dense 1.52 s is that forward's; `-h3dit-cached=false`, which earlier
 #                   VSA rows ran, adds the per-step AdaLN projections to every forward)
 #   h3dit_mosaic.log  (opt-in step h3ditmosaic) the same forwards with the Mosaic GPU fine stage
+#   h3dit_torch.log   (opt-in step h3dittorch, run after the clip) the VSA forward's same-math PyTorch baseline,
+#                   upstream's fine kernel under torch.compile (bench/h3_dit_torch.py --vsa 0.9 --compile)
 #   h3_clip.log, h3_torch.log   FastH3 with default flags, prompt to MP4: a cold and a warm call (the compile
 #                   cache starting empty, as bench/clip_row.sh's first variant), then the same-math PyTorch
 #                   chain (bench/h3_clip_torch.py); the whole FastH3 clip does not fit an 80 GB card (New refuses it there)
@@ -48,7 +50,8 @@
 # wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached) as trace traces the VSA one,
 # kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
 # 1.56 ms a block its gate projection; BENCHMARKS.md); traceh3 is trace without FastWan's forward; tracemosaic
-# traces FastH3's VSA forward with the Mosaic GPU fine stage (trace_h3_mosaic.csv).
+# traces FastH3's VSA forward with the Mosaic GPU fine stage (trace_h3_mosaic.csv); h3dittorch times the DiT line's
+# same-math baseline (h3dit_torch.log, about 35 s; needs UPSTREAM).
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
@@ -63,7 +66,7 @@ has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 has_any() { local s; for s; do has "$s" && return 0; done; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic tracedense" # the steps that run the bench binary
-has_any parity fine $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+has_any parity fine h3dittorch $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 # KERNEL_FILES (optional): kernel files a generator has just written, run by every bench step in place of
@@ -115,6 +118,12 @@ if has clip; then
   echo "clip rc $? at $SECONDS s"; grep -E "clip record|rror|panic" "$OUT/h3_clip.log" | cut -c1-300
   timeout "$(left 150)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
   echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
+fi
+if has h3dittorch; then
+  # Not a line of its own: the DiT line's same-math baseline, FastH3's VSA forward in PyTorch on upstream's own fine
+  # kernel (torch.compile per block), after the clip so that the clip keeps its time.
+  timeout "$(left 90)" python3 bench/h3_dit_torch.py --adaln-cache --vsa 0.9 --upstream "$UPSTREAM" --iters 3 --compile >"$OUT/h3dit_torch.log" 2>&1
+  echo "h3dittorch rc $? at $SECONDS s"; grep -E "VSA attention|forward min|peak memory|rror" "$OUT/h3dit_torch.log" | cut -c1-300 | tail -4
 fi
 if has wanclip; then
   # Not an issue-32 line: FastWan's default row of bench/clip_row.sh (its first variant, cold and warm, then the
