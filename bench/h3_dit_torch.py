@@ -36,6 +36,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import vsa_torch
 from benchutil import print_forward_rate, profile_kernels, setup, sync, time_runs, timestep_proj
 
 # Release architecture (the released transformer/config.json; fastvideo/configs/models/dits/minimax_h3.py).
@@ -165,66 +166,28 @@ def apply_rope(x, cos, sin):
     return torch.cat((xr * c + torch.cat((-x2, x1), dim=-1) * s, xp), dim=-1)
 
 
-# VSA (--vsa): the joint blocks' attention as fastvideo/attention/backends/video_sparse_attn_h3.py routes it, the
-# fine stage upstream's own Triton forward (fastvideo-kernel block_sparse_attn_triton.py, imported unchanged from
-# --upstream). Set by main; None: dense attention.
-VSA = None
+# VSA (--vsa): the joint blocks' attention as fastvideo/attention/backends/video_sparse_attn_h3.py routes it
+# (bench/vsa_torch.py's Plan), and its fine stage, upstream's own Triton forward (fastvideo-kernel
+# block_sparse_attn_triton.py, imported unchanged from --upstream). Set by main; None: dense attention.
+VSA = VSA_FINE = None
 
 
-class VSAPlan:
-    """The tiling and routing constants of VSA at one geometry (bench/vsa_torch.py's tiling): E = 64 rows a
-    tile, prefix segments (text, audio) then the (4, 4, 4) video cubes; each video query tile keeps every prefix
-    key tile and its top-k video key tiles by pooled score; prefix query tiles attend densely."""
+def upstream_fine(kernel):
+    """bench/vsa_torch.py's fine stage on upstream's Triton forward: its layout is [1, H, tiles·64, D] in tile
+    order, pads in each tile's tail (variable_block_sizes)."""
+    # Outside torch.compile's graph (--compile): Inductor recompiles a user Triton kernel it traces into, and
+    # upstream's fails there (its tl.dot with an accumulator; torch 2.11), so the block graph breaks around it.
+    kernel = torch.compiler.disable(kernel)
 
-    def __init__(self, prefix, grid, sparsity, dev, upstream):
-        import vsa_torch
-        slot_rows, sizes, self.n_prefix = vsa_torch.tiling(prefix, grid, 64)
-        self.slot_rows, self.sizes = slot_rows.to(dev), sizes.to(dev)
-        self.valid = self.slot_rows >= 0
-        self.idx = self.slot_rows.clamp(min=0)
-        self.n_tiles = sizes.numel()
-        n_video = self.n_tiles - self.n_prefix
-        self.topk = max(1, min(math.ceil((1 - sparsity) * n_video), n_video))
-        self.width = self.n_prefix + self.topk
-        row_slot = torch.empty(int(self.valid.sum()), dtype=torch.long, device=dev)
-        row_slot[self.slot_rows[self.valid]] = torch.nonzero(self.valid).squeeze(1)
-        self.row_slot = row_slot
-        self.block_sizes = sizes.to(torch.int32).to(dev)
-        # Outside torch.compile's graph (--compile): Inductor recompiles a user Triton kernel it traces into, and
-        # upstream's fails there (its tl.dot with an accumulator; torch 2.11), so the block graph breaks around it.
-        self.fine = torch.compiler.disable(upstream.triton_block_sparse_attn_forward)
+    def fine(qv, kt, vt, sel, plan):
+        n_video, e, H, D = qv.shape
+        head_major = lambda xt: xt.permute(2, 0, 1, 3).reshape(1, H, -1, D)
+        num = torch.full((1, H, n_video), plan.width, dtype=torch.int32, device=qv.device)
+        o, _ = kernel(head_major(qv), head_major(kt), head_major(vt), sel.to(torch.int32)[None].contiguous(), num,
+                      plan.block_sizes)
+        return o.view(H, n_video, e, D).permute(1, 2, 0, 3)
 
-
-def vsa_attention(q, k, v, gate, plan):
-    """q, k, v, gate [L, H, D] (after q/k norm and rotation) -> [L, H, D], bench/vsa_torch.py's vsa with the
-    fine stage on upstream's kernel."""
-    L, H, D = q.shape
-    nt, e, npre = plan.n_tiles, 64, plan.n_prefix
-    mask = plan.valid[:, None, None].to(q.dtype)
-
-    def tiles(x):  # [nT, E, H, D], pads zero
-        return (x[plan.idx] * mask).view(nt, e, H, D)
-
-    qt, kt, vt = tiles(q), tiles(k), tiles(v)
-    pool = lambda xt: xt.float().sum(1) / plan.sizes.view(-1, 1, 1)  # [nT, H, D]
-    qp, kp, vp = pool(qt), pool(kt), pool(vt)
-    scores = torch.einsum("thd,shd->hts", qp, kp) / math.sqrt(D)  # [H, nT, nT]
-    top = scores[:, npre:, npre:].topk(plan.topk, dim=-1).indices + npre  # [H, V, k]
-    nv = nt - npre
-    sel = torch.cat([torch.arange(npre, device=q.device).expand(H, nv, npre), top], -1).to(torch.int32)
-    out_slots = torch.empty(nt, e, H, D, dtype=q.dtype, device=q.device)
-    if npre:
-        qpre = qt[:npre].reshape(1, npre * e, H, D).transpose(1, 2)
-        o = F.scaled_dot_product_attention(qpre, k[None].transpose(1, 2), v[None].transpose(1, 2))
-        out_slots[:npre] = o.transpose(1, 2).reshape(npre, e, H, D)
-    # Upstream's layout: [1, H, tiles·64, D] in tile order, pads in each tile's tail (variable_block_sizes).
-    head_major = lambda xt: xt.permute(2, 0, 1, 3).reshape(1, H, -1, D)
-    num = torch.full((1, H, nv), plan.width, dtype=torch.int32, device=q.device)
-    o, _ = plan.fine(head_major(qt[npre:]), head_major(kt), head_major(vt), sel[None].contiguous(), num, plan.block_sizes)
-    out_slots[npre:] = o.view(H, nv, e, D).permute(1, 2, 0, 3)
-    oc = torch.einsum("hts,shd->thd", scores.softmax(-1), vp)  # [nT, H, D]
-    out = out_slots.view(-1, H, D)[plan.row_slot].float() + oc[plan.row_slot // e] * gate.float()
-    return out.to(q.dtype)
+    return fine
 
 
 def attention(h, w, rope):
@@ -237,7 +200,7 @@ def attention(h, w, rope):
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     if VSA is not None and rope is not None:  # the joint blocks (the refiner's have no rotation)
         gate = F.linear(h, w["gate"]).unflatten(-1, (HEADS, HEAD_DIM))
-        o = vsa_attention(q[0], k[0], v[0], gate[0], VSA)[None]
+        o = vsa_torch.vsa(q[0], k[0], v[0], gate[0], VSA, VSA_FINE)[None]
         return F.linear(o.flatten(2), w["o"])
     o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     return F.linear(o.transpose(1, 2).flatten(2), w["o"])
@@ -362,21 +325,21 @@ def main():
     cos, sin = rope_tables(pos, dev, dt)
 
     if args.vsa >= 0:
-        global VSA
+        global VSA, VSA_FINE
         import os, sys
         sys.path.insert(0, os.path.abspath(args.upstream))
         import block_sparse_attn_triton as upstream
         t_lat = n_video // ((args.height // 32) * (args.width // 32))
-        VSA = VSAPlan((s, 0, n_audio), (t_lat, args.height // 32, args.width // 32), args.vsa, dev, upstream)
+        VSA = vsa_torch.Plan((s, 0, n_audio), (t_lat, args.height // 32, args.width // 32), 64, args.vsa, dev)
+        VSA_FINE = upstream_fine(upstream.triton_block_sparse_attn_forward)
         print(f"VSA sparsity {args.vsa}: {VSA.n_prefix} prefix + {VSA.n_tiles - VSA.n_prefix} video tiles, top-{VSA.topk} "
               f"video tiles per video query tile; fine stage: upstream's Triton forward")
-        # The attention against bench/vsa_torch.py's (its fine stage gathered tiles through SDPA) on random
-        # inputs of the forward's shape, so that the timed forward is known to run the same math.
-        import vsa_torch
+        # The attention against bench/vsa_torch.py's fine stage (gathered tiles through SDPA) on random inputs of
+        # the forward's shape, so that the timed forward is known to run the same math.
         with torch.inference_mode():
             q, k, v, g = (torch.randn(L, HEADS, HEAD_DIM, device=dev, dtype=dt) for _ in range(4))
-            got = vsa_attention(q, k, v, g, VSA).float()
-            want = vsa_torch.vsa(q, k, v, g, VSA.slot_rows, VSA.sizes, VSA.n_prefix, 64, VSA.topk, 8).float()
+            got = vsa_torch.vsa(q, k, v, g, VSA, VSA_FINE).float()
+            want = vsa_torch.vsa(q, k, v, g, VSA, vsa_torch.gathered(8)).float()
             print(f"VSA attention against bench/vsa_torch.py's: max abs diff {(got - want).abs().max().item():.3g} "
                   f"of {want.abs().max().item():.3g}")
             del q, k, v, g, got, want

@@ -54,46 +54,75 @@ def tiling(prefix, grid, e):
     return torch.tensor(slots), torch.tensor(sizes, dtype=torch.float32), n_prefix
 
 
-def vsa(q, k, v, gate, slot_rows, sizes, n_prefix, e, topk, head_chunk):
-    """q, k, v, gate [L, H, D] -> [L, H, D]."""
+class Plan:
+    """VSA's tiling and routing constants at one geometry, made once: E rows a tile (tiling), top-k video key
+    tiles a video query tile (upstream's compute_topk), and the maps between rows and slots."""
+
+    def __init__(self, prefix, grid, e, sparsity, dev):
+        slot_rows, sizes, self.n_prefix = tiling(prefix, grid, e)
+        self.e = e
+        self.slot_rows, self.sizes = slot_rows.to(dev), sizes.to(dev)
+        self.block_sizes = self.sizes.to(torch.int32)
+        self.valid = self.slot_rows >= 0
+        self.idx = self.slot_rows.clamp(min=0)
+        self.n_tiles = sizes.numel()
+        self.n_video = self.n_tiles - self.n_prefix
+        self.topk = max(1, min(math.ceil((1 - sparsity) * self.n_video), self.n_video))
+        self.width = self.n_prefix + self.topk
+        row_slot = torch.empty(int(self.valid.sum()), dtype=torch.long, device=dev)
+        row_slot[self.slot_rows[self.valid]] = torch.nonzero(self.valid).squeeze(1)
+        self.row_slot = row_slot
+
+
+def vsa(q, k, v, gate, plan, fine):
+    """q, k, v, gate [L, H, D] -> [L, H, D]. fine(qv, kt, vt, sel, plan) is the fine stage: the video query tiles
+    qv [V, E, H, D] over their key tiles sel [H, V, K] of the tiles kt, vt [nT, E, H, D] (pads zero), returning
+    [V, E, H, D]: gathered below, or upstream's kernel (bench/h3_dit_torch.py)."""
     L, H, D = q.shape
-    n_tiles = sizes.numel()
-    valid = slot_rows >= 0
-    idx = slot_rows.clamp(min=0)
+    nt, e, npre = plan.n_tiles, plan.e, plan.n_prefix
+    mask = plan.valid[:, None, None].to(q.dtype)
 
     def tiles(x):  # [nT, E, H, D], pads zero
-        return (x[idx] * valid[:, None, None].to(x.dtype)).view(n_tiles, e, H, D)
+        return (x[plan.idx] * mask).view(nt, e, H, D)
 
     qt, kt, vt = tiles(q), tiles(k), tiles(v)
-    pool = lambda xt: xt.float().sum(1) / sizes.view(-1, 1, 1)  # [nT, H, D]
+    pool = lambda xt: xt.float().sum(1) / plan.sizes.view(-1, 1, 1)  # [nT, H, D]
     qp, kp, vp = pool(qt), pool(kt), pool(vt)
     scores = torch.einsum("thd,shd->hts", qp, kp) / math.sqrt(D)  # [H, nT, nT]
-    out_slots = torch.empty(n_tiles, e, H, D, dtype=q.dtype, device=q.device)
-    if n_prefix:
-        qpre = qt[:n_prefix].reshape(1, n_prefix * e, H, D).transpose(1, 2)
+    out_slots = torch.empty(nt, e, H, D, dtype=q.dtype, device=q.device)
+    if npre:
+        qpre = qt[:npre].reshape(1, npre * e, H, D).transpose(1, 2)
         o = F.scaled_dot_product_attention(qpre, k[None].transpose(1, 2), v[None].transpose(1, 2))
-        out_slots[:n_prefix] = o.transpose(1, 2).reshape(n_prefix, e, H, D)
-    top = scores[:, n_prefix:, n_prefix:].topk(topk, dim=-1).indices + n_prefix  # [H, V, k]
-    n_video = n_tiles - n_prefix
-    prefix_ids = torch.arange(n_prefix, device=q.device).expand(H, n_video, n_prefix)
-    sel = torch.cat([prefix_ids, top], -1)  # [H, V, K]
-    kh, vh = kt.permute(2, 0, 1, 3), vt.permute(2, 0, 1, 3)  # [H, nT, E, D]
-    valid_t = valid.view(n_tiles, e)
-    qv = qt[n_prefix:].permute(2, 0, 1, 3)  # [H, V, E, D]
-    for h0 in range(0, H, head_chunk):
-        h1 = min(H, h0 + head_chunk)
-        s = sel[h0:h1]
-        hi = torch.arange(h0, h1, device=q.device)[:, None, None]
-        kb = kh[hi, s].flatten(2, 3)  # [hc, V, K*E, D]
-        vb = vh[hi, s].flatten(2, 3)
-        mask = valid_t[s].flatten(2, 3)[:, :, None, :]  # [hc, V, 1, K*E]
-        o = F.scaled_dot_product_attention(qv[h0:h1], kb, vb, attn_mask=mask)
-        out_slots[n_prefix:, :, h0:h1] = o.permute(1, 2, 0, 3)
+        out_slots[:npre] = o.transpose(1, 2).reshape(npre, e, H, D)
+    top = scores[:, npre:, npre:].topk(plan.topk, dim=-1).indices + npre  # [H, V, k]
+    sel = torch.cat([torch.arange(npre, device=q.device).expand(H, nt - npre, npre), top], -1)  # [H, V, K]
+    out_slots[npre:] = fine(qt[npre:], kt, vt, sel, plan)
     oc = torch.einsum("hts,shd->thd", scores.softmax(-1), vp)  # [nT, H, D]
-    row_slot = torch.empty(L, dtype=torch.long, device=q.device)
-    row_slot[slot_rows[valid]] = torch.nonzero(valid).squeeze(1)
-    out = out_slots.view(-1, H, D)[row_slot].float() + oc[row_slot // e] * gate.float()
+    out = out_slots.view(-1, H, D)[plan.row_slot].float() + oc[plan.row_slot // e] * gate.float()
     return out.to(q.dtype)
+
+
+def gathered(head_chunk):
+    """The fine stage in plain PyTorch: each video query tile's selected K/V tiles gathered, heads head_chunk at
+    a time, and run through SDPA with the pad slots masked."""
+
+    def fine(qv, kt, vt, sel, plan):
+        n_video, e, H, D = qv.shape
+        kh, vh, qh = kt.permute(2, 0, 1, 3), vt.permute(2, 0, 1, 3), qv.permute(2, 0, 1, 3)  # [H, tiles, E, D]
+        valid_t = plan.valid.view(plan.n_tiles, e)
+        out = torch.empty_like(qv)
+        for h0 in range(0, H, head_chunk):
+            h1 = min(H, h0 + head_chunk)
+            s = sel[h0:h1]
+            hi = torch.arange(h0, h1, device=qv.device)[:, None, None]
+            kb = kh[hi, s].flatten(2, 3)  # [hc, V, K*E, D]
+            vb = vh[hi, s].flatten(2, 3)
+            mask = valid_t[s].flatten(2, 3)[:, :, None, :]  # [hc, V, 1, K*E]
+            o = F.scaled_dot_product_attention(qh[h0:h1], kb, vb, attn_mask=mask)
+            out[:, :, h0:h1] = o.permute(1, 2, 0, 3)
+        return out
+
+    return fine
 
 
 def main():
@@ -110,11 +139,9 @@ def main():
     g = GEOMETRIES[a.geometry]
     e = 64 if a.geometry == "wan" else a.tile
     dev, dt = benchutil.setup(a.dtype, False, a.seed)
-    slot_rows, sizes, n_prefix = tiling(g["prefix"], g["grid"], e)
-    slot_rows, sizes = slot_rows.to(dev), sizes.to(dev)
+    plan = Plan(g["prefix"], g["grid"], e, a.sparsity, dev)
+    n_prefix, n_video, topk = plan.n_prefix, plan.n_video, plan.topk
     L, H, D = sum(g["prefix"]) + math.prod(g["grid"]), g["heads"], g["head_dim"]
-    n_video = sizes.numel() - n_prefix
-    topk = max(1, min(math.ceil((1 - a.sparsity) * n_video), n_video))
     q, k, v, gate = (torch.randn(L, H, D, device=dev, dtype=dt) for _ in range(4))
     per_head = n_video * (n_prefix + topk) * e * D * q.element_size()
     head_chunk = max(1, min(H, int(a.gather_gib * 2**30) // per_head))
@@ -125,7 +152,7 @@ def main():
     sparse_pairs = (L - video_rows) * L + video_rows * min((n_prefix + topk) * e, L)
     bhsd = lambda x: x[None].transpose(1, 2)
     runs = [("dense", lambda: F.scaled_dot_product_attention(bhsd(q), bhsd(k), bhsd(v)), dense_pairs),
-            (f"vsa {a.sparsity}", lambda: vsa(q, k, v, gate, slot_rows, sizes, n_prefix, e, topk, head_chunk), sparse_pairs)]
+            (f"vsa {a.sparsity}", lambda: vsa(q, k, v, gate, plan, gathered(head_chunk)), sparse_pairs)]
     with torch.no_grad():
         for label, fn, pairs in runs:
             first, times, out = benchutil.time_runs(fn, a.warmup, a.iters, dev)
