@@ -3,12 +3,15 @@
 # BENCHMARKS.md session 35); inside the VSA forward the same cuBLAS kernels run at ~740 (session 32's trace),
 # about 90 ms a forward. This times the forward's GEMMs and nothing else, as the forward issues them (50 blocks of
 # four 5,376 -> 7,168 projections, the 7,168 -> 5,376 output one, the FFN's 5,376 -> 28,672 input and
-# 14,336 -> 5,376 output, bf16, the DiT's 14,937 rows), forward after forward, in two forms taken in turn: the Go
-# graph's (nn.Linear: x times the checkpoint's [out, in] weight transposed, plus the bias) and the probe's (x times
-# a [in, out] weight, no bias). A card that slows under sustained load shows it here too; run it beside
-# `nvidia-smi --query-gpu=clocks.sm,power.draw ... -lms 100` to see the clocks.
+# 14,336 -> 5,376 output, bf16, the DiT's 14,937 rows), forward after forward, in four forms taken in turn: the Go
+# graph's (nn.Linear: x times the checkpoint's [out, in] weight transposed, plus the bias), the same without the
+# bias, and x times an [in, out] weight with and without it (the probe's form). A card that slows under
+# sustained load shows it here too; run it beside `nvidia-smi --query-gpu=clocks.sm,power.draw ... -lms 100` to
+# see the clocks (session 37, one H100: the forwards ran at the 700 W cap, ~1,335 MHz, 690-708 TFLOP/s, where
+# 20-call bursts ran near 1,965 MHz at 730-805; x . W[in, out] without bias 2 % faster than the graph's form,
+# before the bias and the layout were told apart).
 #
-#   python3 bench/gemm_sustained.py [--rows 14937] [--forwards 4] [--blocks 50]
+#   python3 bench/gemm_sustained.py [--rows 14937] [--forwards 4] [--blocks 50] [--forms graph,...]
 import argparse, time
 
 import numpy as np
@@ -23,6 +26,8 @@ def main():
     ap.add_argument("--rows", type=int, default=14937)
     ap.add_argument("--forwards", type=int, default=4, help="forwards of each form")
     ap.add_argument("--blocks", type=int, default=50)
+    ap.add_argument("--forms", default="graph,graph_nobias,io_bias,probe",
+                    help="graph: x . W[out,in]^T + b (nn.Linear); graph_nobias; io_bias: x . W[in,out] + b; probe: x . W[in,out]")
     a = ap.parse_args()
     key = jax.random.PRNGKey(0)
     bf = jnp.bfloat16
@@ -33,10 +38,17 @@ def main():
         w = jax.random.normal(jax.random.fold_in(key, i), (n, k), jnp.float32) / np.sqrt(k)
         w_oi[name], w_io[name] = w.astype(bf), w.T.astype(bf)
         bias[name] = (0.05 * jax.random.normal(jax.random.fold_in(key, 200 + i), (n,), jnp.float32)).astype(bf)
-    graph_form = jax.jit(lambda x, w, b: jax.lax.dot_general(x, w, (((1,), (1,)), ((), ()))) + b)
-    probe_form = jax.jit(lambda x, w: x @ w)
-    forms = {"graph": lambda name, k: graph_form(ins[k], w_oi[name], bias[name]),
-             "probe": lambda name, k: probe_form(ins[k], w_io[name])}
+    out_in = lambda x, w: jax.lax.dot_general(x, w, (((1,), (1,)), ((), ())))
+    graph_form, graph_nobias = jax.jit(lambda x, w, b: out_in(x, w) + b), jax.jit(out_in)
+    io_bias, probe_form = jax.jit(lambda x, w, b: x @ w + b), jax.jit(lambda x, w: x @ w)
+    all_forms = {"graph": lambda name, k: graph_form(ins[k], w_oi[name], bias[name]),
+                 "graph_nobias": lambda name, k: graph_nobias(ins[k], w_oi[name]),
+                 "io_bias": lambda name, k: io_bias(ins[k], w_io[name], bias[name]),
+                 "probe": lambda name, k: probe_form(ins[k], w_io[name])}
+    unknown = [f for f in a.forms.split(",") if f not in all_forms]
+    if unknown:
+        ap.error(f"--forms: unknown {unknown}; choose from {sorted(all_forms)}")
+    forms = {f: all_forms[f] for f in a.forms.split(",")}
     flop = {name: 2.0 * a.rows * k * n for name, k, n in SHAPES}
     block_flop = sum(flop.values())
 

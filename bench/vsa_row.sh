@@ -29,8 +29,10 @@
 #                   (bench/kerneltrace.c over the forward the bench brackets): where the forward's time
 #                   goes beside the attention, and the fine kernel's time a call on the DiT's own routing
 #                   against uniform lists at the same tiling (fine.log)
+#   smi.csv, marks.txt   nvidia-smi every 100 ms and the time each step began: the clocks and power a step
+#                   (bench/power_phases.py; on an H100 the forwards run at the 700 W cap, BENCHMARKS.md session 37)
 #   summary.md      the issue's lines from those logs, each with its figures and whether it holds
-#                   (bench/vsa_row_summary.py)
+#                   (bench/vsa_row_summary.py), then the clocks and power table
 #
 # On the dev machine (repo root):
 #   bash bench/build_gpu.sh .gpu/bench ./examples/bench
@@ -65,6 +67,13 @@ unpack() { xz -dc "$BIN/$1.xz" >"/tmp/vsarow/$1" && chmod +x "/tmp/vsarow/$1"; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 has_any() { local s; for s; do has "$s" && return 0; done; return 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# The card's clocks and power a step (bench/power_phases.py): under sustained load the forwards run at the
+# card's power cap, and their figures with it.
+smi_query=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=$smi_query --format=csv,noheader >/dev/null 2>&1 || smi_query=${smi_query/clocks_event/clocks_throttle}
+nvidia-smi --query-gpu=$smi_query --format=csv,noheader -lms 100 >"$OUT/smi.csv" 2>&1 &
+smi_pid=$!
+mark() { echo "$1 $(date +%s.%N)" >>"$OUT/marks.txt"; }
 BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic tracedense" # the steps that run the bench binary
 has_any parity fine h3dittorch $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
@@ -84,16 +93,19 @@ clip_env() {
 }
 
 if has parity; then
+  mark parity
   unpack attention.test
   (cd attention && FASTVIDEO_GPU_TEST=1 timeout "$(left 150)" /tmp/vsarow/attention.test -test.run OnGPU -test.v) >"$OUT/parity.log" 2>&1
   echo "parity rc $? at $SECONDS s"; grep -E "^(--- |ok|FAIL|PASS)|steps|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250
 fi
 if has fine; then
+  mark fine
   timeout "$(left 120)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only base h3 wan0.8 h3_tiling wan_tiling \
     >"$OUT/fine.log" 2>&1
   echo "fine rc $? at $SECONDS s"; grep -v Warning "$OUT/fine.log" | tail -12 | cut -c1-250
 fi
 if has vsa; then
+  mark vsa
   for g in "h3" "h3-packed" "wan -vsa-sparsity 0.8" "wan-packed -vsa-sparsity 0.8"; do
     name=${g%% *}
     timeout "$(left 45)" "$BENCH" ${KF[@]+"${KF[@]}"} -what vsa -backend xla:cuda -vsa-chain 4 -vsa-geometry $g >"$OUT/vsa_$name.log" 2>&1
@@ -101,16 +113,19 @@ if has vsa; then
   done
 fi
 if has h3dit; then
+  mark h3dit
   # Dense with the AdaLN cache is the issue's 1.52 s; the VSA forward runs with the same cache.
   timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
   echo "h3dit rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|allocator|rror|panic" "$OUT/h3dit.log" | cut -c1-300 | head -16
 fi
 if has h3ditmosaic; then
+  mark h3ditmosaic
   # Opt-in: the same forwards with the Mosaic GPU fine stage (attention.SparseMosaic) in the VSA one.
   timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic >"$OUT/h3dit_mosaic.log" 2>&1
   echo "h3ditmosaic rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|rror|panic" "$OUT/h3dit_mosaic.log" | cut -c1-300 | tail -8
 fi
 if has clip; then
+  mark clip
   # Issue 32's clip line: FastH3 with default flags, prompt to MP4, a cold and a warm call in one process over a
   # compile cache that starts empty (bench/clip_row.sh's first variant), then the same-math PyTorch chain.
   clip_env
@@ -120,12 +135,14 @@ if has clip; then
   echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
 fi
 if has h3dittorch; then
+  mark h3dittorch
   # Not a line of its own: the DiT line's same-math baseline, FastH3's VSA forward in PyTorch on upstream's own fine
   # kernel (torch.compile per block), after the clip so that the clip keeps its time.
   timeout "$(left 90)" python3 bench/h3_dit_torch.py --adaln-cache --vsa 0.9 --upstream "$UPSTREAM" --iters 3 --compile >"$OUT/h3dit_torch.log" 2>&1
   echo "h3dittorch rc $? at $SECONDS s"; grep -E "VSA attention|forward min|peak memory|rror" "$OUT/h3dit_torch.log" | cut -c1-300 | tail -4
 fi
 if has wanclip; then
+  mark wanclip
   # Not an issue-32 line: FastWan's default row of bench/clip_row.sh (its first variant, cold and warm, then the
   # same-math PyTorch chain), so that one call also gives the whole-clip row of both families.
   clip_env
@@ -136,10 +153,12 @@ if has wanclip; then
   echo "wan torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/wan_torch.log" | cut -c1-300
 fi
 if has wandit; then
+  mark wandit
   timeout "$(left 100)" "$BENCH" ${KF[@]+"${KF[@]}"} -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
 if has_any trace traceh3 tracemosaic tracedense; then
+  mark trace
   # One VSA forward of each DiT (trace), or FastH3's dense one (tracedense), under bench/kerneltrace.c (CUPTI
   # inside the process, injected at cuInit), after the timed runs; each table's wall time is the same
   # process's median. FastH3's run with the AdaLN step cache (in trace, the dense forwards before it only
@@ -167,6 +186,10 @@ if has_any trace traceh3 tracemosaic tracedense; then
 fi
 # The issue's lines from whatever this call measured (the other call's say "not measured"; run
 # bench/vsa_row_summary.py on a folder holding both calls' logs for the whole table).
+mark end
+kill "$smi_pid" 2>/dev/null
 python3 bench/vsa_row_summary.py "$OUT" | tee "$OUT/summary.md"
+{ echo; echo "Clocks and power a step (bench/power_phases.py, busy samples):"; echo
+  python3 bench/power_phases.py "$OUT/smi.csv" "$OUT/marks.txt"; } | tee -a "$OUT/summary.md"
 bash bench/pack_out.sh "$OUT" summary.md
 echo "vsa_row done at $SECONDS s"
