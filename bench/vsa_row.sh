@@ -53,7 +53,9 @@
 # kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
 # 1.56 ms a block its gate projection; BENCHMARKS.md); traceh3 is trace without FastWan's forward; tracemosaic
 # traces FastH3's VSA forward with the Mosaic GPU fine stage (trace_h3_mosaic.csv); h3dittorch times the DiT line's
-# same-math baseline (h3dit_torch.log, about 35 s; needs UPSTREAM).
+# same-math baseline (h3dit_torch.log, about 35 s; needs UPSTREAM); gemm runs first and times FastH3's block GEMMs
+# forward after forward in four weight forms (bench/gemm_sustained.py, gemm.log, about 30 s): with the clocks table,
+# what the card sustains against what the forward gets.
 set -u
 : "${OUT:?set OUT to the output folder}"
 STEPS=${STEPS:-"parity fine vsa h3dit clip wanclip wandit trace"}
@@ -75,7 +77,7 @@ nvidia-smi --query-gpu=$smi_query --format=csv,noheader -lms 100 >"$OUT/smi.csv"
 smi_pid=$!
 mark() { echo "$1 $(date +%s.%N)" >>"$OUT/marks.txt"; }
 BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic tracedense" # the steps that run the bench binary
-has_any parity fine h3dittorch $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
+has_any gemm parity fine h3dittorch $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
 BENCH=/tmp/vsarow/bench
 # KERNEL_FILES (optional): kernel files a generator has just written, run by every bench step in place of
@@ -92,6 +94,11 @@ clip_env() {
   export FASTVIDEO_FFMPEG=/tmp/vsarow/ffmpeg XDG_CACHE_HOME=$(mktemp -d /tmp/vsarow-cache.XXXXXX)
 }
 
+if has gemm; then
+  mark gemm
+  timeout "$(left 90)" python3 bench/gemm_sustained.py --forwards 2 >"$OUT/gemm.log" 2>&1
+  echo "gemm rc $? at $SECONDS s"; grep -E "^forward|rror" "$OUT/gemm.log" | cut -c1-200
+fi
 if has parity; then
   mark parity
   unpack attention.test
