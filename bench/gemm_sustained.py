@@ -12,10 +12,13 @@
 # before the bias and the layout were told apart).
 #
 #   python3 bench/gemm_sustained.py [--rows 14937] [--forwards 4] [--blocks 50] [--forms graph,...]
-import argparse, time
+import argparse, os, sys, time
 
 import numpy as np
 import jax, jax.numpy as jnp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "internal", "xlaext", "testdata"))
+from gen_triton import timed  # noqa: E402
 
 SHAPES = [("q", 5376, 7168), ("k", 5376, 7168), ("v", 5376, 7168), ("gate", 5376, 7168), ("out", 7168, 5376),
           ("ffn_in", 5376, 28672), ("ffn_out", 14336, 5376)]
@@ -55,12 +58,7 @@ def main():
     # Each GEMM alone first (the probe's way: one warm-up, then 20 calls).
     for form, run in forms.items():
         for name, k, n in SHAPES:
-            run(name, k).block_until_ready()
-            t0 = time.perf_counter()
-            for _ in range(20):
-                r = run(name, k)
-            r.block_until_ready()
-            ms = (time.perf_counter() - t0) / 20 * 1e3
+            ms = timed(lambda: run(name, k), 20) * 1e3
             print(f"alone {form} {name:8s} {a.rows}x{k}->{n}: {ms:.3f} ms ({flop[name] / ms / 1e9:.0f} TFLOP/s)", flush=True)
 
     # Then the forward's GEMM sequence, forward after forward, the forms in turn.

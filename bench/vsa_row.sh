@@ -76,6 +76,7 @@ nvidia-smi --query-gpu=$smi_query --format=csv,noheader >/dev/null 2>&1 || smi_q
 nvidia-smi --query-gpu=$smi_query --format=csv,noheader -lms 100 >"$OUT/smi.csv" 2>&1 &
 smi_pid=$!
 mark() { echo "$1 $(date +%s.%N)" >>"$OUT/marks.txt"; }
+step() { has "$1" && mark "$1"; } # a step of STEPS begins: its clocks are counted from here
 BENCH_STEPS="vsa h3dit h3ditmosaic clip wanclip wandit trace traceh3 tracemosaic tracedense" # the steps that run the bench binary
 has_any gemm parity fine h3dittorch $BENCH_STEPS || { echo "STEPS=\"$STEPS\" names no step"; exit 2; }
 if has_any $BENCH_STEPS; then unpack bench; fi
@@ -94,45 +95,38 @@ clip_env() {
   export FASTVIDEO_FFMPEG=/tmp/vsarow/ffmpeg XDG_CACHE_HOME=$(mktemp -d /tmp/vsarow-cache.XXXXXX)
 }
 
-if has gemm; then
-  mark gemm
+if step gemm; then
   timeout "$(left 90)" python3 bench/gemm_sustained.py --forwards 2 >"$OUT/gemm.log" 2>&1
   echo "gemm rc $? at $SECONDS s"; grep -E "^forward|rror" "$OUT/gemm.log" | cut -c1-200
 fi
-if has parity; then
-  mark parity
+if step parity; then
   unpack attention.test
   (cd attention && FASTVIDEO_GPU_TEST=1 timeout "$(left 150)" /tmp/vsarow/attention.test -test.run OnGPU -test.v) >"$OUT/parity.log" 2>&1
   echo "parity rc $? at $SECONDS s"; grep -E "^(--- |ok|FAIL|PASS)|steps|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250
 fi
-if has fine; then
-  mark fine
+if step fine; then
   timeout "$(left 120)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only base h3 wan0.8 h3_tiling wan_tiling \
     >"$OUT/fine.log" 2>&1
   echo "fine rc $? at $SECONDS s"; grep -v Warning "$OUT/fine.log" | tail -12 | cut -c1-250
 fi
-if has vsa; then
-  mark vsa
+if step vsa; then
   for g in "h3" "h3-packed" "wan -vsa-sparsity 0.8" "wan-packed -vsa-sparsity 0.8"; do
     name=${g%% *}
     timeout "$(left 45)" "$BENCH" ${KF[@]+"${KF[@]}"} -what vsa -backend xla:cuda -vsa-chain 4 -vsa-geometry $g >"$OUT/vsa_$name.log" 2>&1
     echo "vsa $g rc $? at $SECONDS s"; grep -E "summary|median|rror|panic" "$OUT/vsa_$name.log" | tail -6 | cut -c1-300
   done
 fi
-if has h3dit; then
-  mark h3dit
+if step h3dit; then
   # Dense with the AdaLN cache is the issue's 1.52 s; the VSA forward runs with the same cache.
   timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 >"$OUT/h3dit.log" 2>&1
   echo "h3dit rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|allocator|rror|panic" "$OUT/h3dit.log" | cut -c1-300 | head -16
 fi
-if has h3ditmosaic; then
-  mark h3ditmosaic
+if step h3ditmosaic; then
   # Opt-in: the same forwards with the Mosaic GPU fine stage (attention.SparseMosaic) in the VSA one.
   timeout "$(left 150)" "$BENCH" ${KF[@]+"${KF[@]}"} -what h3dit -backend xla:cuda -warmup 1 -iters 3 -h3dit-vsa 0.9 -h3dit-vsa-kernel mosaic >"$OUT/h3dit_mosaic.log" 2>&1
   echo "h3ditmosaic rc $? at $SECONDS s"; grep -E "summary|forward min|fine stage|rror|panic" "$OUT/h3dit_mosaic.log" | cut -c1-300 | tail -8
 fi
-if has clip; then
-  mark clip
+if step clip; then
   # Issue 32's clip line: FastH3 with default flags, prompt to MP4, a cold and a warm call in one process over a
   # compile cache that starts empty (bench/clip_row.sh's first variant), then the same-math PyTorch chain.
   clip_env
@@ -141,15 +135,13 @@ if has clip; then
   timeout "$(left 150)" python3 bench/h3_clip_torch.py --text 22 --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/h3_torch.log" 2>&1
   echo "clip torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/h3_torch.log" | cut -c1-300
 fi
-if has h3dittorch; then
-  mark h3dittorch
+if step h3dittorch; then
   # Not a line of its own: the DiT line's same-math baseline, FastH3's VSA forward in PyTorch on upstream's own fine
   # kernel (torch.compile per block), after the clip so that the clip keeps its time.
   timeout "$(left 90)" python3 bench/h3_dit_torch.py --adaln-cache --vsa 0.9 --upstream "$UPSTREAM" --iters 3 --compile >"$OUT/h3dit_torch.log" 2>&1
   echo "h3dittorch rc $? at $SECONDS s"; grep -E "VSA attention|forward min|peak memory|rror" "$OUT/h3dit_torch.log" | cut -c1-300 | tail -4
 fi
-if has wanclip; then
-  mark wanclip
+if step wanclip; then
   # Not an issue-32 line: FastWan's default row of bench/clip_row.sh (its first variant, cold and warm, then the
   # same-math PyTorch chain), so that one call also gives the whole-clip row of both families.
   clip_env
@@ -159,8 +151,7 @@ if has wanclip; then
   timeout "$(left 90)" python3 bench/wan_clip_torch.py --iters 1 --ffmpeg "$FASTVIDEO_FFMPEG" >"$OUT/wan_torch.log" 2>&1
   echo "wan torch rc $? at $SECONDS s"; grep -E "clip record|rror" "$OUT/wan_torch.log" | cut -c1-300
 fi
-if has wandit; then
-  mark wandit
+if step wandit; then
   timeout "$(left 100)" "$BENCH" ${KF[@]+"${KF[@]}"} -what wandit -backend xla:cuda -warmup 1 -iters 3 -wandit-vsa 0.8 >"$OUT/wandit.log" 2>&1
   echo "wandit rc $? at $SECONDS s"; grep -E "summary|denoise|rror|panic" "$OUT/wandit.log" | cut -c1-300 | head -16
 fi
