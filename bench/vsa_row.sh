@@ -47,7 +47,8 @@
 #   OUT=$OUT bash bench/vsa_row.sh
 # On an 80 GB card, leave the FastH3 clip out: STEPS="parity fine vsa h3dit wanclip wandit trace" (FastH3's DiT forward alone
 # fits there). Optional: BIN (the folder of the .xz binaries), UPSTREAM (upstream's kernel, default .gpu/up),
-# BUDGET_S (default 585), KERNEL_FILES (below). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
+# BUDGET_S (default 585), FINE_VARIANTS (the fine step's variants of bench/vsa_fine_variants.py, comma-separated;
+# default base, the committed kernel), KERNEL_FILES (below). Steps outside the default: h3ditmosaic times FastH3's forwards again with the Mosaic
 # GPU fine stage in the VSA one (-h3dit-vsa-kernel mosaic; the vsa step times it beside the Triton kernel
 # wherever it can run); tracedense traces FastH3's dense forward (AdaLN cached) as trace traces the VSA one,
 # kernel for kernel (session 32, one H100: the same GEMM kernels at the same speed, the VSA forward's extra
@@ -105,7 +106,7 @@ if step parity; then
   echo "parity rc $? at $SECONDS s"; grep -E "^(--- |ok|FAIL|PASS)|steps|max abs|panic" "$OUT/parity.log" | head -30 | cut -c1-250
 fi
 if step fine; then
-  timeout "$(left 120)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only base h3 wan0.8 h3_tiling wan_tiling \
+  timeout "$(left 120)" python3 bench/vsa_fine_variants.py --upstream "$UPSTREAM" --rounds 3 --only "${FINE_VARIANTS:-base}" h3 wan0.8 h3_tiling wan_tiling \
     >"$OUT/fine.log" 2>&1
   echo "fine rc $? at $SECONDS s"; grep -v Warning "$OUT/fine.log" | tail -12 | cut -c1-250
 fi
