@@ -3,13 +3,14 @@
 # BENCHMARKS.md session 35); inside the VSA forward the same cuBLAS kernels run at ~740 (session 32's trace),
 # about 90 ms a forward. This times the forward's GEMMs and nothing else, as the forward issues them (50 blocks of
 # four 5,376 -> 7,168 projections, the 7,168 -> 5,376 output one, the FFN's 5,376 -> 28,672 input and
-# 14,336 -> 5,376 output, bf16, the DiT's 14,937 rows), forward after forward, in four forms taken in turn: the Go
-# graph's (nn.Linear: x times the checkpoint's [out, in] weight transposed, plus the bias), the same without the
-# bias, and x times an [in, out] weight with and without it (the probe's form). A card that slows under
+# 14,336 -> 5,376 output, bf16, the DiT's 14,937 rows), forward after forward, in four forms taken in turn:
+# nn.Linear's (x times the checkpoint's [out, in] weight transposed, plus the bias), the same without the bias (the
+# form FastH3's forward runs: dit/h3/graph.go passes its block linears no bias), and x times an [in, out] weight
+# with and without the bias (the probe's form). A card that slows under
 # sustained load shows it here too; run it beside `nvidia-smi --query-gpu=clocks.sm,power.draw ... -lms 100` to
 # see the clocks (session 37, one H100: the forwards ran at the 700 W cap, ~1,335 MHz, 690-708 TFLOP/s, where
-# 20-call bursts ran near 1,965 MHz at 730-805; x . W[in, out] without bias 2 % faster than the graph's form,
-# before the bias and the layout were told apart).
+# 20-call bursts ran near 1,965 MHz at 730-805; x . W[in, out] without bias 2 % faster than nn.Linear's form with
+# the bias, before the bias and the layout were told apart: graph_nobias against probe is the layout alone).
 #
 #   python3 bench/gemm_sustained.py [--rows 14937] [--forwards 4] [--blocks 50] [--forms graph,...]
 import argparse, os, sys, time
@@ -30,7 +31,7 @@ def main():
     ap.add_argument("--forwards", type=int, default=4, help="forwards of each form")
     ap.add_argument("--blocks", type=int, default=50)
     ap.add_argument("--forms", default="graph,graph_nobias,io_bias,probe",
-                    help="graph: x . W[out,in]^T + b (nn.Linear); graph_nobias; io_bias: x . W[in,out] + b; probe: x . W[in,out]")
+                    help="graph: x . W[out,in]^T + b (nn.Linear); graph_nobias: the same without b (FastH3's forward); io_bias: x . W[in,out] + b; probe: x . W[in,out]")
     a = ap.parse_args()
     key = jax.random.PRNGKey(0)
     bf = jnp.bfloat16
